@@ -1,0 +1,1 @@
+"""Cost models: features, the XGBoost ranker, baselines, metrics and JSON/UBJ persistence."""

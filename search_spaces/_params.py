@@ -1,0 +1,171 @@
+"""Parameter types of a search space.
+
+Every parameter has a finite, ordered domain (`values`). Kernel tuning parameters are discrete by nature
+(block sizes, warps, stages, flags), and a finite domain is what lets a strategy enumerate, move to a
+neighbour and never propose a config twice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Value = int | float | str | bool
+
+__all__ = ["Param", "PowerOfTwo", "IntRange", "Categorical", "Boolean", "Value", "param_from_values"]
+
+
+@dataclass(frozen=True)
+class Param:
+    """A named parameter with a finite ordered domain.
+
+    `ordered` says whether neighbouring values in `values` are "close" (block sizes, warps) or whether
+    every other value is equally far (a categorical choice such as a grid order).
+    """
+
+    name: str
+    values: tuple[Value, ...]
+    ordered: bool = True
+    default: Value | None = None
+    kind: str = field(default="param", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise ValueError(f"parameter name must be a non-empty string, got {self.name!r}")
+        if len(self.values) == 0:
+            raise ValueError(f"parameter {self.name!r} has an empty domain")
+        if len(set(_hashable(v) for v in self.values)) != len(self.values):
+            raise ValueError(f"parameter {self.name!r} has duplicate values: {list(self.values)}")
+        for v in self.values:
+            if not isinstance(v, (int, float, str, bool)):
+                raise ValueError(f"parameter {self.name!r}: value {v!r} is not an int, float, str or bool")
+        if self.default is not None and not self.has(self.default):
+            raise ValueError(f"parameter {self.name!r}: default {self.default!r} not in {list(self.values)}")
+
+    # ---- domain -----------------------------------------------------------------------------------
+    def has(self, value: Any) -> bool:
+        """True when `value` is in the domain (with bool and int kept apart: True is not 1)."""
+        for v in self.values:
+            if type(v) is bool or type(value) is bool:
+                if type(v) is type(value) and v == value:
+                    return True
+            elif isinstance(value, (int, float)) and not isinstance(value, bool) and isinstance(v, (int, float)):
+                if v == value:
+                    return True
+            elif v == value and type(v) is type(value):
+                return True
+        return False
+
+    def index(self, value: Any) -> int:
+        for i, v in enumerate(self.values):
+            if _same(v, value):
+                return i
+        raise ValueError(f"{self.name}={value!r} is not one of {list(self.values)}")
+
+    def canonical(self, value: Any) -> Value:
+        """The domain's own object for `value` (so 64.0 becomes 64 when the domain holds ints)."""
+        return self.values[self.index(value)]
+
+    @property
+    def is_numeric(self) -> bool:
+        return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in self.values)
+
+    @property
+    def default_value(self) -> Value:
+        if self.default is not None:
+            return self.default
+        return self.values[len(self.values) // 2] if self.ordered else self.values[0]
+
+    # ---- moves --------------------------------------------------------------------------------------
+    def neighbor_values(self, value: Any) -> list[Value]:
+        """Values one step away: the adjacent ones for an ordered domain, all others otherwise."""
+        i = self.index(value)
+        if self.ordered:
+            return [self.values[j] for j in (i - 1, i + 1) if 0 <= j < len(self.values)]
+        return [v for j, v in enumerate(self.values) if j != i]
+
+    # ---- features -----------------------------------------------------------------------------------
+    def feature_names(self) -> list[str]:
+        if self.is_numeric:
+            if all(float(v) > 0 for v in self.values):  # type: ignore[arg-type]
+                return [self.name, f"log2_{self.name}"]
+            return [self.name]
+        if all(isinstance(v, bool) for v in self.values):
+            return [self.name]
+        return [f"{self.name}={v}" for v in self.values]
+
+    def encode(self, value: Any) -> list[float]:
+        if self.is_numeric:
+            x = float(value)
+            if all(float(v) > 0 for v in self.values):  # type: ignore[arg-type]
+                return [x, math.log2(x)]
+            return [x]
+        if all(isinstance(v, bool) for v in self.values):
+            return [1.0 if value else 0.0]
+        i = self.index(value)
+        return [1.0 if j == i else 0.0 for j in range(len(self.values))]
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "values": list(self.values), "ordered": self.ordered}
+
+
+def _hashable(v: Any) -> tuple[str, Any]:
+    return (type(v).__name__ if isinstance(v, bool) else "num" if isinstance(v, (int, float)) else "str", v)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    return type(a) is type(b) and a == b
+
+
+def PowerOfTwo(name: str, low: int, high: int, *, default: int | None = None) -> Param:
+    """Powers of two from `low` to `high` inclusive (both must be powers of two)."""
+    for v, what in ((low, "low"), (high, "high")):
+        if not isinstance(v, int) or v < 1 or v & (v - 1):
+            raise ValueError(f"PowerOfTwo {name!r}: {what}={v!r} is not a positive power of two")
+    if low > high:
+        raise ValueError(f"PowerOfTwo {name!r}: {low=} > {high=}")
+    vals: list[int] = []
+    v = low
+    while v <= high:
+        vals.append(v)
+        v *= 2
+    return Param(name, tuple(vals), True, default, kind="pow2")
+
+
+def IntRange(name: str, low: int, high: int, step: int = 1, *, default: int | None = None) -> Param:
+    """Integers low, low+step, ..., up to high inclusive."""
+    if step < 1:
+        raise ValueError(f"IntRange {name!r}: {step=} must be >= 1")
+    if low > high:
+        raise ValueError(f"IntRange {name!r}: {low=} > {high=}")
+    return Param(name, tuple(range(low, high + 1, step)), True, default, kind="int")
+
+
+def Categorical(name: str, values: Sequence[Value], *, ordered: bool = False, default: Value | None = None) -> Param:
+    """A choice among `values`; unordered unless `ordered=True` (e.g. a list of numbers)."""
+    return Param(name, tuple(values), ordered, default, kind="categorical")
+
+
+def Boolean(name: str, *, default: bool | None = None) -> Param:
+    return Param(name, (False, True), True, default, kind="bool")
+
+
+def param_from_values(name: str, values: Sequence[Value]) -> Param:
+    """Infer a parameter from observed values: numbers are ordered (sorted), strings categorical."""
+    uniq: list[Value] = []
+    for v in values:
+        if not any(_same(v, u) for u in uniq):
+            uniq.append(v)
+    if all(isinstance(v, bool) for v in uniq):
+        return Param(name, tuple(sorted(uniq)), True, kind="bool")
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in uniq):
+        return Param(name, tuple(sorted(uniq)), True, kind="int")  # type: ignore[type-var]
+    if any(isinstance(v, (int, float, bool)) for v in uniq) and any(isinstance(v, str) for v in uniq):
+        return Param(name, tuple(uniq), False, kind="categorical")
+    return Param(name, tuple(sorted(uniq, key=str)), False, kind="categorical")

@@ -1,0 +1,399 @@
+"""SearchSpace: parameters, hard constraints, sampling, enumeration, neighbours, features, fingerprint."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ._params import Param, Value, _same, param_from_values
+
+if TYPE_CHECKING:  # pragma: no cover
+    from optuna.distributions import BaseDistribution
+
+__all__ = ["Constraint", "SearchSpace", "ConfigError", "Config"]
+
+Config = dict[str, Value]
+
+# Spaces whose cartesian product is at most this large are enumerated once and cached.
+ENUMERATE_LIMIT = 2_000_000
+
+
+class ConfigError(ValueError):
+    """A config that the space rejects; `reasons` names the offending values."""
+
+    def __init__(self, reasons: list[str]):
+        self.reasons = reasons
+        super().__init__("; ".join(reasons))
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A hard constraint: `check(config)` returns True when the config can run.
+
+    `uses` lists the parameter names whose values the violation message shows; `name` says what is
+    violated ("smem <= 227 KiB"). `check` may also return a string: the reason, meaning "violated".
+    Constraints that need the problem or the device close over them when the space is built.
+    """
+
+    name: str
+    check: Callable[[Mapping[str, Any]], bool | str]
+    uses: tuple[str, ...] = ()
+    detail: Callable[[Mapping[str, Any]], str] | None = field(default=None, compare=False)
+
+    def violation(self, config: Mapping[str, Any]) -> str | None:
+        ok = self.check(config)
+        if ok is True or (ok is not False and not isinstance(ok, str) and bool(ok)):
+            return None
+        vals = ", ".join(f"{k}={config.get(k)!r}" for k in self.uses) if self.uses else ""
+        extra = ok if isinstance(ok, str) else (self.detail(config) if self.detail else "")
+        parts = [f"violates {self.name}"]
+        if vals:
+            parts.append(f"({vals})")
+        if extra:
+            parts.append(f": {extra}")
+        return " ".join(parts)
+
+
+class SearchSpace:
+    """A kernel's tunable parameters with hard constraints.
+
+    A config is a dict name -> value with exactly the space's parameter names. `contains` is true
+    when every value is in its parameter's domain and every constraint holds (for a space made by
+    `from_configs`, when it is one of those configs).
+    """
+
+    def __init__(
+        self,
+        params: Sequence[Param],
+        constraints: Sequence[Constraint] = (),
+        *,
+        name: str = "",
+        configs: Sequence[Mapping[str, Value]] | None = None,
+    ) -> None:
+        names = [p.name for p in params]
+        if len(set(names)) != len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            raise ValueError(f"duplicate parameter names: {dup}")
+        if not params:
+            raise ValueError("a search space needs at least one parameter")
+        self.params: tuple[Param, ...] = tuple(params)
+        self.constraints: tuple[Constraint, ...] = tuple(constraints)
+        self.name = name
+        self._by_name = {p.name: p for p in self.params}
+        self._explicit: list[tuple[Value, ...]] | None = None
+        self._explicit_set: set[tuple] | None = None
+        self._valid_cache: list[tuple[Value, ...]] | None = None
+        self._feature_names: list[str] | None = None
+        if configs is not None:
+            keys = [self._key_unchecked(c) for c in configs]
+            self._explicit = keys
+            self._explicit_set = {self._hkey(k) for k in keys}
+
+    # ---- construction ------------------------------------------------------------------------------
+    @classmethod
+    def from_configs(cls, configs: Sequence[Mapping[str, Value]], *, name: str = "") -> SearchSpace:
+        """A finite space whose candidates are exactly `configs` (a list of dicts).
+
+        Raises ValueError on an empty list, inconsistent keys, unsupported value types or duplicates.
+        """
+        if not isinstance(configs, (list, tuple)):
+            raise ValueError(f"configs must be a list of dicts, got {type(configs).__name__}")
+        if not configs:
+            raise ValueError("configs is empty: a space needs at least one config")
+        first = configs[0]
+        if not isinstance(first, Mapping) or not first:
+            raise ValueError(f"config 0 is not a non-empty dict: {first!r}")
+        keys = list(first.keys())
+        keyset = set(keys)
+        columns: dict[str, list[Value]] = {k: [] for k in keys}
+        for i, c in enumerate(configs):
+            if not isinstance(c, Mapping):
+                raise ValueError(f"config {i} is not a dict: {c!r}")
+            if set(c.keys()) != keyset:
+                missing = sorted(keyset - set(c.keys()))
+                extra = sorted(set(c.keys()) - keyset)
+                raise ValueError(
+                    f"config {i} has inconsistent keys (missing {missing}, extra {extra}) compared with config 0"
+                )
+            for k in keys:
+                v = c[k]
+                if not isinstance(v, (int, float, str, bool)) or (isinstance(v, float) and not math.isfinite(v)):
+                    raise ValueError(f"config {i}: {k}={v!r} is not an int, finite float, str or bool")
+                columns[k].append(v)
+        params = [param_from_values(k, columns[k]) for k in keys]
+        space = cls(params, name=name)
+        seen: dict[tuple, int] = {}
+        explicit: list[tuple[Value, ...]] = []
+        for i, c in enumerate(configs):
+            key = tuple(space._by_name[k].canonical(c[k]) for k in keys)
+            h = cls._hkey(key)
+            if h in seen:
+                raise ValueError(f"config {i} duplicates config {seen[h]}: {dict(c)}")
+            seen[h] = i
+            explicit.append(key)
+        space._explicit = explicit
+        space._explicit_set = set(seen)
+        return space
+
+    # ---- basic properties --------------------------------------------------------------------------
+    @property
+    def names(self) -> list[str]:
+        return [p.name for p in self.params]
+
+    def __getitem__(self, name: str) -> Param:
+        return self._by_name[name]
+
+    def __len__(self) -> int:
+        """Number of valid configs (enumerates the space; may be slow for huge spaces)."""
+        return len(self._valid_keys())
+
+    @property
+    def is_explicit(self) -> bool:
+        return self._explicit is not None
+
+    @property
+    def cartesian_size(self) -> int:
+        return math.prod(len(p.values) for p in self.params)
+
+    @property
+    def is_enumerable(self) -> bool:
+        return self._explicit is not None or self.cartesian_size <= ENUMERATE_LIMIT
+
+    def __repr__(self) -> str:
+        kind = f"{len(self._explicit)} explicit configs" if self._explicit is not None else (
+            f"{self.cartesian_size} before constraints, {len(self.constraints)} constraints")
+        return f"SearchSpace({self.name or 'unnamed'}: {', '.join(self.names)}; {kind})"
+
+    # ---- keys --------------------------------------------------------------------------------------
+    @staticmethod
+    def _hkey(key: Iterable[Any]) -> tuple:
+        # bools and ints hash alike in Python (True == 1); keep them apart.
+        return tuple((v, type(v) is bool) for v in key)
+
+    def _key_unchecked(self, config: Mapping[str, Any]) -> tuple[Value, ...]:
+        return tuple(config[n] for n in self.names)
+
+    def key(self, config: Mapping[str, Any]) -> tuple[Value, ...]:
+        """The config as a tuple in parameter order (canonical values). Raises ConfigError if malformed."""
+        reasons = self._domain_violations(config)
+        if reasons:
+            raise ConfigError(reasons)
+        return tuple(p.canonical(config[p.name]) for p in self.params)
+
+    def config(self, key: Sequence[Value]) -> Config:
+        return dict(zip(self.names, key, strict=True))
+
+    # ---- membership --------------------------------------------------------------------------------
+    def _domain_violations(self, config: Mapping[str, Any]) -> list[str]:
+        if not isinstance(config, Mapping):
+            return [f"config must be a dict, got {type(config).__name__}"]
+        reasons = []
+        missing = [n for n in self.names if n not in config]
+        extra = [k for k in config if k not in self._by_name]
+        if missing:
+            reasons.append(f"missing parameters: {missing}")
+        if extra:
+            reasons.append(f"unknown parameters: {extra}")
+        for p in self.params:
+            if p.name in config and not p.has(config[p.name]):
+                reasons.append(f"{p.name}={config[p.name]!r} is not one of {list(p.values)}")
+        return reasons
+
+    def violations(self, config: Mapping[str, Any]) -> list[str]:
+        """Every reason the config is rejected (empty when it is valid), naming the offending values."""
+        reasons = self._domain_violations(config)
+        if reasons:
+            return reasons
+        if self._explicit_set is not None:
+            key = tuple(p.canonical(config[p.name]) for p in self.params)
+            if self._hkey(key) not in self._explicit_set:
+                reasons.append(f"config {dict(config)} is not one of the space's configs")
+        for c in self.constraints:
+            why = c.violation(config)
+            if why:
+                reasons.append(why)
+        return reasons
+
+    def contains(self, config: Mapping[str, Any]) -> bool:
+        return not self.violations(config)
+
+    __contains__ = contains
+
+    def validate(self, config: Mapping[str, Any]) -> Config:
+        """Return the canonical config, or raise ConfigError with every reason."""
+        reasons = self.violations(config)
+        if reasons:
+            raise ConfigError(reasons)
+        return {p.name: p.canonical(config[p.name]) for p in self.params}
+
+    def _satisfies(self, key: tuple[Value, ...]) -> bool:
+        if not self.constraints:
+            return True
+        cfg = dict(zip(self.names, key, strict=True))
+        return all(c.violation(cfg) is None for c in self.constraints)
+
+    # ---- enumeration and sampling ------------------------------------------------------------------
+    def _valid_keys(self) -> list[tuple[Value, ...]]:
+        if self._valid_cache is None:
+            if self._explicit is not None:
+                keys = [k for k in self._explicit if self._satisfies(k)]
+            else:
+                if self.cartesian_size > ENUMERATE_LIMIT:
+                    raise ValueError(
+                        f"space {self.name!r} has {self.cartesian_size} configs before constraints "
+                        f"(limit {ENUMERATE_LIMIT}); it cannot be enumerated"
+                    )
+                keys = [k for k in itertools.product(*(p.values for p in self.params)) if self._satisfies(k)]
+            self._valid_cache = keys
+        return self._valid_cache
+
+    def enumerate(self) -> list[Config]:
+        """Every valid config, in a stable order."""
+        return [dict(zip(self.names, k, strict=True)) for k in self._valid_keys()]
+
+    def iter_keys(self) -> Iterator[tuple[Value, ...]]:
+        return iter(self._valid_keys())
+
+    def sample(self, rng: np.random.Generator | int | None = None, n: int | None = None) -> Any:
+        """One valid config (n=None) or a list of n (with replacement), uniformly over valid configs
+        where the space is enumerable, else by rejection sampling."""
+        gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+        count = 1 if n is None else n
+        out: list[Config] = []
+        if self.is_enumerable:
+            keys = self._valid_keys()
+            if not keys:
+                raise ValueError(f"space {self.name!r} has no valid config")
+            for i in gen.integers(0, len(keys), size=count):
+                out.append(dict(zip(self.names, keys[int(i)], strict=True)))
+        else:
+            tries = 0
+            while len(out) < count:
+                key = tuple(p.values[int(gen.integers(0, len(p.values)))] for p in self.params)
+                tries += 1
+                if self._satisfies(key):
+                    out.append(dict(zip(self.names, key, strict=True)))
+                elif tries > 10_000 * count:
+                    raise ValueError(f"space {self.name!r}: rejection sampling found no valid config")
+        return out[0] if n is None else out
+
+    def default(self) -> Config:
+        """Each parameter's default; if that violates a constraint, the nearest valid config."""
+        cfg = {p.name: p.default_value for p in self.params}
+        if self.contains(cfg):
+            return cfg
+        if self.is_enumerable:
+            keys = self._valid_keys()
+            if not keys:
+                raise ValueError(f"space {self.name!r} has no valid config")
+            x = self.encode(cfg)
+            enc = self.encode_keys(keys)
+            scale = np.maximum(enc.std(axis=0), 1e-9)
+            d = (((enc - x) / scale) ** 2).sum(axis=1)
+            return dict(zip(self.names, keys[int(np.argmin(d))], strict=True))
+        return self.sample(0)
+
+    # ---- neighbourhood ----------------------------------------------------------------------------
+    def neighbors(self, config: Mapping[str, Any], method: str = "adjacent") -> list[Config]:
+        """Valid configs one move away.
+
+        - "adjacent": change one parameter to an adjacent value (any other value if unordered);
+        - "hamming": change one parameter to any other value.
+        For an explicit space only configs in the space count.
+        """
+        key = self.key(config)
+        out: list[Config] = []
+        for i, p in enumerate(self.params):
+            if method == "adjacent":
+                cand = p.neighbor_values(key[i])
+            elif method == "hamming":
+                cand = [v for v in p.values if not _same(v, key[i])]
+            else:
+                raise ValueError(f"unknown neighbourhood {method!r}: use 'adjacent' or 'hamming'")
+            for v in cand:
+                k2 = key[:i] + (v,) + key[i + 1 :]
+                if self._explicit_set is not None and self._hkey(k2) not in self._explicit_set:
+                    continue
+                if self._satisfies(k2):
+                    out.append(dict(zip(self.names, k2, strict=True)))
+        return out
+
+    # ---- features ----------------------------------------------------------------------------------
+    @property
+    def feature_names(self) -> list[str]:
+        if self._feature_names is None:
+            self._feature_names = [f for p in self.params for f in p.feature_names()]
+        return self._feature_names
+
+    def encode(self, config: Mapping[str, Any]) -> np.ndarray:
+        """Numeric feature vector: numbers raw and log2, booleans 0/1, categoricals one-hot."""
+        return np.array([x for p in self.params for x in p.encode(config[p.name])], dtype=np.float64)
+
+    def encode_keys(self, keys: Sequence[Sequence[Value]]) -> np.ndarray:
+        """Encode many configs given as keys; vectorised per parameter."""
+        n = len(keys)
+        cols: list[np.ndarray] = []
+        arr = list(zip(*keys, strict=True)) if n else [() for _ in self.params]
+        for p, column in zip(self.params, arr, strict=True):
+            if p.is_numeric:
+                x = np.asarray(column, dtype=np.float64)
+                cols.append(x[:, None])
+                if all(float(v) > 0 for v in p.values):  # type: ignore[arg-type]
+                    cols.append(np.log2(x)[:, None])
+            elif all(isinstance(v, bool) for v in p.values):
+                cols.append(np.asarray(column, dtype=np.float64)[:, None])
+            else:
+                idx = np.array([p.index(v) for v in column], dtype=np.int64)
+                onehot = np.zeros((n, len(p.values)))
+                onehot[np.arange(n), idx] = 1.0
+                cols.append(onehot)
+        return np.hstack(cols) if cols else np.zeros((n, 0))
+
+    def encode_many(self, configs: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        return self.encode_keys([self._key_unchecked(c) for c in configs])
+
+    # ---- identity ----------------------------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "name": self.name,
+            "params": [p.describe() for p in self.params],
+            "constraints": [c.name for c in self.constraints],
+        }
+        if self._explicit is not None:
+            d["configs"] = sorted([list(k) for k in self._explicit], key=lambda k: json.dumps(k))
+        return d
+
+    def fingerprint(self) -> str:
+        """A stable hash of the parameters, their domains, the constraint names and explicit configs.
+
+        Constraint *functions* are not hashed (they are code); rename a constraint when its meaning
+        changes."""
+        blob = json.dumps(self.describe(), sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    # ---- Optuna ------------------------------------------------------------------------------------
+    def to_optuna(self) -> dict[str, BaseDistribution]:
+        """Optuna distributions: ordered numeric parameters as IntDistribution where the domain is a
+        full integer range, else CategoricalDistribution over the values."""
+        from optuna.distributions import CategoricalDistribution, IntDistribution
+
+        out: dict[str, BaseDistribution] = {}
+        for p in self.params:
+            vals = list(p.values)
+            if (
+                p.is_numeric
+                and all(isinstance(v, int) for v in vals)
+                and len(vals) > 1
+                and vals == list(range(vals[0], vals[-1] + 1, vals[1] - vals[0]))
+            ):
+                out[p.name] = IntDistribution(int(vals[0]), int(vals[-1]), step=int(vals[1] - vals[0]))
+            else:
+                out[p.name] = CategoricalDistribution(vals)
+        return out

@@ -1,0 +1,60 @@
+"""tuner: ML-guided autotuning for Triton and JAX Pallas kernels.
+
+`import tuner` stays light: torch, jax, triton and xgboost are imported only by the paths that need them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from search_spaces import (
+    Boolean,
+    Categorical,
+    Config,
+    ConfigError,
+    Constraint,
+    IntRange,
+    Param,
+    PowerOfTwo,
+    SearchSpace,
+)
+
+from ._optimize import Trial, TuneResult, optimize
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Boolean",
+    "Categorical",
+    "Config",
+    "ConfigError",
+    "Constraint",
+    "IntRange",
+    "Param",
+    "PowerOfTwo",
+    "SearchSpace",
+    "Trial",
+    "TuneResult",
+    "optimize",
+    "ResultStore",
+    "TaskContext",
+    "__version__",
+]
+
+# Lazily imported public names (module, attribute): keeps SQLAlchemy and friends off the import path.
+_LAZY = {
+    "ResultStore": ("tuner.store", "ResultStore"),
+    "TaskContext": ("tuner.store", "TaskContext"),
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .store import ResultStore, TaskContext
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        mod, attr = _LAZY[name]
+        return getattr(importlib.import_module(mod), attr)
+    raise AttributeError(f"module 'tuner' has no attribute {name!r}")

@@ -1,0 +1,262 @@
+"""`tuner.optimize`: black-box tuning over a SearchSpace, driven through Optuna's ask/tell.
+
+The loop here is the one evaluation wrapper that every strategy shares (Kernel Tuner's habit): it owns
+the budget, the time budget, duplicate and invalid proposals, failures (an exception, NaN or inf), the
+Optuna study (in memory, or in the results database) and the results store.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from search_spaces import Config, SearchSpace
+
+from .strategies import PriorTask, Strategy, get_strategy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .store import ResultStore, TaskContext
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Trial", "TuneResult", "optimize", "validate_prior"]
+
+OK = "ok"
+FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One evaluation: the config, its value (None when it failed), a status and timing."""
+
+    number: int
+    config: Config
+    value: float | None
+    status: str
+    duration_s: float = 0.0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What `optimize` found. `best_config` is None (and `best_value` inf) when every trial failed."""
+
+    best_config: Config | None
+    best_value: float
+    trials: tuple[Trial, ...]
+    strategy: str
+    seed: int
+    space_size: int | None = None
+    stopped_because: str = "budget"
+    strategy_time_s: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def evaluations(self) -> int:
+        return len(self.trials)
+
+    def best_so_far(self) -> list[float]:
+        """Best value after each trial (inf until the first success)."""
+        out, best = [], math.inf
+        for t in self.trials:
+            if t.value is not None and t.value < best:
+                best = t.value
+            out.append(best)
+        return out
+
+
+def validate_prior(prior: Any) -> list[list[tuple[dict[str, Any], float | None]]] | None:
+    """Check the shape of `prior` (CONTRACTS.md) and normalise it; ValueError names what is wrong."""
+    if prior is None:
+        return None
+    if not isinstance(prior, (list, tuple)):
+        raise ValueError(f"prior must be a list of tasks, got {type(prior).__name__}")
+    out = []
+    for ti, task in enumerate(prior):
+        if not isinstance(task, (list, tuple)):
+            raise ValueError(f"prior[{ti}] must be a list of (config, value) pairs, got {type(task).__name__}")
+        rows = []
+        for ri, row in enumerate(task):
+            if not isinstance(row, (list, tuple)) or len(row) != 2:
+                raise ValueError(f"prior[{ti}][{ri}] must be a (config, value) pair, got {row!r}")
+            cfg, val = row
+            if not isinstance(cfg, Mapping):
+                raise ValueError(f"prior[{ti}][{ri}]: config must be a dict, got {type(cfg).__name__}")
+            if val is not None:
+                try:
+                    val = float(val)
+                except (TypeError, ValueError):
+                    raise ValueError(f"prior[{ti}][{ri}]: value must be a number or None, got {val!r}") from None
+                if not math.isfinite(val):
+                    val = None
+            rows.append((dict(cfg), val))
+        out.append(rows)
+    return out
+
+
+def _run_objective(objective: Callable[[Config], float], config: Config) -> tuple[float | None, str, str | None]:
+    try:
+        raw = objective(dict(config))
+    except Exception as exc:  # a failing config is a result, not a crash of the run
+        return None, FAILED, f"{type(exc).__name__}: {exc}"
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return None, FAILED, f"objective returned {raw!r}, not a number"
+    if not math.isfinite(value):
+        return None, FAILED, f"objective returned {value}"
+    return value, OK, None
+
+
+def optimize(
+    space: SearchSpace,
+    objective: Callable[[Config], float],
+    *,
+    budget: int,
+    seed: int = 0,
+    strategy: str | Strategy = "auto",
+    prior: Sequence[PriorTask] | None = None,
+    time_budget_s: float | None = None,
+    storage: str | ResultStore | None = None,
+    study_name: str | None = None,
+    task: TaskContext | None = None,
+    callback: Callable[[Trial, TuneResult | None], None] | None = None,
+) -> TuneResult:
+    """Minimise `objective` over `space` with at most `budget` calls, never repeating a config.
+
+    - `objective(config) -> float`; an exception, NaN or inf marks the config failed.
+    - `prior`: measurements of related tasks, a list of tasks, each a list of (config, value | None).
+    - `storage`: None keeps everything in memory; a database URL or a `ResultStore` keeps the Optuna
+      study (named `study_name`) and every measurement (with the `task` context) there. Re-running
+      with the same storage and study name resumes: finished trials count towards the budget and are
+      not measured again.
+    - `callback(trial, None)` is called after each evaluation (progress bars).
+    """
+    import optuna
+
+    if not isinstance(space, SearchSpace):
+        raise TypeError(f"space must be a SearchSpace, got {type(space).__name__}")
+    if not callable(objective):
+        raise TypeError("objective must be callable")
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise ValueError(f"budget must be a positive int, got {budget!r}")
+    if time_budget_s is not None and time_budget_s <= 0:
+        raise ValueError(f"time_budget_s must be positive, got {time_budget_s!r}")
+    prior_n = validate_prior(prior)
+
+    if isinstance(strategy, Strategy):
+        strat = strategy
+    else:
+        strat = get_strategy(strategy)(space, seed=seed, prior=prior_n)
+    strategy_name = strategy if isinstance(strategy, str) else strat.name
+
+    store = None
+    if storage is not None:
+        from .store import ResultStore
+
+        store = storage if isinstance(storage, ResultStore) else ResultStore(storage)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = strat.optuna_sampler() or optuna.samplers.RandomSampler(seed=seed)
+    study = optuna.create_study(
+        storage=store.optuna_storage() if store is not None else None,
+        study_name=study_name or (f"tuner-{space.fingerprint()}-{seed}" if store is not None else None),
+        sampler=sampler,
+        direction="minimize",
+        load_if_exists=True,
+    )
+    dists = space.to_optuna()
+
+    trials: list[Trial] = []
+    # Resume: finished trials of this study count and are never measured again.
+    for ft in study.get_trials(deepcopy=False):
+        if ft.state not in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL):
+            continue
+        if ft.user_attrs.get("tuner_skip"):
+            continue
+        try:
+            cfg = space.validate(ft.params)
+        except ValueError:
+            continue
+        if strat.pool.is_seen(cfg):
+            continue
+        val = ft.value if ft.state == optuna.trial.TrialState.COMPLETE else None
+        trials.append(Trial(len(trials), cfg, val, OK if val is not None else ft.user_attrs.get("tuner_status", FAILED),
+                            error=ft.user_attrs.get("tuner_error")))
+        strat.tell(cfg, val)
+    if trials:
+        log.info("resumed study %s with %d finished trials", study.study_name, len(trials))
+
+    t_start = time.perf_counter()
+    strategy_time = 0.0
+    stopped = "budget"
+    while len(trials) < budget:
+        if time_budget_s is not None and time.perf_counter() - t_start >= time_budget_s:
+            stopped = "time_budget"
+            break
+        if strat.pool.exhausted():
+            stopped = "space_exhausted"
+            break
+        t0 = time.perf_counter()
+        cfg = strat.propose()
+        if cfg is not None:
+            cfg = space.validate(cfg)
+            if strat.pool.is_seen(cfg):
+                raise RuntimeError(f"strategy {strat.name!r} proposed a config twice: {cfg}")
+            study.enqueue_trial(cfg, skip_if_exists=False)
+            otrial = study.ask(dists)
+        else:
+            otrial = study.ask(dists)
+            proposal = dict(otrial.params)
+            ok = not space.violations(proposal) and not strat.pool.is_seen(space.validate(proposal))
+            if not ok:
+                # Optuna proposed an invalid or repeated config: record that (as a failed Optuna trial
+                # that TPE ignores) and measure the nearest unseen valid config instead.
+                otrial.set_user_attr("tuner_skip", "invalid_or_duplicate_proposal")
+                study.tell(otrial, state=optuna.trial.TrialState.FAIL)
+                repl = strat.pool.nearest_unseen(proposal)
+                if repl is None:
+                    stopped = "space_exhausted"
+                    break
+                study.enqueue_trial(repl, skip_if_exists=False)
+                otrial = study.ask(dists)
+            cfg = space.validate(otrial.params)
+        strategy_time += time.perf_counter() - t0
+
+        t1 = time.perf_counter()
+        value, status, error = _run_objective(objective, cfg)
+        dur = time.perf_counter() - t1
+
+        t0 = time.perf_counter()
+        if value is None:
+            otrial.set_user_attr("tuner_status", status)
+            if error:
+                otrial.set_user_attr("tuner_error", error[:2000])
+            study.tell(otrial, state=optuna.trial.TrialState.FAIL)
+        else:
+            study.tell(otrial, value)
+        trial = Trial(len(trials), cfg, value, status, dur, error)
+        trials.append(trial)
+        strat.tell(cfg, value)
+        strategy_time += time.perf_counter() - t0
+        if store is not None:
+            store.record_trial(task, space, trial, study_name=study.study_name, strategy=strategy_name)
+        if callback is not None:
+            callback(trial, None)
+
+    ok_trials = [t for t in trials if t.value is not None]
+    best = min(ok_trials, key=lambda t: (t.value, t.number)) if ok_trials else None
+    return TuneResult(
+        best_config=dict(best.config) if best else None,
+        best_value=best.value if best and best.value is not None else math.inf,
+        trials=tuple(trials),
+        strategy=strategy_name,
+        seed=seed,
+        space_size=strat.pool.size,
+        stopped_because=stopped,
+        strategy_time_s=strategy_time,
+        info={"study_name": study.study_name},
+    )

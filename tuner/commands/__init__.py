@@ -1,0 +1,1 @@
+"""Subcommands of the `tuner` CLI, one module each."""

@@ -1,0 +1,91 @@
+"""`tuner replay FILE`: tune over a recorded Kernel Tuner cache file (CONTRACTS.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("replay", help="tune over a recorded measurement table (Kernel Tuner cache file)",
+                       description="Tune over the configs of a Kernel Tuner cache file (.json or .json.gz), "
+                       "with the recorded times as the objective.")
+    p.add_argument("file", help="Kernel Tuner cache file")
+    p.add_argument("--strategy", default="auto", help="search strategy (default: auto)")
+    p.add_argument("--budget", type=int, default=100, help="maximum evaluations (default: 100)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prior", action="append", default=[], metavar="FILE",
+                   help="a table of a related task (another GPU or problem) to warm-start the model; repeatable")
+    p.add_argument("--storage", default=None, metavar="URL",
+                   help="keep the study and the measurements in this database (default: memory only)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tuner import optimize
+    from tuner.errors import BadInput
+    from tuner.replay import ReplayFormatError, load_table
+    from tuner.strategies import STRATEGIES
+
+    if args.strategy not in STRATEGIES:
+        raise BadInput(f"unknown strategy {args.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    if args.budget < 1:
+        raise BadInput(f"--budget must be >= 1, got {args.budget}")
+    try:
+        table = load_table(args.file)
+        priors = [load_table(f) for f in args.prior]
+    except ReplayFormatError as exc:
+        raise BadInput(str(exc)) from None
+    store = None
+    if args.storage:
+        from tuner.store import ResultStore, TaskContext
+
+        store = ResultStore(args.storage)
+    task = None
+    if store is not None:
+        from tuner.store import TaskContext
+
+        task = TaskContext(kernel=table.kernel_name or "replay", problem={"problem_size": table.problem_size},
+                           device=table.device_name or table.name)
+    result = optimize(
+        table.space,
+        table.objective_fn(),
+        budget=args.budget,
+        seed=args.seed,
+        strategy=args.strategy,
+        prior=[p.as_prior() for p in priors] or None,
+        storage=store,
+        task=task,
+    )
+    reached = next((t.number + 1 for t in result.trials if t.value is not None and t.value <= 1.05 * table.optimum),
+                   None)
+    if args.json:
+        out = {
+            "file": args.file,
+            "strategy": args.strategy,
+            "seed": args.seed,
+            "best_config": result.best_config,
+            "best_value": result.best_value,
+            "optimum": table.optimum,
+            "optimum_config": table.best_config(),
+            "evaluations": result.evaluations,
+            "space_size": result.space_size,
+            "evaluations_to_1.05x": reached,
+            "trials": [t.config for t in result.trials],
+            "values": [t.value for t in result.trials],
+        }
+        json.dump(out, sys.stdout)
+        sys.stdout.write("\n")
+        return 0
+    ratio = result.best_value / table.optimum
+    print(f"table      {args.file}  ({table.device_name or '?'}, {table.kernel_name or '?'}, "
+          f"{result.space_size} configs)")
+    print(f"strategy   {args.strategy}  seed {args.seed}  budget {args.budget}")
+    print(f"best found {result.best_value:.6g}  ({ratio:.3f}x the optimum)  config {result.best_config}")
+    print(f"optimum    {table.optimum:.6g}  config {table.best_config()}")
+    print(f"evaluations {result.evaluations}" + (f"  (within 1.05x after {reached})" if reached else
+                                                  "  (1.05x not reached)"))
+    return 0

@@ -1,0 +1,158 @@
+"""The strategy contract and the candidate pool that every strategy shares.
+
+A strategy is only its idea: it proposes the next config to measure and hears the result. The shared
+loop in `tuner._optimize` owns the budget, the objective, failures, Optuna bookkeeping and storage; the
+`CandidatePool` guarantees that no config is proposed twice and that only valid configs are proposed.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from search_spaces import Config, SearchSpace
+
+if TYPE_CHECKING:  # pragma: no cover
+    import optuna
+
+log = logging.getLogger(__name__)
+
+PriorTask = Sequence[tuple[Mapping[str, Any], float | None]]
+
+
+class CandidatePool:
+    """The valid configs of a space with a record of which were already evaluated.
+
+    For an enumerable space the valid configs are held as keys plus a standardised feature matrix, so
+    "nearest unseen config" and "random unseen config" are cheap. For a huge space it falls back to
+    rejection sampling and neighbourhood search.
+    """
+
+    def __init__(self, space: SearchSpace, rng: np.random.Generator) -> None:
+        self.space = space
+        self.rng = rng
+        self.seen: set[tuple] = set()
+        self.enumerable = space.is_enumerable
+        if self.enumerable:
+            self.keys = list(space.iter_keys())
+            if not self.keys:
+                raise ValueError(f"search space {space.name!r} has no valid config")
+            self.index = {space._hkey(k): i for i, k in enumerate(self.keys)}
+            enc = space.encode_keys(self.keys)
+            self._mu = enc.mean(axis=0)
+            self._sd = np.where(enc.std(axis=0) > 0, enc.std(axis=0), 1.0)
+            self.X = (enc - self._mu) / self._sd
+            self.unseen_mask = np.ones(len(self.keys), dtype=bool)
+
+    # ---- bookkeeping -------------------------------------------------------------------------------
+    def hkey(self, config: Mapping[str, Any]) -> tuple:
+        return self.space._hkey(self.space._key_unchecked(config))
+
+    def mark_seen(self, config: Mapping[str, Any]) -> None:
+        h = self.hkey(config)
+        self.seen.add(h)
+        if self.enumerable:
+            i = self.index.get(h)
+            if i is not None:
+                self.unseen_mask[i] = False
+
+    def is_seen(self, config: Mapping[str, Any]) -> bool:
+        return self.hkey(config) in self.seen
+
+    @property
+    def size(self) -> int | None:
+        return len(self.keys) if self.enumerable else None
+
+    @property
+    def remaining(self) -> int | None:
+        return int(self.unseen_mask.sum()) if self.enumerable else None
+
+    def exhausted(self) -> bool:
+        return self.enumerable and not self.unseen_mask.any()
+
+    def config_at(self, i: int) -> Config:
+        return self.space.config(self.keys[i])
+
+    def encode(self, configs: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        return (self.space.encode_many(configs) - self._mu) / self._sd if self.enumerable else self.space.encode_many(configs)
+
+    # ---- proposals ---------------------------------------------------------------------------------
+    def random_unseen(self) -> Config | None:
+        if self.enumerable:
+            idx = np.flatnonzero(self.unseen_mask)
+            if idx.size == 0:
+                return None
+            return self.config_at(int(self.rng.choice(idx)))
+        for _ in range(10_000):
+            cfg = self.space.sample(self.rng)
+            if not self.is_seen(cfg):
+                return cfg
+        return None
+
+    def nearest_unseen(self, config: Mapping[str, Any]) -> Config | None:
+        """The unseen valid config closest to `config` (which may itself be invalid or seen).
+        Ties are broken at random so that repeated projections of one point spread out."""
+        if self.enumerable:
+            idx = np.flatnonzero(self.unseen_mask)
+            if idx.size == 0:
+                return None
+            try:
+                x = self.encode([config])[0]
+            except (KeyError, ValueError):
+                return self.random_unseen()
+            d = ((self.X[idx] - x) ** 2).sum(axis=1)
+            best = np.flatnonzero(d <= d.min() + 1e-12)
+            return self.config_at(int(idx[int(self.rng.choice(best))]))
+        frontier = [dict(config)] if self.space.contains(config) else []
+        visited = set()
+        while frontier:
+            cur = frontier.pop(0)
+            for nb in self.space.neighbors(cur):
+                h = self.hkey(nb)
+                if h in visited:
+                    continue
+                visited.add(h)
+                if h not in self.seen:
+                    return nb
+                frontier.append(nb)
+            if len(visited) > 5000:
+                break
+        return self.random_unseen()
+
+
+class Strategy(ABC):
+    """Ask/tell over a space. Subclasses implement `propose`, and may override `observe` and
+    `optuna_sampler`.
+
+    `propose` returns a new valid config (the pool tells which were seen), or None to let the Optuna
+    sampler of `optuna_sampler()` propose; the loop then projects an invalid or repeated proposal onto
+    the nearest unseen valid config.
+    """
+
+    name: str = "base"
+
+    def __init__(self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None) -> None:
+        self.space = space
+        self.seed = seed
+        self.prior = prior
+        self.rng = np.random.default_rng(seed)
+        self.pool = CandidatePool(space, self.rng)
+        self.history: list[tuple[Config, float | None]] = []
+
+    def optuna_sampler(self) -> optuna.samplers.BaseSampler | None:
+        return None
+
+    @abstractmethod
+    def propose(self) -> Config | None: ...
+
+    def observe(self, config: Config, value: float | None) -> None:
+        """Hear a result (`None` = the config failed). Called after the pool marked it seen."""
+
+    def tell(self, config: Config, value: float | None) -> None:
+        self.pool.mark_seen(config)
+        self.history.append((config, value))
+        self.observe(config, value)

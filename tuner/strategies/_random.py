@@ -1,0 +1,14 @@
+"""Uniform random search without replacement over the valid configs."""
+
+from __future__ import annotations
+
+from search_spaces import Config
+
+from ._base import Strategy
+
+
+class RandomStrategy(Strategy):
+    name = "random"
+
+    def propose(self) -> Config | None:
+        return self.pool.random_unseen()
