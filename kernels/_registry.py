@@ -64,15 +64,24 @@ def register(spec: KernelSpec) -> KernelSpec:
     return spec
 
 
+_loaded = False
+
+
 def _load_all() -> None:
+    """Import every public module of the `kernels` package; each registers its kernels on import
+    (and imports torch/jax/triton lazily, inside functions)."""
+    global _loaded
+    if _loaded:
+        return
     import importlib
+    import pkgutil
 
-    for mod in _KERNEL_MODULES:
-        importlib.import_module(f"kernels.{mod}")
+    import kernels
 
-
-# Modules that register kernels (each imports torch/jax/triton lazily, inside functions).
-_KERNEL_MODULES: list[str] = []
+    for info in pkgutil.iter_modules(kernels.__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"kernels.{info.name}")
+    _loaded = True
 
 
 def get_kernel(name: str) -> KernelSpec:

@@ -1,0 +1,81 @@
+"""Small helpers shared by the kernel modules: dtypes, devices, interpreter flags, tolerances."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+__all__ = ["DTYPES", "torch_dtype", "jnp_dtype", "to_numpy", "on_gpu", "triton_interpreted",
+           "pallas_interpret", "default_tolerance", "torch_device"]
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def torch_dtype(name: str) -> Any:
+    import torch
+
+    try:
+        return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+                "int8": torch.int8, "int32": torch.int32}[name]
+    except KeyError:
+        raise ValueError(f"unsupported dtype {name!r}") from None
+
+
+def jnp_dtype(name: str) -> Any:
+    import jax.numpy as jnp
+
+    try:
+        return {"float32": jnp.float32, "float16": jnp.float16, "bfloat16": jnp.bfloat16,
+                "int8": jnp.int8, "int32": jnp.int32}[name]
+    except KeyError:
+        raise ValueError(f"unsupported dtype {name!r}") from None
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """Any torch tensor / jax array / numpy array -> float64-capable numpy array (upcast bf16)."""
+    if hasattr(x, "detach"):
+        import torch
+
+        t = x.detach().cpu()
+        if t.dtype in (torch.bfloat16, torch.float16):
+            t = t.float()
+        return t.numpy()
+    arr = np.asarray(x)
+    if arr.dtype.name in ("bfloat16", "float16"):
+        arr = arr.astype(np.float32)
+    return arr
+
+
+def triton_interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def on_gpu() -> bool:
+    """True when torch sees a CUDA device and the Triton interpreter is off."""
+    if triton_interpreted():
+        return False
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def torch_device() -> str:
+    return "cuda" if on_gpu() else "cpu"
+
+
+def pallas_interpret() -> bool:
+    """Pallas kernels run with interpret=True unless jax has a GPU or TPU backend."""
+    if os.environ.get("TUNER_PALLAS_INTERPRET") is not None:
+        return os.environ["TUNER_PALLAS_INTERPRET"] not in ("", "0")
+    import jax
+
+    return jax.default_backend() == "cpu"
+
+
+def default_tolerance(dtype: str) -> tuple[float, float]:
+    """(rtol, atol) for comparing a kernel's output with its float32 reference."""
+    return {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (3e-2, 3e-2)}.get(dtype, (1e-2, 1e-2))
