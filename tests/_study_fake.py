@@ -71,6 +71,6 @@ def executor(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
 def measure(entry: Any, repeats: int) -> list[float]:
     """A fake re-measurement for `tuner regress`: FAKE_SLOWDOWN maps a kernel name to a factor."""
     slow = json.loads(os.environ.get("FAKE_SLOWDOWN", "{}"))
-    base = float(entry["time"])
+    base = float(entry["time_s"])
     f = float(slow.get(entry["kernel"], 1.0))
     return [base * f * (1.0 + 0.01 * ((i * 7) % 5 - 2)) for i in range(repeats)]

@@ -119,6 +119,9 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 
 def make_engine(url: str) -> Engine:
+    from ._spec import normalize_url
+
+    url = normalize_url(url)
     if url.startswith("sqlite"):
         eng = create_engine(url, connect_args={"timeout": 60})
         event.listen(eng, "connect", _sqlite_pragmas)
@@ -144,8 +147,10 @@ class TaskBoard:
     """The lease table of the studies in one database (SQLite or PostgreSQL URL)."""
 
     def __init__(self, url: str) -> None:
-        self.url = url
-        self.engine = make_engine(url)
+        from ._spec import normalize_url
+
+        self.url = normalize_url(url)
+        self.engine = make_engine(self.url)
         retry(lambda: _meta.create_all(self.engine), what="creating the task table")
 
     def close(self) -> None:

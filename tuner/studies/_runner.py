@@ -115,7 +115,9 @@ def detect_device() -> str:
 def _optuna_storage(url: str) -> Any:
     from tuner.store import ResultStore
 
-    return ResultStore(url).optuna_storage()
+    from ._spec import normalize_url
+
+    return ResultStore(normalize_url(url)).optuna_storage()
 
 
 def task_trials(storage: Any, study_name: str) -> list[Any]:
