@@ -136,6 +136,25 @@ def _importance(storage: Any, study_name: str, n_ok: int) -> tuple[dict[str, flo
     return {k: float(v) for k, v in imp.items()}, ""
 
 
+_MEASURE_ERR = re.compile(r"^MeasurementFailed: ([a-z_]+):")
+
+
+def _failures(trials: Sequence[Any], result: Mapping[str, Any]) -> Counter[str]:
+    """Failed trials by status: the executor's own counts where it kept them (the measurement layer's
+    statuses), else from the trials' attributes (`tuner_status`, or the status named in `tuner_error`)."""
+    counts = result.get("status_counts")
+    if isinstance(counts, Mapping):
+        return Counter({str(k): int(v) for k, v in counts.items() if k != "ok" and int(v) > 0})
+    out: Counter[str] = Counter()
+    for tr in trials:
+        if tr.value is not None:
+            continue
+        status = str(tr.user_attrs.get("tuner_status", "failed"))
+        m = _MEASURE_ERR.match(str(tr.user_attrs.get("tuner_error", "")))
+        out[m.group(1) if status == "failed" and m else status] += 1
+    return out
+
+
 # A tiny document model rendered to both Markdown and HTML.
 Block = tuple[Any, ...]
 
@@ -232,7 +251,7 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
         frac, note = (roofline_fraction(t, _to_seconds(float(best_value), unit)) if best_value
                       else (None, "no successful trial"))
         roof = f"{frac * 100:.3g} %" if frac is not None else "n/a"
-        failures = Counter(str(tr.user_attrs.get("tuner_status", "failed")) for tr in trials if tr.value is None)
+        failures = _failures(trials, res)
         summary_rows.append([f"`{t.key}`", r.status, f"{len(trials)}/{t.budget or '-'}",
                              _fmt_time(best_value, unit), roof, f"`{_config_str(best_config)}`"])
         sections.append(("h2", t.key))

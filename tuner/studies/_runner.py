@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import json
 import logging
 import math
@@ -53,27 +54,34 @@ class LeaseLost(RuntimeError):
 
 
 def default_executor(task: StudyTask, *, prior: Any = None, callback: Callable[..., None] | None = None) -> Any:
-    """Tune `task` with the measurement layer (`tuner.tune.tune_kernel`)."""
+    """Tune `task` with the measurement layer (`tuner.tune.tune_kernel`, times in milliseconds)."""
     try:
         from tuner.tune import tune_kernel  # type: ignore[import-not-found]
     except ImportError as exc:  # pragma: no cover - until the measurement layer is merged
         raise RuntimeError("the default study executor needs tuner.tune.tune_kernel (the measurement layer), "
                            f"which is not importable: {exc}") from exc
-    return tune_kernel(
-        task.kernel,
-        dict(task.problem),
-        backend=task.backend,
-        device=task.device,
-        budget=task.budget or UNLIMITED_TRIALS,
-        strategy=task.strategy,
-        seed=task.seed,
-        storage=task.storage,
-        study_name=task.study_name,
-        prior=prior or None,
-        time_budget_s=task.time_budget_s,
-        finalists=task.finalists,
+    kwargs: dict[str, Any] = dict(
+        backend=task.backend, device=task.device, budget=task.budget or UNLIMITED_TRIALS, strategy=task.strategy,
+        seed=task.seed, storage=task.storage, prior=prior or None, time_budget_s=task.time_budget_s,
         callback=callback,
     )
+    if task.finalists is not None:
+        kwargs["finalists"] = task.finalists
+    if "study_name" in inspect.signature(tune_kernel).parameters:
+        kwargs["study_name"] = task.study_name
+    else:
+        _warn_once("tuner.tune.tune_kernel takes no study_name: its trials are not kept in the task's Optuna "
+                   "study, so an interrupted task starts over and reports lack convergence curves")
+    return tune_kernel(task.kernel, dict(task.problem), **kwargs)
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(msg: str) -> None:
+    if msg not in _warned:
+        _warned.add(msg)
+        log.warning(msg)
 
 
 def resolve_executor(ref: str | Executor | None) -> Executor:
@@ -180,7 +188,9 @@ def _jsonable(obj: Any) -> Any:
 
 
 def _result_summary(res: Any) -> dict[str, Any]:
-    """What the board keeps of an executor's result (JSON-safe; non-finite values become None)."""
+    """What the board keeps of an executor's result (JSON-safe; non-finite values become None). Reads a
+    `TuneResult` (best_value) or the measurement layer's `KernelTuneResult` (best: a MeasureResult in ms,
+    status_counts())."""
     out: dict[str, Any] = {}
     for name in ("best_config", "best_value", "stopped_because", "strategy", "evaluations", "unit"):
         v = getattr(res, name, None)
@@ -191,12 +201,23 @@ def _result_summary(res: Any) -> dict[str, Any]:
                 out[name] = _jsonable(v)
             except (TypeError, ValueError):
                 out[name] = str(v)
-    for name in ("best_stats", "stats"):
-        v = getattr(res, name, None)
-        if isinstance(v, Mapping):
-            with contextlib.suppress(TypeError, ValueError):
-                out["best_stats"] = _jsonable({k: v[k] for k in v if _finite_or_str(v[k])})
-            break
+    best = getattr(res, "best", None)
+    median = getattr(best, "median", None)
+    if isinstance(median, (int, float)) and math.isfinite(median):
+        out["best_value"] = float(median)
+        out["unit"] = str(getattr(best, "unit", "ms"))
+        stats = best.stats() if callable(getattr(best, "stats", None)) else {}
+        if isinstance(stats, Mapping):
+            out["best_stats"] = {k: v for k, v in stats.items()
+                                 if isinstance(v, (int, float, str)) and _finite_or_str(v)}
+    counts = getattr(res, "status_counts", None)
+    if callable(counts):
+        try:
+            out["status_counts"] = {str(k): int(v) for k, v in counts().items()}
+        except Exception as exc:  # noqa: BLE001 - informative only
+            log.debug("status counts: %s", exc)
+    if "best_config" in out and out.get("best_value") is None:
+        out.pop("best_config")  # a config without a time (every finalist failed) is no winner
     return out
 
 
@@ -528,12 +549,17 @@ class _Monitor:
             TimeElapsedColumn,
             TimeRemainingColumn,
         )
+        from rich.text import Text
+
+        class _OverallOnly(TimeRemainingColumn):
+            def render(self, task: Any) -> Any:  # ETA of the whole study only
+                return super().render(task) if task.fields.get("overall") else Text("")
 
         self._board = TaskBoard(self.spec.storage)
-        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
                                   TextColumn("{task.fields[extra]}"), TimeElapsedColumn(),
-                                  TextColumn("ETA"), TimeRemainingColumn(), transient=False)
-        self._overall = self._progress.add_task("trials", total=None, extra="")
+                                  TextColumn("{task.fields[eta]}"), _OverallOnly(), transient=False)
+        self._overall = self._progress.add_task("trials", total=None, extra="trials", overall=True, eta="ETA")
         self._progress.start()
         self._poll(initial=True)
         self._thread = threading.Thread(target=self._loop, name="study-progress", daemon=True)
@@ -567,7 +593,9 @@ class _Monitor:
         for key, r in running.items():
             best = f"best {r.best_value:.4g}" if r.best_value is not None else "best -"
             if key not in self._lines:
-                self._lines[key] = self._progress.add_task(f"  {key}", total=_budget_of(r), extra=best)
+                label = key if len(key) <= 46 else key[:45] + "…"
+                self._lines[key] = self._progress.add_task(f"  {label}", total=_budget_of(r), extra=best,
+                                                           overall=False, eta="")
             self._progress.update(self._lines[key], completed=r.trials_done, extra=best)
 
     def stop(self) -> None:
