@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         for c in checks:
             key = ",".join(f"{k}={v}" for k, v in sorted(c.key.items()))
-            if c.ratio is None:
+            if c.ratio is None or c.median_s is None:
                 print(f"{c.verdict:>9}  {c.kernel} [{key}] {'/'.join(c.dtypes)}: {c.note}")
             else:
                 print(f"{c.verdict:>9}  {c.kernel} [{key}] {'/'.join(c.dtypes)}: {c.median_s * 1e3:.4g} ms vs "

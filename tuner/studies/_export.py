@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import hashlib
 import inspect
 import json
@@ -59,16 +60,19 @@ def kernel_source_hash(kernel: str) -> str:
         return hashlib.sha256(f"unregistered kernel {kernel}".encode()).hexdigest()[:32]
     if isinstance(spec.extra.get("source_hash"), str):
         return str(spec.extra["source_hash"])
+    fn: Any = spec.run
+    while isinstance(fn, functools.partial):
+        fn = fn.func
     try:
-        from tuner.runtime import source_hash  # type: ignore[attr-defined]
+        from tuner.runtime._env import source_hash  # the runtime's own hash of a plain function
 
-        return str(source_hash(spec.run))
+        return str(source_hash(fn))
     except ImportError:
         pass
     try:
-        text = inspect.getsource(spec.run)
+        text = inspect.getsource(fn)
     except (OSError, TypeError):
-        text = f"{spec.run.__module__}.{spec.run.__qualname__}"
+        text = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -174,7 +178,8 @@ def export_study(spec: StudySpec, out: str | os.PathLike[str]) -> ExportResult:
     path = Path(out)
     entries = cache_entries(spec)
     try:
-        from tuner.runtime import entry_from_json, write_cache_file  # type: ignore[attr-defined]
+        from tuner.runtime import write_cache_file
+        from tuner.runtime._entry import entry_from_json
     except ImportError:
         _write_builtin(path, entries)
         return ExportResult(path, len(entries), "built-in writer (tuner-cache schema 1)")

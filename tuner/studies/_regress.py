@@ -191,8 +191,8 @@ def check_entries(
     dev = device if device is not None else (None if any_device else this_device())
     out = []
     for e in entries:
-        base = dict(kernel=str(e["kernel"]), key=dict(e["key"]), dtypes=list(e.get("dtypes") or []),
-                    config=dict(e["config"]), recorded_s=float(e["time_s"]))
+        base: dict[str, Any] = dict(kernel=str(e["kernel"]), key=dict(e["key"]), dtypes=list(e.get("dtypes") or []),
+                                    config=dict(e["config"]), recorded_s=float(e["time_s"]))
         rel_spread = float(e.get("spread_s") or 0.0) / float(e["time_s"])
         thr = max(threshold, rel_spread if math.isfinite(rel_spread) else 0.0)
         if kernels and e["kernel"] not in kernels:

@@ -206,7 +206,8 @@ def _result_summary(res: Any) -> dict[str, Any]:
     if isinstance(median, (int, float)) and math.isfinite(median):
         out["best_value"] = float(median)
         out["unit"] = str(getattr(best, "unit", "ms"))
-        stats = best.stats() if callable(getattr(best, "stats", None)) else {}
+        stats_fn = getattr(best, "stats", None)
+        stats = stats_fn() if callable(stats_fn) else {}
         if isinstance(stats, Mapping):
             out["best_stats"] = {k: v for k, v in stats.items()
                                  if isinstance(v, (int, float, str)) and _finite_or_str(v)}

@@ -406,7 +406,8 @@ def order_tasks(tasks: Sequence[StudyTask]) -> list[StudyTask]:
         cur = remaining.pop(0)
         ordered.append(cur)
         while remaining:
-            nxt = min(remaining, key=lambda t, c=cur: (task_distance(c, t), _size(t), t.key))
+            c = cur
+            nxt = min(remaining, key=lambda t: (task_distance(c, t), _size(t), t.key))  # noqa: B023
             remaining.remove(nxt)
             ordered.append(nxt)
             cur = nxt
