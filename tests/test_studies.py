@@ -231,12 +231,18 @@ def test_reduced_quickstart_runs_reports_and_exports(tmp_path: Path, capsys: pyt
     doc = tomllib.loads((REPO / "studies" / "quickstart.toml").read_text())
     load_study(REPO / "studies" / "quickstart.toml", check_kernels=False)  # the shipped file is valid
     real = _real_executor_available()
-    doc["study"]["budget"] = {"trials": 3}
+    doc["study"]["budget"] = {"trials": 2, "seconds": 15}
+    doc["study"]["finalists"] = 1
     doc["study"]["output"] = str(tmp_path / "qs")
-    for e in doc["tasks"]:  # first problem of each entry only
-        e.pop("grid", None)
-        e["problems"] = e["problems"][:1]
-        e.pop("budget", None)
+    kept = {}
+    for e in doc["tasks"]:  # the first problem of matmul and of the norm only
+        if e["kernel"] in ("matmul", "rmsnorm") and e["kernel"] not in kept:
+            e.pop("grid", None)
+            e.pop("budget", None)
+            e["problems"] = e["problems"][:1]
+            kept[e["kernel"]] = e
+    assert set(kept) == {"matmul", "rmsnorm"}
+    doc["tasks"] = list(kept.values())
     reduced = tmp_path / "quickstart-reduced.toml"
     reduced.write_text(_toml(doc))
     spec = parse_study(doc, path=reduced, check_kernels=real)
@@ -274,6 +280,24 @@ def _toml(doc: dict[str, Any]) -> str:
     for e in doc["tasks"]:
         lines += ["", "[[tasks]]"] + [f"{k} = {val(v)}" for k, v in e.items()]
     return "\n".join(lines) + "\n"
+
+
+def test_workers_option_runs_local_worker_processes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from tuner.studies import TaskBoard, load_study
+
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    monkeypatch.chdir(REPO)
+    p = write_study(tmp_path, n_m=4, budget=3)
+    assert cli("study", "run", str(p), "--workers", "2", "--executor", FAKE, "--quiet") == 0
+    spec = load_study(p, check_kernels=False)
+    board = TaskBoard(spec.storage)
+    rows = board.rows(spec.name)
+    board.close()
+    assert all(r.status == "done" for r in rows) and len(rows) == 4
+    pids = {r.worker.split(":")[1] for r in rows if r.worker}
+    assert str(os.getpid()) not in pids  # the tasks ran in the worker processes
+    assert "cache: " in capsys.readouterr().out
 
 
 # ---- report, export ------------------------------------------------------------------------------------
