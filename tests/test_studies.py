@@ -304,7 +304,7 @@ def test_workers_option_runs_local_worker_processes(tmp_path: Path, capsys: pyte
 def test_report_and_export(tmp_path: Path) -> None:
     from tuner.studies import export_study, load_study, run_study, write_report
 
-    p = write_study(tmp_path, n_m=2, budget=6, extra="")
+    p = write_study(tmp_path, n_m=2, budget=10, extra="")
     spec = load_study(p, check_kernels=False)
     run_study(spec, executor=FAKE)
     rep = write_report(spec, tmp_path / "rep")
@@ -332,10 +332,10 @@ def test_report_and_export(tmp_path: Path) -> None:
 def test_report_importance_needs_enough_trials(tmp_path: Path) -> None:
     from tuner.studies import load_study, run_study, write_report
 
-    spec = load_study(write_study(tmp_path, n_m=1, budget=2), check_kernels=False)
+    spec = load_study(write_study(tmp_path, n_m=1, budget=5), check_kernels=False)
     run_study(spec, executor=FAKE)
     md = write_report(spec, tmp_path / "rep").markdown.read_text()
-    assert "Parameter importance: needs at least 4 successful trials" in md
+    assert "Parameter importance: needs at least 8 successful trials" in md
 
 
 # ---- regress -------------------------------------------------------------------------------------------
@@ -398,3 +398,25 @@ def test_regress_failed_config_is_a_regression(tmp_path: Path) -> None:
 
     checks = check_entries(read_cache_entries(_baseline(tmp_path)), measure=boom, device="cpu")
     assert [c.verdict for c in checks] == ["failed", "failed"]
+
+
+def test_report_and_export_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = write_study(tmp_path, n_m=1, budget=3)
+    assert cli("study", "run", str(p), "--executor", FAKE, "--quiet", "--no-report") == 0
+    assert not (tmp_path / "out-s" / "report").exists()
+    assert cli("study", "report", str(p), "--out", str(tmp_path / "r")) == 0
+    assert cli("study", "export", str(p), "--out", str(tmp_path / "c.json")) == 0
+    out = capsys.readouterr().out
+    assert f"report: {tmp_path / 'r' / 'report.md'}" in out and f"cache: {tmp_path / 'c.json'} (1 entries" in out
+    assert json.loads((tmp_path / "c.json").read_text())["entries"][0]["kernel"] == "fakemm"
+
+
+def test_driverless_postgres_urls_use_the_installed_driver() -> None:
+    import importlib.util
+
+    from tuner.studies._spec import normalize_url
+
+    assert normalize_url("sqlite:///x.db") == "sqlite:///x.db"
+    assert normalize_url("postgresql+psycopg2://u@h/d") == "postgresql+psycopg2://u@h/d"
+    pg3 = importlib.util.find_spec("psycopg") is not None
+    assert normalize_url("postgres://u@h/d") == ("postgresql://u@h/d" if pg3 else "postgresql+psycopg2://u@h/d")

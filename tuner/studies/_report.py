@@ -4,7 +4,7 @@ Per task: the best config and its time, the % of roofline (the kernel's FLOP and
 device's peaks in `search_spaces.devices`: ideal time = max(flops / peak_flops, bytes / peak_bandwidth),
 reported as ideal / measured), the convergence curve (best so far against trials, a PNG drawn with
 matplotlib's Agg backend), parameter importance (Optuna's fANOVA evaluator, seeded; only with enough
-successful trials) and the failed trials by status. Times are the executor's unit (milliseconds for
+successful trials, at least 8) and the failed trials by status. Times are the executor's unit (milliseconds for
 the measurement layer).
 """
 
@@ -31,7 +31,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ReportResult", "write_report", "roofline_fraction"]
 
-MIN_TRIALS_FOR_IMPORTANCE = 4
+# fANOVA fits a random forest to the trials: with fewer than this many successes it reports noise.
+MIN_TRIALS_FOR_IMPORTANCE = 8
 
 
 @dataclass(frozen=True)
@@ -274,6 +275,7 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
                 log.warning("plot of %s failed: %s", t.key, exc)
         imp, why = _importance(storage, t.study_name, len(ok))
         if imp:
+            sections.append(("p", f"Parameter importance (Optuna's fANOVA evaluator over {len(ok)} successful trials):"))
             sections.append(("table", ["parameter", "importance (fANOVA)"],
                              [[f"`{k}`", f"{v:.3f}"] for k, v in imp.items()]))
         else:
