@@ -131,6 +131,23 @@ def _backend_of(entry: Mapping[str, Any]) -> str:
     return str(entry.get("backend", "triton"))
 
 
+def _interpreter_unless_gpu() -> None:
+    """Without a CUDA GPU, Triton kernels only run under the interpreter, which must be switched on before
+    the first @triton.jit is defined (i.e. before the kernel modules are imported)."""
+    import os
+
+    if "TRITON_INTERPRET" in os.environ:
+        return
+    try:
+        import torch
+
+        gpu = bool(torch.cuda.is_available())
+    except ImportError:
+        gpu = False
+    if not gpu:
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
 def default_measure(entry: Mapping[str, Any], repeats: int) -> list[float]:
     """Run the entry's kernel config on this device: inputs from the kernel's problem generator, one
     checked warm-up call (compared with the reference), then `repeats` timed calls (device-synchronised
@@ -139,6 +156,7 @@ def default_measure(entry: Mapping[str, Any], repeats: int) -> list[float]:
 
     import numpy as np_
 
+    _interpreter_unless_gpu()
     from kernels import get_kernel
     from kernels._common import on_gpu, to_numpy
 
