@@ -233,6 +233,10 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
         ("p", f"Generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC} from `{redacted}` by "
               f"`tuner study report`. Tasks: {counts[DONE]} done, {counts['failed']} failed, "
               f"{counts['pending']} pending, {counts['running']} running."),
+        ("p", "Best time: the winner's time as the executor chose it (for the measurement layer, the median of "
+              "the finalists' interleaved re-measurement), which can differ from the best single trial that "
+              "the convergence curve shows. % of roofline: max(FLOPs / peak FLOP/s, bytes / peak bandwidth) "
+              "over the measured time, with the peaks of the task's device in search_spaces.devices."),
     ]
     summary_rows = []
     sections: list[Block] = []
