@@ -255,3 +255,23 @@ def test_read_cache_file_accepts_its_own_output(tmp_path: Path):
     f = tmp_path / "c.json"
     f.write_text(dumps_entries([entry(i) for i in range(5)]))
     assert len(read_cache_file(f)) == 5
+
+
+def test_json_schema_matches_the_validator():
+    from tuner.runtime import LIMITS, SCHEMA_VERSION
+    from tuner.runtime._entry import ENTRY_FIELDS
+    from tuner.runtime._file import MAX_ENTRIES
+
+    schema = json.loads((Path(__file__).resolve().parent.parent / "docs" / "cache-schema.json").read_text())
+    assert schema["properties"]["schema_version"]["const"] == SCHEMA_VERSION
+    assert schema["properties"]["entries"]["maxItems"] == MAX_ENTRIES
+    e = schema["$defs"]["entry"]
+    assert e["required"] == list(ENTRY_FIELDS) and set(e["properties"]) == set(ENTRY_FIELDS)
+    assert schema["$defs"]["seconds"]["maximum"] == LIMITS["max_time_s"]
+    assert e["properties"]["key"]["maxProperties"] == LIMITS["max_fields"]
+    assert e["properties"]["config"]["maxProperties"] == LIMITS["max_config_params"]
+    assert e["properties"]["versions"]["maxProperties"] == LIMITS["max_versions"]
+    assert e["properties"]["dtypes"]["maxItems"] == LIMITS["max_dtypes"]
+    assert schema["$defs"]["text"]["maxLength"] == LIMITS["max_str"]
+    ints = schema["$defs"]["scalar"]["oneOf"][2]
+    assert ints["maximum"] == LIMITS["max_abs_int"]

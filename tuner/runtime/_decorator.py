@@ -110,6 +110,24 @@ def _triton_configs_to_dicts(configs: Sequence[Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _snapshot(v: Any) -> Any:
+    """A copy of an array the kernel writes to (torch: clone; numpy: copy)."""
+    if hasattr(v, "clone"):
+        return v.clone()
+    if hasattr(v, "copy"):
+        return v.copy()
+    raise TypeError(f"cannot snapshot a {type(v).__name__} for restore=; pass torch tensors or numpy arrays")
+
+
+def _copy_into(target: Any, saved: Any) -> None:
+    if hasattr(target, "copy_"):
+        target.copy_(saved)
+    else:
+        import numpy as np
+
+        np.copyto(target, saved)
+
+
 def _scalar_key_value(name: str, v: Any) -> Any:
     if v is None or isinstance(v, (bool, int, float, str)):
         if isinstance(v, float) and not math.isfinite(v):
@@ -153,6 +171,7 @@ class Autotuned:
         strategy: str,
         cost_model: CostModelHook | None,
         lease_s: float,
+        restore: Sequence[str] = (),
     ) -> None:
         if configs is not None:
             if space is not None:
@@ -183,6 +202,7 @@ class Autotuned:
         self.strategy = strategy
         self.cost_model = cost_model
         self.lease_s = lease_s
+        self.restore = (restore,) if isinstance(restore, str) else tuple(restore)
         self.source_hash = source_hash(fn)
         self.arg_names, self.defaults = signature_names(fn)
         self.key_fn: Callable[..., Any] | None = None
@@ -196,6 +216,9 @@ class Autotuned:
             unknown = [k for k in self.key_names if k not in self.arg_names]
             if unknown:
                 raise ValueError(f"key names {unknown} are not parameters of {self.name} ({self.arg_names})")
+        bad = [r for r in self.restore if r not in self.arg_names]
+        if bad:
+            raise ValueError(f"restore names {bad} are not parameters of {self.name} ({self.arg_names})")
         # Hit-path state.
         self.mem: dict[Any, dict[str, Any]] = {}
         self.by_hash: dict[str, dict[str, Any]] = {}
@@ -245,6 +268,14 @@ class Autotuned:
         dts = tuple(getattr(a, "dtype", None) for a in args)
         kdts = tuple((k, getattr(v, "dtype", None)) for k, v in items) if self.use_dtypes else ()
         return (_GENERAL, tuple(vals.items()), dts if self.use_dtypes else (), kdts)
+
+    def arg_value(self, name: str, args: tuple, kwargs: dict) -> Any:
+        i = self.arg_names.index(name)
+        if i < len(args):
+            return args[i]
+        if name in kwargs:
+            return kwargs[name]
+        return self.defaults.get(name)
 
     def raw_key_values(self, args: tuple, kwargs: dict) -> dict[str, Any]:
         if self.key_fn is not None:
@@ -475,7 +506,14 @@ class Autotuned:
         spreads: dict[str, float] = {}
         invoke = self.invoker(args, kwargs, grid)
 
+        snaps = [(v, _snapshot(v)) for v in (self.arg_value(r, args, kwargs) for r in self.restore) if v is not None]
+
+        def restore_inputs() -> None:
+            for target, saved in snaps:
+                _copy_into(target, saved)
+
         def objective(cfg: dict[str, Any]) -> float:
+            restore_inputs()
             med, spread = normalise_bench_result(bench(lambda: invoke(cfg)))
             spreads[canon(cfg)] = spread
             return med
@@ -498,8 +536,11 @@ class Autotuned:
                 last_renew[0] = time.monotonic()
 
         t0 = time.perf_counter()
-        res = optimize(space, objective, budget=self.budget, seed=self.seed, strategy=self.strategy, prior=prior,
-                       time_budget_s=self.time_budget_s, callback=renew)
+        try:
+            res = optimize(space, objective, budget=self.budget, seed=self.seed, strategy=self.strategy, prior=prior,
+                           time_budget_s=self.time_budget_s, callback=renew)
+        finally:
+            restore_inputs()  # the call that follows sees the inputs as the caller passed them
         self.stats["tuned"] += 1
         if store is not None:
             for t in res.trials:
@@ -694,6 +735,7 @@ def autotune(
     strategy: str = "auto",
     cost_model: CostModelHook | None = None,
     lease_s: float = 120.0,
+    restore: Sequence[str] = (),
 ) -> Callable[[Any], Any]:
     """Decorate a kernel launcher so that it tunes itself once per key and then runs from a cache.
 
@@ -712,13 +754,17 @@ def autotune(
       or False (memory only). `cache`: a shipped file (path or `load_cache(path)`) consulted first.
     - `bench(call) -> seconds | (median, spread)`; default: the CPU timer for plain callables and the
       interpreters, triton.testing.do_bench for Triton on a GPU, block_until_ready timing for jax.
+    - `restore`: names of array arguments the kernel writes in place; they are copied before tuning and
+      restored before each config is timed and after tuning, so the tuning call's result is right.
+    - `lease_s`: how long a claim to tune a key stays valid without renewal (another process takes over
+      a key whose tuner died after this long).
     The decorated function gets the config's parameters as keyword arguments.
     """
 
     def deco(fn: Any) -> Any:
         t = Autotuned(fn, space, key=key, configs=configs, budget=budget, time_budget_s=time_budget_s, mode=mode,
                       bucket=bucket, storage=storage, bench=bench, cache=cache, name=name, dtypes=dtypes, seed=seed,
-                      strategy=strategy, cost_model=cost_model, lease_s=lease_s)
+                      strategy=strategy, cost_model=cost_model, lease_s=lease_s, restore=restore)
         if t.kind == "triton":
             return AutotunedKernel(t)
         return _make_wrapper(t)
