@@ -308,15 +308,33 @@ def test_restore_in_place_arguments_numpy():
 
 
 def test_plain_callable_default_cpu_timer():
+    calls = []
+
     @tuner.autotune(SearchSpace([PowerOfTwo("reps", 1, 8)]), key=["n"], budget=4, storage=False)
     def work(n, *, reps):
-        s = 0
-        for _ in range(reps * 2000):
-            s += 1
-        return s
+        calls.append(reps)
+        return n * reps
 
-    assert work(3) == 2000  # the cheapest config wins with an honest CPU timer
-    assert work.tuner.last_choice["config"] == {"reps": 1}
+    r = work(3)
+    chosen = work.tuner.last_choice["config"]["reps"]
+    assert r == 3 * chosen and "tuned: 4 evaluations" in work.tuner.last_choice["why"]
+    assert set(calls[:-1]) == {1, 2, 4, 8} and len(calls) > 8  # warm-up and repeats of every config
+
+
+def test_cpu_bench_median_and_spread_with_a_fake_clock():
+    from tuner.runtime import cpu_bench
+
+    t = [0.0]
+    durations = iter([0.01] + [0.01, 0.02, 0.03, 0.04, 0.05])
+
+    def clock():
+        return t[0]
+
+    def call():
+        t[0] += next(durations)
+
+    med, spread = cpu_bench(call, warmup=1, repeats=5, clock=clock)
+    assert med == pytest.approx(0.03) and spread == pytest.approx(0.042 - 0.018)
 
 
 def test_triton_configs_one_line_switch():
