@@ -175,6 +175,37 @@ def test_stale_or_foreign_entry_is_a_miss_with_a_reason(change, reason):
     assert k.tuner.by_hash[k.tuner.full_key((None, 100), {}).hash] == {"block": 64}
 
 
+def test_source_hash_ignores_decorator_options_but_follows_code_and_depends():
+    from tuner.runtime._env import source_hash
+
+    k1, _ = make(budget=5)
+    k2, _ = make(budget=7)  # same def, other decorator options: same identity
+    assert k1.tuner.source_hash == k2.tuner.source_hash
+
+    def helper_a():
+        return 1
+
+    def helper_b():
+        return 2
+
+    @tuner.autotune(SPACE, key=["n"], depends=[helper_a])
+    def launch_a(n, *, block):
+        return helper_a()
+
+    @tuner.autotune(SPACE, key=["n"], depends=[helper_b])
+    def launch_b(n, *, block):
+        return helper_a()
+
+    assert launch_a.tuner.source_hash != launch_b.tuner.source_hash
+    assert source_hash(helper_a) != source_hash(helper_b)
+
+
+def test_time_budget_stops_tuning():
+    k, bench = make(bench=Counter(delay=0.05), budget=5, time_budget_s=0.08)
+    k(None, 5)
+    assert 1 <= bench.calls < 5
+
+
 def test_cached_config_outside_the_space_is_a_miss():
     k, bench = make()
     ck = k.tuner.full_key((None, 100), {})

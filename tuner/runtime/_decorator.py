@@ -216,6 +216,7 @@ class Autotuned:
         cost_model: CostModelHook | None,
         lease_s: float,
         restore: Sequence[str] = (),
+        depends: Sequence[Any] = (),
     ) -> None:
         if configs is not None:
             if space is not None:
@@ -247,7 +248,7 @@ class Autotuned:
         self.cost_model = cost_model
         self.lease_s = lease_s
         self.restore = (restore,) if isinstance(restore, str) else tuple(restore)
-        self.source_hash = source_hash(fn)
+        self.source_hash = source_hash(fn, tuple(depends))
         self.arg_names, self.defaults = signature_names(fn)
         self.key_fn: Callable[..., Any] | None = None
         self.key_names: tuple[str, ...] = ()
@@ -781,6 +782,7 @@ def autotune(
     cost_model: CostModelHook | None = None,
     lease_s: float = 120.0,
     restore: Sequence[str] = (),
+    depends: Sequence[Any] = (),
 ) -> Callable[[Any], Any]:
     """Decorate a kernel launcher so that it tunes itself once per key and then runs from a cache.
 
@@ -801,6 +803,8 @@ def autotune(
       interpreters, triton.testing.do_bench for Triton on a GPU, block_until_ready timing for jax.
     - `restore`: names of array arguments the kernel writes in place; they are copied before tuning and
       restored before each config is timed and after tuning, so the tuning call's result is right.
+    - `depends`: other functions whose source is part of the kernel's identity (e.g. the @triton.jit
+      kernel that a plain-Python launcher calls): editing them makes old entries stale.
     - `lease_s`: how long a claim to tune a key stays valid without renewal (another process takes over
       a key whose tuner died after this long).
     The decorated function gets the config's parameters as keyword arguments.
@@ -809,7 +813,8 @@ def autotune(
     def deco(fn: Any) -> Any:
         t = Autotuned(fn, space, key=key, configs=configs, budget=budget, time_budget_s=time_budget_s, mode=mode,
                       bucket=bucket, storage=storage, bench=bench, cache=cache, name=name, dtypes=dtypes, seed=seed,
-                      strategy=strategy, cost_model=cost_model, lease_s=lease_s, restore=restore)
+                      strategy=strategy, cost_model=cost_model, lease_s=lease_s, restore=restore,
+                      depends=depends)
         if t.kind == "triton":
             return AutotunedKernel(t)
         return _make_wrapper(t)

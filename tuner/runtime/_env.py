@@ -9,7 +9,9 @@ import hashlib
 import importlib.metadata
 import inspect
 import os
+import re
 import sys
+import textwrap
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -48,14 +50,32 @@ def underlying_function(fn: Any) -> Any:
     return fn
 
 
-def source_hash(fn: Any) -> str:
-    """sha256 of the kernel's source (Triton's `.src` where present, else inspect.getsource); falls back
-    to the code object's bytecode and constants when no source file is available."""
+_DEF_RE = re.compile(r"^(async\s+)?def\s+\w+\s*\(", re.MULTILINE)
+
+
+def source_text(fn: Any) -> str:
+    """The function's source from its `def` line on (decorators dropped, as Triton's JITFunction.src
+    does), so that changing the decorator's options does not change the kernel's identity."""
+    text = getattr(fn, "src", None)
+    if isinstance(text, str):
+        return text
+    base = underlying_function(fn)
+    text = textwrap.dedent(inspect.getsource(base))
+    m = _DEF_RE.search(text)
+    return text[m.start():] if m else text
+
+
+def source_hash(fn: Any, depends: tuple[Any, ...] = ()) -> str:
+    """sha256 of the kernel's source (and of the functions in `depends`, e.g. the @triton.jit kernel a
+    launcher calls); falls back to the code object's bytecode and constants when no source is available."""
+    if depends:
+        parts = [source_hash(fn)] + [source_hash(d) for d in depends]
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
     text = getattr(fn, "src", None)
     if not isinstance(text, str):
         base = underlying_function(fn)
         try:
-            text = inspect.getsource(base)
+            text = source_text(fn)
         except (OSError, TypeError):
             code = getattr(base, "__code__", None)
             if code is None:
