@@ -142,6 +142,20 @@ def test_dtypes_are_part_of_the_key():
     assert sorted(e.key.dtypes for e in ConfigCache().entries()) == [("float16",), ("float32",)]
 
 
+def test_keyword_array_dtypes_are_part_of_the_key_with_a_key_function():
+    bench = Counter()
+
+    @tuner.autotune(SPACE, key=lambda x, n: {"n": n}, bench=bench, budget=2)
+    def kernel(x, n, *, block):
+        return _cost(block)
+
+    kernel(x=np.zeros(2, np.float32), n=4)
+    kernel(x=np.zeros(2, np.float32), n=4)
+    assert bench.calls == 2
+    kernel(x=np.zeros(2, np.float16), n=4)
+    assert bench.calls == 4
+
+
 def test_array_as_key_argument_is_a_clear_error():
     k, _ = make()
     with pytest.raises(TypeError, match="key function"):

@@ -298,6 +298,8 @@ class Autotuned:
                     r = tuple(r.items())
                 if not use_dt:
                     return (_KEYFN, r)
+                if kwargs:
+                    return (_KEYFN, r, _dtypes_of(args), tuple((k, _g(v, "dtype", None)) for k, v in kwargs.items()))
                 return (_KEYFN, r, _dtypes_of(args))
 
             return fast_fn, 0
