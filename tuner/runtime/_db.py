@@ -89,7 +89,8 @@ class ConfigCache:
 
     def __init__(self, store: ResultStore | str | None = None) -> None:
         self.store = store if isinstance(store, ResultStore) else ResultStore(store)
-        _Base.metadata.create_all(self.store.engine, tables=[CacheEntryRow.__table__, CacheClaimRow.__table__])
+        tables: list[Any] = [CacheEntryRow.__table__, CacheClaimRow.__table__]
+        _Base.metadata.create_all(self.store.engine, tables=tables)
         self._dialect = self.store.engine.dialect.name
 
     def __repr__(self) -> str:
@@ -122,10 +123,13 @@ class ConfigCache:
         vals = _row_values(e)
         if self._dialect in ("sqlite", "postgresql"):
             if self._dialect == "sqlite":
-                from sqlalchemy.dialects.sqlite import insert
+                from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+                stmt: Any = sqlite_insert(CacheEntryRow).values(**vals)
             else:
-                from sqlalchemy.dialects.postgresql import insert
-            stmt = insert(CacheEntryRow).values(**vals)
+                from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+                stmt = pg_insert(CacheEntryRow).values(**vals)
             upd = {k: stmt.excluded[k] for k in vals if k != "key_hash"}
             where = None if replace else (stmt.excluded.time_s < CacheEntryRow.time_s)
             s.execute(stmt.on_conflict_do_update(index_elements=["key_hash"], set_=upd, where=where))
@@ -174,7 +178,8 @@ class ConfigCache:
 
     def clear(self) -> int:
         with self.store.session() as s:
-            return int(s.execute(delete(CacheEntryRow)).rowcount or 0)
+            res: Any = s.execute(delete(CacheEntryRow))
+            return int(res.rowcount or 0)
 
     # ---- claims: one tuner per key across processes -------------------------------------------------
     def claim(self, key_hash: str, owner: str, lease_s: float) -> bool:
@@ -189,7 +194,7 @@ class ConfigCache:
             if not isinstance(exc.__cause__, IntegrityError) and not isinstance(exc, IntegrityError):
                 raise
         with self.store.session() as s:
-            res = s.execute(update(CacheClaimRow)
+            res: Any = s.execute(update(CacheClaimRow)
                             .where(CacheClaimRow.key_hash == key_hash, CacheClaimRow.expires_at < now)
                             .values(owner=owner, expires_at=now + lease_s))
             return bool(res.rowcount)

@@ -140,7 +140,7 @@ def _triton_configs_to_dicts(configs: Sequence[Any]) -> list[dict[str, Any]]:
         d["num_stages"] = int(c.num_stages)
         out.append(d)
     # Launch options that only some configs set are kept only if they vary.
-    extras = {}
+    extras: dict[str, Any] = {}
     for c in configs:
         if not isinstance(c, Mapping):
             for opt, dflt in (("num_ctas", 1), ("maxnreg", None)):

@@ -21,7 +21,7 @@ class EntryError(ValueError):
 
 
 # Limits on what a cache file may hold. A real entry is far inside every one of them.
-LIMITS = {
+LIMITS: dict[str, float] = {
     "max_time_s": 3600.0,  # a kernel call measured at over an hour is not a measurement we trust
     "max_str": 200,
     "max_fields": 32,
@@ -91,7 +91,7 @@ def _scalar(where: str, v: Any) -> KeyValue:
     raise EntryError(f"{where} must be a number, string, bool or null, got {type(v).__name__}")
 
 
-def _name_map(where: str, v: Any, limit: int, *, allow_none: bool) -> dict[str, Any]:
+def _name_map(where: str, v: Any, limit: float, *, allow_none: bool) -> dict[str, Any]:
     if not isinstance(v, dict):
         raise EntryError(f"{where} must be an object, got {type(v).__name__}")
     if len(v) > limit:
