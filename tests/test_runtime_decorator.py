@@ -366,6 +366,17 @@ def test_plain_callable_default_cpu_timer():
     assert set(calls[:-1]) == {1, 2, 4, 8} and len(calls) > 8  # warm-up and repeats of every config
 
 
+def test_default_bench_follows_kind_framework_and_device():
+    from tuner.runtime._bench import cpu_bench, default_bench, jax_bench, triton_bench
+
+    assert default_bench("python", None, "cpu") is cpu_bench
+    assert default_bench("triton", "torch", "cpu") is cpu_bench  # the interpreter: do_bench does not work
+    assert default_bench("triton", "torch", "NVIDIA H100 (sm90)") is triton_bench
+    assert default_bench("python", "torch", "NVIDIA H100 (sm90)") is triton_bench  # a launcher of a kernel
+    assert default_bench("jax", "jax", "cpu") is jax_bench
+    assert default_bench("python", "jax", "tpu:TPU v5 lite") is jax_bench
+
+
 def test_cpu_bench_median_and_spread_with_a_fake_clock():
     from tuner.runtime import cpu_bench
 

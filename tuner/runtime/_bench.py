@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["cpu_bench", "triton_bench", "jax_bench", "default_bench", "normalise_bench_result"]
+__all__ = ["cpu_bench", "triton_bench", "jax_bench", "torch_cuda_bench", "default_bench", "normalise_bench_result"]
 
 BenchFn = Callable[[Callable[[], Any]], Any]
 
@@ -60,13 +60,31 @@ def triton_bench(call: Callable[[], Any]) -> tuple[float, float]:
     return med / 1e3, (p80 - p20) / 1e3
 
 
-def default_bench(kind: str, on_gpu: bool) -> BenchFn:
-    """The default for a kind of callable: Triton on a GPU -> do_bench (not under the interpreter, where
-    it does not work); jax -> block_until_ready timing; everything else -> the CPU timer."""
-    if kind == "triton" and on_gpu:
-        return triton_bench
-    if kind == "jax":
+def torch_cuda_bench(call: Callable[[], Any], **kw: Any) -> tuple[float, float]:
+    """cpu_bench with torch.cuda.synchronize() after each call (CUDA tensors without Triton installed)."""
+    import torch
+
+    def synced() -> None:
+        call()
+        torch.cuda.synchronize()
+
+    return cpu_bench(synced, **kw)
+
+
+def default_bench(kind: str, framework: str | None, device: str) -> BenchFn:
+    """The default timer for a call, from the kind of callable, the framework of its array arguments
+    ("torch", "jax" or None) and its device ("cpu" or an accelerator):
+    jax (a jitted function, or jax arrays) -> block_until_ready timing, on any device;
+    CUDA torch tensors (a Triton kernel or a launcher of one) -> triton.testing.do_bench (CUDA events),
+    or a synchronising CPU timer when Triton is not installed;
+    everything on the CPU (plain callables, the Triton interpreter) -> the CPU timer (do_bench does
+    not work under the interpreter)."""
+    if kind == "jax" or framework == "jax":
         return jax_bench
+    if device != "cpu" and framework == "torch":
+        import importlib.util
+
+        return triton_bench if importlib.util.find_spec("triton") is not None else torch_cuda_bench
     return cpu_bench
 
 

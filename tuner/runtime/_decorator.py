@@ -24,6 +24,7 @@ from search_spaces import SearchSpace
 from ._bench import BenchFn, default_bench, normalise_bench_result
 from ._entry import CacheEntry, EntryError, now_iso
 from ._env import (
+    array_framework,
     device_of,
     dtype_name,
     framework_versions,
@@ -539,17 +540,16 @@ class Autotuned:
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
 
-    def _bench_fn(self, args: tuple) -> BenchFn:
+    def _bench_fn(self, args: tuple, kwargs: dict, device: str) -> BenchFn:
         if self.bench is not None:
             return self.bench
-        on_gpu = self.kind == "triton" and device_of("triton", args) != "cpu"
-        return default_bench(self.kind, on_gpu)
+        return default_bench(self.kind, array_framework(list(args) + list(kwargs.values())), device)
 
     def _tune(self, ck: CacheKey, space: SearchSpace, db: Any, args: tuple, kwargs: dict,
               owner: str | None, grid: Any) -> dict[str, Any]:
         from .._optimize import optimize
 
-        bench = self._bench_fn(args)
+        bench = self._bench_fn(args, kwargs, ck.device)
         spreads: dict[str, float] = {}
         invoke = self.invoker(args, kwargs, grid)
 

@@ -142,6 +142,17 @@ def device_of(kind: str, values: Iterable[Any]) -> str:
     return "cpu"
 
 
+def array_framework(values: Iterable[Any]) -> str | None:
+    """"torch" or "jax" for the first array argument of that framework, else None."""
+    for v in values:
+        top = (type(v).__module__ or "").split(".")[0]
+        if top == "torch" and hasattr(v, "device"):
+            return "torch"
+        if top in ("jax", "jaxlib") and hasattr(v, "devices"):
+            return "jax"
+    return None
+
+
 def dtype_name(dt: Any) -> str:
     """'float16' for torch.float16, numpy/jax dtype('float16') and the string 'float16' alike."""
     s = str(getattr(dt, "name", dt))
