@@ -302,9 +302,11 @@ def test_shipped_file_read_only_without_database(tmp_path: Path, monkeypatch, _t
 
 
 # ---- threads ------------------------------------------------------------------------------------------
-def test_eight_threads_on_one_new_key_tune_once():
+@pytest.mark.parametrize("storage", [None, False], ids=["store", "memory-only"])
+def test_eight_threads_on_one_new_key_tune_once(storage):
+    # memory-only: the per-key lock alone; with a store, the claim row as well
     bench = Counter(delay=0.01)
-    k, _ = make(bench=bench)
+    k, _ = make(bench=bench, storage=storage)
     barrier = threading.Barrier(8)
     results, errors = [], []
 
