@@ -275,3 +275,16 @@ def test_json_schema_matches_the_validator():
     assert schema["$defs"]["text"]["maxLength"] == LIMITS["max_str"]
     ints = schema["$defs"]["scalar"]["oneOf"][2]
     assert ints["maximum"] == LIMITS["max_abs_int"]
+
+
+def test_failed_export_leaves_the_old_file_intact(tmp_path: Path):
+    from tuner.runtime import write_cache_file
+
+    f = tmp_path / "c.json"
+    write_cache_file(f, [entry(0)])
+    old = f.read_bytes()
+    bad = CacheEntry(entry(1).key, {"x": 1}, float("nan"), 0.0, "2026-11-29T12:00:00Z")
+    with pytest.raises(ValueError):
+        write_cache_file(f, [entry(0), bad])
+    assert f.read_bytes() == old
+    assert [p.name for p in tmp_path.iterdir()] == ["c.json"]
