@@ -193,8 +193,9 @@ def _scalar_key_value(name: str, v: Any) -> Any:
 
 
 class Autotuned:
-    """State of one decorated function. The callable returned by `autotune` carries it as `.tuner`;
-    for a Triton JIT function the returned object is this (launch it as `kernel[grid](...)`)."""
+    """State of one decorated function: keys, the in-memory dicts, the miss path. The callable that
+    `autotune` returns (a function, or an AutotunedKernel for a Triton JIT function) carries it as
+    `.tuner`."""
 
     def __init__(
         self,
