@@ -22,7 +22,7 @@ def test_four_processes_share_one_cache(tmp_path: Path):
     url = f"sqlite:///{db}"
     ConfigCache(url)  # create the schema once, as a deployment would
     go = tmp_path / "go"
-    n_own, n_shared, n_overlap = 250, 20, 50
+    n_own, n_shared, n_overlap = 250, 8, 50
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     procs = [subprocess.Popen([sys.executable, str(WORKER), url, str(i), str(n_own), str(n_shared), str(n_overlap),
                                str(go)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
