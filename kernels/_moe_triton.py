@@ -86,6 +86,6 @@ def moe_gemm(x: torch.Tensor, w: torch.Tensor, group_sizes: torch.Tensor, out: t
     _moe_kernel[grid](
         x, w, group_sizes, out, N, K, E,
         x.stride(0), x.stride(1), w.stride(0), w.stride(1), w.stride(2), out.stride(0), out.stride(1),
-        UPCAST=triton_interpreted(), PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+        UPCAST=triton_interpreted(), PRECISION="ieee" if x.dtype == torch.float32 else None,
         BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=num_warps, num_stages=num_stages)
     return out

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 
 def add_parser(sub: Any) -> None:
@@ -33,11 +36,15 @@ def describe_kernels(arch: str) -> list[dict[str, Any]]:
         for backend in spec.backends:
             try:
                 space = spec.space(spec.default_problem, device, backend)
-            except ValueError as exc:
-                by_backend[backend] = {"error": str(exc)}
-                space = spec.space(spec.default_problem, get_device("cpu"), backend)
-            else:
                 by_backend[backend] = {p.name: list(p.values) for p in space.params}
+            except Exception as exc:  # a backend this device cannot run: say so, list the names anyway
+                by_backend[backend] = {"error": str(exc)}
+                try:
+                    space = spec.space(spec.default_problem, get_device("cpu"), backend)
+                except Exception:
+                    logger.warning("kernel %s/%s: no space for its default problem", spec.name, backend,
+                                   exc_info=True)
+                    continue
             for p in space.params:
                 if p.name not in names:
                     names.append(p.name)
