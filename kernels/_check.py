@@ -7,8 +7,8 @@ NaN, runs the launcher, and compares with the float32-or-wider reference under t
 gives a failed row with the error, not a crash.
 
 Poisoning: where the launcher writes into a preallocated buffer (`KernelSpec.output_buffer`) that buffer
-is filled with NaN before every run, so an element the kernel fails to write fails the check. Pallas
-outputs are new arrays: under `interpret=True` their uninitialised memory is NaN (jax's interpreter
+is filled with NaN before every run (an immutable jax buffer is replaced by a NaN-filled one), so an element
+the kernel fails to write fails the check. Pallas outputs that are new arrays: under `interpret=True` their uninitialised memory is NaN (jax's interpreter
 semantics; tests/test_check_cli.py holds a kernel that skips a block to keep that true). A Triton
 launcher that allocates its own output should use NaN-filled memory for the same guarantee.
 
@@ -124,17 +124,20 @@ def detect_device(backend: str) -> Device:
     raise ValueError(f"unknown backend {backend!r}")
 
 
-def poison(x: Any) -> None:
-    """Fill a preallocated output buffer with NaN (torch tensors and numpy arrays; float dtypes)."""
+def poison(x: Any) -> Any:
+    """A NaN-filled output buffer (-1 for integer dtypes): torch tensors and numpy arrays are filled in
+    place and returned; immutable arrays (jax) are replaced by a poisoned array of the same shape and dtype."""
     if hasattr(x, "fill_"):
-        if x.is_floating_point():
-            x.fill_(float("nan"))
-        else:
-            x.fill_(-1)
-    elif isinstance(x, np.ndarray):
+        x.fill_(float("nan") if x.is_floating_point() else -1)
+        return x
+    if isinstance(x, np.ndarray):
         x.fill(np.nan if np.issubdtype(x.dtype, np.floating) else -1)
-    else:
-        raise TypeError(f"cannot poison an immutable output buffer of type {type(x).__name__}")
+        return x
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        import jax.numpy as jnp
+
+        return jnp.full_like(x, jnp.nan if jnp.issubdtype(x.dtype, jnp.floating) else -1)
+    raise TypeError(f"cannot poison an output buffer of type {type(x).__name__}")
 
 
 def compare(out: Any, ref: np.ndarray, rtol: float, atol: float) -> tuple[float, float, bool, int]:
@@ -210,7 +213,7 @@ def check_kernel(
         if spec.mutated_inputs and i > 0:
             inputs = spec.make_inputs(prob, backend, seed)  # fresh copies of what the kernel writes
         if spec.output_buffer is not None and spec.output_buffer in inputs:
-            poison(inputs[spec.output_buffer])
+            inputs[spec.output_buffer] = poison(inputs[spec.output_buffer])
         try:
             out = spec.run(prob, backend, inputs, cfg)
             if hasattr(out, "block_until_ready"):

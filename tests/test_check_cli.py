@@ -182,3 +182,17 @@ def test_check_cli_turns_the_interpreter_on_by_itself(tmp_path: Any) -> None:
                           capture_output=True, text=True, env=env, timeout=300, cwd=os.getcwd())
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["ok"]
+
+
+def test_poison_fills_torch_numpy_and_replaces_jax_buffers() -> None:
+    import jax.numpy as jnp
+    import torch
+
+    from kernels._check import poison
+
+    t = torch.zeros(3, dtype=torch.bfloat16)
+    assert poison(t) is t and torch.isnan(t).all()
+    n = np.zeros(3, np.int32)
+    assert poison(n) is n and (n == -1).all()
+    j = poison(jnp.zeros((2, 2), jnp.float16))
+    assert j.dtype == jnp.float16 and bool(jnp.isnan(j).all())
