@@ -6,8 +6,9 @@ axis is the sequential reduction; the fp32 accumulator lives in a VMEM scratch b
 first K step and written out (epilogue applied, cast to the output dtype) at the last.
 
 Shapes that are not multiples of the blocks: the edge blocks of A and B read padding (NaN under the
-interpreter, garbage on TPU), so the K edge is masked to zero in both operands; the M/N edges only
-produce rows/columns that lie outside the output and are dropped when the block is written back.
+interpreter, garbage on TPU), so the K edge is masked to zero in both operands, on the last K step only
+(full blocks skip the selects); the M/N edges only produce rows/columns that lie outside the output and
+are dropped when the block is written back.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from jax.experimental import pallas as pl
 
 from ._common import ACTIVATIONS, pallas_interpret
 
-__all__ = ["matmul", "int8_matmul", "epilogue", "mask_k"]
+__all__ = ["matmul", "int8_matmul", "epilogue", "mask_k", "accumulate_k_steps"]
 
 
 def epilogue(acc: jax.Array, bias: jax.Array | None, scale: jax.Array | None, activation: str) -> jax.Array:
@@ -45,6 +46,22 @@ def mask_k(a: jax.Array, b: jax.Array, k: jax.Array, K: int, bk: int) -> tuple[j
     return jnp.where(ka < K, a, jnp.zeros_like(a)), jnp.where(kb < K, b, jnp.zeros_like(b))
 
 
+def accumulate_k_steps(accumulate: Any, k: Any, n_k: Any, K: int, bk: int) -> None:
+    """Run `accumulate(masked)` for this K step: unmasked on full blocks, masked only on the partial last
+    one (the masking selects cost VPU work on every element, so full blocks skip them)."""
+    if K % bk == 0:
+        accumulate(False)
+        return
+
+    @pl.when(k < n_k - 1)
+    def _full() -> None:
+        accumulate(False)
+
+    @pl.when(k == n_k - 1)
+    def _edge() -> None:
+        accumulate(True)
+
+
 def _kernel(*refs: Any, K: int, bk: int, has_bias: bool, has_scale: bool, activation: str,
             k_axis: int) -> None:
     it = iter(refs)
@@ -58,11 +75,16 @@ def _kernel(*refs: Any, K: int, bk: int, has_bias: bool, has_scale: bool, activa
     def _init() -> None:
         acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
 
-    a, b = mask_k(a_ref[...], b_ref[...], k, K, bk)
-    if b.dtype != a.dtype:  # int8 weights: exact in the activation dtype
-        b = b.astype(a.dtype)
-    precision = jax.lax.Precision.HIGHEST if a.dtype == jnp.float32 else None
-    acc_ref[...] += jnp.dot(a, b, preferred_element_type=jnp.float32, precision=precision)
+    def accumulate(masked: bool) -> None:
+        a, b = a_ref[...], b_ref[...]
+        if masked:
+            a, b = mask_k(a, b, k, K, bk)
+        if b.dtype != a.dtype:  # int8 weights: exact in the activation dtype
+            b = b.astype(a.dtype)
+        precision = jax.lax.Precision.HIGHEST if a.dtype == jnp.float32 else None
+        acc_ref[...] += jnp.dot(a, b, preferred_element_type=jnp.float32, precision=precision)
+
+    accumulate_k_steps(accumulate, k, pl.num_programs(k_axis), K, bk)
 
     @pl.when(k == pl.num_programs(k_axis) - 1)
     def _done() -> None:

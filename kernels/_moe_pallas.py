@@ -9,7 +9,7 @@ and the spare visits repeat the last real one with every row masked.
 
 Grid (N tiles, visits, K tiles): the visits of one row tile are consecutive, so its output block stays
 resident (in VMEM on TPU; under the interpreter it is read back) while each expert writes its own rows
-with `where(row in group, acc, previous)`. K edges are masked to zero in both operands.
+with `where(row in group, acc, previous)`. The K edge is masked to zero in both operands (last K step only).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from ._common import pallas_interpret
-from ._matmul_pallas import mask_k
+from ._matmul_pallas import accumulate_k_steps, mask_k
 
 __all__ = ["moe_gemm", "group_metadata"]
 
@@ -58,9 +58,14 @@ def _kernel(gid_ref: Any, tile_ref: Any, valid_ref: Any, start_ref: Any, end_ref
     def _init() -> None:
         acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
 
-    a, b = mask_k(x_ref[...], w_ref[...], k, K, bk)
-    precision = jax.lax.Precision.HIGHEST if a.dtype == jnp.float32 else None
-    acc_ref[...] += jnp.dot(a, b, preferred_element_type=jnp.float32, precision=precision)
+    def accumulate(masked: bool) -> None:
+        a, b = x_ref[...], w_ref[...]
+        if masked:
+            a, b = mask_k(a, b, k, K, bk)
+        precision = jax.lax.Precision.HIGHEST if a.dtype == jnp.float32 else None
+        acc_ref[...] += jnp.dot(a, b, preferred_element_type=jnp.float32, precision=precision)
+
+    accumulate_k_steps(accumulate, k, pl.num_programs(2), K, bk)
 
     @pl.when(k == pl.num_programs(2) - 1)
     def _done() -> None:
