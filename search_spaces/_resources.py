@@ -12,9 +12,13 @@ from .devices import Device
 
 __all__ = [
     "DTYPE_BYTES",
+    "REG_OVERHEAD",
+    "REG_SPILL_FACTOR",
+    "VMEM_SHARE",
     "TRITON_MAX_NUMEL",
     "dtype_bytes",
     "next_pow2",
+    "reg_check",
     "reg_limit_per_thread",
     "tpu_sublanes",
     "vmem_budget",
@@ -27,6 +31,12 @@ TRITON_MAX_NUMEL = 1 << 20
 
 # Registers a kernel needs beyond its tiles (addresses, loop counters, masks); a rough constant.
 REG_OVERHEAD = 32
+
+# Registers beyond the per-thread limit spill to local memory rather than fail, so the register
+# constraint rejects only tiles that need more than this multiple of the limit: such a config spills
+# more than it keeps in registers and can never be competitive (Triton's own tutorial configs, which
+# spill a little on sm80, stay well under it).
+REG_SPILL_FACTOR = 2
 
 # Share of a TPU's VMEM a kernel may plan to use; the rest is left to Mosaic's internal scratch.
 VMEM_SHARE = 0.75
@@ -49,6 +59,14 @@ def reg_limit_per_thread(device: Device, num_warps: int) -> int:
     per-thread maximum, or less when the block's threads would exhaust the SM's register file."""
     threads = 32 * num_warps
     return min(device.max_regs_per_thread, device.regs_per_sm // threads)
+
+
+def reg_check(needed: int, device: Device, num_warps: int, what: str) -> bool | str:
+    """True when `needed` registers per thread stay within REG_SPILL_FACTOR x the limit, else the reason."""
+    limit = reg_limit_per_thread(device, num_warps)
+    if needed <= REG_SPILL_FACTOR * limit:
+        return True
+    return f"needs ~{needed} registers per thread ({what}), more than {REG_SPILL_FACTOR} x the limit {limit}"
 
 
 def tpu_sublanes(dtype: str) -> int:

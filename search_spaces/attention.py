@@ -7,8 +7,9 @@ Triton (sm80 / sm90 / CPU interpreter): BLOCK_M (query rows per program), BLOCK_
 num_warps, num_stages. Hard constraints:
   - BLOCK_M, BLOCK_N <= max(16, next_pow2(S)) (a larger block is only masked rows);
   - GPU: 32 * num_warps <= the threads per block limit;
-    registers: fp32 accumulator BLOCK_M x D + scores and probabilities 2 x BLOCK_M x BLOCK_N + the query
-    tile, divided over the threads, + overhead <= min(255, regs_per_sm / threads);
+    registers: fp32 accumulator BLOCK_M x D + fp32 scores BLOCK_M x BLOCK_N + P and the Q tile in the
+    input dtype, divided over the threads, + overhead <= 2 x min(255, regs_per_sm / threads) (past the
+    limit registers spill; past twice the limit a config spills more than it holds);
     shared memory: the query tile + num_stages pipelined K and V tiles
     ((BLOCK_M + 2 * num_stages * BLOCK_N) * D * dtype bytes) <= 163 KiB (sm80) / 227 KiB (sm90).
 
@@ -29,7 +30,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._params import IntRange, Param, PowerOfTwo
-from ._resources import REG_OVERHEAD, dtype_bytes, next_pow2, reg_limit_per_thread, tpu_sublanes, vmem_budget
+from ._resources import (
+    REG_OVERHEAD,
+    REG_SPILL_FACTOR,
+    dtype_bytes,
+    next_pow2,
+    reg_check,
+    tpu_sublanes,
+    vmem_budget,
+)
 from ._space import Constraint, SearchSpace
 from .devices import Device
 
@@ -58,7 +67,9 @@ def triton_smem_bytes(d: int, dtype: str, cfg: Mapping[str, Any]) -> int:
 
 def triton_regs_per_thread(d: int, dtype: str, cfg: Mapping[str, Any]) -> int:
     bm, bn, threads = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"]), 32 * int(cfg["num_warps"])
-    words = bm * d + 2 * bm * bn + (bm * d * dtype_bytes(dtype)) // 4
+    b = dtype_bytes(dtype)
+    # fp32 accumulator + fp32 scores + P in the input dtype + the Q tile held as a dot operand
+    words = bm * d + bm * bn + (bm * bn * b) // 4 + (bm * d * b) // 4
     return -(-words // threads) + REG_OVERHEAD
 
 
@@ -110,13 +121,9 @@ def _triton_space(s: int, d: int, dtype: str, device: Device) -> SearchSpace:
             Constraint(f"32 * num_warps <= {device.max_threads_per_block} threads per block on {device.arch}",
                        lambda c: 32 * c["num_warps"] <= device.max_threads_per_block, ("num_warps",)),
             Constraint(
-                f"registers per thread <= min({device.max_regs_per_thread}, {device.regs_per_sm} / threads) "
-                f"on {device.arch}",
-                lambda c: (
-                    True if triton_regs_per_thread(d, dtype, c) <= reg_limit_per_thread(device, c["num_warps"])
-                    else f"needs ~{triton_regs_per_thread(d, dtype, c)} registers per thread (D={d}), limit "
-                         f"{reg_limit_per_thread(device, c['num_warps'])}"
-                ),
+                f"register estimate <= {REG_SPILL_FACTOR} x min({device.max_regs_per_thread}, "
+                f"{device.regs_per_sm} / threads) on {device.arch}",
+                lambda c: reg_check(triton_regs_per_thread(d, dtype, c), device, c["num_warps"], f"D={d}, {dtype}"),
                 ("BLOCK_M", "BLOCK_N", "num_warps"),
             ),
             Constraint(
