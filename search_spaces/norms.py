@@ -185,7 +185,7 @@ def _pallas_space(kind: str, m: int, n: int, dtype: str, device: Device) -> Sear
         min_rows = tpu_sublanes(dtype)
         params = [
             PowerOfTwo("block_rows", 8, 1024, default=min_rows),
-            PowerOfTwo("block_cols", 128, 65536),
+            PowerOfTwo("block_cols", 128, max(65536, cap_n)),
         ]
     else:
         raise ValueError(
