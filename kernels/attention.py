@@ -16,7 +16,8 @@ accumulation (P is cast to V's dtype for the second product, as in the Triton tu
 use input_precision="ieee" (no tf32), so the fp32 tolerance stays tight.
 Interpreter-forced change: the Triton interpreter cannot do bf16 (or fp16) dot products, so under
 TRITON_INTERPRET=1 the kernel upcasts Q, K and V to fp32 right after loading (constexpr UPCAST); on a
-GPU it does not.
+GPU it does not. The interpreter also truncates the fp32 -> bf16 store (a GPU rounds to nearest), so a
+bf16 output on CPU can be one bf16 ulp off instead of half of one, inside the bf16 tolerance.
 
 Pallas (`flash_attention_pallas`, TPU / Mosaic semantics): grid (B, H, cdiv(S, block_q),
 cdiv(S, block_k_major)), the last axis sequential ("arbitrary"). Each step brings a block_k_major x D
