@@ -216,7 +216,8 @@ def flash_attention_pallas(q: Any, k: Any, v: Any, out: Any | None = None, *, ca
                 vb = v_ref[pl.ds(ks, block_k), :]
                 kpos = k_start + ks + lax.broadcasted_iota(jnp.int32, (1, block_k), 1)
                 valid = kpos < seq
-                vb = jnp.where(valid.reshape(block_k, 1), vb, jnp.zeros_like(vb))
+                krow = k_start + ks + lax.broadcasted_iota(jnp.int32, (block_k, 1), 0)  # no lane->sublane reshape
+                vb = jnp.where(krow < seq, vb, jnp.zeros_like(vb))
                 if causal:
                     valid = valid & (kpos <= rows)
                 s = lax.dot_general(qb, kb, (((1,), (1,)), ((), ())), preferred_element_type=f32,
@@ -296,16 +297,16 @@ def _make_inputs(problem: Mapping[str, Any], backend: str, seed: int) -> dict[st
         import torch
 
         dev, td = torch_device(), torch_dtype(dtype)
-        res = {n: torch.tensor(a, dtype=torch.float32).to(td).to(dev) for n, a in arrays.items()}
+        res: dict[str, Any] = {n: torch.tensor(a, dtype=torch.float32).to(td).to(dev) for n, a in arrays.items()}
         res["out"] = torch.full(shape, float("nan"), dtype=td, device=dev)
         return res
     if backend == "pallas":
         import jax.numpy as jnp
 
         jd = jnp_dtype(dtype)
-        res = {n: jnp.asarray(a, dtype=jnp.float32).astype(jd) for n, a in arrays.items()}
-        res["out"] = jnp.full(shape, jnp.nan, dtype=jd)
-        return res
+        jres: dict[str, Any] = {n: jnp.asarray(a, dtype=jnp.float32).astype(jd) for n, a in arrays.items()}
+        jres["out"] = jnp.full(shape, jnp.nan, dtype=jd)
+        return jres
     raise ValueError(f"unknown backend {backend!r}: use 'triton' or 'pallas'")
 
 

@@ -89,6 +89,9 @@ def test_long_row_multi_pass_with_many_blocks() -> None:
         problem = {**get_kernel(kind).default_problem, "M": 5, "N": 333, "dtype": "float32"}
         _check(kind, "triton", problem, {"BLOCK_N": 16, "ROWS_PER_PROGRAM": 4, "num_warps": 1, "num_stages": 2})
         _check(kind, "pallas", problem, {"block_rows": 4, "block_cols": 16})
+        aligned = {**problem, "N": 96}  # chunks that divide the row: the TPU path, no overlap masking
+        _check(kind, "pallas", aligned, {"block_rows": 8, "block_cols": 32})
+        _check(kind, "triton", aligned, {"BLOCK_N": 32, "ROWS_PER_PROGRAM": 2, "num_warps": 2, "num_stages": 3})
 
 
 def test_an_unwritten_output_fails_the_check() -> None:
