@@ -1,10 +1,9 @@
 """ConfigCache conformance: the same tests on SQLite and on PostgreSQL (127.0.0.1:5432, a throwaway
-database created and dropped here; skipped when the server is not reachable)."""
+database from tests/pg.py; skipped when the server is not reachable, except under CI=true)."""
 
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -12,27 +11,7 @@ import pytest
 from tuner.runtime import CacheEntry, CacheKey, ConfigCache
 from tuner.runtime._db import owner_id
 
-PG_ADMIN = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
-
-
-def _pg_url() -> Iterator[str]:
-    sqlalchemy = pytest.importorskip("sqlalchemy")
-    name = f"tuner_rt_{uuid.uuid4().hex[:10]}"
-    try:
-        admin = sqlalchemy.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-        with admin.connect() as c:
-            c.exec_driver_sql(f"CREATE DATABASE {name}")
-    except Exception as exc:  # no server, no driver, no rights
-        pytest.skip(f"PostgreSQL not usable at 127.0.0.1:5432: {type(exc).__name__}")
-    try:
-        yield PG_ADMIN.rsplit("/", 1)[0] + "/" + name
-    finally:
-        import gc
-
-        gc.collect()
-        with admin.connect() as c:
-            c.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.dispose()
+from .pg import fresh_database
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -42,13 +21,10 @@ def cache(request, tmp_path) -> Iterator[ConfigCache]:
         yield c
         c.store.engine.dispose()
     else:
-        gen = _pg_url()
-        url = next(gen)
-        c = ConfigCache(url)
-        yield c
-        c.store.engine.dispose()
-        with pytest.raises(StopIteration):
-            next(gen)
+        for url in fresh_database():
+            c = ConfigCache(url)
+            yield c
+            c.store.engine.dispose()
 
 
 def e(i: int, t: float, tag: str = "a") -> CacheEntry:
