@@ -118,12 +118,12 @@ def _triton_kernel() -> Any:
         for start_n in range(0, hi, BLOCK_N):
             cols = start_n + offs_n
             kmask = cols < S
-            k = tl.load(k_base + cols[None, :] * sks + offs_d[:, None], mask=kmask[None, :], other=0.0)
+            k = tl.load(k_base + cols[:, None] * sks + offs_d[None, :], mask=kmask[:, None], other=0.0)
             v = tl.load(v_base + cols[:, None] * svs + offs_d[None, :], mask=kmask[:, None], other=0.0)
             if UPCAST:
                 k = k.to(tl.float32)
                 v = v.to(tl.float32)
-            qk = tl.dot(q, k, input_precision=PRECISION)
+            qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
             valid = kmask[None, :]
             if CAUSAL:
                 valid = valid & (offs_m[:, None] >= cols[None, :])
