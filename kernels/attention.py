@@ -247,7 +247,9 @@ def flash_attention_pallas(q: Any, k: Any, v: Any, out: Any | None = None, *, ca
 
     def kv_index(b: Any, h: Any, i: Any, j: Any) -> tuple[Any, ...]:
         if causal:  # steps above the diagonal keep the previous block: no new DMA
-            j = jnp.minimum(j, (i * block_q + block_q - 1) // block_k_major)
+            # lax.div (truncating) rather than //: the operands are >= 0, and floor division lowers
+            # through `sign`, which Mosaic cannot lower without knowing the TPU generation
+            j = jnp.minimum(j, lax.div(i * block_q + block_q - 1, block_k_major))
         return (b, h, j, 0)
 
     sq = pl.squeezed

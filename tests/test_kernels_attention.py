@@ -192,3 +192,24 @@ def test_cpu_space_is_small_and_backends_refuse_foreign_devices() -> None:
         spaces.attention_space(_problem(), devices.SM80, "pallas")
     with pytest.raises(ValueError, match="triton"):
         spaces.attention_space(_problem(), devices.TPU_V6E, "triton")
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_pallas_kernel_lowers_for_tpu(causal: bool) -> None:
+    """CPU twin of a TPU run: export for platform 'tpu' runs the Mosaic lowering of the kernel body
+    (interpret mode never does; it caught a floor division that Mosaic cannot lower off-device)."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+    from jax import export
+
+    from kernels.attention import flash_attention_pallas
+
+    problem = _problem(S=1000, D=128, causal=causal, dtype="bfloat16")
+    cfg = {"block_q": 128, "block_k_major": 512, "block_k": 128}
+    assert spaces.attention_space(problem, devices.TPU_V5E, "pallas").contains(cfg)
+    q = jax.ShapeDtypeStruct((1, 2, 1000, 128), jnp.bfloat16)
+    f = functools.partial(flash_attention_pallas, causal=causal, interpret=False, **cfg)
+    exported = export.export(jax.jit(f), platforms=["tpu"])(q, q, q)
+    assert "tpu_custom_call" in exported.mlir_module()

@@ -246,3 +246,29 @@ def test_block_caps_follow_the_problem() -> None:
     assert any("ROWS_PER_PROGRAM=8" in w and "next_pow2(M=3)=4" in w for w in why)
     assert all(c["BLOCK_N"] <= 32 and c["ROWS_PER_PROGRAM"] <= 4 for c in space.enumerate())
     assert math.isfinite(len(space))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pallas_kernels_lower_for_tpu(kind: str) -> None:
+    """CPU twin of a TPU run: export for platform 'tpu' runs the Mosaic lowering of the kernel body (which
+    interpret mode never does) for a config the TPU space accepts, whole-row and chunked."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+    from jax import export
+
+    from kernels import norms
+
+    launch = {"softmax": norms.softmax_pallas, "rmsnorm": norms.rmsnorm_pallas,
+              "layernorm": norms.layernorm_pallas}[kind]
+    problem = {"M": 100, "N": 1024, "dtype": "bfloat16"}
+    space = spaces.rowwise_space(kind, problem, devices.TPU_V5E, "pallas")
+    x = jax.ShapeDtypeStruct((100, 1024), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((1024,), jnp.bfloat16)
+    params = {"softmax": (), "rmsnorm": (w,), "layernorm": (w, w)}[kind]
+    for cfg in ({"block_rows": 16, "block_cols": 1024}, {"block_rows": 32, "block_cols": 256}):
+        assert space.contains(cfg), space.violations(cfg)
+        f = functools.partial(launch, interpret=False, **cfg)
+        exported = export.export(jax.jit(f), platforms=["tpu"])(x, *params)
+        assert "tpu_custom_call" in exported.mlir_module()
