@@ -118,12 +118,12 @@ def _triton_kernel() -> Any:
         for start_n in range(0, hi, BLOCK_N):
             cols = start_n + offs_n
             kmask = cols < S
-            k = tl.load(k_base + cols[None, :] * sks + offs_d[:, None], mask=kmask[None, :], other=0.0)
+            k = tl.load(k_base + cols[:, None] * sks + offs_d[None, :], mask=kmask[:, None], other=0.0)
             v = tl.load(v_base + cols[:, None] * svs + offs_d[None, :], mask=kmask[:, None], other=0.0)
             if UPCAST:
                 k = k.to(tl.float32)
                 v = v.to(tl.float32)
-            qk = tl.dot(q, k, input_precision=PRECISION)
+            qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
             valid = kmask[None, :]
             if CAUSAL:
                 valid = valid & (offs_m[:, None] >= cols[None, :])
@@ -247,7 +247,9 @@ def flash_attention_pallas(q: Any, k: Any, v: Any, out: Any | None = None, *, ca
 
     def kv_index(b: Any, h: Any, i: Any, j: Any) -> tuple[Any, ...]:
         if causal:  # steps above the diagonal keep the previous block: no new DMA
-            j = jnp.minimum(j, (i * block_q + block_q - 1) // block_k_major)
+            # lax.div (truncating) rather than //: the operands are >= 0, and floor division lowers
+            # through `sign`, which Mosaic cannot lower without knowing the TPU generation
+            j = jnp.minimum(j, lax.div(i * block_q + block_q - 1, block_k_major))
         return (b, h, j, 0)
 
     sq = pl.squeezed

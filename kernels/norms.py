@@ -9,7 +9,9 @@ Every kernel maps an (M, N) matrix row by row:
 Statistics are computed in float32 whatever the input dtype, and the output has the input's dtype.
 
 Triton launchers (`softmax_triton`, `rmsnorm_triton`, `layernorm_triton`) take BLOCK_N,
-ROWS_PER_PROGRAM, num_warps and num_stages. One program owns ROWS_PER_PROGRAM rows as a 2-D tile. When
+ROWS_PER_PROGRAM, num_warps (and num_stages, passed through to Triton but not tuned: compiled for sm80
+and sm90 the kernels are identical for 1, 2 and 4 stages, because Triton only pipelines loads that feed
+a dot; see search_spaces/norms.py). One program owns ROWS_PER_PROGRAM rows as a 2-D tile. When
 BLOCK_N >= N the row is loaded once and kept in registers; otherwise the kernel loops over column blocks
 (softmax: an online max/sum pass, then a write pass; RMSNorm: a sum-of-squares pass then a write pass;
 LayerNorm: mean, variance, write passes), so any row length works with any block. Rows past M are clamped
@@ -443,7 +445,7 @@ def _run(kind: str, problem: Mapping[str, Any], backend: str, inputs: Mapping[st
     if backend == "triton":
         return _launch_triton(kind, inputs["x"], params, inputs["out"], eps if kind != "softmax" else None,
                               int(config["BLOCK_N"]), int(config["ROWS_PER_PROGRAM"]),
-                              int(config["num_warps"]), int(config["num_stages"]))
+                              int(config["num_warps"]), int(config.get("num_stages", 1)))
     if backend == "pallas":
         return _launch_pallas(kind, inputs["x"], params, inputs.get("out"), eps,
                               int(config["block_rows"]), int(config["block_cols"]), None)

@@ -10,8 +10,10 @@ num_warps, num_stages. Hard constraints:
     registers: fp32 accumulator BLOCK_M x D + fp32 scores BLOCK_M x BLOCK_N + P and the Q tile in the
     input dtype, divided over the threads, + overhead <= 2 x min(255, regs_per_sm / threads) (past the
     limit registers spill; past twice the limit a config spills more than it holds);
-    shared memory: the query tile + num_stages pipelined K and V tiles
-    ((BLOCK_M + 2 * num_stages * BLOCK_N) * D * dtype bytes) <= 163 KiB (sm80) / 227 KiB (sm90).
+    shared memory: the query tile + the pipelined K and V tiles, (BLOCK_M + t * BLOCK_N) * D * dtype bytes
+    with t = 2 * num_stages on sm90 and max(2 * (num_stages - 1), 1) on sm80 (what Triton 3.7 allocates:
+    fitted exactly to the compiler's figures by benchmarks/triton_resources_b.py), <= 163 KiB (sm80) /
+    227 KiB (sm90), the limit at which Triton refuses to launch.
 
 Pallas (TPU v4 / v5e / v5p / v6e, CPU interpret): block_q, block_k_major (the K/V block one grid step
 brings into VMEM), block_k (the chunk of it each inner step multiplies). Hard constraints:
@@ -61,8 +63,14 @@ def check_problem(problem: Mapping[str, Any]) -> tuple[int, int, int, int, bool,
     return b, h, s, d, bool(problem.get("causal", False)), dtype
 
 
-def triton_smem_bytes(d: int, dtype: str, cfg: Mapping[str, Any]) -> int:
-    return (int(cfg["BLOCK_M"]) + 2 * int(cfg["num_stages"]) * int(cfg["BLOCK_N"])) * d * dtype_bytes(dtype)
+def triton_smem_bytes(d: int, dtype: str, cfg: Mapping[str, Any], arch: str = "sm90") -> int:
+    """The Q tile + the K and V tile buffers of the software pipeline, as Triton 3.7 allocates them
+    (fitted exactly to the compiler's figures, benchmarks/triton_resources_b.py): sm90 keeps
+    num_stages buffers of each of K and V; sm80 keeps num_stages - 1 (one K/V tile in all with a
+    single stage)."""
+    stages = int(cfg["num_stages"])
+    kv_tiles = 2 * stages if arch >= "sm90" else max(2 * (stages - 1), 1)
+    return (int(cfg["BLOCK_M"]) + kv_tiles * int(cfg["BLOCK_N"])) * d * dtype_bytes(dtype)
 
 
 def triton_regs_per_thread(d: int, dtype: str, cfg: Mapping[str, Any]) -> int:
@@ -129,8 +137,9 @@ def _triton_space(s: int, d: int, dtype: str, device: Device) -> SearchSpace:
             Constraint(
                 f"shared memory <= {smem_max // 1024} KiB per block on {device.arch}",
                 lambda c: (
-                    True if triton_smem_bytes(d, dtype, c) <= smem_max
-                    else f"needs {triton_smem_bytes(d, dtype, c)} bytes (D={d}, {dtype}), limit {smem_max}"
+                    True if triton_smem_bytes(d, dtype, c, device.arch) <= smem_max
+                    else f"needs {triton_smem_bytes(d, dtype, c, device.arch)} bytes (D={d}, {dtype}), "
+                         f"limit {smem_max}"
                 ),
                 ("BLOCK_M", "BLOCK_N", "num_stages"),
             ),

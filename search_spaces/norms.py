@@ -6,17 +6,19 @@ the kernel makes several passes (softmax 2, RMSNorm 2, LayerNorm 3), which is wh
 than any tile work.
 
 Triton (sm80 / sm90 / CPU interpreter)
-  BLOCK_N, ROWS_PER_PROGRAM, num_warps, num_stages. Hard constraints:
+  BLOCK_N, ROWS_PER_PROGRAM, num_warps. Hard constraints:
   - the tile ROWS_PER_PROGRAM x BLOCK_N is at most Triton's 2**20 elements;
   - blocks no larger than the problem needs (BLOCK_N <= next_pow2(N), ROWS_PER_PROGRAM <= next_pow2(M)):
     a larger block only adds masked lanes, so it is the same program as a smaller one, only slower;
-  - num_stages > 1 only with a multi-pass loop (a single pass has no loop to pipeline);
   - GPU: 32 * num_warps threads <= the block limit; fp32 tile registers per thread
     (live tiles x ROWS x BLOCK_N / threads + overhead) <= 2 x min(255, regs_per_sm / threads)
     (registers past the limit spill rather than fail; past twice the limit a config spills more than it
-    holds, see search_spaces._resources.REG_SPILL_FACTOR);
-    shared memory (num_stages pipelined tiles in a multi-pass loop + the cross-warp reduction
-    scratch) <= the device's opt-in maximum per block (163 KiB on sm80, 227 KiB on sm90).
+    holds, see search_spaces._resources.REG_SPILL_FACTOR).
+  Not parameters, by measurement (benchmarks/triton_resources_b.py compiles the kernels for sm80 and
+  sm90 without a GPU): num_stages changes nothing in these kernels (identical PTX for 1, 2 and 4
+  stages: Triton's pipeliner only stages loads that feed a dot), and their shared memory is the
+  cross-warp reduction scratch alone (ROWS x num_warps x 4 bytes, at most 8 KiB here), so no shared
+  memory constraint can bind and sm80 and sm90 get the same space.
 
 Pallas (TPU v4 / v5e / v5p / v6e, CPU interpret)
   block_rows, block_cols. The grid walks blocks of `block_rows` whole rows (the row is one VMEM block);
@@ -35,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._params import IntRange, Param, PowerOfTwo
+from ._params import Param, PowerOfTwo
 from ._resources import (
     REG_OVERHEAD,
     REG_SPILL_FACTOR,
@@ -98,10 +100,8 @@ def layernorm_space(problem: Mapping[str, Any], device: Device, backend: str) ->
 
 # ---- Triton -------------------------------------------------------------------------------------------
 def triton_smem_bytes(kind: str, n: int, dtype: str, cfg: Mapping[str, Any]) -> int:
-    """Pipelined loads of a multi-pass loop (num_stages tiles) + cross-warp reduction scratch."""
-    rows, bn = int(cfg["ROWS_PER_PROGRAM"]), int(cfg["BLOCK_N"])
-    pipelined = int(cfg["num_stages"]) * rows * bn * dtype_bytes(dtype) if bn < n else 0
-    return pipelined + rows * int(cfg["num_warps"]) * 4 * 2
+    """The cross-warp reduction scratch: what the compiler allocates for these kernels (measured)."""
+    return int(cfg["ROWS_PER_PROGRAM"]) * int(cfg["num_warps"]) * 4
 
 
 def triton_regs_per_thread(kind: str, cfg: Mapping[str, Any]) -> int:
@@ -118,14 +118,12 @@ def _triton_space(kind: str, m: int, n: int, dtype: str, device: Device) -> Sear
             PowerOfTwo("BLOCK_N", MIN_BLOCK, max(MIN_BLOCK, min(cap_n, 4096))),
             PowerOfTwo("ROWS_PER_PROGRAM", 1, 16),
             PowerOfTwo("num_warps", 1, 8, default=4),
-            IntRange("num_stages", 1, 3, default=1),
         ]
     elif device.kind == "cuda":
         params = [
             PowerOfTwo("BLOCK_N", MIN_BLOCK, 65536),
             PowerOfTwo("ROWS_PER_PROGRAM", 1, 64),
             PowerOfTwo("num_warps", 1, 32, default=4),
-            IntRange("num_stages", 1, 4, default=1),
         ]
     else:
         raise ValueError(f"backend 'triton' does not run on {device.name} ({device.arch}); use 'pallas'")
@@ -138,11 +136,8 @@ def _triton_space(kind: str, m: int, n: int, dtype: str, device: Device) -> Sear
         Constraint(f"ROWS_PER_PROGRAM * BLOCK_N <= {TRITON_MAX_NUMEL} (Triton's largest tensor)",
                    lambda c: c["ROWS_PER_PROGRAM"] * c["BLOCK_N"] <= TRITON_MAX_NUMEL,
                    ("ROWS_PER_PROGRAM", "BLOCK_N")),
-        Constraint(f"num_stages > 1 needs a multi-pass loop (BLOCK_N < N={n})",
-                   lambda c: c["num_stages"] == 1 or c["BLOCK_N"] < n, ("num_stages", "BLOCK_N")),
     ]
     if device.kind == "cuda":
-        smem_max = device.smem_per_block_bytes
         cons += [
             Constraint(f"32 * num_warps <= {device.max_threads_per_block} threads per block on {device.arch}",
                        lambda c: 32 * c["num_warps"] <= device.max_threads_per_block, ("num_warps",)),
@@ -151,14 +146,6 @@ def _triton_space(kind: str, m: int, n: int, dtype: str, device: Device) -> Sear
                 f"{device.regs_per_sm} / threads) on {device.arch}",
                 lambda c: reg_check(triton_regs_per_thread(kind, c), device, c["num_warps"], f"{kind} tiles"),
                 ("ROWS_PER_PROGRAM", "BLOCK_N", "num_warps"),
-            ),
-            Constraint(
-                f"shared memory <= {smem_max // 1024} KiB per block on {device.arch}",
-                lambda c: (
-                    True if triton_smem_bytes(kind, n, dtype, c) <= smem_max
-                    else f"needs {triton_smem_bytes(kind, n, dtype, c)} bytes ({dtype}, N={n}), limit {smem_max}"
-                ),
-                ("ROWS_PER_PROGRAM", "BLOCK_N", "num_warps", "num_stages"),
             ),
         ]
     return SearchSpace(params, cons, name=f"{kind}/triton/{device.arch}")

@@ -87,11 +87,11 @@ def test_long_row_multi_pass_with_many_blocks() -> None:
     """A row 20x longer than the block: the loop, the shifted last chunk and the online max all work."""
     for kind in KINDS:
         problem = {**get_kernel(kind).default_problem, "M": 5, "N": 333, "dtype": "float32"}
-        _check(kind, "triton", problem, {"BLOCK_N": 16, "ROWS_PER_PROGRAM": 4, "num_warps": 1, "num_stages": 2})
+        _check(kind, "triton", problem, {"BLOCK_N": 16, "ROWS_PER_PROGRAM": 4, "num_warps": 1})
         _check(kind, "pallas", problem, {"block_rows": 4, "block_cols": 16})
         aligned = {**problem, "N": 96}  # chunks that divide the row: the TPU path, no overlap masking
         _check(kind, "pallas", aligned, {"block_rows": 8, "block_cols": 32})
-        _check(kind, "triton", aligned, {"BLOCK_N": 32, "ROWS_PER_PROGRAM": 2, "num_warps": 2, "num_stages": 3})
+        _check(kind, "triton", aligned, {"BLOCK_N": 32, "ROWS_PER_PROGRAM": 2, "num_warps": 2})
 
 
 def test_an_unwritten_output_fails_the_check() -> None:
@@ -192,22 +192,23 @@ def test_space_properties(kind: str, problem: dict[str, Any], db: tuple[Any, str
     _assert_violations_name_values(space, raw)
 
 
-def test_sm80_and_sm90_differ_by_shared_memory() -> None:
+def test_sm80_and_sm90_agree_because_the_row_kernels_use_no_shared_memory() -> None:
+    """The hardware differs in shared memory, which these kernels do not use (reduction scratch only,
+    measured by benchmarks/triton_resources_b.py), and not in registers: the spaces are the same."""
     problem = {"M": 4096, "N": 32768, "dtype": "float32"}
-    cfg = {"BLOCK_N": 4096, "ROWS_PER_PROGRAM": 4, "num_warps": 16, "num_stages": 3}  # 64 KiB x 3 stages
     s80 = spaces.softmax_space(problem, devices.SM80, "triton")
     s90 = spaces.softmax_space(problem, devices.SM90, "triton")
-    assert s90.contains(cfg)
-    (why,) = s80.violations(cfg)
-    assert "shared memory" in why and "sm80" in why and "BLOCK_N=4096" in why and "num_stages=3" in why
-    assert len(s90) > len(s80)
+    assert s80.enumerate() == s90.enumerate()
+    assert "num_stages" not in s80.names  # identical PTX for every num_stages: not a parameter
+    assert spaces.triton_smem_bytes("softmax", 32768, "float32", {"ROWS_PER_PROGRAM": 64, "num_warps": 32}) \
+        < devices.SM80.smem_per_block_bytes
 
 
 def test_registers_and_threads_limit_gpu_configs() -> None:
     space = spaces.layernorm_space({"M": 64, "N": 65536, "dtype": "float16"}, devices.SM90, "triton")
-    why = space.violations({"BLOCK_N": 65536, "ROWS_PER_PROGRAM": 1, "num_warps": 1, "num_stages": 1})
+    why = space.violations({"BLOCK_N": 65536, "ROWS_PER_PROGRAM": 1, "num_warps": 1})
     assert any("register" in w and "num_warps=1" in w for w in why)
-    assert space.contains({"BLOCK_N": 1024, "ROWS_PER_PROGRAM": 1, "num_warps": 4, "num_stages": 2})
+    assert space.contains({"BLOCK_N": 1024, "ROWS_PER_PROGRAM": 1, "num_warps": 4})
 
 
 def test_tpu_generations_differ_by_vmem_and_alignment() -> None:
@@ -240,8 +241,34 @@ def test_cpu_space_allows_small_blocks_and_backends_refuse_foreign_devices() -> 
 
 def test_block_caps_follow_the_problem() -> None:
     space = spaces.softmax_space({"M": 3, "N": 20}, devices.SM80, "triton")
-    why = space.violations({"BLOCK_N": 64, "ROWS_PER_PROGRAM": 8, "num_warps": 4, "num_stages": 1})
+    why = space.violations({"BLOCK_N": 64, "ROWS_PER_PROGRAM": 8, "num_warps": 4})
     assert any("BLOCK_N=64" in w and "next_pow2(N=20))=32" in w for w in why)
     assert any("ROWS_PER_PROGRAM=8" in w and "next_pow2(M=3)=4" in w for w in why)
     assert all(c["BLOCK_N"] <= 32 and c["ROWS_PER_PROGRAM"] <= 4 for c in space.enumerate())
     assert math.isfinite(len(space))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pallas_kernels_lower_for_tpu(kind: str) -> None:
+    """CPU twin of a TPU run: export for platform 'tpu' runs the Mosaic lowering of the kernel body (which
+    interpret mode never does) for a config the TPU space accepts, whole-row and chunked."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+    from jax import export
+
+    from kernels import norms
+
+    launch = {"softmax": norms.softmax_pallas, "rmsnorm": norms.rmsnorm_pallas,
+              "layernorm": norms.layernorm_pallas}[kind]
+    problem = {"M": 100, "N": 1024, "dtype": "bfloat16"}
+    space = spaces.rowwise_space(kind, problem, devices.TPU_V5E, "pallas")
+    x = jax.ShapeDtypeStruct((100, 1024), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((1024,), jnp.bfloat16)
+    params = {"softmax": (), "rmsnorm": (w,), "layernorm": (w, w)}[kind]
+    for cfg in ({"block_rows": 16, "block_cols": 1024}, {"block_rows": 32, "block_cols": 256}):
+        assert space.contains(cfg), space.violations(cfg)
+        f = functools.partial(launch, interpret=False, **cfg)
+        exported = export.export(jax.jit(f), platforms=["tpu"])(x, *params)
+        assert "tpu_custom_call" in exported.mlir_module()
