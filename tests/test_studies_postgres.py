@@ -12,53 +12,22 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.pg import fresh_database
 from tests.test_studies import REPO, finished_configs, write_study
 
 pytestmark = pytest.mark.postgres
 
-PG_HOST, PG_PORT = "127.0.0.1", 5432
-
-
-def _admin_connect():  # type: ignore[no-untyped-def]
-    import psycopg2
-
-    errors = []
-    for user in ("postgres", "root", os.environ.get("USER", "")):
-        if not user:
-            continue
-        try:
-            conn = psycopg2.connect(host=PG_HOST, port=PG_PORT, dbname="test", user=user, connect_timeout=3)
-            conn.autocommit = True
-            return conn, user
-        except Exception as exc:  # noqa: BLE001
-            errors.append(f"{user}: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc}")
-    raise ConnectionError("; ".join(errors))
-
 
 @pytest.fixture
-def pg_url():  # type: ignore[no-untyped-def]
-    try:
-        conn, user = _admin_connect()
-    except Exception as exc:  # noqa: BLE001
-        msg = f"PostgreSQL on {PG_HOST}:{PG_PORT} not reachable: {exc}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    name = f"tuner_test_{uuid.uuid4().hex[:12]}"
-    with conn.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"postgresql://{user}@{PG_HOST}:{PG_PORT}/{name}"
-    finally:
-        with conn.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.close()
+def pg_url() -> Iterator[str]:
+    """A fresh database on the real server (tests/pg.py: skipped without a server, failed under CI=true)."""
+    yield from fresh_database()
 
 
 def test_concurrent_claims_never_share_a_task(pg_url: str, tmp_path: Path) -> None:
