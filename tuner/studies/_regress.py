@@ -58,10 +58,10 @@ class BaselineError(ValueError):
 def read_cache_entries(path: str | Path) -> list[dict[str, Any]]:
     """The entries of a cache file, validated by the runtime's reader where available."""
     try:
-        from tuner.runtime import read_cache_file  # type: ignore[attr-defined]
-    except ImportError:
-        read_cache_file = None
-    if read_cache_file is not None:
+        from tuner.runtime import read_cache_file
+    except ImportError:  # the runtime is optional here: the same format is checked below
+        pass
+    else:
         try:
             return [e.to_json() for e in read_cache_file(path)]
         except ValueError as exc:
