@@ -120,6 +120,9 @@ def detect_device(backend: str) -> Device:
                     return get_device(arch)
             logger.warning("unknown TPU kind %r; using tpu_v5e limits", kind)
             return get_device("tpu_v5e")
+        if jax.default_backend() == "gpu":
+            cc = str(getattr(jax.devices()[0], "compute_capability", "8.0"))
+            return get_device("sm90" if int(cc.split(".")[0]) >= 9 else "sm80")
         return get_device("cpu")
     raise ValueError(f"unknown backend {backend!r}")
 

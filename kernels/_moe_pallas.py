@@ -1,6 +1,7 @@
-"""Pallas MoE grouped GEMM (Mosaic/TPU layout; interpret=True on CPU), one pallas_call for all experts.
+"""Pallas MoE grouped GEMM, one pallas_call for all experts. Two structures, picked by the target
+(see `_matmul_pallas.use_triton_lowering`).
 
-Rows of `x` are sorted by expert. Row tiles are aligned to `bm` over all T rows; a tile that holds rows of
+Mosaic (TPU; the CPU interpreter without GPU compiler params). Rows of `x` are sorted by expert. Row tiles are aligned to `bm` over all T rows; a tile that holds rows of
 several experts is *visited* once per expert (as in megablox's gmm). Group metadata -- for each visit v:
 its expert, its row tile, and whether it is real -- is computed with a few jnp ops and passed by scalar
 prefetch, so the BlockSpec index maps pick the expert's weight block and the row tile. There are at most
@@ -22,7 +23,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from ._common import pallas_interpret
-from ._matmul_pallas import accumulate_k_steps, mask_k
+from ._matmul_pallas import accumulate_k_steps, mask_k, use_triton_lowering
 
 __all__ = ["moe_gemm", "group_metadata"]
 
@@ -75,10 +76,68 @@ def _kernel(gid_ref: Any, tile_ref: Any, valid_ref: Any, start_ref: Any, end_ref
         o_ref[...] = jnp.where(mine, acc_ref[...].astype(o_ref.dtype), o_ref[...])
 
 
-@functools.partial(jax.jit, static_argnames=("bm", "bn", "bk", "interpret"))
+def _gpu_kernel(sizes_ref: Any, x_ref: Any, w_ref: Any, o_ref: Any, *, E: int, K: int, N: int, bm: int, bn: int,
+                bk: int) -> None:
+    from jax.experimental.pallas import triton as plgpu
+
+    pid_t, pid_n = pl.program_id(0), pl.program_id(1)
+
+    def find(e: Any, carry: tuple[Any, ...]) -> tuple[Any, ...]:
+        tile_lo, row_off, expert, row_start, row_end = carry
+        size = plgpu.load(sizes_ref.at[e]).astype(jnp.int32)
+        n_tiles = (size + bm - 1) // bm
+        hit = (pid_t >= tile_lo) & (pid_t < tile_lo + n_tiles)
+        expert = jnp.where(hit, e, expert)
+        row_start = jnp.where(hit, row_off + (pid_t - tile_lo) * bm, row_start)
+        row_end = jnp.where(hit, row_off + size, row_end)
+        return tile_lo + n_tiles, row_off + size, expert, row_start, row_end
+
+    zero = jnp.int32(0)
+    _, _, expert, row_start, row_end = jax.lax.fori_loop(0, E, find, (zero, zero, zero - 1, zero, zero))
+
+    @pl.when(expert >= 0)
+    def _compute() -> None:
+        rm = row_start + jnp.arange(bm)
+        rn = pid_n * bn + jnp.arange(bn)
+        m_ok, n_ok = rm < row_end, rn < N
+        precision = jax.lax.Precision.HIGHEST if x_ref.dtype == jnp.float32 else None
+
+        def body(kk: Any, acc: jax.Array) -> jax.Array:
+            rk = kk * bk + jnp.arange(bk)
+            k_ok = rk < K
+            a = plgpu.load(x_ref.at[pl.ds(row_start, bm), pl.ds(kk * bk, bk)],
+                           mask=m_ok[:, None] & k_ok[None, :], other=0)
+            b = plgpu.load(w_ref.at[expert, pl.ds(kk * bk, bk), pl.ds(pid_n * bn, bn)],
+                           mask=k_ok[:, None] & n_ok[None, :], other=0)
+            return acc + jnp.dot(a, b, preferred_element_type=jnp.float32, precision=precision)
+
+        acc = jax.lax.fori_loop(0, pl.cdiv(K, bk), body, jnp.zeros((bm, bn), jnp.float32))
+        plgpu.store(o_ref.at[pl.ds(row_start, bm), pl.ds(pid_n * bn, bn)], acc.astype(o_ref.dtype),
+                    mask=m_ok[:, None] & n_ok[None, :])
+
+
+def _moe_gpu(x: jax.Array, w: jax.Array, group_sizes: jax.Array, bm: int, bn: int, bk: int, num_warps: int,
+             num_stages: int, interpret: bool) -> jax.Array:
+    from jax.experimental.pallas import triton as plgpu
+
+    T, K = x.shape
+    E, _, N = w.shape
+    return pl.pallas_call(
+        functools.partial(_gpu_kernel, E=E, K=K, N=N, bm=bm, bn=bn, bk=bk),
+        out_shape=jax.ShapeDtypeStruct((T, N), x.dtype),
+        grid=(pl.cdiv(T, bm) + E, pl.cdiv(N, bn)),
+        compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages),
+        interpret=interpret,
+    )(group_sizes.astype(jnp.int32), x, w)
+
+
+@functools.partial(jax.jit, static_argnames=("bm", "bn", "bk", "num_warps", "num_stages", "interpret"))
 def _moe_jit(x: jax.Array, w: jax.Array, group_sizes: jax.Array, *, bm: int, bn: int, bk: int,
-             interpret: bool) -> jax.Array:
+             num_warps: int | None, num_stages: int | None, interpret: bool) -> jax.Array:
     from jax.experimental.pallas import tpu as pltpu
+
+    if use_triton_lowering(num_warps, interpret):
+        return _moe_gpu(x, w, group_sizes, bm, bn, bk, num_warps or 4, num_stages or 3, interpret)
 
     T, K = x.shape
     E, _, N = w.shape
@@ -112,7 +171,8 @@ def _moe_jit(x: jax.Array, w: jax.Array, group_sizes: jax.Array, *, bm: int, bn:
 
 
 def moe_gemm(x: jax.Array, w: jax.Array, group_sizes: jax.Array, *, bm: int = 128, bn: int = 128,
-             bk: int = 128, interpret: bool | None = None) -> jax.Array:
+             bk: int = 128, num_warps: int | None = None, num_stages: int | None = None,
+             interpret: bool | None = None) -> jax.Array:
     """out[rows of e] = x[rows of e] @ w[e] for x (T, K) sorted by expert, w (E, K, N), group_sizes (E,)."""
     if x.ndim != 2 or w.ndim != 3 or x.shape[1] != w.shape[1]:
         raise ValueError(f"moe_gemm needs x (T, K) and w (E, K, N), got {x.shape} and {w.shape}")
@@ -121,4 +181,5 @@ def moe_gemm(x: jax.Array, w: jax.Array, group_sizes: jax.Array, *, bm: int = 12
     if group_sizes.shape != (w.shape[0],):
         raise ValueError(f"group_sizes has shape {group_sizes.shape}, expected {(w.shape[0],)}")
     interp = pallas_interpret() if interpret is None else interpret
-    return _moe_jit(x, w, group_sizes, bm=bm, bn=bn, bk=bk, interpret=interp)
+    return _moe_jit(x, w, group_sizes, bm=bm, bn=bn, bk=bk, num_warps=num_warps, num_stages=num_stages,
+                    interpret=interp)

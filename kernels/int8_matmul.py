@@ -8,7 +8,9 @@ Backends (same kernels as `matmul`, with an int8 B operand):
   converted to X's dtype in registers (exact: |w| <= 127) and fed to `tl.dot`; the scale is applied once
   to the fp32 accumulator in the epilogue (or in the split-K reduce kernel). Parameters as matmul.
   Interpreter: bf16 tiles (and the converted weights) are upcast to fp32 before `tl.dot`.
-- pallas: int8 W blocks in VMEM, converted to X's dtype per block; scale/bias/activation at the last K step.
+- pallas: int8 W blocks converted to X's dtype per block; scale/bias/activation applied to the fp32
+  accumulator once (last K step on TPU; after the K loop in the NVIDIA structure, which takes num_warps and
+  num_stages).
 
 Reference: float64 numpy, (X @ W) * scale + bias, then the activation.
 """

@@ -9,8 +9,10 @@ Backends:
   that applies the epilogue -- deterministic, and correct for non-linear activations), num_warps,
   num_stages. Accepts a preallocated `out`. fp32 inputs use IEEE fp32 dot (no TF32).
   Interpreter: bf16 tiles are upcast to fp32 before `tl.dot` (numpy has no bf16); on GPU they are not.
-- pallas (`kernels._matmul_pallas.matmul`): bm/bn/bk blocks, grid_order "mn"|"nm", K as the sequential
-  grid axis with a VMEM fp32 accumulator; on TPU, dimension semantics and a VMEM limit sized to the blocks.
+- pallas (`kernels._matmul_pallas.matmul`): bm/bn/bk blocks, grid_order "mn"|"nm". On TPU (Mosaic): K as
+  the sequential grid axis with a VMEM fp32 accumulator, dimension semantics and a VMEM limit sized to the
+  blocks. On NVIDIA (Triton lowering, selected by the num_warps/num_stages compiler params of the sm80/sm90
+  space): a 2-D grid of output tiles with a K loop of masked loads.
 
 Reference: float64 numpy on the (rounded) inputs.
 """

@@ -9,8 +9,9 @@ Backends:
 - triton (`kernels._moe_triton.moe_gemm`): BLOCK_M/BLOCK_N/BLOCK_K, num_warps, num_stages; each program
   finds its expert by walking the group sizes; accepts a preallocated `out`.
   Interpreter: bf16 tiles are upcast to fp32 before `tl.dot`.
-- pallas (`kernels._moe_pallas.moe_gemm`): bm/bn/bk; scalar-prefetched group metadata picks the expert's
-  weight block per visit of a row tile (megablox-style).
+- pallas (`kernels._moe_pallas.moe_gemm`): bm/bn/bk. On TPU, scalar-prefetched group metadata picks the
+  expert's weight block per visit of a row tile (megablox-style); on NVIDIA (num_warps/num_stages in the
+  sm80/sm90 space) the Triton kernel's structure, each program finding its expert in a loop.
 
 Reference: float64 numpy, a loop over experts.
 """

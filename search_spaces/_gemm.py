@@ -16,6 +16,9 @@ Triton on NVIDIA (per program = one thread block):
   The total must stay within `max_regs_per_thread` (255).
 - threads: `32*num_warps <= max_threads_per_block`.
 
+Pallas on NVIDIA (its Triton lowering) compiles to the same kind of Triton program, so the same shared
+memory / register / thread limits apply to bm/bn/bk with the num_warps/num_stages compiler params.
+
 Pallas on TPU (Mosaic): the pipeline double-buffers every block in VMEM; the fp32 accumulator is a
 VMEM scratch buffer. The sum must fit in the chip's VMEM (16 MiB on v4, 128 MiB on v5e/v6e, 95 MiB on
 v5p). Block shapes follow the TPU tiling rule: the last dimension a multiple of 128 lanes, the
@@ -87,22 +90,24 @@ def triton_tile_params(device: Device, *, split_k: bool = True, group_m: bool = 
 
 
 def pallas_tile_params(device: Device, *, grid_order: bool = True) -> list[Param]:
-    """bm/bn/bk (+ grid order): TPU-sized blocks on TPU, small ones on the CPU interpreter.
-
-    The Pallas kernels of this library are written for Mosaic (TPU): a sequential reduction grid axis
-    with a VMEM accumulator. Pallas' Triton lowering on NVIDIA runs grid steps in parallel, so those
-    kernels are not offered there (use the Triton backend on NVIDIA)."""
+    """bm/bn/bk (+ grid order): TPU-sized blocks on TPU, small ones on the CPU interpreter; on NVIDIA
+    (Pallas' Triton lowering) Triton-sized blocks plus the compiler params num_warps and num_stages."""
     if device.kind == "cpu":
         params = [PowerOfTwo("bm", 8, 64, default=32), PowerOfTwo("bn", 16, 64, default=32),
                   PowerOfTwo("bk", 16, 64, default=32)]
     elif device.kind == "tpu":
         params = [PowerOfTwo("bm", 8, 1024, default=256), PowerOfTwo("bn", 128, 2048, default=256),
                   PowerOfTwo("bk", 128, 2048, default=512)]
+    elif device.kind == "cuda":
+        params = [PowerOfTwo("bm", 16, 256, default=64), PowerOfTwo("bn", 16, 256, default=64),
+                  PowerOfTwo("bk", 16, 128, default=32)]
     else:
-        raise ValueError(f"the Pallas kernels here target TPU (or the CPU interpreter), not {device.arch!r}; "
-                         "use the triton backend on NVIDIA")
+        raise ValueError(f"no Pallas tile parameters for device kind {device.kind!r}")
     if grid_order:
         params.append(Categorical("grid_order", ("mn", "nm"), default="mn"))
+    if device.kind == "cuda":
+        params += [Categorical("num_warps", (2, 4, 8), ordered=True, default=4),
+                   Categorical("num_stages", (1, 2, 3, 4, 5), ordered=True, default=3)]
     return params
 
 
@@ -123,17 +128,22 @@ def triton_resource_constraints(
     b_bytes: int,
     *,
     b_in_registers_extra: float = 0.0,
-    tiles: Callable[[Mapping[str, Any]], tuple[int, int, int]] | None = None,
+    names: tuple[str, str, str] = ("BLOCK_M", "BLOCK_N", "BLOCK_K"),
 ) -> list[Constraint]:
     """Shared-memory, register and thread limits of one Triton GEMM program on an NVIDIA device.
 
-    `b_in_registers_extra` adds registers per thread for a dequantised copy of the B tile (int8 kernel).
+    `b_in_registers_extra` adds registers per thread for a dequantised copy of the B tile (int8 kernel);
+    `names` are the tile parameters (("bm", "bn", "bk") for Pallas' Triton lowering).
     """
     if device.kind != "cuda":
         return []
-    get = tiles or (lambda c: (int(c["BLOCK_M"]), int(c["BLOCK_N"]), int(c["BLOCK_K"])))
+    nm, nn, nk = names
+
+    def get(c: Mapping[str, Any]) -> tuple[int, int, int]:
+        return int(c[nm]), int(c[nn]), int(c[nk])
+
     smem_limit = device.smem_per_block_bytes
-    uses = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages")
+    uses = (nm, nn, nk, "num_stages")
 
     def smem(c: Mapping[str, Any]) -> bool | str:
         bm, bn, bk = get(c)
@@ -143,7 +153,7 @@ def triton_resource_constraints(
         need = max(pipe, epi)
         if need <= smem_limit:
             return True
-        return (f"smem {need} B > {smem_limit} B for BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk}, "
+        return (f"smem {need} B > {smem_limit} B for {nm}={bm}, {nn}={bn}, {nk}={bk}, "
                 f"num_stages={stages} on {device.arch}")
 
     def regs(c: Mapping[str, Any]) -> bool | str:
@@ -155,8 +165,8 @@ def triton_resource_constraints(
         need = int(acc + operands + extra + REG_OVERHEAD)
         if need <= device.max_regs_per_thread:
             return True
-        return (f"registers {need}/thread > {device.max_regs_per_thread} for BLOCK_M={bm}, BLOCK_N={bn}, "
-                f"BLOCK_K={bk}, num_warps={c['num_warps']} on {device.arch}")
+        return (f"registers {need}/thread > {device.max_regs_per_thread} for {nm}={bm}, {nn}={bn}, "
+                f"{nk}={bk}, num_warps={c['num_warps']} on {device.arch}")
 
     def threads(c: Mapping[str, Any]) -> bool | str:
         t = 32 * int(c["num_warps"])
@@ -165,8 +175,7 @@ def triton_resource_constraints(
 
     return [
         Constraint(f"smem <= {smem_limit // 1024} KiB", smem, uses),
-        Constraint(f"registers/thread <= {device.max_regs_per_thread}", regs,
-                   ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps")),
+        Constraint(f"registers/thread <= {device.max_regs_per_thread}", regs, (nm, nn, nk, "num_warps")),
         Constraint(f"threads <= {device.max_threads_per_block}", threads, ("num_warps",)),
     ]
 

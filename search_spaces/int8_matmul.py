@@ -47,12 +47,13 @@ def _pallas(problem: Mapping[str, Any], device: Device) -> SearchSpace:
     dtype = str(problem.get("dtype", "float16"))
     xb = dtype_bytes(dtype)
     tpu = device.kind == "tpu"
-    sub = sublane_multiple(dtype) if tpu else 8
+    sub = sublane_multiple(dtype) if tpu else 8 if device.kind == "cpu" else 16
     lane = 128 if tpu else 16
     constraints = [
         tile_fits_problem("bm", "M", M, sub),
         tile_fits_problem("bn", "N", N, lane),
         tile_fits_problem("bk", "K", K, lane),
+        *triton_resource_constraints(device, xb, 1, b_in_registers_extra=xb / 4, names=("bm", "bn", "bk")),
     ]
     if tpu:
         # bm rows of X (sublanes of X's dtype); bk is both X's lane dim and W's int8 row dim

@@ -71,12 +71,13 @@ def pallas_matmul_space(problem: Mapping[str, Any], device: Device) -> SearchSpa
     nbytes = dtype_bytes(dtype)
     params = pallas_tile_params(device)
     tpu = device.kind == "tpu"
-    sub = sublane_multiple(dtype) if tpu else 8
+    sub = sublane_multiple(dtype) if tpu else 8 if device.kind == "cpu" else 16
     lane = 128 if tpu else 16
     constraints = [
         tile_fits_problem("bm", "M", M, sub),
         tile_fits_problem("bn", "N", N, lane),
         tile_fits_problem("bk", "K", K, lane),
+        *triton_resource_constraints(device, nbytes, nbytes, names=("bm", "bn", "bk")),
     ]
     if tpu:
         constraints.append(tpu_tiling_constraint(("bm",), ("bn", "bk"), sub))

@@ -2,9 +2,10 @@
 
 Problem: {"T" (routed token rows), "K", "N", "E" (experts), "dtype"} (+ optional "group_sizes").
 Triton: BLOCK_M/BLOCK_N/BLOCK_K, num_warps, num_stages (a program's M tile never crosses an expert
-boundary, so there is no GROUP_M or SPLIT_K). Pallas: bm/bn/bk; the grid order is fixed to
+boundary, so there is no GROUP_M or SPLIT_K). Pallas on TPU: bm/bn/bk; the grid order is fixed to
 (N tiles, visits, K tiles), because a row tile shared by two experts must be visited on consecutive
-grid steps for its output block to stay resident in VMEM.
+grid steps for its output block to stay resident in VMEM. Pallas on NVIDIA: bm/bn/bk plus the
+num_warps/num_stages compiler params (the kernel is the Triton one's structure).
 """
 
 from __future__ import annotations
@@ -46,12 +47,13 @@ def _pallas(problem: Mapping[str, Any], device: Device) -> SearchSpace:
     dtype = str(problem.get("dtype", "float16"))
     nbytes = dtype_bytes(dtype)
     tpu = device.kind == "tpu"
-    sub = sublane_multiple(dtype) if tpu else 8
+    sub = sublane_multiple(dtype) if tpu else 8 if device.kind == "cpu" else 16
     lane = 128 if tpu else 16
     constraints = [
         tile_fits_problem("bm", "T", T, sub),
         tile_fits_problem("bn", "N", N, lane),
         tile_fits_problem("bk", "K", K, lane),
+        *triton_resource_constraints(device, nbytes, nbytes, names=("bm", "bn", "bk")),
     ]
     if tpu:
         constraints.append(tpu_tiling_constraint(("bm",), ("bn", "bk"), sub))

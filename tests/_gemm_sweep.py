@@ -9,10 +9,11 @@ from kernels._check import check_kernel
 from search_spaces import get_device
 
 
-def sweep(name: str, backend: str, problem: dict[str, Any], configs: int, seed: int) -> None:
-    """`configs` distinct random valid configs of the CPU space must all match the reference."""
+def sweep(name: str, backend: str, problem: dict[str, Any], configs: int, seed: int, arch: str = "cpu") -> None:
+    """`configs` distinct random valid configs of the `arch` space (run here, under the interpreters) must
+    all match the reference. arch="sm90" with backend="pallas" exercises the Triton-lowering structure."""
     spec = get_kernel(name)
-    report = check_kernel(spec, backend=backend, problem=problem, device=get_device("cpu"), configs=configs,
+    report = check_kernel(spec, backend=backend, problem=problem, device=get_device(arch), configs=configs,
                           seed=seed)
     assert len(report.rows) == configs
     bad = [r for r in report.rows if not r.ok]

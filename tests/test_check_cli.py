@@ -128,7 +128,10 @@ def test_kernels_json_lists_every_kernel(capsys: pytest.CaptureFixture[str]) -> 
     assert by_name["moe_gemm"]["params_by_backend"]["pallas"]["bm"] == [8, 16, 32, 64]
     assert main(["kernels", "--device", "sm90", "--json"]) == 0
     sm90 = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    assert "error" in sm90["matmul"]["params_by_backend"]["pallas"]
+    assert sm90["matmul"]["params_by_backend"]["pallas"]["num_warps"] == [2, 4, 8]
+    assert main(["kernels", "--device", "tpu_v5e", "--json"]) == 0
+    tpu = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert "error" in tpu["matmul"]["params_by_backend"]["triton"]
     assert 256 in sm90["matmul"]["params_by_backend"]["triton"]["BLOCK_M"]
 
 

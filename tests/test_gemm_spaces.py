@@ -15,7 +15,8 @@ from search_spaces.matmul import matmul_space
 from search_spaces.moe_gemm import moe_gemm_space
 
 SPACES = {"matmul": matmul_space, "int8_matmul": int8_matmul_space, "moe_gemm": moe_gemm_space}
-DEVICES = {"triton": ["sm80", "sm90", "cpu"], "pallas": ["tpu_v4", "tpu_v5e", "tpu_v5p", "tpu_v6e", "cpu"]}
+DEVICES = {"triton": ["sm80", "sm90", "cpu"],
+           "pallas": ["tpu_v4", "tpu_v5e", "tpu_v5p", "tpu_v6e", "sm80", "sm90", "cpu"]}
 SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -116,8 +117,17 @@ def test_cpu_spaces_offer_small_blocks_and_backends_refuse_foreign_devices() -> 
     assert min(space["BLOCK_M"].values) == 16 and max(space["BLOCK_K"].values) <= 64
     with pytest.raises(ValueError, match="cuda or cpu"):
         matmul_space(prob, get_device("tpu_v5e"), "triton")
-    with pytest.raises(ValueError, match="triton backend on NVIDIA"):
-        moe_gemm_space({"T": 9, "N": 9, "K": 9, "E": 2, "dtype": "float16"}, get_device("sm90"), "pallas")
+    gpu = moe_gemm_space({"T": 9, "N": 9, "K": 9, "E": 2, "dtype": "float16"}, get_device("sm90"), "pallas")
+    assert {"num_warps", "num_stages"} <= set(gpu.names)  # Pallas' Triton lowering takes the compiler params
+
+
+def test_pallas_on_nvidia_has_the_triton_limits() -> None:
+    """Pallas' Triton lowering compiles to a Triton program: the same smem rule, named by bm/bn/bk."""
+    prob = {"M": 4096, "N": 4096, "K": 4096, "dtype": "float16", "bias": False, "activation": "none"}
+    cfg = {"bm": 128, "bn": 256, "bk": 64, "grid_order": "nm", "num_warps": 8, "num_stages": 4}
+    assert matmul_space(prob, get_device("sm90"), "pallas").contains(cfg)
+    (reason,) = matmul_space(prob, get_device("sm80"), "pallas").violations(cfg)
+    assert "smem 196608 B > 166912 B for bm=128, bn=256, bk=64, num_stages=4 on sm80" in reason
 
 
 def test_int8_space_counts_one_byte_weights() -> None:

@@ -19,6 +19,12 @@ def test_int8_matmul_space_sweep(backend: str, dtype: str, bias: bool, activatio
                                     "activation": activation}, 3, seed)
 
 
+def test_int8_matmul_pallas_triton_lowering_sweep() -> None:
+    """The NVIDIA structure of the Pallas kernel (num_warps/num_stages in the space), interpreted."""
+    sweep("int8_matmul", "pallas", {"M": 50, "N": 40, "K": 70, "dtype": "float16", "bias": True,
+                                    "activation": "relu"}, 3, 5, "sm90")
+
+
 def test_quantize_per_channel_round_trip() -> None:
     from kernels.int8_matmul import quantize_per_channel
 

@@ -20,6 +20,12 @@ def test_matmul_space_sweep(backend: str, dtype: str, bias: bool, activation: st
     sweep("matmul", backend, {**SHAPE, "dtype": dtype, "bias": bias, "activation": activation}, 3, seed)
 
 
+@pytest.mark.parametrize(("dtype", "arch"), [("bfloat16", "sm90"), ("float32", "sm80")])
+def test_matmul_pallas_triton_lowering_sweep(dtype: str, arch: str) -> None:
+    """The NVIDIA structure of the Pallas kernel (num_warps/num_stages in the space), interpreted."""
+    sweep("matmul", "pallas", {**SHAPE, "dtype": dtype, "bias": True, "activation": "gelu"}, 3, 4, arch)
+
+
 def test_triton_split_k_with_gelu_and_grouping() -> None:
     """Split-K keeps a non-linear epilogue correct (it runs after the reduction); GROUP_M > 1 covers all
     tiles; the preallocated output is the one returned."""

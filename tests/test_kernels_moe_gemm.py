@@ -21,6 +21,15 @@ def test_moe_gemm_space_sweep(backend: str, dtype: str, group_sizes: list[int] |
     sweep("moe_gemm", backend, problem, 3, seed)
 
 
+@pytest.mark.parametrize(("dtype", "group_sizes"), [("float16", [0, 29, 1, 30]), ("bfloat16", None)])
+def test_moe_gemm_pallas_triton_lowering_sweep(dtype: str, group_sizes: list[int] | None) -> None:
+    """The NVIDIA structure of the Pallas kernel (num_warps/num_stages in the space), interpreted."""
+    problem = {"T": 60, "K": 24, "N": 20, "E": 4, "dtype": dtype}
+    if group_sizes is not None:
+        problem["group_sizes"] = group_sizes
+    sweep("moe_gemm", "pallas", problem, 3, 6, "sm90")
+
+
 def test_group_sizes_are_seeded_and_sum_to_T() -> None:
     from kernels.moe_gemm import group_sizes_for
 
