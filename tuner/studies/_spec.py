@@ -42,6 +42,7 @@ from typing import Any
 import tomllib
 
 from tuner.errors import BadInput
+from tuner.store import normalize_url  # noqa: F401  (re-exported)
 
 __all__ = ["StudyError", "StudySpec", "StudyTask", "load_study", "parse_study", "order_tasks", "normalize_url",
            "task_distance"]
@@ -115,19 +116,6 @@ class StudySpec:
         tasks = tuple(StudyTask(**{**t.to_dict(), "storage": url}) for t in self.tasks)
         return StudySpec(self.name, self.path, self.device, self.strategy, self.seed, url, self.output_dir,
                          self.lease_seconds, tasks)
-
-
-def normalize_url(url: str) -> str:
-    """`postgresql://...` names no driver, and SQLAlchemy 2.1 then picks psycopg 3; tuner depends on
-    psycopg2 (pyproject), so a driverless PostgreSQL URL is pointed at psycopg2 unless psycopg 3 is there."""
-    for prefix in ("postgresql://", "postgres://"):
-        if url.startswith(prefix):
-            import importlib.util
-
-            if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
-                return "postgresql+psycopg2://" + url[len(prefix):]
-            return "postgresql://" + url[len(prefix):]
-    return url
 
 
 def _err(where: str, msg: str) -> StudyError:
