@@ -1,0 +1,291 @@
+"""Worker processes: each holds one `Session` and measures configs on request.
+
+The parent talks to a worker over a pipe (pickled messages between our own two processes; nothing a
+user could send). A worker dies with its parent (PR_SET_PDEATHSIG on Linux, and EOF on the pipe), so a
+killed tuning run leaves no process behind. A worker that hangs past a timeout is killed; one that dies
+(segfault, `os._exit`, the OOM killer) or reports a fatal device error is replaced, and the config it
+was running gets a failed result.
+
+Workers start through the 'forkserver' method on Linux (a fresh worker is a fork of a clean server
+process, tens of milliseconds, and never a fork of a process that holds a CUDA context) and 'spawn'
+elsewhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ._result import CRASHED, OUT_OF_RESOURCES, TIMEOUT, MeasureResult
+from ._target import Session, Target, _Failed, apply_env
+from ._timing import TimingOptions
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Worker", "WorkerSettings", "WorkerSetupError", "default_start_method"]
+
+
+class WorkerSetupError(RuntimeError):
+    """The task itself cannot be set up (inputs or reference failed): no config can be measured."""
+
+
+def default_start_method() -> str:
+    return "forkserver" if sys.platform.startswith("linux") else "spawn"
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Timeouts (seconds) and the start method of worker processes.
+
+    `compile_timeout_s` bounds the first call of a config (compile + one run + check);
+    `run_timeout_s` bounds its timing; `setup_timeout_s` bounds building the inputs and reference."""
+
+    compile_timeout_s: float = 60.0
+    run_timeout_s: float = 60.0
+    setup_timeout_s: float = 600.0
+    start_method: str | None = None
+    preload: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for k in ("compile_timeout_s", "run_timeout_s", "setup_timeout_s"):
+            if getattr(self, k) <= 0:
+                raise ValueError(f"{k} must be positive, got {getattr(self, k)!r}")
+
+
+# ---- the worker's side --------------------------------------------------------------------------------
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent exits (Helion's habit)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    except Exception:  # pragma: no cover - best effort; EOF on the pipe is the fallback
+        pass
+
+
+def _worker_main(conn: Connection, env: Mapping[str, str], parent_pid: int) -> None:
+    _die_with_parent()
+    apply_env(env)
+    if os.getppid() == 1:  # pragma: no cover - the parent died before we got here
+        os._exit(0)
+    session: Session | None = None
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            os._exit(0)
+        op = msg[0]
+        try:
+            if op == "setup":
+                _, target, opts, reference, want_reference = msg
+                session = Session(target, opts) if reference is None and want_reference else Session(
+                    target, opts, reference)
+                ref = session.setup()
+                conn.send(("ready", ref if want_reference else None))
+            elif op == "measure":
+                assert session is not None
+                _, config = msg
+                res = session.measure(config, on_compiled=lambda s: conn.send(("compiled", s)))
+                conn.send(("result", res.to_dict()))
+            elif op == "check":
+                assert session is not None
+                _, config = msg
+                try:
+                    compile_s, err = session.first_run(config)
+                    conn.send(("checked", {"compile_s": compile_s, "max_abs_error": err}))
+                except _Failed as f:
+                    conn.send(("result", f.result.with_(extra={**f.result.extra, "fatal": f.fatal}).to_dict()))
+            elif op == "interleave":
+                assert session is not None
+                _, configs, rounds, reps = msg
+                conn.send(("results", [r.to_dict() for r in session.interleave(configs, rounds, reps)]))
+            elif op == "stop":
+                conn.close()
+                os._exit(0)
+            else:
+                conn.send(("error", f"unknown request {op!r}"))
+        except Exception as exc:  # setup failures and bugs: report, keep serving
+            from ._gate import describe_exception
+
+            conn.send(("error", describe_exception(exc)))
+        if session is not None and session.fatal:
+            # A device fault (illegal address, ...) leaves the CUDA context unusable.
+            conn.close()
+            os._exit(3)
+
+
+# ---- the parent's side --------------------------------------------------------------------------------
+def _signal_name(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+_UNSET_REF: Any = object()
+
+
+class Worker:
+    """A worker process bound to one target. Restarts itself after a crash or a timeout."""
+
+    def __init__(self, target: Target, opts: TimingOptions, settings: WorkerSettings, *, name: str = "worker") -> None:
+        self.target = target
+        self.opts = opts
+        self.settings = settings
+        self.name = name
+        self.reference: Any = _UNSET_REF
+        self.proc: Any = None
+        self.conn: Connection | None = None
+        self.starts = 0
+        method = settings.start_method or default_start_method()
+        self.ctx = mp.get_context(method)
+        if method == "forkserver" and settings.preload:
+            # Modules the fork server imports once, so that every fresh worker starts with them loaded.
+            # Takes effect only if the server is not running yet.
+            self.ctx.set_forkserver_preload(["tuner.measure._worker", *settings.preload])
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.is_alive()
+
+    def _start(self) -> None:
+        parent, child = self.ctx.Pipe(duplex=True)
+        env = {**self.target.env()}
+        self.proc = self.ctx.Process(target=_worker_main, args=(child, env, os.getpid()), daemon=True,
+                                     name=f"tuner-{self.name}")
+        self.proc.start()
+        child.close()
+        self.conn = parent
+        self.starts += 1
+        want_ref = self.reference is _UNSET_REF
+        try:
+            self.conn.send(("setup", self.target, self.opts, None if want_ref else self.reference, want_ref))
+        except Exception as exc:
+            self.kill()
+            raise WorkerSetupError(f"cannot send the task to a worker process ({exc}); pass picklable, "
+                                   f"module-level functions or measure in-process") from exc
+        kind, payload = self._recv(self.settings.setup_timeout_s, "setting up the task")
+        if kind != "ready":
+            self.kill()
+            raise WorkerSetupError(f"setting up {self.target.describe()} failed in the worker: {payload}")
+        if want_ref:
+            self.reference = payload
+
+    def _recv(self, timeout: float, what: str) -> tuple[str, Any]:
+        assert self.conn is not None
+        try:
+            if not self.conn.poll(timeout):
+                self.kill()
+                return "timeout", f"{what} exceeded {timeout:g} s"
+            return self.conn.recv()
+        except (EOFError, OSError, ConnectionError):
+            code = None
+            if self.proc is not None:
+                self.proc.join(5)
+                code = self.proc.exitcode
+            self.kill()
+            return "died", code
+
+    def ensure(self) -> None:
+        if not self.alive:
+            self.kill()
+            self._start()
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            if self.proc.is_alive():
+                self.proc.kill()
+            self.proc.join(5)
+        if self.conn is not None:
+            self.conn.close()
+        self.proc = None
+        self.conn = None
+
+    def close(self) -> None:
+        if self.alive and self.conn is not None:
+            try:
+                self.conn.send(("stop",))
+                self.proc.join(2)
+            except (OSError, BrokenPipeError):
+                pass
+        self.kill()
+
+    def _died(self, code: int | None, what: str) -> MeasureResult:
+        label = self.target.label
+        sig = _signal_name(code)
+        if code == -signal.SIGKILL:
+            return MeasureResult.failed(OUT_OF_RESOURCES, label,
+                                        f"worker was killed ({sig}) while {what}, most likely by the "
+                                        f"out-of-memory killer", extra={"exitcode": code})
+        return MeasureResult.failed(CRASHED, label, f"worker process died ({sig}) while {what}",
+                                    extra={"exitcode": code if code is not None else -1})
+
+    def measure(self, config: Mapping[str, Any]) -> MeasureResult:
+        self.ensure()
+        assert self.conn is not None
+        t0 = time.perf_counter()
+        self.conn.send(("measure", dict(config)))
+        kind, payload = self._recv(self.settings.compile_timeout_s, "compiling (first call)")
+        if kind == "compiled":
+            kind, payload = self._recv(self.settings.run_timeout_s, "timing")
+        wall = time.perf_counter() - t0
+        if kind == "result":
+            res = MeasureResult.from_dict(payload)
+            if res.extra.get("fatal"):
+                self.kill()  # the worker exits by itself; make sure
+            return res
+        if kind == "timeout":
+            return MeasureResult.failed(TIMEOUT, self.target.label, str(payload), wall_s=wall)
+        if kind == "died":
+            return self._died(payload, "measuring").with_(wall_s=wall)
+        self.kill()
+        return MeasureResult.failed(CRASHED, self.target.label, f"worker error: {payload}", wall_s=wall)
+
+    def check(self, config: Mapping[str, Any]) -> MeasureResult | None:
+        """Compile and check one config (its first call) without timing it: None when it passed,
+        else the failed result. Used to precompile upcoming configs in parallel."""
+        self.ensure()
+        assert self.conn is not None
+        self.conn.send(("check", dict(config)))
+        kind, payload = self._recv(self.settings.compile_timeout_s, "compiling (first call)")
+        if kind == "checked":
+            return None
+        if kind == "result":
+            res = MeasureResult.from_dict(payload)
+            if res.extra.get("fatal"):
+                self.kill()
+            return res
+        if kind == "timeout":
+            return MeasureResult.failed(TIMEOUT, self.target.label, str(payload))
+        if kind == "died":
+            return self._died(payload, "compiling (first call)")
+        self.kill()
+        return MeasureResult.failed(CRASHED, self.target.label, f"worker error: {payload}")
+
+    def interleave(self, configs: Sequence[Mapping[str, Any]], rounds: int, reps: int) -> list[MeasureResult] | None:
+        """None when the worker died or hung (the caller falls back to one config at a time)."""
+        self.ensure()
+        assert self.conn is not None
+        self.conn.send(("interleave", [dict(c) for c in configs], rounds, reps))
+        budget = len(configs) * (self.settings.compile_timeout_s + self.settings.run_timeout_s)
+        kind, payload = self._recv(budget, "re-measuring the finalists")
+        if kind != "results":
+            self.kill()
+            return None
+        return [MeasureResult.from_dict(d) for d in payload]
