@@ -75,11 +75,44 @@ def _die_with_parent() -> None:
         pass
 
 
+def _release_forkserver() -> None:
+    """A forkserver child inherits the fd that keeps the fork server alive ("while any client
+    lives"). Close it: then the server exits when the tuning process dies, and its death kills us
+    (PR_SET_PDEATHSIG). We never start processes of our own."""
+    try:
+        from multiprocessing import forkserver
+
+        fs = forkserver._forkserver  # type: ignore[attr-defined]
+        fd = getattr(fs, "_forkserver_alive_fd", None)
+        if fd is not None:
+            os.close(fd)
+            fs._forkserver_alive_fd = None
+    except Exception:  # pragma: no cover - not a forkserver child, or the internals changed
+        pass
+
+
+def _watch_parent(parent_pid: int, interval_s: float = 0.5) -> None:
+    """Fallback for platforms without PR_SET_PDEATHSIG: exit when the tuning process is gone."""
+    import threading
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval_s)
+            try:
+                os.kill(parent_pid, 0)
+            except ProcessLookupError:
+                os._exit(0)
+            except PermissionError:  # pragma: no cover - pid reused by another user's process
+                os._exit(0)
+
+    threading.Thread(target=watch, name="tuner-parent-watch", daemon=True).start()
+
+
 def _worker_main(conn: Connection, env: Mapping[str, str], parent_pid: int) -> None:
     _die_with_parent()
+    _release_forkserver()
+    _watch_parent(parent_pid)
     apply_env(env)
-    if os.getppid() == 1:  # pragma: no cover - the parent died before we got here
-        os._exit(0)
     session: Session | None = None
     while True:
         try:
