@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from search_spaces import Config, Device, get_device
+from search_spaces import Config, Device, SearchSpace, get_device
 
 from ._optimize import Trial, TuneResult, optimize
 from .measure import (
@@ -142,6 +142,7 @@ def tune_kernel(
     finalists: int = 3,
     measurer: Measurer | None = None,
     callback: Callable[[KernelTrial], None] | None = None,
+    space: SearchSpace | None = None,
 ) -> KernelTuneResult:
     """Tune one kernel on one problem, backend and device.
 
@@ -153,6 +154,8 @@ def tune_kernel(
     - `storage`: every trial and every finalist re-measurement is stored (status, timing statistics,
       error text, task context). When `prior` is None, the store's past measurements of this kernel
       on other tasks are the prior.
+    - `space`: tune over this space instead of the kernel's own (e.g. a subset of it, as
+      benchmarks/gpu_validate.py does to compare with an exhaustive sweep of the same configs).
     - The best `finalists` configs are re-measured interleaved and the winner chosen by median, ties
       within the noise band broken by config order (`choose_winner`).
     """
@@ -163,7 +166,8 @@ def tune_kernel(
         raise ValueError(f"kernel {spec.name!r} has no {backend!r} backend; it has {list(spec.backends)}")
     problem = dict(problem if problem is not None else spec.default_problem)
     dev = _resolve_device(device, backend)
-    space = spec.space(problem, dev, backend)
+    if space is None:
+        space = spec.space(problem, dev, backend)
 
     from .store import ResultStore, TaskContext
 

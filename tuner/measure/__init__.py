@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ._device import detect_device
 from ._gate import classify_exception, compare
+from ._ktcache import kernel_tuner_cache, write_kernel_tuner_cache
 from ._measurer import (
     ISOLATIONS,
     CallableMeasurer,
@@ -67,5 +68,7 @@ __all__ = [
     "compare",
     "config_order_key",
     "detect_device",
+    "kernel_tuner_cache",
+    "write_kernel_tuner_cache",
     "summarize",
 ]
