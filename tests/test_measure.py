@@ -316,3 +316,12 @@ def test_worker_dies_with_its_parent(tmp_path):
     else:
         os.kill(wpid, 9)
         pytest.fail("the worker outlived its parent")
+
+
+def test_tune_kernel_with_precompile_keeps_statuses():
+    m = KernelMeasurer(BLOCKS, None, "triton", device="cpu", timing=FAST)
+    with m:
+        res = tune_kernel(BLOCKS, None, backend="triton", device="cpu", budget=8, strategy="random",
+                          measurer=m, precompile=2, finalists=2)
+    st = {t.config["block"]: t.status for t in res.trials}
+    assert st[1] == "incorrect" and st[5] == "compile_error" and res.best_config == {"block": 2}

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["KernelTrial", "KernelTuneResult", "MeasurementFailed", "tune_kernel", "software_versions"]
 
+PRECOMPILE_LIMIT = 512
 _VERSION_PACKAGES = ("triton", "jax", "jaxlib", "torch")
 
 
@@ -143,6 +144,7 @@ def tune_kernel(
     measurer: Measurer | None = None,
     callback: Callable[[KernelTrial], None] | None = None,
     space: SearchSpace | None = None,
+    precompile: bool | int = False,
 ) -> KernelTuneResult:
     """Tune one kernel on one problem, backend and device.
 
@@ -156,6 +158,10 @@ def tune_kernel(
       on other tasks are the prior.
     - `space`: tune over this space instead of the kernel's own (e.g. a subset of it, as
       benchmarks/gpu_validate.py does to compare with an exhaustive sweep of the same configs).
+    - `precompile`: True (or a number of processes) compiles and checks every config of the space in
+      parallel worker processes before tuning starts (spaces of at most `PRECOMPILE_LIMIT` configs), so
+      the trials load compiled kernels. Worth it on a GPU with a small space; checking a config runs it
+      once, so this is a phase of its own rather than overlapped with timing.
     - The best `finalists` configs are re-measured interleaved and the winner chosen by median, ties
       within the noise band broken by config order (`choose_winner`).
     """
@@ -209,6 +215,13 @@ def tune_kernel(
             callback(kt)
 
     try:
+        if precompile:
+            if space.is_enumerable and len(space) <= PRECOMPILE_LIMIT:
+                jobs = None if precompile is True else int(precompile)
+                fails = m.precompile(space.enumerate(), jobs=jobs)
+                log.info("precompiled %d configs; %d failed", len(space), len(fails))
+            else:
+                log.warning("precompile skipped: the space has more than %d configs", PRECOMPILE_LIMIT)
         tr = optimize(space, objective, budget=budget, seed=seed, strategy=strategy, prior=prior,
                       time_budget_s=time_budget_s, callback=on_trial)
         ok = sorted((t for t in ktrials if t.result.ok),

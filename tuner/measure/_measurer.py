@@ -224,8 +224,9 @@ class KernelMeasurer(TargetMeasurer):
                 problem = spec.default_problem
         kind = device_kind(device, backend)
         target = KernelTarget(spec, dict(problem), backend, device_kind=kind, seed=seed, reference_fn=reference_fn)
-        if settings is None and kind != "cpu":
-            settings = WorkerSettings(preload=("torch",) if backend == "triton" else ())
+        if settings is None and backend == "triton":
+            # The fork server imports torch once; every fresh worker (also after a crash) starts with it.
+            settings = WorkerSettings(preload=("torch",))
         super().__init__(target, isolation=isolation, timing=timing, settings=settings)
 
 
