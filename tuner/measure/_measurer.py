@@ -23,7 +23,7 @@ from ._result import COMPILE_ERROR, OK, MeasureResult
 from ._select import config_order_key
 from ._target import CallableTarget, KernelTarget, Session, Target, _Failed
 from ._timing import CPU_TIMING, TimingOptions
-from ._worker import Worker, WorkerSettings
+from ._worker import Worker, WorkerSettings, WorkerSetupError
 
 if TYPE_CHECKING:  # pragma: no cover
     from search_spaces import Device
@@ -156,7 +156,15 @@ class TargetMeasurer(Measurer):
             chunks = [configs[i::jobs] for i in range(jobs)]
 
             def run_chunk(w: Worker, chunk: list[dict[str, Any]]) -> list[tuple[str, MeasureResult | None]]:
-                return [(config_order_key(c), w.check(c)) for c in chunk]
+                out: list[tuple[str, MeasureResult | None]] = []
+                for c in chunk:
+                    try:
+                        out.append((config_order_key(c), w.check(c)))
+                    except WorkerSetupError as exc:  # e.g. no device memory for one more process
+                        log.warning("precompile worker %s could not start (%s); %d configs left to the "
+                                    "measuring worker", w.name, exc, len(chunk) - len(out))
+                        break
+                return out
 
             with ThreadPoolExecutor(max_workers=jobs) as ex:
                 for part in ex.map(run_chunk, pool, chunks):

@@ -140,7 +140,9 @@ class KernelTarget(Target):
     def env(self) -> dict[str, str]:
         if self.device_kind == "cpu":
             return {"TRITON_INTERPRET": "1", "TUNER_PALLAS_INTERPRET": "1", "JAX_PLATFORMS": "cpu"}
-        return {"TRITON_INTERPRET": "0", "TUNER_PALLAS_INTERPRET": "0"}
+        if self.backend == "triton":
+            return {"TRITON_INTERPRET": "0"}
+        return {}
 
     def _spec(self) -> Any:
         if self._spec_obj is None:
