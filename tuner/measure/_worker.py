@@ -82,7 +82,7 @@ def _release_forkserver() -> None:
     try:
         from multiprocessing import forkserver
 
-        fs = forkserver._forkserver  # type: ignore[attr-defined]
+        fs: Any = forkserver._forkserver  # type: ignore[attr-defined]
         fd = getattr(fs, "_forkserver_alive_fd", None)
         if fd is not None:
             os.close(fd)
@@ -187,7 +187,7 @@ class Worker:
         self.conn: Connection | None = None
         self.starts = 0
         method = settings.start_method or default_start_method()
-        self.ctx = mp.get_context(method)
+        self.ctx: Any = mp.get_context(method)
         if method == "forkserver" and settings.preload:
             # Modules the fork server imports once, so that every fresh worker starts with them loaded.
             # Takes effect only if the server is not running yet.
