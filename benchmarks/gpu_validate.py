@@ -109,6 +109,7 @@ def write_json(path: Path, doc: Any) -> None:
         json.dump(doc, f, indent=2, default=str)
         f.flush()
         os.fsync(f.fileno())
+    os.chmod(tmp, 0o644)
     os.replace(tmp, path)
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "optimize",
     "ResultStore",
     "TaskContext",
+    "tune_kernel",
     "__version__",
 ]
 
@@ -45,10 +46,12 @@ __all__ = [
 _LAZY = {
     "ResultStore": ("tuner.store", "ResultStore"),
     "TaskContext": ("tuner.store", "TaskContext"),
+    "tune_kernel": ("tuner.tune", "tune_kernel"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
     from .store import ResultStore, TaskContext
+    from .tune import tune_kernel
 
 
 def __getattr__(name: str) -> Any:

@@ -101,6 +101,7 @@ def write_kernel_tuner_cache(path: str | Path, doc: Mapping[str, Any]) -> Path:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; this is a data file to share
         os.replace(tmp, p)
     except BaseException:
         if os.path.exists(tmp):
