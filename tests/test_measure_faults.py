@@ -156,6 +156,8 @@ def test_tuning_survives_every_fault_and_picks_a_correct_config(tmp_path):
             assert m.value is None and m.error
     seg = next(m for m in rows if m.config["variant"] == "segfault")
     assert "SIGSEGV" in seg.error
+    assert "Segmentation fault" in seg.error and "_run" in seg.error  # the worker's faulthandler stack
+    assert "Segmentation fault" not in next(m for m in rows if m.config["variant"] == "exit").error
     assert "exceeded 1.5 s" in next(m for m in rows if m.config["variant"] == "sleep").error
     finals = [m for m in store.measurements(kernel="toy_faults") if m.stats.get("phase") == "final"]
     assert {m.config["variant"] for m in finals} == {"good", "good_slow"}

@@ -13,6 +13,7 @@ elsewhere.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing as mp
 import os
@@ -46,13 +47,17 @@ class WorkerSettings:
     """Timeouts (seconds) and the start method of worker processes.
 
     `compile_timeout_s` bounds the first call of a config (compile + one run + check);
-    `run_timeout_s` bounds its timing; `setup_timeout_s` bounds building the inputs and reference."""
+    `run_timeout_s` bounds its timing; `setup_timeout_s` bounds building the inputs and reference.
+    `preload`: modules the fork server imports once (e.g. "torch"), so that each new worker starts
+    with them loaded."""
 
     compile_timeout_s: float = 60.0
     run_timeout_s: float = 60.0
     setup_timeout_s: float = 600.0
     start_method: str | None = None
     preload: tuple[str, ...] = ()
+    # Workers write stderr to a temporary file, quoted in the error text when one dies.
+    capture_stderr: bool = True
 
     def __post_init__(self) -> None:
         for k in ("compile_timeout_s", "run_timeout_s", "setup_timeout_s"):
@@ -108,7 +113,21 @@ def _watch_parent(parent_pid: int, interval_s: float = 0.5) -> None:
     threading.Thread(target=watch, name="tuner-parent-watch", daemon=True).start()
 
 
-def _worker_main(conn: Connection, env: Mapping[str, str], parent_pid: int) -> None:
+def _capture_stderr(path: str | None) -> None:
+    """Send this process's stderr (fd 2, so C-level messages too) to `path`, and dump the Python stack
+    there on a fatal signal; the parent quotes its tail when the worker dies."""
+    if not path:
+        return
+    import faulthandler
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 2)
+    os.close(fd)
+    faulthandler.enable(file=sys.stderr, all_threads=False)
+
+
+def _worker_main(conn: Connection, env: Mapping[str, str], parent_pid: int, stderr_path: str | None = None) -> None:
+    _capture_stderr(stderr_path)
     _die_with_parent()
     _release_forkserver()
     _watch_parent(parent_pid)
@@ -186,6 +205,8 @@ class Worker:
         self.proc: Any = None
         self.conn: Connection | None = None
         self.starts = 0
+        self._stderr_path: str | None = None
+        self._stderr_mark = 0
         method = settings.start_method or default_start_method()
         self.ctx: Any = mp.get_context(method)
         if method == "forkserver" and settings.preload:
@@ -200,13 +221,20 @@ class Worker:
     def _start(self) -> None:
         parent, child = self.ctx.Pipe(duplex=True)
         env = {**self.target.env()}
-        self.proc = self.ctx.Process(target=_worker_main, args=(child, env, os.getpid()), daemon=True,
+        if self.settings.capture_stderr and self._stderr_path is None:
+            import tempfile
+
+            fd, self._stderr_path = tempfile.mkstemp(prefix=f"tuner-{self.name}-", suffix=".stderr")
+            os.close(fd)
+        self.proc = self.ctx.Process(target=_worker_main, args=(child, env, os.getpid(), self._stderr_path),
+                                     daemon=True,
                                      name=f"tuner-{self.name}")
         self.proc.start()
         child.close()
         self.conn = parent
         self.starts += 1
         want_ref = self.reference is _UNSET_REF
+        self._mark()
         try:
             self.conn.send(("setup", self.target, self.opts, None if want_ref else self.reference, want_ref))
         except Exception as exc:
@@ -216,7 +244,10 @@ class Worker:
         kind, payload = self._recv(self.settings.setup_timeout_s, "setting up the task")
         if kind != "ready":
             self.kill()
-            raise WorkerSetupError(f"setting up {self.target.describe()} failed in the worker: {payload}")
+            why = f"the worker died ({_signal_name(payload)})" if kind == "died" else str(payload)
+            tail = self.stderr_tail()
+            raise WorkerSetupError(f"setting up {self.target.describe()} failed: {why}"
+                                   + (f"; its stderr ended with:\n{tail}" if tail else ""))
         if want_ref:
             self.reference = payload
 
@@ -258,10 +289,47 @@ class Worker:
             except (OSError, BrokenPipeError):
                 pass
         self.kill()
+        if self._stderr_path:
+            tail = self.stderr_tail(4000, since_mark=False)
+            if tail:
+                log.debug("worker %s stderr (tail):\n%s", self.name, tail)
+            with contextlib.suppress(OSError):
+                os.unlink(self._stderr_path)
+            self._stderr_path = None
+
+    def _mark(self) -> None:
+        """Remember where stderr ends now: a death quotes only what the current request wrote."""
+        self._stderr_mark = 0
+        if self._stderr_path:
+            with contextlib.suppress(OSError):
+                self._stderr_mark = os.path.getsize(self._stderr_path)
+
+    def stderr_tail(self, limit: int = 1500, since_mark: bool = True) -> str:
+        """What the worker wrote to stderr during the current request (all of it when `since_mark` is
+        False), at most `limit` characters: from faulthandler's "Fatal Python error" on when there is one
+        (its innermost frames come first), else the end."""
+        if not self._stderr_path:
+            return ""
+        try:
+            with open(self._stderr_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(self._stderr_mark if since_mark else 0, size - 65536))
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        i = text.rfind("Fatal Python error")
+        if i >= 0:
+            lines = [ln for ln in text[i:].splitlines() if not ln.startswith("Extension modules:")]
+            return "\n".join(lines).strip()[:limit]
+        return text.strip()[-limit:]
 
     def _died(self, code: int | None, what: str) -> MeasureResult:
         label = self.target.label
         sig = _signal_name(code)
+        tail = self.stderr_tail()
+        if tail:
+            what = f"{what}; its stderr ended with:\n{tail}"
         if code == -signal.SIGKILL:
             return MeasureResult.failed(OUT_OF_RESOURCES, label,
                                         f"worker was killed ({sig}) while {what}, most likely by the "
@@ -273,6 +341,7 @@ class Worker:
         self.ensure()
         assert self.conn is not None
         t0 = time.perf_counter()
+        self._mark()
         self.conn.send(("measure", dict(config)))
         kind, payload = self._recv(self.settings.compile_timeout_s, "compiling (first call)")
         if kind == "compiled":
@@ -295,6 +364,7 @@ class Worker:
         else the failed result. Used to precompile upcoming configs in parallel."""
         self.ensure()
         assert self.conn is not None
+        self._mark()
         self.conn.send(("check", dict(config)))
         kind, payload = self._recv(self.settings.compile_timeout_s, "compiling (first call)")
         if kind == "checked":
@@ -315,6 +385,7 @@ class Worker:
         """None when the worker died or hung (the caller falls back to one config at a time)."""
         self.ensure()
         assert self.conn is not None
+        self._mark()
         self.conn.send(("interleave", [dict(c) for c in configs], rounds, reps))
         budget = len(configs) * (self.settings.compile_timeout_s + self.settings.run_timeout_s)
         kind, payload = self._recv(budget, "re-measuring the finalists")
