@@ -302,7 +302,7 @@ def test_worker_dies_with_its_parent(tmp_path):
             m.measure({"k": 1})
     """))
     p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
-                         env={**os.environ, "PYTHONPATH": os.getcwd()})
+                         env={**os.environ, "PYTHONPATH": os.getcwd(), "TMPDIR": str(tmp_path)})
     wpid = int(p.stdout.readline())
     os.kill(wpid, 0)  # alive
     time.sleep(0.3)

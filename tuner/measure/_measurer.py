@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -100,6 +101,8 @@ class TargetMeasurer(Measurer):
     def _remote(self) -> Worker:
         if self._worker is None:
             self._worker = Worker(self.target, self.timing, self.settings, name="measure")
+            # a measurer dropped without close() still stops its worker
+            weakref.finalize(self, self._worker.close)
         self._worker.ensure()
         return self._worker
 

@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -178,6 +179,11 @@ def _worker_main(conn: Connection, env: Mapping[str, str], parent_pid: int, stde
             os._exit(3)
 
 
+def _unlink_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
 # ---- the parent's side --------------------------------------------------------------------------------
 def _signal_name(code: int | None) -> str:
     if code is None:
@@ -226,6 +232,7 @@ class Worker:
 
             fd, self._stderr_path = tempfile.mkstemp(prefix=f"tuner-{self.name}-", suffix=".stderr")
             os.close(fd)
+            weakref.finalize(self, _unlink_quietly, self._stderr_path)
         self.proc = self.ctx.Process(target=_worker_main, args=(child, env, os.getpid(), self._stderr_path),
                                      daemon=True,
                                      name=f"tuner-{self.name}")
