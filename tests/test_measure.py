@@ -325,3 +325,30 @@ def test_tune_kernel_with_precompile_keeps_statuses():
                           measurer=m, precompile=2, finalists=2)
     st = {t.config["block"]: t.status for t in res.trials}
     assert st[1] == "incorrect" and st[5] == "compile_error" and res.best_config == {"block": 2}
+
+
+class _Counting(KernelMeasurer):
+    calls = 0
+
+    def measure(self, config):
+        type(self).calls += 1
+        return super().measure(config)
+
+
+def test_tune_kernel_resumes_from_the_store(tmp_path):
+    url = f"sqlite:///{tmp_path / 'resume.db'}"
+    m = _Counting(BLOCKS, None, "triton", device="cpu", timing=FAST, isolation="inprocess")
+    first = tune_kernel(BLOCKS, None, backend="triton", device="cpu", budget=4, strategy="random", seed=3,
+                        storage=url, measurer=m, finalists=1)
+    assert _Counting.calls == 4
+    again = tune_kernel(BLOCKS, None, backend="triton", device="cpu", budget=7, strategy="random", seed=3,
+                        storage=url, measurer=m, finalists=1)
+    assert _Counting.calls == 7  # the first 4 were not measured again
+    assert [t.number for t in again.trials] == list(range(7))
+    assert [t.config for t in again.trials[:4]] == [t.config for t in first.trials]
+    assert [t.status for t in again.trials[:4]] == [t.status for t in first.trials]
+    for old, new in zip(first.trials, again.trials[:4], strict=True):
+        assert new.result.median == old.result.median and new.result.error == old.result.error
+    rows = [r for r in ResultStore(url).measurements(kernel="toy_blocks") if r.stats.get("phase") != "final"]
+    assert len(rows) == 7 and len({json.dumps(r.config, sort_keys=True) for r in rows}) == 7
+    m.close()

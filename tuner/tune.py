@@ -28,11 +28,11 @@ from .measure import (
     choose_winner,
     config_order_key,
 )
+from .store import ResultStore
 
 if TYPE_CHECKING:  # pragma: no cover
     from kernels import KernelSpec
 
-    from .store import ResultStore
     from .strategies import PriorTask, Strategy
 
 log = logging.getLogger(__name__)
@@ -118,6 +118,45 @@ class KernelTuneResult:
         return out
 
 
+class _StudyOnlyStore(ResultStore):
+    """The store as `optimize` sees it from `tune_kernel`: it holds the Optuna study, but `tune_kernel`
+    records each trial itself, with its full measurement, so `record_trial` does nothing here."""
+
+    @classmethod
+    def wrap(cls, store: ResultStore) -> _StudyOnlyStore:
+        obj = object.__new__(cls)
+        obj.__dict__ = store.__dict__  # the same engine, sessions and Optuna storage
+        return obj
+
+    def record_trial(self, *args: Any, **kwargs: Any) -> int:
+        return -1
+
+
+def _resumed_trials(tr: TuneResult, new: list[KernelTrial], store: ResultStore | None, study_name: str,
+                    label: str) -> list[KernelTrial]:
+    """All trials of a resumed run: the earlier ones rebuilt from their stored measurements."""
+    done = {t.number for t in new}
+    rows: dict[str, Any] = {}
+    if store is not None:
+        for r in store.measurements(study_name=study_name):
+            if r.stats.get("phase") != "final":
+                rows[config_order_key(r.config)] = r
+    out = list(new)
+    for t in tr.trials:
+        if t.number in done:
+            continue
+        row = rows.get(config_order_key(t.config))
+        res: MeasureResult
+        if row is not None and row.stats.get("status") == row.status:
+            res = MeasureResult.from_dict({**row.stats, "error": row.error})
+        elif t.value is not None:
+            res = MeasureResult(status="ok", backend=label, median=t.value, n=1, extra={"resumed": True})
+        else:
+            res = MeasureResult.failed(CRASHED, label, t.error or "failed (resumed without its stored measurement)")
+        out.append(KernelTrial(t.number, dict(t.config), res))
+    return sorted(out, key=lambda k: k.number)
+
+
 def _resolve_device(device: Device | str | None, backend: str) -> Device:
     if device is None:
         from .measure import detect_device
@@ -145,6 +184,7 @@ def tune_kernel(
     callback: Callable[[KernelTrial], None] | None = None,
     space: SearchSpace | None = None,
     precompile: bool | int = False,
+    study_name: str | None = None,
 ) -> KernelTuneResult:
     """Tune one kernel on one problem, backend and device.
 
@@ -154,8 +194,11 @@ def tune_kernel(
     - Runs `tuner.optimize` with the measured median (ms) as the objective; a failed measurement
       (any status but ok) is a failed trial, its status and error kept.
     - `storage`: every trial and every finalist re-measurement is stored (status, timing statistics,
-      error text, task context). When `prior` is None, the store's past measurements of this kernel
-      on other tasks are the prior.
+      error text, task context), and the Optuna study lives there under `study_name` (default: from
+      the kernel, task, backend and seed). Re-running with the same storage and study name resumes:
+      finished trials count towards the budget and are not measured again (their measurements come
+      back from the store). When `prior` is None, the store's past measurements of this kernel on other
+      tasks are the prior.
     - `space`: tune over this space instead of the kernel's own (e.g. a subset of it, as
       benchmarks/gpu_validate.py does to compare with an exhaustive sweep of the same configs).
     - `precompile`: True (or a number of processes) compiles and checks every config of the space in
@@ -175,7 +218,7 @@ def tune_kernel(
     if space is None:
         space = spec.space(problem, dev, backend)
 
-    from .store import ResultStore, TaskContext
+    from .store import TaskContext
 
     store: ResultStore | None = None
     if storage is not None:
@@ -185,7 +228,7 @@ def tune_kernel(
     if prior is None and store is not None:
         prior = store.prior_for(spec.name, exclude_task=task.task_id) or None
     strategy_name = strategy if isinstance(strategy, str) else strategy.name
-    study_name = f"tune-{spec.name}-{task.task_id}-{backend}-{seed}"
+    study_name = study_name or f"tune-{spec.name}-{task.task_id}-{backend}-{seed}"
 
     own = measurer is None
     m: Measurer = measurer if measurer is not None else KernelMeasurer(spec, problem, backend, device=dev, seed=seed)
@@ -223,7 +266,11 @@ def tune_kernel(
             else:
                 log.warning("precompile skipped: the space has more than %d configs", PRECOMPILE_LIMIT)
         tr = optimize(space, objective, budget=budget, seed=seed, strategy=strategy, prior=prior,
-                      time_budget_s=time_budget_s, callback=on_trial)
+                      time_budget_s=time_budget_s, callback=on_trial,
+                      storage=_StudyOnlyStore.wrap(store) if store is not None else None,
+                      study_name=study_name if store is not None else None, task=task)
+        if len(ktrials) < len(tr.trials):  # resumed: the earlier trials' measurements are in the store
+            ktrials = _resumed_trials(tr, ktrials, store, study_name, m.label)
         ok = sorted((t for t in ktrials if t.result.ok),
                     key=lambda t: (t.result.median, config_order_key(t.config)))
         picked = [t.config for t in ok[: max(1, finalists)]]
