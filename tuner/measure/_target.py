@@ -9,6 +9,7 @@ caller's process (in-process mode); the code is the same.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -17,7 +18,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._gate import ArrayOps, classify_exception, compare, describe_exception, nonfinite_message
+import numpy as np
+
+from ._gate import ArrayOps, classify_exception, compare, describe_exception, is_torch, nonfinite_message
 from ._result import INCORRECT, MeasureResult, summarize
 from ._timing import TimingOptions, jax_sync, no_sync, time_wall
 
@@ -70,6 +73,22 @@ def _device_label(device_kind: str) -> str:
     return {"cpu": "cpu-interpreter", "cuda": "cuda", "gpu": "cuda", "tpu": "tpu"}.get(device_kind, device_kind)
 
 
+def _fast_restore(x: Any, pristine: Any) -> Callable[[], Any] | None:
+    if isinstance(x, np.ndarray) and isinstance(pristine, np.ndarray):
+        return functools.partial(np.copyto, x, pristine)
+    if is_torch(x) and pristine is not None:
+        return functools.partial(x.copy_, pristine)
+    return None
+
+
+def _fast_poison(x: Any) -> Callable[[], Any] | None:
+    if isinstance(x, np.ndarray) and x.dtype.kind in "fc":
+        return functools.partial(x.fill, np.nan)
+    if is_torch(x) and x.dtype.is_floating_point:
+        return functools.partial(x.fill_, float("nan"))
+    return None
+
+
 class _Holder:
     """Inputs with snapshots: restores the mutated ones, poisons the output, verifies the others."""
 
@@ -86,11 +105,22 @@ class _Holder:
         self.guarded = {k: ArrayOps.snapshot(v) for k, v in values.items()
                         if k not in self.pristine and k != output}
 
-    def before_run(self) -> None:
+        # Bound in-place operations for numpy arrays and torch tensors (the hot path: before every run).
+        self._fast: list[tuple[Any, Any, Callable[[], Any] | None, str]] = []
         for k in self.mutated:
-            ArrayOps.restore(self.values, k, self.pristine[k])
-        if self.output is not None:
-            ArrayOps.poison(self.values, self.output)
+            self._fast.append((k, values[k], _fast_restore(values[k], self.pristine[k]), "restore"))
+        if output is not None:
+            self._fast.append((output, values[output], _fast_poison(values[output]), "poison"))
+
+    def before_run(self) -> None:
+        values = self.values
+        for k, obj, fn, what in self._fast:
+            if fn is not None and values[k] is obj:
+                fn()
+            elif what == "restore":
+                ArrayOps.restore(values, k, self.pristine[k])
+            else:
+                ArrayOps.poison(values, k)
 
     def check(self) -> str | None:
         changed = [k for k, snap in self.guarded.items() if not ArrayOps.unchanged(self.values[k], snap)]
