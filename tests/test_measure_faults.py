@@ -34,11 +34,15 @@ EXPECTED = {
     "raise": "crashed",
     "compile": "compile_error",
     "memory": "out_of_resources",
-    "sleep": "timeout",
+    "sleep": "timeout",  # hangs in its first call (the compile deadline)
+    "hang_later": "timeout",  # first call fine, hangs while being timed (the run deadline)
     "exit": "crashed",  # os._exit
     "segfault": "crashed",  # ctypes.string_at(0)
     "killed": "out_of_resources",  # SIGKILL from outside (what the OOM killer does)
 }
+
+
+_CALLS: dict[str, int] = {}  # per process
 
 
 class CompilationError(Exception):
@@ -62,6 +66,11 @@ def _reference(problem, inputs):
 def _run(problem, backend, inputs, config):
     x, out = inputs["x"], inputs["out"]
     v = config["variant"]
+    if v == "hang_later":
+        _CALLS[v] = _CALLS.get(v, 0) + 1
+        if _CALLS[v] > 1:
+            time.sleep(30)
+        v = "good"
     if v in ("good", "good_slow", "mutate"):
         reps = 8 if v == "good_slow" else 1
         for _ in range(reps):
@@ -118,7 +127,7 @@ TOY = KernelSpec(
 )
 
 FAST = TimingOptions(warmup=1, budget_ms=5.0, min_reps=3, max_reps=20, interleave_rounds=3, interleave_reps=3)
-SHORT = WorkerSettings(compile_timeout_s=1.5, run_timeout_s=5.0, setup_timeout_s=60.0)
+SHORT = WorkerSettings(compile_timeout_s=1.5, run_timeout_s=3.0, setup_timeout_s=60.0)
 
 
 def test_tuning_survives_every_fault_and_picks_a_correct_config(tmp_path):
@@ -142,8 +151,8 @@ def test_tuning_survives_every_fault_and_picks_a_correct_config(tmp_path):
     assert res.best_config is not None and res.best_config["variant"] in ("good", "good_slow")
     assert res.best is not None and res.best.ok and res.best.extra.get("interleaved")
     assert res.best_config["variant"] == "good"  # 8x less work than good_slow: far outside the noise band
-    # hang, os._exit, segfault and SIGKILL each cost one worker; the others reuse it
-    assert starts == 1 + 4
+    # the two hangs, os._exit, segfault and SIGKILL each cost one worker; the others reuse it
+    assert starts == 1 + 5
     # every result is in the store with its status, statistics and error text
     rows = [m for m in store.measurements(kernel="toy_faults") if m.stats.get("phase") != "final"]
     assert len(rows) == len(EXPECTED)
@@ -158,7 +167,8 @@ def test_tuning_survives_every_fault_and_picks_a_correct_config(tmp_path):
     assert "SIGSEGV" in seg.error
     assert "Segmentation fault" in seg.error and "_run" in seg.error  # the worker's faulthandler stack
     assert "Segmentation fault" not in next(m for m in rows if m.config["variant"] == "exit").error
-    assert "exceeded 1.5 s" in next(m for m in rows if m.config["variant"] == "sleep").error
+    assert next(m for m in rows if m.config["variant"] == "sleep").error == "compiling (first call) exceeded 1.5 s"
+    assert next(m for m in rows if m.config["variant"] == "hang_later").error == "timing exceeded 3 s"
     finals = [m for m in store.measurements(kernel="toy_faults") if m.stats.get("phase") == "final"]
     assert {m.config["variant"] for m in finals} == {"good", "good_slow"}
 

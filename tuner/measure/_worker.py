@@ -127,7 +127,8 @@ def _capture_stderr(path: str | None) -> None:
     faulthandler.enable(file=sys.stderr, all_threads=False)
 
 
-def _worker_main(conn: Connection, env: Mapping[str, str], parent_pid: int, stderr_path: str | None = None) -> None:
+def _worker_main(conn: Connection, env: Mapping[str, str], parent_pid: int, stderr_path: str | None = None,
+                 compiled_at: Any = None) -> None:
     _capture_stderr(stderr_path)
     _die_with_parent()
     _release_forkserver()
@@ -150,7 +151,12 @@ def _worker_main(conn: Connection, env: Mapping[str, str], parent_pid: int, stde
             elif op == "measure":
                 assert session is not None
                 _, config = msg
-                res = session.measure(config, on_compiled=lambda s: conn.send(("compiled", s)))
+                # The phase change goes through shared memory, not the pipe: the parent wakes once per
+                # config (on the result) unless the compile deadline passes first.
+                def on_compiled(_s: float) -> None:
+                    compiled_at.value = time.monotonic()
+
+                res = session.measure(config, on_compiled=on_compiled)
                 conn.send(("result", res.to_dict()))
             elif op == "check":
                 assert session is not None
@@ -213,6 +219,7 @@ class Worker:
         self.starts = 0
         self._stderr_path: str | None = None
         self._stderr_mark = 0
+        self._compiled_at: Any = None
         method = settings.start_method or default_start_method()
         self.ctx: Any = mp.get_context(method)
         if method == "forkserver" and settings.preload:
@@ -233,7 +240,9 @@ class Worker:
             fd, self._stderr_path = tempfile.mkstemp(prefix=f"tuner-{self.name}-", suffix=".stderr")
             os.close(fd)
             weakref.finalize(self, _unlink_quietly, self._stderr_path)
-        self.proc = self.ctx.Process(target=_worker_main, args=(child, env, os.getpid(), self._stderr_path),
+        self._compiled_at = self.ctx.RawValue("d", 0.0)
+        self.proc = self.ctx.Process(target=_worker_main,
+                                     args=(child, env, os.getpid(), self._stderr_path, self._compiled_at),
                                      daemon=True,
                                      name=f"tuner-{self.name}")
         self.proc.start()
@@ -349,10 +358,10 @@ class Worker:
         assert self.conn is not None
         t0 = time.perf_counter()
         self._mark()
+        self._compiled_at.value = 0.0
+        sent = time.monotonic()
         self.conn.send(("measure", dict(config)))
-        kind, payload = self._recv(self.settings.compile_timeout_s, "compiling (first call)")
-        if kind == "compiled":
-            kind, payload = self._recv(self.settings.run_timeout_s, "timing")
+        kind, payload = self._recv_measure(sent)
         wall = time.perf_counter() - t0
         if kind == "result":
             res = MeasureResult.from_dict(payload)
@@ -365,6 +374,30 @@ class Worker:
             return self._died(payload, "measuring").with_(wall_s=wall)
         self.kill()
         return MeasureResult.failed(CRASHED, self.target.label, f"worker error: {payload}", wall_s=wall)
+
+    def _recv_measure(self, sent: float) -> tuple[str, Any]:
+        """Wait for a measurement: `compile_timeout_s` from the request until the worker marks the
+        first call done (in shared memory), then `run_timeout_s` from that mark."""
+        assert self.conn is not None
+        s = self.settings
+        deadline = sent + s.compile_timeout_s
+        phase = "compiling (first call)"
+        limit = s.compile_timeout_s
+        while True:
+            compiled = self._compiled_at.value
+            if compiled > 0.0:
+                deadline, phase, limit = compiled + s.run_timeout_s, "timing", s.run_timeout_s
+            left = deadline - time.monotonic()
+            try:
+                ready = left > 0 and self.conn.poll(left)
+            except (EOFError, OSError):
+                ready = True
+            if ready:
+                return self._recv(0.0, phase)
+            if self._compiled_at.value > 0.0 and phase != "timing":
+                continue  # the first call finished just before the compile deadline: now the run deadline
+            self.kill()
+            return "timeout", f"{phase} exceeded {limit:g} s"
 
     def check(self, config: Mapping[str, Any]) -> MeasureResult | None:
         """Compile and check one config (its first call) without timing it: None when it passed,
