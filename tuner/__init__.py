@@ -38,6 +38,9 @@ __all__ = [
     "optimize",
     "ResultStore",
     "TaskContext",
+    "autotune",
+    "load_cache",
+    "ConfigCache",
     "tune_kernel",
     "__version__",
 ]
@@ -46,10 +49,14 @@ __all__ = [
 _LAZY = {
     "ResultStore": ("tuner.store", "ResultStore"),
     "TaskContext": ("tuner.store", "TaskContext"),
+    "autotune": ("tuner.runtime", "autotune"),
+    "load_cache": ("tuner.runtime", "load_cache"),
+    "ConfigCache": ("tuner.runtime", "ConfigCache"),
     "tune_kernel": ("tuner.tune", "tune_kernel"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .runtime import ConfigCache, autotune, load_cache
     from .store import ResultStore, TaskContext
     from .tune import tune_kernel
 
