@@ -105,6 +105,15 @@ class KernelTuneResult:
         return self.best.median if self.best is not None and self.best.median is not None else math.inf
 
     @property
+    def best_value(self) -> float:
+        """`best_time_ms`, under the name `TuneResult` uses (inf when nothing succeeded)."""
+        return self.best_time_ms
+
+    @property
+    def evaluations(self) -> int:
+        return len(self.trials)
+
+    @property
     def tflops(self) -> float | None:
         """The winner's throughput (TFLOP/s) from the kernel's analytic FLOP count."""
         if not self.flops or self.best is None or not self.best.median:
