@@ -41,6 +41,7 @@ __all__ = [
     "autotune",
     "load_cache",
     "ConfigCache",
+    "tune_kernel",
     "__version__",
 ]
 
@@ -51,11 +52,13 @@ _LAZY = {
     "autotune": ("tuner.runtime", "autotune"),
     "load_cache": ("tuner.runtime", "load_cache"),
     "ConfigCache": ("tuner.runtime", "ConfigCache"),
+    "tune_kernel": ("tuner.tune", "tune_kernel"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
     from .runtime import ConfigCache, autotune, load_cache
     from .store import ResultStore, TaskContext
+    from .tune import tune_kernel
 
 
 def __getattr__(name: str) -> Any:
