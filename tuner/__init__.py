@@ -39,6 +39,7 @@ __all__ = [
     "ResultStore",
     "TaskContext",
     "autotune",
+    "kernel",
     "load_cache",
     "ConfigCache",
     "tune_kernel",
@@ -50,13 +51,14 @@ _LAZY = {
     "ResultStore": ("tuner.store", "ResultStore"),
     "TaskContext": ("tuner.store", "TaskContext"),
     "autotune": ("tuner.runtime", "autotune"),
+    "kernel": ("tuner.runtime", "kernel"),
     "load_cache": ("tuner.runtime", "load_cache"),
     "ConfigCache": ("tuner.runtime", "ConfigCache"),
     "tune_kernel": ("tuner.tune", "tune_kernel"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .runtime import ConfigCache, autotune, load_cache
+    from .runtime import ConfigCache, autotune, kernel, load_cache
     from .store import ResultStore, TaskContext
     from .tune import tune_kernel
 

@@ -17,6 +17,7 @@ from ._file import (
     read_cache_file,
     write_cache_file,
 )
+from ._kernel import TunedKernel, backend_versions, kernel, kernel_cache_key, kernel_source_hash
 from ._key import CacheKey, pow2_bucket, shape_distance
 
 __all__ = [
@@ -33,10 +34,15 @@ __all__ = [
     "MODES",
     "ReadOnlyCache",
     "SCHEMA_VERSION",
+    "TunedKernel",
     "autotune",
+    "backend_versions",
     "cpu_bench",
     "dumps_entries",
     "jax_bench",
+    "kernel",
+    "kernel_cache_key",
+    "kernel_source_hash",
     "load_cache",
     "pow2_bucket",
     "read_cache_file",

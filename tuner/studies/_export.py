@@ -4,18 +4,18 @@ The file is the runtime's versioned cache format (`{"format": "tuner-cache", "sc
 "entries": [...]}`, docs/cache-schema.json): one entry per task with the kernel name and source hash,
 the key fields (the problem's shape fields and flags), the dtypes, the device it was measured on, the
 versions that change code generation, the config, the median time and its spread in seconds, the date
-and the search-space fingerprint. When `tuner.runtime` is importable its own writer and validation are
-used; otherwise the same format is written here (deterministic: sorted keys, entries sorted by key hash;
-atomic: a temp file in the same folder, fsync, rename).
+and the search-space fingerprint, written and validated by the runtime's own writer (deterministic,
+atomic). The key is `tuner.runtime._kernel.kernel_cache_key`, the function `tuner.kernel` builds its keys
+with, so `tuner.kernel(name, cache=tuner.load_cache(file))` gets an exact hit for an exported task on the
+same device with the same versions. (`_write_builtin` writes the same format without validation, for
+tests that need a hand-made file.)
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import functools
 import hashlib
-import inspect
 import json
 import logging
 import math
@@ -26,6 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# The stored key of an entry comes from the runtime's `kernel_cache_key`, the one function that
+# `tuner.kernel` computes its keys with, so an exported file is an exact hit there.
+from tuner.runtime._env import VERSIONS_BY_KIND
+from tuner.runtime._kernel import BACKEND_KIND, backend_versions, kernel_cache_key, kernel_source_hash
+
 from ._board import DONE, TaskBoard, TaskRow
 from ._spec import StudySpec, StudyTask
 
@@ -35,7 +40,7 @@ __all__ = ["ExportResult", "export_study", "cache_entries", "kernel_source_hash"
 
 FORMAT = "tuner-cache"
 SCHEMA_VERSION = 1
-VERSIONS_BY_BACKEND = {"triton": ("triton", "torch"), "pallas": ("jax", "jaxlib")}
+VERSIONS_BY_BACKEND = {b: tuple(VERSIONS_BY_KIND[k]) for b, k in BACKEND_KIND.items()}
 
 
 @dataclass(frozen=True)
@@ -49,46 +54,12 @@ def _canon(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-def kernel_source_hash(kernel: str) -> str:
-    """sha256 (32 hex digits) of the kernel's launcher source, as the runtime hashes a plain function;
-    an unregistered kernel (a test's synthetic one) hashes its name."""
-    try:
-        from kernels import get_kernel
-
-        spec = get_kernel(kernel)
-    except Exception:  # noqa: BLE001 - not a registered kernel
-        return hashlib.sha256(f"unregistered kernel {kernel}".encode()).hexdigest()[:32]
-    if isinstance(spec.extra.get("source_hash"), str):
-        return str(spec.extra["source_hash"])
-    fn: Any = spec.run
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    try:
-        from tuner.runtime._env import source_hash  # the runtime's own hash of a plain function
-
-        return str(source_hash(fn))
-    except ImportError:
-        pass
-    try:
-        text = inspect.getsource(fn)
-    except (OSError, TypeError):
-        text = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
 def _versions(row: TaskRow) -> dict[str, str]:
+    """The versions recorded when the task finished; this machine's for the backend if none were."""
     recorded = (row.result or {}).get("versions")
     if isinstance(recorded, Mapping) and recorded:
         return {str(k): str(v) for k, v in recorded.items()}
-    import importlib.metadata
-
-    out = {}
-    for pkg in VERSIONS_BY_BACKEND.get(row.task.backend, ()):
-        try:
-            out[pkg] = importlib.metadata.version(pkg)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return out
+    return backend_versions(row.task.backend)
 
 
 def _seconds(value: float, unit: str) -> float:
@@ -110,15 +81,11 @@ def entry_for(row: TaskRow) -> dict[str, Any] | None:
     elif isinstance(stats.get("std"), (int, float)):
         spread = _seconds(float(stats["std"]), unit)
     t: StudyTask = row.task
-    fields = {k: v for k, v in t.problem.items() if k != "dtype"}
     finished = dt.datetime.fromtimestamp(row.finished_at or 0, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    device = str(res.get("device_name") or ("cpu" if t.device == "cpu" else t.device))
+    key = kernel_cache_key(t.kernel, t.problem, backend=t.backend, device=device, versions=_versions(row))
     return {
-        "kernel": t.kernel,
-        "source_hash": kernel_source_hash(t.kernel),
-        "key": fields,
-        "dtypes": [t.dtype] if t.dtype else [],
-        "device": str(res.get("device_name") or ("cpu" if t.device == "cpu" else t.device)),
-        "versions": _versions(row),
+        **key.to_json(),
         "config": dict(config),
         "time_s": _seconds(float(value), unit),
         "spread_s": max(0.0, spread if math.isfinite(spread) else 0.0),
@@ -177,12 +144,9 @@ def export_study(spec: StudySpec, out: str | os.PathLike[str]) -> ExportResult:
     """Write the study's cache file to `out` (atomically); returns where and how many entries."""
     path = Path(out)
     entries = cache_entries(spec)
-    try:
-        from tuner.runtime import write_cache_file
-        from tuner.runtime._entry import entry_from_json
-    except ImportError:
-        _write_builtin(path, entries)
-        return ExportResult(path, len(entries), "built-in writer (tuner-cache schema 1)")
+    from tuner.runtime import write_cache_file
+    from tuner.runtime._entry import entry_from_json
+
     objs = [entry_from_json(e, where=f"entry {e['kernel']}") for e in entries]
     path.parent.mkdir(parents=True, exist_ok=True)
     write_cache_file(path, objs)

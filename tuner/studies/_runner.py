@@ -227,32 +227,17 @@ def _finite_or_str(v: Any) -> bool:
 
 
 def _environment(task: StudyTask) -> dict[str, Any]:
-    """Where the task was measured: the device name (as the runtime's cache keys name it) and the versions
-    that change code generation. Frameworks are only asked if the executor already imported them."""
-    import importlib.metadata
+    """Where the task was measured: the device name and the versions that change code generation, both as
+    the runtime's cache keys name them (`tuner.runtime._kernel.device_name` / `backend_versions`), so the
+    exported entry is a hit for `tuner.kernel` on this machine."""
+    from tuner.runtime._kernel import backend_versions, device_name
 
-    from ._export import VERSIONS_BY_BACKEND
-
-    versions = {}
-    for pkg in VERSIONS_BY_BACKEND.get(task.backend, ()):
-        try:
-            versions[pkg] = importlib.metadata.version(pkg)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    name = "cpu" if task.device == "cpu" else task.device
     try:
-        if task.device != "cpu" and task.backend == "triton" and "torch" in sys.modules:
-            torch = sys.modules["torch"]
-            if torch.cuda.is_available():
-                major, minor = torch.cuda.get_device_capability(0)
-                name = f"{torch.cuda.get_device_name(0)} (sm{major}{minor})"
-        elif task.device != "cpu" and task.backend == "pallas" and "jax" in sys.modules:
-            d = sys.modules["jax"].devices()[0]
-            if d.platform != "cpu":
-                name = f"{d.platform}:{getattr(d, 'device_kind', d.platform)}"
+        name = device_name(task.backend, task.device)
     except Exception as exc:  # noqa: BLE001 - the name is informative; never fail a finished task on it
         log.debug("device name: %s", exc)
-    return {"device_name": name, "versions": versions}
+        name = task.device
+    return {"device_name": name, "versions": backend_versions(task.backend)}
 
 
 # ---- one worker ----------------------------------------------------------------------------------------
