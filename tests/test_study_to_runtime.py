@@ -123,3 +123,31 @@ def test_online_call_tunes_once_and_stores(tmp_path: Path) -> None:
     assert f.tuner.stats["tuned"] == 1
     g = tuner.kernel("rmsnorm", storage=url, mode="offline")
     assert g.explain(problem, inputs).startswith("hit (store)")
+
+
+def _use_script() -> object:
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "studies" / "quickstart_use.py"
+    spec = importlib.util.spec_from_file_location("quickstart_use", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_quickstart_use_script_hits_and_checks(exported: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    use = _use_script()
+    study = str(exported.parent.parent / "tiny.toml")
+    assert use.main([study, "--cache", str(exported)]) == 0  # type: ignore[attr-defined]
+    out = capsys.readouterr().out
+    assert "rmsnorm [triton]" in out and "cache hit (exact entry in" in out and "matches the reference" in out
+
+    stale = json.loads(exported.read_text())
+    stale["entries"][0]["source_hash"] = "0" * 32  # the kernel was edited since: a miss, exit 1
+    path = exported.parent / "edited.json"
+    path.write_text(json.dumps(stale))
+    assert use.main([study, "--cache", str(path)]) == 1  # type: ignore[attr-defined]
+    captured = capsys.readouterr()
+    assert "NOT a cache hit" in captured.out and "kernel source changed" in captured.err
+    assert use.main([study, "--cache", str(exported.parent / "absent.json")]) == 2  # type: ignore[attr-defined]
