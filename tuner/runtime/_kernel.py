@@ -120,7 +120,7 @@ class _KernelAutotuned(Autotuned):
         self._device: Device | None = None
         run = spec.run
 
-        def launch(problem: Mapping[str, Any], inputs: Mapping[str, Any], **config: Any) -> Any:
+        def launch(problem: Mapping[str, Any], inputs: dict[str, Any], **config: Any) -> Any:
             return run(problem, backend, inputs, config)
 
         super().__init__(launch, self._space, key=_problem_fields, configs=None, bucket="exact", name=spec.name,
@@ -200,7 +200,7 @@ class TunedKernel:
         self._miss = t.miss
         self._run = t.spec.run
 
-    def __call__(self, problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> Any:
+    def __call__(self, problem: Mapping[str, Any], inputs: dict[str, Any]) -> Any:
         try:
             k = (tuple(problem.items()), _device_tag(inputs))
             cfg = self._mem[k]
