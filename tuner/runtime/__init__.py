@@ -1,5 +1,5 @@
 """The runtime: the @autotune decorator, the config cache (in the store, in memory, in shipped files)
-and offline fallbacks. See docs/runtime.md."""
+and offline fallbacks. See the Runtime section of README.md."""
 
 from __future__ import annotations
 
