@@ -387,13 +387,9 @@ class SearchSpace:
         out: dict[str, BaseDistribution] = {}
         for p in self.params:
             vals = list(p.values)
-            if (
-                p.is_numeric
-                and all(isinstance(v, int) for v in vals)
-                and len(vals) > 1
-                and vals == list(range(vals[0], vals[-1] + 1, vals[1] - vals[0]))
-            ):
-                out[p.name] = IntDistribution(int(vals[0]), int(vals[-1]), step=int(vals[1] - vals[0]))
+            ints = [v for v in vals if isinstance(v, int) and not isinstance(v, bool)]
+            if len(ints) == len(vals) > 1 and ints == list(range(ints[0], ints[-1] + 1, ints[1] - ints[0])):
+                out[p.name] = IntDistribution(ints[0], ints[-1], step=ints[1] - ints[0])
             else:
                 out[p.name] = CategoricalDistribution(vals)
         return out

@@ -201,9 +201,9 @@ def optimize(
             stopped = "space_exhausted"
             break
         t0 = time.perf_counter()
-        cfg = strat.propose()
-        if cfg is not None:
-            cfg = space.validate(cfg)
+        proposed = strat.propose()
+        if proposed is not None:
+            cfg = space.validate(proposed)
             if strat.pool.is_seen(cfg):
                 raise RuntimeError(f"strategy {strat.name!r} proposed a config twice: {cfg}")
             study.enqueue_trial(cfg, skip_if_exists=False)

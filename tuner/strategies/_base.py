@@ -149,7 +149,7 @@ class Strategy(ABC):
     @abstractmethod
     def propose(self) -> Config | None: ...
 
-    def observe(self, config: Config, value: float | None) -> None:
+    def observe(self, config: Config, value: float | None) -> None:  # noqa: B027 (optional hook)
         """Hear a result (`None` = the config failed). Called after the pool marked it seen."""
 
     def tell(self, config: Config, value: float | None) -> None:

@@ -1,0 +1,27 @@
+"""`import tuner` must not import torch, jax, triton or xgboost (they load only on the paths that need them)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HEAVY = ["torch", "jax", "jaxlib", "triton", "xgboost", "sklearn"]
+
+
+def test_import_tuner_is_light() -> None:
+    code = (
+        "import sys, json, tuner, search_spaces, cost_models, kernels; "
+        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == []
+
+
+def test_cli_help_is_light() -> None:
+    code = (
+        "import sys, json\nfrom tuner.cli import build_parser\nbuild_parser()\n"
+        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == []

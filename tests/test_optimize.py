@@ -1,0 +1,161 @@
+"""Contract tests of `tuner.optimize` (CONTRACTS.md), run for every registered strategy."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import tuner
+from search_spaces import Constraint, IntRange, PowerOfTwo, SearchSpace
+from tuner.strategies import STRATEGIES
+
+
+def grid_space() -> SearchSpace:
+    return SearchSpace.from_configs([{"a": a, "b": b, "c": c} for a in range(8) for b in (1, 2, 4, 8) for c in "xy"])
+
+
+def constrained_space() -> SearchSpace:
+    return SearchSpace(
+        [PowerOfTwo("m", 1, 64), PowerOfTwo("n", 1, 64), IntRange("s", 1, 4)],
+        [Constraint("m*n <= 256", lambda c: c["m"] * c["n"] <= 256, uses=("m", "n"))],
+    )
+
+
+def bowl(cfg: dict) -> float:
+    return (cfg["a"] - 5) ** 2 + abs(math.log2(cfg["b"]) - 2) + (0.5 if cfg["c"] == "x" else 0.0) + 1.0
+
+
+@pytest.fixture(params=STRATEGIES)
+def strategy(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def test_budget_respected_no_duplicates(strategy: str) -> None:
+    calls: list[tuple] = []
+
+    def obj(cfg: dict) -> float:
+        calls.append(tuple(sorted(cfg.items())))
+        return bowl(cfg)
+
+    res = tuner.optimize(grid_space(), obj, budget=25, seed=1, strategy=strategy)
+    assert len(calls) == 25 == res.evaluations
+    assert len(set(calls)) == 25
+    assert res.best_value == min(bowl(dict(c)) for c in calls)
+    assert res.best_config is not None and bowl(res.best_config) == res.best_value
+    assert [t.number for t in res.trials] == list(range(25))
+
+
+def test_only_valid_configs_on_constrained_space(strategy: str) -> None:
+    space = constrained_space()
+    seen = []
+
+    def obj(cfg: dict) -> float:
+        assert space.contains(cfg), space.violations(cfg)
+        seen.append(tuple(cfg.values()))
+        return cfg["m"] / cfg["n"] + cfg["s"]
+
+    tuner.optimize(space, obj, budget=40, seed=0, strategy=strategy)
+    assert len(seen) == len(set(seen)) == 40
+
+
+def test_space_smaller_than_budget_stops(strategy: str) -> None:
+    sp = SearchSpace.from_configs([{"a": i} for i in range(6)])
+    res = tuner.optimize(sp, lambda c: c["a"], budget=50, strategy=strategy)
+    assert res.evaluations == 6 and res.stopped_because == "space_exhausted"
+    assert res.best_config == {"a": 0}
+
+
+@pytest.mark.parametrize("bad", ["raise", "nan", "inf", "none"])
+def test_failures_tolerated(strategy: str, bad: str) -> None:
+    def obj(cfg: dict) -> float:
+        if cfg["a"] % 2 == 0:
+            if bad == "raise":
+                raise RuntimeError("boom")
+            return {"nan": math.nan, "inf": math.inf, "none": None}[bad]  # type: ignore[return-value]
+        return bowl(cfg)
+
+    res = tuner.optimize(grid_space(), obj, budget=30, seed=3, strategy=strategy)
+    assert res.evaluations == 30
+    failed = [t for t in res.trials if t.value is None]
+    assert failed and all(t.status == "failed" and t.error for t in failed)
+    assert all(t.config["a"] % 2 == 0 for t in failed)
+    assert res.best_config is not None and res.best_config["a"] % 2 == 1
+
+
+def test_all_failed(strategy: str) -> None:
+    res = tuner.optimize(grid_space(), lambda c: math.nan, budget=5, strategy=strategy)
+    assert res.best_config is None and res.best_value == math.inf and res.evaluations == 5
+
+
+def test_deterministic_per_seed(strategy: str) -> None:
+    def run(seed: int) -> list[tuple]:
+        res = tuner.optimize(grid_space(), bowl, budget=20, seed=seed, strategy=strategy)
+        return [tuple(t.config.values()) for t in res.trials]
+
+    assert run(7) == run(7)
+    assert run(7) != run(8)
+
+
+def test_prior_accepted(strategy: str) -> None:
+    prior = [
+        [({"a": a, "b": b, "c": "y"}, float(bowl({"a": a, "b": b, "c": "y"}))) for a in range(8) for b in (1, 2)],
+        [({"a": 100, "b": 3, "c": "z", "extra": True}, 1.0), ({"a": 1, "b": 1, "c": "x"}, None)],
+    ]
+    res = tuner.optimize(grid_space(), bowl, budget=15, seed=0, strategy=strategy, prior=prior)
+    assert res.evaluations == 15
+
+
+@pytest.mark.parametrize(
+    "prior, match",
+    [("x", "list of tasks"), ([[1]], "pair"), ([[("a", 1.0)]], "dict"), ([[({"a": 1}, "fast")]], "number")],
+)
+def test_prior_validated(prior: object, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        tuner.optimize(grid_space(), bowl, budget=3, prior=prior)  # type: ignore[arg-type]
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="budget"):
+        tuner.optimize(grid_space(), bowl, budget=0)
+    with pytest.raises(ValueError, match="unknown strategy"):
+        tuner.optimize(grid_space(), bowl, budget=3, strategy="nope")
+    with pytest.raises(TypeError):
+        tuner.optimize({"a": [1]}, bowl, budget=3)  # type: ignore[arg-type]
+
+
+def test_time_budget() -> None:
+    import time
+
+    def slow(cfg: dict) -> float:
+        time.sleep(0.05)
+        return bowl(cfg)
+
+    res = tuner.optimize(grid_space(), slow, budget=60, time_budget_s=0.3, strategy="random")
+    assert 1 <= res.evaluations < 60 and res.stopped_because == "time_budget"
+
+
+def test_storage_records_and_resumes(tmp_path) -> None:
+    from tuner.store import ResultStore, TaskContext
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    task = TaskContext(kernel="bowl", problem={"n": 8}, device="cpu")
+    calls: list[tuple] = []
+
+    def obj(cfg: dict) -> float:
+        calls.append(tuple(cfg.values()))
+        return bowl(cfg)
+
+    r1 = tuner.optimize(grid_space(), obj, budget=10, seed=0, strategy="tpe", storage=url, study_name="s1", task=task)
+    store = ResultStore(url)
+    rows = store.measurements(kernel="bowl")
+    assert len(rows) == 10 and {r.task_id for r in rows} == {task.task_id}
+    assert rows[0].problem == {"n": 8} and rows[0].space_fingerprint == grid_space().fingerprint()
+    # The same study again with a larger budget: the 10 finished trials are kept, not re-measured.
+    r2 = tuner.optimize(grid_space(), obj, budget=15, seed=0, strategy="tpe", storage=url, study_name="s1", task=task)
+    assert r2.evaluations == 15 and len(calls) == 15 and len(set(calls)) == 15
+    assert [t.config for t in r2.trials[:10]] == [t.config for t in r1.trials]
+    import optuna
+
+    study = optuna.load_study(study_name="s1", storage=url)
+    assert sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials) == 15

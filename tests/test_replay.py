@@ -1,0 +1,120 @@
+"""Replay of Kernel Tuner cache files and the `tuner replay` CLI (CONTRACTS.md)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tuner.cli import main
+from tuner.replay import ReplayFormatError, load_table
+
+DATA = Path(__file__).parent / "data"
+SAMPLE = DATA / "convolution_A100_sample.json"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "gpu-tuning-spaces"
+
+
+def test_load_sample() -> None:
+    t = load_table(SAMPLE)
+    assert len(t.space) == 300
+    assert sum(v is None for v in t.values.values()) == 20
+    raw = json.loads(SAMPLE.read_text())["cache"]
+    assert t.optimum == min(v["time"] for v in raw.values() if isinstance(v["time"], float))
+    assert t.lookup(t.best_config()) == t.optimum
+
+
+def test_tune_params_string_is_parsed_safely(tmp_path: Path) -> None:
+    doc = json.loads(SAMPLE.read_text())
+    doc["tune_params"] = repr(doc["tune_params"])
+    doc.pop("tune_params_keys")
+    p = tmp_path / "t.json.gz"
+    p.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    t = load_table(p)
+    assert len(t.space) == 300
+    doc["tune_params"] = "__import__('os').system('echo pwned')"
+    p.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    with pytest.raises(ReplayFormatError, match="not a dict literal"):
+        load_table(p)
+
+
+def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", str(SAMPLE), "--budget", "30", "--strategy", "tpe", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"best_config", "best_value", "optimum", "evaluations", "trials"}
+    assert out["evaluations"] == 30 == len(out["trials"])
+    assert len({json.dumps(c, sort_keys=True) for c in out["trials"]}) == 30
+    assert out["best_value"] >= out["optimum"]
+
+
+def test_cli_text(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", str(SAMPLE), "--budget", "10", "--strategy", "random"]) == 0
+    text = capsys.readouterr().out
+    assert "best found" in text and "optimum" in text and "evaluations 10" in text
+
+
+def _bad_files(tmp: Path) -> dict[str, Path]:
+    doc = json.loads(SAMPLE.read_text())
+    files = {}
+    files["missing"] = tmp / "nope.json"
+    (tmp / "notjson.json").write_text("this is not json {")
+    files["not json"] = tmp / "notjson.json"
+    (tmp / "empty.json").write_text(json.dumps(dict(doc, cache={})))
+    files["no entries"] = tmp / "empty.json"
+    (tmp / "nocache.json").write_text(json.dumps({"device_name": "x"}))
+    files["no cache"] = tmp / "nocache.json"
+    inconsistent = json.loads(json.dumps(doc))
+    first = next(iter(inconsistent["cache"]))
+    inconsistent["cache"][first].pop("block_size_x")
+    (tmp / "inconsistent.json").write_text(json.dumps(inconsistent))
+    files["inconsistent keys"] = tmp / "inconsistent.json"
+    (tmp / "list.json").write_text("[1, 2, 3]")
+    files["top-level list"] = tmp / "list.json"
+    (tmp / "bad.json.gz").write_bytes(b"\x1f\x8b\x08garbage")
+    files["broken gzip"] = tmp / "bad.json.gz"
+    allfail = json.loads(json.dumps(doc))
+    for v in allfail["cache"].values():
+        v["time"] = "CompilationFailedConfig"
+    (tmp / "allfail.json").write_text(json.dumps(allfail))
+    files["all failed"] = tmp / "allfail.json"
+    return files
+
+
+def test_cli_bad_files_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for what, path in _bad_files(tmp_path).items():
+        assert main(["replay", str(path)]) == 2, what
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("tuner: error:") and "\n" not in err, (what, err)
+
+
+def test_cli_bad_usage_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", str(SAMPLE), "--strategy", "nope"]) == 2
+    assert main(["replay", str(SAMPLE), "--budget", "0"]) == 2
+
+
+def test_cli_console_script_exit_code(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "tuner.cli", "replay", str(tmp_path / "missing.json")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "no such file" in r.stderr
+
+
+def test_cli_storage_only_when_asked(tmp_path: Path, _tuner_home: Path) -> None:
+    assert main(["replay", str(SAMPLE), "--budget", "5"]) == 0
+    assert not (_tuner_home / "tuner.db").exists()
+    url = f"sqlite:///{tmp_path / 'replay.db'}"
+    assert main(["replay", str(SAMPLE), "--budget", "5", "--storage", url]) == 0
+    from tuner.store import ResultStore
+
+    assert ResultStore(url).count() == 5
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="shared GPU tables not present on this machine")
+@pytest.mark.parametrize("path", sorted(SHARED.glob("*/*.json.gz")) if SHARED.exists() else [],
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_shared_table_replays(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", str(path), "--budget", "20", "--strategy", "random", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["evaluations"] == 20 and out["best_value"] >= out["optimum"]

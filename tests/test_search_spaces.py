@@ -1,0 +1,184 @@
+"""SearchSpace: construction, membership with reasons, sampling, enumeration, neighbours, features,
+fingerprints and Optuna conversion, with hypothesis property tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from search_spaces import (
+    Boolean,
+    Categorical,
+    ConfigError,
+    Constraint,
+    IntRange,
+    PowerOfTwo,
+    SearchSpace,
+)
+
+
+def matmul_like() -> SearchSpace:
+    return SearchSpace(
+        [
+            PowerOfTwo("BLOCK_M", 16, 256),
+            PowerOfTwo("BLOCK_N", 16, 256),
+            PowerOfTwo("BLOCK_K", 16, 128),
+            PowerOfTwo("num_warps", 1, 8),
+            IntRange("num_stages", 1, 5),
+            Categorical("order", ["row", "col"]),
+            Boolean("split"),
+        ],
+        [
+            Constraint("smem <= 96 KiB", lambda c: (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * 2 * c["num_stages"]
+                       <= 96 * 1024, uses=("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages")),
+            Constraint("tile >= warps*32", lambda c: c["BLOCK_M"] * c["BLOCK_N"] >= c["num_warps"] * 32 * 16,
+                       uses=("BLOCK_M", "BLOCK_N", "num_warps")),
+        ],
+        name="matmul_like",
+    )
+
+
+SPACE = matmul_like()
+
+
+def test_param_types_domains() -> None:
+    assert PowerOfTwo("x", 16, 128).values == (16, 32, 64, 128)
+    assert IntRange("s", 2, 10, 4).values == (2, 6, 10)
+    assert Boolean("b").values == (False, True)
+    with pytest.raises(ValueError, match="power of two"):
+        PowerOfTwo("x", 3, 16)
+    with pytest.raises(ValueError, match="duplicate"):
+        Categorical("c", ["a", "a"])
+    with pytest.raises(ValueError, match="duplicate parameter"):
+        SearchSpace([IntRange("a", 1, 2), IntRange("a", 1, 3)])
+
+
+def test_violations_name_the_values() -> None:
+    cfg = {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "num_warps": 4, "num_stages": 5, "order": "row",
+           "split": False}
+    why = SPACE.violations(cfg)
+    assert len(why) == 1
+    assert "smem <= 96 KiB" in why[0] and "BLOCK_M=256" in why[0] and "num_stages=5" in why[0]
+    with pytest.raises(ConfigError) as ei:
+        SPACE.validate(cfg)
+    assert ei.value.reasons == why
+    bad = dict(cfg, BLOCK_M=48, extra=1)
+    del bad["order"]
+    reasons = " | ".join(SPACE.violations(bad))
+    assert "missing parameters: ['order']" in reasons
+    assert "unknown parameters: ['extra']" in reasons
+    assert "BLOCK_M=48 is not one of" in reasons
+
+
+def test_bool_and_int_are_distinct() -> None:
+    sp = SearchSpace([Boolean("b"), IntRange("i", 0, 1)])
+    assert sp.contains({"b": True, "i": 1})
+    assert not sp.contains({"b": 1, "i": 1})
+    assert not sp.contains({"b": True, "i": True})
+
+
+def test_enumerate_matches_constraints() -> None:
+    allc = SPACE.enumerate()
+    assert len(allc) == len(SPACE) > 0
+    assert all(SPACE.contains(c) for c in allc)
+    # brute force count agrees
+    import itertools
+
+    n = sum(
+        1
+        for k in itertools.product(*(p.values for p in SPACE.params))
+        if SPACE.contains(dict(zip(SPACE.names, k, strict=True)))
+    )
+    assert n == len(allc)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_sampled_configs_are_valid(seed: int) -> None:
+    for cfg in SPACE.sample(seed, n=5):
+        assert SPACE.contains(cfg), SPACE.violations(cfg)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), method=st.sampled_from(["adjacent", "hamming"]))
+def test_neighbors_valid_and_one_move_away(seed: int, method: str) -> None:
+    cfg = SPACE.sample(seed)
+    for nb in SPACE.neighbors(cfg, method=method):
+        assert SPACE.contains(nb)
+        diff = [k for k in cfg if cfg[k] != nb[k]]
+        assert len(diff) == 1
+        if method == "adjacent" and SPACE[diff[0]].ordered:
+            p = SPACE[diff[0]]
+            assert abs(p.index(cfg[diff[0]]) - p.index(nb[diff[0]])) == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_encode_consistent(seed: int) -> None:
+    cfgs = SPACE.sample(seed, n=4)
+    a = np.stack([SPACE.encode(c) for c in cfgs])
+    b = SPACE.encode_many(cfgs)
+    assert a.shape == (4, len(SPACE.feature_names))
+    np.testing.assert_allclose(a, b)
+
+
+def test_fingerprint_stable_and_sensitive() -> None:
+    assert matmul_like().fingerprint() == SPACE.fingerprint()
+    other = SearchSpace(list(SPACE.params[:-1]), list(SPACE.constraints), name="matmul_like")
+    assert other.fingerprint() != SPACE.fingerprint()
+
+
+def test_to_optuna() -> None:
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    d = SPACE.to_optuna()
+    assert isinstance(d["num_stages"], IntDistribution) and d["num_stages"].low == 1
+    assert isinstance(d["BLOCK_M"], CategoricalDistribution)
+    assert set(d) == set(SPACE.names)
+
+
+def test_default_is_valid() -> None:
+    assert SPACE.contains(SPACE.default())
+
+
+# ---- from_configs (CONTRACTS.md) ----------------------------------------------------------------------
+config_values = st.one_of(st.integers(-5, 5), st.sampled_from(["a", "b", "c"]), st.booleans(),
+                          st.sampled_from([0.5, 1.5]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.fixed_dictionaries({"x": config_values, "y": st.integers(0, 3)}), min_size=1, max_size=30))
+def test_from_configs_exactly_those(configs: list[dict]) -> None:
+    uniq = []
+    for c in configs:
+        if not any(all(type(c[k]) is type(u[k]) and c[k] == u[k] for k in c) for u in uniq):
+            uniq.append(c)
+    sp = SearchSpace.from_configs(uniq)
+    got = sp.enumerate()
+    assert len(got) == len(uniq)
+    for c in uniq:
+        assert sp.contains(c)
+    for c in got:
+        assert any(all(type(c[k]) is type(u[k]) and c[k] == u[k] for k in c) for u in uniq)
+
+
+def test_from_configs_errors() -> None:
+    with pytest.raises(ValueError, match="empty"):
+        SearchSpace.from_configs([])
+    with pytest.raises(ValueError, match="duplicates config 0"):
+        SearchSpace.from_configs([{"a": 1}, {"a": 1}])
+    with pytest.raises(ValueError, match="inconsistent keys"):
+        SearchSpace.from_configs([{"a": 1}, {"b": 1}])
+    with pytest.raises(ValueError, match="not an int"):
+        SearchSpace.from_configs([{"a": [1]}])
+    with pytest.raises(ValueError, match="list of dicts"):
+        SearchSpace.from_configs({"a": 1})  # type: ignore[arg-type]
+
+
+def test_from_configs_not_cartesian() -> None:
+    sp = SearchSpace.from_configs([{"a": 1, "b": 2}, {"a": 2, "b": 1}])
+    assert not sp.contains({"a": 1, "b": 1})
+    assert "not one of the space's configs" in sp.violations({"a": 1, "b": 1})[0]
+    assert sp.neighbors({"a": 1, "b": 2}) == []
