@@ -56,8 +56,8 @@ class TransferBestStrategy(Strategy):
         if self._order is None:
             P = _prior_matrix(self)
             if len(P):
-                with np.errstate(all="ignore"):
-                    m = np.nanmean(P, axis=0) if len(P) else np.full(P.shape[1], np.nan)
+                cnt = np.isfinite(P).sum(axis=0)
+                m = np.where(cnt > 0, np.nansum(P, axis=0) / np.maximum(cnt, 1), np.nan)
                 known = np.flatnonzero(np.isfinite(m))
                 self._order = known[np.argsort(m[known], kind="stable")].tolist()
             else:
@@ -72,7 +72,7 @@ class TransferBestStrategy(Strategy):
 class XGBGreedyStrategy(Strategy):
     name = "xgb_greedy"
     n_init = 10
-    refit_every = 1
+    refit_every = 5
     max_prior_rows = 6000
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None) -> None:
@@ -114,7 +114,7 @@ class XGBGreedyStrategy(Strategy):
         if not len(self.Py) and len(own) < self.n_init:
             return self.pool.random_unseen()
         self._queue = [i for i in self._queue if self.pool.unseen_mask[i]]
-        if not self._queue or len(own) % self.refit_every == 0:
+        if not self._queue:
             X, y, w = self.PX, self.Py, np.ones(len(self.Py))
             if own:
                 idx = np.array([i for i, _ in own])

@@ -99,8 +99,9 @@ class ModelStrategy(Strategy):
     name = "model"
     n_init = 10  # space-filling draws before the model (cold)
     n_models = 3  # ensemble members
-    n_estimators = 40
+    n_estimators = 25
     max_depth = 4
+    max_scored = 5000  # at most this many unseen configs are scored per refit (the previous best first)
     kappa = 0.5  # lower confidence bound: mean - kappa * spread
     local_every = 3  # every n-th proposal is a local step around the incumbent
     epsilon = 0.05  # share of uniform random draws
@@ -194,7 +195,7 @@ class ModelStrategy(Strategy):
 
     @staticmethod
     def _refit_every(n: int) -> int:
-        return 1 if n < 30 else 2 if n < 80 else 4
+        return 1 if n < 20 else 2 if n < 50 else 4 if n < 100 else 6
 
     def _space_filling(self) -> Config | None:
         idx = np.flatnonzero(self.pool.unseen_mask)
@@ -237,6 +238,16 @@ class ModelStrategy(Strategy):
         if unseen.size == 0:
             self._queue = []
             return
+        if unseen.size > self.max_scored:
+            # the configs the last model ranked best, and a fresh random share of the rest
+            keep = []
+            if hasattr(self, "_last_mu"):
+                prev, mu_prev = self._last_mu
+                top = prev[np.argsort(mu_prev, kind="stable")[: self.max_scored // 2]]
+                keep = top[self.pool.unseen_mask[top]].tolist()
+            rest = np.setdiff1d(unseen, np.asarray(keep, dtype=np.int64), assume_unique=True)
+            extra = self.rng.choice(rest, size=self.max_scored - len(keep), replace=False)
+            unseen = np.sort(np.concatenate([np.asarray(keep, dtype=np.int64), extra]))
         idx, y = self._targets()
         n = len(idx)
         use_prior = len(self.P) > 0
