@@ -61,7 +61,17 @@ class Derived:
     log2_scale: float = 0.0
 
 
-def _log2_col(values: Sequence[Any]) -> np.ndarray:
+def _num_col(values: Sequence[Any]) -> np.ndarray:
+    """Floats; NaN for anything that is not a (non-bool) number."""
+    if all(type(v) is int or type(v) is float for v in values):
+        return np.asarray(values, dtype=np.float64)
+    return np.array([float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan for v in values])
+
+
+def _log2_col(values: Sequence[Any], num: np.ndarray | None = None) -> np.ndarray:
+    if num is not None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(num > 0, np.log2(np.where(num > 0, num, 1.0)), np.nan)
     out = np.full(len(values), np.nan)
     for i, v in enumerate(values):
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
@@ -147,10 +157,9 @@ class FeatureSchema:
                 out.append(np.full((n, len(p.columns())), np.nan))
                 continue
             if p.kind == "num":
-                x = np.array([float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan
-                              for v in col])
+                x = _num_col(col)
                 out.append(x[:, None])
-                lg = _log2_col(col)
+                lg = _log2_col(col, x)
                 logs[p.name] = lg
                 if p.log2:
                     out.append(lg[:, None])

@@ -56,6 +56,9 @@ def prior_predictions(space: SearchSpace, keys_index: Mapping[tuple, int], F: np
     from cost_models import XGBRegressorModel
 
     names = space.names
+    plain = not any(isinstance(v, bool) for p in space.params for v in p.values)
+    if plain:  # no booleans: a plain tuple identifies a config (much faster than the tagged key)
+        plain_index = {tuple(v for v, _ in h): i for h, i in keys_index.items()}
     rows, used = [], []
     for ti, task in enumerate(prior):
         if not task:
@@ -72,10 +75,10 @@ def prior_predictions(space: SearchSpace, keys_index: Mapping[tuple, int], F: np
         pred = np.full(F.shape[0], np.nan)
         for c, tv in zip(configs, t, strict=True):
             try:
-                h = space._hkey(tuple(c[n] for n in names))
+                k = tuple(c[n] for n in names)
             except KeyError:
                 continue
-            i = keys_index.get(h)
+            i = plain_index.get(k) if plain else keys_index.get(space._hkey(k))
             if i is not None:
                 pred[i] = tv
         missing = np.isnan(pred)
@@ -101,9 +104,12 @@ class ModelStrategy(Strategy):
     n_models = 3  # ensemble members
     n_estimators = 25
     max_depth = 4
-    max_scored = 5000  # at most this many unseen configs are scored per refit (the previous best first)
+    max_scored = 3000  # at most this many unseen configs are scored per refit (the previous best first)
     kappa = 0.5  # lower confidence bound: mean - kappa * spread
     local_every = 3  # every n-th proposal is a local step around the incumbent
+    explore_every = 4  # every n-th proposal is an exploration slot (see propose)
+    kappa_explore = 2.0
+    prior_spread_weight = 0.5  # weight of the prior tasks' disagreement in the confidence bound
     epsilon = 0.05  # share of uniform random draws
     prior_min_corr = 0.15  # a prior whose rank correlation with the measurements is below this is dropped
 
@@ -184,6 +190,12 @@ class ModelStrategy(Strategy):
             cfg = self._local_step()
             if cfg is not None:
                 return cfg
+        if n >= self.n_init and self._n_proposed % self.explore_every == 1:
+            # exploration slot: with a prior, the task's own-data model alone (a prior that ranks the
+            # near-best configs low must not hide them); cold, an optimistic pick of the last ensemble
+            cfg = self._own_model_pick() if has_prior else self._optimistic_pick()
+            if cfg is not None:
+                return cfg
         self._queue = [i for i in self._queue if self.pool.unseen_mask[i]]
         if not self._queue or self._since_fit >= self._refit_every(n):
             self._refit_and_rank()
@@ -192,6 +204,30 @@ class ModelStrategy(Strategy):
             if self.pool.unseen_mask[i]:
                 return self.pool.config_at(i)
         return self.pool.random_unseen()
+
+    def _optimistic_pick(self) -> Config | None:
+        if not hasattr(self, "_last_pred"):
+            return None
+        unseen, mu, sd = self._last_pred
+        acq = mu - self.kappa_explore * sd
+        for i in np.argsort(acq, kind="stable"):
+            j = int(unseen[i])
+            if self.pool.unseen_mask[j]:
+                return self.pool.config_at(j)
+        return None
+
+    def _own_model_pick(self) -> Config | None:
+        from cost_models import XGBRegressorModel
+
+        idx, y = self._targets()
+        unseen = np.flatnonzero(self.pool.unseen_mask)
+        if unseen.size == 0:
+            return None
+        if unseen.size > self.max_scored:
+            unseen = np.sort(self.rng.choice(unseen, size=self.max_scored, replace=False))
+        m = XGBRegressorModel(n_estimators=self.n_estimators, max_depth=self.max_depth, learning_rate=0.3,
+                              normalise=False, seed=self.seed + len(idx)).fit(self.F[idx], y)
+        return self.pool.config_at(int(unseen[int(np.argmin(m.predict(self.F[unseen])))]))
 
     @staticmethod
     def _refit_every(n: int) -> int:
@@ -275,9 +311,16 @@ class ModelStrategy(Strategy):
                                 normalise=False, seed=self.seed * 7919 + n)
             bm = None if base_all is None else base_all[idx]
             model.fit(X[idx], y, base_margin=bm)
-            preds = model.predict_all(X[unseen], base_margin=None if base_all is None else base_all[unseen])
+            preds = model.predict_all(X[unseen])
+            if base_all is not None:
+                preds = preds + base_all[unseen][None, :]
             mu, sd = preds.mean(axis=0), preds.std(axis=0)
+            self._last_pred = (unseen, mu, sd)
         kappa = self.kappa * (2.0 if self.prior_state == "dropped" else 1.0)
+        if base_all is not None and len(self.P) > 1:
+            # where the prior tasks disagree, the prior is uncertain: count their spread as uncertainty
+            spread = np.sqrt(np.maximum(self._w @ (self.P[:, unseen] - self.prior_mean[unseen]) ** 2, 0.0))
+            sd = sd + self.prior_spread_weight * a * spread
         acq = mu - kappa * sd
         q = self._refit_every(n)
         best = np.argsort(acq, kind="stable")[:q]
