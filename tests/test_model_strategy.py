@@ -106,3 +106,18 @@ def test_pruning_report_on_the_strategy(table) -> None:  # type: ignore[no-untyp
     rep = ModelStrategy(table.space, seed=0, prior=prior).pruning_report()
     assert 0 < rep.keep_share < 1.0 and rep.estimated_recall is not None and rep.estimated_recall >= 0.9
     assert rep.space_size == len(table.space)
+
+
+def test_space_too_large_to_enumerate() -> None:
+    from search_spaces import IntRange
+
+    space = SearchSpace([IntRange(f"p{i}", 0, 15) for i in range(6)])
+    assert not space.is_enumerable
+    seen: list[tuple] = []
+
+    def obj(c: dict) -> float:
+        seen.append(tuple(sorted(c.items())))
+        return float(sum((v - 7) ** 2 for v in c.values()))
+
+    res = tuner.optimize(space, obj, budget=16, seed=0, strategy="auto")
+    assert res.evaluations == 16 and len(set(seen)) == 16
