@@ -109,6 +109,7 @@ class ModelStrategy(Strategy):
     local_every = 3  # every n-th proposal is a local step around the incumbent
     explore_every = 4  # every n-th proposal is an exploration slot (see propose)
     kappa_explore = 2.0
+    cold_explore = False  # optimistic picks in the exploration slot without a prior (measured: no gain)
     prior_spread_weight = 0.5  # weight of the prior tasks' disagreement in the confidence bound
     epsilon = 0.05  # share of uniform random draws
     prior_min_corr = 0.15  # a prior whose rank correlation with the measurements is below this is dropped
@@ -193,7 +194,7 @@ class ModelStrategy(Strategy):
         if n >= self.n_init and self._n_proposed % self.explore_every == 1:
             # exploration slot: with a prior, the task's own-data model alone (a prior that ranks the
             # near-best configs low must not hide them); cold, an optimistic pick of the last ensemble
-            cfg = self._own_model_pick() if has_prior else self._optimistic_pick()
+            cfg = self._own_model_pick() if has_prior else (self._optimistic_pick() if self.cold_explore else None)
             if cfg is not None:
                 return cfg
         self._queue = [i for i in self._queue if self.pool.unseen_mask[i]]
