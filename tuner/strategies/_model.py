@@ -102,9 +102,9 @@ class ModelStrategy(Strategy):
     name = "model"
     n_init = 10  # space-filling draws before the model (cold)
     n_models = 3  # ensemble members
-    n_estimators = 25
+    n_estimators = 40
     max_depth = 4
-    max_scored = 3000  # at most this many unseen configs are scored per refit (the previous best first)
+    max_scored = 5000  # at most this many unseen configs are scored per refit (the previous best first)
     kappa = 0.5  # lower confidence bound: mean - kappa * spread
     local_every = 3  # every n-th proposal is a local step around the incumbent
     explore_every = 4  # every n-th proposal is an exploration slot (see propose)
@@ -232,7 +232,7 @@ class ModelStrategy(Strategy):
 
     @staticmethod
     def _refit_every(n: int) -> int:
-        return 1 if n < 20 else 2 if n < 50 else 4 if n < 100 else 6
+        return 1 if n < 30 else 2 if n < 80 else 4
 
     def _space_filling(self) -> Config | None:
         idx = np.flatnonzero(self.pool.unseen_mask)
