@@ -263,6 +263,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--by-folder", action="store_true", help="also aggregate per kernel folder")
     ap.add_argument("--json", default="", help="write every run and the summary to this file")
+    ap.add_argument("--from-json", default="",
+                    help="comma-separated --json files of earlier runs (e.g. other seeds): report their runs "
+                         "together instead of running anything (--budget and --prior must match)")
     args = ap.parse_args(argv)
 
     data = Path(args.data)
@@ -284,6 +287,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             for seed in range(args.seed0, args.seed0 + args.seeds)]
     t0 = time.perf_counter()
     runs: list[dict[str, Any]] = []
+    if args.from_json:
+        for fn in args.from_json.split(","):
+            with open(fn) as fh:
+                doc = json.load(fh)
+            if doc["args"]["budget"] != args.budget or doc["args"]["prior"] != args.prior:
+                print(f"{fn}: budget/prior differ from this invocation", file=sys.stderr)
+                return 2
+            runs += [r for r in doc["runs"] if r["file"] in files and r["strategy"] in strategies]
+        args.seeds = len({r["seed"] for r in runs})
+        jobs = []
 
     def progress() -> None:
         if len(runs) % max(1, len(jobs) // 20) == 0 or len(runs) == len(jobs):
