@@ -69,6 +69,8 @@ def _check_xy(X: Any, y: Any | None = None) -> tuple[np.ndarray, np.ndarray | No
 class CostModel:
     """Base: `get_params` / `set_params` from the `__init__` signature (the scikit-learn way)."""
 
+    n_features_in_: int  # set by fit
+
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         import inspect
 

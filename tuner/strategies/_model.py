@@ -124,6 +124,7 @@ class ModelStrategy(Strategy):
         self._n_proposed = 0
         self.prior_state = "none"
         self._pruning: Any = None
+        self._last_mu: tuple[np.ndarray, np.ndarray]
 
     # ---- setup (lazily, inside the first propose, so that its time counts as strategy time) ---------
     def _setup(self) -> None:
