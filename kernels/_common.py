@@ -8,7 +8,11 @@ from typing import Any
 import numpy as np
 
 __all__ = ["DTYPES", "torch_dtype", "jnp_dtype", "to_numpy", "on_gpu", "triton_interpreted",
-           "pallas_interpret", "default_tolerance", "torch_device"]
+           "pallas_interpret", "default_tolerance", "torch_device", "prepare_triton", "ACTIVATIONS",
+           "activation_code", "activation_np", "random_array"]
+
+# Fused epilogue activations of the GEMM kernels; "gelu" is the exact (erf) form, as torch's default.
+ACTIVATIONS = ("none", "relu", "gelu")
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -79,3 +83,43 @@ def pallas_interpret() -> bool:
 def default_tolerance(dtype: str) -> tuple[float, float]:
     """(rtol, atol) for comparing a kernel's output with its float32 reference."""
     return {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (3e-2, 3e-2)}.get(dtype, (1e-2, 1e-2))
+
+
+def prepare_triton() -> None:
+    """Call before importing a module that defines @triton.jit kernels: with no CUDA device, turn the
+    Triton interpreter on (it must be on before the kernels are defined), unless the user chose."""
+    if "TRITON_INTERPRET" in os.environ:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+def activation_code(name: str) -> int:
+    """The constexpr code the Triton kernels use for an activation (0 none, 1 relu, 2 gelu)."""
+    try:
+        return ACTIVATIONS.index(name)
+    except ValueError:
+        raise ValueError(f"unknown activation {name!r}; choose one of {list(ACTIVATIONS)}") from None
+
+
+def activation_np(x: np.ndarray, name: str) -> np.ndarray:
+    """Reference activation in numpy at the input's precision (float64 in the references)."""
+    if name == "none":
+        return x
+    if name == "relu":
+        return np.maximum(x, 0.0)
+    if name == "gelu":
+        from math import erf, sqrt
+
+        verf = np.vectorize(erf, otypes=[np.float64])
+        return 0.5 * x * (1.0 + verf(x / sqrt(2.0)))
+    raise ValueError(f"unknown activation {name!r}; choose one of {list(ACTIVATIONS)}")
+
+
+def random_array(rng: np.random.Generator, shape: tuple[int, ...], scale: float = 1.0) -> np.ndarray:
+    """Standard-normal float32 values times `scale`, with exact zeros replaced (inputs are never zero)."""
+    x = rng.standard_normal(shape).astype(np.float32) * np.float32(scale)
+    x[x == 0] = np.float32(scale * 1e-3)
+    return x

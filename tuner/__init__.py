@@ -38,6 +38,11 @@ __all__ = [
     "optimize",
     "ResultStore",
     "TaskContext",
+    "autotune",
+    "kernel",
+    "load_cache",
+    "ConfigCache",
+    "tune_kernel",
     "__version__",
 ]
 
@@ -45,10 +50,17 @@ __all__ = [
 _LAZY = {
     "ResultStore": ("tuner.store", "ResultStore"),
     "TaskContext": ("tuner.store", "TaskContext"),
+    "autotune": ("tuner.runtime", "autotune"),
+    "kernel": ("tuner.runtime", "kernel"),
+    "load_cache": ("tuner.runtime", "load_cache"),
+    "ConfigCache": ("tuner.runtime", "ConfigCache"),
+    "tune_kernel": ("tuner.tune", "tune_kernel"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .runtime import ConfigCache, autotune, kernel, load_cache
     from .store import ResultStore, TaskContext
+    from .tune import tune_kernel
 
 
 def __getattr__(name: str) -> Any:

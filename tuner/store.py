@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 
-__all__ = ["ResultStore", "StoreError", "TaskContext", "Measurement", "default_storage_url", "tuner_home"]
+__all__ = ["ResultStore", "StoreError", "TaskContext", "Measurement", "default_storage_url", "normalize_url",
+           "tuner_home"]
 
 
 class StoreError(RuntimeError):
@@ -63,6 +64,19 @@ def default_storage_url() -> str:
     home = tuner_home()
     home.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{home / 'tuner.db'}"
+
+
+def normalize_url(url: str) -> str:
+    """`postgresql://...` names no driver, and SQLAlchemy 2.1 then picks psycopg 3; tuner depends on
+    psycopg2 (pyproject), so a driverless PostgreSQL URL is pointed at psycopg2 unless psycopg 3 is there."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            import importlib.util
+
+            if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
+                return "postgresql+psycopg2://" + url[len(prefix):]
+            return "postgresql://" + url[len(prefix):]
+    return url
 
 
 def _canon(obj: Any) -> str:
@@ -141,7 +155,7 @@ class ResultStore:
     """SQLAlchemy-backed store of measurements. `url=None` uses `default_storage_url()`."""
 
     def __init__(self, url: str | None = None, *, create: bool = True) -> None:
-        self.url = url or default_storage_url()
+        self.url = normalize_url(url or default_storage_url())
         try:
             kwargs: dict[str, Any] = {"future": True}
             if self.url.startswith("sqlite"):

@@ -1,0 +1,195 @@
+"""Search space of flash attention forward (kernels/attention.py).
+
+A problem is {"B", "H", "S", "D", "causal", "dtype"} (inputs (B, H, S, D); queries and keys share the
+length S). D must be 64 or 128.
+
+Triton (sm80 / sm90 / CPU interpreter): BLOCK_M (query rows per program), BLOCK_N (keys per inner step),
+num_warps, num_stages. Hard constraints:
+  - BLOCK_M, BLOCK_N <= max(16, next_pow2(S)) (a larger block is only masked rows);
+  - GPU: 32 * num_warps <= the threads per block limit;
+    registers: fp32 accumulator BLOCK_M x D + fp32 scores BLOCK_M x BLOCK_N + P and the Q tile in the
+    input dtype, divided over the threads, + overhead <= 2 x min(255, regs_per_sm / threads) (past the
+    limit registers spill; past twice the limit a config spills more than it holds);
+    shared memory: the query tile + the pipelined K and V tiles, (BLOCK_M + t * BLOCK_N) * D * dtype bytes
+    with t = 2 * num_stages on sm90 and max(2 * (num_stages - 1), 1) on sm80 (what Triton 3.7 allocates:
+    fitted exactly to the compiler's figures by benchmarks/triton_resources_b.py), <= 163 KiB (sm80) /
+    227 KiB (sm90), the limit at which Triton refuses to launch.
+
+Pallas (TPU v4 / v5e / v5p / v6e, CPU interpret): block_q, block_k_major (the K/V block one grid step
+brings into VMEM), block_k (the chunk of it each inner step multiplies). Hard constraints:
+  - block_k_major % block_k == 0;
+  - block_q, block_k_major <= max(smallest block, next_pow2(S));
+  - TPU: block_q a multiple of the sublane count (8 fp32, 16 for 16-bit types); block_k and
+    block_k_major multiples of 128 (they are the lane dimension of the score tile);
+    VMEM: double-buffered q, k, v, o blocks + fp32 scratch (m, l lane-padded to 128, acc) + the fp32
+    score temporaries of one chunk <= 75% of the device's VMEM.
+  A CUDA device is refused with a reason (these Pallas kernels are written for Mosaic semantics).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ._params import IntRange, Param, PowerOfTwo
+from ._resources import (
+    REG_OVERHEAD,
+    REG_SPILL_FACTOR,
+    dtype_bytes,
+    next_pow2,
+    reg_check,
+    tpu_sublanes,
+    vmem_budget,
+)
+from ._space import Constraint, SearchSpace
+from .devices import Device
+
+__all__ = ["attention_space", "check_problem", "HEAD_DIMS"]
+
+HEAD_DIMS = (64, 128)
+
+
+def check_problem(problem: Mapping[str, Any]) -> tuple[int, int, int, int, bool, str]:
+    try:
+        b, h, s, d = (int(problem[k]) for k in ("B", "H", "S", "D"))
+    except KeyError as e:
+        raise ValueError(f"attention problem needs fields B, H, S, D, got {dict(problem)}") from e
+    if min(b, h, s) < 1:
+        raise ValueError(f"attention problem needs B, H, S >= 1, got B={b}, H={h}, S={s}")
+    if d not in HEAD_DIMS:
+        raise ValueError(f"head dim D={d} is not supported: use one of {HEAD_DIMS}")
+    dtype = str(problem.get("dtype", "float16"))
+    dtype_bytes(dtype)
+    return b, h, s, d, bool(problem.get("causal", False)), dtype
+
+
+def triton_smem_bytes(d: int, dtype: str, cfg: Mapping[str, Any], arch: str = "sm90") -> int:
+    """The Q tile + the K and V tile buffers of the software pipeline, as Triton 3.7 allocates them
+    (fitted exactly to the compiler's figures, benchmarks/triton_resources_b.py): sm90 keeps
+    num_stages buffers of each of K and V; sm80 keeps num_stages - 1 (one K/V tile in all with a
+    single stage)."""
+    stages = int(cfg["num_stages"])
+    kv_tiles = 2 * stages if arch >= "sm90" else max(2 * (stages - 1), 1)
+    return (int(cfg["BLOCK_M"]) + kv_tiles * int(cfg["BLOCK_N"])) * d * dtype_bytes(dtype)
+
+
+def triton_regs_per_thread(d: int, dtype: str, cfg: Mapping[str, Any]) -> int:
+    bm, bn, threads = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"]), 32 * int(cfg["num_warps"])
+    b = dtype_bytes(dtype)
+    # fp32 accumulator + fp32 scores + P in the input dtype + the Q tile held as a dot operand
+    words = bm * d + bm * bn + (bm * bn * b) // 4 + (bm * d * b) // 4
+    return -(-words // threads) + REG_OVERHEAD
+
+
+def pallas_vmem_bytes(d: int, dtype: str, cfg: Mapping[str, Any]) -> int:
+    b = dtype_bytes(dtype)
+    bq, bkm, bk = int(cfg["block_q"]), int(cfg["block_k_major"]), int(cfg["block_k"])
+    blocks = 2 * (2 * bq * d + 2 * bkm * d) * b  # q, o and k, v, double-buffered
+    scratch = 2 * bq * 128 * 4 + bq * d * 4
+    temps = 3 * bq * bk * 4
+    return blocks + scratch + temps
+
+
+def attention_space(problem: Mapping[str, Any], device: Device, backend: str) -> SearchSpace:
+    _, _, s, d, _, dtype = check_problem(problem)
+    if backend == "triton":
+        return _triton_space(s, d, dtype, device)
+    if backend == "pallas":
+        return _pallas_space(s, d, dtype, device)
+    raise ValueError(f"unknown backend {backend!r}: use 'triton' or 'pallas'")
+
+
+def _triton_space(s: int, d: int, dtype: str, device: Device) -> SearchSpace:
+    cap = max(16, next_pow2(s))
+    if device.kind == "cpu":
+        params: list[Param] = [
+            PowerOfTwo("BLOCK_M", 16, max(16, min(cap, 64))),
+            PowerOfTwo("BLOCK_N", 16, max(16, min(cap, 64))),
+            PowerOfTwo("num_warps", 1, 8, default=4),
+            IntRange("num_stages", 1, 3, default=2),
+        ]
+    elif device.kind == "cuda":
+        params = [
+            PowerOfTwo("BLOCK_M", 16, 256, default=64),
+            PowerOfTwo("BLOCK_N", 16, 256, default=64),
+            PowerOfTwo("num_warps", 1, 16, default=4),
+            IntRange("num_stages", 1, 5, default=2),
+        ]
+    else:
+        raise ValueError(f"backend 'triton' does not run on {device.name} ({device.arch}); use 'pallas'")
+    cons = [
+        Constraint(f"BLOCK_M <= max(16, next_pow2(S={s}))={cap} (a larger block is only masked rows)",
+                   lambda c: c["BLOCK_M"] <= cap, ("BLOCK_M",)),
+        Constraint(f"BLOCK_N <= max(16, next_pow2(S={s}))={cap} (a larger block is only masked keys)",
+                   lambda c: c["BLOCK_N"] <= cap, ("BLOCK_N",)),
+    ]
+    if device.kind == "cuda":
+        smem_max = device.smem_per_block_bytes
+        cons += [
+            Constraint(f"32 * num_warps <= {device.max_threads_per_block} threads per block on {device.arch}",
+                       lambda c: 32 * c["num_warps"] <= device.max_threads_per_block, ("num_warps",)),
+            Constraint(
+                f"register estimate <= {REG_SPILL_FACTOR} x min({device.max_regs_per_thread}, "
+                f"{device.regs_per_sm} / threads) on {device.arch}",
+                lambda c: reg_check(triton_regs_per_thread(d, dtype, c), device, c["num_warps"], f"D={d}, {dtype}"),
+                ("BLOCK_M", "BLOCK_N", "num_warps"),
+            ),
+            Constraint(
+                f"shared memory <= {smem_max // 1024} KiB per block on {device.arch}",
+                lambda c: (
+                    True if triton_smem_bytes(d, dtype, c, device.arch) <= smem_max
+                    else f"needs {triton_smem_bytes(d, dtype, c, device.arch)} bytes (D={d}, {dtype}), "
+                         f"limit {smem_max}"
+                ),
+                ("BLOCK_M", "BLOCK_N", "num_stages"),
+            ),
+        ]
+    return SearchSpace(params, cons, name=f"flash_attention/triton/{device.arch}")
+
+
+def _pallas_space(s: int, d: int, dtype: str, device: Device) -> SearchSpace:
+    if device.kind == "cpu":
+        lo_q, lo_k = 8, 8
+        cap = max(8, next_pow2(s))
+        params: list[Param] = [
+            PowerOfTwo("block_q", 8, max(8, min(cap, 64))),
+            PowerOfTwo("block_k_major", 8, max(8, min(cap, 64))),
+            PowerOfTwo("block_k", 8, max(8, min(cap, 64))),
+        ]
+    elif device.kind == "tpu":
+        lo_q, lo_k = tpu_sublanes(dtype), 128
+        params = [
+            PowerOfTwo("block_q", 8, 1024, default=128),
+            PowerOfTwo("block_k_major", 128, 2048, default=512),
+            PowerOfTwo("block_k", 128, 1024, default=128),
+        ]
+    else:
+        raise ValueError(
+            f"backend 'pallas' targets TPU (Mosaic) and the CPU interpreter; {device.name} ({device.arch}) "
+            "is not supported by these kernels: use backend 'triton' on NVIDIA GPUs"
+        )
+    cap_q = max(lo_q, next_pow2(s))
+    cap_k = max(lo_k, next_pow2(s))
+    cons = [
+        Constraint("block_k_major % block_k == 0 (the inner loop walks whole chunks)",
+                   lambda c: c["block_k_major"] % c["block_k"] == 0, ("block_k_major", "block_k")),
+        Constraint(f"block_q <= max({lo_q}, next_pow2(S={s}))={cap_q}",
+                   lambda c: c["block_q"] <= cap_q, ("block_q",)),
+        Constraint(f"block_k_major <= max({lo_k}, next_pow2(S={s}))={cap_k}",
+                   lambda c: c["block_k_major"] <= cap_k, ("block_k_major",)),
+    ]
+    if device.kind == "tpu":
+        budget = vmem_budget(device)
+        cons += [
+            Constraint(f"block_q % {lo_q} == 0 (sublanes of a {dtype} vreg)",
+                       lambda c: c["block_q"] % lo_q == 0, ("block_q",)),
+            Constraint(
+                f"VMEM <= {budget // 2**20} MiB on {device.arch}",
+                lambda c: (
+                    True if pallas_vmem_bytes(d, dtype, c) <= budget
+                    else f"needs {pallas_vmem_bytes(d, dtype, c)} bytes (D={d}, {dtype}), budget {budget}"
+                ),
+                ("block_q", "block_k_major", "block_k"),
+            ),
+        ]
+    return SearchSpace(params, cons, name=f"flash_attention/pallas/{device.arch}")

@@ -1,0 +1,76 @@
+"""A synthetic study executor for the tests: a deterministic function of the config and the problem,
+tuned by the real `tuner.optimize` through the study's real storage (so resuming, leases and takeovers
+are exercised for real, without kernels). Not a stand-in for any result: its values mean nothing.
+
+Environment (so worker subprocesses can be steered): FAKE_TRIAL_SLEEP seconds per trial; FAKE_EVAL_LOG a
+file that gets one JSON line per objective call (task key, config, pid), appended atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from typing import Any
+
+from search_spaces import Categorical, Constraint, PowerOfTwo, SearchSpace
+
+
+def space_for(task: Any) -> SearchSpace:
+    return SearchSpace(
+        [PowerOfTwo("BLOCK_M", 16, 128), PowerOfTwo("BLOCK_N", 16, 128), Categorical("num_warps", [1, 2, 4, 8],
+                                                                                      ordered=True)],
+        [Constraint("tile", lambda c: c["BLOCK_M"] * c["BLOCK_N"] <= 8192, uses=("BLOCK_M", "BLOCK_N"))],
+        name="fake",
+    )
+
+
+def objective_for(task: Any) -> Any:
+    size = 1.0
+    for _k, v in task.problem.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            size *= float(v)
+    h = int(hashlib.sha256(task.key.encode()).hexdigest()[:8], 16)
+    tm, tn = 16 * 2 ** (h % 4), 16 * 2 ** ((h // 4) % 3)
+    flop_s = 1e9
+
+    def objective(config: dict[str, Any]) -> float:
+        if os.environ.get("FAKE_TRIAL_SLEEP"):
+            time.sleep(float(os.environ["FAKE_TRIAL_SLEEP"]))
+        log = os.environ.get("FAKE_EVAL_LOG")
+        if log:
+            line = json.dumps({"task": task.key, "config": config, "pid": os.getpid()}, sort_keys=True) + "\n"
+            fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+        if config["num_warps"] == 8 and config["BLOCK_M"] == 16:
+            raise RuntimeError("out of resources (synthetic)")
+        penalty = (math.log2(config["BLOCK_M"] / tm) ** 2 + math.log2(config["BLOCK_N"] / tn) ** 2
+                   + 0.3 * abs(math.log2(config["num_warps"]) - 2))
+        return size / flop_s * (1.0 + penalty)
+
+    return objective
+
+
+def executor(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
+    from tuner import optimize
+    from tuner.store import TaskContext
+
+    return optimize(space_for(task), objective_for(task), budget=task.budget or 10_000, seed=task.seed,
+                    strategy=task.strategy, prior=prior or None, time_budget_s=task.time_budget_s,
+                    storage=task.storage, study_name=task.study_name,
+                    task=TaskContext(kernel=task.kernel, problem=dict(task.problem), device=task.device,
+                                     dtype=task.dtype),
+                    callback=callback)
+
+
+def measure(entry: Any, repeats: int) -> list[float]:
+    """A fake re-measurement for `tuner regress`: FAKE_SLOWDOWN maps a kernel name to a factor."""
+    slow = json.loads(os.environ.get("FAKE_SLOWDOWN", "{}"))
+    base = float(entry["time_s"])
+    f = float(slow.get(entry["kernel"], 1.0))
+    return [base * f * (1.0 + 0.01 * ((i * 7) % 5 - 2)) for i in range(repeats)]

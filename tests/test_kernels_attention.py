@@ -1,0 +1,215 @@
+"""Flash attention forward: sampled configs of each space against the float64 reference on the CPU
+interpreters (both backends), causal and not, head dims 64 and 128, a sequence length (40) that no block
+divides, the output poisoned with NaN before every run; and properties of the spaces on every device."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kernels import get_kernel
+from kernels._common import to_numpy
+from search_spaces import attention as spaces
+from search_spaces import devices
+
+BACKENDS = ("triton", "pallas")
+SPEC_NAME = "flash_attention"
+
+
+def _poison(inputs: dict[str, Any], name: str) -> None:
+    buf = inputs[name]
+    if hasattr(buf, "fill_"):
+        buf.fill_(float("nan"))
+    else:
+        import jax.numpy as jnp
+
+        inputs[name] = jnp.full(buf.shape, jnp.nan, dtype=buf.dtype)
+
+
+def _check(backend: str, problem: dict[str, Any], config: dict[str, Any], seed: int = 0) -> None:
+    spec = get_kernel(SPEC_NAME)
+    inputs = spec.make_inputs(problem, backend, seed)
+    assert spec.output_buffer == "out"
+    _poison(inputs, "out")
+    ref = spec.reference(problem, inputs)
+    out = to_numpy(spec.run(problem, backend, inputs, config))
+    assert out.shape == ref.shape == (problem["B"], problem["H"], problem["S"], problem["D"])
+    assert not np.isnan(out).any(), f"{backend} {config}: {int(np.isnan(out).sum())} elements not written"
+    rtol, atol = spec.tolerance(problem["dtype"])
+    np.testing.assert_allclose(out, ref, rtol=rtol, atol=atol, err_msg=f"{backend} {problem} {config}")
+
+
+def _problem(**kw: Any) -> dict[str, Any]:
+    return {**get_kernel(SPEC_NAME).default_problem, "B": 1, "H": 2, "S": 40, **kw}
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sampled_configs_match_reference(backend: str, causal: bool, d: int) -> None:
+    problem = _problem(D=d, causal=causal, dtype="float32")
+    space = get_kernel(SPEC_NAME).space(problem, devices.CPU, backend)
+    seed = 4 * BACKENDS.index(backend) + 2 * causal + (d == 128)
+    n = 3 if backend == "triton" else 2
+    for cfg in space.sample(seed, n=n):
+        _check(backend, problem, cfg, seed=seed)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_low_precision(backend: str, dtype: str) -> None:
+    problem = _problem(S=33, causal=True, dtype=dtype)
+    space = get_kernel(SPEC_NAME).space(problem, devices.CPU, backend)
+    _check(backend, problem, space.sample(5), seed=1)
+
+
+def test_blocks_smaller_than_the_diagonal_and_custom_scale() -> None:
+    """Many key blocks per query block (causal skipping, chunks past S inside a major block)."""
+    problem = _problem(S=37, causal=True, dtype="float32", sm_scale=0.3)
+    _check("triton", problem, {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 1, "num_stages": 1})
+    _check("pallas", problem, {"block_q": 8, "block_k_major": 32, "block_k": 8})
+    _check("pallas", _problem(S=37, causal=False, dtype="float32"), {"block_q": 64, "block_k_major": 16,
+                                                                      "block_k": 8})
+
+
+def test_reference_agrees_with_torch_sdpa() -> None:
+    import torch
+
+    from kernels.attention import attention_reference
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 2, 9, 64)) for _ in range(3))
+    for causal in (True, False):
+        want = torch.nn.functional.scaled_dot_product_attention(
+            torch.tensor(q), torch.tensor(k), torch.tensor(v), is_causal=causal).numpy()
+        np.testing.assert_allclose(attention_reference(q, k, v, causal=causal), want, rtol=1e-10, atol=1e-12)
+
+
+def test_spec_counts_and_inputs() -> None:
+    spec = get_kernel(SPEC_NAME)
+    assert spec.backends == ("triton", "pallas") and spec.shape_fields == ("B", "H", "S", "D")
+    p = {"B": 2, "H": 3, "S": 10, "D": 64, "causal": False, "dtype": "float16"}
+    assert spec.flops(p) == 4 * 2 * 3 * 10 * 10 * 64
+    assert spec.flops({**p, "causal": True}) == 4 * 2 * 3 * 55 * 64
+    assert spec.bytes_moved(p) == 4 * 2 * 3 * 10 * 64 * 2
+    for backend in BACKENDS:
+        a, b = spec.make_inputs(p, backend, 7), spec.make_inputs(p, backend, 7)
+        for name in ("q", "k", "v"):
+            x = to_numpy(a[name])
+            assert np.count_nonzero(x) == x.size
+            np.testing.assert_array_equal(x, to_numpy(b[name]))
+        assert np.isnan(to_numpy(a["out"])).all()
+
+
+def test_unsupported_head_dim_is_rejected_with_the_value() -> None:
+    with pytest.raises(ValueError, match="D=96"):
+        spaces.attention_space(_problem(D=96), devices.SM90, "triton")
+
+
+# ---- space properties -------------------------------------------------------------------------------
+GPU = (devices.SM80, devices.SM90)
+TPU = (devices.TPU_V4, devices.TPU_V5E, devices.TPU_V5P, devices.TPU_V6E)
+
+problems = st.fixed_dictionaries({
+    "B": st.integers(1, 8), "H": st.integers(1, 32), "S": st.integers(1, 33000),
+    "D": st.sampled_from([64, 128]), "causal": st.booleans(),
+    "dtype": st.sampled_from(["float32", "float16", "bfloat16"]),
+})
+device_backend = st.sampled_from([(d, "triton") for d in (*GPU, devices.CPU)]
+                                 + [(d, "pallas") for d in (*TPU, devices.CPU)])
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=problems, db=device_backend, seed=st.integers(0, 2**16), data=st.data())
+def test_space_properties(problem: dict[str, Any], db: tuple[Any, str], seed: int, data: Any) -> None:
+    device, backend = db
+    space = spaces.attention_space(problem, device, backend)
+    for cfg in space.sample(seed, n=5):
+        assert space.contains(cfg), space.violations(cfg)
+    raw = {p.name: data.draw(st.sampled_from(p.values)) for p in space.params}
+    reasons = space.violations(raw)
+    broken = [c for c in space.constraints if c.violation(raw)]
+    assert len(reasons) == len(broken)
+    for c, why in zip(broken, reasons, strict=True):
+        assert c.name in why
+        for u in c.uses:
+            assert f"{u}={raw[u]!r}" in why, (why, u)
+
+
+def test_sm80_and_sm90_differ_by_shared_memory() -> None:
+    """Figures from compiling the kernel with Triton 3.7 (benchmarks/triton_resources_b.py): the smem
+    estimate matches the compiler exactly on both archs, and sm90 keeps one more K/V stage."""
+    from search_spaces.attention import triton_smem_bytes
+
+    assert triton_smem_bytes(128, "float16", {"BLOCK_M": 128, "BLOCK_N": 64, "num_stages": 3}, "sm80") == 98304
+    assert triton_smem_bytes(128, "float16", {"BLOCK_M": 128, "BLOCK_N": 64, "num_stages": 3}, "sm90") == 131072
+    assert triton_smem_bytes(128, "float16", {"BLOCK_M": 128, "BLOCK_N": 64, "num_stages": 1}, "sm80") == 49152
+    problem = _problem(B=4, H=16, S=4096, D=128, dtype="float16")
+    cfg = {"BLOCK_M": 256, "BLOCK_N": 64, "num_warps": 8, "num_stages": 5}  # 192 KiB on sm80, 224 KiB on sm90
+    s80 = spaces.attention_space(problem, devices.SM80, "triton")
+    s90 = spaces.attention_space(problem, devices.SM90, "triton")
+    assert s90.contains(cfg)
+    (why,) = s80.violations(cfg)
+    assert "shared memory" in why and "sm80" in why and "BLOCK_M=256" in why and "num_stages=5" in why
+    # the tutorial's config for D=128 stays valid on both
+    tutorial = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
+    assert s80.contains(tutorial) and s90.contains(tutorial)
+    # and the other way round: 128 x 128 x 4 stages fits neither (224 KiB on sm80, 288 KiB on sm90) ...
+    big = {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 4}
+    assert not s80.contains(big) and not s90.contains(big)
+    # ... but does at D=64 on both
+    assert spaces.attention_space({**problem, "D": 64}, devices.SM80, "triton").contains(big)
+    assert len(s90) != len(s80)
+    bad = s90.violations({"BLOCK_M": 256, "BLOCK_N": 256, "num_warps": 1, "num_stages": 1})
+    assert any("register" in w and "num_warps=1" in w for w in bad)
+
+
+def test_tpu_generations_differ_by_vmem() -> None:
+    problem = _problem(B=1, H=8, S=8192, D=128, dtype="float32")
+    cfg = {"block_q": 1024, "block_k_major": 2048, "block_k": 1024}
+    v4 = spaces.attention_space(problem, devices.TPU_V4, "pallas")
+    v5e = spaces.attention_space(problem, devices.TPU_V5E, "pallas")
+    assert v5e.contains(cfg)
+    (why,) = v4.violations(cfg)
+    assert "VMEM" in why and "tpu_v4" in why and "block_k_major=2048" in why
+    assert all(c["block_k"] % 128 == 0 and c["block_k_major"] % c["block_k"] == 0 for c in v4.enumerate())
+    reasons = spaces.attention_space(_problem(S=512, dtype="bfloat16"), devices.TPU_V5P, "pallas").violations(
+        {"block_q": 8, "block_k_major": 128, "block_k": 256})
+    assert any("block_k_major=128" in r and "block_k=256" in r for r in reasons)
+    assert any("sublanes" in r and "block_q=8" in r for r in reasons)
+
+
+def test_cpu_space_is_small_and_backends_refuse_foreign_devices() -> None:
+    tri = spaces.attention_space(_problem(), devices.CPU, "triton")
+    pal = spaces.attention_space(_problem(), devices.CPU, "pallas")
+    assert tri["BLOCK_M"].values == (16, 32, 64) and min(pal["block_q"].values) == 8
+    assert len(tri) < 200 and len(pal) < 100
+    with pytest.raises(ValueError, match="pallas"):
+        spaces.attention_space(_problem(), devices.SM80, "pallas")
+    with pytest.raises(ValueError, match="triton"):
+        spaces.attention_space(_problem(), devices.TPU_V6E, "triton")
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_pallas_kernel_lowers_for_tpu(causal: bool) -> None:
+    """CPU twin of a TPU run: export for platform 'tpu' runs the Mosaic lowering of the kernel body
+    (interpret mode never does; it caught a floor division that Mosaic cannot lower off-device)."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+    from jax import export
+
+    from kernels.attention import flash_attention_pallas
+
+    problem = _problem(S=1000, D=128, causal=causal, dtype="bfloat16")
+    cfg = {"block_q": 128, "block_k_major": 512, "block_k": 128}
+    assert spaces.attention_space(problem, devices.TPU_V5E, "pallas").contains(cfg)
+    q = jax.ShapeDtypeStruct((1, 2, 1000, 128), jnp.bfloat16)
+    f = functools.partial(flash_attention_pallas, causal=causal, interpret=False, **cfg)
+    exported = export.export(jax.jit(f), platforms=["tpu"])(q, q, q)
+    assert "tpu_custom_call" in exported.mlir_module()

@@ -1,0 +1,83 @@
+"""matmul (Triton + Pallas) against its float64 reference on shapes that are not multiples of the blocks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests._gemm_sweep import sweep
+
+SHAPE = {"M": 50, "N": 40, "K": 70}
+
+
+@pytest.mark.parametrize("backend", ["triton", "pallas"])
+@pytest.mark.parametrize(("dtype", "bias", "activation", "seed"), [
+    ("float16", True, "gelu", 0),
+    ("bfloat16", False, "relu", 1),
+    ("float32", True, "none", 2),
+])
+def test_matmul_space_sweep(backend: str, dtype: str, bias: bool, activation: str, seed: int) -> None:
+    sweep("matmul", backend, {**SHAPE, "dtype": dtype, "bias": bias, "activation": activation}, 3, seed)
+
+
+@pytest.mark.parametrize(("dtype", "arch"), [("bfloat16", "sm90"), ("float32", "sm80")])
+def test_matmul_pallas_triton_lowering_sweep(dtype: str, arch: str) -> None:
+    """The NVIDIA structure of the Pallas kernel (num_warps/num_stages in the space), interpreted."""
+    sweep("matmul", "pallas", {**SHAPE, "dtype": dtype, "bias": True, "activation": "gelu"}, 3, 4, arch)
+
+
+def test_triton_split_k_with_gelu_and_grouping() -> None:
+    """Split-K keeps a non-linear epilogue correct (it runs after the reduction); GROUP_M > 1 covers all
+    tiles; the preallocated output is the one returned."""
+    import torch
+
+    from kernels import get_kernel
+    from search_spaces import get_device
+
+    spec = get_kernel("matmul")
+    prob = {"M": 70, "N": 33, "K": 100, "dtype": "float32", "bias": True, "activation": "gelu"}
+    inputs = spec.make_inputs(prob, "triton", 5)
+    cfg = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 4, "SPLIT_K": 4, "num_warps": 1, "num_stages": 1}
+    assert spec.space(prob, get_device("cpu"), "triton").contains(cfg)
+    inputs["out"].fill_(float("nan"))
+    out = spec.run(prob, "triton", inputs, cfg)
+    assert out.data_ptr() == inputs["out"].data_ptr()
+    np.testing.assert_allclose(out.numpy(), spec.reference(prob, inputs), rtol=1e-4, atol=1e-4)
+    # non-contiguous A (a transposed view) goes through the strides
+    from kernels.matmul import matmul_triton
+
+    a_view = torch.empty((prob["K"], prob["M"]), dtype=torch.float32).t()
+    a_view.copy_(inputs["a"])
+    assert not a_view.is_contiguous()
+    out2 = matmul_triton(a_view, inputs["b"], inputs["bias"], "gelu", **cfg)
+    np.testing.assert_allclose(out2.numpy(), spec.reference(prob, inputs), rtol=1e-4, atol=1e-4)
+
+
+def test_flops_and_bytes() -> None:
+    from kernels import get_kernel
+
+    spec = get_kernel("matmul")
+    p = {"M": 64, "N": 32, "K": 16, "dtype": "float16", "bias": False, "activation": "none"}
+    assert spec.flops(p) == 2 * 64 * 32 * 16
+    assert spec.bytes_moved(p) == 2 * (64 * 16 + 16 * 32 + 64 * 32)
+
+
+def test_inputs_are_seeded_and_never_zero() -> None:
+    from kernels import get_kernel
+
+    spec = get_kernel("matmul")
+    p = {**SHAPE, "dtype": "float32"}
+    a1, a2, a3 = (spec.make_inputs(p, "triton", s)["a"] for s in (3, 3, 4))
+    assert (a1 == a2).all() and not (a1 == a3).all()
+    assert (a1 != 0).all()
+
+
+def test_bad_problem_is_a_clear_error() -> None:
+    from kernels import get_kernel
+    from search_spaces import get_device
+
+    spec = get_kernel("matmul")
+    with pytest.raises(ValueError, match="activation='tanh'"):
+        spec.space({"activation": "tanh"}, get_device("cpu"), "triton")
+    with pytest.raises(ValueError, match="M=0"):
+        spec.space({"M": 0}, get_device("cpu"), "pallas")

@@ -1,0 +1,126 @@
+"""The CPU-testable parts of benchmarks/gpu_validate.py: the no-GPU exit, the sized space, the JSON
+report and the Kernel Tuner cache file of the sweep (round trip through tuner.replay and `tuner replay`).
+The GPU phases themselves only run on a CUDA machine."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from search_spaces import Constraint, IntRange, PowerOfTwo, SearchSpace
+from tuner.measure import MeasureResult, summarize, write_kernel_tuner_cache
+from tuner.replay import load_table
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "benchmarks" / "gpu_validate.py"
+
+
+@pytest.fixture(scope="module")
+def gv():
+    spec = importlib.util.spec_from_file_location("gpu_validate_under_test", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("interpret", ["1", ""])
+def test_without_a_gpu_it_says_so_and_exits_0(tmp_path, interpret):
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "TRITON_INTERPRET": interpret, "CUDA_VISIBLE_DEVICES": ""}
+    p = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "no CUDA GPU here" in p.stdout
+    assert not (tmp_path / "out").exists()
+
+
+def test_output_dir(gv, monkeypatch):
+    monkeypatch.setenv("OUT", "/tmp/x")
+    assert gv.output_dir(None) == Path("/tmp/x") and gv.output_dir("d") == Path("d")
+    monkeypatch.delenv("OUT")
+    assert gv.output_dir(None) == Path("gpu_validate_out")
+
+
+def _toy_space():
+    return SearchSpace([PowerOfTwo("BM", 16, 256), PowerOfTwo("BN", 16, 256), IntRange("w", 1, 8)],
+                       [Constraint("BM*BN <= 16384", lambda c: c["BM"] * c["BN"] <= 16384, ("BM", "BN"))])
+
+
+def test_sized_configs_grid_limit_and_determinism(gv):
+    sp = _toy_space()
+    grid = {"BM": [32, 64, 256], "BN": [64, 128], "w": [4, 8]}
+    cs = gv.sized_configs(sp, 100, grid)
+    # 3 x 2 x 2 grid points, less the two with BM*BN = 256*128 > 16384
+    assert len(cs) == 10 and all(sp.contains(c) for c in cs)
+    assert not any(c["BM"] == 256 and c["BN"] == 128 for c in cs)
+    assert {c["BM"] for c in cs} == {32, 64, 256}
+    small = gv.sized_configs(sp, 5, grid)
+    assert len(small) == 5 and small == gv.sized_configs(sp, 5, grid)
+    # names that do not match the space: the whole (valid) space, sampled down to the limit
+    other = gv.sized_configs(sp, 20, {"X": [1]})
+    assert len(other) == 20 and all(sp.contains(c) for c in other)
+
+
+def _fake_sweep(sp, configs):
+    rows = []
+    for i, c in enumerate(configs):
+        if i % 5 == 3:
+            rows.append((c, MeasureResult.failed("compile_error", "cuda", "ptxas: too many registers")))
+        elif i % 5 == 4:
+            rows.append((c, MeasureResult.failed("incorrect", "cuda", "12 of 100 elements outside tolerance")))
+        else:
+            t = 0.5 + 0.01 * ((i * 7) % 13)
+            rows.append((c, summarize([t * 1.02, t, t * 0.99, t * 1.01], backend="cuda", compile_s=1.5)))
+    return rows
+
+
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_sweep_cache_round_trips_through_replay(gv, tmp_path, suffix):
+    sp = _toy_space()
+    configs = gv.sized_configs(sp, 30, {"BM": [32, 64, 128], "BN": [32, 64, 128], "w": [2, 4, 8]})
+    rows = _fake_sweep(sp, configs)
+    problem = {"M": 4096, "N": 4096, "K": 4096}
+    doc = gv.sweep_cache(rows, device_name="NVIDIA H200", problem=problem, keys=sp.names,
+                         extra={"arch": "sm90"})
+    path = write_kernel_tuner_cache(tmp_path / f"sweep{suffix}", doc)
+    if suffix.endswith(".gz"):
+        assert path.read_bytes()[:2] == b"\x1f\x8b"
+        json.loads(gzip.decompress(path.read_bytes()))
+    table = load_table(path)
+    assert table.device_name == "NVIDIA H200" and table.problem_size == [4096, 4096, 4096]
+    assert len(table.values) == len(rows)
+    for c, r in rows:
+        assert table.lookup(c) == (r.median if r.ok else None)
+    best_c, best_r = min(((c, r) for c, r in rows if r.ok), key=lambda cr: cr[1].median)
+    assert table.optimum == best_r.median
+    assert table.lookup(table.best_config()) == best_r.median
+    entry = next(iter(doc["cache"].values()))
+    assert {"time", "times", "compile_time", "status"} <= set(entry)
+
+    from tuner.cli import main
+
+    assert main(["replay", str(path), "--budget", str(len(rows)), "--strategy", "random", "--json"]) == 0
+
+
+def test_sweep_cache_rejects_duplicates_and_wrong_keys(gv):
+    r = summarize([1.0], backend="cuda")
+    with pytest.raises(ValueError, match="twice"):
+        gv.sweep_cache([({"a": 1}, r), ({"a": 1}, r)], device_name="d", problem={"M": 1, "N": 1, "K": 1},
+                       keys=["a"], extra={})
+    with pytest.raises(ValueError, match="keys"):
+        gv.sweep_cache([({"a": 1, "b": 2}, r)], device_name="d", problem={"M": 1, "N": 1, "K": 1}, keys=["a"],
+                       extra={})
+
+
+def test_report_json_is_written_atomically(gv, tmp_path):
+    p = tmp_path / "o" / "gpu_validate.json"
+    gv.write_json(p, {"schema": gv.SCHEMA, "x": [1, 2]})
+    gv.write_json(p, {"schema": gv.SCHEMA, "x": [3]})
+    assert json.loads(p.read_text()) == {"schema": gv.SCHEMA, "x": [3]}
+    assert [q.name for q in p.parent.iterdir()] == ["gpu_validate.json"]
+    assert gv.tflops(2e12, 1000.0) == pytest.approx(2.0) and gv.tflops(None, 1.0) is None

@@ -1,0 +1,446 @@
+"""@tuner.autotune on CPU: first-call tuning, the hit path, keys (bucketing, dtypes, stale and foreign
+entries), offline fallbacks in order, shipped files, threads, and the Triton / jax kinds."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tuner
+from tuner import PowerOfTwo, SearchSpace
+from tuner.runtime import CacheEntry, CacheKey, ConfigCache, load_cache, set_cost_model_hook, write_cache_file
+
+SPACE = SearchSpace([PowerOfTwo("block", 16, 256)])
+
+
+def _cost(block: int, best: int = 64) -> float:
+    """A synthetic time (seconds) that is lowest at `best`."""
+    return 1e-3 * (1 + abs(np.log2(block) - np.log2(best)))
+
+
+class Counter:
+    """A fake bench (Triton's tests pass a fake do_bench the same way): runs the call once, counts it,
+    and reports the call's return value as its time."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.calls = 0
+        self.delay = delay
+        self.lock = threading.Lock()
+
+    def __call__(self, call):
+        with self.lock:
+            self.calls += 1
+        if self.delay:
+            time.sleep(self.delay)
+        return call()
+
+
+def make(bench=None, **kw):
+    bench = bench or Counter()
+    kw.setdefault("budget", 5)
+
+    @tuner.autotune(SPACE, key=["n"], bench=bench, **kw)
+    def kernel(x, n, *, block):
+        return _cost(block)
+
+    return kernel, bench
+
+
+def test_first_call_tunes_and_persists(_tuner_home: Path):
+    k, bench = make()
+    assert k(None, 100) == pytest.approx(_cost(64))  # the winner (64 is in the first 5 of the space)
+    assert bench.calls == 5
+    cache = ConfigCache()
+    [entry] = cache.entries()
+    assert entry.config == {"block": 64} and entry.key.fields_dict == {"n": 100}
+    assert entry.time_s == pytest.approx(_cost(64))
+    assert entry.key.source_hash and entry.key.device == "cpu"
+    # every measurement is in the results store, with its task
+    ms = cache.store.measurements(kernel=k.tuner.name)
+    assert len(ms) == 5 and {m.problem["n"] for m in ms} == {100}
+
+
+def test_hit_path_does_not_retune(_tuner_home: Path):
+    k, bench = make()
+    k(None, 100)
+    n0 = bench.calls
+    for _ in range(50):
+        k(None, 100)
+    assert bench.calls == n0
+    assert k.tuner.stats["tuned"] == 1
+    # keyword and positional forms, and a default, reach the same entry without tuning
+    k(x=None, n=100)
+    assert bench.calls == n0
+    # a new key tunes once more
+    k(None, 200)
+    assert bench.calls == n0 + 5 and k.tuner.stats["tuned"] == 2
+
+
+def test_store_hit_in_a_fresh_process_does_not_tune():
+    k, bench = make()
+    k(None, 100)
+    k2, bench2 = make()  # same source, same name: what a new process sees
+    assert k2(None, 100) == pytest.approx(_cost(64))
+    assert bench2.calls == 0 and k2.tuner.stats["from_store"] == 1
+
+
+def test_prior_comes_from_the_store(monkeypatch):
+    k, _ = make()
+    k(None, 100)
+    seen = {}
+    import tuner._optimize as opt
+
+    real = opt.optimize
+
+    def spy(*a, **kw):
+        seen["prior"] = kw.get("prior")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(opt, "optimize", spy)
+    k(None, 4096)
+    assert seen["prior"] and len(seen["prior"][0]) == 5  # the 5 measurements of n=100
+
+
+def test_pow2_bucketing_shares_one_tuning():
+    k, bench = make(bucket="pow2")
+    k(None, 1000)
+    k(None, 1001)
+    k(None, 1024)
+    assert bench.calls == 5
+    k(None, 1025)
+    assert bench.calls == 10
+    assert sorted(e.key.fields_dict["n"] for e in ConfigCache().entries()) == [1024, 2048]
+
+
+def test_custom_bucket_and_key_function():
+    bench = Counter()
+
+    @tuner.autotune(SPACE, key=lambda x, n: {"rows": x.shape[0], "n": n}, bucket={"rows": lambda _n, v: v // 10},
+                    bench=bench, budget=3)
+    def kernel(x, n, *, block):
+        return _cost(block)
+
+    kernel(np.zeros((31, 2), np.float32), 5)
+    kernel(np.zeros((35, 2), np.float32), 5)
+    assert bench.calls == 3
+    [e] = ConfigCache().entries()
+    assert e.key.fields_dict == {"rows": 3, "n": 5} and e.key.dtypes == ("float32",)
+
+
+def test_dtypes_are_part_of_the_key():
+    k, bench = make()
+    k(np.zeros(4, np.float32), 8)
+    k(np.zeros(4, np.float32), 8)
+    assert bench.calls == 5
+    k(np.zeros(4, np.float16), 8)
+    assert bench.calls == 10
+    assert sorted(e.key.dtypes for e in ConfigCache().entries()) == [("float16",), ("float32",)]
+
+
+def test_keyword_array_dtypes_are_part_of_the_key_with_a_key_function():
+    bench = Counter()
+
+    @tuner.autotune(SPACE, key=lambda x, n: {"n": n}, bench=bench, budget=2)
+    def kernel(x, n, *, block):
+        return _cost(block)
+
+    kernel(x=np.zeros(2, np.float32), n=4)
+    kernel(x=np.zeros(2, np.float32), n=4)
+    assert bench.calls == 2
+    kernel(x=np.zeros(2, np.float16), n=4)
+    assert bench.calls == 4
+
+
+def test_array_as_key_argument_is_a_clear_error():
+    k, _ = make()
+    with pytest.raises(TypeError, match="key function"):
+        k(None, np.zeros(3))
+
+
+def _store_entry(k, **changes) -> CacheEntry:
+    ck = k.tuner.full_key((None, 100), {})
+    parts = dict(kernel=ck.kernel, source_hash=ck.source_hash, fields=ck.fields_dict, dtypes=ck.dtypes,
+                 device=ck.device, versions=ck.versions_dict)
+    parts.update(changes)
+    key = CacheKey.make(parts["kernel"], parts["source_hash"], parts["fields"], parts["dtypes"], parts["device"],
+                        parts["versions"])
+    e = CacheEntry(key, {"block": 16}, 1e-6, 0.0)
+    ConfigCache().put(e)
+    return e
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"source_hash": "0" * 32}, "kernel source changed"),
+    ({"device": "NVIDIA H100 (sm90)"}, "device differs"),
+    ({"versions": {"python": "2.7"}}, "versions differ"),
+])
+def test_stale_or_foreign_entry_is_a_miss_with_a_reason(change, reason):
+    k, bench = make()
+    _store_entry(k, **change)
+    assert reason in k.explain(None, 100)
+    k(None, 100)  # tunes: the foreign entry is not used
+    assert bench.calls == 5 and k.tuner.stats["tuned"] == 1
+    assert reason in k.tuner.last_miss_reason
+    assert k.tuner.by_hash[k.tuner.full_key((None, 100), {}).hash] == {"block": 64}
+
+
+def test_source_hash_ignores_decorator_options_but_follows_code_and_depends():
+    from tuner.runtime._env import source_hash
+
+    k1, _ = make(budget=5)
+    k2, _ = make(budget=7)  # same def, other decorator options: same identity
+    assert k1.tuner.source_hash == k2.tuner.source_hash
+
+    def helper_a():
+        return 1
+
+    def helper_b():
+        return 2
+
+    @tuner.autotune(SPACE, key=["n"], depends=[helper_a])
+    def launch_a(n, *, block):
+        return helper_a()
+
+    @tuner.autotune(SPACE, key=["n"], depends=[helper_b])
+    def launch_b(n, *, block):
+        return helper_a()
+
+    assert launch_a.tuner.source_hash != launch_b.tuner.source_hash
+    assert source_hash(helper_a) != source_hash(helper_b)
+
+
+def test_time_budget_stops_tuning():
+    k, bench = make(bench=Counter(delay=0.05), budget=5, time_budget_s=0.08)
+    k(None, 5)
+    assert 1 <= bench.calls < 5
+
+
+def test_cached_config_outside_the_space_is_a_miss():
+    k, bench = make()
+    ck = k.tuner.full_key((None, 100), {})
+    ConfigCache().put(CacheEntry(ck, {"block": 4096}, 1e-9, 0.0))
+    assert "not in the current search space" in k.explain(None, 100)
+    k(None, 100)
+    assert bench.calls == 5
+
+
+# ---- offline mode -----------------------------------------------------------------------------------
+def test_offline_fallbacks_in_order(caplog, monkeypatch):
+    # seed the store with tuned entries for n=64 and n=4096
+    k, _ = make()
+    k(None, 64)
+    ConfigCache().put(CacheEntry(k.tuner.full_key((None, 4096), {}), {"block": 256}, 1e-3, 0.0))
+    bench = Counter()
+    off, _ = make(bench=bench, mode="offline")
+    caplog.set_level(logging.WARNING, logger="tuner.runtime._decorator")
+    # 1. exact
+    assert off(None, 64) == pytest.approx(_cost(64))
+    # 2. nearest: 3000 is nearer 4096 than 64 in |log2 ratio|
+    off(None, 3000)
+    assert off.tuner.by_hash[off.tuner.full_key((None, 3000), {}).hash] == {"block": 256}
+    assert "nearest cached key {'n': 4096}" in off.tuner.last_choice["why"]
+    off(None, 100)
+    assert off.tuner.by_hash[off.tuner.full_key((None, 100), {}).hash] == {"block": 64}
+    assert bench.calls == 0
+    # logged once per key, even for a second fast key mapping to it
+    off(None, 3000)
+    off(x=None, n=3000)
+    assert sum("n': 3000" in r.getMessage() for r in caplog.records) == 1
+    # 3. cost model: no entry of this family (other dtype) -> hook
+    set_cost_model_hook(lambda kernel, key, space: {"block": 32})
+    try:
+        off(np.zeros(2, np.float16), 64)
+        assert off.tuner.last_choice["config"] == {"block": 32}
+        assert "cost model" in off.tuner.last_choice["why"]
+        # a hook that predicts something outside the space, or raises, falls through to the default
+        set_cost_model_hook(lambda kernel, key, space: {"block": 3})
+        off(np.zeros(2, np.int8), 64)
+        assert "default" in off.tuner.last_choice["why"]
+    finally:
+        set_cost_model_hook(None)
+    # 4. the space default
+    off(np.zeros(2, np.float64), 64)
+    assert off.tuner.last_choice["config"] == SPACE.default()
+    assert bench.calls == 0 and off.tuner.stats["tuned"] == 0
+
+
+def test_offline_from_env_never_tunes_and_creates_no_database(monkeypatch, _tuner_home: Path):
+    monkeypatch.setenv("TUNER_MODE", "offline")
+    k, bench = make()
+    k(None, 77)
+    assert bench.calls == 0 and k.tuner.last_choice["config"] == SPACE.default()
+    assert not (_tuner_home / "tuner.db").exists()
+
+
+def test_shipped_file_read_only_without_database(tmp_path: Path, monkeypatch, _tuner_home: Path):
+    k, _ = make()
+    k(None, 128)
+    k(None, 8192)
+    out = tmp_path / "model_cache.json"
+    write_cache_file(out, ConfigCache().entries())
+    (_tuner_home / "tuner.db").unlink()
+    for extra in ("-wal", "-shm"):
+        (_tuner_home / f"tuner.db{extra}").unlink(missing_ok=True)
+    shipped = load_cache(out)
+    assert len(shipped) == 2
+    prod, bench = make(mode="offline", cache=shipped)
+    prod(None, 128)
+    assert prod.tuner.stats["from_file"] == 1 and bench.calls == 0
+    prod(None, 6000)  # nearest in the file: 8192
+    assert "8192" in prod.tuner.last_choice["why"]
+    assert not (_tuner_home / "tuner.db").exists()
+    # the environment variable works the same way, for every decorated function
+    monkeypatch.setenv("TUNER_CACHE_FILE", str(out))
+    prod2, bench2 = make(mode="offline")
+    prod2(None, 8192)
+    assert prod2.tuner.stats["from_file"] == 1 and bench2.calls == 0
+
+
+# ---- threads ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("storage", [None, False], ids=["store", "memory-only"])
+def test_eight_threads_on_one_new_key_tune_once(storage):
+    # memory-only: the per-key lock alone; with a store, the claim row as well
+    bench = Counter(delay=0.01)
+    k, _ = make(bench=bench, storage=storage)
+    barrier = threading.Barrier(8)
+    results, errors = [], []
+
+    def worker():
+        try:
+            barrier.wait()
+            results.append(k(None, 321))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    ts = [threading.Thread(target=worker) for _ in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+    assert len(results) == 8 and len(set(results)) == 1
+    assert bench.calls == 5 and k.tuner.stats["tuned"] == 1
+
+
+# ---- kinds ------------------------------------------------------------------------------------------
+def test_space_as_function_of_arguments():
+    bench = Counter()
+
+    def space(x, n):
+        return SearchSpace([PowerOfTwo("block", 16, max(16, n))])
+
+    @tuner.autotune(space, key=["n"], bench=bench, budget=10)
+    def kernel(x, n, *, block):
+        assert block <= max(16, n)
+        return _cost(block)
+
+    kernel(None, 32)
+    assert bench.calls == 2  # only 16 and 32 exist for n=32
+
+
+def test_restore_in_place_arguments_numpy():
+    @tuner.autotune(SPACE, key=["n"], budget=4, restore=["out"], bench=Counter())
+    def accumulate(out, n, *, block):
+        out += 1
+        return 1e-3 * block
+
+    out = np.zeros(3)
+    accumulate(out, 3)
+    np.testing.assert_array_equal(out, np.ones(3))
+
+
+def test_plain_callable_default_cpu_timer():
+    calls = []
+
+    @tuner.autotune(SearchSpace([PowerOfTwo("reps", 1, 8)]), key=["n"], budget=4, storage=False)
+    def work(n, *, reps):
+        calls.append(reps)
+        return n * reps
+
+    r = work(3)
+    chosen = work.tuner.last_choice["config"]["reps"]
+    assert r == 3 * chosen and "tuned: 4 evaluations" in work.tuner.last_choice["why"]
+    assert set(calls[:-1]) == {1, 2, 4, 8} and len(calls) > 8  # warm-up and repeats of every config
+
+
+def test_default_bench_follows_kind_framework_and_device():
+    from tuner.runtime._bench import cpu_bench, default_bench, jax_bench, triton_bench
+
+    assert default_bench("python", None, "cpu") is cpu_bench
+    assert default_bench("triton", "torch", "cpu") is cpu_bench  # the interpreter: do_bench does not work
+    assert default_bench("triton", "torch", "NVIDIA H100 (sm90)") is triton_bench
+    assert default_bench("python", "torch", "NVIDIA H100 (sm90)") is triton_bench  # a launcher of a kernel
+    assert default_bench("jax", "jax", "cpu") is jax_bench
+    assert default_bench("python", "jax", "tpu:TPU v5 lite") is jax_bench
+
+
+def test_cpu_bench_median_and_spread_with_a_fake_clock():
+    from tuner.runtime import cpu_bench
+
+    t = [0.0]
+    durations = iter([0.01] + [0.01, 0.02, 0.03, 0.04, 0.05])
+
+    def clock():
+        return t[0]
+
+    def call():
+        t[0] += next(durations)
+
+    med, spread = cpu_bench(call, warmup=1, repeats=5, clock=clock)
+    assert med == pytest.approx(0.03) and spread == pytest.approx(0.042 - 0.018)
+
+
+def test_triton_configs_one_line_switch():
+    import torch
+    import triton
+    import triton.language as tl
+
+    @tuner.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=w) for b, w in ((16, 1), (32, 2), (64, 4))],
+                    key=["n"], budget=3, restore=["x_ptr"])
+    @triton.jit
+    def add_one(x_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=m) + 1.0, mask=m)
+
+    x = torch.zeros(100)
+    # tuning runs every config several times on x; restore= puts x back, so the tuning call adds one
+    add_one[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, 100)
+    assert torch.equal(x, torch.ones(100))
+    add_one[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, 100)  # hit path
+    assert torch.equal(x, torch.full((100,), 2.0))
+    assert add_one.tuner.stats["tuned"] == 1
+    [e] = ConfigCache().entries()
+    assert set(e.config) == {"BLOCK", "num_warps", "num_stages"}
+    assert e.key.dtypes == ("float32",) and set(e.key.versions_dict) == {"triton", "torch"}
+    assert "hit" in add_one.explain(x, 100)
+
+
+def test_pallas_block_sizes_as_static_args():
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def body(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0
+
+    @tuner.autotune(SearchSpace([PowerOfTwo("block", 8, 32)]), key=lambda x: {"n": x.shape[0]}, budget=3)
+    @functools.partial(jax.jit, static_argnames=("block",))
+    def double(x, *, block):
+        return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // block,),
+                              in_specs=[pl.BlockSpec((block,), lambda i: (i,))],
+                              out_specs=pl.BlockSpec((block,), lambda i: (i,)), interpret=True)(x)
+
+    x = jnp.arange(64, dtype=jnp.float32)
+    np.testing.assert_allclose(np.asarray(double(x)), np.arange(64) * 2.0)
+    assert double.tuner.kind == "jax" and double.tuner.stats["tuned"] == 1
+    [e] = ConfigCache().entries()
+    assert e.key.fields_dict == {"n": 64} and e.key.dtypes == ("float32",)
+    assert set(e.key.versions_dict) == {"jax", "jaxlib"}

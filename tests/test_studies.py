@@ -1,0 +1,422 @@
+"""Studies on one machine (SQLite): study files and their validation, run order, leases, kill-and-resume,
+reports, cache export and `tuner regress`. The executor is the synthetic one of tests/_study_fake.py (real
+`tuner.optimize`, real storage) unless the measurement layer and the kernels are importable."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FAKE = "tests._study_fake:executor"
+PY = sys.executable
+
+
+def write_study(tmp: Path, *, name: str = "s", n_m: int = 2, n_k: int = 1, budget: int = 4,
+                lease_seconds: float = 60, extra: str = "") -> Path:
+    ms = [64 * 2**i for i in range(n_m)]
+    ks = [32 * 2**i for i in range(n_k)]
+    p = tmp / f"{name}.toml"
+    p.write_text(f"""
+[study]
+name = "{name}"
+device = "cpu"
+budget = {{ trials = {budget} }}
+strategy = "random"
+seed = 3
+output = "out-{name}"
+lease_seconds = {lease_seconds}
+{extra}
+
+[[tasks]]
+kernel = "fakemm"
+grid = {{ M = {ms}, N = [64], K = {ks} }}
+""")
+    return p
+
+
+def finished_configs(url: str, task: Any) -> list[dict[str, Any]]:
+    from tuner.studies import task_trials
+    from tuner.studies._runner import _optuna_storage
+
+    return [dict(t.params) for t in task_trials(_optuna_storage(url), task.study_name)]
+
+
+def cli(*args: str) -> int:
+    from tuner.cli import main
+
+    return main(list(args))
+
+
+# ---- study files ---------------------------------------------------------------------------------------
+def test_study_file_expands_and_orders_tasks(tmp_path: Path) -> None:
+    from tuner.studies import load_study
+
+    spec = load_study(write_study(tmp_path, n_m=3, n_k=2), check_kernels=False)
+    assert spec.name == "s" and len(spec.tasks) == 6
+    assert spec.storage == f"sqlite:///{(tmp_path / 'out-s' / 'study.db').resolve()}"
+    assert [t.seq for t in spec.tasks] == list(range(6))
+    # smallest first, then always the nearest neighbour: a chain, never a jump of two steps in M
+    shapes = [(t.problem["M"], t.problem["K"]) for t in spec.tasks]
+    assert shapes[0] == (64, 32)
+    for (m1, k1), (m2, k2) in zip(shapes, shapes[1:], strict=False):
+        assert abs(m1 - m2) + abs(k1 - k2) > 0
+        assert max(m1, m2) / min(m1, m2) <= 2 and max(k1, k2) / min(k1, k2) <= 2
+    assert all(t.problem["dtype"] == "float32" and t.budget == 4 for t in spec.tasks)
+
+
+def test_order_groups_by_kernel_then_nearest_shape() -> None:
+    from tuner.studies import StudyTask, order_tasks
+
+    def t(kernel: str, m: int) -> StudyTask:
+        return StudyTask("s", f"{kernel}/{m}", kernel, {"M": m, "dtype": "float16"}, "triton", "cpu", 1, None,
+                         "random", 0)
+
+    out = order_tasks([t("a", 4096), t("b", 64), t("a", 64), t("a", 1024), t("a", 128)])
+    assert [x.key for x in out] == ["a/64", "a/128", "a/1024", "a/4096", "b/64"]
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("[study]\nname='x'\n", "missing budget"),
+    ("[study]\nname='x'\nbudget={trials=2}\n", "missing [[tasks]]"),
+    ("[study]\nname='x'\nbudget={trials=0}\n[[tasks]]\nkernel='k'\nproblems=[{M=1}]", "budget.trials"),
+    ("[study]\nname='x'\nbudget={}\n[[tasks]]\nkernel='k'\nproblems=[{M=1}]", "trials and/or seconds"),
+    ("[study]\nname='x'\nbudget=3\ndevise='cpu'\n[[tasks]]\nkernel='k'\nproblems=[{M=1}]", "unknown key 'devise'"),
+    ("[study]\nname='x'\nbudget=3\ndevice='sm99'\n[[tasks]]\nkernel='k'\nproblems=[{M=1}]", "unknown device"),
+    ("[study]\nname='x y'\nbudget=3\n[[tasks]]\nkernel='k'\nproblems=[{M=1}]", "name must be"),
+    ("[study]\nname='x'\nbudget=3\nstrategy='nope'\n[[tasks]]\nkernel='k'\nproblems=[{M=1}]", "unknown strategy"),
+    ("[study]\nname='x'\nbudget=3\n[[tasks]]\nkernel='k'\nproblems=[{M=1},{M=1}]", "listed twice"),
+    ("[study]\nname='x'\nbudget=3\n[[tasks]]\nkernel='k'\nproblems=[{M=-4}]", "must be >= 1"),
+    ("[study]\nname='x'\nbudget=3\n[[tasks]]\nkernel='k'\n", "needs problems"),
+    ("[study\nname='x'", "invalid TOML"),
+])
+def test_bad_study_files_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str,
+                                              needle: str) -> None:
+    p = tmp_path / "bad.toml"
+    p.write_text(body)
+    assert cli("study", "run", str(p), "--executor", FAKE, "--quiet") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and needle in err and str(p.name) in err, err
+    assert not (tmp_path / "out-x").exists()
+
+
+def test_unknown_kernel_is_bad_input_with_the_real_registry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = write_study(tmp_path)  # kernel "fakemm" is not registered
+    assert cli("study", "run", str(p), "--quiet") == 2
+    assert "unknown kernel 'fakemm'" in capsys.readouterr().err
+
+
+# ---- the board -----------------------------------------------------------------------------------------
+def test_leases_are_exclusive_expire_and_fence_the_old_holder(tmp_path: Path) -> None:
+    from tuner.studies import DONE, PENDING, TaskBoard, load_study, prepare_study
+
+    spec = prepare_study(load_study(write_study(tmp_path, n_m=2, budget=2), check_kernels=False))
+    board = TaskBoard(spec.storage)
+    a = board.claim(spec.name, "A", 1.0)
+    b = board.claim(spec.name, "B", 1.0)
+    assert a and b and a.task.key != b.task.key
+    assert board.claim(spec.name, "C", 1.0) is None  # both held
+    assert board.renew(a, 1.0)
+    time.sleep(1.3)  # A and B stop renewing: their leases expire
+    c = board.claim(spec.name, "C", 30)
+    assert c is not None and c.task.key == a.task.key and c.attempts == 2  # first in run order
+    assert not board.renew(a, 30)  # A was taken over: its writes are refused
+    assert not board.finish(a, DONE)
+    assert board.finish(c, PENDING)  # handed back (Ctrl-C)
+    assert {r.key: r.status for r in board.rows(spec.name)}[a.task.key] == PENDING
+    board.close()
+
+
+def test_budget_increase_reopens_a_finished_task(tmp_path: Path) -> None:
+    from tuner.studies import load_study, run_study
+
+    p = write_study(tmp_path, n_m=1, budget=3)
+    s1 = run_study(load_study(p, check_kernels=False), executor=FAKE)
+    assert s1.counts["done"] == 1
+    p.write_text(p.read_text().replace("trials = 3", "trials = 5"))
+    spec = load_study(p, check_kernels=False)
+    s2 = run_study(spec, executor=FAKE)
+    assert s2.counts["done"] == 1
+    assert len(finished_configs(spec.storage, spec.tasks[0])) == 5
+
+
+# ---- kill and resume -----------------------------------------------------------------------------------
+def _worker_cmd(path: Path, *extra: str) -> list[str]:
+    return [PY, "-m", "tuner.cli", "study", "run", str(path), "--executor", FAKE, "--quiet", "--no-report", *extra]
+
+
+def test_interrupt_and_kill_then_resume_repeats_no_finished_trial(tmp_path: Path) -> None:
+    from tuner.studies import DONE, PENDING, RUNNING, TaskBoard, load_study, run_study
+
+    budget = 6
+    path = write_study(tmp_path, n_m=3, budget=budget, lease_seconds=2)
+    spec = load_study(path, check_kernels=False)
+    log_file = tmp_path / "evals.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_TRIAL_SLEEP": "0.1", "FAKE_EVAL_LOG": str(log_file)}
+
+    def run_until(trials: int, sig: int) -> tuple[int, list[Any]]:
+        proc = subprocess.Popen(_worker_cmd(path), cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if log_file.exists() and len(log_file.read_text().splitlines()) >= trials:
+                break
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+        board = TaskBoard(spec.storage)
+        rows = board.rows(spec.name)
+        board.close()
+        return proc.returncode, rows
+
+    # Ctrl-C: exit 130 and the task goes back to the queue at once.
+    code, rows = run_until(4, signal.SIGINT)
+    assert code == 130
+    assert all(r.status in (PENDING, DONE) for r in rows), [(r.key, r.status) for r in rows]
+    # kill -9 in the middle of the second task: its lease stays until it expires.
+    code, rows = run_until(budget + 3, signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    assert any(r.status == RUNNING for r in rows)
+    before = {t.key: finished_configs(spec.storage, t) for t in spec.tasks}
+    assert sum(map(len, before.values())) >= budget + 1
+
+    # The same command resumes (here in-process, after the dead worker's lease expired).
+    os.environ["FAKE_EVAL_LOG"] = str(log_file)
+    try:
+        summary = run_study(spec, executor=FAKE)
+    finally:
+        del os.environ["FAKE_EVAL_LOG"]
+    assert summary.counts == {"pending": 0, "running": 0, "done": 3, "failed": 0}
+    evals = Counter()
+    for line in log_file.read_text().splitlines():
+        d = json.loads(line)
+        evals[(d["task"], json.dumps(d["config"], sort_keys=True))] += 1
+    for t in spec.tasks:
+        after = [json.dumps(c, sort_keys=True) for c in finished_configs(spec.storage, t)]
+        assert len(after) == budget == len(set(after)), t.key
+        for c in before[t.key]:
+            k = json.dumps(c, sort_keys=True)
+            assert k in after  # nothing finished was lost
+            assert evals[(t.key, k)] == 1  # ... nor measured again
+    # At most the two trials in flight at the interrupt and the kill were evaluated twice.
+    assert sum(n - 1 for n in evals.values() if n > 1) <= 2
+
+
+# ---- reduced quickstart --------------------------------------------------------------------------------
+def _real_executor_available() -> bool:
+    try:
+        import tuner.tune  # noqa: F401
+
+        from kernels import get_kernel
+
+        get_kernel("matmul")
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def test_reduced_quickstart_runs_reports_and_exports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import tomllib
+
+    from tuner.studies import load_study, parse_study
+
+    doc = tomllib.loads((REPO / "studies" / "quickstart.toml").read_text())
+    load_study(REPO / "studies" / "quickstart.toml", check_kernels=False)  # the shipped file is valid
+    real = _real_executor_available()
+    doc["study"]["budget"] = {"trials": 2, "seconds": 15}
+    doc["study"]["finalists"] = 1
+    doc["study"]["output"] = str(tmp_path / "qs")
+    kept = {}
+    for e in doc["tasks"]:  # the first problem of matmul and of the norm only
+        if e["kernel"] in ("matmul", "rmsnorm") and e["kernel"] not in kept:
+            e.pop("grid", None)
+            e.pop("budget", None)
+            e["problems"] = e["problems"][:1]
+            kept[e["kernel"]] = e
+    assert set(kept) == {"matmul", "rmsnorm"}
+    doc["tasks"] = list(kept.values())
+    reduced = tmp_path / "quickstart-reduced.toml"
+    reduced.write_text(_toml(doc))
+    spec = parse_study(doc, path=reduced, check_kernels=real)
+    args = ["study", "run", str(reduced), "--quiet"] + ([] if real else ["--executor", FAKE])
+    assert cli(*args) == 0
+    out = capsys.readouterr().out
+    assert f"report: {tmp_path / 'qs' / 'report' / 'report.md'}" in out
+    cache = json.loads((tmp_path / "qs" / "cache.json").read_text())
+    assert cache["format"] == "tuner-cache" and cache["schema_version"] == 1
+    assert sorted(e["kernel"] for e in cache["entries"]) == sorted(t.kernel for t in spec.tasks)
+    md = (tmp_path / "qs" / "report" / "report.md").read_text()
+    for t in spec.tasks:
+        assert t.key in md
+    pngs = list((tmp_path / "qs" / "report" / "img").glob("*.png"))
+    assert len(pngs) == len(spec.tasks)
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+
+
+def _toml(doc: dict[str, Any]) -> str:
+    """Just enough TOML writing for the test's reduced study (tables, arrays of inline tables)."""
+    def val(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return repr(v)
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(val(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {val(x)}" for k, x in v.items()) + " }"
+        raise TypeError(v)
+
+    lines = ["[study]"] + [f"{k} = {val(v)}" for k, v in doc["study"].items()]
+    for e in doc["tasks"]:
+        lines += ["", "[[tasks]]"] + [f"{k} = {val(v)}" for k, v in e.items()]
+    return "\n".join(lines) + "\n"
+
+
+def test_workers_option_runs_local_worker_processes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from tuner.studies import TaskBoard, load_study
+
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    monkeypatch.chdir(REPO)
+    p = write_study(tmp_path, n_m=4, budget=3)
+    assert cli("study", "run", str(p), "--workers", "2", "--executor", FAKE, "--quiet") == 0
+    spec = load_study(p, check_kernels=False)
+    board = TaskBoard(spec.storage)
+    rows = board.rows(spec.name)
+    board.close()
+    assert all(r.status == "done" for r in rows) and len(rows) == 4
+    pids = {r.worker.split(":")[1] for r in rows if r.worker}
+    assert str(os.getpid()) not in pids  # the tasks ran in the worker processes
+    assert "cache: " in capsys.readouterr().out
+
+
+# ---- report, export ------------------------------------------------------------------------------------
+def test_report_and_export(tmp_path: Path) -> None:
+    from tuner.studies import export_study, load_study, run_study, write_report
+
+    p = write_study(tmp_path, n_m=2, budget=10, extra="")
+    spec = load_study(p, check_kernels=False)
+    run_study(spec, executor=FAKE)
+    rep = write_report(spec, tmp_path / "rep")
+    md = rep.markdown.read_text()
+    assert "| task | status | trials | best time | % of roofline | best config |" in md
+    assert md.count("![convergence of") == 2 and len(rep.images) == 2
+    assert "importance (fANOVA)" in md
+    html = rep.html.read_text()
+    assert html.startswith("<!doctype html>") and "<img src='img/" in html
+    # the synthetic objective fails (BLOCK_M=16, num_warps=8): counted by status where it was drawn
+    fails = sum(1 for t in spec.tasks for c in finished_configs(spec.storage, t)
+                if c["BLOCK_M"] == 16 and c["num_warps"] == 8)
+    assert ("| failed |" in md) == (fails > 0)
+    a = export_study(spec, tmp_path / "a.json")
+    export_study(spec, tmp_path / "b.json")
+    assert a.entries == 2
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()  # deterministic
+    doc = json.loads((tmp_path / "a.json").read_text())
+    e = doc["entries"][0]
+    assert set(e) >= {"kernel", "source_hash", "key", "dtypes", "device", "versions", "config", "time_s",
+                      "spread_s", "date"}
+    assert e["device"] == "cpu" and e["dtypes"] == ["float32"] and e["time_s"] > 0
+
+
+def test_report_importance_needs_enough_trials(tmp_path: Path) -> None:
+    from tuner.studies import load_study, run_study, write_report
+
+    spec = load_study(write_study(tmp_path, n_m=1, budget=5), check_kernels=False)
+    run_study(spec, executor=FAKE)
+    md = write_report(spec, tmp_path / "rep").markdown.read_text()
+    assert "Parameter importance: needs at least 8 successful trials" in md
+
+
+# ---- regress -------------------------------------------------------------------------------------------
+def _baseline(tmp_path: Path, *, spread: float = 0.0) -> Path:
+    from tuner.studies._export import _write_builtin
+
+    entries = [{"kernel": k, "source_hash": "ab" * 16, "key": {"M": 64}, "dtypes": ["float16"], "device": "cpu",
+                "versions": {"triton": "3.7.1"}, "config": {"BLOCK": 32}, "time_s": 1e-3, "spread_s": spread,
+                "date": "2026-01-01T00:00:00Z", "space": ""} for k in ("mm", "norm")]
+    path = tmp_path / "base.json"
+    _write_builtin(path, entries)
+    return path
+
+
+def test_regress_flags_a_slowdown_beyond_noise(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    base = _baseline(tmp_path)
+    args = ["regress", "--baseline", str(base), "--measure", "tests._study_fake:measure", "--json"]
+    monkeypatch.setenv("FAKE_SLOWDOWN", json.dumps({"norm": 1.02}))  # within the 5 % threshold
+    assert cli(*args) == 0
+    monkeypatch.setenv("FAKE_SLOWDOWN", json.dumps({"norm": 1.3}))
+    capsys.readouterr()
+    assert cli(*args) == 1
+    out = json.loads(capsys.readouterr().out)
+    verdicts = {c["kernel"]: c["verdict"] for c in out["checks"]}
+    assert verdicts == {"mm": "unchanged", "norm": "regressed"}
+    norm = next(c for c in out["checks"] if c["kernel"] == "norm")
+    assert 1.05 < norm["ci_low"] <= norm["ratio"] <= norm["ci_high"]
+    monkeypatch.setenv("FAKE_SLOWDOWN", json.dumps({"mm": 0.5}))
+    assert cli(*args) == 0  # faster is not a regression
+
+
+def test_regress_threshold_grows_with_recorded_spread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_SLOWDOWN", json.dumps({"norm": 1.3}))
+    base = _baseline(tmp_path, spread=0.5e-3)  # recorded spread 50 %: a 30 % change is noise
+    assert cli("regress", "--baseline", str(base), "--measure", "tests._study_fake:measure") == 0
+
+
+def test_regress_bad_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "tuner-cache", "schema_version": 1, "entries": [{"kernel": 1}]')
+    assert cli("regress", "--baseline", str(bad)) == 2
+    assert cli("regress", "--baseline", str(tmp_path / "missing.json")) == 2
+    other = _baseline(tmp_path)
+    doc = json.loads(other.read_text())
+    for e in doc["entries"]:
+        e["device"] = "NVIDIA H200 (sm90)"
+    other.write_text(json.dumps(doc))
+    assert cli("regress", "--baseline", str(other), "--measure", "tests._study_fake:measure") == 2
+    err = capsys.readouterr().err
+    assert "recorded on this device" in err
+    assert cli("regress", "--baseline", str(other), "--measure", "tests._study_fake:measure", "--any-device") == 0
+
+
+def test_regress_failed_config_is_a_regression(tmp_path: Path) -> None:
+    from tuner.studies._regress import check_entries, read_cache_entries
+
+    def boom(entry: Any, repeats: int) -> list[float]:
+        raise RuntimeError("compile error")
+
+    checks = check_entries(read_cache_entries(_baseline(tmp_path)), measure=boom, device="cpu")
+    assert [c.verdict for c in checks] == ["failed", "failed"]
+
+
+def test_report_and_export_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = write_study(tmp_path, n_m=1, budget=3)
+    assert cli("study", "run", str(p), "--executor", FAKE, "--quiet", "--no-report") == 0
+    assert not (tmp_path / "out-s" / "report").exists()
+    assert cli("study", "report", str(p), "--out", str(tmp_path / "r")) == 0
+    assert cli("study", "export", str(p), "--out", str(tmp_path / "c.json")) == 0
+    out = capsys.readouterr().out
+    assert f"report: {tmp_path / 'r' / 'report.md'}" in out and f"cache: {tmp_path / 'c.json'} (1 entries" in out
+    assert json.loads((tmp_path / "c.json").read_text())["entries"][0]["kernel"] == "fakemm"
+
+
+def test_driverless_postgres_urls_use_the_installed_driver() -> None:
+    import importlib.util
+
+    from tuner.studies._spec import normalize_url
+
+    assert normalize_url("sqlite:///x.db") == "sqlite:///x.db"
+    assert normalize_url("postgresql+psycopg2://u@h/d") == "postgresql+psycopg2://u@h/d"
+    pg3 = importlib.util.find_spec("psycopg") is not None
+    assert normalize_url("postgres://u@h/d") == ("postgresql://u@h/d" if pg3 else "postgresql+psycopg2://u@h/d")

@@ -1,0 +1,103 @@
+"""`tuner cache export|import|show`: the config cache as a shipped, versioned JSON file (runtime issue).
+
+An import validates the whole file before it writes anything, then merges in one transaction; any bad
+input exits 2 with a one-line reason and leaves the cache as it was."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("cache", help="export, import or list the tuned-config cache",
+                       description="The tuned-config cache of the store ($TUNER_HOME/tuner.db by default).")
+    csub = p.add_subparsers(dest="cache_command", metavar="ACTION")
+    csub.required = True
+
+    e = csub.add_parser("export", help="write every entry to a versioned JSON file (atomically)")
+    e.add_argument("--out", required=True, metavar="FILE", help="the file to write")
+    e.add_argument("--kernel", default=None, help="only this kernel's entries")
+    e.add_argument("--storage", default=None, metavar="URL", help="database URL (default: the default store)")
+    e.set_defaults(func=run_export)
+
+    i = csub.add_parser("import", help="validate a cache file, then merge it into the store")
+    i.add_argument("file", help="a file written by `tuner cache export`")
+    i.add_argument("--prefer-import", action="store_true",
+                   help="the imported entry replaces an existing one even if that one was measured faster")
+    i.add_argument("--storage", default=None, metavar="URL", help="database URL (default: the default store)")
+    i.set_defaults(func=run_import)
+
+    s = csub.add_parser("show", help="list the cached entries")
+    s.add_argument("--kernel", default=None, help="only this kernel's entries")
+    s.add_argument("--json", action="store_true", help="print the entries as a cache file would hold them")
+    s.add_argument("--storage", default=None, metavar="URL", help="database URL (default: the default store)")
+    s.add_argument("--file", default=None, help="list a cache file (validated) instead of the store")
+    s.set_defaults(func=run_show)
+
+
+def _cache(url: str | None) -> Any:
+    from tuner.runtime import ConfigCache
+
+    return ConfigCache(url)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tuner.errors import BadInput
+    from tuner.runtime import write_cache_file
+
+    out = Path(args.out)
+    if out.is_dir():
+        raise BadInput(f"--out {out} is a directory")
+    if not out.parent.exists():
+        raise BadInput(f"--out {out}: folder {out.parent} does not exist")
+    entries = _cache(args.storage).entries(args.kernel)
+    n = write_cache_file(out, entries)
+    print(f"exported {n} entries to {out}")
+    return 0
+
+
+def run_import(args: argparse.Namespace) -> int:
+    from tuner.errors import BadInput
+    from tuner.runtime import CacheFileError, read_cache_file
+
+    try:
+        entries = read_cache_file(args.file)  # everything is validated before the store is opened
+    except CacheFileError as exc:
+        raise BadInput(str(exc).splitlines()[0] if str(exc) else "invalid cache file") from None
+    counts = _cache(args.storage).merge(entries, prefer_import=args.prefer_import)
+    print(f"imported {args.file}: {counts.total} entries; added {counts.added}, replaced {counts.replaced}, "
+          f"kept existing {counts.kept}")
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    from tuner.errors import BadInput
+    from tuner.runtime import CacheFileError, load_cache
+
+    if args.file:
+        try:
+            entries = [e for e in load_cache(args.file) if args.kernel is None or e.key.kernel == args.kernel]
+        except CacheFileError as exc:
+            raise BadInput(str(exc)) from None
+    else:
+        entries = _cache(args.storage).entries(args.kernel)
+    if args.json:
+        json.dump([e.to_json() for e in entries], sys.stdout, sort_keys=True, indent=1)
+        print()
+        return 0
+    if not entries:
+        print("no cached entries")
+        return 0
+    for e in entries:
+        k = e.key
+        key = ", ".join(f"{n}={v}" for n, v in k.fields)
+        cfg = ", ".join(f"{n}={v}" for n, v in e.config.items())
+        print(f"{k.kernel} [{key}] {'/'.join(k.dtypes) or '-'} on {k.device}: {cfg}  "
+              f"{e.time_s * 1e6:.3g} us (spread {e.spread_s * 1e6:.2g} us)  {e.date}")
+    print(f"{len(entries)} entries")
+    return 0

@@ -1,0 +1,264 @@
+"""The correctness gate: restore mutated inputs, poison outputs, compare with the reference, and
+classify a failure by its exception.
+
+Works on numpy arrays, torch tensors and jax arrays without importing torch or jax unless the value
+is one of theirs (detected by its type's module).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._result import COMPILE_ERROR, CRASHED, OUT_OF_RESOURCES
+
+__all__ = ["ArrayOps", "Check", "compare", "classify_exception", "to_numpy", "is_torch", "is_jax"]
+
+
+def _module(x: Any) -> str:
+    return type(x).__module__.split(".")[0]
+
+
+def is_torch(x: Any) -> bool:
+    return _module(x) == "torch"
+
+
+def is_jax(x: Any) -> bool:
+    return _module(x) in ("jax", "jaxlib")
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """Any torch tensor / jax array / numpy array -> numpy (half precision upcast to float32)."""
+    if is_torch(x):
+        import torch
+
+        t = x.detach()
+        if t.dtype in (torch.bfloat16, torch.float16):
+            t = t.float()
+        return t.cpu().numpy()
+    arr = np.asarray(x)
+    if arr.dtype.name in ("bfloat16", "float16"):
+        arr = arr.astype(np.float32)
+    return arr
+
+
+class ArrayOps:
+    """Copy, restore, poison and compare arrays of any of the three frameworks."""
+
+    @staticmethod
+    def snapshot(x: Any) -> Any:
+        if is_torch(x):
+            return x.detach().clone()
+        if is_jax(x):
+            import jax.numpy as jnp
+
+            return jnp.array(x, copy=True)
+        if isinstance(x, np.ndarray):
+            return x.copy()
+        return None  # scalars and other objects: nothing to restore
+
+    @staticmethod
+    def restore(holder: MutableMapping[Any, Any], name: Any, pristine: Any) -> None:
+        x = holder[name]
+        if pristine is None:
+            return
+        if is_torch(x):
+            x.copy_(pristine)
+        elif is_jax(x):
+            import jax.numpy as jnp
+
+            holder[name] = jnp.array(pristine, copy=True)  # immutable (maybe donated): a fresh copy
+        elif isinstance(x, np.ndarray):
+            np.copyto(x, pristine)
+
+    @staticmethod
+    def poison(holder: MutableMapping[Any, Any], name: Any) -> None:
+        x = holder[name]
+        if is_torch(x):
+            if x.dtype.is_floating_point or x.dtype.is_complex:
+                x.fill_(float("nan"))
+            else:
+                import torch
+
+                x.fill_(torch.iinfo(x.dtype).max if x.dtype != torch.bool else True)
+        elif is_jax(x):
+            import jax.numpy as jnp
+
+            fill = float("nan") if jnp.issubdtype(x.dtype, jnp.inexact) else jnp.iinfo(x.dtype).max
+            holder[name] = jnp.full(x.shape, fill, dtype=x.dtype)
+        elif isinstance(x, np.ndarray):
+            if np.issubdtype(x.dtype, np.inexact):
+                x.fill(np.nan)
+            elif np.issubdtype(x.dtype, np.integer):
+                x.fill(np.iinfo(x.dtype).max)
+
+    @staticmethod
+    def unchanged(x: Any, pristine: Any) -> bool:
+        """True when `x` still equals its snapshot (NaN equal to NaN)."""
+        if pristine is None:
+            return True
+        if is_torch(x):
+            import torch
+
+            if x.shape != pristine.shape:
+                return False
+            if x.dtype.is_floating_point:
+                return bool(torch.equal(torch.nan_to_num(x, nan=0.0), torch.nan_to_num(pristine, nan=0.0))
+                            and torch.equal(torch.isnan(x), torch.isnan(pristine)))
+            return bool(torch.equal(x, pristine))
+        if is_jax(x):
+            # jax arrays are immutable; one donated to the kernel has lost its buffer
+            return not getattr(x, "is_deleted", lambda: False)()
+        if isinstance(x, np.ndarray):
+            return x.shape == pristine.shape and bool(np.array_equal(x, pristine, equal_nan=x.dtype.kind in "fc"))
+        return True
+
+
+@dataclass(frozen=True)
+class Check:
+    ok: bool
+    max_abs_error: float | None
+    message: str | None = None
+
+
+def _first_output(output: Any, reference: Any) -> list[tuple[Any, Any]]:
+    if isinstance(reference, (tuple, list)):
+        if not isinstance(output, (tuple, list)) or len(output) != len(reference):
+            return [(output, reference)]
+        return list(zip(output, reference, strict=True))
+    if isinstance(output, (tuple, list)) and output:
+        return [(output[0], reference)]
+    return [(output, reference)]
+
+
+def _compare_torch(out: Any, ref: Any, rtol: float, atol: float, cache: dict[str, Any]) -> Check:
+    import torch
+
+    key = f"ref{id(ref)}"
+    r = cache.get(key)
+    if r is None or r.device != out.device:
+        r = torch.as_tensor(np.asarray(ref, dtype=np.float32)).to(out.device)
+        cache[key] = r
+    o = out.detach().float()
+    if tuple(o.shape) != tuple(r.shape):
+        return Check(False, None, f"output shape {tuple(o.shape)} != reference shape {tuple(r.shape)}")
+    diff = (o - r).abs()
+    bad = ~(diff <= atol + rtol * r.abs())  # NaN anywhere is bad
+    nbad = int(bad.sum().item())
+    finite = torch.nan_to_num(diff, nan=math.inf)
+    max_err = float(finite.max().item()) if finite.numel() else 0.0
+    if nbad:
+        nnan = int(torch.isnan(o).sum().item())
+        return Check(False, max_err, f"{nbad} of {o.numel()} elements outside rtol={rtol}, atol={atol} "
+                                     f"({nnan} NaN; max abs error {max_err:.3g})")
+    return Check(True, max_err)
+
+
+def compare(output: Any, reference: Any, rtol: float, atol: float, cache: dict[str, Any] | None = None) -> Check:
+    """Compare a kernel's output with its reference: every element within `atol + rtol * |ref|`.
+
+    NaN or inf in the output where the reference is finite fails (a poisoned element the kernel did not
+    write stays NaN). CUDA tensors are compared on the device, against a cached device copy of the
+    reference."""
+    cache = {} if cache is None else cache
+    worst = 0.0
+    for out, ref in _first_output(output, reference):
+        if out is None:
+            return Check(False, None, "the kernel returned no output")
+        if is_torch(out) and out.device.type != "cpu":
+            c = _compare_torch(out, ref, rtol, atol, cache)
+        else:
+            o = to_numpy(out).astype(np.float64, copy=False)
+            r = np.asarray(ref, dtype=np.float64)
+            if o.shape != r.shape:
+                return Check(False, None, f"output shape {o.shape} != reference shape {r.shape}")
+            with np.errstate(invalid="ignore", over="ignore"):
+                diff = np.abs(o - r)
+                good = diff <= atol + rtol * np.abs(r)
+                both_nan = np.isnan(o) & np.isnan(r)
+            good |= both_nan
+            fin = np.where(np.isfinite(diff), diff, np.inf)
+            fin = np.where(both_nan, 0.0, fin)
+            max_err = float(fin.max()) if fin.size else 0.0
+            if not good.all():
+                nbad = int((~good).sum())
+                nnan = int(np.isnan(o).sum())
+                c = Check(False, max_err, f"{nbad} of {o.size} elements outside rtol={rtol}, atol={atol} "
+                                          f"({nnan} NaN; max abs error {max_err:.3g})")
+            else:
+                c = Check(True, max_err)
+        if not c.ok:
+            return c
+        worst = max(worst, c.max_abs_error or 0.0)
+    return Check(True, worst)
+
+
+# ---- failure classification -----------------------------------------------------------------------
+_OOR_TYPES = ("OutOfResources", "OutOfMemoryError", "MemoryError", "OutOfResourcesError")
+_OOR_TEXT = ("out of memory", "out of resource", "resource_exhausted", "resource exhausted",
+             "exceeds the available vmem", "scoped vmem", "insufficient shared memory", "too many resources")
+_COMPILE_TYPES = ("CompilationError", "CompileTimeAssertionFailure", "PTXASError", "MLIRError",
+                  "LoweringException", "LoweringError", "UnsupportedLanguageConstruct")
+_FATAL_TEXT = ("illegal memory access", "misaligned address", "device-side assert", "unspecified launch failure",
+               "illegal instruction", "cuda error", "cudaerror", "hardware exception")
+
+
+def classify_exception(exc: BaseException, phase: str) -> tuple[str, bool]:
+    """(status, fatal) for an exception raised while compiling (`phase="compile"`: the first call) or
+    running a config. `fatal` means the process's device context is unusable: replace the worker.
+
+    Resource exhaustion -> out_of_resources; a compiler's own error types -> compile_error; a device
+    fault (illegal address, device assert) -> crashed and fatal; any other exception -> crashed (the
+    config ran and failed), except during the compile phase where a `NotImplementedError` or a compiler
+    error is compile_error."""
+    names = [c.__name__ for c in type(exc).__mro__]
+    text = f"{type(exc).__name__}: {exc}".lower()
+    if any(t in text for t in _FATAL_TEXT):
+        if any(t in text for t in ("out of memory",)):
+            return OUT_OF_RESOURCES, True
+        return CRASHED, True
+    if any(n in _OOR_TYPES for n in names) or any(t in text for t in _OOR_TEXT):
+        return OUT_OF_RESOURCES, False
+    if any(n in _COMPILE_TYPES for n in names) or any("compil" in n.lower() for n in names):
+        return COMPILE_ERROR, False
+    if phase == "compile" and isinstance(exc, NotImplementedError):
+        return COMPILE_ERROR, False
+    return CRASHED, False
+
+
+def describe_exception(exc: BaseException, limit: int = 2000) -> str:
+    import traceback
+
+    tb = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+    return (tb + where)[:limit]
+
+
+def nonfinite_message(output: Any) -> str | None:
+    """For results without a reference: NaN/inf in a floating output means incorrect."""
+    for out in (output if isinstance(output, (tuple, list)) else [output]):
+        if out is None:
+            continue
+        try:
+            arr = to_numpy(out)
+        except Exception:  # not an array: nothing to check
+            continue
+        if arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
+            return f"output holds {int((~np.isfinite(arr)).sum())} non-finite values of {arr.size}"
+    return None
+
+
+def tolerance_of(spec_tolerance: Any, dtype: str | None) -> tuple[float, float]:
+    if spec_tolerance is None:
+        return (1e-5, 1e-5)
+    rtol, atol = spec_tolerance(dtype or "float32")
+    return float(rtol), float(atol)
+
+
+def sequence_names(holder: Mapping[str, Any] | Sequence[Any]) -> list[Any]:
+    return list(holder.keys()) if isinstance(holder, Mapping) else list(range(len(holder)))

@@ -1,0 +1,99 @@
+"""Benchmark functions: `bench(call) -> seconds` or `(median_s, spread_s)`, where `call()` runs the kernel
+once with one config. Injectable (like Triton's `do_bench`) so tests run without a GPU.
+
+- `cpu_bench`: warm-up, then a few repeats timed with time.perf_counter (calls batched so each sample
+  lasts at least ~1 ms), median and p80 - p20 spread. Honest for plain callables and the interpreters.
+- `triton_bench`: triton.testing.do_bench (CUDA events, L2 flush), milliseconds converted to seconds.
+- `jax_bench`: `cpu_bench` over `jax.block_until_ready(call())`, so asynchronous dispatch is waited for.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = ["cpu_bench", "triton_bench", "jax_bench", "torch_cuda_bench", "default_bench", "normalise_bench_result"]
+
+BenchFn = Callable[[Callable[[], Any]], Any]
+
+
+def _quantile(xs: Sequence[float], q: float) -> float:
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def cpu_bench(call: Callable[[], Any], *, warmup: int = 1, repeats: int = 7, min_sample_s: float = 1e-3,
+              max_batch: int = 10_000, clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
+    """(median seconds per call, p80 - p20 spread) of `call`."""
+    t0 = clock()
+    for _ in range(max(1, warmup)):
+        call()
+    per = (clock() - t0) / max(1, warmup)
+    batch = 1 if per >= min_sample_s else min(max_batch, max(1, math.ceil(min_sample_s / max(per, 1e-9))))
+    samples = []
+    for _ in range(max(1, repeats)):
+        t0 = clock()
+        for _ in range(batch):
+            call()
+        samples.append((clock() - t0) / batch)
+    return statistics.median(samples), _quantile(samples, 0.8) - _quantile(samples, 0.2)
+
+
+def jax_bench(call: Callable[[], Any], **kw: Any) -> tuple[float, float]:
+    """cpu_bench, blocking until the jax result is ready (the first, warm-up call also compiles)."""
+    import jax
+
+    return cpu_bench(lambda: jax.block_until_ready(call()), **kw)
+
+
+def triton_bench(call: Callable[[], Any]) -> tuple[float, float]:
+    """triton.testing.do_bench on a GPU: median and p80 - p20, in seconds."""
+    from triton.testing import do_bench
+
+    med, p20, p80 = do_bench(call, quantiles=[0.5, 0.2, 0.8])
+    return med / 1e3, (p80 - p20) / 1e3
+
+
+def torch_cuda_bench(call: Callable[[], Any], **kw: Any) -> tuple[float, float]:
+    """cpu_bench with torch.cuda.synchronize() after each call (CUDA tensors without Triton installed)."""
+    import torch
+
+    def synced() -> None:
+        call()
+        torch.cuda.synchronize()
+
+    return cpu_bench(synced, **kw)
+
+
+def default_bench(kind: str, framework: str | None, device: str) -> BenchFn:
+    """The default timer for a call, from the kind of callable, the framework of its array arguments
+    ("torch", "jax" or None) and its device ("cpu" or an accelerator):
+    jax (a jitted function, or jax arrays) -> block_until_ready timing, on any device;
+    CUDA torch tensors (a Triton kernel or a launcher of one) -> triton.testing.do_bench (CUDA events),
+    or a synchronising CPU timer when Triton is not installed;
+    everything on the CPU (plain callables, the Triton interpreter) -> the CPU timer (do_bench does
+    not work under the interpreter)."""
+    if kind == "jax" or framework == "jax":
+        return jax_bench
+    if device != "cpu" and framework == "torch":
+        import importlib.util
+
+        return triton_bench if importlib.util.find_spec("triton") is not None else torch_cuda_bench
+    return cpu_bench
+
+
+def normalise_bench_result(res: Any) -> tuple[float, float]:
+    """A bench function may return seconds, or (median, spread), or (median, p20, p80)."""
+    if isinstance(res, (tuple, list)):
+        if len(res) == 2:
+            return float(res[0]), float(res[1])
+        if len(res) == 3:
+            return float(res[0]), float(res[2]) - float(res[1])
+        raise ValueError(f"a bench function returned {len(res)} values; expected 1, 2 or 3")
+    return float(res), 0.0

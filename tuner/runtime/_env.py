@@ -1,0 +1,191 @@
+"""What the runtime learns about the function and the machine: the kind of callable, its source hash,
+the device and the versions that change code generation. Computed once and cached; frameworks are
+never imported just to ask (versions come from importlib.metadata)."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import inspect
+import os
+import re
+import sys
+import textwrap
+from collections.abc import Callable, Iterable
+from typing import Any
+
+__all__ = ["kind_of", "source_hash", "package_versions", "device_of", "dtype_name", "VERSIONS_BY_KIND"]
+
+# Packages whose version changes the code a kernel of this kind compiles to.
+VERSIONS_BY_KIND: dict[str, tuple[str, ...]] = {
+    "triton": ("triton", "torch"),
+    "jax": ("jax", "jaxlib"),
+    "python": (),
+}
+
+
+def kind_of(fn: Any) -> str:
+    """'triton' for a @triton.jit function (JITFunction, or InterpretedFunction under TRITON_INTERPRET),
+    'jax' for a jax.jit-wrapped function (Pallas launchers), else 'python'."""
+    mod = type(fn).__module__ or ""
+    if mod.startswith("triton") and hasattr(fn, "run") and hasattr(fn, "arg_names"):
+        return "triton"
+    if (mod.startswith("jax") or mod.startswith("jaxlib")) and hasattr(fn, "lower"):
+        return "jax"
+    return "python"
+
+
+def underlying_function(fn: Any) -> Any:
+    """The Python function behind a Triton JIT function, a jax.jit wrapper or a functools.wraps chain."""
+    seen = 0
+    while seen < 10:
+        seen += 1
+        if inspect.isfunction(fn):
+            return fn
+        inner = getattr(fn, "__wrapped__", None) or getattr(fn, "fn", None)
+        if inner is None:
+            return fn
+        fn = inner
+    return fn
+
+
+_DEF_RE = re.compile(r"^(async\s+)?def\s+\w+\s*\(", re.MULTILINE)
+
+
+def source_text(fn: Any) -> str:
+    """The function's source from its `def` line on (decorators dropped, as Triton's JITFunction.src
+    does), so that changing the decorator's options does not change the kernel's identity."""
+    text = getattr(fn, "src", None)
+    if isinstance(text, str):
+        return text
+    base = underlying_function(fn)
+    text = textwrap.dedent(inspect.getsource(base))
+    m = _DEF_RE.search(text)
+    return text[m.start():] if m else text
+
+
+def source_hash(fn: Any, depends: tuple[Any, ...] = ()) -> str:
+    """sha256 of the kernel's source (and of the functions in `depends`, e.g. the @triton.jit kernel a
+    launcher calls); falls back to the code object's bytecode and constants when no source is available."""
+    if depends:
+        parts = [source_hash(fn)] + [source_hash(d) for d in depends]
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+    text = getattr(fn, "src", None)
+    if not isinstance(text, str):
+        base = underlying_function(fn)
+        try:
+            text = source_text(fn)
+        except (OSError, TypeError):
+            code = getattr(base, "__code__", None)
+            if code is None:
+                text = f"{type(fn).__module__}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+            else:
+                text = repr((code.co_code, code.co_consts, code.co_names))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@functools.cache
+def _version(pkg: str) -> str | None:
+    try:
+        return importlib.metadata.version(pkg)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def package_versions(pkgs: Iterable[str]) -> dict[str, str]:
+    """Installed versions of `pkgs` (missing ones omitted), without importing them."""
+    out = {}
+    for p in pkgs:
+        v = _version(p)
+        if v is not None:
+            out[p] = v
+    return out
+
+
+def python_version() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def triton_interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@functools.lru_cache(maxsize=16)
+def _cuda_device_name(index: int) -> str:
+    import torch
+
+    name = torch.cuda.get_device_name(index)
+    major, minor = torch.cuda.get_device_capability(index)
+    return f"{name} (sm{major}{minor})"
+
+
+def device_of(kind: str, values: Iterable[Any]) -> str:
+    """The device a call runs on, from its array arguments: a CUDA tensor gives
+    "<GPU name> (sm<cc>)" (unless the Triton interpreter is on), a jax array on a TPU/GPU gives
+    "<platform>:<device_kind>", anything else "cpu"."""
+    for v in values:
+        tmod = type(v).__module__ or ""
+        if tmod.startswith("torch") and hasattr(v, "device"):
+            dev = v.device
+            if getattr(dev, "type", "cpu") == "cuda" and not (kind == "triton" and triton_interpreted()):
+                return _cuda_device_name(dev.index or 0)
+            return "cpu"
+        if (tmod.startswith("jax") or tmod.startswith("jaxlib")) and hasattr(v, "devices"):
+            try:
+                d = next(iter(v.devices()))
+            except Exception:  # a tracer or a deleted array: keep looking
+                continue
+            if d.platform == "cpu":
+                return "cpu"
+            return f"{d.platform}:{getattr(d, 'device_kind', d.platform)}"
+    return "cpu"
+
+
+def array_framework(values: Iterable[Any]) -> str | None:
+    """"torch" or "jax" for the first array argument of that framework, else None."""
+    for v in values:
+        top = (type(v).__module__ or "").split(".")[0]
+        if top == "torch" and hasattr(v, "device"):
+            return "torch"
+        if top in ("jax", "jaxlib") and hasattr(v, "devices"):
+            return "jax"
+    return None
+
+
+def dtype_name(dt: Any) -> str:
+    """'float16' for torch.float16, numpy/jax dtype('float16') and the string 'float16' alike."""
+    s = str(getattr(dt, "name", dt))
+    return s.removeprefix("torch.")
+
+
+def framework_versions(kind: str, values: Iterable[Any]) -> dict[str, str]:
+    """Versions that change what this call compiles to: per kind (triton: triton+torch; jax: jax+jaxlib);
+    for plain callables, the frameworks whose arrays are among the arguments, and the Python minor version."""
+    pkgs: list[str] = list(VERSIONS_BY_KIND.get(kind, ()))
+    out: dict[str, str] = {}
+    if kind == "python":
+        for v in values:
+            top = (type(v).__module__ or "").split(".")[0]
+            if top == "torch":
+                pkgs.append("torch")
+            elif top in ("jax", "jaxlib"):
+                pkgs += ["jax", "jaxlib"]
+            elif top == "numpy":
+                pkgs.append("numpy")
+        out["python"] = python_version()
+    out.update(package_versions(sorted(set(pkgs))))
+    return out
+
+
+def signature_names(fn: Any) -> tuple[list[str], dict[str, Any]]:
+    """Parameter names in positional order and their defaults, for the kinds we wrap."""
+    names = getattr(fn, "arg_names", None)
+    target: Callable[..., Any] = underlying_function(fn) if names is not None else fn
+    try:
+        sig = inspect.signature(target)
+    except (TypeError, ValueError):
+        return list(names or []), {}
+    params = [p for p in sig.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    defaults = {p.name: p.default for p in params if p.default is not p.empty}
+    return [p.name for p in params], defaults

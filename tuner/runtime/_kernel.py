@@ -1,0 +1,264 @@
+"""Registered kernels (`kernels.get_kernel`) called through the runtime cache: `tuner.kernel(name)`.
+
+    rmsnorm = tuner.kernel("rmsnorm", backend="triton", mode="offline", cache=tuner.load_cache(path))
+    y = rmsnorm(problem, inputs)          # spec.run(problem, "triton", inputs, <cached config>)
+    rmsnorm.explain(problem, inputs)      # "hit (<file>): {...}" or "miss: <why>"
+
+The stored key of a registered kernel is built by `kernel_cache_key` and by nothing else: `tuner study
+export` writes its entries with the same function (from the recorded device and versions), so a study's
+exported cache file is an exact hit for the same kernel, problem, dtype, device and versions.
+
+The key: the kernel name; `kernel_source_hash` (the launcher behind `KernelSpec.run`, or
+`spec.extra["source_hash"]`); the problem's fields but "dtype" (flags the caller left out are filled from
+the kernel's default problem, as a study file's are); the problem's dtype; the device as the runtime names
+it (`device_name`: "cpu", "<GPU name> (sm<cc>)", "<platform>:<device kind>"); and the versions of the
+packages that change the backend's code generation (`backend_versions`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ._bench import BenchFn, default_bench
+from ._decorator import Autotuned, CostModelHook, _copy_into, _snapshot
+from ._env import VERSIONS_BY_KIND, array_framework, device_of, package_versions, source_hash
+from ._file import ReadOnlyCache
+from ._key import CacheKey
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kernels import KernelSpec
+    from search_spaces import Device, SearchSpace
+
+log = logging.getLogger(__name__)
+
+__all__ = ["kernel", "TunedKernel", "kernel_cache_key", "kernel_source_hash", "backend_versions", "device_name",
+           "BACKEND_KIND"]
+
+# The runtime's kind of callable for each kernel backend (it selects the versions and the default timer).
+BACKEND_KIND: dict[str, str] = {"triton": "triton", "pallas": "jax"}
+
+
+def backend_versions(backend: str) -> dict[str, str]:
+    """Installed versions of the packages that change what `backend` compiles to (triton: triton and
+    torch; pallas: jax and jaxlib), read from package metadata without importing them."""
+    return package_versions(VERSIONS_BY_KIND.get(BACKEND_KIND.get(backend, backend), ()))
+
+
+@functools.lru_cache(maxsize=256)
+def kernel_source_hash(kernel: str) -> str:
+    """sha256 (32 hex digits) of a registered kernel's launcher (`KernelSpec.run`, partials unwrapped),
+    or `spec.extra["source_hash"]` when the spec sets one; an unregistered name (a test's synthetic
+    kernel) hashes the name."""
+    try:
+        from kernels import get_kernel
+
+        spec = get_kernel(kernel)
+    except Exception:  # noqa: BLE001 - not a registered kernel
+        return hashlib.sha256(f"unregistered kernel {kernel}".encode()).hexdigest()[:32]
+    if isinstance(spec.extra.get("source_hash"), str):
+        return str(spec.extra["source_hash"])
+    fn: Any = spec.run
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return source_hash(fn)
+
+
+def _default_flags(kernel: str) -> dict[str, Any]:
+    try:
+        from kernels import get_kernel
+
+        spec = get_kernel(kernel)
+    except Exception:  # noqa: BLE001 - unregistered: no defaults
+        return {}
+    return {k: v for k, v in spec.default_problem.items() if k != "dtype" and k not in spec.shape_fields}
+
+
+def kernel_cache_key(kernel: str, problem: Mapping[str, Any], *, backend: str, device: str,
+                     versions: Mapping[str, str] | None = None) -> CacheKey:
+    """THE stored key of a registered kernel for one problem (used by `tuner.kernel` and by
+    `tuner study export`). `versions` default to this machine's `backend_versions(backend)`."""
+    merged = {**_default_flags(kernel), **problem}
+    fields = {str(k): v for k, v in merged.items() if k != "dtype"}
+    dtype = merged.get("dtype")
+    dtypes = [str(dtype)] if dtype else []
+    vers = backend_versions(backend) if versions is None else {str(k): str(v) for k, v in versions.items()}
+    return CacheKey.make(kernel, kernel_source_hash(kernel), fields, dtypes, device, vers)
+
+
+def device_name(backend: str, arch: str) -> str:
+    """The device of this machine as the runtime's keys name it, for a study task on `arch`: "cpu" for the
+    CPU (and the interpreters), else the name `device_of` gives the backend's arrays on the accelerator."""
+    if arch == "cpu":
+        return "cpu"
+    try:
+        if backend == "triton":
+            import torch
+
+            if torch.cuda.is_available():
+                return device_of("triton", [torch.empty(0, device="cuda")])
+        elif backend == "pallas":
+            import jax.numpy as jnp
+
+            return device_of("jax", [jnp.zeros(())])
+    except Exception as exc:  # noqa: BLE001 - informative fallback: the arch name
+        log.debug("device name for %s on %s: %s", backend, arch, exc)
+    return arch
+
+
+class _KernelAutotuned(Autotuned):
+    """`Autotuned` over `spec.run` for one backend; the stored key comes from `kernel_cache_key`."""
+
+    def __init__(self, spec: KernelSpec, backend: str, device: Device | str | None, **opts: Any) -> None:
+        self.spec = spec
+        self.backend = backend
+        self._device_arg = device
+        self._device: Device | None = None
+        run = spec.run
+
+        def launch(problem: Mapping[str, Any], inputs: dict[str, Any], **config: Any) -> Any:
+            return run(problem, backend, inputs, config)
+
+        super().__init__(launch, self._space, key=_problem_fields, configs=None, bucket="exact", name=spec.name,
+                         dtypes=False, **opts)
+        self.source_hash = kernel_source_hash(spec.name)
+
+    def _space(self, problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> SearchSpace:
+        if self._device is None:
+            from search_spaces import get_device
+
+            if self._device_arg is None:
+                from kernels._check import detect_device
+
+                self._device = detect_device(self.backend)
+            else:
+                self._device = get_device(self._device_arg) if isinstance(self._device_arg, str) else self._device_arg
+        return self.spec.space(problem, self._device, self.backend)
+
+    def full_key(self, args: tuple, kwargs: dict) -> CacheKey:
+        problem, inputs = _split(args, kwargs)
+        device = device_of(BACKEND_KIND.get(self.backend, "python"), list(inputs.values()))
+        return kernel_cache_key(self.spec.name, problem, backend=self.backend, device=device)
+
+    def _bench_fn(self, args: tuple, kwargs: dict, device: str) -> BenchFn:
+        _, inputs = _split(args, kwargs)
+        bench = self.bench or default_bench(BACKEND_KIND.get(self.backend, "python"),
+                                            array_framework(list(inputs.values())), device)
+        saved = [(inputs[n], _snapshot(inputs[n])) for n in self.spec.mutated_inputs if n in inputs]
+        if not saved:
+            return bench
+
+        def restoring(call: Callable[[], Any]) -> Any:  # each timed run sees the caller's inputs
+            def again() -> Any:
+                for target, snap in saved:
+                    _copy_into(target, snap)
+                return call()
+
+            return bench(again)
+
+        return restoring
+
+    def _tune(self, ck: CacheKey, space: SearchSpace, db: Any, args: tuple, kwargs: dict, owner: str | None,
+              grid: Any) -> dict[str, Any]:
+        _, inputs = _split(args, kwargs)
+        saved = [(inputs[n], _snapshot(inputs[n])) for n in self.spec.mutated_inputs if n in inputs]
+        try:
+            return super()._tune(ck, space, db, args, kwargs, owner, grid)
+        finally:  # the call that follows the tuning sees the inputs as the caller passed them
+            for target, snap in saved:
+                _copy_into(target, snap)
+
+
+def _split(args: tuple, kwargs: dict) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    vals = list(args) + [kwargs[k] for k in ("problem", "inputs") if k in kwargs]
+    if len(vals) != 2:
+        raise TypeError("a tuned kernel is called as f(problem, inputs)")
+    return vals[0], vals[1]
+
+
+def _problem_fields(problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(problem)
+
+
+class TunedKernel:
+    """A registered kernel called through the runtime cache: `f(problem, inputs)` runs
+    `spec.run(problem, backend, inputs, config)` with the config cached for the call's key (tuned on a
+    miss in online mode; nearest key / cost model / space default in offline mode). `.explain(problem,
+    inputs)` says what a call would use and why; `.tuner` holds the state (stats, last_choice)."""
+
+    def __init__(self, t: _KernelAutotuned) -> None:
+        self.tuner = t
+        self.spec = t.spec
+        self.backend = t.backend
+        self.explain = t.explain
+        self.cache_clear = t.cache_clear
+        self._mem = t.mem
+        self._miss = t.miss
+        self._run = t.spec.run
+
+    def __call__(self, problem: Mapping[str, Any], inputs: dict[str, Any]) -> Any:
+        try:
+            k = (tuple(problem.items()), _device_tag(inputs))
+            cfg = self._mem[k]
+        except KeyError:
+            cfg = self._miss((problem, inputs), {}, k)
+        except (TypeError, AttributeError):  # unhashable problem values
+            cfg = self._miss((problem, inputs), {}, None)
+        return self._run(problem, self.backend, inputs, cfg)
+
+    def __repr__(self) -> str:
+        return f"TunedKernel({self.spec.name!r}, backend={self.backend!r})"
+
+
+def _device_tag(inputs: Mapping[str, Any]) -> Any:
+    for v in inputs.values():
+        d = getattr(v, "device", None)
+        if d is not None and not callable(d):
+            return str(d)
+    return None
+
+
+def kernel(
+    name: str,
+    backend: str = "triton",
+    *,
+    device: Device | str | None = None,
+    budget: int = 20,
+    time_budget_s: float | None = None,
+    mode: str | None = None,
+    storage: Any = None,
+    cache: ReadOnlyCache | str | os.PathLike[str] | None = None,
+    bench: BenchFn | None = None,
+    seed: int = 0,
+    strategy: str = "auto",
+    cost_model: CostModelHook | None = None,
+    lease_s: float = 120.0,
+) -> TunedKernel:
+    """A registered kernel (`kernels.get_kernel(name)`) as a callable `f(problem, inputs)` that takes its
+    config from the runtime cache, with `tuner.autotune`'s semantics and options:
+
+    - online (default; `mode=None` reads $TUNER_MODE): a key seen for the first time is tuned within
+      `budget` trials / `time_budget_s` seconds over `spec.space(problem, device, backend)` and the winner
+      is stored (`storage`: None = the default store, a URL, a ResultStore/ConfigCache, or False).
+    - offline: never tunes; an unseen key takes the nearest cached key, else the cost model, else the
+      space default (logged once per key).
+    - `cache`: a shipped cache file (path or `tuner.load_cache(path)`), consulted first; the file
+      `tuner study export` writes is an exact hit (see `kernel_cache_key`).
+    - `device`: the device descriptor or arch ("sm90", "cpu", ...) whose space to tune over; default:
+      detected for the backend.
+    Call `kernels._check.prepare_environment()` (or set TRITON_INTERPRET=1) before the first call on a
+    machine without a GPU.
+    """
+    from kernels import get_kernel
+
+    spec = get_kernel(name)
+    if backend not in spec.backends:
+        raise ValueError(f"kernel {name!r} has no {backend!r} backend; it has {list(spec.backends)}")
+    t = _KernelAutotuned(spec, backend, device, budget=budget, time_budget_s=time_budget_s, mode=mode,
+                         storage=storage, bench=bench, cache=cache, seed=seed, strategy=strategy,
+                         cost_model=cost_model, lease_s=lease_s)
+    return TunedKernel(t)

@@ -1,0 +1,345 @@
+"""The task board: one row per study task in the study's database, with a lease.
+
+A worker claims a task with one conditional UPDATE (`... WHERE id = :id AND (status = 'pending' OR
+(status = 'running' AND lease_expires_at < :now))`). PostgreSQL takes a row lock for the UPDATE and, under
+READ COMMITTED, re-evaluates the WHERE clause on the row a concurrent claimer has just committed, so the
+second claimer matches nothing; SQLite serialises writers on the whole database. Either way exactly one
+claimer sees `rowcount == 1`, so two workers never hold one task. The claim writes a fresh random token;
+every later write of that worker (heartbeat, progress, done) is conditional on the token, so a worker
+whose lease was taken over cannot touch the task any more and learns that it lost it.
+
+Times are read from the database's clock, not the workers' clocks, so machines whose clocks disagree
+still agree on when a lease expires.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Column,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+    func,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from ._spec import StudyTask
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TaskBoard", "Claim", "TaskRow", "PENDING", "RUNNING", "DONE", "FAILED"]
+
+PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
+
+_meta = MetaData()
+tasks_table = Table(
+    "tuner_study_tasks",
+    _meta,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("study", String(100), nullable=False, index=True),
+    Column("key", String(500), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("spec", JSON, nullable=False),
+    Column("status", String(16), nullable=False, default=PENDING),
+    Column("worker", String(200), nullable=True),
+    Column("lease_token", String(40), nullable=True),
+    Column("lease_expires_at", Float, nullable=True),
+    Column("heartbeat_at", Float, nullable=True),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("trials_done", Integer, nullable=False, default=0),
+    Column("best_value", Float, nullable=True),
+    Column("best_config", JSON, nullable=True),
+    Column("spent_s", Float, nullable=False, default=0.0),
+    Column("started_at", Float, nullable=True),
+    Column("finished_at", Float, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("result", JSON, nullable=True),
+    UniqueConstraint("study", "key", name="uq_tuner_study_task"),
+)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A task held by this worker until `lease_expires_at` (database clock) unless renewed."""
+
+    row_id: int
+    task: StudyTask
+    token: str
+    worker: str
+    attempts: int
+    spent_s: float
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    row_id: int
+    key: str
+    seq: int
+    task: StudyTask
+    status: str
+    worker: str | None
+    lease_expires_at: float | None
+    attempts: int
+    trials_done: int
+    best_value: float | None
+    best_config: dict[str, Any] | None
+    spent_s: float
+    started_at: float | None
+    finished_at: float | None
+    error: str | None
+    result: dict[str, Any] | None
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    try:
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA busy_timeout=60000")
+    finally:
+        cur.close()
+
+
+def make_engine(url: str) -> Engine:
+    from ._spec import normalize_url
+
+    url = normalize_url(url)
+    if url.startswith("sqlite"):
+        eng = create_engine(url, connect_args={"timeout": 60})
+        event.listen(eng, "connect", _sqlite_pragmas)
+        return eng
+    return create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=2)
+
+
+def retry(fn: Any, *, what: str, attempts: int = 6) -> Any:
+    """Run `fn()`; on a database error wait and retry (schema creation races between workers that start
+    together on an empty database, SQLite 'database is locked')."""
+    for i in range(attempts):
+        try:
+            return fn()
+        except SQLAlchemyError as exc:
+            if i == attempts - 1:
+                raise
+            log.info("%s: %s; retrying", what, str(exc).splitlines()[0])
+            time.sleep(0.2 * 2**i)
+    return None  # pragma: no cover
+
+
+class TaskBoard:
+    """The lease table of the studies in one database (SQLite or PostgreSQL URL)."""
+
+    def __init__(self, url: str) -> None:
+        from ._spec import normalize_url
+
+        self.url = normalize_url(url)
+        self.engine = make_engine(self.url)
+        retry(lambda: _meta.create_all(self.engine), what="creating the task table")
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ---- clock -------------------------------------------------------------------------------------
+    def _now(self, conn: Connection) -> float:
+        dialect = self.engine.dialect.name
+        if dialect == "postgresql":
+            return float(conn.execute(text("SELECT EXTRACT(EPOCH FROM clock_timestamp())")).scalar_one())
+        if dialect == "sqlite":
+            return float(conn.execute(text("SELECT (julianday('now') - 2440587.5) * 86400.0")).scalar_one())
+        return time.time()
+
+    def now(self) -> float:
+        with self.engine.connect() as conn:
+            return self._now(conn)
+
+    # ---- registration ------------------------------------------------------------------------------
+    def ensure(self, tasks: Sequence[StudyTask]) -> dict[str, int]:
+        """Insert the tasks that are not on the board yet (concurrent callers are fine). A task whose
+        description changed is updated; if its trial budget grew past what it has done, it is reopened."""
+        return retry(lambda: self._ensure(tasks), what="registering tasks")
+
+    def _ensure(self, tasks: Sequence[StudyTask]) -> dict[str, int]:
+        counts = {"added": 0, "updated": 0, "reopened": 0}
+        if not tasks:
+            return counts
+        study = tasks[0].study
+        with self.engine.begin() as conn:
+            existing = {r.key: r for r in conn.execute(select(tasks_table).where(tasks_table.c.study == study))}
+        for t in tasks:
+            spec = _stored_spec(t)
+            row = existing.get(t.key)
+            if row is None:
+                ins = self._insert_ignore().values(study=t.study, key=t.key, seq=t.seq, spec=spec, status=PENDING,
+                                                   attempts=0, trials_done=0, spent_s=0.0)
+                with self.engine.begin() as conn:
+                    counts["added"] += conn.execute(ins).rowcount or 0
+                continue
+            if row.spec == spec:
+                continue
+            values: dict[str, Any] = {"spec": spec, "seq": t.seq}
+            cond = tasks_table.c.id == row.id
+            if row.status == DONE and _budget_grew(row, t):
+                values.update(status=PENDING, worker=None, lease_token=None, lease_expires_at=None)
+                cond = cond & (tasks_table.c.status == DONE)
+                counts["reopened"] += 1
+            with self.engine.begin() as conn:
+                conn.execute(update(tasks_table).where(cond).values(**values))
+            counts["updated"] += 1
+        return counts
+
+    def _insert_ignore(self) -> Any:
+        dialect = self.engine.dialect.name
+        if dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            return pg_insert(tasks_table).on_conflict_do_nothing(index_elements=["study", "key"])
+        if dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+            return sqlite_insert(tasks_table).on_conflict_do_nothing(index_elements=["study", "key"])
+        return tasks_table.insert()
+
+    def retry_failed(self, study: str) -> int:
+        with self.engine.begin() as conn:
+            res = conn.execute(update(tasks_table)
+                               .where((tasks_table.c.study == study) & (tasks_table.c.status == FAILED))
+                               .values(status=PENDING, error=None, worker=None, lease_token=None))
+            return int(res.rowcount or 0)
+
+    # ---- leases ------------------------------------------------------------------------------------
+    def claim(self, study: str, worker: str, lease_s: float) -> Claim | None:
+        """Take the first task (in run order) that is pending or whose lease has expired; None if none."""
+        return retry(lambda: self._claim(study, worker, lease_s), what="claiming a task")
+
+    def _claim(self, study: str, worker: str, lease_s: float) -> Claim | None:
+        c = tasks_table.c
+        with self.engine.begin() as conn:
+            now = self._now(conn)
+            candidates = conn.execute(
+                select(c.id).where((c.study == study) & ((c.status == PENDING) | (
+                    (c.status == RUNNING) & (c.lease_expires_at < now)))).order_by(c.seq).limit(16)
+            ).scalars().all()
+        for row_id in candidates:
+            token = uuid.uuid4().hex
+            with self.engine.begin() as conn:
+                now = self._now(conn)
+                res = conn.execute(
+                    update(tasks_table)
+                    .where((c.id == row_id) & ((c.status == PENDING) | (
+                        (c.status == RUNNING) & (c.lease_expires_at < now))))
+                    .values(status=RUNNING, worker=worker, lease_token=token, lease_expires_at=now + lease_s,
+                            heartbeat_at=now, attempts=c.attempts + 1,
+                            started_at=func.coalesce(c.started_at, now), error=None)
+                )
+                if res.rowcount != 1:
+                    continue  # another worker was faster
+                row = conn.execute(select(tasks_table).where(c.id == row_id)).one()
+            task = StudyTask.from_dict({**row.spec, "storage": self.url})
+            if row.attempts > 1:
+                log.warning("worker %s took over task %s (attempt %d)", worker, task.key, row.attempts)
+            return Claim(row.id, task, token, worker, int(row.attempts), float(row.spent_s or 0.0))
+        return None
+
+    def _held(self, claim: Claim) -> Any:
+        c = tasks_table.c
+        return (c.id == claim.row_id) & (c.lease_token == claim.token) & (c.status == RUNNING)
+
+    def renew(self, claim: Claim, lease_s: float, *, spent_add: float = 0.0, trials_done: int | None = None,
+              best_value: float | None = None, best_config: dict[str, Any] | None = None) -> bool:
+        """Extend the lease (and record progress). False: the lease is no longer ours."""
+        c = tasks_table.c
+        with self.engine.begin() as conn:
+            now = self._now(conn)
+            values: dict[str, Any] = {"lease_expires_at": now + lease_s, "heartbeat_at": now,
+                                      "spent_s": c.spent_s + spent_add}
+            if trials_done is not None:
+                values["trials_done"] = trials_done
+            if best_value is not None and math.isfinite(best_value):
+                values["best_value"] = best_value
+                values["best_config"] = best_config
+            res = conn.execute(update(tasks_table).where(self._held(claim) & (c.lease_expires_at >= now))
+                               .values(**values))
+            return res.rowcount == 1
+
+    def finish(self, claim: Claim, status: str, *, result: dict[str, Any] | None = None, error: str | None = None,
+               trials_done: int | None = None, best_value: float | None = None,
+               best_config: dict[str, Any] | None = None, spent_add: float = 0.0) -> bool:
+        """Mark the held task done / failed (or `pending` to hand it back). False: it was not ours any more."""
+        c = tasks_table.c
+        with self.engine.begin() as conn:
+            now = self._now(conn)
+            values: dict[str, Any] = {"status": status, "lease_token": None, "lease_expires_at": None,
+                                      "spent_s": c.spent_s + spent_add}
+            if status != PENDING:
+                values["finished_at"] = now
+            else:
+                values["worker"] = None
+            if result is not None:
+                values["result"] = result
+            if error is not None:
+                values["error"] = error[:4000]
+            if trials_done is not None:
+                values["trials_done"] = trials_done
+            if best_value is not None and math.isfinite(best_value):
+                values["best_value"] = best_value
+                values["best_config"] = best_config
+            res = conn.execute(update(tasks_table).where(self._held(claim)).values(**values))
+            return res.rowcount == 1
+
+    # ---- reading -----------------------------------------------------------------------------------
+    def rows(self, study: str) -> list[TaskRow]:
+        c = tasks_table.c
+        with self.engine.connect() as conn:
+            rs = conn.execute(select(tasks_table).where(c.study == study).order_by(c.seq)).all()
+        return [_row(r) for r in rs]
+
+    def studies(self) -> list[str]:
+        with self.engine.connect() as conn:
+            return sorted(conn.execute(select(tasks_table.c.study).distinct()).scalars().all())
+
+
+def _stored_spec(t: StudyTask) -> dict[str, Any]:
+    """The task as kept on the board: without the storage URL (it may hold a password, and every worker
+    reaches the board through its own URL)."""
+    d = t.to_dict()
+    d.pop("storage", None)
+    return d
+
+
+def _row(r: Any) -> TaskRow:
+    return TaskRow(r.id, r.key, r.seq, StudyTask.from_dict(r.spec), r.status, r.worker, r.lease_expires_at,
+                   int(r.attempts or 0), int(r.trials_done or 0), r.best_value, r.best_config,
+                   float(r.spent_s or 0.0), r.started_at, r.finished_at, r.error, r.result)
+
+
+def _budget_grew(row: Any, t: StudyTask) -> bool:
+    old = row.spec or {}
+    if t.budget is not None and (old.get("budget") is None or t.budget > int(old.get("budget") or 0)):
+        return t.budget > int(row.trials_done or 0)
+    if t.time_budget_s is not None and old.get("time_budget_s") is not None:
+        return t.time_budget_s > float(old["time_budget_s"]) and t.budget is None
+    return False
+
+
+def summarize(rows: Iterable[TaskRow]) -> dict[str, int]:
+    out = {PENDING: 0, RUNNING: 0, DONE: 0, FAILED: 0}
+    for r in rows:
+        out[r.status] = out.get(r.status, 0) + 1
+    return out

@@ -1,0 +1,153 @@
+"""`tuner study export`: the best config of every finished task as a runtime cache file.
+
+The file is the runtime's versioned cache format (`{"format": "tuner-cache", "schema_version": 1,
+"entries": [...]}`, docs/cache-schema.json): one entry per task with the kernel name and source hash,
+the key fields (the problem's shape fields and flags), the dtypes, the device it was measured on, the
+versions that change code generation, the config, the median time and its spread in seconds, the date
+and the search-space fingerprint, written and validated by the runtime's own writer (deterministic,
+atomic). The key is `tuner.runtime._kernel.kernel_cache_key`, the function `tuner.kernel` builds its keys
+with, so `tuner.kernel(name, cache=tuner.load_cache(file))` gets an exact hit for an exported task on the
+same device with the same versions. (`_write_builtin` writes the same format without validation, for
+tests that need a hand-made file.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import logging
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# The stored key of an entry comes from the runtime's `kernel_cache_key`, the one function that
+# `tuner.kernel` computes its keys with, so an exported file is an exact hit there.
+from tuner.runtime._env import VERSIONS_BY_KIND
+from tuner.runtime._kernel import BACKEND_KIND, backend_versions, kernel_cache_key, kernel_source_hash
+
+from ._board import DONE, TaskBoard, TaskRow
+from ._spec import StudySpec, StudyTask
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ExportResult", "export_study", "cache_entries", "kernel_source_hash", "FORMAT", "SCHEMA_VERSION"]
+
+FORMAT = "tuner-cache"
+SCHEMA_VERSION = 1
+VERSIONS_BY_BACKEND = {b: tuple(VERSIONS_BY_KIND[k]) for b, k in BACKEND_KIND.items()}
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    path: Path
+    entries: int
+    format: str  # "tuner.runtime writer" or "built-in writer (same format)"
+
+
+def _canon(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _versions(row: TaskRow) -> dict[str, str]:
+    """The versions recorded when the task finished; this machine's for the backend if none were."""
+    recorded = (row.result or {}).get("versions")
+    if isinstance(recorded, Mapping) and recorded:
+        return {str(k): str(v) for k, v in recorded.items()}
+    return backend_versions(row.task.backend)
+
+
+def _seconds(value: float, unit: str) -> float:
+    return value / 1000.0 if unit == "ms" else value / 1e6 if unit == "us" else value
+
+
+def entry_for(row: TaskRow) -> dict[str, Any] | None:
+    """The cache entry (JSON form) of one finished task, or None if it has no successful config."""
+    res = row.result or {}
+    config = res.get("best_config", row.best_config)
+    value = res.get("best_value", row.best_value)
+    if not isinstance(config, Mapping) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return None
+    unit = str(res.get("unit", "ms"))
+    stats = res.get("best_stats") or {}
+    spread = 0.0
+    if isinstance(stats.get("q1"), (int, float)) and isinstance(stats.get("q3"), (int, float)):
+        spread = _seconds(float(stats["q3"]) - float(stats["q1"]), unit)
+    elif isinstance(stats.get("std"), (int, float)):
+        spread = _seconds(float(stats["std"]), unit)
+    t: StudyTask = row.task
+    finished = dt.datetime.fromtimestamp(row.finished_at or 0, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    device = str(res.get("device_name") or ("cpu" if t.device == "cpu" else t.device))
+    key = kernel_cache_key(t.kernel, t.problem, backend=t.backend, device=device, versions=_versions(row))
+    return {
+        **key.to_json(),
+        "config": dict(config),
+        "time_s": _seconds(float(value), unit),
+        "spread_s": max(0.0, spread if math.isfinite(spread) else 0.0),
+        "date": finished,
+        "space": str(res.get("space", "")),
+    }
+
+
+def cache_entries(spec: StudySpec) -> list[dict[str, Any]]:
+    board = TaskBoard(spec.storage)
+    try:
+        rows = board.rows(spec.name)
+    finally:
+        board.close()
+    out = []
+    for r in rows:
+        if r.status != DONE:
+            continue
+        e = entry_for(r)
+        if e is None:
+            log.warning("task %s has no successful config; not exported", r.key)
+            continue
+        out.append(e)
+    return out
+
+
+def _entry_hash(e: Mapping[str, Any]) -> str:
+    key = {k: e[k] for k in ("kernel", "source_hash", "key", "dtypes", "device", "versions")}
+    return hashlib.sha256(_canon(key).encode()).hexdigest()[:32]
+
+
+def _write_builtin(path: Path, entries: list[dict[str, Any]]) -> None:
+    rows = sorted(entries, key=_entry_hash)
+    body = ",\n".join("  " + json.dumps(e, sort_keys=True, allow_nan=False) for e in rows)
+    text = f'{{"format": "{FORMAT}", "schema_version": {SCHEMA_VERSION}, "entries": [' + (
+        "\n" + body + "\n" if rows else "") + "]}\n"
+    atomic_write(path, text)
+
+
+def atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def export_study(spec: StudySpec, out: str | os.PathLike[str]) -> ExportResult:
+    """Write the study's cache file to `out` (atomically); returns where and how many entries."""
+    path = Path(out)
+    entries = cache_entries(spec)
+    from tuner.runtime import write_cache_file
+    from tuner.runtime._entry import entry_from_json
+
+    objs = [entry_from_json(e, where=f"entry {e['kernel']}") for e in entries]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_cache_file(path, objs)
+    return ExportResult(path, len(objs), "tuner.runtime writer")

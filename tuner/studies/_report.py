@@ -1,0 +1,297 @@
+"""`tuner study report`: a Markdown and an HTML report of a study, from its database alone.
+
+Per task: the best config and its time, the % of roofline (the kernel's FLOP and byte counts over the
+device's peaks in `search_spaces.devices`: ideal time = max(flops / peak_flops, bytes / peak_bandwidth),
+reported as ideal / measured), the convergence curve (best so far against trials, a PNG drawn with
+matplotlib's Agg backend), parameter importance (Optuna's fANOVA evaluator, seeded; only with enough
+successful trials, at least 8) and the failed trials by status. Times are the executor's unit (milliseconds for
+the measurement layer).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import logging
+import math
+import os
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._board import DONE, TaskBoard, TaskRow, summarize
+from ._export import atomic_write
+from ._runner import _optuna_storage, task_trials
+from ._spec import StudySpec, StudyTask
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ReportResult", "write_report", "roofline_fraction"]
+
+# fANOVA fits a random forest to the trials: with fewer than this many successes it reports noise.
+MIN_TRIALS_FOR_IMPORTANCE = 8
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    markdown: Path
+    html: Path
+    images: tuple[Path, ...]
+
+
+def _peak_flops(device: Any, dtype: str) -> float:
+    if dtype in ("float16", "bfloat16"):
+        tf = device.peak_tflops_fp16
+    elif dtype in ("int8",):
+        tf = device.peak_tflops_int8 or device.peak_tflops_fp16
+    else:
+        tf = device.peak_tflops_fp32
+    return float(tf) * 1e12
+
+
+def roofline_fraction(task: StudyTask, time_s: float) -> tuple[float | None, str]:
+    """(ideal time / measured time, note); None with the reason when it cannot be computed."""
+    from search_spaces.devices import DEVICES
+
+    dev = DEVICES.get(task.device)
+    if dev is None:
+        return None, f"no peaks for device {task.device!r}"
+    try:
+        from kernels import get_kernel
+
+        spec = get_kernel(task.kernel)
+        flops = float(spec.flops(task.problem))
+        nbytes = float(spec.bytes_moved(task.problem))
+    except Exception as exc:  # noqa: BLE001 - unregistered kernel (synthetic test tasks)
+        return None, f"no FLOP/byte counts ({str(exc).splitlines()[0][:80]})"
+    pf, bw = _peak_flops(dev, task.dtype), dev.peak_bandwidth_gbs * 1e9
+    if pf <= 0 or bw <= 0 or time_s <= 0:
+        return None, "device peaks unknown"
+    ideal = max(flops / pf, nbytes / bw)
+    bound = "compute" if flops / pf >= nbytes / bw else "memory"
+    return ideal / time_s, f"{bound}-bound; {flops / 1e9:.3g} GFLOP, {nbytes / 1e6:.3g} MB over {dev.name} peaks"
+
+
+def _slug(key: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", key).strip("_")[:120]
+
+
+def _fmt_time(v: float | None, unit: str) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{v:.4g} {unit}"
+
+
+def _to_seconds(v: float, unit: str) -> float:
+    return v / 1e3 if unit == "ms" else v / 1e6 if unit == "us" else v
+
+
+def _plot_convergence(path: Path, title: str, trials: Sequence[Any], unit: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    xs, vals, best_curve, fail_x = [], [], [], []
+    best = math.inf
+    for i, t in enumerate(trials, start=1):
+        if t.value is not None and math.isfinite(t.value):
+            xs.append(i)
+            vals.append(t.value)
+            best = min(best, t.value)
+        else:
+            fail_x.append(i)
+        best_curve.append(best if math.isfinite(best) else float("nan"))
+    fig, ax = plt.subplots(figsize=(5.0, 3.0), dpi=100)
+    ax.scatter(xs, vals, s=14, color="#9ab", label="trial", zorder=2)
+    ax.step(range(1, len(trials) + 1), best_curve, where="post", color="#c33", lw=2, label="best so far", zorder=3)
+    if fail_x:
+        top = max(vals) if vals else 1.0
+        ax.scatter(fail_x, [top] * len(fail_x), marker="x", color="#555", s=18, label="failed", zorder=2)
+    if vals and min(vals) > 0 and max(vals) / min(vals) > 20:
+        ax.set_yscale("log")
+    ax.set_xlabel("trial")
+    ax.set_ylabel(f"time ({unit})")
+    ax.set_title(title, fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def _importance(storage: Any, study_name: str, n_ok: int) -> tuple[dict[str, float] | None, str]:
+    if n_ok < MIN_TRIALS_FOR_IMPORTANCE:
+        return None, f"needs at least {MIN_TRIALS_FOR_IMPORTANCE} successful trials (has {n_ok})"
+    import optuna
+    from optuna.importance import FanovaImportanceEvaluator, get_param_importances
+
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+        imp = get_param_importances(study, evaluator=FanovaImportanceEvaluator(seed=0))
+    except Exception as exc:  # noqa: BLE001 - e.g. a parameter that never varied
+        return None, f"not available: {str(exc).splitlines()[0][:120]}"
+    return {k: float(v) for k, v in imp.items()}, ""
+
+
+_MEASURE_ERR = re.compile(r"^MeasurementFailed: ([a-z_]+):")
+
+
+def _failures(trials: Sequence[Any], result: Mapping[str, Any]) -> Counter[str]:
+    """Failed trials by status: the executor's own counts where it kept them (the measurement layer's
+    statuses), else from the trials' attributes (`tuner_status`, or the status named in `tuner_error`)."""
+    counts = result.get("status_counts")
+    if isinstance(counts, Mapping):
+        return Counter({str(k): int(v) for k, v in counts.items() if k != "ok" and int(v) > 0})
+    out: Counter[str] = Counter()
+    for tr in trials:
+        if tr.value is not None:
+            continue
+        status = str(tr.user_attrs.get("tuner_status", "failed"))
+        m = _MEASURE_ERR.match(str(tr.user_attrs.get("tuner_error", "")))
+        out[m.group(1) if status == "failed" and m else status] += 1
+    return out
+
+
+# A tiny document model rendered to both Markdown and HTML.
+Block = tuple[Any, ...]
+
+
+def _md(blocks: Sequence[Block]) -> str:
+    out = []
+    for b in blocks:
+        kind = b[0]
+        if kind in ("h1", "h2", "h3"):
+            out.append("#" * int(kind[1]) + " " + b[1] + "\n")
+        elif kind == "p":
+            out.append(b[1] + "\n")
+        elif kind == "code":
+            out.append("```\n" + b[1] + "\n```\n")
+        elif kind == "img":
+            out.append(f"![{b[2]}]({b[1]})\n")
+        elif kind == "table":
+            head, rows = b[1], b[2]
+            lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+            lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
+            out.append("\n".join(lines) + "\n")
+    return "\n".join(out)
+
+
+def _html(blocks: Sequence[Block], title: str) -> str:
+    e = html.escape
+    out = ["<!doctype html>", "<html><head><meta charset='utf-8'>", f"<title>{e(title)}</title>",
+           "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}"
+           "table{border-collapse:collapse;font-size:90%}td,th{border:1px solid #ccc;padding:3px 6px}"
+           "th{background:#f4f4f4}code,pre{background:#f6f6f6}</style>", "</head><body>"]
+    for b in blocks:
+        kind = b[0]
+        if kind in ("h1", "h2", "h3"):
+            anchor = _slug(b[1])
+            out.append(f"<{kind} id='{e(anchor)}'>{e(b[1])}</{kind}>")
+        elif kind == "p":
+            out.append(f"<p>{_inline_html(b[1])}</p>")
+        elif kind == "code":
+            out.append(f"<pre>{e(b[1])}</pre>")
+        elif kind == "img":
+            out.append(f"<img src='{e(b[1])}' alt='{e(b[2])}'>")
+        elif kind == "table":
+            out.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in b[1]) + "</tr>")
+            out += ["<tr>" + "".join(f"<td>{_inline_html(str(c))}</td>" for c in r) + "</tr>" for r in b[2]]
+            out.append("</table>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def _inline_html(s: str) -> str:
+    """Escape, then render `code` spans (the only inline Markdown the report uses)."""
+    parts = html.escape(s).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def _config_str(cfg: Mapping[str, Any] | None) -> str:
+    return "-" if not cfg else ", ".join(f"{k}={v}" for k, v in sorted(cfg.items()))
+
+
+def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResult:
+    """Write `report.md`, `report.html` and one convergence PNG per task into `out_dir`."""
+    out = Path(out_dir)
+    img_dir = out / "img"
+    img_dir.mkdir(parents=True, exist_ok=True)
+    board = TaskBoard(spec.storage)
+    try:
+        rows: list[TaskRow] = board.rows(spec.name)
+    finally:
+        board.close()
+    storage = _optuna_storage(spec.storage)
+    counts = summarize(rows)
+    redacted = spec.storage.split("@")[-1] if "@" in spec.storage else spec.storage
+    blocks: list[Block] = [
+        ("h1", f"Study {spec.name}"),
+        ("p", f"Generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC} from `{redacted}` by "
+              f"`tuner study report`. Tasks: {counts[DONE]} done, {counts['failed']} failed, "
+              f"{counts['pending']} pending, {counts['running']} running."),
+        ("p", "Best time: the winner's time as the executor chose it (for the measurement layer, the median of "
+              "the finalists' interleaved re-measurement), which can differ from the best single trial that "
+              "the convergence curve shows. % of roofline: max(FLOPs / peak FLOP/s, bytes / peak bandwidth) "
+              "over the measured time, with the peaks of the task's device in search_spaces.devices."),
+    ]
+    summary_rows = []
+    sections: list[Block] = []
+    images = []
+    for r in rows:
+        t = r.task
+        res = r.result or {}
+        unit = str(res.get("unit", "ms"))
+        trials = task_trials(storage, t.study_name)
+        trials.sort(key=lambda tr: tr.number)
+        ok = [tr for tr in trials if tr.value is not None]
+        best_value = res.get("best_value", r.best_value)
+        best_config = res.get("best_config", r.best_config)
+        if best_value is None and ok:
+            b = min(ok, key=lambda tr: tr.value)
+            best_value, best_config = b.value, dict(b.params)
+        frac, note = (roofline_fraction(t, _to_seconds(float(best_value), unit)) if best_value
+                      else (None, "no successful trial"))
+        roof = f"{frac * 100:.3g} %" if frac is not None else "n/a"
+        failures = _failures(trials, res)
+        summary_rows.append([f"`{t.key}`", r.status, f"{len(trials)}/{t.budget or '-'}",
+                             _fmt_time(best_value, unit), roof, f"`{_config_str(best_config)}`"])
+        sections.append(("h2", t.key))
+        sections.append(("p", f"Kernel `{t.kernel}`, backend `{t.backend}`, dtype `{t.dtype}`, device "
+                              f"`{res.get('device_name', t.device)}`, strategy `{t.strategy}`, seed {t.seed}; "
+                              f"status {r.status} after {r.attempts} attempt(s), {len(trials)} trials, "
+                              f"{r.spent_s:.1f} s."))
+        if r.error:
+            sections.append(("p", f"Error: `{r.error.splitlines()[0][:300]}`"))
+        sections.append(("table", ["best config", "time", "% of roofline"],
+                         [[f"`{_config_str(best_config)}`", _fmt_time(best_value, unit),
+                           f"{roof} ({note})" if note else roof]]))
+        if trials:
+            png = img_dir / f"{_slug(t.key)}.png"
+            try:
+                _plot_convergence(png, f"{spec.name}: {t.key}", trials, unit)
+                images.append(png)
+                sections.append(("img", f"img/{png.name}", f"convergence of {t.key}"))
+            except Exception as exc:  # noqa: BLE001 - a plot must not lose the rest of the report
+                log.warning("plot of %s failed: %s", t.key, exc)
+        imp, why = _importance(storage, t.study_name, len(ok))
+        if imp:
+            sections.append(("p", f"Parameter importance (Optuna's fANOVA evaluator over {len(ok)} successful trials):"))
+            sections.append(("table", ["parameter", "importance (fANOVA)"],
+                             [[f"`{k}`", f"{v:.3f}"] for k, v in imp.items()]))
+        else:
+            sections.append(("p", f"Parameter importance: {why}."))
+        if failures:
+            sections.append(("table", ["failure status", "trials"], [[k, v] for k, v in sorted(failures.items())]))
+        else:
+            sections.append(("p", "No failed trials."))
+    blocks.append(("h2", "Summary"))
+    blocks.append(("table", ["task", "status", "trials", "best time", "% of roofline", "best config"], summary_rows))
+    blocks += sections
+    md_path, html_path = out / "report.md", out / "report.html"
+    atomic_write(md_path, _md(blocks))
+    atomic_write(html_path, _html(blocks, f"Study {spec.name}"))
+    return ReportResult(md_path, html_path, tuple(images))

@@ -1,0 +1,600 @@
+"""Running a study: workers that claim tasks from the board, tune them, and hand them back.
+
+An *executor* tunes one task: `executor(task, *, prior, callback) -> result`, where `task` is a
+`StudyTask` (kernel, problem with dtype, backend, device, budget, strategy, seed, storage URL and the
+Optuna `study_name` to keep its trials in), `prior` is measurements of finished similar tasks (the
+`prior` format of `tuner.optimize`) and `callback(trial, ...)` must be called after every finished trial
+(it renews the lease and raises `LeaseLost` when the task was taken over). `result` has `.best_config`
+and `.best_value` (a `TuneResult` or the measurement layer's `KernelTuneResult`). The default executor
+calls `tuner.tune.tune_kernel`; tests and plugins pass another one (`--executor module:function`).
+
+Resuming is the executor's storage doing its job: the task's Optuna study is created with
+`load_if_exists`, and `tuner.optimize` counts its finished trials and never measures them again. Before
+an executor starts on a task, trials that a dead worker left RUNNING or WAITING are marked FAIL with the
+user attribute `tuner_skip = "abandoned"` (ignored when resuming and in reports); a worker that is still
+alive but lost its lease then fails on its next `tell` instead of adding a trial behind the new holder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import json
+import logging
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ._board import DONE, FAILED, PENDING, RUNNING, Claim, TaskBoard, TaskRow, retry, summarize
+from ._spec import StudySpec, StudyTask, task_distance
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Executor", "LeaseLost", "StudyWorker", "WorkerSummary", "RunSummary", "default_executor",
+           "resolve_executor", "run_study", "prepare_study", "task_trials", "detect_device"]
+
+Executor = Callable[..., Any]
+# Trials per task when only a time budget is given (the space or the clock ends the task first).
+UNLIMITED_TRIALS = 1_000_000
+ENV_STORAGE = "TUNER_STUDY_STORAGE"
+
+
+class LeaseLost(RuntimeError):
+    """This worker's lease on the task expired and another worker may hold it: stop working on it."""
+
+
+def default_executor(task: StudyTask, *, prior: Any = None, callback: Callable[..., None] | None = None) -> Any:
+    """Tune `task` with the measurement layer (`tuner.tune.tune_kernel`, times in milliseconds)."""
+    try:
+        from tuner.tune import tune_kernel  # type: ignore[import-not-found]
+    except ImportError as exc:  # pragma: no cover - until the measurement layer is merged
+        raise RuntimeError("the default study executor needs tuner.tune.tune_kernel (the measurement layer), "
+                           f"which is not importable: {exc}") from exc
+    kwargs: dict[str, Any] = dict(
+        backend=task.backend, device=task.device, budget=task.budget or UNLIMITED_TRIALS, strategy=task.strategy,
+        seed=task.seed, storage=task.storage, prior=prior or None, time_budget_s=task.time_budget_s,
+        callback=callback,
+    )
+    if task.finalists is not None:
+        kwargs["finalists"] = task.finalists
+    if "study_name" in inspect.signature(tune_kernel).parameters:
+        kwargs["study_name"] = task.study_name
+    else:
+        _warn_once("tuner.tune.tune_kernel takes no study_name: its trials are not kept in the task's Optuna "
+                   "study, so an interrupted task starts over and reports lack convergence curves")
+    return tune_kernel(task.kernel, dict(task.problem), **kwargs)
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(msg: str) -> None:
+    if msg not in _warned:
+        _warned.add(msg)
+        log.warning(msg)
+
+
+def resolve_executor(ref: str | Executor | None) -> Executor:
+    """None: the default executor; a callable: itself; "package.module:function": that function."""
+    if ref is None:
+        return default_executor
+    if callable(ref):
+        return ref
+    from tuner.errors import BadInput
+
+    mod_name, _, attr = str(ref).partition(":")
+    if not mod_name or not attr:
+        raise BadInput(f"executor must be given as module:function, got {ref!r}")
+    try:
+        fn = getattr(importlib.import_module(mod_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise BadInput(f"cannot load executor {ref!r}: {exc}") from None
+    if not callable(fn):
+        raise BadInput(f"executor {ref!r} is not callable")
+    return fn  # type: ignore[no-any-return]
+
+
+def detect_device() -> str:
+    """The arch of this machine's accelerator ("sm90", "sm80") or "cpu"."""
+    try:
+        from kernels._common import on_gpu
+
+        if on_gpu():
+            import torch
+
+            major, _minor = torch.cuda.get_device_capability()
+            return {8: "sm80", 9: "sm90"}.get(major, "sm90" if major > 9 else "sm80")
+    except Exception as exc:  # noqa: BLE001 - no torch or no CUDA: the CPU it is
+        log.debug("device detection: %s", exc)
+    return "cpu"
+
+
+# ---- Optuna helpers ------------------------------------------------------------------------------------
+def _optuna_storage(url: str) -> Any:
+    from tuner.store import ResultStore
+
+    from ._spec import normalize_url
+
+    return ResultStore(normalize_url(url)).optuna_storage()
+
+
+def task_trials(storage: Any, study_name: str) -> list[Any]:
+    """The finished trials of a task's Optuna study that count (COMPLETE or FAIL, not tuner_skip)."""
+    import optuna
+
+    try:
+        sid = storage.get_study_id_from_name(study_name)
+    except KeyError:
+        return []
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
+    return [t for t in storage.get_all_trials(sid, deepcopy=False, states=states)
+            if not t.user_attrs.get("tuner_skip")]
+
+
+def abandon_stale_trials(storage: Any, study_name: str, worker: str) -> int:
+    """Mark trials left RUNNING or WAITING (by a dead worker) as FAIL + tuner_skip; we hold the lease."""
+    import optuna
+
+    try:
+        sid = storage.get_study_id_from_name(study_name)
+    except KeyError:
+        return 0
+    n = 0
+    states = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
+    for t in storage.get_all_trials(sid, deepcopy=False, states=states):
+        try:
+            storage.set_trial_user_attr(t._trial_id, "tuner_skip", f"abandoned (taken over by {worker})")
+            storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+            n += 1
+        except RuntimeError as exc:  # finished meanwhile by a worker that was still alive
+            log.info("trial %d of %s finished meanwhile: %s", t.number, study_name, exc)
+    return n
+
+
+def _best(trials: Sequence[Any]) -> tuple[float | None, dict[str, Any] | None]:
+    ok = [t for t in trials if t.value is not None and math.isfinite(t.value)]
+    if not ok:
+        return None, None
+    b = min(ok, key=lambda t: (t.value, t.number))
+    return float(b.value), dict(b.params)
+
+
+def gather_prior(storage: Any, rows: Sequence[TaskRow], task: StudyTask, *, max_tasks: int = 8) -> list[list[tuple[dict, float | None]]]:
+    """Measurements of the finished tasks of the same kernel and backend, nearest shapes first."""
+    done = [r.task for r in rows if r.status == DONE and r.task.kernel == task.kernel
+            and r.task.backend == task.backend and r.key != task.key]
+    done.sort(key=lambda t: (task_distance(t, task), t.key))
+    prior = []
+    for t in done[:max_tasks]:
+        trials = task_trials(storage, f"{t.study}:{t.key}")
+        rows_ = [(dict(tr.params), float(tr.value) if tr.value is not None else None) for tr in trials]
+        if rows_:
+            prior.append(rows_)
+    return prior
+
+
+def _jsonable(obj: Any) -> Any:
+    return json.loads(json.dumps(obj, default=str, allow_nan=False)) if obj is not None else None
+
+
+def _result_summary(res: Any) -> dict[str, Any]:
+    """What the board keeps of an executor's result (JSON-safe; non-finite values become None). Reads a
+    `TuneResult` (best_value) or the measurement layer's `KernelTuneResult` (best: a MeasureResult in ms,
+    status_counts())."""
+    out: dict[str, Any] = {}
+    for name in ("best_config", "best_value", "stopped_because", "strategy", "evaluations", "unit"):
+        v = getattr(res, name, None)
+        if isinstance(v, float) and not math.isfinite(v):
+            v = None
+        if v is not None:
+            try:
+                out[name] = _jsonable(v)
+            except (TypeError, ValueError):
+                out[name] = str(v)
+    best = getattr(res, "best", None)
+    median = getattr(best, "median", None)
+    if isinstance(median, (int, float)) and math.isfinite(median):
+        out["best_value"] = float(median)
+        out["unit"] = str(getattr(best, "unit", "ms"))
+        stats_fn = getattr(best, "stats", None)
+        stats = stats_fn() if callable(stats_fn) else {}
+        if isinstance(stats, Mapping):
+            out["best_stats"] = {k: v for k, v in stats.items()
+                                 if isinstance(v, (int, float, str)) and _finite_or_str(v)}
+    counts = getattr(res, "status_counts", None)
+    if callable(counts):
+        try:
+            out["status_counts"] = {str(k): int(v) for k, v in counts().items()}
+        except Exception as exc:  # noqa: BLE001 - informative only
+            log.debug("status counts: %s", exc)
+    if "best_config" in out and out.get("best_value") is None:
+        out.pop("best_config")  # a config without a time (every finalist failed) is no winner
+    return out
+
+
+def _finite_or_str(v: Any) -> bool:
+    return not (isinstance(v, float) and not math.isfinite(v))
+
+
+def _environment(task: StudyTask) -> dict[str, Any]:
+    """Where the task was measured: the device name and the versions that change code generation, both as
+    the runtime's cache keys name them (`tuner.runtime._kernel.device_name` / `backend_versions`), so the
+    exported entry is a hit for `tuner.kernel` on this machine."""
+    from tuner.runtime._kernel import backend_versions, device_name
+
+    try:
+        name = device_name(task.backend, task.device)
+    except Exception as exc:  # noqa: BLE001 - the name is informative; never fail a finished task on it
+        log.debug("device name: %s", exc)
+        name = task.device
+    return {"device_name": name, "versions": backend_versions(task.backend)}
+
+
+# ---- one worker ----------------------------------------------------------------------------------------
+@dataclass
+class WorkerSummary:
+    worker: str
+    done: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+
+
+class _Lease:
+    """Keeps one claim alive: a heartbeat thread plus the per-trial callback, both renewing the lease."""
+
+    def __init__(self, board: TaskBoard, claim: Claim, lease_s: float, trials_done: int,
+                 best: tuple[float | None, dict[str, Any] | None],
+                 on_progress: Callable[[Claim, int, float | None], None] | None) -> None:
+        self.board, self.claim, self.lease_s = board, claim, lease_s
+        self.trials_done = trials_done
+        self.best_value, self.best_config = best
+        self.on_progress = on_progress
+        self.lock = threading.Lock()
+        self.lost = threading.Event()
+        self.stop = threading.Event()
+        self.last_ok = time.monotonic()
+        self.mark = time.monotonic()
+        self.thread = threading.Thread(target=self._beat, name=f"lease-{claim.task.key}", daemon=True)
+
+    def __enter__(self) -> _Lease:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop.set()
+        self.thread.join(timeout=self.lease_s)
+
+    def spent(self) -> float:
+        now = time.monotonic()
+        d, self.mark = now - self.mark, now
+        return d
+
+    def _renew(self, **progress: Any) -> None:
+        with self.lock:
+            if self.lost.is_set():
+                return
+            try:
+                ok = self.board.renew(self.claim, self.lease_s, spent_add=self.spent(), **progress)
+            except Exception as exc:  # noqa: BLE001 - a database hiccup; the lease may survive it
+                log.warning("lease renewal of %s failed: %s", self.claim.task.key, str(exc).splitlines()[0])
+                ok = time.monotonic() - self.last_ok < 0.8 * self.lease_s
+                if not ok:
+                    log.error("could not renew the lease of %s for %.1fs: giving the task up",
+                              self.claim.task.key, time.monotonic() - self.last_ok)
+                    self.lost.set()
+                return
+            if ok:
+                self.last_ok = time.monotonic()
+            else:
+                log.error("lost the lease of task %s (taken over)", self.claim.task.key)
+                self.lost.set()
+
+    def _beat(self) -> None:
+        interval = max(0.2, self.lease_s / 4)
+        while not self.stop.wait(interval):
+            self._renew()
+            if self.lost.is_set():
+                return
+
+    def callback(self, trial: Any = None, *_: Any, **__: Any) -> None:
+        value = getattr(trial, "value", None)
+        config = getattr(trial, "config", None)
+        with self.lock:
+            self.trials_done += 1
+            if isinstance(value, (int, float)) and math.isfinite(value) and (
+                    self.best_value is None or value < self.best_value):
+                self.best_value = float(value)
+                self.best_config = _jsonable(dict(config)) if isinstance(config, Mapping) else None
+        self._renew(trials_done=self.trials_done, best_value=self.best_value, best_config=self.best_config)
+        if self.on_progress is not None:
+            self.on_progress(self.claim, self.trials_done, self.best_value)
+        if self.lost.is_set():
+            raise LeaseLost(f"lease of task {self.claim.task.key} lost")
+
+
+class StudyWorker:
+    """Claims tasks of one study, one at a time, until none is left (waiting out other workers' leases so
+    that the tasks of a dead worker are taken over)."""
+
+    def __init__(self, spec: StudySpec, *, executor: Executor | None = None, worker_id: str | None = None,
+                 lease_s: float | None = None, poll_s: float | None = None,
+                 on_progress: Callable[[Claim, int, float | None], None] | None = None) -> None:
+        self.spec = spec
+        self.executor = resolve_executor(executor)
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.lease_s = float(lease_s or spec.lease_seconds)
+        self.poll_s = poll_s if poll_s is not None else min(2.0, max(0.2, self.lease_s / 4))
+        self.board = TaskBoard(spec.storage)
+        self.on_progress = on_progress
+        self._storage: Any = None
+
+    @property
+    def storage(self) -> Any:
+        if self._storage is None:
+            self._storage = retry(lambda: _optuna_storage(self.spec.storage), what="opening the Optuna storage")
+        return self._storage
+
+    def run(self, *, max_tasks: int | None = None) -> WorkerSummary:
+        summary = WorkerSummary(self.worker_id)
+        n = 0
+        while max_tasks is None or n < max_tasks:
+            claim = self.board.claim(self.spec.name, self.worker_id, self.lease_s)
+            if claim is None:
+                counts = summarize(self.board.rows(self.spec.name))
+                if counts[PENDING] == 0 and counts[RUNNING] == 0:
+                    break
+                time.sleep(self.poll_s)  # others hold leases; take their tasks over if they die
+                continue
+            n += 1
+            outcome = self.run_task(claim)
+            getattr(summary, outcome).append(claim.task.key)
+        return summary
+
+    def run_task(self, claim: Claim) -> str:
+        """Tune one claimed task; returns "done", "failed" or "lost"."""
+        task = claim.task
+        storage = self.storage
+        stale = abandon_stale_trials(storage, task.study_name, self.worker_id)
+        if stale:
+            log.warning("task %s: %d trial(s) left unfinished by a dead worker were marked abandoned",
+                        task.key, stale)
+        before = task_trials(storage, task.study_name)
+        prior = gather_prior(storage, self.board.rows(self.spec.name), task)
+        if task.time_budget_s is not None:
+            task = replace(task, time_budget_s=max(1e-3, task.time_budget_s - claim.spent_s))
+        log.info("worker %s: task %s (%d finished trials, %d prior tasks)", self.worker_id, task.key,
+                 len(before), len(prior))
+        lease = _Lease(self.board, claim, self.lease_s, len(before), _best(before), self.on_progress)
+        try:
+            with lease:
+                res = self.executor(task, prior=prior, callback=lease.callback)
+        except LeaseLost:
+            return "lost"
+        except KeyboardInterrupt:
+            with lease.lock:
+                self.board.finish(claim, PENDING, spent_add=lease.spent())
+            raise
+        except Exception as exc:  # noqa: BLE001 - a broken task must not stop the study
+            if lease.lost.is_set():
+                log.warning("task %s: %s after the lease was lost", task.key, exc)
+                return "lost"
+            log.error("task %s failed: %s: %s", task.key, type(exc).__name__, exc)
+            with lease.lock:
+                self.board.finish(claim, FAILED, error=f"{type(exc).__name__}: {exc}", spent_add=lease.spent())
+            return "failed"
+        if lease.lost.is_set():
+            return "lost"
+        trials = task_trials(storage, task.study_name)
+        summary = _result_summary(res)
+        tv, tc = _best(trials)
+        best_value = summary.get("best_value", tv)
+        best_config = summary.get("best_config", tc)
+        summary.setdefault("evaluations", len(trials))
+        summary.setdefault("unit", "ms")
+        summary["worker"] = self.worker_id
+        summary.update(_environment(task))
+        with lease.lock:
+            ok = self.board.finish(claim, DONE, result=summary, trials_done=len(trials), best_value=best_value,
+                                   best_config=best_config, spent_add=lease.spent())
+        return "done" if ok else "lost"
+
+
+# ---- the whole run -------------------------------------------------------------------------------------
+@dataclass
+class RunSummary:
+    study: str
+    storage: str
+    counts: dict[str, int]
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return self.counts.get(PENDING, 0) == 0 and self.counts.get(RUNNING, 0) == 0
+
+
+def prepare_study(spec: StudySpec, *, retry_failed: bool = False) -> StudySpec:
+    """Resolve the device, create the schema (once, before workers race for it) and register the tasks."""
+    if any(t.device == "auto" for t in spec.tasks):
+        dev = detect_device()
+        spec = replace(spec, tasks=tuple(replace(t, device=dev) if t.device == "auto" else t for t in spec.tasks))
+    if spec.storage.startswith("sqlite:///"):
+        path = spec.storage[len("sqlite:///"):]
+        if path and path != ":memory:":
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    board = TaskBoard(spec.storage)
+    try:
+        _optuna_storage(spec.storage)
+        counts = board.ensure(spec.tasks)
+        if retry_failed:
+            counts["retried"] = board.retry_failed(spec.name)
+        log.info("study %s: %s", spec.name, counts)
+    finally:
+        board.close()
+    return spec
+
+
+def _summary(spec: StudySpec) -> RunSummary:
+    board = TaskBoard(spec.storage)
+    try:
+        rows = board.rows(spec.name)
+    finally:
+        board.close()
+    return RunSummary(spec.name, spec.storage, summarize(rows),
+                      [(r.key, r.error or "") for r in rows if r.status == FAILED])
+
+
+def run_study(
+    spec: StudySpec,
+    *,
+    workers: int = 1,
+    executor: Executor | str | None = None,
+    progress: bool = False,
+    lease_s: float | None = None,
+    retry_failed: bool = False,
+) -> RunSummary:
+    """Run (or resume) a study until no task is left. `workers > 1` starts that many local worker
+    processes (`tuner study run STUDY --workers 1`, which needs `spec.path` and an executor given as
+    "module:function" or the default); more machines join by running the same command on the same storage."""
+    spec = prepare_study(spec, retry_failed=retry_failed)
+    monitor = _Monitor(spec) if progress else None
+    if workers <= 1:
+        worker = StudyWorker(spec, executor=resolve_executor(executor), lease_s=lease_s,
+                             on_progress=monitor.on_progress if monitor else None)
+        try:
+            if monitor:
+                monitor.start()
+            worker.run()
+        finally:
+            if monitor:
+                monitor.stop()
+            worker.board.close()
+        return _summary(spec)
+    if spec.path is None:
+        raise ValueError("several workers need the study file (spec.path)")
+    if executor is not None and not isinstance(executor, str):
+        raise ValueError("several workers need the executor as 'module:function'")
+    cmd = [sys.executable, "-m", "tuner.cli", "study", "run", str(spec.path), "--workers", "1", "--quiet",
+           "--no-report"]
+    if executor:
+        cmd += ["--executor", executor]
+    if lease_s:
+        cmd += ["--lease-seconds", str(lease_s)]
+    env = {**os.environ, ENV_STORAGE: spec.storage}
+    procs = [subprocess.Popen(cmd, env=env) for _ in range(workers)]
+    try:
+        if monitor:
+            monitor.start()
+        for p in procs:
+            while p.poll() is None:
+                time.sleep(0.2)
+    except KeyboardInterrupt:
+        for p in procs:  # the terminal sent SIGINT to them as well; make sure, then wait
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+        for p in procs:
+            p.wait()
+        raise
+    finally:
+        if monitor:
+            monitor.stop()
+    bad = [p.returncode for p in procs if p.returncode not in (0, 1)]
+    if bad:
+        log.warning("worker processes exited with %s", bad)
+    return _summary(spec)
+
+
+class _Monitor:
+    """The progress display: polls the board (so it sees every worker, local or not) and shows tasks and
+    trials done, the best value of each running task and the time left."""
+
+    def __init__(self, spec: StudySpec, interval: float = 1.0) -> None:
+        self.spec, self.interval = spec, interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._board: TaskBoard | None = None
+        self._progress: Any = None
+        self._overall: Any = None
+        self._lines: dict[str, Any] = {}
+
+    def start(self) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+        from rich.text import Text
+
+        class _OverallOnly(TimeRemainingColumn):
+            def render(self, task: Any) -> Any:  # ETA of the whole study only
+                return super().render(task) if task.fields.get("overall") else Text("")
+
+        self._board = TaskBoard(self.spec.storage)
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
+                                  TextColumn("{task.fields[extra]}"), TimeElapsedColumn(),
+                                  TextColumn("{task.fields[eta]}"), _OverallOnly(), transient=False)
+        self._overall = self._progress.add_task("trials", total=None, extra="trials", overall=True, eta="ETA")
+        self._progress.start()
+        self._poll(initial=True)
+        self._thread = threading.Thread(target=self._loop, name="study-progress", daemon=True)
+        self._thread.start()
+
+    def on_progress(self, claim: Claim, trials_done: int, best: float | None) -> None:
+        pass  # the poller picks it up from the board within `interval`
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self._poll()
+            except Exception as exc:  # noqa: BLE001 - a display hiccup must not stop the study
+                log.debug("progress poll: %s", exc)
+
+    def _poll(self, initial: bool = False) -> None:
+        assert self._board is not None and self._progress is not None
+        rows = self._board.rows(self.spec.name)
+        counts = summarize(rows)
+        total_trials = sum(_budget_of(r) for r in rows)
+        done_trials = sum(min(r.trials_done, _budget_of(r)) if r.status != DONE else _budget_of(r) for r in rows)
+        desc = f"tasks {counts[DONE]}/{len(rows)} done" + (f", {counts[FAILED]} failed" if counts[FAILED] else "")
+        if initial:
+            self._progress.reset(self._overall, total=total_trials, completed=done_trials, description=desc)
+        else:
+            self._progress.update(self._overall, total=total_trials, completed=done_trials, description=desc)
+        running = {r.key: r for r in rows if r.status == RUNNING}
+        for key in list(self._lines):
+            if key not in running:
+                self._progress.remove_task(self._lines.pop(key))
+        for key, r in running.items():
+            best = f"best {r.best_value:.4g}" if r.best_value is not None else "best -"
+            if key not in self._lines:
+                label = key if len(key) <= 46 else key[:45] + "…"
+                self._lines[key] = self._progress.add_task(f"  {label}", total=_budget_of(r), extra=best,
+                                                           overall=False, eta="")
+            self._progress.update(self._lines[key], completed=r.trials_done, extra=best)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self._progress is not None:
+            with contextlib.suppress(Exception):
+                self._poll()
+            self._progress.stop()
+        if self._board is not None:
+            self._board.close()
+
+
+def _budget_of(r: TaskRow) -> int:
+    return int(r.task.budget) if r.task.budget else max(r.trials_done, 1)

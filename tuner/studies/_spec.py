@@ -1,0 +1,402 @@
+"""Study files: a TOML description of many tuning tasks (kernels x problems x dtypes x backends).
+
+```toml
+[study]
+name = "quickstart"
+device = "cpu"                      # an arch of search_spaces.devices, or "auto"
+backends = ["triton"]               # default for every [[tasks]] entry
+dtypes = ["float32"]
+strategy = "auto"
+seed = 0
+budget = { trials = 8, seconds = 30 }   # per task; at least one of the two
+# storage = "postgresql://user@host/db"  # default: sqlite:///<output>/study.db
+# output = "runs/quickstart"             # default: $TUNER_HOME/studies/<name>; relative to this file
+lease_seconds = 60
+
+[[tasks]]
+kernel = "matmul"
+problems = [{ M = 64, N = 64, K = 64 }]
+grid = { M = [128, 256], N = [128], K = [64] }   # cross product, added to `problems`
+# backends, dtypes, budget, strategy, seed: per-entry overrides
+```
+
+`load_study` validates everything and raises `StudyError` (a `BadInput`: exit code 2, one line) naming the
+file and the offending key. Tasks come out in the order the runner hands them to workers: grouped by
+kernel (file order), backend and dtype, and within a group a nearest-neighbour chain over the log-scaled
+shape starting from the smallest problem, so each task follows the finished task most like it and the
+cost model learns from its closest neighbours first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from tuner.errors import BadInput
+from tuner.store import normalize_url  # noqa: F401  (re-exported)
+
+__all__ = ["StudyError", "StudySpec", "StudyTask", "load_study", "parse_study", "order_tasks", "normalize_url",
+           "task_distance"]
+
+_STUDY_KEYS = {"name", "device", "backends", "dtypes", "strategy", "seed", "budget", "storage", "output",
+               "lease_seconds", "finalists"}
+_TASK_KEYS = {"kernel", "problems", "grid", "backends", "dtypes", "budget", "strategy", "seed", "finalists"}
+_BUDGET_KEYS = {"trials", "seconds"}
+_NAME_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
+
+
+class StudyError(BadInput):
+    """A study file that cannot be used; the message is one line naming the file and the key."""
+
+
+@dataclass(frozen=True)
+class StudyTask:
+    """One tuning task of a study: what an executor receives (see `tuner.studies.Executor`)."""
+
+    study: str
+    key: str  # unique within the study, human readable
+    kernel: str
+    problem: Mapping[str, Any]  # shape fields, flags and "dtype"
+    backend: str
+    device: str  # arch name ("sm90", "cpu", ...) or "auto" until the runner resolves it
+    budget: int | None  # trials; None: only the time budget limits the task
+    time_budget_s: float | None
+    strategy: str
+    seed: int
+    finalists: int | None = None
+    storage: str = ""  # filled in by the runner
+    seq: int = 0  # position in the run order
+
+    @property
+    def dtype(self) -> str:
+        return str(self.problem.get("dtype", ""))
+
+    @property
+    def study_name(self) -> str:
+        """The Optuna study that holds this task's trials (in the study's storage)."""
+        return f"{self.study}:{self.key}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["problem"] = dict(self.problem)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> StudyTask:
+        names = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    name: str
+    path: Path | None
+    device: str
+    strategy: str
+    seed: int
+    storage: str
+    output_dir: Path
+    lease_seconds: float
+    tasks: tuple[StudyTask, ...] = field(default_factory=tuple)
+
+    def fingerprint(self) -> str:
+        blob = json.dumps([t.to_dict() for t in self.tasks], sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def with_storage(self, url: str) -> StudySpec:
+        tasks = tuple(StudyTask(**{**t.to_dict(), "storage": url}) for t in self.tasks)
+        return StudySpec(self.name, self.path, self.device, self.strategy, self.seed, url, self.output_dir,
+                         self.lease_seconds, tasks)
+
+
+def _err(where: str, msg: str) -> StudyError:
+    return StudyError(f"{where}: {msg}")
+
+
+def _check_keys(where: str, table: Mapping[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise _err(where, f"unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
+
+
+def _str_list(where: str, key: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        raise _err(where, f"{key} must be a non-empty list of strings, got {value!r}")
+    if len(set(value)) != len(value):
+        raise _err(where, f"{key} has duplicates: {value!r}")
+    return tuple(value)
+
+
+def _int(where: str, key: str, value: Any, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _err(where, f"{key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _budget(where: str, value: Any) -> tuple[int | None, float | None]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = {"trials": value}
+    if not isinstance(value, dict):
+        raise _err(where, f"budget must be a table like {{ trials = 20, seconds = 60 }}, got {value!r}")
+    _check_keys(f"{where} budget", value, _BUDGET_KEYS)
+    trials = value.get("trials")
+    seconds = value.get("seconds")
+    if trials is None and seconds is None:
+        raise _err(where, "budget needs trials and/or seconds")
+    if trials is not None:
+        trials = _int(where, "budget.trials", trials, minimum=1)
+    if seconds is not None:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (
+                math.isfinite(seconds) and seconds > 0):
+            raise _err(where, f"budget.seconds must be a positive number, got {seconds!r}")
+        seconds = float(seconds)
+    return trials, seconds
+
+
+def _problem(where: str, p: Any) -> dict[str, Any]:
+    if not isinstance(p, dict) or not p:
+        raise _err(where, f"a problem must be a non-empty table like {{ M = 64, N = 64 }}, got {p!r}")
+    out: dict[str, Any] = {}
+    for k, v in p.items():
+        if isinstance(v, (bool, str)):
+            out[k] = v
+        elif isinstance(v, int):
+            if v < 1:
+                raise _err(where, f"problem field {k} = {v!r} must be >= 1")
+            out[k] = v
+        elif isinstance(v, float) and math.isfinite(v):
+            out[k] = v
+        else:
+            raise _err(where, f"problem field {k} = {v!r} must be an integer, number, boolean or string")
+    return out
+
+
+def _grid(where: str, g: Any) -> list[dict[str, Any]]:
+    if not isinstance(g, dict) or not g:
+        raise _err(where, f"grid must be a table of lists like {{ M = [64, 128] }}, got {g!r}")
+    keys = list(g)
+    values = []
+    for k in keys:
+        v = g[k]
+        if not isinstance(v, list):
+            v = [v]
+        if not v:
+            raise _err(where, f"grid.{k} is empty")
+        values.append(v)
+    return [_problem(where, dict(zip(keys, combo, strict=True))) for combo in itertools.product(*values)]
+
+
+def _shape_key(problem: Mapping[str, Any]) -> str:
+    return ",".join(f"{k}={_fmt(v)}" for k, v in sorted(problem.items()) if k != "dtype")
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def _check_kernel(where: str, kernel: str, backend: str, dtype: str, problem: dict[str, Any]) -> dict[str, Any]:
+    """Validate against the kernel registry; fill unspecified problem fields from the kernel's default."""
+    from kernels import get_kernel
+
+    try:
+        spec = get_kernel(kernel)
+    except ValueError as exc:
+        raise _err(where, str(exc)) from None
+    if backend not in spec.backends:
+        raise _err(where, f"kernel {kernel!r} has no backend {backend!r} (it has: {', '.join(spec.backends)})")
+    if dtype not in spec.dtypes:
+        raise _err(where, f"kernel {kernel!r} does not support dtype {dtype!r} (it does: {', '.join(spec.dtypes)})")
+    default = dict(spec.default_problem)
+    unknown = sorted(set(problem) - set(default) - {"dtype"} - set(spec.shape_fields))
+    if unknown:
+        raise _err(where, f"kernel {kernel!r} has no problem field {unknown[0]!r} "
+                          f"(fields: {', '.join(sorted(set(default) | set(spec.shape_fields)))})")
+    merged = {**default, **problem, "dtype": dtype}
+    missing = [f for f in spec.shape_fields if f not in merged]
+    if missing:
+        raise _err(where, f"kernel {kernel!r} problem misses shape field {missing[0]!r}")
+    return merged
+
+
+def parse_study(
+    data: Mapping[str, Any],
+    *,
+    path: Path | None = None,
+    storage: str | None = None,
+    check_kernels: bool = True,
+) -> StudySpec:
+    """Validate a parsed study document (see the module docstring) and expand its tasks."""
+    src = str(path) if path is not None else "<study>"
+    if not isinstance(data, Mapping):
+        raise _err(src, "not a table")
+    _check_keys(src, data, {"study", "tasks"})
+    st = data.get("study")
+    if not isinstance(st, dict):
+        raise _err(src, "missing [study] table")
+    where = f"{src} [study]"
+    _check_keys(where, st, _STUDY_KEYS)
+    name = st.get("name")
+    if not isinstance(name, str) or not name or not set(name) <= _NAME_OK or len(name) > 100:
+        raise _err(where, f"name must be 1-100 characters of letters, digits, '_', '-', '.', got {name!r}")
+    device = st.get("device", "auto")
+    if not isinstance(device, str):
+        raise _err(where, f"device must be a string, got {device!r}")
+    if device != "auto":
+        from search_spaces.devices import DEVICES
+
+        if device not in DEVICES:
+            raise _err(where, f"unknown device {device!r}; known: auto, {', '.join(sorted(DEVICES))}")
+    backends = _str_list(where, "backends", st.get("backends", ["triton"]))
+    dtypes = _str_list(where, "dtypes", st.get("dtypes", ["float32"]))
+    strategy = st.get("strategy", "auto")
+    if not isinstance(strategy, str):
+        raise _err(where, f"strategy must be a string, got {strategy!r}")
+    seed = _int(where, "seed", st.get("seed", 0), minimum=0)
+    if "budget" not in st:
+        raise _err(where, "missing budget (e.g. budget = { trials = 20 })")
+    trials, seconds = _budget(where, st["budget"])
+    finalists = st.get("finalists")
+    if finalists is not None:
+        finalists = _int(where, "finalists", finalists, minimum=1)
+    lease = st.get("lease_seconds", 60)
+    if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not (1 <= lease <= 86400):
+        raise _err(where, f"lease_seconds must be a number in [1, 86400], got {lease!r}")
+    base = path.parent if path is not None else Path.cwd()
+    out = st.get("output")
+    if out is None:
+        from tuner.store import tuner_home
+
+        output_dir = tuner_home() / "studies" / name
+    elif isinstance(out, str) and out:
+        output_dir = Path(os.path.expanduser(out))
+        if not output_dir.is_absolute():
+            output_dir = base / output_dir
+    else:
+        raise _err(where, f"output must be a path string, got {out!r}")
+    url = storage or st.get("storage")
+    if url is None:
+        url = f"sqlite:///{(output_dir / 'study.db').resolve()}"
+    if not isinstance(url, str) or "://" not in url:
+        raise _err(where, f"storage must be a database URL such as sqlite:///study.db, got {url!r}")
+    url = normalize_url(url)
+
+    from tuner.strategies import get_strategy
+
+    entries = data.get("tasks")
+    if not isinstance(entries, list) or not entries:
+        raise _err(src, "missing [[tasks]] entries (each with kernel and problems or grid)")
+    tasks: list[StudyTask] = []
+    seen: set[str] = set()
+    for i, e in enumerate(entries):
+        w = f"{src} tasks[{i}]"
+        if not isinstance(e, dict):
+            raise _err(w, "must be a table")
+        _check_keys(w, e, _TASK_KEYS)
+        kernel = e.get("kernel")
+        if not isinstance(kernel, str) or not kernel:
+            raise _err(w, f"kernel must be a kernel name, got {kernel!r}")
+        w = f"{src} tasks[{i}] ({kernel})"
+        probs: list[dict[str, Any]] = []
+        if "problems" in e:
+            if not isinstance(e["problems"], list) or not e["problems"]:
+                raise _err(w, "problems must be a non-empty list of tables")
+            probs += [_problem(w, p) for p in e["problems"]]
+        if "grid" in e:
+            probs += _grid(w, e["grid"])
+        if not probs:
+            raise _err(w, "needs problems = [...] or grid = {...}")
+        t_backends = _str_list(w, "backends", e["backends"]) if "backends" in e else backends
+        t_dtypes = _str_list(w, "dtypes", e["dtypes"]) if "dtypes" in e else dtypes
+        t_trials, t_seconds = _budget(w, e["budget"]) if "budget" in e else (trials, seconds)
+        t_strategy = e.get("strategy", strategy)
+        if not isinstance(t_strategy, str):
+            raise _err(w, f"strategy must be a string, got {t_strategy!r}")
+        try:
+            get_strategy(t_strategy)
+        except ValueError as exc:
+            raise _err(w, str(exc)) from None
+        t_seed = _int(w, "seed", e["seed"], minimum=0) if "seed" in e else seed
+        t_final = _int(w, "finalists", e["finalists"], minimum=1) if "finalists" in e else finalists
+        for p in probs:
+            for backend in t_backends:
+                for dt in ([p["dtype"]] if "dtype" in p else t_dtypes):
+                    if not isinstance(dt, str):
+                        raise _err(w, f"dtype must be a string, got {dt!r}")
+                    prob = _check_kernel(w, kernel, backend, dt, p) if check_kernels else {**p, "dtype": dt}
+                    key = f"{kernel}/{backend}/{dt}/{_shape_key(prob)}"
+                    if key in seen:
+                        raise _err(w, f"task {key} is listed twice")
+                    seen.add(key)
+                    tasks.append(StudyTask(study=name, key=key, kernel=kernel, problem=prob, backend=backend,
+                                           device=device, budget=t_trials, time_budget_s=t_seconds,
+                                           strategy=t_strategy, seed=t_seed, finalists=t_final, storage=url))
+    ordered = order_tasks(tasks)
+    return StudySpec(name=name, path=path, device=device, strategy=strategy, seed=seed, storage=url,
+                     output_dir=output_dir, lease_seconds=float(lease), tasks=tuple(ordered))
+
+
+def load_study(path: str | os.PathLike[str], *, storage: str | None = None, check_kernels: bool = True) -> StudySpec:
+    """Read and validate a study file; `storage` overrides the file's storage URL."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise StudyError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise StudyError(f"{p}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise StudyError(f"{p}: invalid TOML: {str(exc).splitlines()[0]}") from None
+    return parse_study(data, path=p.resolve(), storage=storage, check_kernels=check_kernels)
+
+
+def _size(task: StudyTask) -> float:
+    return sum(math.log2(v) for v in task.problem.values()
+               if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)
+
+
+def task_distance(a: StudyTask, b: StudyTask) -> float:
+    """Squared distance of the log2 numeric problem fields, plus 1 per differing flag or missing field."""
+    d = 0.0
+    for k in set(a.problem) | set(b.problem):
+        x, y = a.problem.get(k), b.problem.get(k)
+        if (isinstance(x, (int, float)) and isinstance(y, (int, float)) and not isinstance(x, bool)
+                and not isinstance(y, bool) and x > 0 and y > 0):
+            d += (math.log2(x) - math.log2(y)) ** 2
+        elif x != y:
+            d += 1.0
+    return d
+
+
+def order_tasks(tasks: Sequence[StudyTask]) -> list[StudyTask]:
+    """Run order: group by kernel (first appearance), backend, dtype; within a group start at the smallest
+    problem and always go to the nearest unvisited one (`task_distance`)."""
+    groups: dict[tuple[str, str, str], list[StudyTask]] = {}
+    for t in tasks:
+        groups.setdefault((t.kernel, t.backend, t.dtype), []).append(t)
+    ordered: list[StudyTask] = []
+    for group in groups.values():
+        remaining = sorted(group, key=lambda t: (_size(t), t.key))
+        cur = remaining.pop(0)
+        ordered.append(cur)
+        while remaining:
+            c = cur
+            nxt = min(remaining, key=lambda t: (task_distance(c, t), _size(t), t.key))  # noqa: B023
+            remaining.remove(nxt)
+            ordered.append(nxt)
+            cur = nxt
+    return [StudyTask(**{**t.to_dict(), "seq": i}) for i, t in enumerate(ordered)]
