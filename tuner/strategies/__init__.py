@@ -12,14 +12,37 @@ __all__ = ["CandidatePool", "PriorTask", "Strategy", "RandomStrategy", "TPEStrat
 
 
 def _auto() -> type[Strategy]:
-    # "auto" is the best strategy the project has; the model-guided strategy replaces TPE here.
-    return TPEStrategy
+    # "auto" is the best strategy the project has: the model-guided strategy (cost model + transfer).
+    from ._model import ModelStrategy
+
+    return ModelStrategy
+
+
+def _model() -> type[Strategy]:
+    from ._model import ModelStrategy
+
+    return ModelStrategy
+
+
+def _transfer_best() -> type[Strategy]:
+    from ._baselines import TransferBestStrategy
+
+    return TransferBestStrategy
+
+
+def _xgb_greedy() -> type[Strategy]:
+    from ._baselines import XGBGreedyStrategy
+
+    return XGBGreedyStrategy
 
 
 _REGISTRY: dict[str, Callable[[], type[Strategy]]] = {
     "auto": _auto,
     "random": lambda: RandomStrategy,
     "tpe": lambda: TPEStrategy,
+    "model": _model,
+    "transfer_best": _transfer_best,
+    "xgb_greedy": _xgb_greedy,
 }
 
 STRATEGIES: tuple[str, ...] = tuple(_REGISTRY)

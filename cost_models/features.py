@@ -1,0 +1,271 @@
+"""Features of a config for the cost model, described by a versioned `FeatureSchema`.
+
+A schema lists, in order:
+- per parameter: numeric values raw and log2 (log2 only where every domain value is positive), booleans
+  0/1, categoricals one-hot over the domain (a value outside the domain encodes as all zeros, a missing
+  parameter as NaN, which the boosted trees treat as "missing");
+- derived features, computed generically from the parameter names where they make that possible (all in
+  log2, so a product is a sum): threads per block (block_size_x*y*z, MDIMC*NDIMC, num_warps*32),
+  the elements a thread computes (tile_size_x*y*z), the block's extent per axis and its area
+  (block_size_a*tile_size_a), the work-group tile (MWG*NWG, BLOCK_M*BLOCK_N) and the work per thread;
+- task features (problem dims, dtype size, device descriptor), constant within a task, given by the
+  caller (`task_features`).
+
+The schema is a JSON document; its `fingerprint` decides whether a saved model fits a space.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FEATURE_SCHEMA_VERSION", "FeatureSchema", "ParamFeature", "Derived", "schema_for_space",
+           "task_features", "SchemaMismatchError"]
+
+FEATURE_SCHEMA_VERSION = 1
+
+
+class SchemaMismatchError(ValueError):
+    """A model was trained on another feature schema than the one asked for."""
+
+
+@dataclass(frozen=True)
+class ParamFeature:
+    name: str
+    kind: str  # "num", "bool" or "cat"
+    log2: bool = False
+    values: tuple[Any, ...] = ()  # the one-hot categories for "cat"
+
+    def columns(self) -> list[str]:
+        if self.kind == "num":
+            return [self.name, f"log2_{self.name}"] if self.log2 else [self.name]
+        if self.kind == "bool":
+            return [self.name]
+        return [f"{self.name}={v}" for v in self.values]
+
+
+@dataclass(frozen=True)
+class Derived:
+    """log2(prod(plus) / prod(minus)) * 1 + log2(scale); NaN when a term is missing or not positive."""
+
+    name: str
+    plus: tuple[str, ...]
+    minus: tuple[str, ...] = ()
+    log2_scale: float = 0.0
+
+
+def _num_col(values: Sequence[Any]) -> np.ndarray:
+    """Floats; NaN for anything that is not a (non-bool) number."""
+    if all(type(v) is int or type(v) is float for v in values):
+        return np.asarray(values, dtype=np.float64)
+    return np.array([float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan for v in values])
+
+
+def _log2_col(values: Sequence[Any], num: np.ndarray | None = None) -> np.ndarray:
+    if num is not None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(num > 0, np.log2(np.where(num > 0, num, 1.0)), np.nan)
+    out = np.full(len(values), np.nan)
+    for i, v in enumerate(values):
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            out[i] = math.log2(v)
+    return out
+
+
+@dataclass(frozen=True)
+class FeatureSchema:
+    params: tuple[ParamFeature, ...]
+    derived: tuple[Derived, ...] = ()
+    task: tuple[str, ...] = ()
+    version: int = FEATURE_SCHEMA_VERSION
+    _names: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+    @property
+    def names(self) -> list[str]:
+        cols = [c for p in self.params for c in p.columns()]
+        cols += [f"log2_{d.name}" for d in self.derived]
+        cols += [f"task_{t}" for t in self.task]
+        return cols
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "params": [{"name": p.name, "kind": p.kind, "log2": p.log2, "values": list(p.values)} for p in self.params],
+            "derived": [{"name": d.name, "plus": list(d.plus), "minus": list(d.minus), "log2_scale": d.log2_scale}
+                        for d in self.derived],
+            "task": list(self.task),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> FeatureSchema:
+        try:
+            return cls(
+                params=tuple(ParamFeature(p["name"], p["kind"], bool(p.get("log2", False)), tuple(p.get("values", ())))
+                             for p in d["params"]),
+                derived=tuple(Derived(x["name"], tuple(x["plus"]), tuple(x.get("minus", ())),
+                                      float(x.get("log2_scale", 0.0))) for x in d.get("derived", ())),
+                task=tuple(d.get("task", ())),
+                version=int(d["version"]),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not a feature schema: missing or malformed {exc}") from None
+
+    def fingerprint(self) -> str:
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def check_compatible(self, other: FeatureSchema, what: str = "model") -> None:
+        """Raise SchemaMismatchError, naming the difference, unless `other` is this schema."""
+        if self.fingerprint() == other.fingerprint():
+            return
+        if self.version != other.version:
+            raise SchemaMismatchError(
+                f"{what} uses feature schema version {other.version}, this code expects {self.version}; retrain it")
+        mine, theirs = self.names, other.names
+        missing = [n for n in mine if n not in theirs][:5]
+        extra = [n for n in theirs if n not in mine][:5]
+        raise SchemaMismatchError(
+            f"{what} was trained on another feature schema ({other.fingerprint()} != {self.fingerprint()}): "
+            f"features missing from it {missing}, unknown to this space {extra}; retrain it for this space")
+
+    # ---- transform ---------------------------------------------------------------------------------
+    def transform(self, configs: Sequence[Mapping[str, Any]], task: Mapping[str, float] | None = None) -> np.ndarray:
+        """Feature matrix (len(configs) x len(names)); configs may hold values outside the domains."""
+        columns = {p.name: [c.get(p.name) for c in configs] for p in self.params}
+        return self._from_columns(columns, len(configs), task)
+
+    def transform_keys(self, names: Sequence[str], keys: Sequence[Sequence[Any]],
+                       task: Mapping[str, float] | None = None) -> np.ndarray:
+        """Like `transform` for configs given as tuples in `names` order (a space's keys)."""
+        cols = list(zip(*keys, strict=True)) if keys else [() for _ in names]
+        columns = {n: list(c) for n, c in zip(names, cols, strict=True)}
+        return self._from_columns(columns, len(keys), task)
+
+    def _from_columns(self, columns: Mapping[str, list[Any]], n: int, task: Mapping[str, float] | None) -> np.ndarray:
+        out: list[np.ndarray] = []
+        logs: dict[str, np.ndarray] = {}
+        for p in self.params:
+            col = columns.get(p.name)
+            if col is None or all(v is None for v in col):
+                out.append(np.full((n, len(p.columns())), np.nan))
+                continue
+            if p.kind == "num":
+                x = _num_col(col)
+                out.append(x[:, None])
+                lg = _log2_col(col, x)
+                logs[p.name] = lg
+                if p.log2:
+                    out.append(lg[:, None])
+            elif p.kind == "bool":
+                out.append(np.array([1.0 if v is True or v == 1 else 0.0 if v is False or v == 0 else np.nan
+                                     for v in col])[:, None])
+            else:
+                index = {_cat_key(v): j for j, v in enumerate(p.values)}
+                oh = np.zeros((n, len(p.values)))
+                for i, v in enumerate(col):
+                    j = index.get(_cat_key(v))
+                    if j is not None:
+                        oh[i, j] = 1.0
+                out.append(oh)
+        for d in self.derived:
+            acc = np.full(n, d.log2_scale)
+            for name in d.plus:
+                acc = acc + logs.get(name, np.full(n, np.nan))
+            for name in d.minus:
+                acc = acc - logs.get(name, np.full(n, np.nan))
+            out.append(acc[:, None])
+        for t in self.task:
+            v = (task or {}).get(t)
+            out.append(np.full((n, 1), float(v) if v is not None else np.nan))
+        return np.hstack(out) if out else np.zeros((n, 0))
+
+
+def _cat_key(v: Any) -> tuple[str, Any]:
+    if isinstance(v, bool):
+        return ("bool", v)
+    if isinstance(v, (int, float)):
+        return ("num", float(v))
+    return ("str", v)
+
+
+# ---- building a schema from a space ----------------------------------------------------------------------
+_THREADS = re.compile(r"^(block_size_[xyz]|[mn]dimc|threads?_per_block|num_threads)$", re.I)
+_WARPS = re.compile(r"^num_warps$", re.I)
+_TILE = re.compile(r"^tile_size_([xyz])$", re.I)
+_BLOCK_AXIS = re.compile(r"^block_size_([xyz])$", re.I)
+_WG_TILE = re.compile(r"^([mn]wg|block_(size_)?[mn])$", re.I)
+
+
+def _derived_for(param_names: Sequence[str], positive_numeric: set[str]) -> list[Derived]:
+    names = [n for n in param_names if n in positive_numeric]
+    out: list[Derived] = []
+    threads = [n for n in names if _THREADS.match(n)]
+    warps = [n for n in names if _WARPS.match(n)]
+    if len(threads) >= 2:
+        out.append(Derived("threads_per_block", tuple(threads)))
+    elif warps:
+        out.append(Derived("threads_per_block", tuple(warps), log2_scale=5.0))
+    tiles = {(_TILE.match(n).group(1).lower()): n for n in names if _TILE.match(n)}  # type: ignore[union-attr]
+    if len(tiles) >= 2:
+        out.append(Derived("elements_per_thread", tuple(tiles.values())))
+    blocks = {(_BLOCK_AXIS.match(n).group(1).lower()): n for n in names if _BLOCK_AXIS.match(n)}  # type: ignore[union-attr]
+    extents = []
+    for ax in sorted(set(tiles) & set(blocks)):
+        d = Derived(f"block_extent_{ax}", (blocks[ax], tiles[ax]))
+        out.append(d)
+        extents.append(d)
+    if len(extents) >= 2:
+        out.append(Derived("block_extent_area", tuple(n for d in extents for n in d.plus)))
+    wg = [n for n in names if _WG_TILE.match(n)]
+    if len(wg) >= 2:
+        out.append(Derived("workgroup_tile_area", tuple(wg)))
+        if len(threads) >= 2:
+            out.append(Derived("work_per_thread", tuple(wg), tuple(threads)))
+        elif warps:
+            out.append(Derived("work_per_thread", tuple(wg), tuple(warps), log2_scale=-5.0))
+    return out
+
+
+def schema_for_space(space: Any, task_names: Sequence[str] = ()) -> FeatureSchema:
+    """The feature schema of a `SearchSpace` (parameters, derived features, task feature names)."""
+    params: list[ParamFeature] = []
+    positive: set[str] = set()
+    for p in space.params:
+        vals = list(p.values)
+        if p.is_numeric:
+            log2 = all(float(v) > 0 for v in vals)
+            if log2:
+                positive.add(p.name)
+            params.append(ParamFeature(p.name, "num", log2))
+        elif all(isinstance(v, bool) for v in vals):
+            params.append(ParamFeature(p.name, "bool"))
+        else:
+            params.append(ParamFeature(p.name, "cat", values=tuple(vals)))
+    return FeatureSchema(tuple(params), tuple(_derived_for(space.names, positive)), tuple(task_names))
+
+
+def task_features(problem: Mapping[str, float] | Sequence[float] | None = None, *, dtype_bytes: float | None = None,
+                  device: Any = None) -> dict[str, float]:
+    """Task features: log2 of each problem dim, the dtype size, and the device descriptor's numbers."""
+    out: dict[str, float] = {}
+    if isinstance(problem, Mapping):
+        items = list(problem.items())
+    elif problem is not None:
+        items = [(f"dim{i}", v) for i, v in enumerate(problem)]
+    else:
+        items = []
+    for k, v in items:
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            out[f"log2_{k}"] = math.log2(v)
+    if dtype_bytes is not None:
+        out["dtype_bytes"] = float(dtype_bytes)
+    if device is not None:
+        out.update(device.features())
+    return out

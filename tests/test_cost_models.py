@@ -1,0 +1,211 @@
+"""cost_models: estimator contract (one conformance suite for every model), features and schema,
+JSON/UBJ persistence, schema refusal, metrics on hand-computed cases, pruning report."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+
+import numpy as np
+import pytest
+
+from cost_models import (
+    FeatureSchema,
+    NoModel,
+    RandomForestModel,
+    SchemaMismatchError,
+    XGBEnsemble,
+    XGBRankerModel,
+    XGBRegressorModel,
+    load_model,
+    ndcg_at_k,
+    normalise_targets,
+    pruning_report,
+    regret,
+    save_model,
+    schema_for_space,
+    spearman,
+    task_features,
+    top_k_recall,
+)
+from cost_models.persist import sidecar_path
+from search_spaces import SearchSpace
+from search_spaces.devices import SM90
+from tests.conftest import DATA
+from tuner.replay import load_table
+
+MODEL_FACTORIES = {
+    "xgb": lambda: XGBRegressorModel(n_estimators=20, seed=1),
+    "xgb_rank": lambda: XGBRankerModel(n_estimators=20, seed=1),
+    "xgb_ensemble": lambda: XGBEnsemble(n_models=2, n_estimators=15, seed=1),
+    "random_forest": lambda: RandomForestModel(n_estimators=20, seed=1),
+    "none": lambda: NoModel(seed=1),
+}
+
+
+def _data(n: int = 120, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0, 4, size=(n, 3))
+    groups = np.repeat([0, 1], n // 2)
+    # time grows with x0, a second task is 10x slower but ranks alike
+    y = np.exp(X[:, 0] + 0.1 * X[:, 1]) * np.where(groups == 1, 10.0, 1.0)
+    y[::17] = np.nan  # failures
+    return X, y, groups
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_FACTORIES))
+def test_estimator_contract(name: str) -> None:
+    model = MODEL_FACTORIES[name]()
+    # __init__ only stores hyperparameters: get_params gives back exactly the constructor arguments
+    params = model.get_params()
+    assert set(params) == {p for p in inspect.signature(type(model).__init__).parameters if p != "self"}
+    assert not [k for k in vars(model) if k.endswith("_")], "no fitted state before fit"
+    with pytest.raises(RuntimeError, match="not fitted"):
+        model.predict(np.zeros((2, 3)))
+    X, y, g = _data()
+    assert model.fit(X, y, groups=g) is model
+    assert model.n_features_in_ == 3
+    p = model.predict(X)
+    assert p.shape == (len(X),) and np.isfinite(p).all()
+    with pytest.raises(ValueError, match="features"):
+        model.predict(np.zeros((2, 4)))
+    with pytest.raises(ValueError):
+        type(model)(**params).fit(X, y[:-1])
+    # deterministic for the same hyperparameters
+    assert np.allclose(type(model)(**params).fit(X, y, groups=g).predict(X), p)
+    if name != "none":  # a real model ranks the easy case well (scores compare within a task)
+        ok = np.isfinite(y) & (g == 0)
+        assert spearman(y[ok], p[ok]) > 0.8
+    model.set_params(**params)
+    with pytest.raises(ValueError, match="invalid parameter"):
+        model.set_params(bogus=1)
+
+
+def test_normalise_targets_per_task() -> None:
+    t = normalise_targets([1.0, 2.0, 4.0, 10.0, 20.0, 40.0, float("nan")], groups=[0, 0, 0, 1, 1, 1, 1])
+    assert t[:3] == pytest.approx([-math.log(2), 0.0, math.log(2)])
+    assert t[3:6] == pytest.approx(t[:3])
+    assert t[6] == pytest.approx(math.log(2) + 0.5)  # worst of its task plus the margin
+
+
+def test_ensemble_uncertainty_shrinks_near_data() -> None:
+    X, y, g = _data(200)
+    m = XGBEnsemble(n_models=4, n_estimators=20, seed=0).fit(X, y, groups=g)
+    assert m.predict_std(X).shape == (len(X),)
+    assert (m.predict_std(X) >= 0).all()
+
+
+# ---- features ------------------------------------------------------------------------------------
+def test_schema_features_and_derived() -> None:
+    table = load_table(DATA / "convolution_A100_sample.json")
+    schema = schema_for_space(table.space)
+    names = schema.names
+    assert "log2_block_size_x" in names and "log2_threads_per_block" in names
+    assert "log2_elements_per_thread" in names and "log2_block_extent_area" in names
+    F = schema.transform(table.space.enumerate()[:5])
+    cfg = table.space.enumerate()[0]
+    row = dict(zip(names, F[0], strict=True))
+    assert row["log2_threads_per_block"] == pytest.approx(math.log2(cfg["block_size_x"] * cfg["block_size_y"]))
+    assert row["log2_block_extent_x"] == pytest.approx(math.log2(cfg["block_size_x"] * cfg["tile_size_x"]))
+    # keys and dicts encode alike
+    keys = list(table.space.iter_keys())[:5]
+    assert np.allclose(schema.transform_keys(table.space.names, keys), F, equal_nan=True)
+
+
+def test_schema_handles_foreign_configs_and_task_features() -> None:
+    space = SearchSpace.from_configs([{"block_size_x": b, "kind": k} for b in (32, 64) for k in ("a", "b")])
+    schema = schema_for_space(space, task_names=("log2_dim0", "dev_num_sms"))
+    tf = task_features([4096], device=SM90)
+    F = schema.transform([{"block_size_x": 48, "kind": "z"}, {"kind": "a"}], task=tf)
+    row = dict(zip(schema.names, F[0], strict=True))
+    assert row["block_size_x"] == 48 and row["kind=a"] == 0 and row["kind=b"] == 0
+    assert row["task_log2_dim0"] == 12 and row["task_dev_num_sms"] == 132
+    assert math.isnan(dict(zip(schema.names, F[1], strict=True))["block_size_x"])  # missing -> NaN
+    assert FeatureSchema.from_dict(json.loads(json.dumps(schema.to_dict()))).fingerprint() == schema.fingerprint()
+
+
+# ---- persistence ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("suffix", [".json", ".ubj"])
+@pytest.mark.parametrize("name", ["xgb", "xgb_rank", "xgb_ensemble"])
+def test_save_load_round_trip(tmp_path, name: str, suffix: str) -> None:
+    table = load_table(DATA / "convolution_A100_sample.json")
+    schema = schema_for_space(table.space)
+    configs = table.space.enumerate()
+    X = schema.transform(configs)
+    y = np.array([table.lookup(c) or np.nan for c in configs])
+    model = MODEL_FACTORIES[name]().fit(X, y)
+    path = save_model(model, tmp_path / f"model{suffix}", schema, extra={"note": "test"})
+    meta = json.loads(sidecar_path(path).read_text())
+    assert meta["feature_schema_fingerprint"] == schema.fingerprint() and meta["kind"] == type(model).__name__
+    if suffix == ".json":
+        json.loads(path.read_text())  # XGBoost's JSON model format
+    loaded, loaded_schema, _ = load_model(path, schema=schema)
+    assert loaded_schema.fingerprint() == schema.fingerprint()
+    assert np.allclose(loaded.predict(X), model.predict(X))
+    assert not list(tmp_path.glob("*.pkl")) and not list(tmp_path.glob(".*tmp*"))
+
+
+def test_mismatched_schema_is_refused(tmp_path) -> None:
+    table = load_table(DATA / "convolution_A100_sample.json")
+    schema = schema_for_space(table.space)
+    configs = table.space.enumerate()
+    model = XGBRegressorModel(n_estimators=5).fit(schema.transform(configs),
+                                                  [table.lookup(c) or np.nan for c in configs])
+    path = save_model(model, tmp_path / "m.json", schema)
+    other = schema_for_space(SearchSpace.from_configs([{"MWG": 16, "NWG": 32}, {"MWG": 32, "NWG": 32}]))
+    with pytest.raises(SchemaMismatchError, match="another feature schema"):
+        load_model(path, schema=other)
+    older = FeatureSchema(schema.params, schema.derived, schema.task, version=0)
+    with pytest.raises(SchemaMismatchError, match="version"):
+        load_model(path, schema=older)
+
+
+def test_random_forest_is_not_persisted(tmp_path) -> None:
+    X, y, g = _data()
+    rf = RandomForestModel(n_estimators=5).fit(X, y)
+    schema = FeatureSchema(())
+    with pytest.raises(TypeError, match="pickled"):
+        save_model(rf, tmp_path / "rf.json", schema)
+
+
+# ---- metrics -----------------------------------------------------------------------------------
+def test_top_k_recall_hand_computed() -> None:
+    y = np.arange(1, 201, dtype=float)  # best 1% = configs 0 and 1
+    score = y.copy()
+    score[1] = 1000.0  # the model ranks config 1 last
+    assert top_k_recall(y, score, keep=0.1, best=0.01) == 0.5
+    assert top_k_recall(y, y, keep=0.01, best=0.01) == 1.0
+    assert top_k_recall(y, score, keep=1.0, best=0.01) == 1.0
+
+
+def test_ndcg_hand_computed() -> None:
+    y = np.array([1.0, 2.0, 4.0])  # relevance 1, 0.5, 0.25
+    assert ndcg_at_k(y, y, k=3) == pytest.approx(1.0)
+    # order 2, 1, 0: dcg = 0.25 + 0.5/log2(3) + 1/2
+    dcg = 0.25 + 0.5 / math.log2(3) + 0.5
+    idcg = 1.0 + 0.5 / math.log2(3) + 0.25 / 2
+    assert ndcg_at_k(y, -y, k=3) == pytest.approx(dcg / idcg)
+    assert ndcg_at_k([1.0, float("nan")], [1.0, 0.0], k=1) == 0.0  # the failed one first
+
+
+def test_spearman_and_regret_hand_computed() -> None:
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # d = (0, 0, 1, -1): 1 - 6*2/(4*15) = 0.8
+    assert spearman([1, 2, 3, 4], [1, 2, 4, 3]) == pytest.approx(0.8)
+    assert regret([2.0, 1.0, 4.0], [0.0, 1.0, 2.0], k=1) == pytest.approx(1.0)
+    assert regret([2.0, 1.0, 4.0], [0.0, 1.0, 2.0], k=2) == 0.0
+
+
+def test_pruning_report() -> None:
+    y = np.arange(1, 101, dtype=float)
+    perfect = [(y, y), (y, y)]
+    rep = pruning_report(1000, perfect, target_recall=0.9)
+    assert rep.keep_share == 0.01 and rep.kept == 10 and rep.estimated_recall == 1.0
+    rep = pruning_report(1000)
+    assert rep.keep_share == 1.0 and rep.estimated_recall is None
+    assert "unknown" in str(rep)
+    rng = np.random.default_rng(0)
+    noisy = [(y, rng.permutation(y)) for _ in range(3)]
+    assert pruning_report(1000, noisy, keep=0.5).estimated_recall is not None

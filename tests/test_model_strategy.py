@@ -1,0 +1,123 @@
+"""The model-guided strategy (`auto`) through `tuner.optimize`, on the committed replay sample."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import tuner
+from search_spaces import SearchSpace
+from tests.conftest import DATA
+from tuner.replay import load_table
+from tuner.strategies import get_strategy
+from tuner.strategies._model import ModelStrategy
+
+BUDGET = 25
+
+
+@pytest.fixture(scope="module")
+def table():  # type: ignore[no-untyped-def]
+    return load_table(DATA / "convolution_A100_sample.json")
+
+
+def _keys(res: tuner.TuneResult) -> list[tuple]:
+    return [tuple(sorted(t.config.items())) for t in res.trials]
+
+
+def _prior_from(table, *, scale: float = 1.0, flip: bool = False, noise: float = 0.0, seed: int = 0) -> list:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(seed)
+    rows = []
+    for cfg, v in table.as_prior():
+        if v is not None:
+            v = (1.0 / v if flip else v) * scale * float(np.exp(noise * rng.normal()))
+        rows.append((cfg, v))
+    return rows
+
+
+def test_auto_is_the_model_strategy() -> None:
+    assert get_strategy("auto") is ModelStrategy
+    assert get_strategy("model") is ModelStrategy
+
+
+def test_budget_no_duplicates_failures_tolerated(table) -> None:  # type: ignore[no-untyped-def]
+    calls: list[tuple] = []
+    objective = table.objective_fn()
+
+    def obj(cfg: dict) -> float:
+        calls.append(tuple(sorted(cfg.items())))
+        if len(calls) % 7 == 0:
+            return math.nan
+        if len(calls) % 11 == 0:
+            raise RuntimeError("boom")
+        return objective(cfg)
+
+    res = tuner.optimize(table.space, obj, budget=BUDGET, seed=3, strategy="auto")
+    assert len(calls) == BUDGET == res.evaluations
+    assert len(set(calls)) == len(calls)
+    assert all(table.space.contains(t.config) for t in res.trials)
+    assert any(t.value is None for t in res.trials)
+    assert res.best_value == min(t.value for t in res.trials if t.value is not None)
+
+
+def test_deterministic_per_seed(table) -> None:  # type: ignore[no-untyped-def]
+    a = tuner.optimize(table.space, table.objective_fn(), budget=BUDGET, seed=5, strategy="auto")
+    b = tuner.optimize(table.space, table.objective_fn(), budget=BUDGET, seed=5, strategy="auto")
+    c = tuner.optimize(table.space, table.objective_fn(), budget=BUDGET, seed=6, strategy="auto")
+    assert _keys(a) == _keys(b)
+    assert _keys(a) != _keys(c)
+
+
+def test_exhausts_a_small_space() -> None:
+    space = SearchSpace.from_configs([{"a": a, "b": b} for a in range(4) for b in (1, 2, 4)])
+    res = tuner.optimize(space, lambda c: (c["a"] - 2) ** 2 + c["b"], budget=50, seed=0, strategy="auto")
+    assert res.evaluations == 12 and res.stopped_because == "space_exhausted"
+    assert res.best_value == 1.0
+
+
+def test_prior_warm_start_finds_the_optimum_first(table) -> None:  # type: ignore[no-untyped-def]
+    # A prior task that ranks like the table (another "GPU", 3x slower, a little noise), with extra configs
+    # that are not in the space: the first proposal is already near the best.
+    prior = _prior_from(table, scale=3.0, noise=0.02)
+    prior.append(({**table.best_config(), "block_size_x": 4096}, 0.001))  # not in the space
+    prior.append(({"unrelated": 1}, 1.0))  # not even the same parameters
+    res = tuner.optimize(table.space, table.objective_fn(), budget=5, seed=0, strategy="auto",
+                         prior=[prior, [({"x": 1}, None)]])
+    assert res.trials[0].value is not None and res.trials[0].value <= 1.1 * table.optimum
+    cold = [tuner.optimize(table.space, table.objective_fn(), budget=5, seed=s, strategy="auto").best_value
+            for s in range(3)]
+    assert res.best_value <= min(cold)
+
+
+def test_misleading_prior_is_noticed(table) -> None:  # type: ignore[no-untyped-def]
+    # A prior that ranks the space backwards: the strategy must notice and explore on its own.
+    strat = ModelStrategy(table.space, seed=0, prior=[_prior_from(table, flip=True)])
+    res = tuner.optimize(table.space, table.objective_fn(), budget=40, seed=0, strategy=strat)
+    assert strat.prior_state == "dropped"
+    ok = sorted(v for v in table.values.values() if v is not None)
+    assert res.best_value <= ok[len(ok) // 20]  # within the best 5% of the space despite the prior
+
+
+def test_pruning_report_on_the_strategy(table) -> None:  # type: ignore[no-untyped-def]
+    cold = ModelStrategy(table.space, seed=0).pruning_report()
+    assert cold.estimated_recall is None and cold.keep_share == 1.0
+    prior = [_prior_from(table, noise=0.05, seed=s) for s in range(3)]
+    rep = ModelStrategy(table.space, seed=0, prior=prior).pruning_report()
+    assert 0 < rep.keep_share < 1.0 and rep.estimated_recall is not None and rep.estimated_recall >= 0.9
+    assert rep.space_size == len(table.space)
+
+
+def test_space_too_large_to_enumerate() -> None:
+    from search_spaces import IntRange
+
+    space = SearchSpace([IntRange(f"p{i}", 0, 15) for i in range(6)])
+    assert not space.is_enumerable
+    seen: list[tuple] = []
+
+    def obj(c: dict) -> float:
+        seen.append(tuple(sorted(c.items())))
+        return float(sum((v - 7) ** 2 for v in c.values()))
+
+    res = tuner.optimize(space, obj, budget=16, seed=0, strategy="auto")
+    assert res.evaluations == 16 and len(set(seen)) == 16

@@ -1,0 +1,376 @@
+"""The model-guided strategy (the default, `auto`): an XGBoost ensemble ranks the unseen configs.
+
+Each round:
+1. Candidates: for an enumerable space every unseen valid config (the pool), scored at once (cheap for
+   finite spaces); otherwise random draws plus the neighbours of the incumbents.
+2. Model: a bootstrap ensemble of small XGBoost regressors on the task's per-task normalised log time
+   (failures count as the worst plus a margin). With a `prior` the model is warm-started: each prior task
+   gives a prediction for every candidate (its measured value where the config was measured there, else
+   a model fitted on that task), normalised the same way; their weighted mean is the prior mean. The
+   ensemble then learns the new task's residual over a linear calibration of the prior mean
+   (`base_margin`), so before the first measurement the prior ranks the space, and as results arrive the
+   task's own data takes over.
+3. Acquisition: lower confidence bound (mean - kappa * ensemble spread) over the candidates; the best are
+   measured, plus local steps around the incumbent (the optimum region is often local) and a small
+   share of random draws.
+4. Robust transfer: prior tasks are weighted by the rank correlation of their predictions with the
+   task's measurements (the RGPE idea); when no prior task agrees (a GPU unlike the others), the prior is
+   dropped and the strategy explores with its own model.
+5. Overhead: the model is refit after each result early on, and every few results later, with the best
+   few configs of one refit queued.
+
+Ideas from AutoTVM's XGBoost tuner (rank the whole space with a boosted model, epsilon-greedy batches),
+Helion's LFBO pattern search (local moves around the best), RGPE / TST-R (rank-weighted prior tasks) and
+Kernel Tuner's GA (recombination of good configs) — no code copied.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from search_spaces import Config, SearchSpace
+
+from ._base import PriorTask, Strategy
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ModelStrategy", "prior_predictions"]
+
+
+def _normalise(vals: np.ndarray) -> np.ndarray:
+    from cost_models import normalise_targets
+
+    return normalise_targets(vals)
+
+
+def prior_predictions(space: SearchSpace, keys_index: Mapping[tuple, int], F: np.ndarray,
+                      prior: Sequence[PriorTask], schema: Any, *, max_rows: int = 3000,
+                      seed: int = 0) -> tuple[np.ndarray, list[int]]:
+    """One row per usable prior task: its normalised log time for each pool config (measured value where
+    the task holds the config, else a model fitted on the task). Returns (matrix, used task indices)."""
+    from cost_models import XGBRegressorModel
+
+    names = space.names
+    plain = not any(isinstance(v, bool) for p in space.params for v in p.values)
+    if plain:  # no booleans: a plain tuple identifies a config (much faster than the tagged key)
+        plain_index = {tuple(v for v, _ in h): i for h, i in keys_index.items()}
+    rows, used = [], []
+    for ti, task in enumerate(prior):
+        if not task:
+            continue
+        configs = [c for c, _ in task]
+        common = set(configs[0]) & set(names)
+        if len(common) < max(1, len(names) // 2):
+            log.info("prior task %d shares too few parameters with the space; ignored", ti)
+            continue
+        vals = np.array([np.nan if v is None else v for _, v in task], dtype=np.float64)
+        if not np.isfinite(vals).any():
+            continue
+        t = _normalise(vals)
+        pred = np.full(F.shape[0], np.nan)
+        for c, tv in zip(configs, t, strict=True):
+            try:
+                k = tuple(c[n] for n in names)
+            except KeyError:
+                continue
+            i = plain_index.get(k) if plain else keys_index.get(space._hkey(k))
+            if i is not None:
+                pred[i] = tv
+        missing = np.isnan(pred)
+        if missing.any():
+            X = schema.transform(configs)
+            order = np.argsort(t, kind="stable")
+            if len(order) > max_rows:  # keep the best third, and a random share of the rest
+                top = order[: max_rows // 3]
+                rest = np.random.default_rng(seed).choice(order[max_rows // 3 :], max_rows - len(top), replace=False)
+                order = np.concatenate([top, rest])
+            m = XGBRegressorModel(n_estimators=60, max_depth=6, normalise=False, seed=seed).fit(X[order], t[order])
+            pred[missing] = m.predict(F[missing])
+        rows.append(pred)
+        used.append(ti)
+    return (np.vstack(rows) if rows else np.zeros((0, F.shape[0]))), used
+
+
+class ModelStrategy(Strategy):
+    """Model-guided search (see the module docstring). Hyperparameters are class attributes."""
+
+    name = "model"
+    n_init = 10  # space-filling draws before the model (cold)
+    n_models = 3  # ensemble members
+    n_estimators = 40
+    max_depth = 4
+    max_scored = 5000  # at most this many unseen configs are scored per refit (the previous best first)
+    kappa = 0.5  # lower confidence bound: mean - kappa * spread
+    local_every = 3  # every n-th proposal is a local step around the incumbent
+    explore_every = 4  # every n-th proposal is an exploration slot (see propose)
+    kappa_explore = 2.0
+    cold_explore = False  # optimistic picks in the exploration slot without a prior (measured: no gain)
+    prior_spread_weight = 0.5  # weight of the prior tasks' disagreement in the confidence bound
+    epsilon = 0.05  # share of uniform random draws
+    prior_min_corr = 0.15  # a prior whose rank correlation with the measurements is below this is dropped
+
+    def __init__(self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None) -> None:
+        super().__init__(space, seed=seed, prior=prior)
+        self._ready = False
+        self._queue: list[int] = []
+        self._obs_idx: list[int] = []
+        self._obs_val: list[float] = []  # raw value, nan = failed
+        self._since_fit = 0
+        self._n_proposed = 0
+        self.prior_state = "none"
+        self._pruning: Any = None
+        self._last_mu: tuple[np.ndarray, np.ndarray]
+
+    # ---- setup (lazily, inside the first propose, so that its time counts as strategy time) ---------
+    def _setup(self) -> None:
+        from cost_models import schema_for_space
+
+        self._ready = True
+        self.schema = schema_for_space(self.space)
+        if not self.pool.enumerable:
+            self.F = np.zeros((0, len(self.schema.names)))
+            self.P = np.zeros((0, 0))
+            return
+        self.F = self.schema.transform_keys(self.space.names, self.pool.keys)
+        self.P = np.zeros((0, self.F.shape[0]))
+        if self.prior:
+            self.P, used = prior_predictions(self.space, self.pool.index, self.F, self.prior, self.schema, seed=self.seed)
+            self.prior_used = used
+            if len(self.P):
+                self.prior_state = "trusted"
+                self._w = np.full(len(self.P), 1.0 / len(self.P))
+                self.prior_mean = self._w @ self.P
+        for cfg, val in self.history:  # results told before the first proposal (a resumed study)
+            self.observe(cfg, val)
+
+    # ---- pruning report --------------------------------------------------------------------------
+    def pruning_report(self, keep: float | None = None, target_recall: float = 0.9) -> Any:
+        """Before tuning: the share of the space the prior model would keep and its estimated recall of
+        the best 1%, estimated leave-one-prior-task-out (see cost_models.pruning)."""
+        from cost_models import pruning_report
+
+        if not self._ready:
+            self._setup()
+        n = self.pool.size or 0
+        validation = []
+        if len(self.P) >= 2:
+            for i in range(len(self.P)):
+                others = np.delete(self.P, i, axis=0).mean(axis=0)
+                validation.append((self.P[i], others))
+        return pruning_report(max(1, n), validation, keep=keep, target_recall=target_recall)
+
+    # ---- observations --------------------------------------------------------------------------------
+    def observe(self, config: Config, value: float | None) -> None:
+        if not self._ready or not self.pool.enumerable:
+            return
+        i = self.pool.index.get(self.pool.hkey(config))
+        if i is None:
+            return
+        self._obs_idx.append(i)
+        self._obs_val.append(np.nan if value is None else float(value))
+        self._since_fit += 1
+
+    # ---- proposals ---------------------------------------------------------------------------------
+    def propose(self) -> Config | None:
+        if not self._ready:
+            self._setup()
+        if not self.pool.enumerable:
+            return self._propose_large()
+        self._n_proposed += 1
+        n = len(self._obs_idx)
+        has_prior = len(self.P) > 0
+        if not has_prior and n < self.n_init:
+            return self._space_filling()
+        if self.rng.random() < self.epsilon:
+            return self.pool.random_unseen()
+        if n > 0 and self._n_proposed % self.local_every == 0:
+            cfg = self._local_step()
+            if cfg is not None:
+                return cfg
+        if n >= self.n_init and self._n_proposed % self.explore_every == 1:
+            # exploration slot: with a prior, the task's own-data model alone (a prior that ranks the
+            # near-best configs low must not hide them); cold, an optimistic pick of the last ensemble
+            cfg = self._own_model_pick() if has_prior else (self._optimistic_pick() if self.cold_explore else None)
+            if cfg is not None:
+                return cfg
+        self._queue = [i for i in self._queue if self.pool.unseen_mask[i]]
+        if not self._queue or self._since_fit >= self._refit_every(n):
+            self._refit_and_rank()
+        while self._queue:
+            i = self._queue.pop(0)
+            if self.pool.unseen_mask[i]:
+                return self.pool.config_at(i)
+        return self.pool.random_unseen()
+
+    def _optimistic_pick(self) -> Config | None:
+        if not hasattr(self, "_last_pred"):
+            return None
+        unseen, mu, sd = self._last_pred
+        acq = mu - self.kappa_explore * sd
+        for i in np.argsort(acq, kind="stable"):
+            j = int(unseen[i])
+            if self.pool.unseen_mask[j]:
+                return self.pool.config_at(j)
+        return None
+
+    def _own_model_pick(self) -> Config | None:
+        from cost_models import XGBRegressorModel
+
+        idx, y = self._targets()
+        unseen = np.flatnonzero(self.pool.unseen_mask)
+        if unseen.size == 0:
+            return None
+        if unseen.size > self.max_scored:
+            unseen = np.sort(self.rng.choice(unseen, size=self.max_scored, replace=False))
+        m = XGBRegressorModel(n_estimators=self.n_estimators, max_depth=self.max_depth, learning_rate=0.3,
+                              normalise=False, seed=self.seed + len(idx)).fit(self.F[idx], y)
+        return self.pool.config_at(int(unseen[int(np.argmin(m.predict(self.F[unseen])))]))
+
+    @staticmethod
+    def _refit_every(n: int) -> int:
+        return 1 if n < 30 else 2 if n < 80 else 4
+
+    def _space_filling(self) -> Config | None:
+        idx = np.flatnonzero(self.pool.unseen_mask)
+        if idx.size == 0:
+            return None
+        cand = self.rng.choice(idx, size=min(256, idx.size), replace=False)
+        if not self._obs_idx:
+            return self.pool.config_at(int(cand[0]))
+        seen = self.pool.X[self._obs_idx]
+        d = ((self.pool.X[cand][:, None, :] - seen[None, :, :]) ** 2).sum(axis=2).min(axis=1)
+        return self.pool.config_at(int(cand[int(np.argmax(d))]))
+
+    def _targets(self) -> tuple[np.ndarray, np.ndarray]:
+        idx = np.asarray(self._obs_idx, dtype=np.int64)
+        return idx, _normalise(np.asarray(self._obs_val, dtype=np.float64))
+
+    def _prior_weights(self, idx: np.ndarray, y: np.ndarray) -> None:
+        """Re-weight the prior tasks by how well each ranks the measurements so far."""
+        from cost_models import spearman
+
+        ok = np.isfinite(np.asarray(self._obs_val))
+        if ok.sum() < 4:
+            return
+        corr = np.array([spearman(y, p[idx]) for p in self.P])
+        self.prior_corr = corr
+        pos = np.clip(corr, 0.0, None) ** 2
+        if pos.sum() <= 0:
+            self._w = np.full(len(self.P), 1.0 / len(self.P))
+        else:
+            self._w = pos / pos.sum()
+        self.prior_mean = self._w @ self.P
+        agree = spearman(y, self.prior_mean[idx])
+        self.prior_state = "trusted" if (agree >= self.prior_min_corr or ok.sum() < 8) else "dropped"
+
+    def _refit_and_rank(self) -> None:
+        from cost_models import XGBEnsemble
+
+        self._since_fit = 0
+        unseen = np.flatnonzero(self.pool.unseen_mask)
+        if unseen.size == 0:
+            self._queue = []
+            return
+        if unseen.size > self.max_scored:
+            # the configs the last model ranked best, and a fresh random share of the rest
+            keep = []
+            if hasattr(self, "_last_mu"):
+                prev, mu_prev = self._last_mu
+                top = prev[np.argsort(mu_prev, kind="stable")[: self.max_scored // 2]]
+                keep = top[self.pool.unseen_mask[top]].tolist()
+            rest = np.setdiff1d(unseen, np.asarray(keep, dtype=np.int64), assume_unique=True)
+            extra = self.rng.choice(rest, size=self.max_scored - len(keep), replace=False)
+            unseen = np.sort(np.concatenate([np.asarray(keep, dtype=np.int64), extra]))
+        idx, y = self._targets()
+        n = len(idx)
+        use_prior = len(self.P) > 0
+        if use_prior:
+            if n:
+                self._prior_weights(idx, y)
+            use_prior = self.prior_state == "trusted"
+        base_all = None
+        if use_prior:
+            pm = self.prior_mean
+            if n >= 3:
+                x = pm[idx]
+                a, b = np.polyfit(x, y, 1) if np.ptp(x) > 0 else (0.0, float(np.mean(y)))
+                a = max(float(a), 0.1)
+                b = float(np.mean(y) - a * np.mean(x))
+            else:
+                a, b = 1.0, 0.0
+            base_all = a * pm + b
+        if n < 3 or (use_prior and n < 5):
+            mu = base_all[unseen] if base_all is not None else self.rng.random(unseen.size)
+            sd = np.zeros(unseen.size)
+        else:
+            X = self.F if base_all is None else np.hstack([self.F, base_all[:, None]])
+            model = XGBEnsemble(n_models=self.n_models, n_estimators=self.n_estimators, max_depth=self.max_depth,
+                                normalise=False, seed=self.seed * 7919 + n)
+            bm = None if base_all is None else base_all[idx]
+            model.fit(X[idx], y, base_margin=bm)
+            preds = model.predict_all(X[unseen])
+            if base_all is not None:
+                preds = preds + base_all[unseen][None, :]
+            mu, sd = preds.mean(axis=0), preds.std(axis=0)
+            self._last_pred = (unseen, mu, sd)
+        kappa = self.kappa * (2.0 if self.prior_state == "dropped" else 1.0)
+        if base_all is not None and len(self.P) > 1:
+            # where the prior tasks disagree, the prior is uncertain: count their spread as uncertainty
+            spread = np.sqrt(np.maximum(self._w @ (self.P[:, unseen] - self.prior_mean[unseen]) ** 2, 0.0))
+            sd = sd + self.prior_spread_weight * a * spread
+        acq = mu - kappa * sd
+        q = self._refit_every(n)
+        best = np.argsort(acq, kind="stable")[:q]
+        self._queue = [int(unseen[i]) for i in best]
+        self._last_mu = (unseen, mu)
+
+    def _local_step(self) -> Config | None:
+        """The unseen neighbour of the incumbent (or of the next best) that the last model ranks best."""
+        vals = np.asarray(self._obs_val, dtype=np.float64)
+        ok = np.flatnonzero(np.isfinite(vals))
+        if ok.size == 0:
+            return None
+        score: dict[int, float] = {}
+        if hasattr(self, "_last_mu"):
+            unseen, mu = self._last_mu
+            score = dict(zip(unseen.tolist(), mu.tolist(), strict=True))
+        for j in ok[np.argsort(vals[ok], kind="stable")][:3]:
+            cfg = self.pool.config_at(self._obs_idx[int(j)])
+            nbs = [self.pool.index[self.pool.hkey(c)] for c in self.space.neighbors(cfg, "hamming")]
+            nbs = [i for i in nbs if self.pool.unseen_mask[i]]
+            if nbs:
+                if score:
+                    i = min(nbs, key=lambda k: score.get(k, math.inf))
+                else:
+                    i = nbs[int(self.rng.integers(len(nbs)))]
+                return self.pool.config_at(i)
+        return None
+
+    def _propose_large(self) -> Config | None:
+        """Spaces too large to enumerate: model-ranked random draws and neighbours of the incumbents."""
+        from cost_models import XGBEnsemble
+
+        hist = [(c, v) for c, v in self.history]
+        ok = [(c, v) for c, v in hist if v is not None]
+        if len(hist) < self.n_init or len(ok) < 3:
+            return self.pool.random_unseen()
+        cands: list[Config] = []
+        for c, _ in sorted(ok, key=lambda cv: cv[1])[:3]:
+            cands += [nb for nb in self.space.neighbors(c, "hamming") if not self.pool.is_seen(nb)]
+        for c in self.space.sample(self.rng, n=500):
+            if not self.pool.is_seen(c):
+                cands.append(c)
+        if not cands:
+            return self.pool.random_unseen()
+        X = self.schema.transform([c for c, _ in hist])
+        y = _normalise(np.array([np.nan if v is None else v for _, v in hist]))
+        model = XGBEnsemble(n_models=self.n_models, n_estimators=self.n_estimators, max_depth=self.max_depth,
+                            normalise=False, seed=self.seed + len(hist)).fit(X, y)
+        p = model.predict_all(self.schema.transform(cands))
+        acq = p.mean(axis=0) - self.kappa * p.std(axis=0)
+        return cands[int(np.argmin(acq))]
