@@ -7,8 +7,10 @@ Optuna study (in memory, or in the results database) and the results store.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -201,6 +203,7 @@ def optimize(
             stopped = "space_exhausted"
             break
         t0 = time.perf_counter()
+        proxy = None
         proposed = strat.propose()
         if proposed is not None:
             cfg = space.validate(proposed)
@@ -213,14 +216,18 @@ def optimize(
             proposal = dict(otrial.params)
             ok = not space.violations(proposal) and not strat.pool.is_seen(space.validate(proposal))
             if not ok:
-                # Optuna proposed an invalid or repeated config: record that (as a failed Optuna trial
-                # that TPE ignores) and measure the nearest unseen valid config instead.
+                # Optuna proposed an invalid or repeated config: measure the nearest unseen valid config
+                # instead, and tell the proposal trial (marked tuner_skip, so it never counts as a
+                # measurement) that config's value, so that the sampler learns about the region it
+                # proposed rather than proposing it again.
                 otrial.set_user_attr("tuner_skip", "invalid_or_duplicate_proposal")
-                study.tell(otrial, state=optuna.trial.TrialState.FAIL)
                 repl = strat.pool.nearest_unseen(proposal)
                 if repl is None:
+                    study.tell(otrial, state=optuna.trial.TrialState.FAIL)
                     stopped = "space_exhausted"
                     break
+                otrial.set_user_attr("tuner_projected_to", json.dumps(repl, sort_keys=True, default=str))
+                proxy = otrial
                 study.enqueue_trial(repl, skip_if_exists=False)
                 otrial = study.ask(dists)
             cfg = space.validate(otrial.params)
@@ -238,6 +245,11 @@ def optimize(
             study.tell(otrial, state=optuna.trial.TrialState.FAIL)
         else:
             study.tell(otrial, value)
+        if proxy is not None:
+            if value is None or os.environ.get("TUNER_PROXY_FAIL"):
+                study.tell(proxy, state=optuna.trial.TrialState.FAIL)
+            else:
+                study.tell(proxy, value)
         trial = Trial(len(trials), cfg, value, status, dur, error)
         trials.append(trial)
         strat.tell(cfg, value)
