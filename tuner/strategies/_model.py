@@ -16,7 +16,13 @@ Each round:
 4. Robust transfer: prior tasks are weighted by the rank correlation of their predictions with the
    task's measurements (the RGPE idea); when no prior task agrees (a GPU unlike the others), the prior is
    dropped and the strategy explores with its own model.
-5. Overhead: the model is refit after each result early on, and every few results later, with the best
+5. Stagnation: once `patience` results pass without a better incumbent, the current basin counts as
+   exhausted. Then the ranking drops the prior, the exploration slot measures the best-ranked config
+   among the unseen ones farthest (Hamming distance) from every measured config (a boosted ensemble has
+   no spread where it has no data, so its confidence bound alone never leaves the measured region), and
+   the local steps rotate over several distinct good configs (basins) instead of the best one. An
+   improvement ends the stagnant phase.
+6. Overhead: the model is refit after each result early on, and every few results later, with the best
    few configs of one refit queued.
 
 Ideas from AutoTVM's XGBoost tuner (rank the whole space with a boosted model, epsilon-greedy batches),
