@@ -16,7 +16,13 @@ Each round:
 4. Robust transfer: prior tasks are weighted by the rank correlation of their predictions with the
    task's measurements (the RGPE idea); when no prior task agrees (a GPU unlike the others), the prior is
    dropped and the strategy explores with its own model.
-5. Overhead: the model is refit after each result early on, and every few results later, with the best
+5. Stagnation: once `patience` results pass without a better incumbent, the current basin counts as
+   exhausted. Then the ranking drops the prior, the exploration slot measures the best-ranked config
+   among the unseen ones farthest (Hamming distance) from every measured config (a boosted ensemble has
+   no spread where it has no data, so its confidence bound alone never leaves the measured region), and
+   the local steps rotate over several distinct good configs (basins) instead of the best one. An
+   improvement ends the stagnant phase.
+6. Overhead: the model is refit after each result early on, and every few results later, with the best
    few configs of one refit queued.
 
 Ideas from AutoTVM's XGBoost tuner (rank the whole space with a boosted model, epsilon-greedy batches),
@@ -113,6 +119,9 @@ class ModelStrategy(Strategy):
     prior_spread_weight = 0.5  # weight of the prior tasks' disagreement in the confidence bound
     epsilon = 0.05  # share of uniform random draws
     prior_min_corr = 0.15  # a prior whose rank correlation with the measurements is below this is dropped
+    patience = 20  # results without a better incumbent after which the search counts as stagnant
+    novelty_quantile = 0.9  # stagnant: exploration picks among the unseen configs this far from the measured
+    n_basins = 6  # stagnant: local steps rotate over this many distinct good configs (basins)
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None) -> None:
         super().__init__(space, seed=seed, prior=prior)
@@ -124,6 +133,8 @@ class ModelStrategy(Strategy):
         self._n_proposed = 0
         self.prior_state = "none"
         self._pruning: Any = None
+        self._best = math.inf
+        self._last_improve = 0  # number of results at the last improvement of the incumbent
         self._last_mu: tuple[np.ndarray, np.ndarray]
 
     # ---- setup (lazily, inside the first propose, so that its time counts as strategy time) ---------
@@ -174,6 +185,14 @@ class ModelStrategy(Strategy):
         self._obs_idx.append(i)
         self._obs_val.append(np.nan if value is None else float(value))
         self._since_fit += 1
+        if value is not None and math.isfinite(value) and value < self._best * (1.0 - 1e-3):
+            self._best = float(value)
+            self._last_improve = len(self._obs_idx)
+
+    @property
+    def stagnant(self) -> bool:
+        """No better incumbent for `patience` results: the current basin is exhausted, so explore."""
+        return len(self._obs_idx) - self._last_improve >= self.patience
 
     # ---- proposals ---------------------------------------------------------------------------------
     def propose(self) -> Config | None:
@@ -195,7 +214,15 @@ class ModelStrategy(Strategy):
         if n >= self.n_init and self._n_proposed % self.explore_every == 1:
             # exploration slot: with a prior, the task's own-data model alone (a prior that ranks the
             # near-best configs low must not hide them); cold, an optimistic pick of the last ensemble
-            cfg = self._own_model_pick() if has_prior else (self._optimistic_pick() if self.cold_explore else None)
+            # away from the explored basins once the search is stagnant
+            if self.stagnant:
+                cfg = self._novel_pick()
+            elif has_prior:
+                cfg = self._own_model_pick()
+            elif self.cold_explore:
+                cfg = self._optimistic_pick()
+            else:
+                cfg = None
             if cfg is not None:
                 return cfg
         self._queue = [i for i in self._queue if self.pool.unseen_mask[i]]
@@ -207,11 +234,41 @@ class ModelStrategy(Strategy):
                 return self.pool.config_at(i)
         return self.pool.random_unseen()
 
-    def _optimistic_pick(self) -> Config | None:
+    def _novel_pick(self) -> Config | None:
+        """Stagnant: the best-ranked config among the unseen ones farthest (Hamming distance) from every
+        measured config. A boosted ensemble is blind where it has no data (no split on a value never
+        measured), so its spread cannot find an unexplored region; distance can."""
+        if not hasattr(self, "_last_mu"):
+            return None
+        unseen, mu = self._last_mu
+        keep = self.pool.unseen_mask[unseen]
+        unseen, mu = unseen[keep], mu[keep]
+        if unseen.size == 0:
+            return None
+        Xo = self.pool.X[np.asarray(self._obs_idx, dtype=np.int64)]
+        Xu = self.pool.X[unseen]
+        d = np.full(unseen.size, np.iinfo(np.int64).max)
+        for row in Xo:
+            np.minimum(d, (Xu != row).sum(axis=1), out=d)
+        far = d >= np.quantile(d, self.novelty_quantile)
+        cand = np.flatnonzero(far)
+        return self.pool.config_at(int(unseen[cand[int(np.argmin(mu[cand]))]]))
+
+    def _optimistic_pick(self, diverse: bool = False) -> Config | None:
         if not hasattr(self, "_last_pred"):
             return None
         unseen, mu, sd = self._last_pred
         acq = mu - self.kappa_explore * sd
+        if diverse:  # not within Hamming distance 1 of the best few measured configs (their basins)
+            vals = np.asarray(self._obs_val, dtype=np.float64)
+            ok = np.flatnonzero(np.isfinite(vals))
+            if ok.size:
+                top = np.asarray(self._obs_idx)[ok[np.argsort(vals[ok], kind="stable")][: self.n_basins]]
+                Xu, Xt = self.pool.X[unseen], self.pool.X[top]
+                near = np.zeros(unseen.size, dtype=bool)
+                for row in Xt:
+                    near |= (Xu != row).sum(axis=1) <= 1
+                acq = np.where(near, np.inf, acq)
         for i in np.argsort(acq, kind="stable"):
             j = int(unseen[i])
             if self.pool.unseen_mask[j]:
@@ -292,7 +349,7 @@ class ModelStrategy(Strategy):
         if use_prior:
             if n:
                 self._prior_weights(idx, y)
-            use_prior = self.prior_state == "trusted"
+            use_prior = self.prior_state == "trusted" and not self.stagnant
         base_all = None
         if use_prior:
             pm = self.prior_mean
@@ -318,7 +375,7 @@ class ModelStrategy(Strategy):
                 preds = preds + base_all[unseen][None, :]
             mu, sd = preds.mean(axis=0), preds.std(axis=0)
             self._last_pred = (unseen, mu, sd)
-        kappa = self.kappa * (2.0 if self.prior_state == "dropped" else 1.0)
+        kappa = self.kappa * (2.0 if (self.prior_state == "dropped" or self.stagnant) else 1.0)
         if base_all is not None and len(self.P) > 1:
             # where the prior tasks disagree, the prior is uncertain: count their spread as uncertainty
             spread = np.sqrt(np.maximum(self._w @ (self.P[:, unseen] - self.prior_mean[unseen]) ** 2, 0.0))
@@ -339,7 +396,18 @@ class ModelStrategy(Strategy):
         if hasattr(self, "_last_mu"):
             unseen, mu = self._last_mu
             score = dict(zip(unseen.tolist(), mu.tolist(), strict=True))
-        for j in ok[np.argsort(vals[ok], kind="stable")][:3]:
+        order = ok[np.argsort(vals[ok], kind="stable")]
+        if self.stagnant:  # rotate over distinct basins: the best configs not next to a better one
+            basins: list[int] = []
+            for j in order:
+                x = self.pool.X[self._obs_idx[int(j)]]
+                if all((self.pool.X[self._obs_idx[b]] != x).sum() > 1 for b in basins):
+                    basins.append(int(j))
+                    if len(basins) >= self.n_basins:
+                        break
+            r = (self._n_proposed // self.local_every) % len(basins)
+            order = np.asarray(basins[r:] + basins[:r], dtype=np.int64)
+        for j in order[:3]:
             cfg = self.pool.config_at(self._obs_idx[int(j)])
             nbs = [self.pool.index[self.pool.hkey(c)] for c in self.space.neighbors(cfg, "hamming")]
             nbs = [i for i in nbs if self.pool.unseen_mask[i]]
