@@ -15,21 +15,49 @@ evaluations; the script prints per file and overall:
 `--prior loo` gives every run the other GPUs' tables of the same kernel folder as `prior`
 (leave one GPU out) and adds per-folder aggregates.
 
+Kernel Tuner's strategies as peers (needs the `bench` extra, `kernel_tuner`): `--strategies kt` adds
+kt:genetic_algorithm, kt:pso, kt:bayes_opt, kt:simulated_annealing and kt:random_sample; `kt:NAME` adds one
+(any name in Kernel Tuner's strategy map). Each run is `kernel_tuner.tune_kernel` in simulation mode on an
+uncompressed copy of the table (a temporary folder per process) with `max_fevals` = the budget. How the
+runs are made comparable (see `run_kt`):
+
+- search space: the table's configs, failed ones included, as for our strategies (a restriction "is in
+  the table"; Kernel Tuner's own `tune_cache` would leave the failed ones out, telling it what fails);
+- evaluations: every distinct table config Kernel Tuner's simulation runner serves, in order, failed
+  ones included, is one evaluation (its own budget counts the same); repeats and configs it rejects as
+  invalid without a lookup do not count. A strategy may stop before the budget (simulated_annealing
+  counts rejected proposals in its schedule): its best-so-far then stays where it stopped;
+- seeds: Kernel Tuner 1.5.0 draws from the global `random` and `numpy.random` generators, seeded with
+  the run's seed; bayes_opt's Latin hypercube sampler (scipy, otherwise seeded from the OS) gets a seed
+  drawn from numpy's, so every run is reproducible per seed;
+- ms/eval: the wall time of Kernel Tuner's search loop (its strategy, its config checks and the
+  simulation runner's lookups) per evaluation, without tune_kernel's start-up (reading the cache
+  file, building the search space), which the record keeps as `kt_startup_s`; `--prior` is not used.
+
     PYTHONPATH=$PWD python benchmarks/replay_search.py --jobs 2
     PYTHONPATH=$PWD python benchmarks/replay_search.py --prior loo --strategies transfer_best,xgb_greedy,auto
+    PYTHONPATH=$PWD python benchmarks/replay_search.py --strategies random,kt --jobs 1 --json /tmp/kt.json
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
+import gzip
+import inspect
+import io
 import json
 import math
 import os
+import random
+import shutil
 import sys
+import tempfile
 import time
+import warnings
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -107,6 +135,8 @@ def random_time_to(values_sorted: np.ndarray, threshold: float, budget: int) -> 
 # ---- one run ---------------------------------------------------------------------------------------
 def run_one(job: tuple[str, str, int, int, str]) -> dict[str, Any]:
     path, strategy, seed, budget, prior_mode = job
+    if strategy.startswith(KT_PREFIX):
+        return run_kt(path, strategy[len(KT_PREFIX):], seed, budget)
     import logging
 
     logging.disable(logging.WARNING)
@@ -123,9 +153,179 @@ def run_one(job: tuple[str, str, int, int, str]) -> dict[str, Any]:
         "strategy": strategy,
         "seed": seed,
         "trace": [None if math.isinf(x) else x for x in trace],
+        "values": [t.value for t in res.trials],
         "evaluations": res.evaluations,
         "strategy_ms_per_eval": 1000.0 * res.strategy_time_s / max(1, res.evaluations),
         "wall_s": wall,
+    }
+
+
+# ---- Kernel Tuner's strategies as peers --------------------------------------------------------------
+KT_PREFIX = "kt:"
+KT_DEFAULT = ("genetic_algorithm", "pso", "bayes_opt", "simulated_annealing", "random_sample")
+
+_KT_DIR: str | None = None  # this process's folder of uncompressed cache copies
+_KT_FILES: dict[str, tuple[str, dict[str, Any], frozenset[tuple[Any, ...]]]] = {}
+
+
+def expand_strategies(names: Sequence[str]) -> list[str]:
+    """`kt` becomes Kernel Tuner's default peers (`kt:NAME` each); order kept, duplicates dropped."""
+    out: list[str] = []
+    for s in names:
+        out += [KT_PREFIX + k for k in KT_DEFAULT] if s == "kt" else [s]
+    return list(dict.fromkeys(out))
+
+
+def kt_unavailable(strategies: Sequence[str]) -> str | None:
+    """Why the `kt:` strategies among `strategies` cannot run here (one line), or None if they can."""
+    wanted = [s[len(KT_PREFIX):] for s in strategies if s.startswith(KT_PREFIX)]
+    if not wanted:
+        return None
+    try:
+        from kernel_tuner.interface import strategy_map
+    except ImportError:
+        return ("kernel_tuner is not installed, so Kernel Tuner's strategies cannot run "
+                "(install the bench extra: pip install -e '.[bench]')")
+    unknown = [w for w in wanted if w not in strategy_map]
+    if unknown:
+        return f"unknown Kernel Tuner strategies {unknown}; known: {', '.join(sorted(strategy_map))}"
+    return None
+
+
+def set_kt_dir(folder: str | None) -> None:
+    """Where this process puts its cache copies (a worker initializer; None: a temporary folder)."""
+    global _KT_DIR
+    _KT_DIR = folder
+    _KT_FILES.clear()
+
+
+def _kt_cache_file(path: str) -> tuple[str, dict[str, Any], frozenset[tuple[Any, ...]]]:
+    """(uncompressed copy for Kernel Tuner, the table's header, the set of its configs as tuples)."""
+    global _KT_DIR
+    if path not in _KT_FILES:
+        if _KT_DIR is None:
+            import atexit
+
+            _KT_DIR = tempfile.mkdtemp(prefix="replay_search_kt_")
+            atexit.register(shutil.rmtree, _KT_DIR, True)
+        folder = Path(_KT_DIR) / f"p{os.getpid()}"
+        folder.mkdir(exist_ok=True)
+        raw = Path(path).read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        doc = json.loads(raw)
+        keys = doc["tune_params_keys"]
+        configs = frozenset(tuple(e[k] for k in keys) for e in doc["cache"].values())
+        dst = folder / f"{len(_KT_FILES)}_{Path(path).parent.name}_{Path(path).name.split('.')[0]}.json"
+        dst.write_text(json.dumps(doc))  # well-formed: Kernel Tuner rewrites a cache that ends with ","
+        header = {k: doc[k] for k in ("kernel_name", "problem_size", "tune_params_keys", "tune_params")}
+        _KT_FILES[path] = (str(dst), header, configs)
+    return _KT_FILES[path]
+
+
+class _TimedStrategy:
+    """A Kernel Tuner strategy (anything with `tune`) whose search loop is timed."""
+
+    def __init__(self, strategy: Any) -> None:
+        self._tune = strategy.tune  # imports a lazily loaded strategy module now, before the run is seeded
+        self.seconds = 0.0
+        self.runner: Any = None
+
+    def tune(self, searchspace: Any, runner: Any, tuning_options: Any) -> Any:
+        self.runner = runner
+        t0 = time.perf_counter()
+        try:
+            return self._tune(searchspace, runner, tuning_options)
+        finally:
+            self.seconds = time.perf_counter() - t0
+
+
+@contextlib.contextmanager
+def _seeded_latin_hypercube() -> Iterator[None]:
+    """scipy's LatinHypercube seeds itself from the OS unless given a seed: give it one from numpy's global
+    generator (which the run seeds), in bayes_opt and in Kernel Tuner's search space sampling."""
+    import scipy.stats.qmc as qmc
+
+    orig = qmc.LatinHypercube
+    kw = "rng" if "rng" in inspect.signature(orig).parameters else "seed"
+
+    def seeded(*args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault(kw, int(np.random.randint(2**31 - 1)))
+        return orig(*args, **kwargs)
+
+    modules = [qmc]
+    with contextlib.suppress(ImportError):  # scikit-learn is optional in Kernel Tuner
+        import kernel_tuner.strategies.bayes_opt as bo
+
+        modules.append(bo)
+    for m in modules:
+        m.LatinHypercube = seeded  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        for m in modules:
+            m.LatinHypercube = orig  # type: ignore[attr-defined]
+
+
+def run_kt(path: str, name: str, seed: int, budget: int) -> dict[str, Any]:
+    """One run of Kernel Tuner's strategy `name` in simulation mode on the table at `path`, as the same
+    record as `run_one` (module docstring: what counts as an evaluation, seeding, ms/eval)."""
+    import kernel_tuner
+    from constraint import FunctionConstraint  # python-constraint2, a Kernel Tuner dependency
+    from kernel_tuner.interface import strategy_map
+
+    table = _table(path)
+    cache_file, header, configs = _kt_cache_file(path)
+    keys = header["tune_params_keys"]
+    problem_size = header["problem_size"]
+    problem_size = tuple(problem_size) if isinstance(problem_size, list) else (problem_size,)
+
+    def in_table(*values: Any) -> bool:
+        return values in configs
+
+    timed = _TimedStrategy(strategy_map[name])
+    t0 = time.perf_counter()
+    with _seeded_latin_hypercube(), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        # seeded last: importing some modules (scikit-learn, for bayes_opt) draws from `random`
+        random.seed(seed)
+        np.random.seed(seed)
+        results, _env = kernel_tuner.tune_kernel(
+            header["kernel_name"], "", problem_size, [], header["tune_params"],
+            restrictions=[FunctionConstraint(in_table)], strategy=timed,
+            strategy_options={"max_fevals": budget}, cache=cache_file, simulation_mode=True, quiet=True,
+            seed=seed)
+    wall = time.perf_counter() - t0
+
+    seen: set[tuple[Any, ...]] = set()
+    values: list[float | None] = []
+    for r in results:
+        k = tuple(r[p] for p in keys)
+        if k in seen or k not in configs:  # a repeat, or a config rejected without a lookup
+            continue
+        seen.add(k)
+        values.append(table.lookup(dict(zip(keys, k, strict=True))))
+    counted = getattr(timed.runner, "visited_results", None)  # what Kernel Tuner's budget counted
+    if counted is not None and len(counted) != len(values):
+        raise RuntimeError(f"{path}: kt:{name} seed {seed}: {len(values)} distinct table configs in the results, "
+                           f"but Kernel Tuner counted {len(counted)} evaluations")
+    values = values[:budget]
+    trace: list[float | None] = []
+    best = math.inf
+    for v in values:
+        if v is not None and v < best:
+            best = v
+        trace.append(None if math.isinf(best) else best)
+    return {
+        "file": path,
+        "strategy": KT_PREFIX + name,
+        "seed": seed,
+        "trace": trace,
+        "values": values,
+        "evaluations": len(values),
+        "strategy_ms_per_eval": 1000.0 * timed.seconds / max(1, len(values)),
+        "wall_s": wall,
+        "kt_startup_s": wall - timed.seconds,
     }
 
 
@@ -162,7 +362,8 @@ def summarise(runs: list[dict[str, Any]], budget: int) -> dict[str, Any]:
             rs = by.get((f, s), [])
             if not rs:
                 continue
-            traces = np.array([[worst if x is None else x for x in (r["trace"] + [r["trace"][-1]] * budget)[:budget]]
+            # a run that stopped before the budget keeps its last best-so-far
+            traces = np.array([[worst if x is None else x for x in (r["trace"] + (r["trace"] or [None])[-1:] * budget)[:budget]]
                                for r in rs], dtype=np.float64)
             fk = np.median(traces, axis=0)
             denom = opt - frand
@@ -226,6 +427,7 @@ def print_report(summary: dict[str, Any], runs: list[dict[str, Any]], args: argp
             line += f"{cell:>34}"
         print(line)
     print()
+    w = max(16, 2 + max(len(s) for s in strategies))
     groups = [("ALL", summary["files"])]
     if args.prior == "loo" or args.by_folder:
         folders = sorted({Path(f).parent.name for f in summary["files"]})
@@ -233,13 +435,26 @@ def print_report(summary: dict[str, Any], runs: list[dict[str, Any]], args: argp
     for name, files in groups:
         g = _group(summary, files, runs)
         print(f"## {name} ({len(files)} files)")
-        print(f"{'strategy':<16}{'geo med 1.05x':>14}{'geo med 1.01x':>14}{'reached 1.05x':>14}"
+        print(f"{'strategy':<{w}}{'geo med 1.05x':>14}{'geo med 1.01x':>14}{'reached 1.05x':>14}"
               f"{'reached 1.01x':>14}{'score':>8}{'ms/eval':>9}")
         for s, d in g.items():
             ms = "-" if math.isnan(d["ms"]) else f"{d['ms']:.1f}"
-            print(f"{s:<16}{d['geo1.05']:>14.1f}{d['geo1.01']:>14.1f}{d['reach1.05']:>14.2f}"
+            print(f"{s:<{w}}{d['geo1.05']:>14.1f}{d['geo1.01']:>14.1f}{d['reach1.05']:>14.2f}"
                   f"{d['reach1.01']:>14.2f}{d['score']:>8.2f}{ms:>9}")
         print()
+    short: dict[str, list[int]] = defaultdict(list)  # runs that stopped before the budget
+    for r in runs:
+        if r["evaluations"] < budget:
+            short[r["strategy"]].append(r["evaluations"])
+    for s, ev in short.items():
+        n = sum(r["strategy"] == s for r in runs)
+        print(f"{s} stopped before the budget in {len(ev)} of {n} runs (median {np.median(ev):.0f} evaluations); "
+              f"its best-so-far stays where it stopped")
+    if any(s.startswith(KT_PREFIX) for s in strategies):
+        startup = [r["kt_startup_s"] for r in runs if "kt_startup_s" in r]
+        print("ms/eval of kt:* = wall time of Kernel Tuner's search loop per evaluation (its strategy, its config "
+              "checks, the simulation runner's lookups), without tune_kernel's start-up"
+              + (f" (median {np.median(startup):.2f} s a run)" if startup else ""))
     # tpe versus random: fewer median evaluations to 1.05x per file
     if "tpe" in strategies and "random" in strategies:
         better = sum(summary["per_file"][f]["tpe"]["med1.05"] < summary["per_file"][f]["random"]["med1.05"]
@@ -255,7 +470,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--data", default=str(DEFAULT_DATA), help="folder with KERNEL/GPU.json.gz tables")
     ap.add_argument("--files", default="", help="comma-separated globs relative to --data (default: all)")
     ap.add_argument("--strategies", default="random,tpe,auto",
-                    help="comma-separated strategy names; 'kt' adds Kernel Tuner's strategies if installed")
+                    help="comma-separated strategy names; 'kt' adds Kernel Tuner's "
+                         f"{', '.join(KT_DEFAULT)} and 'kt:NAME' one of its strategies (needs kernel_tuner)")
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--seed0", type=int, default=0)
     ap.add_argument("--budget", type=int, default=200)
@@ -274,14 +490,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not files:
         print(f"no tables match {pats} under {data}", file=sys.stderr)
         return 2
-    strategies = [s for s in args.strategies.split(",") if s]
-    try:
-        import kernel_tuner  # noqa: F401
-
-        print("note: kernel_tuner is installed, but running its strategies is not implemented here",
-              file=sys.stderr)
-    except ImportError:
-        print("note: kernel_tuner is not installed; its strategies are not run", file=sys.stderr)
+    strategies = expand_strategies([s for s in args.strategies.split(",") if s])
+    if not args.from_json:
+        reason = kt_unavailable(strategies)
+        if reason:
+            print(f"replay_search: {reason}", file=sys.stderr)
+            return 2
     prior_mode = args.prior
     jobs = [(f, s, seed, args.budget, prior_mode) for f in files for s in strategies
             for seed in range(args.seed0, args.seed0 + args.seeds)]
@@ -302,15 +516,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if len(runs) % max(1, len(jobs) // 20) == 0 or len(runs) == len(jobs):
             print(f"... {len(runs)}/{len(jobs)} runs, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
 
-    if args.jobs > 1:
-        with ProcessPoolExecutor(max_workers=args.jobs) as ex:
-            for r in ex.map(run_one, jobs, chunksize=1):
-                runs.append(r)
-                progress()
-    else:
-        for j in jobs:
-            runs.append(run_one(j))
-            progress()
+    with tempfile.TemporaryDirectory(prefix="replay_search_kt_") as kt_dir:
+        set_kt_dir(kt_dir)  # cache copies for Kernel Tuner, a subfolder per process
+        try:
+            if args.jobs > 1:
+                with ProcessPoolExecutor(max_workers=args.jobs, initializer=set_kt_dir, initargs=(kt_dir,)) as ex:
+                    for r in ex.map(run_one, jobs, chunksize=1):
+                        runs.append(r)
+                        progress()
+            else:
+                for j in jobs:
+                    runs.append(run_one(j))
+                    progress()
+        finally:
+            set_kt_dir(None)
     summary = summarise(runs, args.budget)
     print_report(summary, runs, args)
     print(f"\n{len(runs)} runs in {time.perf_counter() - t0:.0f} s "
