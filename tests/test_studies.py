@@ -214,7 +214,6 @@ def test_interrupt_and_kill_then_resume_repeats_no_finished_trial(tmp_path: Path
 def _real_executor_available() -> bool:
     try:
         import tuner.tune  # noqa: F401
-
         from kernels import get_kernel
 
         get_kernel("matmul")
