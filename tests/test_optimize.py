@@ -164,3 +164,53 @@ def test_storage_records_and_resumes(tmp_path) -> None:
     for t in study.trials:
         if t.user_attrs.get("tuner_skip"):
             assert "tuner_projected_to" in t.user_attrs or t.state == optuna.trial.TrialState.FAIL
+
+
+def test_sampler_proposals_projected_and_recorded(tmp_path) -> None:
+    """A strategy that lets its Optuna sampler propose (here TPE over the raw values, which proposes invalid
+    and repeated configs on this constrained space): only new, valid configs are measured, and every
+    replaced proposal is kept as a tuner_skip trial that names the config measured instead."""
+    import optuna
+
+    from tuner.strategies import Strategy
+
+    class RawTPE(Strategy):
+        name = "raw_tpe"
+
+        def optuna_sampler(self) -> optuna.samplers.BaseSampler:
+            return optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=5)
+
+        def propose(self) -> None:
+            return None
+
+    space = constrained_space()
+    seen: list[tuple] = []
+
+    def obj(cfg: dict) -> float:
+        assert space.contains(cfg), space.violations(cfg)
+        seen.append(tuple(cfg.values()))
+        return cfg["m"] / cfg["n"] + cfg["s"]
+
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    res = tuner.optimize(space, obj, budget=40, seed=0, strategy=RawTPE(space, seed=0), storage=url, study_name="p")
+    assert len(seen) == len(set(seen)) == 40 == res.evaluations
+    study = optuna.load_study(study_name="p", storage=url)
+    skipped = [t for t in study.trials if t.user_attrs.get("tuner_skip")]
+    assert skipped, "TPE over raw values on a constrained space should have proposed invalid or repeated configs"
+    for t in skipped:
+        assert t.state == optuna.trial.TrialState.COMPLETE and "tuner_projected_to" in t.user_attrs
+
+
+def test_tpe_sees_ordered_values_as_ordinals() -> None:
+    """The TPE strategy gives Optuna the index of an ordered numeric value, and maps it back."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    from tuner.strategies import TPEStrategy
+
+    space = SearchSpace.from_configs([{"bs": b, "w": w, "k": k} for b in (16, 32, 64, 128) for w in (1, 2, 4)
+                                      for k in ("a", "b")])
+    s = TPEStrategy(space, seed=0)
+    assert s._dists["bs"] == IntDistribution(0, 3) and s._dists["w"] == IntDistribution(0, 2)
+    assert isinstance(s._dists["k"], CategoricalDistribution)
+    assert s._config({"bs": 2, "w": 0, "k": "b"}) == {"bs": 64, "w": 1, "k": "b"}
+    assert s._params({"bs": 128, "w": 4, "k": "a"}) == {"bs": 3, "w": 2, "k": "a"}
