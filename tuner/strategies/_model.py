@@ -6,7 +6,8 @@ Each round:
 2. Model: a bootstrap ensemble of small XGBoost regressors on the task's per-task normalised log time
    (failures count as the worst plus a margin), clipped at the median of the measured: the model's job is
    to rank the good configs, and the slow half's spread (on some GPUs 2x to 100x) would otherwise take most
-   of the fit (measured: reached 1.05x 0.86 -> 0.90 cold, with item 3's recombination). With a `prior` the model is warm-started: each prior task
+   of the fit (measured: reached 1.05x 0.86 -> 0.90 cold, with item 3's recombination). With a `prior`
+   the model is warm-started: each prior task
    gives a prediction for every candidate (its measured value where the config was measured there, else
    a model fitted on that task), normalised the same way; their weighted mean is the prior mean. The
    ensemble then learns the new task's residual over a linear calibration of the prior mean
@@ -20,6 +21,10 @@ Each round:
 4. Robust transfer: prior tasks are weighted by the rank correlation of their predictions with the
    task's measurements (the RGPE idea); when no prior task agrees (a GPU unlike the others), the prior is
    dropped and the strategy explores with its own model.
+   Portfolio start (Feurer et al. 2015): with a prior, the first few proposals (at most `n_portfolio`)
+   greedily cover the prior tasks' own best configs (each pick lowers most the weighted sum of every prior
+   task's best clipped regret among the picks); how many is chosen per prior set by leave-one-prior-task-
+   out validation (whether the tasks' own bests transfer between them better than their consensus does).
 5. Stagnation: once `patience` results pass without a better incumbent, the current basin counts as
    exhausted. Then the ranking drops the prior, the exploration slot measures the best-ranked config
    among the unseen ones farthest (Hamming distance) from every measured config (a boosted ensemble has
@@ -132,6 +137,14 @@ class ModelStrategy(Strategy):
     n_elite = 8  # parents are drawn from this many best measured configs
     n_children = 48  # children generated (uniform crossover + mutation) per crossover pick
     mutation = 0.1  # per-parameter chance that a child's value is drawn at random
+    prior_weighting = "sq"  # "sq": w ~ max(corr, 0)^2; "softmax": w ~ exp(prior_sharpness * sqrt(n - 3) * atanh(corr))
+    prior_sharpness = 1.0
+    n_portfolio = 6  # with a prior: at most this many first proposals cover the prior tasks' best configs (greedy portfolio)
+    portfolio_mode = "first"  # "first": the first proposals; "queue": the model's slots; "alternate": every other proposal
+    portfolio_auto = True  # portfolio length chosen by leave-one-prior-task-out validation (at most n_portfolio)
+    portfolio_horizon = 10  # ... scored as the area under the held-out task's regret curve over this many picks
+    portfolio_cap = 1.0  # log-ratio at which a prior task's regret is clipped in the portfolio objective
+    patience_prior = 0  # with a trusted prior: stagnant after this many results without improvement (0 = patience)
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None) -> None:
         super().__init__(space, seed=seed, prior=prior)
@@ -141,6 +154,7 @@ class ModelStrategy(Strategy):
         self._obs_val: list[float] = []  # raw value, nan = failed
         self._since_fit = 0
         self._n_proposed = 0
+        self._n_portfolio = 0  # portfolio picks made
         self.prior_state = "none"
         self._pruning: Any = None
         self._best = math.inf
@@ -166,6 +180,8 @@ class ModelStrategy(Strategy):
                 self.prior_state = "trusted"
                 self._w = np.full(len(self.P), 1.0 / len(self.P))
                 self.prior_mean = self._w @ self.P
+                self._regret = self.P - self.P.min(axis=1, keepdims=True)  # log ratio to each task's best
+                self.portfolio_size = self._validate_portfolio() if self.portfolio_auto else self.n_portfolio
         for cfg, val in self.history:  # results told before the first proposal (a resumed study)
             self.observe(cfg, val)
 
@@ -202,7 +218,10 @@ class ModelStrategy(Strategy):
     @property
     def stagnant(self) -> bool:
         """No better incumbent for `patience` results: the current basin is exhausted, so explore."""
-        return len(self._obs_idx) - self._last_improve >= self.patience
+        patience = self.patience
+        if self.patience_prior and len(self.P) and self.prior_state == "trusted":
+            patience = self.patience_prior
+        return len(self._obs_idx) - self._last_improve >= patience
 
     # ---- proposals ---------------------------------------------------------------------------------
     def propose(self) -> Config | None:
@@ -215,6 +234,11 @@ class ModelStrategy(Strategy):
         has_prior = len(self.P) > 0
         if not has_prior and n < self.n_init:
             return self._space_filling()
+        if (has_prior and self._n_portfolio < self.portfolio_size
+                and (self.portfolio_mode == "first" or (self.portfolio_mode == "alternate" and self._n_proposed % 2 == 0))):
+            cfg = self._portfolio_pick()
+            if cfg is not None:
+                return cfg
         if self.rng.random() < self.epsilon:
             return self.pool.random_unseen()
         if n > 0 and self._n_proposed % self.local_every == 0:
@@ -237,6 +261,10 @@ class ModelStrategy(Strategy):
                 cfg = None
             if cfg is not None:
                 return cfg
+        if has_prior and self.portfolio_mode == "queue" and self._n_portfolio < self.portfolio_size:
+            cfg = self._portfolio_pick()
+            if cfg is not None:
+                return cfg
         self._queue = [i for i in self._queue if self.pool.unseen_mask[i]]
         if not self._queue or self._since_fit >= self._refit_every(n):
             self._refit_and_rank()
@@ -245,6 +273,60 @@ class ModelStrategy(Strategy):
             if self.pool.unseen_mask[i]:
                 return self.pool.config_at(i)
         return self.pool.random_unseen()
+
+    def _greedy_portfolio(self, R: np.ndarray, w: np.ndarray, chosen: Sequence[int], k: int) -> list[int]:
+        """Up to k configs, each the one that most lowers sum_t w_t * min(cap, best regret of task t so far)."""
+        R = np.minimum(R, self.portfolio_cap)
+        ch = np.asarray(chosen, dtype=np.int64)
+        cur = R[:, ch].min(axis=1) if ch.size else np.full(len(R), self.portfolio_cap)
+        out: list[int] = []
+        for _ in range(k):
+            gain = w @ (cur[:, None] - np.minimum(R, cur[:, None]))
+            gain[ch] = -1.0
+            gain[out] = -1.0
+            i = int(np.argmax(gain))
+            if gain[i] <= 1e-9:
+                break
+            out.append(i)
+            cur = np.minimum(cur, R[:, i])
+        return out
+
+    def _validate_portfolio(self) -> int:
+        """The portfolio length (0..n_portfolio) that, leave one prior task out, gets the held-out task
+        closest to its optimum over the first `portfolio_horizon` picks (the rest from the other tasks'
+        mean ranking): whether the prior tasks' own best configs transfer between them better than their
+        consensus does. Ties (and fewer than 3 tasks, where nothing can be validated) go to the longer."""
+        T = len(self.P)
+        K = self.n_portfolio
+        if T < 3 or K <= 0:
+            return K if T >= 2 else 0
+        H = self.portfolio_horizon
+        area = np.zeros(K + 1)
+        for h in range(T):
+            o = np.delete(np.arange(T), h)
+            cons = np.argsort(self.P[o].mean(axis=0), kind="stable")[: H + K].tolist()
+            pf = self._greedy_portfolio(self._regret[o], np.full(T - 1, 1.0 / (T - 1)), [], K)
+            for k in range(K + 1):
+                head = pf[:k]
+                seq = head + [i for i in cons if i not in head]
+                area[k] += np.minimum.accumulate(self._regret[h, seq[:H]]).sum()
+        return int(np.flatnonzero(area <= area.min() * (1 + 1e-9) + 1e-12)[-1])
+
+    def _portfolio_pick(self) -> Config | None:
+        """Greedy portfolio (Feurer et al. 2015): the unseen config that most lowers the weighted sum over
+        prior tasks of each task's best (clipped) regret among the configs proposed so far; None once no
+        config lowers it (every task's best is covered)."""
+        n = len(self._obs_idx)
+        if n >= 4:
+            idx, y = self._targets()
+            self._prior_weights(idx, y)
+        pick = self._greedy_portfolio(self._regret, self._w, np.flatnonzero(~self.pool.unseen_mask), 1)
+        if not pick:
+            self._n_portfolio = self.portfolio_size
+            return None
+        i = pick[0]
+        self._n_portfolio += 1
+        return self.pool.config_at(i)
 
     def _novel_pick(self) -> Config | None:
         """Stagnant: the best-ranked config among the unseen ones farthest (Hamming distance) from every
@@ -367,11 +449,18 @@ class ModelStrategy(Strategy):
             return
         corr = np.array([spearman(y, p[idx]) for p in self.P])
         self.prior_corr = corr
-        pos = np.clip(corr, 0.0, None) ** 2
-        if pos.sum() <= 0:
-            self._w = np.full(len(self.P), 1.0 / len(self.P))
+        if self.prior_weighting == "softmax":
+            # Fisher z of each correlation over its standard error 1/sqrt(n - 3): the weights sharpen as
+            # evidence arrives, and the most similar task dominates once the data can tell them apart
+            z = np.arctanh(np.clip(corr, -0.99, 0.99)) * math.sqrt(max(int(ok.sum()) - 3, 1)) * self.prior_sharpness
+            e = np.exp(z - z.max())
+            self._w = e / e.sum()
         else:
-            self._w = pos / pos.sum()
+            pos = np.clip(corr, 0.0, None) ** 2
+            if pos.sum() <= 0:
+                self._w = np.full(len(self.P), 1.0 / len(self.P))
+            else:
+                self._w = pos / pos.sum()
         self.prior_mean = self._w @ self.P
         agree = spearman(y, self.prior_mean[idx])
         self.prior_state = "trusted" if (agree >= self.prior_min_corr or ok.sum() < 8) else "dropped"
