@@ -137,14 +137,9 @@ class ModelStrategy(Strategy):
     n_elite = 8  # parents are drawn from this many best measured configs
     n_children = 48  # children generated (uniform crossover + mutation) per crossover pick
     mutation = 0.1  # per-parameter chance that a child's value is drawn at random
-    prior_weighting = "sq"  # "sq": w ~ max(corr, 0)^2; "softmax": w ~ exp(prior_sharpness * sqrt(n - 3) * atanh(corr))
-    prior_sharpness = 1.0
     n_portfolio = 6  # with a prior: at most this many first proposals cover the prior tasks' best configs (greedy portfolio)
-    portfolio_mode = "first"  # "first": the first proposals; "queue": the model's slots; "alternate": every other proposal
-    portfolio_auto = True  # portfolio length chosen by leave-one-prior-task-out validation (at most n_portfolio)
     portfolio_horizon = 10  # ... scored as the area under the held-out task's regret curve over this many picks
     portfolio_cap = 1.0  # log-ratio at which a prior task's regret is clipped in the portfolio objective
-    patience_prior = 0  # with a trusted prior: stagnant after this many results without improvement (0 = patience)
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None) -> None:
         super().__init__(space, seed=seed, prior=prior)
@@ -181,7 +176,7 @@ class ModelStrategy(Strategy):
                 self._w = np.full(len(self.P), 1.0 / len(self.P))
                 self.prior_mean = self._w @ self.P
                 self._regret = self.P - self.P.min(axis=1, keepdims=True)  # log ratio to each task's best
-                self.portfolio_size = self._validate_portfolio() if self.portfolio_auto else self.n_portfolio
+                self.portfolio_size = self._validate_portfolio()
         for cfg, val in self.history:  # results told before the first proposal (a resumed study)
             self.observe(cfg, val)
 
@@ -218,10 +213,7 @@ class ModelStrategy(Strategy):
     @property
     def stagnant(self) -> bool:
         """No better incumbent for `patience` results: the current basin is exhausted, so explore."""
-        patience = self.patience
-        if self.patience_prior and len(self.P) and self.prior_state == "trusted":
-            patience = self.patience_prior
-        return len(self._obs_idx) - self._last_improve >= patience
+        return len(self._obs_idx) - self._last_improve >= self.patience
 
     # ---- proposals ---------------------------------------------------------------------------------
     def propose(self) -> Config | None:
@@ -234,8 +226,7 @@ class ModelStrategy(Strategy):
         has_prior = len(self.P) > 0
         if not has_prior and n < self.n_init:
             return self._space_filling()
-        if (has_prior and self._n_portfolio < self.portfolio_size
-                and (self.portfolio_mode == "first" or (self.portfolio_mode == "alternate" and self._n_proposed % 2 == 0))):
+        if has_prior and self._n_portfolio < self.portfolio_size:
             cfg = self._portfolio_pick()
             if cfg is not None:
                 return cfg
@@ -259,10 +250,6 @@ class ModelStrategy(Strategy):
                 cfg = self._crossover_pick()
             else:
                 cfg = None
-            if cfg is not None:
-                return cfg
-        if has_prior and self.portfolio_mode == "queue" and self._n_portfolio < self.portfolio_size:
-            cfg = self._portfolio_pick()
             if cfg is not None:
                 return cfg
         self._queue = [i for i in self._queue if self.pool.unseen_mask[i]]
@@ -449,18 +436,11 @@ class ModelStrategy(Strategy):
             return
         corr = np.array([spearman(y, p[idx]) for p in self.P])
         self.prior_corr = corr
-        if self.prior_weighting == "softmax":
-            # Fisher z of each correlation over its standard error 1/sqrt(n - 3): the weights sharpen as
-            # evidence arrives, and the most similar task dominates once the data can tell them apart
-            z = np.arctanh(np.clip(corr, -0.99, 0.99)) * math.sqrt(max(int(ok.sum()) - 3, 1)) * self.prior_sharpness
-            e = np.exp(z - z.max())
-            self._w = e / e.sum()
+        pos = np.clip(corr, 0.0, None) ** 2
+        if pos.sum() <= 0:
+            self._w = np.full(len(self.P), 1.0 / len(self.P))
         else:
-            pos = np.clip(corr, 0.0, None) ** 2
-            if pos.sum() <= 0:
-                self._w = np.full(len(self.P), 1.0 / len(self.P))
-            else:
-                self._w = pos / pos.sum()
+            self._w = pos / pos.sum()
         self.prior_mean = self._w @ self.P
         agree = spearman(y, self.prior_mean[idx])
         self.prior_state = "trusted" if (agree >= self.prior_min_corr or ok.sum() < 8) else "dropped"
