@@ -102,6 +102,39 @@ def test_misleading_prior_is_noticed(table) -> None:  # type: ignore[no-untyped-
     assert found >= 3
 
 
+def test_stagnant_prior_search_restarts_cold(table) -> None:  # type: ignore[no-untyped-def]
+    # A prior right about most of the space but wrong about its best 5% (slow there): once the search
+    # stagnates where the prior pointed, a fresh cold search makes every later proposal and learns only
+    # from its own results; a resumed study rebuilds the same state from the finished trials.
+    ok = sorted(v for v in table.values.values() if v is not None)
+    cut = ok[len(ok) // 20]
+    prior = [(c, None if v is None else 3.0 * (20.0 * v if v <= cut else v)) for c, v in table.as_prior()]
+    restarted = 0
+    for seed in range(4):
+        strat = ModelStrategy(table.space, seed=seed, prior=[prior])
+        res = tuner.optimize(table.space, table.objective_fn(), budget=60, seed=seed, strategy=strat)
+        assert res.best_value <= ok[len(ok) // 50]  # within the best 2% despite the prior
+        if strat.restarted_at is None:
+            continue
+        restarted += 1
+        cold = strat._cold
+        assert cold is not None and cold.prior is None and len(cold.P) == 0
+        assert strat.restarted_at >= strat.n_init + strat.patience - 1
+        assert len(cold._obs_idx) == res.evaluations - strat.restarted_at
+        assert cold._obs_idx == strat._obs_idx[strat.restarted_at :]
+        resumed = ModelStrategy(table.space, seed=seed, prior=[prior])
+        for t in res.trials:
+            resumed.tell(t.config, t.value)
+        nxt = resumed.propose()
+        assert resumed.restarted_at == strat.restarted_at and resumed._cold is not None
+        assert resumed._cold._obs_idx == cold._obs_idx
+        assert nxt is not None and not resumed.pool.is_seen(nxt)
+    assert restarted >= 2
+    cold_only = ModelStrategy(table.space, seed=0)
+    tuner.optimize(table.space, table.objective_fn(), budget=60, seed=0, strategy=cold_only)
+    assert cold_only.restarted_at is None  # without a prior there is nothing to restart from
+
+
 def test_pruning_report_on_the_strategy(table) -> None:  # type: ignore[no-untyped-def]
     cold = ModelStrategy(table.space, seed=0).pruning_report()
     assert cold.estimated_recall is None and cold.keep_share == 1.0

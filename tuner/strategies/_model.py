@@ -26,11 +26,16 @@ Each round:
    task's best clipped regret among the picks); how many is chosen per prior set by leave-one-prior-task-
    out validation (whether the tasks' own bests transfer between them better than their consensus does).
 5. Stagnation: once `patience` results pass without a better incumbent, the current basin counts as
-   exhausted. Then the ranking drops the prior, the exploration slot measures the best-ranked config
-   among the unseen ones farthest (Hamming distance) from every measured config (a boosted ensemble has
-   no spread where it has no data, so its confidence bound alone never leaves the measured region), and
-   the local steps rotate over several distinct good configs (basins) instead of the best one. An
-   improvement ends the stagnant phase.
+   exhausted. With a prior, the search then restarts cold (TuRBO's restarts): a fresh model-guided
+   search without the prior, learning only from its own results, makes every later proposal. A prior
+   can be right overall and wrong about the best region (the other GPUs rank convolution/A100's optimum
+   about 1000th, while their mean ranks its whole space at Spearman 0.5); then the measurements sit
+   where the prior pointed, and any model fitted on them, with or without the prior, keeps ranking
+   that region best. Without a prior (so also inside the restarted search), the exploration slot
+   measures the best-ranked config among the unseen ones farthest (Hamming distance) from every
+   measured config (a boosted ensemble has no spread where it has no data, so its confidence bound
+   alone never leaves the measured region), and the local steps rotate over several distinct good
+   configs (basins) instead of the best one. An improvement ends the stagnant phase.
 6. Overhead: the model is refit after each result early on, and every few results later, with the best
    few configs of one refit queued.
 
@@ -140,10 +145,18 @@ class ModelStrategy(Strategy):
     n_portfolio = 6  # with a prior: at most this many first proposals cover the prior tasks' best configs (greedy portfolio)
     portfolio_horizon = 10  # ... scored as the area under the held-out task's regret curve over this many picks
     portfolio_cap = 1.0  # log-ratio at which a prior task's regret is clipped in the portfolio objective
+    portfolio_tol = 0.02  # validation: the longest portfolio within this share of the best area is taken
+    restart_cold = True  # with a prior, once stagnant: hand over to a fresh cold search (see the module doc)
+    restart_seed = 7777  # the cold search's seed offset
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None) -> None:
         super().__init__(space, seed=seed, prior=prior)
+        self._init_state()
+
+    def _init_state(self) -> None:
         self._ready = False
+        self._cold: ModelStrategy | None = None  # the fresh cold search after a restart
+        self.restarted_at: int | None = None  # number of results when the search restarted cold
         self._queue: list[int] = []
         self._obs_idx: list[int] = []
         self._obs_val: list[float] = []  # raw value, nan = failed
@@ -209,6 +222,28 @@ class ModelStrategy(Strategy):
         if value is not None and math.isfinite(value) and value < self._best * (1.0 - 1e-3):
             self._best = float(value)
             self._last_improve = len(self._obs_idx)
+        if self._cold is not None:  # every result after the restart is the cold search's own
+            self._cold.observe(config, value)
+        elif self.restart_cold and len(self.P) and len(self._obs_idx) >= self.n_init and self.stagnant:
+            self._restart()
+
+    def _restart(self) -> None:
+        """Hand over to a fresh cold search (TuRBO-style restart). The prior-guided search is stagnant:
+        its measurements sit where the prior pointed, and a model fitted on them (with or without the
+        prior) keeps ranking that region best, so the region where this task's optimum lies may never be
+        tried (measured: convolution/A100, whose optimum the other GPUs rank about 1000th, 3 of 10 runs
+        -> 6 of 10). The new search shares the pool (measured configs are never proposed again) and the
+        random state, and learns only from its own results; it is itself a ModelStrategy without a prior."""
+        cold = type(self).__new__(type(self))  # not __init__: the pool (the costly part) is shared
+        cold.space, cold.seed, cold.prior, cold.history = self.space, self.seed + self.restart_seed, None, []
+        cold.rng, cold.pool = self.rng, self.pool
+        cold._init_state()
+        cold._ready = True
+        cold.schema, cold.F, cold.P = self.schema, self.F, np.zeros((0, self.F.shape[0]))
+        self._cold = cold
+        self.restarted_at = len(self._obs_idx)
+        log.info("auto: no better config in the last %d results with the prior; restarting as a cold search "
+                 "after %d results", self.patience, self.restarted_at)
 
     @property
     def stagnant(self) -> bool:
@@ -222,6 +257,8 @@ class ModelStrategy(Strategy):
         if not self.pool.enumerable:
             return self._propose_large()
         self._n_proposed += 1
+        if self._cold is not None:
+            return self._cold.propose()
         n = len(self._obs_idx)
         has_prior = len(self.P) > 0
         if not has_prior and n < self.n_init:
@@ -282,7 +319,8 @@ class ModelStrategy(Strategy):
         """The portfolio length (0..n_portfolio) that, leave one prior task out, gets the held-out task
         closest to its optimum over the first `portfolio_horizon` picks (the rest from the other tasks'
         mean ranking): whether the prior tasks' own best configs transfer between them better than their
-        consensus does. Ties (and fewer than 3 tasks, where nothing can be validated) go to the longer."""
+        consensus does. Near-ties (within `portfolio_tol` of the best; and fewer than 3 tasks, where nothing
+        can be validated) go to the longer."""
         T = len(self.P)
         K = self.n_portfolio
         if T < 3 or K <= 0:
@@ -297,7 +335,7 @@ class ModelStrategy(Strategy):
                 head = pf[:k]
                 seq = head + [i for i in cons if i not in head]
                 area[k] += np.minimum.accumulate(self._regret[h, seq[:H]]).sum()
-        return int(np.flatnonzero(area <= area.min() * (1 + 1e-9) + 1e-12)[-1])
+        return int(np.flatnonzero(area <= area.min() * (1 + self.portfolio_tol) + 1e-12)[-1])
 
     def _portfolio_pick(self) -> Config | None:
         """Greedy portfolio (Feurer et al. 2015): the unseen config that most lowers the weighted sum over
