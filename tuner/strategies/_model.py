@@ -27,7 +27,9 @@ Each round:
    out validation (whether the tasks' own bests transfer between them better than their consensus does).
 5. Stagnation: once `patience` results pass without a better incumbent, the current basin counts as
    exhausted. With a prior, the search then restarts cold (TuRBO's restarts): a fresh model-guided
-   search without the prior, learning only from its own results, makes every later proposal. A prior
+   search without the prior, learning from the results measured after the restart only, makes two of
+   every three later proposals; the third still comes from the prior-guided search (where the prior is
+   right and the optimum is a few steps away, as on gemm, it keeps finding it). A prior
    can be right overall and wrong about the best region (the other GPUs rank convolution/A100's optimum
    about 1000th, while their mean ranks its whole space at Spearman 0.5); then the measurements sit
    where the prior pointed, and any model fitted on them, with or without the prior, keeps ranking
@@ -148,6 +150,7 @@ class ModelStrategy(Strategy):
     portfolio_tol = 0.02  # validation: the longest portfolio within this share of the best area is taken
     restart_cold = True  # with a prior, once stagnant: hand over to a fresh cold search (see the module doc)
     restart_seed = 7777  # the cold search's seed offset
+    restart_keep_every = 3  # after the restart, every n-th proposal still comes from the prior-guided search
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None) -> None:
         super().__init__(space, seed=seed, prior=prior)
@@ -157,6 +160,7 @@ class ModelStrategy(Strategy):
         self._ready = False
         self._cold: ModelStrategy | None = None  # the fresh cold search after a restart
         self.restarted_at: int | None = None  # number of results when the search restarted cold
+        self._n_after_restart = 0
         self._queue: list[int] = []
         self._obs_idx: list[int] = []
         self._obs_val: list[float] = []  # raw value, nan = failed
@@ -232,8 +236,9 @@ class ModelStrategy(Strategy):
         its measurements sit where the prior pointed, and a model fitted on them (with or without the
         prior) keeps ranking that region best, so the region where this task's optimum lies may never be
         tried (measured: convolution/A100, whose optimum the other GPUs rank about 1000th, 3 of 10 runs
-        -> 6 of 10). The new search shares the pool (measured configs are never proposed again) and the
-        random state, and learns only from its own results; it is itself a ModelStrategy without a prior."""
+        -> 6 of 10; docs/benchmarks.md). The new search shares the pool (measured configs are never proposed again) and the
+        random state, and learns only from the results measured after the restart (two of every three
+        proposals are its own, see `restart_keep_every`); it is itself a ModelStrategy without a prior."""
         cold = type(self).__new__(type(self))  # not __init__: the pool (the costly part) is shared
         cold.space, cold.seed, cold.prior, cold.history = self.space, self.seed + self.restart_seed, None, []
         cold.rng, cold.pool = self.rng, self.pool
@@ -258,7 +263,9 @@ class ModelStrategy(Strategy):
             return self._propose_large()
         self._n_proposed += 1
         if self._cold is not None:
-            return self._cold.propose()
+            self._n_after_restart += 1
+            if not self.restart_keep_every or self._n_after_restart % self.restart_keep_every:
+                return self._cold.propose()
         n = len(self._obs_idx)
         has_prior = len(self.P) > 0
         if not has_prior and n < self.n_init:
