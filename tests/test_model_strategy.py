@@ -104,8 +104,8 @@ def test_misleading_prior_is_noticed(table) -> None:  # type: ignore[no-untyped-
 
 def test_stagnant_prior_search_restarts_cold(table) -> None:  # type: ignore[no-untyped-def]
     # A prior right about most of the space but wrong about its best 5% (slow there): once the search
-    # stagnates where the prior pointed, a fresh cold search makes every later proposal and learns only
-    # from its own results; a resumed study rebuilds the same state from the finished trials.
+    # stagnates where the prior pointed, a fresh cold search takes over (two of every three proposals) and
+    # learns only from the results after the restart; a resumed study rebuilds the same state.
     ok = sorted(v for v in table.values.values() if v is not None)
     cut = ok[len(ok) // 20]
     prior = [(c, None if v is None else 3.0 * (20.0 * v if v <= cut else v)) for c, v in table.as_prior()]

@@ -29,10 +29,10 @@ Each round:
    exhausted. With a prior, the search then restarts cold (TuRBO's restarts): a fresh model-guided
    search without the prior, learning from the results measured after the restart only, makes two of
    every three later proposals; the third still comes from the prior-guided search (where the prior is
-   right and the optimum is a few steps away, as on gemm, it keeps finding it). A prior
-   can be right overall and wrong about the best region (the other GPUs rank convolution/A100's optimum
-   about 1000th, while their mean ranks its whole space at Spearman 0.5); then the measurements sit
-   where the prior pointed, and any model fitted on them, with or without the prior, keeps ranking
+   right and the optimum is a few steps away, as on gemm, it keeps finding it). A prior can be right
+   overall and wrong about the best region (the other GPUs rank convolution/A100's optimum about
+   1000th, while their mean ranks its whole space at Spearman 0.5); then the measurements sit where
+   the prior pointed, and any model fitted on them, with or without the prior, keeps ranking
    that region best. Without a prior (so also inside the restarted search), the exploration slot
    measures the best-ranked config among the unseen ones farthest (Hamming distance) from every
    measured config (a boosted ensemble has no spread where it has no data, so its confidence bound
@@ -235,11 +235,13 @@ class ModelStrategy(Strategy):
         """Hand over to a fresh cold search (TuRBO-style restart). The prior-guided search is stagnant:
         its measurements sit where the prior pointed, and a model fitted on them (with or without the
         prior) keeps ranking that region best, so the region where this task's optimum lies may never be
-        tried (measured: convolution/A100, whose optimum the other GPUs rank about 1000th, 3 of 10 runs
-        -> 6 of 10; docs/benchmarks.md). The new search shares the pool (measured configs are never proposed again) and the
-        random state, and learns only from the results measured after the restart (two of every three
-        proposals are its own, see `restart_keep_every`); it is itself a ModelStrategy without a prior."""
-        cold = type(self).__new__(type(self))  # not __init__: the pool (the costly part) is shared
+        tried (measured: convolution/A100, whose optimum the other GPUs rank about 1000th; 3 of 10 runs
+        -> 6 of 10, docs/benchmarks.md). The new search shares the pool (measured configs are never
+        proposed again) and the random state, and learns only from the results measured after the
+        restart (two of every three proposals are its own, see `restart_keep_every`); it is itself a
+        ModelStrategy without a prior. Built with __new__ + `_init_state`, not __init__, so that the pool
+        (enumerating the space, the costly part) and the feature matrix are shared, not rebuilt."""
+        cold = type(self).__new__(type(self))
         cold.space, cold.seed, cold.prior, cold.history = self.space, self.seed + self.restart_seed, None, []
         cold.rng, cold.pool = self.rng, self.pool
         cold._init_state()
