@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -119,7 +120,11 @@ def test_stagnant_prior_search_restarts_cold(table) -> None:  # type: ignore[no-
         restarted += 1
         cold = strat._cold
         assert cold is not None and cold.prior is None and len(cold.P) == 0
-        assert strat.restarted_at >= strat.n_init + strat.patience - 1
+        r, pat = strat.restarted_at, strat.patience
+        assert r >= max(strat.n_init, pat + 1)
+        # the restart came after `patience` results none of which was `stagnation_tol` better than the best before
+        vals = [math.inf if t.value is None else t.value for t in res.trials]
+        assert min(vals[r - pat : r]) >= min(vals[: r - pat]) * (1.0 - strat.stagnation_tol)
         assert len(cold._obs_idx) == res.evaluations - strat.restarted_at
         assert cold._obs_idx == strat._obs_idx[strat.restarted_at :]
         resumed = ModelStrategy(table.space, seed=seed, prior=[prior])
@@ -189,3 +194,69 @@ def test_own_targets_clipped_at_the_median() -> None:
     strat.target_clip = None
     _, raw = strat._targets()
     assert raw[3] < raw[4] < raw[5]
+
+
+def _switch_space() -> tuple[SearchSpace, list[dict], Any]:
+    """Three smooth parameters and two switches; `f(c, new)`: on the prior tasks switch s = 0 is fast and s = 1
+    3x slower; on the new task s = 1 is fast (s = 0 1.5x slower), so its optimum is the prior tasks' best with
+    s flipped, which the prior ranks behind every config within distance 3 of the optimum."""
+    cfgs = [{"a": a, "b": b, "c": c, "s": s, "t": u}
+            for a in range(8) for b in range(8) for c in range(8) for s in (0, 1) for u in (0, 1)]
+
+    def f(cfg: dict, new: bool) -> float:
+        base = 1.0 + 0.2 * ((cfg["a"] - 5) ** 2 + (cfg["b"] - 2) ** 2 + (cfg["c"] - 3) ** 2) + 0.3 * cfg["t"]
+        return base * (1.0 if cfg["s"] == int(new) else (1.5 if new else 3.0))
+
+    return SearchSpace.from_configs(cfgs), cfgs, f
+
+
+def test_anchor_sweep_changes_one_parameter_of_the_portfolio_picks() -> None:
+    space, cfgs, f = _switch_space()
+    rng = np.random.default_rng(0)
+    prior = [[(c, f(c, False) * float(np.exp(0.02 * rng.normal()))) for c in cfgs] for _ in range(2)]
+
+    class Recording(ModelStrategy):
+        def _anchor_pick(self):  # type: ignore[no-untyped-def]
+            cfg = super()._anchor_pick()
+            if cfg is not None:
+                self.picks.append((len(self._obs_idx), cfg))
+            return cfg
+
+    by_anchor = 0
+    for seed in range(4):
+        strat = Recording(space, seed=seed, prior=prior)
+        strat.picks = []
+        res = tuner.optimize(space, lambda c: f(c, True), budget=40, seed=seed, strategy=strat)
+        assert strat.picks and all(n >= strat.anchor_start for n, _ in strat.picks)
+        anchors = [strat.pool.config_at(i) for i in strat._portfolio_picks]
+        changed: dict[int, list[str]] = {}
+        for _, cfg in strat.picks:  # each pick: one parameter of one anchor, a parameter not varied before
+            diffs = [(k, [p for p in cfg if cfg[p] != a[p]]) for k, a in enumerate(anchors)]
+            k, d = next((k, d) for k, d in diffs if len(d) == 1)
+            assert d[0] not in changed.setdefault(k, [])
+            changed[k].append(d[0])
+        optimum = {"a": 5, "b": 2, "c": 3, "s": 1, "t": 0}
+        by_anchor += any(cfg == optimum for _, cfg in strat.picks)
+        assert res.best_value == 1.0
+    assert by_anchor >= 3  # the new task's optimum: the prior tasks' best with the switch flipped
+
+    cold = Recording(space, seed=0)
+    cold.picks = []
+    tuner.optimize(space, lambda c: f(c, True), budget=30, seed=0, strategy=cold)
+    assert cold.picks == []  # no prior, no anchors
+
+
+def test_with_a_prior_small_improvements_do_not_end_stagnation() -> None:
+    space, cfgs, f = _switch_space()
+    prior = [[(c, f(c, False)) for c in cfgs]]
+    for with_prior in (True, False):
+        strat = ModelStrategy(space, seed=0, prior=prior if with_prior else None)
+        strat.restart_cold, strat.patience = False, 10
+        strat._setup()
+        v = 10.0
+        for c in cfgs[: strat.patience + 1]:
+            strat.tell(c, v)
+            v *= 0.9985  # each 0.15% better: an improvement without a prior (above 0.1%); with one, the
+            # 10 steps stay within `stagnation_tol` (2%) of the first, so none counts
+        assert strat.stagnant == with_prior
+        assert strat._best == (10.0 if with_prior else v / 0.9985)
