@@ -161,7 +161,7 @@ class ModelStrategy(Strategy):
     stagnation_tol = 0.02  # with a prior: a new best counts as an improvement (for `patience`) only if this much better
     anchor_every = 3  # with a prior: every n-th proposal (from `anchor_start` results on) changes one parameter ...
     anchor_start = 10  # ... of one of the `n_anchors` best measured portfolio picks (see `_anchor_pick`)
-    n_anchors = 2
+    n_anchors = 2  # the sweep goes around this many of the best measured portfolio picks
 
     def __init__(self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None) -> None:
         super().__init__(space, seed=seed, prior=prior)
@@ -290,7 +290,7 @@ class ModelStrategy(Strategy):
             if cfg is not None:
                 return cfg
         if (has_prior and self.anchor_every and n >= self.anchor_start
-                and self._n_proposed % self.anchor_every == 2 % self.anchor_every):
+                and self._n_proposed % self.anchor_every == 2 % self.anchor_every):  # off the local steps' phase (0)
             cfg = self._anchor_pick()
             if cfg is not None:
                 return cfg
@@ -397,10 +397,7 @@ class ModelStrategy(Strategy):
         if not ok.any():
             return None
         anchors = self._anchors(obs[ok], vals[ok])
-        score: dict[int, float] = {}
-        if hasattr(self, "_last_mu"):
-            unseen, mu = self._last_mu
-            score = dict(zip(unseen.tolist(), mu.tolist(), strict=True))
+        score = self._last_scores()
         keys = self.pool.keys
 
         def changed(i: int, a: int) -> int | None:  # the one parameter in which config i differs from a
@@ -409,8 +406,7 @@ class ModelStrategy(Strategy):
 
         for a in anchors[: self.n_anchors]:
             varied = {changed(int(j), a) for j in obs} - {None}
-            nbs = [self.pool.index[self.pool.hkey(c)] for c in self.space.neighbors(self.pool.config_at(a), "hamming")]
-            nbs = [i for i in nbs if self.pool.unseen_mask[i] and changed(i, a) not in varied]
+            nbs = [i for i in self._unseen_neighbours(a) if changed(i, a) not in varied]
             if nbs:
                 return self.pool.config_at(min(nbs, key=lambda k: score.get(k, math.inf)))
         return None
@@ -617,16 +613,25 @@ class ModelStrategy(Strategy):
         self._queue = [int(unseen[i]) for i in best]
         self._last_mu = (unseen, mu)
 
+    def _last_scores(self) -> dict[int, float]:
+        """The last refit's predicted mean per scored unseen pool index ({} before the first refit)."""
+        if not hasattr(self, "_last_mu"):
+            return {}
+        unseen, mu = self._last_mu
+        return dict(zip(unseen.tolist(), mu.tolist(), strict=True))
+
+    def _unseen_neighbours(self, i: int) -> list[int]:
+        """Pool indices of the unseen configs one parameter away (Hamming) from pool config i."""
+        nbs = [self.pool.index[self.pool.hkey(c)] for c in self.space.neighbors(self.pool.config_at(i), "hamming")]
+        return [k for k in nbs if self.pool.unseen_mask[k]]
+
     def _local_step(self) -> Config | None:
         """The unseen neighbour of the incumbent (or of the next best) that the last model ranks best."""
         vals = np.asarray(self._obs_val, dtype=np.float64)
         ok = np.flatnonzero(np.isfinite(vals))
         if ok.size == 0:
             return None
-        score: dict[int, float] = {}
-        if hasattr(self, "_last_mu"):
-            unseen, mu = self._last_mu
-            score = dict(zip(unseen.tolist(), mu.tolist(), strict=True))
+        score = self._last_scores()
         order = ok[np.argsort(vals[ok], kind="stable")]
         if self.stagnant:  # rotate over distinct basins: the best configs not next to a better one
             basins: list[int] = []
@@ -639,9 +644,7 @@ class ModelStrategy(Strategy):
             r = (self._n_proposed // self.local_every) % len(basins)
             order = np.asarray(basins[r:] + basins[:r], dtype=np.int64)
         for j in order[:3]:
-            cfg = self.pool.config_at(self._obs_idx[int(j)])
-            nbs = [self.pool.index[self.pool.hkey(c)] for c in self.space.neighbors(cfg, "hamming")]
-            nbs = [i for i in nbs if self.pool.unseen_mask[i]]
+            nbs = self._unseen_neighbours(self._obs_idx[int(j)])
             if nbs:
                 if score:
                     i = min(nbs, key=lambda k: score.get(k, math.inf))
