@@ -53,7 +53,9 @@ def main() -> int:
         return noop(*args, **kwargs, **cfg_by_key[(args[1],)])
 
     deco = tuner.autotune(space, key=["n"], budget=3, storage=False, bench=lambda call: 1.0)(noop)
-    deco_nodt = tuner.autotune(space, key=["n"], budget=3, storage=False, bench=lambda call: 1.0, dtypes=False)(noop)
+    deco_nodt = tuner.autotune(
+        space, key=["n"], budget=3, storage=False, bench=lambda call: 1.0, dtypes=False
+    )(noop)
     deco_nodt(None, 1024)
     deco(None, 1024)  # first call tunes (3 evaluations); every timed call below is a hit
     assert deco.tuner.stats["tuned"] == 1
@@ -62,8 +64,12 @@ def main() -> int:
     n = a.number
     r = a.repeats
     # interleave the three measurements over repeats so drift hits them alike
-    rows = {"undecorated": [], "bare dict wrapper": [], "tuner.autotune (hit)": [],
-            "tuner.autotune dtypes=False (hit)": []}
+    rows = {
+        "undecorated": [],
+        "bare dict wrapper": [],
+        "tuner.autotune (hit)": [],
+        "tuner.autotune dtypes=False (hit)": [],
+    }
     for _ in range(r):
         rows["undecorated"].append(per_call_ns(lambda: noop(x, 1024, block=64), n, 1))
         rows["bare dict wrapper"].append(per_call_ns(lambda: bare(x, 1024), n, 1))
@@ -78,9 +84,11 @@ def main() -> int:
     print(f"  bare dict wrapper overhead:         {bare_over:8.1f} ns over undecorated")
     for k in ("tuner.autotune (hit)", "tuner.autotune dtypes=False (hit)"):
         over = med[k] - med["undecorated"]
-        print(f"  {k} overhead: {over:.1f} ns over undecorated (target <= 1000 ns); "
-              f"{over / bare_over:.2f}x the bare wrapper's overhead, "
-              f"{med[k] / med['bare dict wrapper']:.2f}x its per-call time")
+        print(
+            f"  {k} overhead: {over:.1f} ns over undecorated (target <= 1000 ns); "
+            f"{over / bare_over:.2f}x the bare wrapper's overhead, "
+            f"{med[k] / med['bare dict wrapper']:.2f}x its per-call time"
+        )
 
     if a.skip_triton:
         return 0
@@ -127,7 +135,8 @@ def main() -> int:
     rows = {"stub[grid](...) direct": [], "triton Autotuner (hit)": [], "tuner.autotune (hit)": []}
     for _ in range(r):
         rows["stub[grid](...) direct"].append(
-            per_call_ns(lambda: launch_direct(None, 1024, BLOCK=64, num_warps=4, num_stages=3), n, 1))
+            per_call_ns(lambda: launch_direct(None, 1024, BLOCK=64, num_warps=4, num_stages=3), n, 1)
+        )
         rows["triton Autotuner (hit)"].append(per_call_ns(lambda: launch_at(None, 1024), n, 1))
         rows["tuner.autotune (hit)"].append(per_call_ns(lambda: launch_ours(None, 1024), n, 1))
     med = {k: statistics.median(v) for k, v in rows.items()}
@@ -135,8 +144,10 @@ def main() -> int:
     for k, v in med.items():
         print(f"  {k:34s} {v:8.1f} ns")
     base = med["stub[grid](...) direct"]
-    print(f"  overhead: triton Autotuner {med['triton Autotuner (hit)'] - base:.1f} ns, "
-          f"tuner.autotune {med['tuner.autotune (hit)'] - base:.1f} ns")
+    print(
+        f"  overhead: triton Autotuner {med['triton Autotuner (hit)'] - base:.1f} ns, "
+        f"tuner.autotune {med['tuner.autotune (hit)'] - base:.1f} ns"
+    )
 
     # 5. A real trivial kernel under the interpreter.
     @triton.jit
@@ -148,7 +159,9 @@ def main() -> int:
     t = torch.zeros(64)
     real_at = Autotuner(add_one, add_one.arg_names, configs, ["n"], None, None)
     real_at.cache[(64, "torch.float32")] = configs[2]
-    real_ours = tuner.autotune(configs=configs, key=["n"], budget=4, storage=False, bench=lambda call: 1.0)(add_one)
+    real_ours = tuner.autotune(configs=configs, key=["n"], budget=4, storage=False, bench=lambda call: 1.0)(
+        add_one
+    )
     real_ours[grid](t, 64)
     rn, rr = 200, 15
     rows = {"interpreted kernel direct": [], "triton Autotuner (hit)": [], "tuner.autotune (hit)": []}
@@ -156,7 +169,9 @@ def main() -> int:
         rows["interpreted kernel direct"].append(per_call_ns(lambda: add_one[grid](t, 64, BLOCK=64), rn, 1))
         rows["triton Autotuner (hit)"].append(per_call_ns(lambda: real_at[grid](t, 64), rn, 1))
         rows["tuner.autotune (hit)"].append(per_call_ns(lambda: real_ours[grid](t, 64), rn, 1))
-    print(f"Real trivial kernel under TRITON_INTERPRET=1 ({rr} repeats x {rn} calls; the interpreter dominates):")
+    print(
+        f"Real trivial kernel under TRITON_INTERPRET=1 ({rr} repeats x {rn} calls; the interpreter dominates):"
+    )
     for k, v in rows.items():
         print(f"  {k:34s} {statistics.median(v) / 1e3:8.1f} us")
     return 0

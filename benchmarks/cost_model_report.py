@@ -39,7 +39,7 @@ METRICS = ("recall@10%", "recall@5%", "ndcg@10", "spearman", "regret@1", "regret
 
 
 def _models(seed: int) -> dict[str, Any]:
-    from cost_models import NoModel, RandomForestModel, XGBRankerModel, XGBRegressorModel
+    from tuner.cost_models import NoModel, RandomForestModel, XGBRankerModel, XGBRegressorModel
 
     return {
         "xgb": XGBRegressorModel(n_estimators=150, max_depth=6, learning_rate=0.1, seed=seed),
@@ -50,7 +50,7 @@ def _models(seed: int) -> dict[str, Any]:
 
 
 def evaluate(y_true: np.ndarray, score: np.ndarray) -> dict[str, float]:
-    from cost_models import ndcg_at_k, regret, spearman, top_k_recall
+    from tuner.cost_models import ndcg_at_k, regret, spearman, top_k_recall
 
     return {
         "recall@10%": top_k_recall(y_true, score, keep=0.10, best=0.01),
@@ -63,7 +63,8 @@ def evaluate(y_true: np.ndarray, score: np.ndarray) -> dict[str, float]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from cost_models import normalise_targets, schema_for_space
+    from tuner.cost_models import normalise_targets, schema_for_space
+
     from tuner.replay import load_table
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -26,8 +26,9 @@ import numpy as np
 os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU: kernels (if any are defined) run interpreted
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kernels import KernelSpec  # noqa: E402
-from search_spaces import IntRange, SearchSpace  # noqa: E402
+from tuner.kernels import KernelSpec  # noqa: E402
+from tuner.search_spaces import IntRange, SearchSpace  # noqa: E402
+
 from tuner.measure import KernelMeasurer  # noqa: E402
 
 N = int(os.environ.get("OVERHEAD_N", "4096"))
@@ -39,9 +40,11 @@ def _space(problem, device, backend):
 
 def _inputs(problem, backend, seed):
     rng = np.random.default_rng(seed)
-    return {"x": rng.standard_normal(problem["n"]).astype(np.float32),
-            "acc": np.zeros(problem["n"], dtype=np.float32),
-            "out": np.empty(problem["n"], dtype=np.float32)}
+    return {
+        "x": rng.standard_normal(problem["n"]).astype(np.float32),
+        "acc": np.zeros(problem["n"], dtype=np.float32),
+        "out": np.empty(problem["n"], dtype=np.float32),
+    }
 
 
 def _reference(problem, inputs):
@@ -66,10 +69,21 @@ def _tol(dtype):
 
 
 SPEC = KernelSpec(
-    name="overhead_toy", description="x*2+1", backends=("triton",), dtypes=("float32",),
-    default_problem={"n": N, "dtype": "float32"}, shape_fields=("n",), space=_space, make_inputs=_inputs,
-    reference=_reference, run=kernel, flops=_count, bytes_moved=_count, tolerance=_tol,
-    mutated_inputs=("acc",), output_buffer="out",
+    name="overhead_toy",
+    description="x*2+1",
+    backends=("triton",),
+    dtypes=("float32",),
+    default_problem={"n": N, "dtype": "float32"},
+    shape_fields=("n",),
+    space=_space,
+    make_inputs=_inputs,
+    reference=_reference,
+    run=kernel,
+    flops=_count,
+    bytes_moved=_count,
+    tolerance=_tol,
+    mutated_inputs=("acc",),
+    output_buffer="out",
 )
 
 
@@ -113,9 +127,14 @@ def run(isolation: str, candidates: int, bare_ms: float) -> dict:
         over.append(wall_ms - ncalls * bare_ms)
     cpu_ms = (time.process_time() + _proc_cpu_s(pid) - cpu0) * 1e3 / candidates
     m.close()
-    return {"isolation": isolation, "overhead_ms": statistics.median(over), "overhead_p90_ms": float(np.percentile(over, 90)),
-            "wall_ms": statistics.median(walls), "calls": statistics.median(calls),
-            "cpu_overhead_ms": cpu_ms - statistics.median(calls) * bare_ms}
+    return {
+        "isolation": isolation,
+        "overhead_ms": statistics.median(over),
+        "overhead_p90_ms": float(np.percentile(over, 90)),
+        "wall_ms": statistics.median(walls),
+        "calls": statistics.median(calls),
+        "cpu_overhead_ms": cpu_ms - statistics.median(calls) * bare_ms,
+    }
 
 
 def main() -> int:
@@ -126,15 +145,21 @@ def main() -> int:
     bare = bare_call_ms(problem)
     print(f"bare kernel call (n={problem['n']}): median {bare * 1e3:.1f} us")
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (other jobs inflate wall times)")
-    print(f"{'isolation':<10} {'kernel calls':>12} {'wall/cand ms':>13} {'overhead/cand ms (median)':>26} {'p90':>7} "
-          f"{'cpu overhead/cand ms (mean)':>28}")
+    print(
+        f"{'isolation':<10} {'kernel calls':>12} {'wall/cand ms':>13} {'overhead/cand ms (median)':>26} {'p90':>7} "
+        f"{'cpu overhead/cand ms (mean)':>28}"
+    )
     rows = [run(iso, args.candidates, bare) for iso in ("process", "inprocess")]
     for r in rows:
-        print(f"{r['isolation']:<10} {r['calls']:>12.0f} {r['wall_ms']:>13.3f} {r['overhead_ms']:>26.3f} "
-              f"{r['overhead_p90_ms']:>7.3f} {r['cpu_overhead_ms']:>28.3f}")
+        print(
+            f"{r['isolation']:<10} {r['calls']:>12.0f} {r['wall_ms']:>13.3f} {r['overhead_ms']:>26.3f} "
+            f"{r['overhead_p90_ms']:>7.3f} {r['cpu_overhead_ms']:>28.3f}"
+        )
     worst = max(r["overhead_ms"] for r in rows)
-    print(f"target: <= 5 ms per candidate (median): {'met' if worst <= 5.0 else 'NOT met'} "
-          f"(worst median {worst:.3f} ms, bare call {bare * 1e3:.1f} us)")
+    print(
+        f"target: <= 5 ms per candidate (median): {'met' if worst <= 5.0 else 'NOT met'} "
+        f"(worst median {worst:.3f} ms, bare call {bare * 1e3:.1f} us)"
+    )
     return 0
 
 

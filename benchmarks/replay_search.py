@@ -136,7 +136,7 @@ def random_time_to(values_sorted: np.ndarray, threshold: float, budget: int) -> 
 def run_one(job: tuple[str, str, int, int, str]) -> dict[str, Any]:
     path, strategy, seed, budget, prior_mode = job
     if strategy.startswith(KT_PREFIX):
-        return run_kt(path, strategy[len(KT_PREFIX):], seed, budget)
+        return run_kt(path, strategy[len(KT_PREFIX) :], seed, budget)
     import logging
 
     logging.disable(logging.WARNING)
@@ -145,7 +145,9 @@ def run_one(job: tuple[str, str, int, int, str]) -> dict[str, Any]:
     table = _table(path)
     prior = _loo_prior(path) if prior_mode == "loo" else None
     t0 = time.perf_counter()
-    res = tuner.optimize(table.space, table.objective_fn(), budget=budget, seed=seed, strategy=strategy, prior=prior)
+    res = tuner.optimize(
+        table.space, table.objective_fn(), budget=budget, seed=seed, strategy=strategy, prior=prior
+    )
     wall = time.perf_counter() - t0
     trace = res.best_so_far()
     return {
@@ -178,14 +180,16 @@ def expand_strategies(names: Sequence[str]) -> list[str]:
 
 def kt_unavailable(strategies: Sequence[str]) -> str | None:
     """Why the `kt:` strategies among `strategies` cannot run here (one line), or None if they can."""
-    wanted = [s[len(KT_PREFIX):] for s in strategies if s.startswith(KT_PREFIX)]
+    wanted = [s[len(KT_PREFIX) :] for s in strategies if s.startswith(KT_PREFIX)]
     if not wanted:
         return None
     try:
         from kernel_tuner.interface import strategy_map
     except ImportError:
-        return ("kernel_tuner is not installed, so Kernel Tuner's strategies cannot run "
-                "(install the bench extra: pip install -e '.[bench]')")
+        return (
+            "kernel_tuner is not installed, so Kernel Tuner's strategies cannot run "
+            "(install the bench extra: pip install -e '.[bench]')"
+        )
     unknown = [w for w in wanted if w not in strategy_map]
     if unknown:
         return f"unknown Kernel Tuner strategies {unknown}; known: {', '.join(sorted(strategy_map))}"
@@ -291,10 +295,19 @@ def run_kt(path: str, name: str, seed: int, budget: int) -> dict[str, Any]:
         random.seed(seed)
         np.random.seed(seed)
         results, _env = kernel_tuner.tune_kernel(
-            header["kernel_name"], "", problem_size, [], header["tune_params"],
-            restrictions=[FunctionConstraint(in_table)], strategy=timed,
-            strategy_options={"max_fevals": budget}, cache=cache_file, simulation_mode=True, quiet=True,
-            seed=seed)
+            header["kernel_name"],
+            "",
+            problem_size,
+            [],
+            header["tune_params"],
+            restrictions=[FunctionConstraint(in_table)],
+            strategy=timed,
+            strategy_options={"max_fevals": budget},
+            cache=cache_file,
+            simulation_mode=True,
+            quiet=True,
+            seed=seed,
+        )
     wall = time.perf_counter() - t0
 
     seen: set[tuple[Any, ...]] = set()
@@ -307,8 +320,10 @@ def run_kt(path: str, name: str, seed: int, budget: int) -> dict[str, Any]:
         values.append(table.lookup(dict(zip(keys, k, strict=True))))
     counted = getattr(timed.runner, "visited_results", None)  # what Kernel Tuner's budget counted
     if counted is not None and len(counted) != len(values):
-        raise RuntimeError(f"{path}: kt:{name} seed {seed}: {len(values)} distinct table configs in the results, "
-                           f"but Kernel Tuner counted {len(counted)} evaluations")
+        raise RuntimeError(
+            f"{path}: kt:{name} seed {seed}: {len(values)} distinct table configs in the results, "
+            f"but Kernel Tuner counted {len(counted)} evaluations"
+        )
     values = values[:budget]
     trace: list[float | None] = []
     best = math.inf
@@ -363,14 +378,25 @@ def summarise(runs: list[dict[str, Any]], budget: int) -> dict[str, Any]:
             if not rs:
                 continue
             # a run that stopped before the budget keeps its last best-so-far
-            traces = np.array([[worst if x is None else x for x in (r["trace"] + (r["trace"] or [None])[-1:] * budget)[:budget]]
-                               for r in rs], dtype=np.float64)
+            traces = np.array(
+                [
+                    [
+                        worst if x is None else x
+                        for x in (r["trace"] + (r["trace"] or [None])[-1:] * budget)[:budget]
+                    ]
+                    for r in rs
+                ],
+                dtype=np.float64,
+            )
             fk = np.median(traces, axis=0)
             denom = opt - frand
             with np.errstate(divide="ignore", invalid="ignore"):
                 terms = np.where(np.abs(denom) > 1e-300, (fk - frand) / denom, 1.0)
-            d: dict[str, float] = {"score": float(np.mean(terms)), "n": len(rs),
-                                   "ms": float(np.median([r["strategy_ms_per_eval"] for r in rs]))}
+            d: dict[str, float] = {
+                "score": float(np.mean(terms)),
+                "n": len(rs),
+                "ms": float(np.median([r["strategy_ms_per_eval"] for r in rs])),
+            }
             for thr in THRESHOLDS:
                 ev = [_evals_to(r["trace"], opt * thr, budget) for r in rs]
                 d[f"med{thr}"] = float(np.median(ev))
@@ -380,7 +406,9 @@ def summarise(runs: list[dict[str, Any]], budget: int) -> dict[str, Any]:
     return {"files": files, "strategies": ["E[random]", *strategies], "per_file": per_file}
 
 
-def _group(summary: dict[str, Any], files: list[str], runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+def _group(
+    summary: dict[str, Any], files: list[str], runs: list[dict[str, Any]]
+) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for s in summary["strategies"]:
         rows = [summary["per_file"][f][s] for f in files if s in summary["per_file"][f]]
@@ -409,8 +437,10 @@ def _short(path: str) -> str:
 def print_report(summary: dict[str, Any], runs: list[dict[str, Any]], args: argparse.Namespace) -> None:
     budget = args.budget
     strategies = summary["strategies"]
-    print(f"# replay search: budget {budget}, seeds {args.seeds}, prior {args.prior}; "
-          f"not reached = {budget + 1}; E[random] = closed-form uniform random search")
+    print(
+        f"# replay search: budget {budget}, seeds {args.seeds}, prior {args.prior}; "
+        f"not reached = {budget + 1}; E[random] = closed-form uniform random search"
+    )
     print()
     print("## per file: median evals to 1.05x / 1.01x, reached 1.05x / 1.01x, score")
     head = f"{'file':<26}" + "".join(f"{s:>34}" for s in strategies)
@@ -422,8 +452,10 @@ def print_report(summary: dict[str, Any], runs: list[dict[str, Any]], args: argp
             if r is None:
                 line += f"{'-':>34}"
                 continue
-            cell = (f"{r['med1.05']:.0f}/{r['med1.01']:.0f} {r['reach1.05']:.2f}/{r['reach1.01']:.2f} "
-                    f"{r['score']:+.2f}")
+            cell = (
+                f"{r['med1.05']:.0f}/{r['med1.01']:.0f} {r['reach1.05']:.2f}/{r['reach1.01']:.2f} "
+                f"{r['score']:+.2f}"
+            )
             line += f"{cell:>34}"
         print(line)
     print()
@@ -435,12 +467,16 @@ def print_report(summary: dict[str, Any], runs: list[dict[str, Any]], args: argp
     for name, files in groups:
         g = _group(summary, files, runs)
         print(f"## {name} ({len(files)} files)")
-        print(f"{'strategy':<{w}}{'geo med 1.05x':>14}{'geo med 1.01x':>14}{'reached 1.05x':>14}"
-              f"{'reached 1.01x':>14}{'score':>8}{'ms/eval':>9}")
+        print(
+            f"{'strategy':<{w}}{'geo med 1.05x':>14}{'geo med 1.01x':>14}{'reached 1.05x':>14}"
+            f"{'reached 1.01x':>14}{'score':>8}{'ms/eval':>9}"
+        )
         for s, d in g.items():
             ms = "-" if math.isnan(d["ms"]) else f"{d['ms']:.1f}"
-            print(f"{s:<{w}}{d['geo1.05']:>14.1f}{d['geo1.01']:>14.1f}{d['reach1.05']:>14.2f}"
-                  f"{d['reach1.01']:>14.2f}{d['score']:>8.2f}{ms:>9}")
+            print(
+                f"{s:<{w}}{d['geo1.05']:>14.1f}{d['geo1.01']:>14.1f}{d['reach1.05']:>14.2f}"
+                f"{d['reach1.01']:>14.2f}{d['score']:>8.2f}{ms:>9}"
+            )
         print()
     short: dict[str, list[int]] = defaultdict(list)  # runs that stopped before the budget
     for r in runs:
@@ -448,30 +484,43 @@ def print_report(summary: dict[str, Any], runs: list[dict[str, Any]], args: argp
             short[r["strategy"]].append(r["evaluations"])
     for s, ev in short.items():
         n = sum(r["strategy"] == s for r in runs)
-        print(f"{s} stopped before the budget in {len(ev)} of {n} runs (median {np.median(ev):.0f} evaluations); "
-              f"its best-so-far stays where it stopped")
+        print(
+            f"{s} stopped before the budget in {len(ev)} of {n} runs (median {np.median(ev):.0f} evaluations); "
+            f"its best-so-far stays where it stopped"
+        )
     if any(s.startswith(KT_PREFIX) for s in strategies):
         startup = [r["kt_startup_s"] for r in runs if "kt_startup_s" in r]
-        print("ms/eval of kt:* = wall time of Kernel Tuner's search loop per evaluation (its strategy, its config "
-              "checks, the simulation runner's lookups), without tune_kernel's start-up"
-              + (f" (median {np.median(startup):.2f} s a run)" if startup else ""))
+        print(
+            "ms/eval of kt:* = wall time of Kernel Tuner's search loop per evaluation (its strategy, its config "
+            "checks, the simulation runner's lookups), without tune_kernel's start-up"
+            + (f" (median {np.median(startup):.2f} s a run)" if startup else "")
+        )
     # tpe versus random: fewer median evaluations to 1.05x per file
     if "tpe" in strategies and "random" in strategies:
-        better = sum(summary["per_file"][f]["tpe"]["med1.05"] < summary["per_file"][f]["random"]["med1.05"]
-                     for f in summary["files"])
-        ties = sum(summary["per_file"][f]["tpe"]["med1.05"] == summary["per_file"][f]["random"]["med1.05"]
-                   for f in summary["files"])
-        print(f"tpe beats random (fewer median evals to 1.05x) on {better} of {len(summary['files'])} files "
-              f"({ties} ties)")
+        better = sum(
+            summary["per_file"][f]["tpe"]["med1.05"] < summary["per_file"][f]["random"]["med1.05"]
+            for f in summary["files"]
+        )
+        ties = sum(
+            summary["per_file"][f]["tpe"]["med1.05"] == summary["per_file"][f]["random"]["med1.05"]
+            for f in summary["files"]
+        )
+        print(
+            f"tpe beats random (fewer median evals to 1.05x) on {better} of {len(summary['files'])} files "
+            f"({ties} ties)"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=str(DEFAULT_DATA), help="folder with KERNEL/GPU.json.gz tables")
     ap.add_argument("--files", default="", help="comma-separated globs relative to --data (default: all)")
-    ap.add_argument("--strategies", default="random,tpe,auto",
-                    help="comma-separated strategy names; 'kt' adds Kernel Tuner's "
-                         f"{', '.join(KT_DEFAULT)} and 'kt:NAME' one of its strategies (needs kernel_tuner)")
+    ap.add_argument(
+        "--strategies",
+        default="random,tpe,auto",
+        help="comma-separated strategy names; 'kt' adds Kernel Tuner's "
+        f"{', '.join(KT_DEFAULT)} and 'kt:NAME' one of its strategies (needs kernel_tuner)",
+    )
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--seed0", type=int, default=0)
     ap.add_argument("--budget", type=int, default=200)
@@ -479,9 +528,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--by-folder", action="store_true", help="also aggregate per kernel folder")
     ap.add_argument("--json", default="", help="write every run and the summary to this file")
-    ap.add_argument("--from-json", default="",
-                    help="comma-separated --json files of earlier runs (e.g. other seeds): report their runs "
-                         "together instead of running anything (--budget and --prior must match)")
+    ap.add_argument(
+        "--from-json",
+        default="",
+        help="comma-separated --json files of earlier runs (e.g. other seeds): report their runs "
+        "together instead of running anything (--budget and --prior must match)",
+    )
     args = ap.parse_args(argv)
 
     data = Path(args.data)
@@ -497,8 +549,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"replay_search: {reason}", file=sys.stderr)
             return 2
     prior_mode = args.prior
-    jobs = [(f, s, seed, args.budget, prior_mode) for f in files for s in strategies
-            for seed in range(args.seed0, args.seed0 + args.seeds)]
+    jobs = [
+        (f, s, seed, args.budget, prior_mode)
+        for f in files
+        for s in strategies
+        for seed in range(args.seed0, args.seed0 + args.seeds)
+    ]
     t0 = time.perf_counter()
     runs: list[dict[str, Any]] = []
     if args.from_json:
@@ -514,13 +570,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def progress() -> None:
         if len(runs) % max(1, len(jobs) // 20) == 0 or len(runs) == len(jobs):
-            print(f"... {len(runs)}/{len(jobs)} runs, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+            print(
+                f"... {len(runs)}/{len(jobs)} runs, {time.perf_counter() - t0:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
 
     with tempfile.TemporaryDirectory(prefix="replay_search_kt_") as kt_dir:
         set_kt_dir(kt_dir)  # cache copies for Kernel Tuner, a subfolder per process
         try:
             if args.jobs > 1:
-                with ProcessPoolExecutor(max_workers=args.jobs, initializer=set_kt_dir, initargs=(kt_dir,)) as ex:
+                with ProcessPoolExecutor(
+                    max_workers=args.jobs, initializer=set_kt_dir, initargs=(kt_dir,)
+                ) as ex:
                     for r in ex.map(run_one, jobs, chunksize=1):
                         runs.append(r)
                         progress()
@@ -532,8 +594,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             set_kt_dir(None)
     summary = summarise(runs, args.budget)
     print_report(summary, runs, args)
-    print(f"\n{len(runs)} runs in {time.perf_counter() - t0:.0f} s "
-          f"(--jobs {args.jobs}, {os.cpu_count()} cpus)")
+    print(
+        f"\n{len(runs)} runs in {time.perf_counter() - t0:.0f} s (--jobs {args.jobs}, {os.cpu_count()} cpus)"
+    )
     if args.json:
         tmp = args.json + ".tmp"
         with open(tmp, "w") as fh:

@@ -31,9 +31,16 @@ def main() -> int:
     import tuner
     from tuner.runtime import ConfigCache, load_cache, write_cache_file
 
-    dev = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0") else "cpu"
+    dev = (
+        "cuda"
+        if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+        else "cpu"
+    )
     n = 1 << 20 if dev == "cuda" else 4096
-    configs = [triton.Config({"BLOCK": b}, num_warps=w) for b, w in ((256, 2), (512, 4), (1024, 4), (2048, 8))]
+    configs = [
+        triton.Config({"BLOCK": b}, num_warps=w) for b, w in ((256, 2), (512, 4), (1024, 4), (2048, 8))
+    ]
+
     def add_one_src(x_ptr, n, BLOCK: tl.constexpr):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         m = offs < n
@@ -55,16 +62,19 @@ def main() -> int:
     timer = tuned.tuner._bench_fn((x, n), {}, entry.key.device).__name__  # what the decorator timed with
     measured = ConfigCache().store.measurements(kernel=tuned.tuner.name)
     print(f"device in key: {entry.key.device!r}; versions {entry.key.versions_dict}; default timer: {timer}")
-    print(f"first call tuned {len(measured)} configs in {t_tune:.2f}s -> {dict(entry.config)} "
-          f"({entry.time_s * 1e6:.2f} us, spread {entry.spread_s * 1e6:.2f} us); result correct: {ok}; "
-          f"second call did not tune: {tuned.tuner.stats['tuned'] == 1}, correct: {ok2}")
+    print(
+        f"first call tuned {len(measured)} configs in {t_tune:.2f}s -> {dict(entry.config)} "
+        f"({entry.time_s * 1e6:.2f} us, spread {entry.spread_s * 1e6:.2f} us); result correct: {ok}; "
+        f"second call did not tune: {tuned.tuner.stats['tuned'] == 1}, correct: {ok2}"
+    )
 
     best = entry.config
     if dev == "cuda":
         theirs[grid](x, n)  # triton.autotune tunes its own cache on the first call
     else:  # its tuning needs a GPU driver; pre-populate its cache with our winner
-        theirs.cache[(n, "torch.float32")] = next(c for c in configs if c.kwargs["BLOCK"] == best["BLOCK"]
-                                                  and c.num_warps == best["num_warps"])
+        theirs.cache[(n, "torch.float32")] = next(
+            c for c in configs if c.kwargs["BLOCK"] == best["BLOCK"] and c.num_warps == best["num_warps"]
+        )
 
     def launches(f, reps):
         if dev == "cuda":
@@ -83,8 +93,9 @@ def main() -> int:
     g_theirs = theirs[grid]
     rows: dict[str, list[float]] = {"plain launch": [], "tuner.autotune hit": [], "triton.autotune hit": []}
     for _ in range(7):
-        rows["plain launch"].append(launches(lambda: g_plain(x, n, BLOCK=best["BLOCK"],
-                                                             num_warps=best["num_warps"]), reps))
+        rows["plain launch"].append(
+            launches(lambda: g_plain(x, n, BLOCK=best["BLOCK"], num_warps=best["num_warps"]), reps)
+        )
         rows["tuner.autotune hit"].append(launches(lambda: g_ours(x, n), reps))
         rows["triton.autotune hit"].append(launches(lambda: g_theirs(x, n), reps))
     print(f"CPU-side time per launch ({dev}, {reps} launches x 7, median):")
@@ -94,10 +105,13 @@ def main() -> int:
     f = os.path.join(os.environ["TUNER_HOME"], "shipped.json")
     write_cache_file(f, ConfigCache().entries())
     shipped = load_cache(f)
-    prod = tuner.autotune(configs=configs, key=["n"], mode="offline", cache=shipped, storage=False,
-                          bench=lambda c: 1 / 0)(triton.jit(add_one_src))
+    prod = tuner.autotune(
+        configs=configs, key=["n"], mode="offline", cache=shipped, storage=False, bench=lambda c: 1 / 0
+    )(triton.jit(add_one_src))
     prod[grid](x, n)
-    print(f"offline from shipped file: {prod.tuner.stats['from_file'] == 1 and prod.tuner.stats['tuned'] == 0}")
+    print(
+        f"offline from shipped file: {prod.tuner.stats['from_file'] == 1 and prod.tuner.stats['tuned'] == 0}"
+    )
     return 0 if ok and ok2 else 1
 
 

@@ -34,8 +34,12 @@ def _ptxas_stats(ptx: str, arch: int) -> tuple[int, int]:
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.ptx"
         src.write_text(ptx)
-        res = subprocess.run([str(ptxas), f"-arch={arch_flag}", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
-                             capture_output=True, text=True, check=True)
+        res = subprocess.run(
+            [str(ptxas), f"-arch={arch_flag}", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     out = res.stdout + res.stderr
     regs = int(re.search(r"Used (\d+) registers", out).group(1))  # type: ignore[union-attr]
     spill = re.search(r"(\d+) bytes spill stores", out)
@@ -57,8 +61,9 @@ def _signature(fn: Any, constexprs: dict[str, Any]) -> dict[str, str]:
     return sig
 
 
-def _compile(fn: Any, constexprs: dict[str, Any], arch: int, num_warps: int,
-             num_stages: int) -> tuple[int, int, int, float]:
+def _compile(
+    fn: Any, constexprs: dict[str, Any], arch: int, num_warps: int, num_stages: int
+) -> tuple[int, int, int, float]:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -66,12 +71,16 @@ def _compile(fn: Any, constexprs: dict[str, Any], arch: int, num_warps: int,
     signature = _signature(fn, constexprs)
     # What Triton's launcher specializes on a real call: pointers and strides divisible by 16 (the tests'
     # and typical problems' strides are); without it loads cannot be vectorized and nothing is pipelined.
-    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names)
-             if name.endswith("_ptr") or (name.startswith("s") and signature[name] == "i32")}
+    attrs = {
+        (i,): [["tt.divisibility", 16]]
+        for i, name in enumerate(fn.arg_names)
+        if name.endswith("_ptr") or (name.startswith("s") and signature[name] == "i32")
+    }
     t0 = time.perf_counter()
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
-    c = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps,
-                                                                         "num_stages": num_stages})
+    c = triton.compile(
+        src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps, "num_stages": num_stages}
+    )
     regs, spill = _ptxas_stats(c.asm["ptx"], arch)
     return int(c.metadata.shared), regs, spill, time.perf_counter() - t0
 
@@ -81,31 +90,50 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
 
-    from kernels.attention import _triton_kernel
-    from kernels.norms import _triton_kernels
-    from search_spaces import attention as att_space
-    from search_spaces import devices
-    from search_spaces import norms as norm_space
+    from tuner.kernels.attention import _triton_kernel
+    from tuner.kernels.norms import _triton_kernels
+    from tuner.search_spaces import attention as att_space
+    from tuner.search_spaces import devices
+    from tuner.search_spaces import norms as norm_space
 
     dev = {80: devices.SM80, 90: devices.SM90}
-    print(f"{'kernel':10s} {'arch':5s} {'config':44s} {'smem est':>9s} {'smem':>7s} {'regs est':>8s} "
-          f"{'regs':>5s} {'spill B':>7s} {'space':>7s} {'s':>5s}")
+    print(
+        f"{'kernel':10s} {'arch':5s} {'config':44s} {'smem est':>9s} {'smem':>7s} {'regs est':>8s} "
+        f"{'regs':>5s} {'spill B':>7s} {'space':>7s} {'s':>5s}"
+    )
 
     # flash attention, fp16, D=128 and 64
-    att_cfgs = [(128, 128, 64, 4, 1), (128, 128, 64, 4, 3), (128, 128, 128, 8, 3), (128, 128, 128, 8, 4),
-                (128, 256, 64, 8, 5), (64, 128, 128, 8, 3), (64, 64, 64, 4, 2)]
+    att_cfgs = [
+        (128, 128, 64, 4, 1),
+        (128, 128, 64, 4, 3),
+        (128, 128, 128, 8, 3),
+        (128, 128, 128, 8, 4),
+        (128, 256, 64, 8, 5),
+        (64, 128, 128, 8, 3),
+        (64, 64, 64, 4, 2),
+    ]
     if args.quick:
         att_cfgs = att_cfgs[:1]
     for arch in (80, 90):
         for d, bm, bn, nw, ns in att_cfgs:
-            consts = {"D": d, "BLOCK_M": bm, "BLOCK_N": bn, "CAUSAL": True, "UPCAST": False, "PRECISION": "tf32"}
+            consts = {
+                "D": d,
+                "BLOCK_M": bm,
+                "BLOCK_N": bn,
+                "CAUSAL": True,
+                "UPCAST": False,
+                "PRECISION": "tf32",
+            }
             cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": nw, "num_stages": ns}
             shared, regs, spill, dt = _compile(_triton_kernel(), consts, arch, nw, ns)
             prob = {"B": 1, "H": 1, "S": 4096, "D": d, "causal": True, "dtype": "float16"}
             ok = att_space.attention_space(prob, dev[arch], "triton").contains(cfg)
-            print(f"{'attn':10s} sm{arch:<3d} {f'D={d} {cfg}':44s} {att_space.triton_smem_bytes(d, 'float16', cfg, f'sm{arch}'):9d} "
-                  f"{shared:7d} {att_space.triton_regs_per_thread(d, 'float16', cfg):8d} {regs:5d} {spill:7d} "
-                  f"{'valid' if ok else 'reject':>7s} {dt:5.1f}", flush=True)
+            print(
+                f"{'attn':10s} sm{arch:<3d} {f'D={d} {cfg}':44s} {att_space.triton_smem_bytes(d, 'float16', cfg, f'sm{arch}'):9d} "
+                f"{shared:7d} {att_space.triton_regs_per_thread(d, 'float16', cfg):8d} {regs:5d} {spill:7d} "
+                f"{'valid' if ok else 'reject':>7s} {dt:5.1f}",
+                flush=True,
+            )
 
     # row kernels, fp16, multi-pass (N = 16384)
     row_cfgs = [(4096, 1, 8, 1), (2048, 4, 8, 3), (1024, 2, 4, 1)]
@@ -120,10 +148,13 @@ def main() -> None:
                 shared, regs, spill, dt = _compile(kernels[kind], consts, arch, nw, ns)
                 prob = {"M": 4096, "N": 16384, "dtype": "float16"}
                 ok = norm_space.rowwise_space(kind, prob, dev[arch], "triton").contains(cfg)
-                print(f"{kind:10s} sm{arch:<3d} {str(cfg) + f' s={ns}':44s} "
-                      f"{norm_space.triton_smem_bytes(kind, 16384, 'float16', cfg):9d} {shared:7d} "
-                      f"{norm_space.triton_regs_per_thread(kind, cfg):8d} {regs:5d} {spill:7d} "
-                      f"{'valid' if ok else 'reject':>7s} {dt:5.1f}", flush=True)
+                print(
+                    f"{kind:10s} sm{arch:<3d} {str(cfg) + f' s={ns}':44s} "
+                    f"{norm_space.triton_smem_bytes(kind, 16384, 'float16', cfg):9d} {shared:7d} "
+                    f"{norm_space.triton_regs_per_thread(kind, cfg):8d} {regs:5d} {spill:7d} "
+                    f"{'valid' if ok else 'reject':>7s} {dt:5.1f}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FEATURE_SCHEMA_VERSION", "FeatureSchema", "ParamFeature", "Derived", "schema_for_space",
-           "task_features", "SchemaMismatchError"]
+__all__ = [
+    "FEATURE_SCHEMA_VERSION",
+    "FeatureSchema",
+    "ParamFeature",
+    "Derived",
+    "schema_for_space",
+    "task_features",
+    "SchemaMismatchError",
+]
 
 FEATURE_SCHEMA_VERSION = 1
 
@@ -65,7 +72,9 @@ def _num_col(values: Sequence[Any]) -> np.ndarray:
     """Floats; NaN for anything that is not a (non-bool) number."""
     if all(type(v) is int or type(v) is float for v in values):
         return np.asarray(values, dtype=np.float64)
-    return np.array([float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan for v in values])
+    return np.array(
+        [float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan for v in values]
+    )
 
 
 def _log2_col(values: Sequence[Any], num: np.ndarray | None = None) -> np.ndarray:
@@ -97,9 +106,14 @@ class FeatureSchema:
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": self.version,
-            "params": [{"name": p.name, "kind": p.kind, "log2": p.log2, "values": list(p.values)} for p in self.params],
-            "derived": [{"name": d.name, "plus": list(d.plus), "minus": list(d.minus), "log2_scale": d.log2_scale}
-                        for d in self.derived],
+            "params": [
+                {"name": p.name, "kind": p.kind, "log2": p.log2, "values": list(p.values)}
+                for p in self.params
+            ],
+            "derived": [
+                {"name": d.name, "plus": list(d.plus), "minus": list(d.minus), "log2_scale": d.log2_scale}
+                for d in self.derived
+            ],
             "task": list(self.task),
         }
 
@@ -107,10 +121,19 @@ class FeatureSchema:
     def from_dict(cls, d: Mapping[str, Any]) -> FeatureSchema:
         try:
             return cls(
-                params=tuple(ParamFeature(p["name"], p["kind"], bool(p.get("log2", False)), tuple(p.get("values", ())))
-                             for p in d["params"]),
-                derived=tuple(Derived(x["name"], tuple(x["plus"]), tuple(x.get("minus", ())),
-                                      float(x.get("log2_scale", 0.0))) for x in d.get("derived", ())),
+                params=tuple(
+                    ParamFeature(p["name"], p["kind"], bool(p.get("log2", False)), tuple(p.get("values", ())))
+                    for p in d["params"]
+                ),
+                derived=tuple(
+                    Derived(
+                        x["name"],
+                        tuple(x["plus"]),
+                        tuple(x.get("minus", ())),
+                        float(x.get("log2_scale", 0.0)),
+                    )
+                    for x in d.get("derived", ())
+                ),
                 task=tuple(d.get("task", ())),
                 version=int(d["version"]),
             )
@@ -127,28 +150,35 @@ class FeatureSchema:
             return
         if self.version != other.version:
             raise SchemaMismatchError(
-                f"{what} uses feature schema version {other.version}, this code expects {self.version}; retrain it")
+                f"{what} uses feature schema version {other.version}, this code expects {self.version}; retrain it"
+            )
         mine, theirs = self.names, other.names
         missing = [n for n in mine if n not in theirs][:5]
         extra = [n for n in theirs if n not in mine][:5]
         raise SchemaMismatchError(
             f"{what} was trained on another feature schema ({other.fingerprint()} != {self.fingerprint()}): "
-            f"features missing from it {missing}, unknown to this space {extra}; retrain it for this space")
+            f"features missing from it {missing}, unknown to this space {extra}; retrain it for this space"
+        )
 
     # ---- transform ---------------------------------------------------------------------------------
-    def transform(self, configs: Sequence[Mapping[str, Any]], task: Mapping[str, float] | None = None) -> np.ndarray:
+    def transform(
+        self, configs: Sequence[Mapping[str, Any]], task: Mapping[str, float] | None = None
+    ) -> np.ndarray:
         """Feature matrix (len(configs) x len(names)); configs may hold values outside the domains."""
         columns = {p.name: [c.get(p.name) for c in configs] for p in self.params}
         return self._from_columns(columns, len(configs), task)
 
-    def transform_keys(self, names: Sequence[str], keys: Sequence[Sequence[Any]],
-                       task: Mapping[str, float] | None = None) -> np.ndarray:
+    def transform_keys(
+        self, names: Sequence[str], keys: Sequence[Sequence[Any]], task: Mapping[str, float] | None = None
+    ) -> np.ndarray:
         """Like `transform` for configs given as tuples in `names` order (a space's keys)."""
         cols = list(zip(*keys, strict=True)) if keys else [() for _ in names]
         columns = {n: list(c) for n, c in zip(names, cols, strict=True)}
         return self._from_columns(columns, len(keys), task)
 
-    def _from_columns(self, columns: Mapping[str, list[Any]], n: int, task: Mapping[str, float] | None) -> np.ndarray:
+    def _from_columns(
+        self, columns: Mapping[str, list[Any]], n: int, task: Mapping[str, float] | None
+    ) -> np.ndarray:
         out: list[np.ndarray] = []
         logs: dict[str, np.ndarray] = {}
         for p in self.params:
@@ -164,8 +194,11 @@ class FeatureSchema:
                 if p.log2:
                     out.append(lg[:, None])
             elif p.kind == "bool":
-                out.append(np.array([1.0 if v is True or v == 1 else 0.0 if v is False or v == 0 else np.nan
-                                     for v in col])[:, None])
+                out.append(
+                    np.array(
+                        [1.0 if v is True or v == 1 else 0.0 if v is False or v == 0 else np.nan for v in col]
+                    )[:, None]
+                )
             else:
                 index = {_cat_key(v): j for j, v in enumerate(p.values)}
                 oh = np.zeros((n, len(p.values)))
@@ -251,8 +284,12 @@ def schema_for_space(space: Any, task_names: Sequence[str] = ()) -> FeatureSchem
     return FeatureSchema(tuple(params), tuple(_derived_for(space.names, positive)), tuple(task_names))
 
 
-def task_features(problem: Mapping[str, float] | Sequence[float] | None = None, *, dtype_bytes: float | None = None,
-                  device: Any = None) -> dict[str, float]:
+def task_features(
+    problem: Mapping[str, float] | Sequence[float] | None = None,
+    *,
+    dtype_bytes: float | None = None,
+    device: Any = None,
+) -> dict[str, float]:
     """Task features: log2 of each problem dim, the dtype size, and the device descriptor's numbers."""
     out: dict[str, float] = {}
     if isinstance(problem, Mapping):

@@ -23,8 +23,12 @@ def kept_count(n: int, share: float) -> int:
     return max(1, math.ceil(share * n - 1e-9))
 
 
-def top_k_recall(y_true: Sequence[float] | np.ndarray, y_score: Sequence[float] | np.ndarray,
-                 keep: float = 0.1, best: float = 0.01) -> float:
+def top_k_recall(
+    y_true: Sequence[float] | np.ndarray,
+    y_score: Sequence[float] | np.ndarray,
+    keep: float = 0.1,
+    best: float = 0.01,
+) -> float:
     """Share of the true best `best` fraction of configs that are among the `keep` fraction the model
     ranks first. 1.0 = pruning to `keep` loses none of the best configs."""
     t, s = _arr(y_true), np.asarray(y_score, dtype=np.float64).ravel()
@@ -36,7 +40,9 @@ def top_k_recall(y_true: Sequence[float] | np.ndarray, y_score: Sequence[float] 
     return len(true_best & kept) / len(true_best)
 
 
-def ndcg_at_k(y_true: Sequence[float] | np.ndarray, y_score: Sequence[float] | np.ndarray, k: int = 10) -> float:
+def ndcg_at_k(
+    y_true: Sequence[float] | np.ndarray, y_score: Sequence[float] | np.ndarray, k: int = 10
+) -> float:
     """NDCG@k with relevance = optimum / time (1 for the best config, 0 for a failed one)."""
     t, s = _arr(y_true), np.asarray(y_score, dtype=np.float64).ravel()
     if len(t) != len(s) or len(t) == 0:

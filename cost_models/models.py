@@ -22,8 +22,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CostModel", "XGBRegressorModel", "XGBRankerModel", "XGBEnsemble", "RandomForestModel", "NoModel",
-           "normalise_targets", "FAIL_MARGIN", "MODELS"]
+__all__ = [
+    "CostModel",
+    "XGBRegressorModel",
+    "XGBRankerModel",
+    "XGBEnsemble",
+    "RandomForestModel",
+    "NoModel",
+    "normalise_targets",
+    "FAIL_MARGIN",
+    "MODELS",
+]
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +40,16 @@ log = logging.getLogger(__name__)
 FAIL_MARGIN = 0.5
 
 
-def normalise_targets(y: Sequence[float] | np.ndarray, groups: Sequence[Any] | np.ndarray | None = None) -> np.ndarray:
+def normalise_targets(
+    y: Sequence[float] | np.ndarray, groups: Sequence[Any] | np.ndarray | None = None
+) -> np.ndarray:
     """Per task (group): log(time) - median log(time); failures (NaN, inf, <= 0) = task max + FAIL_MARGIN."""
     yy = np.asarray(y, dtype=np.float64)
-    g = np.zeros(len(yy), dtype=np.int64) if groups is None else np.unique(np.asarray(groups), return_inverse=True)[1]
+    g = (
+        np.zeros(len(yy), dtype=np.int64)
+        if groups is None
+        else np.unique(np.asarray(groups), return_inverse=True)[1]
+    )
     out = np.empty(len(yy))
     for gi in np.unique(g):
         m = g == gi
@@ -89,7 +104,9 @@ class CostModel:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"{type(self).__name__}({args})"
 
-    def fit(self, X: Any, y: Any, groups: Any = None, sample_weight: Any = None) -> CostModel:  # pragma: no cover
+    def fit(
+        self, X: Any, y: Any, groups: Any = None, sample_weight: Any = None
+    ) -> CostModel:  # pragma: no cover
         raise NotImplementedError
 
     def predict(self, X: Any) -> np.ndarray:  # pragma: no cover
@@ -105,8 +122,16 @@ class CostModel:
             raise ValueError(f"X has {X.shape[1]} features, the model was fitted on {self.n_features_in_}")
 
 
-def _xgb_params(n_threads: int, max_depth: int, learning_rate: float, subsample: float, colsample: float,
-                min_child_weight: float, seed: int, objective: str) -> dict[str, Any]:
+def _xgb_params(
+    n_threads: int,
+    max_depth: int,
+    learning_rate: float,
+    subsample: float,
+    colsample: float,
+    min_child_weight: float,
+    seed: int,
+    objective: str,
+) -> dict[str, Any]:
     return {
         "objective": objective,
         "max_depth": max_depth,
@@ -125,9 +150,18 @@ def _xgb_params(n_threads: int, max_depth: int, learning_rate: float, subsample:
 class XGBRegressorModel(CostModel):
     """XGBoost regressor on the per-task normalised log time (or on `y` as given, `normalise=False`)."""
 
-    def __init__(self, n_estimators: int = 60, max_depth: int = 5, learning_rate: float = 0.2,
-                 subsample: float = 0.9, colsample_bytree: float = 0.9, min_child_weight: float = 1.0,
-                 n_threads: int = 1, normalise: bool = True, seed: int = 0) -> None:
+    def __init__(
+        self,
+        n_estimators: int = 60,
+        max_depth: int = 5,
+        learning_rate: float = 0.2,
+        subsample: float = 0.9,
+        colsample_bytree: float = 0.9,
+        min_child_weight: float = 1.0,
+        n_threads: int = 1,
+        normalise: bool = True,
+        seed: int = 0,
+    ) -> None:
         self.n_estimators = n_estimators
         self.max_depth = max_depth
         self.learning_rate = learning_rate
@@ -138,8 +172,9 @@ class XGBRegressorModel(CostModel):
         self.normalise = normalise
         self.seed = seed
 
-    def fit(self, X: Any, y: Any, groups: Any = None, sample_weight: Any = None,
-            base_margin: Any = None) -> XGBRegressorModel:
+    def fit(
+        self, X: Any, y: Any, groups: Any = None, sample_weight: Any = None, base_margin: Any = None
+    ) -> XGBRegressorModel:
         import xgboost as xgb
 
         Xa, ya = _check_xy(X, y)
@@ -148,13 +183,24 @@ class XGBRegressorModel(CostModel):
         if self.n_estimators < 1:
             raise ValueError(f"n_estimators must be >= 1, got {self.n_estimators}")
         d = xgb.DMatrix(Xa, t, weight=sample_weight, base_margin=base_margin, nthread=self.n_threads)
-        params = _xgb_params(self.n_threads, self.max_depth, self.learning_rate, self.subsample,
-                             self.colsample_bytree, self.min_child_weight, self.seed, "reg:squarederror")
+        params = _xgb_params(
+            self.n_threads,
+            self.max_depth,
+            self.learning_rate,
+            self.subsample,
+            self.colsample_bytree,
+            self.min_child_weight,
+            self.seed,
+            "reg:squarederror",
+        )
         params["base_score"] = 0.0
         self.booster_ = xgb.train(params, d, self.n_estimators)
         self.n_features_in_ = Xa.shape[1]
-        self.training_summary_ = {"rows": int(len(ya)), "tasks": int(len(np.unique(groups))) if groups is not None else 1,
-                                  "failed": int((~np.isfinite(ya) | (ya <= 0)).sum()) if self.normalise else 0}
+        self.training_summary_ = {
+            "rows": int(len(ya)),
+            "tasks": int(len(np.unique(groups))) if groups is not None else 1,
+            "failed": int((~np.isfinite(ya) | (ya <= 0)).sum()) if self.normalise else 0,
+        }
         return self
 
     def predict(self, X: Any, base_margin: Any = None) -> np.ndarray:
@@ -172,9 +218,18 @@ class XGBRankerModel(CostModel):
     """XGBoost learning-to-rank grouped by task; relevance = graded by the config's rank in its task
     (the best 1% get the top grade). `predict` returns minus the ranking score (lower = faster)."""
 
-    def __init__(self, objective: str = "rank:pairwise", n_estimators: int = 80, max_depth: int = 5,
-                 learning_rate: float = 0.2, subsample: float = 0.9, colsample_bytree: float = 0.9,
-                 n_grades: int = 8, n_threads: int = 1, seed: int = 0) -> None:
+    def __init__(
+        self,
+        objective: str = "rank:pairwise",
+        n_estimators: int = 80,
+        max_depth: int = 5,
+        learning_rate: float = 0.2,
+        subsample: float = 0.9,
+        colsample_bytree: float = 0.9,
+        n_grades: int = 8,
+        n_threads: int = 1,
+        seed: int = 0,
+    ) -> None:
         self.objective = objective
         self.n_estimators = n_estimators
         self.max_depth = max_depth
@@ -189,10 +244,16 @@ class XGBRankerModel(CostModel):
         import xgboost as xgb
 
         if self.objective not in ("rank:pairwise", "rank:ndcg", "rank:map"):
-            raise ValueError(f"objective must be rank:pairwise, rank:ndcg or rank:map, got {self.objective!r}")
+            raise ValueError(
+                f"objective must be rank:pairwise, rank:ndcg or rank:map, got {self.objective!r}"
+            )
         Xa, ya = _check_xy(X, y)
         assert ya is not None
-        g = np.zeros(len(ya), dtype=np.int64) if groups is None else np.unique(np.asarray(groups), return_inverse=True)[1]
+        g = (
+            np.zeros(len(ya), dtype=np.int64)
+            if groups is None
+            else np.unique(np.asarray(groups), return_inverse=True)[1]
+        )
         order = np.argsort(g, kind="stable")
         Xa, ya, g = Xa[order], ya[order], g[order]
         t = normalise_targets(ya, g)
@@ -205,8 +266,16 @@ class XGBRankerModel(CostModel):
             rel[m] = np.clip(np.floor(np.log2(0.01 / q)) + self.n_grades - 1, 0, self.n_grades - 1)
         d = xgb.DMatrix(Xa, rel, nthread=self.n_threads)
         d.set_group(np.bincount(g).astype(np.uint32)[np.unique(g)])
-        params = _xgb_params(self.n_threads, self.max_depth, self.learning_rate, self.subsample,
-                             self.colsample_bytree, 1.0, self.seed, self.objective)
+        params = _xgb_params(
+            self.n_threads,
+            self.max_depth,
+            self.learning_rate,
+            self.subsample,
+            self.colsample_bytree,
+            1.0,
+            self.seed,
+            self.objective,
+        )
         self.booster_ = xgb.train(params, d, self.n_estimators)
         self.n_features_in_ = Xa.shape[1]
         self.training_summary_ = {"rows": int(len(ya)), "tasks": int(len(np.unique(g)))}
@@ -225,9 +294,20 @@ class XGBRankerModel(CostModel):
 class XGBEnsemble(CostModel):
     """A few XGBoost regressors on bootstrap resamples: `predict` is their mean, `predict_std` the spread."""
 
-    def __init__(self, n_models: int = 3, n_estimators: int = 40, max_depth: int = 4, learning_rate: float = 0.3,
-                 subsample: float = 0.9, colsample_bytree: float = 0.8, min_child_weight: float = 1.0,
-                 bootstrap: bool = True, n_threads: int = 1, normalise: bool = True, seed: int = 0) -> None:
+    def __init__(
+        self,
+        n_models: int = 3,
+        n_estimators: int = 40,
+        max_depth: int = 4,
+        learning_rate: float = 0.3,
+        subsample: float = 0.9,
+        colsample_bytree: float = 0.8,
+        min_child_weight: float = 1.0,
+        bootstrap: bool = True,
+        n_threads: int = 1,
+        normalise: bool = True,
+        seed: int = 0,
+    ) -> None:
         self.n_models = n_models
         self.n_estimators = n_estimators
         self.max_depth = max_depth
@@ -240,8 +320,9 @@ class XGBEnsemble(CostModel):
         self.normalise = normalise
         self.seed = seed
 
-    def fit(self, X: Any, y: Any, groups: Any = None, sample_weight: Any = None,
-            base_margin: Any = None) -> XGBEnsemble:
+    def fit(
+        self, X: Any, y: Any, groups: Any = None, sample_weight: Any = None, base_margin: Any = None
+    ) -> XGBEnsemble:
         Xa, ya = _check_xy(X, y)
         assert ya is not None
         if self.n_models < 1:
@@ -254,9 +335,17 @@ class XGBEnsemble(CostModel):
         for i in range(self.n_models):
             idx = rng.integers(0, n, size=n) if self.bootstrap and n > 2 else np.arange(n)
             w = None if sample_weight is None else np.asarray(sample_weight)[idx]
-            m = XGBRegressorModel(self.n_estimators, self.max_depth, self.learning_rate, self.subsample,
-                                  self.colsample_bytree, self.min_child_weight, self.n_threads, normalise=False,
-                                  seed=self.seed * 1000 + i)
+            m = XGBRegressorModel(
+                self.n_estimators,
+                self.max_depth,
+                self.learning_rate,
+                self.subsample,
+                self.colsample_bytree,
+                self.min_child_weight,
+                self.n_threads,
+                normalise=False,
+                seed=self.seed * 1000 + i,
+            )
             m.fit(Xa[idx], t[idx], sample_weight=w, base_margin=None if bm is None else bm[idx])
             self.members_.append(m)
         self.n_features_in_ = Xa.shape[1]
@@ -282,8 +371,14 @@ class XGBEnsemble(CostModel):
 class RandomForestModel(CostModel):
     """Baseline: scikit-learn's random forest on the per-task normalised log time (NaN features -> 0)."""
 
-    def __init__(self, n_estimators: int = 100, max_depth: int | None = None, min_samples_leaf: int = 1,
-                 n_jobs: int = 1, seed: int = 0) -> None:
+    def __init__(
+        self,
+        n_estimators: int = 100,
+        max_depth: int | None = None,
+        min_samples_leaf: int = 1,
+        n_jobs: int = 1,
+        seed: int = 0,
+    ) -> None:
         self.n_estimators = n_estimators
         self.max_depth = max_depth
         self.min_samples_leaf = min_samples_leaf
@@ -296,9 +391,13 @@ class RandomForestModel(CostModel):
         Xa, ya = _check_xy(X, y)
         assert ya is not None
         t = normalise_targets(ya, groups)
-        self.forest_ = RandomForestRegressor(n_estimators=self.n_estimators, max_depth=self.max_depth,
-                                             min_samples_leaf=self.min_samples_leaf, n_jobs=self.n_jobs,
-                                             random_state=self.seed)
+        self.forest_ = RandomForestRegressor(
+            n_estimators=self.n_estimators,
+            max_depth=self.max_depth,
+            min_samples_leaf=self.min_samples_leaf,
+            n_jobs=self.n_jobs,
+            random_state=self.seed,
+        )
         self.forest_.fit(np.nan_to_num(Xa, nan=0.0), t, sample_weight=sample_weight)
         self.n_features_in_ = Xa.shape[1]
         self.training_summary_ = {"rows": int(len(ya))}

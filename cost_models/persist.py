@@ -46,19 +46,23 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def save_model(model: CostModel, path: str | Path, schema: FeatureSchema, *,
-               extra: dict[str, Any] | None = None) -> Path:
+def save_model(
+    model: CostModel, path: str | Path, schema: FeatureSchema, *, extra: dict[str, Any] | None = None
+) -> Path:
     """Save a fitted XGBoost-based model to `path` (.json or .ubj) with its JSON sidecar."""
     p = Path(path)
     if p.suffix not in (".json", ".ubj"):
         raise ValueError(f"{p}: the model file must end in .json or .ubj (XGBoost's formats)")
     kind = type(model).__name__
     if kind not in _KINDS:
-        raise TypeError(f"{kind} cannot be saved: only XGBoost models persist (JSON/UBJ), and nothing is pickled")
+        raise TypeError(
+            f"{kind} cannot be saved: only XGBoost models persist (JSON/UBJ), and nothing is pickled"
+        )
     boosters = model.boosters()  # type: ignore[attr-defined]
     if len(schema.names) != model.n_features_in_:  # type: ignore[attr-defined]
-        raise ValueError(f"schema has {len(schema.names)} features, the model was fitted on "
-                         f"{model.n_features_in_}")  # type: ignore[attr-defined]
+        raise ValueError(
+            f"schema has {len(schema.names)} features, the model was fitted on {model.n_features_in_}"
+        )  # type: ignore[attr-defined]
     files = []
     fmt = "json" if p.suffix == ".json" else "ubj"
     for i, b in enumerate(boosters):
@@ -80,7 +84,9 @@ def save_model(model: CostModel, path: str | Path, schema: FeatureSchema, *,
     return p
 
 
-def load_model(path: str | Path, schema: FeatureSchema | None = None) -> tuple[CostModel, FeatureSchema, dict[str, Any]]:
+def load_model(
+    path: str | Path, schema: FeatureSchema | None = None
+) -> tuple[CostModel, FeatureSchema, dict[str, Any]]:
     """Load a model saved by `save_model`. With `schema`, a model trained on another feature schema is
     refused (SchemaMismatchError). Returns (model, its schema, the sidecar dict)."""
     import xgboost as xgb
@@ -96,7 +102,9 @@ def load_model(path: str | Path, schema: FeatureSchema | None = None) -> tuple[C
     except json.JSONDecodeError as exc:
         raise ValueError(f"{side}: not valid JSON ({exc.msg})") from None
     if meta.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{side}: model format version {meta.get('format_version')!r}, expected {FORMAT_VERSION}")
+        raise ValueError(
+            f"{side}: model format version {meta.get('format_version')!r}, expected {FORMAT_VERSION}"
+        )
     kind = meta.get("kind")
     if kind not in _KINDS:
         raise ValueError(f"{side}: unknown model kind {kind!r}")
@@ -114,9 +122,17 @@ def load_model(path: str | Path, schema: FeatureSchema | None = None) -> tuple[C
     if isinstance(model, XGBEnsemble):
         members = []
         for i, name in enumerate(files):
-            m = XGBRegressorModel(model.n_estimators, model.max_depth, model.learning_rate, model.subsample,
-                                  model.colsample_bytree, model.min_child_weight, model.n_threads, normalise=False,
-                                  seed=model.seed * 1000 + i)
+            m = XGBRegressorModel(
+                model.n_estimators,
+                model.max_depth,
+                model.learning_rate,
+                model.subsample,
+                model.colsample_bytree,
+                model.min_child_weight,
+                model.n_threads,
+                normalise=False,
+                seed=model.seed * 1000 + i,
+            )
             m.booster_ = booster(name)
             m.n_features_in_ = int(meta["n_features_in"])
             members.append(m)

@@ -32,12 +32,20 @@ class PruningReport:
 
     def __str__(self) -> str:
         rec = "unknown" if self.estimated_recall is None else f"{self.estimated_recall:.2f}"
-        return (f"keep {self.kept} of {self.space_size} configs ({self.keep_share:.0%}); estimated recall of the "
-                f"best {self.best:.0%}: {rec} ({self.basis})")
+        return (
+            f"keep {self.kept} of {self.space_size} configs ({self.keep_share:.0%}); estimated recall of the "
+            f"best {self.best:.0%}: {rec} ({self.basis})"
+        )
 
 
-def pruning_report(space_size: int, validation: Sequence[tuple[Sequence[float], Sequence[float]]] = (), *,
-                   keep: float | None = None, best: float = 0.01, target_recall: float = 0.9) -> PruningReport:
+def pruning_report(
+    space_size: int,
+    validation: Sequence[tuple[Sequence[float], Sequence[float]]] = (),
+    *,
+    keep: float | None = None,
+    best: float = 0.01,
+    target_recall: float = 0.9,
+) -> PruningReport:
     """`validation`: (true values, model scores) of held-out tasks. `keep`: a fixed share, or None to
     choose the smallest share on KEEP_GRID whose mean recall reaches `target_recall`."""
     if space_size < 1:
@@ -45,10 +53,14 @@ def pruning_report(space_size: int, validation: Sequence[tuple[Sequence[float], 
     by_share: dict[float, float] = {}
     if validation:
         for share in KEEP_GRID:
-            by_share[share] = float(np.mean([top_k_recall(t, s, keep=share, best=best) for t, s in validation]))
+            by_share[share] = float(
+                np.mean([top_k_recall(t, s, keep=share, best=best) for t, s in validation])
+            )
     if keep is None:
         if not by_share:
-            return PruningReport(space_size, 1.0, space_size, None, best, "no held-out task: nothing pruned", {})
+            return PruningReport(
+                space_size, 1.0, space_size, None, best, "no held-out task: nothing pruned", {}
+            )
         keep = next((s for s in KEEP_GRID if by_share[s] >= target_recall), 1.0)
     if by_share and keep not in by_share:
         by_share[keep] = float(np.mean([top_k_recall(t, s, keep=keep, best=best) for t, s in validation]))

@@ -26,14 +26,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from search_spaces import Device, SearchSpace, get_device
+from tuner.search_spaces import Device, SearchSpace, get_device
 
 from ._common import to_numpy
 from ._registry import KernelSpec
 
-__all__ = ["CheckRow", "CheckReport", "check_kernel", "detect_device", "prepare_environment", "poison",
-           "compare", "draw_configs"]
+__all__ = [
+    "CheckRow",
+    "CheckReport",
+    "check_kernel",
+    "detect_device",
+    "prepare_environment",
+    "poison",
+    "compare",
+    "draw_configs",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -48,9 +55,14 @@ class CheckRow:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"config": self.config, "max_abs_err": _json_float(self.max_abs_err),
-                "max_rel_err": _json_float(self.max_rel_err), "ok": self.ok, "bad_elements": self.bad_elements,
-                "error": self.error}
+        return {
+            "config": self.config,
+            "max_abs_err": _json_float(self.max_abs_err),
+            "max_rel_err": _json_float(self.max_rel_err),
+            "ok": self.ok,
+            "bad_elements": self.bad_elements,
+            "error": self.error,
+        }
 
 
 @dataclass(frozen=True)
@@ -69,9 +81,17 @@ class CheckReport:
         return bool(self.rows) and all(r.ok for r in self.rows)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kernel": self.kernel, "backend": self.backend, "problem": self.problem, "device": self.device,
-                "space_size": self.space_size, "rtol": self.rtol, "atol": self.atol, "ok": self.ok,
-                "rows": [r.to_dict() for r in self.rows]}
+        return {
+            "kernel": self.kernel,
+            "backend": self.backend,
+            "problem": self.problem,
+            "device": self.device,
+            "space_size": self.space_size,
+            "rtol": self.rtol,
+            "atol": self.atol,
+            "ok": self.ok,
+            "rows": [r.to_dict() for r in self.rows],
+        }
 
 
 def _json_float(x: float) -> float | str:
@@ -93,8 +113,14 @@ def prepare_environment() -> None:
         os.environ["TRITON_INTERPRET"] = "1"
 
 
-_TPU_KINDS = (("v6", "tpu_v6e"), ("v5 lite", "tpu_v5e"), ("v5e", "tpu_v5e"), ("v5p", "tpu_v5p"), ("v5", "tpu_v5p"),
-              ("v4", "tpu_v4"))
+_TPU_KINDS = (
+    ("v6", "tpu_v6e"),
+    ("v5 lite", "tpu_v5e"),
+    ("v5e", "tpu_v5e"),
+    ("v5p", "tpu_v5p"),
+    ("v5", "tpu_v5p"),
+    ("v4", "tpu_v4"),
+)
 
 
 def detect_device(backend: str) -> Device:
@@ -226,8 +252,14 @@ def check_kernel(
         except Exception as exc:  # a failing config is a result, not a crash
             logger.debug("config %s failed", cfg, exc_info=True)
             msg = str(exc).strip().splitlines()
-            row = CheckRow(dict(cfg), math.nan, math.nan, False, -1,
-                           f"{type(exc).__name__}: {msg[0] if msg else ''}"[:300])
+            row = CheckRow(
+                dict(cfg),
+                math.nan,
+                math.nan,
+                False,
+                -1,
+                f"{type(exc).__name__}: {msg[0] if msg else ''}"[:300],
+            )
         rows.append(row)
         if progress is not None:
             progress(i, row)

@@ -7,9 +7,22 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DTYPES", "torch_dtype", "jnp_dtype", "to_numpy", "on_gpu", "triton_interpreted",
-           "pallas_interpret", "default_tolerance", "torch_device", "prepare_triton", "ACTIVATIONS",
-           "activation_code", "activation_np", "random_array"]
+__all__ = [
+    "DTYPES",
+    "torch_dtype",
+    "jnp_dtype",
+    "to_numpy",
+    "on_gpu",
+    "triton_interpreted",
+    "pallas_interpret",
+    "default_tolerance",
+    "torch_device",
+    "prepare_triton",
+    "ACTIVATIONS",
+    "activation_code",
+    "activation_np",
+    "random_array",
+]
 
 # Fused epilogue activations of the GEMM kernels; "gelu" is the exact (erf) form, as torch's default.
 ACTIVATIONS = ("none", "relu", "gelu")
@@ -21,8 +34,13 @@ def torch_dtype(name: str) -> Any:
     import torch
 
     try:
-        return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-                "int8": torch.int8, "int32": torch.int32}[name]
+        return {
+            "float32": torch.float32,
+            "float16": torch.float16,
+            "bfloat16": torch.bfloat16,
+            "int8": torch.int8,
+            "int32": torch.int32,
+        }[name]
     except KeyError:
         raise ValueError(f"unsupported dtype {name!r}") from None
 
@@ -31,8 +49,13 @@ def jnp_dtype(name: str) -> Any:
     import jax.numpy as jnp
 
     try:
-        return {"float32": jnp.float32, "float16": jnp.float16, "bfloat16": jnp.bfloat16,
-                "int8": jnp.int8, "int32": jnp.int32}[name]
+        return {
+            "float32": jnp.float32,
+            "float16": jnp.float16,
+            "bfloat16": jnp.bfloat16,
+            "int8": jnp.int8,
+            "int32": jnp.int32,
+        }[name]
     except KeyError:
         raise ValueError(f"unsupported dtype {name!r}") from None
 
@@ -82,7 +105,9 @@ def pallas_interpret() -> bool:
 
 def default_tolerance(dtype: str) -> tuple[float, float]:
     """(rtol, atol) for comparing a kernel's output with its float32 reference."""
-    return {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (3e-2, 3e-2)}.get(dtype, (1e-2, 1e-2))
+    return {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (3e-2, 3e-2)}.get(
+        dtype, (1e-2, 1e-2)
+    )
 
 
 def prepare_triton() -> None:

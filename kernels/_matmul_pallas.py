@@ -68,8 +68,9 @@ def accumulate_k_steps(accumulate: Any, k: Any, n_k: Any, K: int, bk: int) -> No
         accumulate(True)
 
 
-def _kernel(*refs: Any, K: int, bk: int, has_bias: bool, has_scale: bool, activation: str,
-            k_axis: int) -> None:
+def _kernel(
+    *refs: Any, K: int, bk: int, has_bias: bool, has_scale: bool, activation: str, k_axis: int
+) -> None:
     it = iter(refs)
     a_ref, b_ref = next(it), next(it)
     bias_ref = next(it) if has_bias else None
@@ -99,8 +100,19 @@ def _kernel(*refs: Any, K: int, bk: int, has_bias: bool, has_scale: bool, activa
         o_ref[...] = epilogue(acc_ref[...], bias, scale, activation).astype(o_ref.dtype)
 
 
-def _gpu_kernel(*refs: Any, M: int, N: int, K: int, bm: int, bn: int, bk: int, has_bias: bool,
-                has_scale: bool, activation: str, grid_order: str) -> None:
+def _gpu_kernel(
+    *refs: Any,
+    M: int,
+    N: int,
+    K: int,
+    bm: int,
+    bn: int,
+    bk: int,
+    has_bias: bool,
+    has_scale: bool,
+    activation: str,
+    grid_order: str,
+) -> None:
     from jax.experimental.pallas import triton as plgpu
 
     it = iter(refs)
@@ -118,10 +130,12 @@ def _gpu_kernel(*refs: Any, M: int, N: int, K: int, bm: int, bn: int, bk: int, h
     def body(kk: Any, acc: jax.Array) -> jax.Array:
         rk = kk * bk + jnp.arange(bk)
         k_ok = rk < K
-        a = plgpu.load(a_ref.at[pl.ds(i * bm, bm), pl.ds(kk * bk, bk)], mask=m_ok[:, None] & k_ok[None, :],
-                       other=0)
-        b = plgpu.load(b_ref.at[pl.ds(kk * bk, bk), pl.ds(j * bn, bn)], mask=k_ok[:, None] & n_ok[None, :],
-                       other=0)
+        a = plgpu.load(
+            a_ref.at[pl.ds(i * bm, bm), pl.ds(kk * bk, bk)], mask=m_ok[:, None] & k_ok[None, :], other=0
+        )
+        b = plgpu.load(
+            b_ref.at[pl.ds(kk * bk, bk), pl.ds(j * bn, bn)], mask=k_ok[:, None] & n_ok[None, :], other=0
+        )
         if b.dtype != a.dtype:  # int8 weights: exact in the activation dtype
             b = b.astype(a.dtype)
         return acc + jnp.dot(a, b, preferred_element_type=jnp.float32, precision=precision)
@@ -130,13 +144,27 @@ def _gpu_kernel(*refs: Any, M: int, N: int, K: int, bm: int, bn: int, bk: int, h
     bias = plgpu.load(bias_ref.at[pl.ds(j * bn, bn)], mask=n_ok, other=0) if bias_ref is not None else None
     scale = plgpu.load(scale_ref.at[pl.ds(j * bn, bn)], mask=n_ok, other=0) if scale_ref is not None else None
     acc = epilogue(acc, bias, scale, activation)
-    plgpu.store(o_ref.at[pl.ds(i * bm, bm), pl.ds(j * bn, bn)], acc.astype(o_ref.dtype),
-                mask=m_ok[:, None] & n_ok[None, :])
+    plgpu.store(
+        o_ref.at[pl.ds(i * bm, bm), pl.ds(j * bn, bn)],
+        acc.astype(o_ref.dtype),
+        mask=m_ok[:, None] & n_ok[None, :],
+    )
 
 
-def _call_gpu(a: jax.Array, b: jax.Array, bias: jax.Array | None, scale: jax.Array | None, activation: str,
-              bm: int, bn: int, bk: int, grid_order: str, num_warps: int, num_stages: int,
-              interpret: bool) -> jax.Array:
+def _call_gpu(
+    a: jax.Array,
+    b: jax.Array,
+    bias: jax.Array | None,
+    scale: jax.Array | None,
+    activation: str,
+    bm: int,
+    bn: int,
+    bk: int,
+    grid_order: str,
+    num_warps: int,
+    num_stages: int,
+    interpret: bool,
+) -> jax.Array:
     from jax.experimental.pallas import triton as plgpu
 
     M, K = a.shape
@@ -148,8 +176,19 @@ def _call_gpu(a: jax.Array, b: jax.Array, bias: jax.Array | None, scale: jax.Arr
     for vec in (bias, scale):
         if vec is not None and vec.shape != (N,):
             raise ValueError(f"bias/scale must have shape {(N,)}, got {vec.shape}")
-    kernel = functools.partial(_gpu_kernel, M=M, N=N, K=K, bm=bm, bn=bn, bk=bk, has_bias=bias is not None,
-                               has_scale=scale is not None, activation=activation, grid_order=grid_order)
+    kernel = functools.partial(
+        _gpu_kernel,
+        M=M,
+        N=N,
+        K=K,
+        bm=bm,
+        bn=bn,
+        bk=bk,
+        has_bias=bias is not None,
+        has_scale=scale is not None,
+        activation=activation,
+        grid_order=grid_order,
+    )
     return pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((M, N), a.dtype),
@@ -165,8 +204,18 @@ def use_triton_lowering(num_warps: int | None, interpret: bool) -> bool:
     return num_warps is not None or (not interpret and jax.default_backend() == "gpu")
 
 
-def _call(a: jax.Array, b: jax.Array, bias: jax.Array | None, scale: jax.Array | None, activation: str,
-          bm: int, bn: int, bk: int, grid_order: str, interpret: bool) -> jax.Array:
+def _call(
+    a: jax.Array,
+    b: jax.Array,
+    bias: jax.Array | None,
+    scale: jax.Array | None,
+    activation: str,
+    bm: int,
+    bn: int,
+    bk: int,
+    grid_order: str,
+    interpret: bool,
+) -> jax.Array:
     from jax.experimental.pallas import tpu as pltpu
 
     if activation not in ACTIVATIONS:
@@ -189,8 +238,10 @@ def _call(a: jax.Array, b: jax.Array, bias: jax.Array | None, scale: jax.Array |
     else:
         raise ValueError(f"grid_order={grid_order!r} must be 'mn' or 'nm'")
 
-    in_specs = [pl.BlockSpec((bm, bk), lambda g0, g1, k: (ij(g0, g1)[0], k)),
-                pl.BlockSpec((bk, bn), lambda g0, g1, k: (k, ij(g0, g1)[1]))]
+    in_specs = [
+        pl.BlockSpec((bm, bk), lambda g0, g1, k: (ij(g0, g1)[0], k)),
+        pl.BlockSpec((bk, bn), lambda g0, g1, k: (k, ij(g0, g1)[1])),
+    ]
     operands = [a, b]
     for vec in (bias, scale):
         if vec is not None:
@@ -198,14 +249,25 @@ def _call(a: jax.Array, b: jax.Array, bias: jax.Array | None, scale: jax.Array |
                 raise ValueError(f"bias/scale must have shape {(N,)}, got {vec.shape}")
             in_specs.append(pl.BlockSpec((1, bn), lambda g0, g1, k: (0, ij(g0, g1)[1])))
             operands.append(vec.reshape(1, N))
-    kernel = functools.partial(_kernel, K=K, bk=bk, has_bias=bias is not None, has_scale=scale is not None,
-                               activation=activation, k_axis=2)
+    kernel = functools.partial(
+        _kernel,
+        K=K,
+        bk=bk,
+        has_bias=bias is not None,
+        has_scale=scale is not None,
+        activation=activation,
+        k_axis=2,
+    )
     compiler_params = None
     if not interpret and jax.default_backend() == "tpu":
         nbytes = a.dtype.itemsize
-        need = 2 * (bm * bk * nbytes + bk * bn * b.dtype.itemsize + bm * bn * nbytes + 2 * bn * 4) + bm * bn * 4
-        compiler_params = pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary"),
-                                               vmem_limit_bytes=max(32 * 2**20, int(need * 1.25)))
+        need = (
+            2 * (bm * bk * nbytes + bk * bn * b.dtype.itemsize + bm * bn * nbytes + 2 * bn * 4) + bm * bn * 4
+        )
+        compiler_params = pltpu.CompilerParams(
+            dimension_semantics=("parallel", "parallel", "arbitrary"),
+            vmem_limit_bytes=max(32 * 2**20, int(need * 1.25)),
+        )
     return pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((M, N), a.dtype),
@@ -218,39 +280,100 @@ def _call(a: jax.Array, b: jax.Array, bias: jax.Array | None, scale: jax.Array |
     )(*operands)
 
 
-@functools.partial(jax.jit, static_argnames=("activation", "bm", "bn", "bk", "grid_order", "num_warps",
-                                             "num_stages", "interpret"))
-def _matmul_jit(a: jax.Array, b: jax.Array, bias: jax.Array | None, scale: jax.Array | None, *,
-                activation: str, bm: int, bn: int, bk: int, grid_order: str, num_warps: int | None,
-                num_stages: int | None, interpret: bool) -> jax.Array:
+@functools.partial(
+    jax.jit,
+    static_argnames=("activation", "bm", "bn", "bk", "grid_order", "num_warps", "num_stages", "interpret"),
+)
+def _matmul_jit(
+    a: jax.Array,
+    b: jax.Array,
+    bias: jax.Array | None,
+    scale: jax.Array | None,
+    *,
+    activation: str,
+    bm: int,
+    bn: int,
+    bk: int,
+    grid_order: str,
+    num_warps: int | None,
+    num_stages: int | None,
+    interpret: bool,
+) -> jax.Array:
     if activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; choose one of {list(ACTIVATIONS)}")
     if use_triton_lowering(num_warps, interpret):
-        return _call_gpu(a, b, bias, scale, activation, bm, bn, bk, grid_order, num_warps or 4,
-                         num_stages or 3, interpret)
+        return _call_gpu(
+            a, b, bias, scale, activation, bm, bn, bk, grid_order, num_warps or 4, num_stages or 3, interpret
+        )
     return _call(a, b, bias, scale, activation, bm, bn, bk, grid_order, interpret)
 
 
-def matmul(a: jax.Array, b: jax.Array, bias: jax.Array | None = None, activation: str = "none", *,
-           bm: int = 128, bn: int = 128, bk: int = 128, grid_order: str = "mn", num_warps: int | None = None,
-           num_stages: int | None = None, interpret: bool | None = None) -> jax.Array:
+def matmul(
+    a: jax.Array,
+    b: jax.Array,
+    bias: jax.Array | None = None,
+    activation: str = "none",
+    *,
+    bm: int = 128,
+    bn: int = 128,
+    bk: int = 128,
+    grid_order: str = "mn",
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    interpret: bool | None = None,
+) -> jax.Array:
     """C = act(A @ B + bias), fp32 accumulation, output in A's dtype. num_warps/num_stages select the
     Triton-lowering structure (GPU compiler params); without them, the Mosaic one (unless on a GPU)."""
     if a.dtype != b.dtype:
         raise ValueError(f"a and b must have the same dtype, got {a.dtype} and {b.dtype}")
     interp = pallas_interpret() if interpret is None else interpret
-    return _matmul_jit(a, b, bias, None, activation=activation, bm=bm, bn=bn, bk=bk, grid_order=grid_order,
-                       num_warps=num_warps, num_stages=num_stages, interpret=interp)
+    return _matmul_jit(
+        a,
+        b,
+        bias,
+        None,
+        activation=activation,
+        bm=bm,
+        bn=bn,
+        bk=bk,
+        grid_order=grid_order,
+        num_warps=num_warps,
+        num_stages=num_stages,
+        interpret=interp,
+    )
 
 
-def int8_matmul(x: jax.Array, w: jax.Array, scale: jax.Array, bias: jax.Array | None = None,
-                activation: str = "none", *, bm: int = 128, bn: int = 128, bk: int = 128,
-                grid_order: str = "mn", num_warps: int | None = None, num_stages: int | None = None,
-                interpret: bool | None = None) -> jax.Array:
+def int8_matmul(
+    x: jax.Array,
+    w: jax.Array,
+    scale: jax.Array,
+    bias: jax.Array | None = None,
+    activation: str = "none",
+    *,
+    bm: int = 128,
+    bn: int = 128,
+    bk: int = 128,
+    grid_order: str = "mn",
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    interpret: bool | None = None,
+) -> jax.Array:
     """C = act((X @ W_int8) * scale + bias): int8 weights converted to X's dtype per block (exact),
     per-output-channel scale applied once to the fp32 accumulator."""
     if w.dtype != jnp.int8:
         raise ValueError(f"w must be int8, got {w.dtype}")
     interp = pallas_interpret() if interpret is None else interpret
-    return _matmul_jit(x, w, bias, scale, activation=activation, bm=bm, bn=bn, bk=bk, grid_order=grid_order,
-                       num_warps=num_warps, num_stages=num_stages, interpret=interp)
+    return _matmul_jit(
+        x,
+        w,
+        bias,
+        scale,
+        activation=activation,
+        bm=bm,
+        bn=bn,
+        bk=bk,
+        grid_order=grid_order,
+        num_warps=num_warps,
+        num_stages=num_stages,
+        interpret=interp,
+    )

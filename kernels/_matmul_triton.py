@@ -48,12 +48,30 @@ def _grouped_pids(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP
 
 @triton.jit
 def _matmul_kernel(
-    a_ptr, b_ptr, bias_ptr, c_ptr, scale_ptr,
-    M, N, K,
-    stride_am, stride_ak, stride_bk, stride_bn, stride_cs, stride_cm, stride_cn,
-    HAS_BIAS: tl.constexpr, ACT: tl.constexpr, UPCAST: tl.constexpr, B_INT8: tl.constexpr,
+    a_ptr,
+    b_ptr,
+    bias_ptr,
+    c_ptr,
+    scale_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cs,
+    stride_cm,
+    stride_cn,
+    HAS_BIAS: tl.constexpr,
+    ACT: tl.constexpr,
+    UPCAST: tl.constexpr,
+    B_INT8: tl.constexpr,
     PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr,
 ):
     pid_m, pid_n = _grouped_pids(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -68,10 +86,16 @@ def _matmul_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kt in range(k_lo, k_hi):
         rk = kt * BLOCK_K + rk0
-        a = tl.load(a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak,
-                    mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn,
-                    mask=(rk[:, None] < K) & (rn[None, :] < N), other=0)
+        a = tl.load(
+            a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak,
+            mask=(rm[:, None] < M) & (rk[None, :] < K),
+            other=0.0,
+        )
+        b = tl.load(
+            b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn,
+            mask=(rk[:, None] < K) & (rn[None, :] < N),
+            other=0,
+        )
         if UPCAST:
             a = a.to(tl.float32)
             b = b.to(tl.float32)
@@ -88,16 +112,31 @@ def _matmul_kernel(
         c = acc.to(c_ptr.dtype.element_ty)
     else:
         c = acc  # fp32 partial sums into the workspace; the reduce kernel applies the epilogue
-    tl.store(c_ptr + pid_k * stride_cs + rm[:, None] * stride_cm + rn[None, :] * stride_cn, c,
-             mask=(rm[:, None] < M) & (rn[None, :] < N))
+    tl.store(
+        c_ptr + pid_k * stride_cs + rm[:, None] * stride_cm + rn[None, :] * stride_cn,
+        c,
+        mask=(rm[:, None] < M) & (rn[None, :] < N),
+    )
 
 
 @triton.jit
 def _splitk_reduce_kernel(
-    ws_ptr, bias_ptr, c_ptr, scale_ptr, M, N,
-    stride_ws, stride_wm, stride_cm, stride_cn,
-    HAS_BIAS: tl.constexpr, ACT: tl.constexpr, B_INT8: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
+    ws_ptr,
+    bias_ptr,
+    c_ptr,
+    scale_ptr,
+    M,
+    N,
+    stride_ws,
+    stride_wm,
+    stride_cm,
+    stride_cn,
+    HAS_BIAS: tl.constexpr,
+    ACT: tl.constexpr,
+    B_INT8: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SPLIT_K: tl.constexpr,
 ):
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -109,12 +148,27 @@ def _splitk_reduce_kernel(
         scale = tl.load(scale_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)
         acc = acc * scale[None, :]
     acc = _apply_epilogue(acc, bias_ptr, rn, N, HAS_BIAS, ACT)
-    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty), mask=mask)
+    tl.store(
+        c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty), mask=mask
+    )
 
 
-def _launch(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, scale: torch.Tensor | None,
-            activation: str, out: torch.Tensor | None, *, BLOCK_M: int, BLOCK_N: int, BLOCK_K: int,
-            GROUP_M: int, SPLIT_K: int, num_warps: int, num_stages: int) -> torch.Tensor:
+def _launch(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    bias: torch.Tensor | None,
+    scale: torch.Tensor | None,
+    activation: str,
+    out: torch.Tensor | None,
+    *,
+    BLOCK_M: int,
+    BLOCK_N: int,
+    BLOCK_K: int,
+    GROUP_M: int,
+    SPLIT_K: int,
+    num_warps: int,
+    num_stages: int,
+) -> torch.Tensor:
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul needs a (M, K) and b (K, N), got {tuple(a.shape)} and {tuple(b.shape)}")
     M, K = a.shape
@@ -134,42 +188,151 @@ def _launch(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, scale: 
     common: dict[str, Any] = dict(HAS_BIAS=bias is not None, ACT=act, B_INT8=scale is not None)
     if SPLIT_K == 1:
         _matmul_kernel[(grid_mn, 1)](
-            a, b, bias if bias is not None else dummy, out, scale if scale is not None else dummy,
-            M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), 0, out.stride(0), out.stride(1),
-            UPCAST=upcast, PRECISION=precision, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
-            SPLIT_K=1, num_warps=num_warps, num_stages=num_stages, **common)
+            a,
+            b,
+            bias if bias is not None else dummy,
+            out,
+            scale if scale is not None else dummy,
+            M,
+            N,
+            K,
+            a.stride(0),
+            a.stride(1),
+            b.stride(0),
+            b.stride(1),
+            0,
+            out.stride(0),
+            out.stride(1),
+            UPCAST=upcast,
+            PRECISION=precision,
+            BLOCK_M=BLOCK_M,
+            BLOCK_N=BLOCK_N,
+            BLOCK_K=BLOCK_K,
+            GROUP_M=GROUP_M,
+            SPLIT_K=1,
+            num_warps=num_warps,
+            num_stages=num_stages,
+            **common,
+        )
         return out
     ws = torch.empty((SPLIT_K, M, N), dtype=torch.float32, device=a.device)
     _matmul_kernel[(grid_mn, SPLIT_K)](
-        a, b, dummy, ws, dummy, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-        ws.stride(0), ws.stride(1), ws.stride(2), HAS_BIAS=False, ACT=0, B_INT8=scale is not None,
-        UPCAST=upcast, PRECISION=precision, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
-        SPLIT_K=SPLIT_K, num_warps=num_warps, num_stages=num_stages)
+        a,
+        b,
+        dummy,
+        ws,
+        dummy,
+        M,
+        N,
+        K,
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        ws.stride(0),
+        ws.stride(1),
+        ws.stride(2),
+        HAS_BIAS=False,
+        ACT=0,
+        B_INT8=scale is not None,
+        UPCAST=upcast,
+        PRECISION=precision,
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=BLOCK_N,
+        BLOCK_K=BLOCK_K,
+        GROUP_M=GROUP_M,
+        SPLIT_K=SPLIT_K,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
     _splitk_reduce_kernel[(triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N))](
-        ws, bias if bias is not None else dummy, out, scale if scale is not None else dummy, M, N,
-        ws.stride(0), ws.stride(1), out.stride(0), out.stride(1), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-        SPLIT_K=SPLIT_K, num_warps=num_warps, **common)
+        ws,
+        bias if bias is not None else dummy,
+        out,
+        scale if scale is not None else dummy,
+        M,
+        N,
+        ws.stride(0),
+        ws.stride(1),
+        out.stride(0),
+        out.stride(1),
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=BLOCK_N,
+        SPLIT_K=SPLIT_K,
+        num_warps=num_warps,
+        **common,
+    )
     return out
 
 
-def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none",
-           out: torch.Tensor | None = None, *, BLOCK_M: int = 64, BLOCK_N: int = 64, BLOCK_K: int = 32,
-           GROUP_M: int = 8, SPLIT_K: int = 1, num_warps: int = 4, num_stages: int = 3) -> torch.Tensor:
+def matmul(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str = "none",
+    out: torch.Tensor | None = None,
+    *,
+    BLOCK_M: int = 64,
+    BLOCK_N: int = 64,
+    BLOCK_K: int = 32,
+    GROUP_M: int = 8,
+    SPLIT_K: int = 1,
+    num_warps: int = 4,
+    num_stages: int = 3,
+) -> torch.Tensor:
     """C = act(A @ B + bias) with fp32 accumulation, written into `out` (allocated when None)."""
     if a.dtype != b.dtype:
         raise ValueError(f"a and b must have the same dtype, got {a.dtype} and {b.dtype}")
-    return _launch(a, b, bias, None, activation, out, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-                   GROUP_M=GROUP_M, SPLIT_K=SPLIT_K, num_warps=num_warps, num_stages=num_stages)
+    return _launch(
+        a,
+        b,
+        bias,
+        None,
+        activation,
+        out,
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=BLOCK_N,
+        BLOCK_K=BLOCK_K,
+        GROUP_M=GROUP_M,
+        SPLIT_K=SPLIT_K,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
 
 
-def int8_matmul(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None,
-                activation: str = "none", out: torch.Tensor | None = None, *, BLOCK_M: int = 64,
-                BLOCK_N: int = 64, BLOCK_K: int = 64, GROUP_M: int = 8, SPLIT_K: int = 1, num_warps: int = 4,
-                num_stages: int = 3) -> torch.Tensor:
+def int8_matmul(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str = "none",
+    out: torch.Tensor | None = None,
+    *,
+    BLOCK_M: int = 64,
+    BLOCK_N: int = 64,
+    BLOCK_K: int = 64,
+    GROUP_M: int = 8,
+    SPLIT_K: int = 1,
+    num_warps: int = 4,
+    num_stages: int = 3,
+) -> torch.Tensor:
     """C = act((X @ W_int8) * scale[None, :] + bias) with fp32 accumulation; `scale` is per output channel."""
     if w.dtype != torch.int8:
         raise ValueError(f"w must be int8, got {w.dtype}")
     if tuple(scale.shape) != (w.shape[1],):
         raise ValueError(f"scale has shape {tuple(scale.shape)}, expected {(w.shape[1],)}")
-    return _launch(x, w, bias, scale, activation, out, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-                   GROUP_M=GROUP_M, SPLIT_K=SPLIT_K, num_warps=num_warps, num_stages=num_stages)
+    return _launch(
+        x,
+        w,
+        bias,
+        scale,
+        activation,
+        out,
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=BLOCK_N,
+        BLOCK_K=BLOCK_K,
+        GROUP_M=GROUP_M,
+        SPLIT_K=SPLIT_K,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )

@@ -51,8 +51,21 @@ def group_metadata(group_sizes: jax.Array, T: int, bm: int) -> tuple[jax.Array, 
     return g, tile, valid.astype(jnp.int32), starts, ends
 
 
-def _kernel(gid_ref: Any, tile_ref: Any, valid_ref: Any, start_ref: Any, end_ref: Any,
-            x_ref: Any, w_ref: Any, o_ref: Any, acc_ref: Any, *, K: int, bm: int, bk: int) -> None:
+def _kernel(
+    gid_ref: Any,
+    tile_ref: Any,
+    valid_ref: Any,
+    start_ref: Any,
+    end_ref: Any,
+    x_ref: Any,
+    w_ref: Any,
+    o_ref: Any,
+    acc_ref: Any,
+    *,
+    K: int,
+    bm: int,
+    bk: int,
+) -> None:
     v, k = pl.program_id(1), pl.program_id(2)
 
     @pl.when(k == 0)
@@ -76,8 +89,9 @@ def _kernel(gid_ref: Any, tile_ref: Any, valid_ref: Any, start_ref: Any, end_ref
         o_ref[...] = jnp.where(mine, acc_ref[...].astype(o_ref.dtype), o_ref[...])
 
 
-def _gpu_kernel(sizes_ref: Any, x_ref: Any, w_ref: Any, o_ref: Any, *, E: int, K: int, N: int, bm: int, bn: int,
-                bk: int) -> None:
+def _gpu_kernel(
+    sizes_ref: Any, x_ref: Any, w_ref: Any, o_ref: Any, *, E: int, K: int, N: int, bm: int, bn: int, bk: int
+) -> None:
     from jax.experimental.pallas import triton as plgpu
 
     pid_t, pid_n = pl.program_id(0), pl.program_id(1)
@@ -105,19 +119,37 @@ def _gpu_kernel(sizes_ref: Any, x_ref: Any, w_ref: Any, o_ref: Any, *, E: int, K
         def body(kk: Any, acc: jax.Array) -> jax.Array:
             rk = kk * bk + jnp.arange(bk)
             k_ok = rk < K
-            a = plgpu.load(x_ref.at[pl.ds(row_start, bm), pl.ds(kk * bk, bk)],
-                           mask=m_ok[:, None] & k_ok[None, :], other=0)
-            b = plgpu.load(w_ref.at[expert, pl.ds(kk * bk, bk), pl.ds(pid_n * bn, bn)],
-                           mask=k_ok[:, None] & n_ok[None, :], other=0)
+            a = plgpu.load(
+                x_ref.at[pl.ds(row_start, bm), pl.ds(kk * bk, bk)],
+                mask=m_ok[:, None] & k_ok[None, :],
+                other=0,
+            )
+            b = plgpu.load(
+                w_ref.at[expert, pl.ds(kk * bk, bk), pl.ds(pid_n * bn, bn)],
+                mask=k_ok[:, None] & n_ok[None, :],
+                other=0,
+            )
             return acc + jnp.dot(a, b, preferred_element_type=jnp.float32, precision=precision)
 
         acc = jax.lax.fori_loop(0, pl.cdiv(K, bk), body, jnp.zeros((bm, bn), jnp.float32))
-        plgpu.store(o_ref.at[pl.ds(row_start, bm), pl.ds(pid_n * bn, bn)], acc.astype(o_ref.dtype),
-                    mask=m_ok[:, None] & n_ok[None, :])
+        plgpu.store(
+            o_ref.at[pl.ds(row_start, bm), pl.ds(pid_n * bn, bn)],
+            acc.astype(o_ref.dtype),
+            mask=m_ok[:, None] & n_ok[None, :],
+        )
 
 
-def _moe_gpu(x: jax.Array, w: jax.Array, group_sizes: jax.Array, bm: int, bn: int, bk: int, num_warps: int,
-             num_stages: int, interpret: bool) -> jax.Array:
+def _moe_gpu(
+    x: jax.Array,
+    w: jax.Array,
+    group_sizes: jax.Array,
+    bm: int,
+    bn: int,
+    bk: int,
+    num_warps: int,
+    num_stages: int,
+    interpret: bool,
+) -> jax.Array:
     from jax.experimental.pallas import triton as plgpu
 
     T, K = x.shape
@@ -132,8 +164,18 @@ def _moe_gpu(x: jax.Array, w: jax.Array, group_sizes: jax.Array, bm: int, bn: in
 
 
 @functools.partial(jax.jit, static_argnames=("bm", "bn", "bk", "num_warps", "num_stages", "interpret"))
-def _moe_jit(x: jax.Array, w: jax.Array, group_sizes: jax.Array, *, bm: int, bn: int, bk: int,
-             num_warps: int | None, num_stages: int | None, interpret: bool) -> jax.Array:
+def _moe_jit(
+    x: jax.Array,
+    w: jax.Array,
+    group_sizes: jax.Array,
+    *,
+    bm: int,
+    bn: int,
+    bk: int,
+    num_warps: int | None,
+    num_stages: int | None,
+    interpret: bool,
+) -> jax.Array:
     from jax.experimental.pallas import tpu as pltpu
 
     if use_triton_lowering(num_warps, interpret):
@@ -159,8 +201,10 @@ def _moe_jit(x: jax.Array, w: jax.Array, group_sizes: jax.Array, *, bm: int, bn:
         nbytes = x.dtype.itemsize
         need = 2 * (bm * bk + bk * bn + bm * bn) * nbytes + bm * bn * 4
         # the visit axis must stay sequential: consecutive visits of a row tile share the output block
-        compiler_params = pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary"),
-                                               vmem_limit_bytes=max(32 * 2**20, int(need * 1.25)))
+        compiler_params = pltpu.CompilerParams(
+            dimension_semantics=("parallel", "arbitrary", "arbitrary"),
+            vmem_limit_bytes=max(32 * 2**20, int(need * 1.25)),
+        )
     return pl.pallas_call(
         functools.partial(_kernel, K=K, bm=bm, bk=bk),
         out_shape=jax.ShapeDtypeStruct((T, N), x.dtype),
@@ -170,9 +214,18 @@ def _moe_jit(x: jax.Array, w: jax.Array, group_sizes: jax.Array, *, bm: int, bn:
     )(*meta, x, w)
 
 
-def moe_gemm(x: jax.Array, w: jax.Array, group_sizes: jax.Array, *, bm: int = 128, bn: int = 128,
-             bk: int = 128, num_warps: int | None = None, num_stages: int | None = None,
-             interpret: bool | None = None) -> jax.Array:
+def moe_gemm(
+    x: jax.Array,
+    w: jax.Array,
+    group_sizes: jax.Array,
+    *,
+    bm: int = 128,
+    bn: int = 128,
+    bk: int = 128,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    interpret: bool | None = None,
+) -> jax.Array:
     """out[rows of e] = x[rows of e] @ w[e] for x (T, K) sorted by expert, w (E, K, N), group_sizes (E,)."""
     if x.ndim != 2 or w.ndim != 3 or x.shape[1] != w.shape[1]:
         raise ValueError(f"moe_gemm needs x (T, K) and w (E, K, N), got {x.shape} and {w.shape}")
@@ -181,5 +234,6 @@ def moe_gemm(x: jax.Array, w: jax.Array, group_sizes: jax.Array, *, bm: int = 12
     if group_sizes.shape != (w.shape[0],):
         raise ValueError(f"group_sizes has shape {group_sizes.shape}, expected {(w.shape[0],)}")
     interp = pallas_interpret() if interpret is None else interpret
-    return _moe_jit(x, w, group_sizes, bm=bm, bn=bn, bk=bk, num_warps=num_warps, num_stages=num_stages,
-                    interpret=interp)
+    return _moe_jit(
+        x, w, group_sizes, bm=bm, bn=bn, bk=bk, num_warps=num_warps, num_stages=num_stages, interpret=interp
+    )

@@ -23,10 +23,25 @@ __all__ = ["moe_gemm"]
 
 @triton.jit
 def _moe_kernel(
-    x_ptr, w_ptr, sizes_ptr, out_ptr, N, K, E,
-    stride_xm, stride_xk, stride_we, stride_wk, stride_wn, stride_om, stride_on,
-    UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    sizes_ptr,
+    out_ptr,
+    N,
+    K,
+    E,
+    stride_xm,
+    stride_xk,
+    stride_we,
+    stride_wk,
+    stride_wn,
+    stride_om,
+    stride_on,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):
     pid_t = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -53,25 +68,45 @@ def _moe_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             rk = k0 + rk0
-            a = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :] * stride_xk,
-                        mask=(rm[:, None] < row_end) & (rk[None, :] < K), other=0.0)
-            b = tl.load(w_base + rk[:, None] * stride_wk + rn[None, :] * stride_wn,
-                        mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+            a = tl.load(
+                x_ptr + rm[:, None] * stride_xm + rk[None, :] * stride_xk,
+                mask=(rm[:, None] < row_end) & (rk[None, :] < K),
+                other=0.0,
+            )
+            b = tl.load(
+                w_base + rk[:, None] * stride_wk + rn[None, :] * stride_wn,
+                mask=(rk[:, None] < K) & (rn[None, :] < N),
+                other=0.0,
+            )
             if UPCAST:
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
-        tl.store(out_ptr + rm[:, None] * stride_om + rn[None, :] * stride_on, acc.to(out_ptr.dtype.element_ty),
-                 mask=(rm[:, None] < row_end) & (rn[None, :] < N))
+        tl.store(
+            out_ptr + rm[:, None] * stride_om + rn[None, :] * stride_on,
+            acc.to(out_ptr.dtype.element_ty),
+            mask=(rm[:, None] < row_end) & (rn[None, :] < N),
+        )
 
 
-def moe_gemm(x: torch.Tensor, w: torch.Tensor, group_sizes: torch.Tensor, out: torch.Tensor | None = None, *,
-             BLOCK_M: int = 64, BLOCK_N: int = 64, BLOCK_K: int = 32, num_warps: int = 4,
-             num_stages: int = 3) -> torch.Tensor:
+def moe_gemm(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    group_sizes: torch.Tensor,
+    out: torch.Tensor | None = None,
+    *,
+    BLOCK_M: int = 64,
+    BLOCK_N: int = 64,
+    BLOCK_K: int = 32,
+    num_warps: int = 4,
+    num_stages: int = 3,
+) -> torch.Tensor:
     """out[rows of e] = x[rows of e] @ w[e] for x (T, K) sorted by expert, w (E, K, N), group_sizes (E,)
     int32 summing to T (not checked on the device: that would need a host sync)."""
     if x.ndim != 2 or w.ndim != 3 or x.shape[1] != w.shape[1]:
-        raise ValueError(f"moe_gemm needs x (T, K) and w (E, K, N), got {tuple(x.shape)} and {tuple(w.shape)}")
+        raise ValueError(
+            f"moe_gemm needs x (T, K) and w (E, K, N), got {tuple(x.shape)} and {tuple(w.shape)}"
+        )
     if x.dtype != w.dtype:
         raise ValueError(f"x and w must have the same dtype, got {x.dtype} and {w.dtype}")
     T, K = x.shape
@@ -84,8 +119,26 @@ def moe_gemm(x: torch.Tensor, w: torch.Tensor, group_sizes: torch.Tensor, out: t
         raise ValueError(f"out has shape {tuple(out.shape)}, expected {(T, N)}")
     grid = (triton.cdiv(T, BLOCK_M) + E, triton.cdiv(N, BLOCK_N))
     _moe_kernel[grid](
-        x, w, group_sizes, out, N, K, E,
-        x.stride(0), x.stride(1), w.stride(0), w.stride(1), w.stride(2), out.stride(0), out.stride(1),
-        UPCAST=triton_interpreted(), PRECISION="ieee" if x.dtype == torch.float32 else None,
-        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=num_warps, num_stages=num_stages)
+        x,
+        w,
+        group_sizes,
+        out,
+        N,
+        K,
+        E,
+        x.stride(0),
+        x.stride(1),
+        w.stride(0),
+        w.stride(1),
+        w.stride(2),
+        out.stride(0),
+        out.stride(1),
+        UPCAST=triton_interpreted(),
+        PRECISION="ieee" if x.dtype == torch.float32 else None,
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=BLOCK_N,
+        BLOCK_K=BLOCK_K,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
     return out

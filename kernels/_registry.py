@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from search_spaces import Device, SearchSpace
+from tuner.search_spaces import Device, SearchSpace
 
 __all__ = ["KernelSpec", "register", "get_kernel", "all_kernels", "REGISTRY"]
 
@@ -76,11 +76,11 @@ def _load_all() -> None:
     import importlib
     import pkgutil
 
-    import kernels
+    import tuner.kernels as kernels
 
     for info in pkgutil.iter_modules(kernels.__path__):
         if not info.name.startswith("_"):
-            importlib.import_module(f"kernels.{info.name}")
+            importlib.import_module(f"tuner.kernels.{info.name}")
     _loaded = True
 
 

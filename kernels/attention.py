@@ -42,9 +42,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-
-from search_spaces import attention as _spaces
-from search_spaces._resources import dtype_bytes
+from tuner.search_spaces import attention as _spaces
+from tuner.search_spaces._resources import dtype_bytes
 
 from ._common import (
     DTYPES,
@@ -69,8 +68,9 @@ def _cdiv(a: int, b: int) -> int:
 
 
 # ---- reference ----------------------------------------------------------------------------------------
-def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool,
-                        sm_scale: float | None = None) -> np.ndarray:
+def attention_reference(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool, sm_scale: float | None = None
+) -> np.ndarray:
     """Plain float64 attention: softmax(q k^T * sm_scale, causal mask j <= i) v."""
     q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
     scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
@@ -91,10 +91,33 @@ def _triton_kernel() -> Any:
     import triton.language as tl
 
     @triton.jit
-    def attn_fwd(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, S, H,
-                 sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos,
-                 D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                 UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+    def attn_fwd(
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        o_ptr,
+        qk_scale,
+        S,
+        H,
+        sqb,
+        sqh,
+        sqs,
+        skb,
+        skh,
+        sks,
+        svb,
+        svh,
+        svs,
+        sob,
+        soh,
+        sos,
+        D: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        CAUSAL: tl.constexpr,
+        UPCAST: tl.constexpr,
+        PRECISION: tl.constexpr,
+    ):
         start_m = tl.program_id(0)
         bh = tl.program_id(1)
         b = bh // H
@@ -102,8 +125,11 @@ def _triton_kernel() -> Any:
         offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = tl.arange(0, BLOCK_N)
         offs_d = tl.arange(0, D)
-        q = tl.load(q_ptr + b * sqb + h * sqh + offs_m[:, None] * sqs + offs_d[None, :],
-                    mask=offs_m[:, None] < S, other=0.0)
+        q = tl.load(
+            q_ptr + b * sqb + h * sqh + offs_m[:, None] * sqs + offs_d[None, :],
+            mask=offs_m[:, None] < S,
+            other=0.0,
+        )
         if UPCAST:
             q = q.to(tl.float32)
         k_base = k_ptr + b * skb + h * skh
@@ -135,21 +161,36 @@ def _triton_kernel() -> Any:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
             m_i = m_new
         acc = acc / l_i[:, None]
-        tl.store(o_ptr + b * sob + h * soh + offs_m[:, None] * sos + offs_d[None, :],
-                 acc.to(o_ptr.dtype.element_ty), mask=offs_m[:, None] < S)
+        tl.store(
+            o_ptr + b * sob + h * soh + offs_m[:, None] * sos + offs_d[None, :],
+            acc.to(o_ptr.dtype.element_ty),
+            mask=offs_m[:, None] < S,
+        )
 
     return attn_fwd
 
 
-def flash_attention_triton(q: Any, k: Any, v: Any, out: Any | None = None, *, causal: bool,
-                           sm_scale: float | None = None, BLOCK_M: int, BLOCK_N: int, num_warps: int = 4,
-                           num_stages: int = 2) -> Any:
+def flash_attention_triton(
+    q: Any,
+    k: Any,
+    v: Any,
+    out: Any | None = None,
+    *,
+    causal: bool,
+    sm_scale: float | None = None,
+    BLOCK_M: int,
+    BLOCK_N: int,
+    num_warps: int = 4,
+    num_stages: int = 2,
+) -> Any:
     """Attention of torch tensors (B, H, S, D) (unit stride on D) into `out` (empty_like(q) when None)."""
     import torch
 
     if q.ndim != 4 or q.shape != k.shape or q.shape != v.shape:
-        raise ValueError(f"q, k, v must share one (B, H, S, D) shape, got {tuple(q.shape)}, "
-                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(
+            f"q, k, v must share one (B, H, S, D) shape, got {tuple(q.shape)}, "
+            f"{tuple(k.shape)}, {tuple(v.shape)}"
+        )
     bsz, heads, seq, d = (int(x) for x in q.shape)
     if d not in _spaces.HEAD_DIMS:
         raise ValueError(f"head dim D={d} is not supported: use one of {_spaces.HEAD_DIMS}")
@@ -161,19 +202,51 @@ def flash_attention_triton(q: Any, k: Any, v: Any, out: Any | None = None, *, ca
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
     grid = (_cdiv(seq, BLOCK_M), bsz * heads)
     _triton_kernel()[grid](
-        q, k, v, out, scale * _LOG2E, seq, heads,
-        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
-        D=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CAUSAL=bool(causal), UPCAST=triton_interpreted(),
-        PRECISION=precision, num_warps=num_warps, num_stages=num_stages,
+        q,
+        k,
+        v,
+        out,
+        scale * _LOG2E,
+        seq,
+        heads,
+        q.stride(0),
+        q.stride(1),
+        q.stride(2),
+        k.stride(0),
+        k.stride(1),
+        k.stride(2),
+        v.stride(0),
+        v.stride(1),
+        v.stride(2),
+        out.stride(0),
+        out.stride(1),
+        out.stride(2),
+        D=d,
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=BLOCK_N,
+        CAUSAL=bool(causal),
+        UPCAST=triton_interpreted(),
+        PRECISION=precision,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     return out
 
 
 # ---- Pallas -------------------------------------------------------------------------------------------
-def flash_attention_pallas(q: Any, k: Any, v: Any, out: Any | None = None, *, causal: bool,
-                           sm_scale: float | None = None, block_q: int, block_k_major: int, block_k: int,
-                           interpret: bool | None = None) -> Any:
+def flash_attention_pallas(
+    q: Any,
+    k: Any,
+    v: Any,
+    out: Any | None = None,
+    *,
+    causal: bool,
+    sm_scale: float | None = None,
+    block_q: int,
+    block_k_major: int,
+    block_k: int,
+    interpret: bool | None = None,
+) -> Any:
     """Attention of jax arrays (B, H, S, D). `out`, when given under the interpreter, is aliased as the
     output so unwritten elements keep its (NaN) contents."""
     import jax
@@ -216,20 +289,31 @@ def flash_attention_pallas(q: Any, k: Any, v: Any, out: Any | None = None, *, ca
                 vb = v_ref[pl.ds(ks, block_k), :]
                 kpos = k_start + ks + lax.broadcasted_iota(jnp.int32, (1, block_k), 1)
                 valid = kpos < seq
-                krow = k_start + ks + lax.broadcasted_iota(jnp.int32, (block_k, 1), 0)  # no lane->sublane reshape
+                krow = (
+                    k_start + ks + lax.broadcasted_iota(jnp.int32, (block_k, 1), 0)
+                )  # no lane->sublane reshape
                 vb = jnp.where(krow < seq, vb, jnp.zeros_like(vb))
                 if causal:
                     valid = valid & (kpos <= rows)
-                s = lax.dot_general(qb, kb, (((1,), (1,)), ((), ())), preferred_element_type=f32,
-                                    precision=precision) * scale
+                s = (
+                    lax.dot_general(
+                        qb, kb, (((1,), (1,)), ((), ())), preferred_element_type=f32, precision=precision
+                    )
+                    * scale
+                )
                 s = jnp.where(valid, s, -jnp.inf)
                 m_prev = m_ref[...]
                 m_new = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
                 p = jnp.exp(s - m_new)
                 alpha = jnp.exp(m_prev - m_new)
                 l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=1, keepdims=True)
-                pv = lax.dot_general(p.astype(vb.dtype), vb, (((1,), (0,)), ((), ())),
-                                     preferred_element_type=f32, precision=precision)
+                pv = lax.dot_general(
+                    p.astype(vb.dtype),
+                    vb,
+                    (((1,), (0,)), ((), ())),
+                    preferred_element_type=f32,
+                    precision=precision,
+                )
                 acc_ref[...] = alpha * acc_ref[...] + pv
                 m_ref[...] = m_new
                 return carry
@@ -266,7 +350,8 @@ def flash_attention_pallas(q: Any, k: Any, v: Any, out: Any | None = None, *, ca
         args.append(out)
     compiler_params = (
         pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel", "arbitrary"))
-        if jax.default_backend() in ("tpu", "cpu") else None
+        if jax.default_backend() in ("tpu", "cpu")
+        else None
     )
     call = pl.pallas_call(
         kernel,
@@ -274,8 +359,11 @@ def flash_attention_pallas(q: Any, k: Any, v: Any, out: Any | None = None, *, ca
         grid=(bsz, heads, nq, nk),
         in_specs=in_specs,
         out_specs=pl.BlockSpec((sq, sq, block_q, d), lambda b, h, i, j: (b, h, i, 0)),
-        scratch_shapes=[pltpu.VMEM((block_q, 1), f32), pltpu.VMEM((block_q, 1), f32),
-                        pltpu.VMEM((block_q, d), f32)],
+        scratch_shapes=[
+            pltpu.VMEM((block_q, 1), f32),
+            pltpu.VMEM((block_q, 1), f32),
+            pltpu.VMEM((block_q, d), f32),
+        ],
         input_output_aliases=aliases,
         compiler_params=compiler_params,
         interpret=interpret,
@@ -299,7 +387,9 @@ def _make_inputs(problem: Mapping[str, Any], backend: str, seed: int) -> dict[st
         import torch
 
         dev, td = torch_device(), torch_dtype(dtype)
-        res: dict[str, Any] = {n: torch.tensor(a, dtype=torch.float32).to(td).to(dev) for n, a in arrays.items()}
+        res: dict[str, Any] = {
+            n: torch.tensor(a, dtype=torch.float32).to(td).to(dev) for n, a in arrays.items()
+        }
         res["out"] = torch.full(shape, float("nan"), dtype=td, device=dev)
         return res
     if backend == "pallas":
@@ -318,17 +408,36 @@ def _reference(problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> np.ndar
     return attention_reference(q, k, v, causal=causal, sm_scale=_sm_scale(problem))
 
 
-def _run(problem: Mapping[str, Any], backend: str, inputs: Mapping[str, Any], config: Mapping[str, Any]) -> Any:
+def _run(
+    problem: Mapping[str, Any], backend: str, inputs: Mapping[str, Any], config: Mapping[str, Any]
+) -> Any:
     _, _, _, _, causal, _ = _spaces.check_problem(problem)
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     if backend == "triton":
-        return flash_attention_triton(q, k, v, inputs["out"], causal=causal, sm_scale=_sm_scale(problem),
-                                      BLOCK_M=int(config["BLOCK_M"]), BLOCK_N=int(config["BLOCK_N"]),
-                                      num_warps=int(config["num_warps"]), num_stages=int(config["num_stages"]))
+        return flash_attention_triton(
+            q,
+            k,
+            v,
+            inputs["out"],
+            causal=causal,
+            sm_scale=_sm_scale(problem),
+            BLOCK_M=int(config["BLOCK_M"]),
+            BLOCK_N=int(config["BLOCK_N"]),
+            num_warps=int(config["num_warps"]),
+            num_stages=int(config["num_stages"]),
+        )
     if backend == "pallas":
-        return flash_attention_pallas(q, k, v, inputs.get("out"), causal=causal, sm_scale=_sm_scale(problem),
-                                      block_q=int(config["block_q"]), block_k_major=int(config["block_k_major"]),
-                                      block_k=int(config["block_k"]))
+        return flash_attention_pallas(
+            q,
+            k,
+            v,
+            inputs.get("out"),
+            causal=causal,
+            sm_scale=_sm_scale(problem),
+            block_q=int(config["block_q"]),
+            block_k_major=int(config["block_k_major"]),
+            block_k=int(config["block_k"]),
+        )
     raise ValueError(f"unknown backend {backend!r}: use 'triton' or 'pallas'")
 
 
@@ -349,23 +458,27 @@ def _bytes(problem: Mapping[str, Any]) -> float:
 
 
 def _tolerance(dtype: str) -> tuple[float, float]:
-    return {"float32": (2e-4, 2e-4), "float16": (1e-2, 1e-2), "bfloat16": (3e-2, 3e-2)}.get(dtype, (3e-2, 3e-2))
+    return {"float32": (2e-4, 2e-4), "float16": (1e-2, 1e-2), "bfloat16": (3e-2, 3e-2)}.get(
+        dtype, (3e-2, 3e-2)
+    )
 
 
-SPEC = register(KernelSpec(
-    name="flash_attention",
-    description="Flash attention forward (online softmax), causal or not, (B, H, S, D) with D in {64, 128}",
-    backends=("triton", "pallas"),
-    dtypes=DTYPES,
-    default_problem={"B": 1, "H": 2, "S": 40, "D": 64, "causal": True, "dtype": "float16"},
-    shape_fields=("B", "H", "S", "D"),
-    space=_spaces.attention_space,
-    make_inputs=_make_inputs,
-    reference=_reference,
-    run=_run,
-    flops=_flops,
-    bytes_moved=_bytes,
-    tolerance=_tolerance,
-    output_buffer="out",
-    extra={"inputs": ("q", "k", "v", "out"), "flags": {"causal": True, "sm_scale": None}},
-))
+SPEC = register(
+    KernelSpec(
+        name="flash_attention",
+        description="Flash attention forward (online softmax), causal or not, (B, H, S, D) with D in {64, 128}",
+        backends=("triton", "pallas"),
+        dtypes=DTYPES,
+        default_problem={"B": 1, "H": 2, "S": 40, "D": 64, "causal": True, "dtype": "float16"},
+        shape_fields=("B", "H", "S", "D"),
+        space=_spaces.attention_space,
+        make_inputs=_make_inputs,
+        reference=_reference,
+        run=_run,
+        flops=_flops,
+        bytes_moved=_bytes,
+        tolerance=_tolerance,
+        output_buffer="out",
+        extra={"inputs": ("q", "k", "v", "out"), "flags": {"causal": True, "sm_scale": None}},
+    )
+)

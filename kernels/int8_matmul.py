@@ -22,9 +22,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-
-from search_spaces import Device, SearchSpace
-from search_spaces.int8_matmul import int8_matmul_space
+from tuner.search_spaces import Device, SearchSpace
+from tuner.search_spaces.int8_matmul import int8_matmul_space
 
 from ._common import (
     ACTIVATIONS,
@@ -76,8 +75,11 @@ def _make_inputs(problem: Mapping[str, Any], backend: str, seed: int) -> dict[st
         import torch
 
         dev, dt = torch_device(), torch_dtype(p["dtype"])
-        out: dict[str, Any] = {"x": torch.from_numpy(x).to(device=dev, dtype=dt),
-                               "w": torch.from_numpy(w).to(dev), "scale": torch.from_numpy(scale).to(dev)}
+        out: dict[str, Any] = {
+            "x": torch.from_numpy(x).to(device=dev, dtype=dt),
+            "w": torch.from_numpy(w).to(dev),
+            "scale": torch.from_numpy(scale).to(dev),
+        }
         if p["bias"]:
             out["bias"] = torch.from_numpy(host["bias"]).to(device=dev, dtype=dt)
         out["out"] = torch.empty((M, N), dtype=dt, device=dev)
@@ -85,8 +87,11 @@ def _make_inputs(problem: Mapping[str, Any], backend: str, seed: int) -> dict[st
     if backend == "pallas":
         import jax.numpy as jnp
 
-        res: dict[str, Any] = {"x": jnp.asarray(x, dtype=jnp_dtype(p["dtype"])), "w": jnp.asarray(w),
-                               "scale": jnp.asarray(scale)}
+        res: dict[str, Any] = {
+            "x": jnp.asarray(x, dtype=jnp_dtype(p["dtype"])),
+            "w": jnp.asarray(w),
+            "scale": jnp.asarray(scale),
+        }
         if p["bias"]:
             res["bias"] = jnp.asarray(host["bias"], dtype=jnp_dtype(p["dtype"]))
         return res
@@ -102,8 +107,9 @@ def _reference(problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> np.ndar
     return activation_np(acc, p["activation"])
 
 
-def int8_matmul_triton(x: Any, w: Any, scale: Any, bias: Any = None, activation: str = "none", out: Any = None,
-                       **config: Any) -> Any:
+def int8_matmul_triton(
+    x: Any, w: Any, scale: Any, bias: Any = None, activation: str = "none", out: Any = None, **config: Any
+) -> Any:
     """The Triton launcher (kernels._matmul_triton.int8_matmul); config = the space's parameters."""
     prepare_triton()
     from . import _matmul_triton
@@ -111,15 +117,18 @@ def int8_matmul_triton(x: Any, w: Any, scale: Any, bias: Any = None, activation:
     return _matmul_triton.int8_matmul(x, w, scale, bias, activation, out, **config)
 
 
-def int8_matmul_pallas(x: Any, w: Any, scale: Any, bias: Any = None, activation: str = "none",
-                       **config: Any) -> Any:
+def int8_matmul_pallas(
+    x: Any, w: Any, scale: Any, bias: Any = None, activation: str = "none", **config: Any
+) -> Any:
     """The Pallas launcher (kernels._matmul_pallas.int8_matmul); config = the space's parameters."""
     from . import _matmul_pallas
 
     return _matmul_pallas.int8_matmul(x, w, scale, bias, activation, **config)
 
 
-def _run(problem: Mapping[str, Any], backend: str, inputs: Mapping[str, Any], config: Mapping[str, Any]) -> Any:
+def _run(
+    problem: Mapping[str, Any], backend: str, inputs: Mapping[str, Any], config: Mapping[str, Any]
+) -> Any:
     p = _check(problem)
     args = (inputs["x"], inputs["w"], inputs["scale"], inputs.get("bias"), p["activation"])
     if backend == "triton":
@@ -142,20 +151,22 @@ def _bytes(problem: Mapping[str, Any]) -> float:
     return float(e * (M * K + M * N + (N if p["bias"] else 0)) + K * N + 4 * N)
 
 
-SPEC = register(KernelSpec(
-    name="int8_matmul",
-    description="weight-only int8 matmul: act((X @ W_int8) * per-channel scale + bias), fp32 accumulation",
-    backends=("triton", "pallas"),
-    dtypes=DTYPES,
-    default_problem=DEFAULT_PROBLEM,
-    shape_fields=("M", "N", "K"),
-    space=_space,
-    make_inputs=_make_inputs,
-    reference=_reference,
-    run=_run,
-    flops=_flops,
-    bytes_moved=_bytes,
-    tolerance=default_tolerance,
-    output_buffer="out",
-    extra={"flags": {"bias": [False, True], "activation": list(ACTIVATIONS)}, "weight_dtype": "int8"},
-))
+SPEC = register(
+    KernelSpec(
+        name="int8_matmul",
+        description="weight-only int8 matmul: act((X @ W_int8) * per-channel scale + bias), fp32 accumulation",
+        backends=("triton", "pallas"),
+        dtypes=DTYPES,
+        default_problem=DEFAULT_PROBLEM,
+        shape_fields=("M", "N", "K"),
+        space=_space,
+        make_inputs=_make_inputs,
+        reference=_reference,
+        run=_run,
+        flops=_flops,
+        bytes_moved=_bytes,
+        tolerance=default_tolerance,
+        output_buffer="out",
+        extra={"flags": {"bias": [False, True], "activation": list(ACTIVATIONS)}, "weight_dtype": "int8"},
+    )
+)

@@ -4,12 +4,12 @@ Problem: {"M", "N", "K", "dtype", "bias": bool, "activation": "none" | "relu" | 
 exact erf form). Output dtype = input dtype.
 
 Backends:
-- triton (`kernels._matmul_triton.matmul`): BLOCK_M/BLOCK_N/BLOCK_K tiles, GROUP_M grouped program
+- triton (`tuner.kernels._matmul_triton.matmul`): BLOCK_M/BLOCK_N/BLOCK_K tiles, GROUP_M grouped program
   ordering (L2 reuse), SPLIT_K (parallel split-K: fp32 partial sums in a workspace, then a reduce kernel
   that applies the epilogue -- deterministic, and correct for non-linear activations), num_warps,
   num_stages. Accepts a preallocated `out`. fp32 inputs use IEEE fp32 dot (no TF32).
   Interpreter: bf16 tiles are upcast to fp32 before `tl.dot` (numpy has no bf16); on GPU they are not.
-- pallas (`kernels._matmul_pallas.matmul`): bm/bn/bk blocks, grid_order "mn"|"nm". On TPU (Mosaic): K as
+- pallas (`tuner.kernels._matmul_pallas.matmul`): bm/bn/bk blocks, grid_order "mn"|"nm". On TPU (Mosaic): K as
   the sequential grid axis with a VMEM fp32 accumulator, dimension semantics and a VMEM limit sized to the
   blocks. On NVIDIA (Triton lowering, selected by the num_warps/num_stages compiler params of the sm80/sm90
   space): a 2-D grid of output tiles with a K loop of masked loads.
@@ -24,9 +24,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-
-from search_spaces import Device, SearchSpace
-from search_spaces.matmul import matmul_space
+from tuner.search_spaces import Device, SearchSpace
+from tuner.search_spaces.matmul import matmul_space
 
 from ._common import (
     ACTIVATIONS,
@@ -95,8 +94,9 @@ def _reference(problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> np.ndar
     return activation_np(acc, p["activation"])
 
 
-def matmul_triton(a: Any, b: Any, bias: Any = None, activation: str = "none", out: Any = None,
-                  **config: Any) -> Any:
+def matmul_triton(
+    a: Any, b: Any, bias: Any = None, activation: str = "none", out: Any = None, **config: Any
+) -> Any:
     """The Triton launcher (see kernels._matmul_triton.matmul); config = the space's parameters."""
     prepare_triton()
     from . import _matmul_triton
@@ -111,11 +111,14 @@ def matmul_pallas(a: Any, b: Any, bias: Any = None, activation: str = "none", **
     return _matmul_pallas.matmul(a, b, bias, activation, **config)
 
 
-def _run(problem: Mapping[str, Any], backend: str, inputs: Mapping[str, Any], config: Mapping[str, Any]) -> Any:
+def _run(
+    problem: Mapping[str, Any], backend: str, inputs: Mapping[str, Any], config: Mapping[str, Any]
+) -> Any:
     p = check_problem(problem)
     if backend == "triton":
-        return matmul_triton(inputs["a"], inputs["b"], inputs.get("bias"), p["activation"], inputs.get("out"),
-                             **config)
+        return matmul_triton(
+            inputs["a"], inputs["b"], inputs.get("bias"), p["activation"], inputs.get("out"), **config
+        )
     if backend == "pallas":
         return matmul_pallas(inputs["a"], inputs["b"], inputs.get("bias"), p["activation"], **config)
     raise ValueError(f"unknown backend {backend!r}")
@@ -133,21 +136,23 @@ def _bytes(problem: Mapping[str, Any]) -> float:
     return float(e * (p["M"] * p["K"] + p["K"] * p["N"] + p["M"] * p["N"] + (p["N"] if p["bias"] else 0)))
 
 
-SPEC = register(KernelSpec(
-    name="matmul",
-    description="C = act(A @ B + bias): fp32 accumulation, fused bias + relu/gelu epilogue, "
-                "grouped ordering and split-K (Triton)",
-    backends=("triton", "pallas"),
-    dtypes=DTYPES,
-    default_problem=DEFAULT_PROBLEM,
-    shape_fields=("M", "N", "K"),
-    space=_space,
-    make_inputs=_make_inputs,
-    reference=_reference,
-    run=_run,
-    flops=_flops,
-    bytes_moved=_bytes,
-    tolerance=default_tolerance,
-    output_buffer="out",
-    extra={"flags": {"bias": [False, True], "activation": list(ACTIVATIONS)}},
-))
+SPEC = register(
+    KernelSpec(
+        name="matmul",
+        description="C = act(A @ B + bias): fp32 accumulation, fused bias + relu/gelu epilogue, "
+        "grouped ordering and split-K (Triton)",
+        backends=("triton", "pallas"),
+        dtypes=DTYPES,
+        default_problem=DEFAULT_PROBLEM,
+        shape_fields=("M", "N", "K"),
+        space=_space,
+        make_inputs=_make_inputs,
+        reference=_reference,
+        run=_run,
+        flops=_flops,
+        bytes_moved=_bytes,
+        tolerance=default_tolerance,
+        output_buffer="out",
+        extra={"flags": {"bias": [False, True], "activation": list(ACTIVATIONS)}},
+    )
+)

@@ -6,10 +6,10 @@ Problem: {"T", "K", "N", "E", "dtype"} and optionally "group_sizes" (a list of E
 without it the sizes are drawn from the seed (a Dirichlet split of T, so they are uneven and may be 0).
 
 Backends:
-- triton (`kernels._moe_triton.moe_gemm`): BLOCK_M/BLOCK_N/BLOCK_K, num_warps, num_stages; each program
+- triton (`tuner.kernels._moe_triton.moe_gemm`): BLOCK_M/BLOCK_N/BLOCK_K, num_warps, num_stages; each program
   finds its expert by walking the group sizes; accepts a preallocated `out`.
   Interpreter: bf16 tiles are upcast to fp32 before `tl.dot`.
-- pallas (`kernels._moe_pallas.moe_gemm`): bm/bn/bk. On TPU, scalar-prefetched group metadata picks the
+- pallas (`tuner.kernels._moe_pallas.moe_gemm`): bm/bn/bk. On TPU, scalar-prefetched group metadata picks the
   expert's weight block per visit of a row tile (megablox-style); on NVIDIA (num_warps/num_stages in the
   sm80/sm90 space) the Triton kernel's structure, each program finding its expert in a loop.
 
@@ -23,9 +23,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-
-from search_spaces import Device, SearchSpace
-from search_spaces.moe_gemm import moe_gemm_space
+from tuner.search_spaces import Device, SearchSpace
+from tuner.search_spaces.moe_gemm import moe_gemm_space
 
 from ._common import (
     DTYPES,
@@ -84,13 +83,21 @@ def _make_inputs(problem: Mapping[str, Any], backend: str, seed: int) -> dict[st
         import torch
 
         dev, dt = torch_device(), torch_dtype(p["dtype"])
-        return {"x": torch.from_numpy(x).to(device=dev, dtype=dt), "w": torch.from_numpy(w).to(device=dev, dtype=dt),
-                "group_sizes": torch.from_numpy(sizes).to(dev), "out": torch.empty((T, N), dtype=dt, device=dev)}
+        return {
+            "x": torch.from_numpy(x).to(device=dev, dtype=dt),
+            "w": torch.from_numpy(w).to(device=dev, dtype=dt),
+            "group_sizes": torch.from_numpy(sizes).to(dev),
+            "out": torch.empty((T, N), dtype=dt, device=dev),
+        }
     if backend == "pallas":
         import jax.numpy as jnp
 
         dt = jnp_dtype(p["dtype"])
-        return {"x": jnp.asarray(x, dtype=dt), "w": jnp.asarray(w, dtype=dt), "group_sizes": jnp.asarray(sizes)}
+        return {
+            "x": jnp.asarray(x, dtype=dt),
+            "w": jnp.asarray(w, dtype=dt),
+            "group_sizes": jnp.asarray(sizes),
+        }
     raise ValueError(f"unknown backend {backend!r}")
 
 
@@ -101,7 +108,7 @@ def _reference(problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> np.ndar
     out = np.empty((x.shape[0], w.shape[2]), dtype=np.float64)
     start = 0
     for e, n in enumerate(sizes):
-        out[start:start + n] = x[start:start + n] @ w[e]
+        out[start : start + n] = x[start : start + n] @ w[e]
         start += int(n)
     return out
 
@@ -121,7 +128,9 @@ def moe_gemm_pallas(x: Any, w: Any, group_sizes: Any, **config: Any) -> Any:
     return _moe_pallas.moe_gemm(x, w, group_sizes, **config)
 
 
-def _run(problem: Mapping[str, Any], backend: str, inputs: Mapping[str, Any], config: Mapping[str, Any]) -> Any:
+def _run(
+    problem: Mapping[str, Any], backend: str, inputs: Mapping[str, Any], config: Mapping[str, Any]
+) -> Any:
     if backend == "triton":
         return moe_gemm_triton(inputs["x"], inputs["w"], inputs["group_sizes"], inputs.get("out"), **config)
     if backend == "pallas":
@@ -141,20 +150,22 @@ def _bytes(problem: Mapping[str, Any]) -> float:
     return float(e * (p["T"] * p["K"] + p["E"] * p["K"] * p["N"] + p["T"] * p["N"]) + 4 * p["E"])
 
 
-SPEC = register(KernelSpec(
-    name="moe_gemm",
-    description="MoE grouped GEMM: tokens sorted by expert, ragged group sizes, one launch for all experts",
-    backends=("triton", "pallas"),
-    dtypes=DTYPES,
-    default_problem=DEFAULT_PROBLEM,
-    shape_fields=("T", "K", "N", "E"),
-    space=_space,
-    make_inputs=_make_inputs,
-    reference=_reference,
-    run=_run,
-    flops=_flops,
-    bytes_moved=_bytes,
-    tolerance=default_tolerance,
-    output_buffer="out",
-    extra={"optional_fields": {"group_sizes": "list of E ints summing to T"}},
-))
+SPEC = register(
+    KernelSpec(
+        name="moe_gemm",
+        description="MoE grouped GEMM: tokens sorted by expert, ragged group sizes, one launch for all experts",
+        backends=("triton", "pallas"),
+        dtypes=DTYPES,
+        default_problem=DEFAULT_PROBLEM,
+        shape_fields=("T", "K", "N", "E"),
+        space=_space,
+        make_inputs=_make_inputs,
+        reference=_reference,
+        run=_run,
+        flops=_flops,
+        bytes_moved=_bytes,
+        tolerance=default_tolerance,
+        output_buffer="out",
+        extra={"optional_fields": {"group_sizes": "list of E ints summing to T"}},
+    )
+)

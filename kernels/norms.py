@@ -44,16 +44,21 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-
-from search_spaces import norms as _spaces
+from tuner.search_spaces import norms as _spaces
 
 from ._common import DTYPES, default_tolerance, jnp_dtype, pallas_interpret, torch_device, torch_dtype
 from ._registry import KernelSpec, register
 
 __all__ = [
-    "softmax_triton", "rmsnorm_triton", "layernorm_triton",
-    "softmax_pallas", "rmsnorm_pallas", "layernorm_pallas",
-    "softmax_reference", "rmsnorm_reference", "layernorm_reference",
+    "softmax_triton",
+    "rmsnorm_triton",
+    "layernorm_triton",
+    "softmax_pallas",
+    "rmsnorm_pallas",
+    "layernorm_pallas",
+    "softmax_reference",
+    "rmsnorm_reference",
+    "layernorm_reference",
 ]
 
 logger = logging.getLogger(__name__)
@@ -78,7 +83,9 @@ def rmsnorm_reference(x: np.ndarray, w: np.ndarray, eps: float = _EPS["rmsnorm"]
     return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * np.asarray(w, dtype=np.float64)
 
 
-def layernorm_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = _EPS["layernorm"]) -> np.ndarray:
+def layernorm_reference(
+    x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = _EPS["layernorm"]
+) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     mu = x.mean(axis=-1, keepdims=True)
     var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
@@ -93,8 +100,9 @@ def _triton_kernels() -> dict[str, Any]:
     import triton.language as tl
 
     @triton.jit
-    def softmax_kernel(x_ptr, o_ptr, M, N, sxm, som,
-                       ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr):
+    def softmax_kernel(
+        x_ptr, o_ptr, M, N, sxm, som, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr
+    ):
         rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
         row_ok = rows < M
         xrow = x_ptr + tl.minimum(rows, M - 1)[:, None] * sxm
@@ -123,8 +131,19 @@ def _triton_kernels() -> dict[str, Any]:
                 tl.store(orow + c[None, :], y.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & cmask)
 
     @triton.jit
-    def rmsnorm_kernel(x_ptr, w_ptr, o_ptr, M, N, sxm, som, eps,
-                       ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr):
+    def rmsnorm_kernel(
+        x_ptr,
+        w_ptr,
+        o_ptr,
+        M,
+        N,
+        sxm,
+        som,
+        eps,
+        ROWS: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        SINGLE: tl.constexpr,
+    ):
         rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
         row_ok = rows < M
         xrow = x_ptr + tl.minimum(rows, M - 1)[:, None] * sxm
@@ -153,8 +172,20 @@ def _triton_kernels() -> dict[str, Any]:
                 tl.store(orow + c[None, :], y.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & cmask)
 
     @triton.jit
-    def layernorm_kernel(x_ptr, w_ptr, b_ptr, o_ptr, M, N, sxm, som, eps,
-                         ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr):
+    def layernorm_kernel(
+        x_ptr,
+        w_ptr,
+        b_ptr,
+        o_ptr,
+        M,
+        N,
+        sxm,
+        som,
+        eps,
+        ROWS: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        SINGLE: tl.constexpr,
+    ):
         rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
         row_ok = rows < M
         xrow = x_ptr + tl.minimum(rows, M - 1)[:, None] * sxm
@@ -198,24 +229,51 @@ def _triton_kernels() -> dict[str, Any]:
 
 def _check_2d(x: Any, out: Any) -> tuple[int, int]:
     if x.ndim != 2 or x.stride(1) != 1 or out.shape != x.shape or out.stride(1) != 1:
-        raise ValueError(f"x and out must be 2-D with unit column stride and equal shapes, got "
-                         f"x {tuple(x.shape)} strides {x.stride()}, out {tuple(out.shape)} strides {out.stride()}")
+        raise ValueError(
+            f"x and out must be 2-D with unit column stride and equal shapes, got "
+            f"x {tuple(x.shape)} strides {x.stride()}, out {tuple(out.shape)} strides {out.stride()}"
+        )
     return int(x.shape[0]), int(x.shape[1])
 
 
-def _launch_triton(kind: str, x: Any, params: tuple[Any, ...], out: Any, eps: float | None,
-                   BLOCK_N: int, ROWS_PER_PROGRAM: int, num_warps: int, num_stages: int) -> Any:
+def _launch_triton(
+    kind: str,
+    x: Any,
+    params: tuple[Any, ...],
+    out: Any,
+    eps: float | None,
+    BLOCK_N: int,
+    ROWS_PER_PROGRAM: int,
+    num_warps: int,
+    num_stages: int,
+) -> Any:
     m, n = _check_2d(x, out)
     kernel = _triton_kernels()[kind]
     grid = (_cdiv(m, ROWS_PER_PROGRAM),)
     scalars: tuple[Any, ...] = (m, n, x.stride(0), out.stride(0)) + (() if eps is None else (float(eps),))
-    kernel[grid](x, *params, out, *scalars, ROWS=ROWS_PER_PROGRAM, BLOCK_N=BLOCK_N, SINGLE=n <= BLOCK_N,
-                 num_warps=num_warps, num_stages=num_stages)
+    kernel[grid](
+        x,
+        *params,
+        out,
+        *scalars,
+        ROWS=ROWS_PER_PROGRAM,
+        BLOCK_N=BLOCK_N,
+        SINGLE=n <= BLOCK_N,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
     return out
 
 
-def softmax_triton(x: Any, out: Any | None = None, *, BLOCK_N: int, ROWS_PER_PROGRAM: int = 1,
-                   num_warps: int = 4, num_stages: int = 1) -> Any:
+def softmax_triton(
+    x: Any,
+    out: Any | None = None,
+    *,
+    BLOCK_N: int,
+    ROWS_PER_PROGRAM: int = 1,
+    num_warps: int = 4,
+    num_stages: int = 1,
+) -> Any:
     """Row softmax of a 2-D torch tensor into `out` (allocated with torch.empty_like when None)."""
     import torch
 
@@ -223,8 +281,17 @@ def softmax_triton(x: Any, out: Any | None = None, *, BLOCK_N: int, ROWS_PER_PRO
     return _launch_triton("softmax", x, (), out, None, BLOCK_N, ROWS_PER_PROGRAM, num_warps, num_stages)
 
 
-def rmsnorm_triton(x: Any, w: Any, out: Any | None = None, *, eps: float = _EPS["rmsnorm"], BLOCK_N: int,
-                   ROWS_PER_PROGRAM: int = 1, num_warps: int = 4, num_stages: int = 1) -> Any:
+def rmsnorm_triton(
+    x: Any,
+    w: Any,
+    out: Any | None = None,
+    *,
+    eps: float = _EPS["rmsnorm"],
+    BLOCK_N: int,
+    ROWS_PER_PROGRAM: int = 1,
+    num_warps: int = 4,
+    num_stages: int = 1,
+) -> Any:
     """RMSNorm of each row of a 2-D torch tensor with weight `w` (N,), into `out`."""
     import torch
 
@@ -232,8 +299,18 @@ def rmsnorm_triton(x: Any, w: Any, out: Any | None = None, *, eps: float = _EPS[
     return _launch_triton("rmsnorm", x, (w,), out, eps, BLOCK_N, ROWS_PER_PROGRAM, num_warps, num_stages)
 
 
-def layernorm_triton(x: Any, w: Any, b: Any, out: Any | None = None, *, eps: float = _EPS["layernorm"],
-                     BLOCK_N: int, ROWS_PER_PROGRAM: int = 1, num_warps: int = 4, num_stages: int = 1) -> Any:
+def layernorm_triton(
+    x: Any,
+    w: Any,
+    b: Any,
+    out: Any | None = None,
+    *,
+    eps: float = _EPS["layernorm"],
+    BLOCK_N: int,
+    ROWS_PER_PROGRAM: int = 1,
+    num_warps: int = 4,
+    num_stages: int = 1,
+) -> Any:
     """LayerNorm of each row of a 2-D torch tensor with weight `w` and bias `b` (N,), into `out`."""
     import torch
 
@@ -260,7 +337,7 @@ def _pallas_body(kind: str, n: int, bc: int, eps: float, nparams: int) -> Any:
         return (x - mean) * rstd * prm[0] + prm[1]
 
     def kernel(*refs: Any) -> None:
-        x_ref, prm_refs, o_ref = refs[0], refs[1:1 + nparams], refs[-1]
+        x_ref, prm_refs, o_ref = refs[0], refs[1 : 1 + nparams], refs[-1]
         if bc >= n:  # whole row in one piece
             x = x_ref[...].astype(f32)
             prm = tuple(r[...].astype(f32) for r in prm_refs)
@@ -284,11 +361,14 @@ def _pallas_body(kind: str, n: int, bc: int, eps: float, nparams: int) -> Any:
                 return start, x_ref[:, pl.ds(start, bc)].astype(f32), jnp.ones((1, bc), jnp.bool_)
             start = jnp.minimum(j * bc, n - bc)
             x = x_ref[:, pl.ds(start, bc)].astype(f32)
-            fresh = start + lax.broadcasted_iota(jnp.int32, (1, bc), 1) >= j * bc  # not seen by an earlier chunk
+            fresh = (
+                start + lax.broadcasted_iota(jnp.int32, (1, bc), 1) >= j * bc
+            )  # not seen by an earlier chunk
             return start, x, fresh
 
         zeros = jnp.zeros((rows, 1), f32)
         if kind == "softmax":
+
             def online(j: Any, carry: tuple[Any, Any]) -> tuple[Any, Any]:
                 m, s = carry
                 _, x, fresh = chunk(j)
@@ -298,12 +378,14 @@ def _pallas_body(kind: str, n: int, bc: int, eps: float, nparams: int) -> Any:
 
             stats = lax.fori_loop(0, nchunks, online, (jnp.full((rows, 1), -jnp.inf, f32), zeros))
         elif kind == "rmsnorm":
+
             def sumsq(j: Any, acc: Any) -> Any:
                 _, x, fresh = chunk(j)
                 return acc + jnp.sum(jnp.where(fresh, x * x, 0.0), axis=1, keepdims=True)
 
             stats = (lax.rsqrt(lax.fori_loop(0, nchunks, sumsq, zeros) / n + eps),)
         else:
+
             def total(j: Any, acc: Any) -> Any:
                 _, x, fresh = chunk(j)
                 return acc + jnp.sum(jnp.where(fresh, x, 0.0), axis=1, keepdims=True)
@@ -327,8 +409,16 @@ def _pallas_body(kind: str, n: int, bc: int, eps: float, nparams: int) -> Any:
     return kernel
 
 
-def _launch_pallas(kind: str, x: Any, params: tuple[Any, ...], out: Any | None, eps: float,
-                   block_rows: int, block_cols: int, interpret: bool | None) -> Any:
+def _launch_pallas(
+    kind: str,
+    x: Any,
+    params: tuple[Any, ...],
+    out: Any | None,
+    eps: float,
+    block_rows: int,
+    block_cols: int,
+    interpret: bool | None,
+) -> Any:
     import jax
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
@@ -354,8 +444,11 @@ def _launch_pallas(kind: str, x: Any, params: tuple[Any, ...], out: Any | None, 
         def body(*refs: Any) -> None:  # drop the aliased input ref: the kernel only writes the output
             inner(*refs[:-2], refs[-1])
 
-    compiler_params = pltpu.CompilerParams(dimension_semantics=("parallel",)) \
-        if jax.default_backend() in ("tpu", "cpu") else None
+    compiler_params = (
+        pltpu.CompilerParams(dimension_semantics=("parallel",))
+        if jax.default_backend() in ("tpu", "cpu")
+        else None
+    )
     call = pl.pallas_call(
         body,
         out_shape=jax.ShapeDtypeStruct((m, n), x.dtype),
@@ -370,20 +463,38 @@ def _launch_pallas(kind: str, x: Any, params: tuple[Any, ...], out: Any | None, 
     return call(*args)
 
 
-def softmax_pallas(x: Any, out: Any | None = None, *, block_rows: int, block_cols: int,
-                   interpret: bool | None = None) -> Any:
+def softmax_pallas(
+    x: Any, out: Any | None = None, *, block_rows: int, block_cols: int, interpret: bool | None = None
+) -> Any:
     """Row softmax of a 2-D jax array. `out`, when given under the interpreter, is aliased as the output."""
     return _launch_pallas("softmax", x, (), out, 0.0, block_rows, block_cols, interpret)
 
 
-def rmsnorm_pallas(x: Any, w: Any, out: Any | None = None, *, eps: float = _EPS["rmsnorm"], block_rows: int,
-                   block_cols: int, interpret: bool | None = None) -> Any:
+def rmsnorm_pallas(
+    x: Any,
+    w: Any,
+    out: Any | None = None,
+    *,
+    eps: float = _EPS["rmsnorm"],
+    block_rows: int,
+    block_cols: int,
+    interpret: bool | None = None,
+) -> Any:
     """RMSNorm of each row of a 2-D jax array with weight `w` (N,)."""
     return _launch_pallas("rmsnorm", x, (w,), out, eps, block_rows, block_cols, interpret)
 
 
-def layernorm_pallas(x: Any, w: Any, b: Any, out: Any | None = None, *, eps: float = _EPS["layernorm"],
-                     block_rows: int, block_cols: int, interpret: bool | None = None) -> Any:
+def layernorm_pallas(
+    x: Any,
+    w: Any,
+    b: Any,
+    out: Any | None = None,
+    *,
+    eps: float = _EPS["layernorm"],
+    block_rows: int,
+    block_cols: int,
+    interpret: bool | None = None,
+) -> Any:
     """LayerNorm of each row of a 2-D jax array with weight `w` and bias `b` (N,)."""
     return _launch_pallas("layernorm", x, (w, b), out, eps, block_rows, block_cols, interpret)
 
@@ -404,13 +515,16 @@ def _make_inputs(kind: str, problem: Mapping[str, Any], backend: str, seed: int)
     return _to_backend(arrays, (m, n), dtype, backend)
 
 
-def _to_backend(arrays: dict[str, np.ndarray], out_shape: tuple[int, ...], dtype: str,
-                backend: str) -> dict[str, Any]:
+def _to_backend(
+    arrays: dict[str, np.ndarray], out_shape: tuple[int, ...], dtype: str, backend: str
+) -> dict[str, Any]:
     if backend == "triton":
         import torch
 
         dev, td = torch_device(), torch_dtype(dtype)
-        res: dict[str, Any] = {k: torch.tensor(v, dtype=torch.float32).to(td).to(dev) for k, v in arrays.items()}
+        res: dict[str, Any] = {
+            k: torch.tensor(v, dtype=torch.float32).to(td).to(dev) for k, v in arrays.items()
+        }
         res["out"] = torch.full(out_shape, float("nan"), dtype=td, device=dev)
         return res
     if backend == "pallas":
@@ -438,17 +552,34 @@ def _reference(kind: str, problem: Mapping[str, Any], inputs: Mapping[str, Any])
     return layernorm_reference(x, _as_np(inputs["w"]), _as_np(inputs["b"]), _eps(kind, problem))
 
 
-def _run(kind: str, problem: Mapping[str, Any], backend: str, inputs: Mapping[str, Any],
-         config: Mapping[str, Any]) -> Any:
+def _run(
+    kind: str, problem: Mapping[str, Any], backend: str, inputs: Mapping[str, Any], config: Mapping[str, Any]
+) -> Any:
     params = tuple(inputs[k] for k in _PARAMS[kind])
     eps = _eps(kind, problem)
     if backend == "triton":
-        return _launch_triton(kind, inputs["x"], params, inputs["out"], eps if kind != "softmax" else None,
-                              int(config["BLOCK_N"]), int(config["ROWS_PER_PROGRAM"]),
-                              int(config["num_warps"]), int(config.get("num_stages", 1)))
+        return _launch_triton(
+            kind,
+            inputs["x"],
+            params,
+            inputs["out"],
+            eps if kind != "softmax" else None,
+            int(config["BLOCK_N"]),
+            int(config["ROWS_PER_PROGRAM"]),
+            int(config["num_warps"]),
+            int(config.get("num_stages", 1)),
+        )
     if backend == "pallas":
-        return _launch_pallas(kind, inputs["x"], params, inputs.get("out"), eps,
-                              int(config["block_rows"]), int(config["block_cols"]), None)
+        return _launch_pallas(
+            kind,
+            inputs["x"],
+            params,
+            inputs.get("out"),
+            eps,
+            int(config["block_rows"]),
+            int(config["block_cols"]),
+            None,
+        )
     raise ValueError(f"unknown backend {backend!r}: use 'triton' or 'pallas'")
 
 
@@ -468,7 +599,7 @@ def _flops(kind: str, problem: Mapping[str, Any]) -> float:
 
 def _bytes(kind: str, problem: Mapping[str, Any]) -> float:
     """Compulsory traffic: read x once, write y once, read the parameter vectors once."""
-    from search_spaces._resources import dtype_bytes
+    from tuner.search_spaces._resources import dtype_bytes
 
     m, n, dtype = _spaces.check_problem(problem)
     return float((2 * m * n + len(_PARAMS[kind]) * n) * dtype_bytes(dtype))
@@ -482,8 +613,11 @@ def _spec(kind: str) -> KernelSpec:
     problem: dict[str, Any] = {"M": 37, "N": 100, "dtype": "float32"}
     if kind in _EPS:
         problem["eps"] = _EPS[kind]
-    space_fn = {"softmax": _spaces.softmax_space, "rmsnorm": _spaces.rmsnorm_space,
-                "layernorm": _spaces.layernorm_space}[kind]
+    space_fn = {
+        "softmax": _spaces.softmax_space,
+        "rmsnorm": _spaces.rmsnorm_space,
+        "layernorm": _spaces.layernorm_space,
+    }[kind]
     return KernelSpec(
         name=kind,
         description=_DESCRIPTIONS[kind],
@@ -499,7 +633,10 @@ def _spec(kind: str) -> KernelSpec:
         bytes_moved=functools.partial(_bytes, kind),
         tolerance=_tolerance,
         output_buffer="out",
-        extra={"inputs": ("x",) + _PARAMS[kind] + ("out",), "flags": {"eps": _EPS[kind]} if kind in _EPS else {}},
+        extra={
+            "inputs": ("x",) + _PARAMS[kind] + ("out",),
+            "flags": {"eps": _EPS[kind]} if kind in _EPS else {},
+        },
     )
 
 

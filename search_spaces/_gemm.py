@@ -34,9 +34,19 @@ from ._params import Categorical, Param, PowerOfTwo
 from ._space import Constraint
 from .devices import Device
 
-__all__ = ["dtype_bytes", "next_pow2", "cdiv", "REG_OVERHEAD", "triton_tile_params", "pallas_tile_params",
-           "triton_resource_constraints", "tile_fits_problem", "tpu_tiling_constraint", "vmem_constraint",
-           "sublane_multiple"]
+__all__ = [
+    "dtype_bytes",
+    "next_pow2",
+    "cdiv",
+    "REG_OVERHEAD",
+    "triton_tile_params",
+    "pallas_tile_params",
+    "triton_resource_constraints",
+    "tile_fits_problem",
+    "tpu_tiling_constraint",
+    "vmem_constraint",
+    "sublane_multiple",
+]
 
 _BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "int32": 4}
 
@@ -67,25 +77,35 @@ def sublane_multiple(dtype: str) -> int:
 def triton_tile_params(device: Device, *, split_k: bool = True, group_m: bool = True) -> list[Param]:
     """BLOCK_M/N/K, GROUP_M, SPLIT_K, num_warps, num_stages; small blocks on the CPU interpreter."""
     if device.kind == "cpu":
-        params = [PowerOfTwo("BLOCK_M", 16, 64, default=32), PowerOfTwo("BLOCK_N", 16, 64, default=32),
-                  PowerOfTwo("BLOCK_K", 16, 64, default=32)]
+        params = [
+            PowerOfTwo("BLOCK_M", 16, 64, default=32),
+            PowerOfTwo("BLOCK_N", 16, 64, default=32),
+            PowerOfTwo("BLOCK_K", 16, 64, default=32),
+        ]
         if group_m:
             params.append(Categorical("GROUP_M", (1, 2, 4), ordered=True, default=1))
         if split_k:
             params.append(Categorical("SPLIT_K", (1, 2, 4), ordered=True, default=1))
-        params += [Categorical("num_warps", (1, 2, 4), ordered=True, default=4),
-                   Categorical("num_stages", (1, 2), ordered=True, default=2)]
+        params += [
+            Categorical("num_warps", (1, 2, 4), ordered=True, default=4),
+            Categorical("num_stages", (1, 2), ordered=True, default=2),
+        ]
         return params
     if device.kind != "cuda":
         raise ValueError(f"the Triton backend needs a cuda or cpu device, got {device.arch!r}")
-    params = [PowerOfTwo("BLOCK_M", 16, 256, default=64), PowerOfTwo("BLOCK_N", 16, 256, default=64),
-              PowerOfTwo("BLOCK_K", 16, 128, default=32)]
+    params = [
+        PowerOfTwo("BLOCK_M", 16, 256, default=64),
+        PowerOfTwo("BLOCK_N", 16, 256, default=64),
+        PowerOfTwo("BLOCK_K", 16, 128, default=32),
+    ]
     if group_m:
         params.append(Categorical("GROUP_M", (1, 2, 4, 8, 16), ordered=True, default=8))
     if split_k:
         params.append(Categorical("SPLIT_K", (1, 2, 4, 8, 16), ordered=True, default=1))
-    params += [Categorical("num_warps", (2, 4, 8), ordered=True, default=4),
-               Categorical("num_stages", (1, 2, 3, 4, 5, 6), ordered=True, default=3)]
+    params += [
+        Categorical("num_warps", (2, 4, 8), ordered=True, default=4),
+        Categorical("num_stages", (1, 2, 3, 4, 5, 6), ordered=True, default=3),
+    ]
     return params
 
 
@@ -93,21 +113,32 @@ def pallas_tile_params(device: Device, *, grid_order: bool = True) -> list[Param
     """bm/bn/bk (+ grid order): TPU-sized blocks on TPU, small ones on the CPU interpreter; on NVIDIA
     (Pallas' Triton lowering) Triton-sized blocks plus the compiler params num_warps and num_stages."""
     if device.kind == "cpu":
-        params = [PowerOfTwo("bm", 8, 64, default=32), PowerOfTwo("bn", 16, 64, default=32),
-                  PowerOfTwo("bk", 16, 64, default=32)]
+        params = [
+            PowerOfTwo("bm", 8, 64, default=32),
+            PowerOfTwo("bn", 16, 64, default=32),
+            PowerOfTwo("bk", 16, 64, default=32),
+        ]
     elif device.kind == "tpu":
-        params = [PowerOfTwo("bm", 8, 1024, default=256), PowerOfTwo("bn", 128, 2048, default=256),
-                  PowerOfTwo("bk", 128, 2048, default=512)]
+        params = [
+            PowerOfTwo("bm", 8, 1024, default=256),
+            PowerOfTwo("bn", 128, 2048, default=256),
+            PowerOfTwo("bk", 128, 2048, default=512),
+        ]
     elif device.kind == "cuda":
-        params = [PowerOfTwo("bm", 16, 256, default=64), PowerOfTwo("bn", 16, 256, default=64),
-                  PowerOfTwo("bk", 16, 128, default=32)]
+        params = [
+            PowerOfTwo("bm", 16, 256, default=64),
+            PowerOfTwo("bn", 16, 256, default=64),
+            PowerOfTwo("bk", 16, 128, default=32),
+        ]
     else:
         raise ValueError(f"no Pallas tile parameters for device kind {device.kind!r}")
     if grid_order:
         params.append(Categorical("grid_order", ("mn", "nm"), default="mn"))
     if device.kind == "cuda":
-        params += [Categorical("num_warps", (2, 4, 8), ordered=True, default=4),
-                   Categorical("num_stages", (1, 2, 3, 4, 5), ordered=True, default=3)]
+        params += [
+            Categorical("num_warps", (2, 4, 8), ordered=True, default=4),
+            Categorical("num_stages", (1, 2, 3, 4, 5), ordered=True, default=3),
+        ]
     return params
 
 
@@ -153,8 +184,10 @@ def triton_resource_constraints(
         need = max(pipe, epi)
         if need <= smem_limit:
             return True
-        return (f"smem {need} B > {smem_limit} B for {nm}={bm}, {nn}={bn}, {nk}={bk}, "
-                f"num_stages={stages} on {device.arch}")
+        return (
+            f"smem {need} B > {smem_limit} B for {nm}={bm}, {nn}={bn}, {nk}={bk}, "
+            f"num_stages={stages} on {device.arch}"
+        )
 
     def regs(c: Mapping[str, Any]) -> bool | str:
         bm, bn, bk = get(c)
@@ -165,13 +198,18 @@ def triton_resource_constraints(
         need = int(acc + operands + extra + REG_OVERHEAD)
         if need <= device.max_regs_per_thread:
             return True
-        return (f"registers {need}/thread > {device.max_regs_per_thread} for {nm}={bm}, {nn}={bn}, "
-                f"{nk}={bk}, num_warps={c['num_warps']} on {device.arch}")
+        return (
+            f"registers {need}/thread > {device.max_regs_per_thread} for {nm}={bm}, {nn}={bn}, "
+            f"{nk}={bk}, num_warps={c['num_warps']} on {device.arch}"
+        )
 
     def threads(c: Mapping[str, Any]) -> bool | str:
         t = 32 * int(c["num_warps"])
-        return True if t <= device.max_threads_per_block else (
-            f"threads {t} > {device.max_threads_per_block} for num_warps={c['num_warps']}")
+        return (
+            True
+            if t <= device.max_threads_per_block
+            else (f"threads {t} > {device.max_threads_per_block} for num_warps={c['num_warps']}")
+        )
 
     return [
         Constraint(f"smem <= {smem_limit // 1024} KiB", smem, uses),
@@ -191,7 +229,9 @@ def tpu_tiling_constraint(rows: tuple[str, ...], lanes: tuple[str, ...], row_mul
     return Constraint(f"TPU tiling ({row_mult}, 128)", check, rows + lanes)
 
 
-def vmem_constraint(device: Device, need: Callable[[Mapping[str, Any]], int], uses: tuple[str, ...]) -> Constraint:
+def vmem_constraint(
+    device: Device, need: Callable[[Mapping[str, Any]], int], uses: tuple[str, ...]
+) -> Constraint:
     """`need(config)` bytes of VMEM (double-buffered blocks + scratch) within the TPU's VMEM."""
     limit = device.vmem_bytes
 

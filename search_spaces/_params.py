@@ -51,7 +51,11 @@ class Param:
             if type(v) is bool or type(value) is bool:
                 if type(v) is type(value) and v == value:
                     return True
-            elif isinstance(value, (int, float)) and not isinstance(value, bool) and isinstance(v, (int, float)):
+            elif (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and isinstance(v, (int, float))
+            ):
                 if v == value:
                     return True
             elif v == value and type(v) is type(value):
@@ -147,7 +151,9 @@ def IntRange(name: str, low: int, high: int, step: int = 1, *, default: int | No
     return Param(name, tuple(range(low, high + 1, step)), True, default, kind="int")
 
 
-def Categorical(name: str, values: Sequence[Value], *, ordered: bool = False, default: Value | None = None) -> Param:
+def Categorical(
+    name: str, values: Sequence[Value], *, ordered: bool = False, default: Value | None = None
+) -> Param:
     """A choice among `values`; unordered unless `ordered=True` (e.g. a list of numbers)."""
     return Param(name, tuple(values), ordered, default, kind="categorical")
 

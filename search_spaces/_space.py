@@ -124,7 +124,9 @@ class SearchSpace:
                 )
             for k in keys:
                 v = c[k]
-                if not isinstance(v, (int, float, str, bool)) or (isinstance(v, float) and not math.isfinite(v)):
+                if not isinstance(v, (int, float, str, bool)) or (
+                    isinstance(v, float) and not math.isfinite(v)
+                ):
                     raise ValueError(f"config {i}: {k}={v!r} is not an int, finite float, str or bool")
                 columns[k].append(v)
         params = [param_from_values(k, columns[k]) for k in keys]
@@ -167,8 +169,11 @@ class SearchSpace:
         return self._explicit is not None or self.cartesian_size <= ENUMERATE_LIMIT
 
     def __repr__(self) -> str:
-        kind = f"{len(self._explicit)} explicit configs" if self._explicit is not None else (
-            f"{self.cartesian_size} before constraints, {len(self.constraints)} constraints")
+        kind = (
+            f"{len(self._explicit)} explicit configs"
+            if self._explicit is not None
+            else (f"{self.cartesian_size} before constraints, {len(self.constraints)} constraints")
+        )
         return f"SearchSpace({self.name or 'unnamed'}: {', '.join(self.names)}; {kind})"
 
     # ---- keys --------------------------------------------------------------------------------------

@@ -118,28 +118,40 @@ def _triton_space(s: int, d: int, dtype: str, device: Device) -> SearchSpace:
     else:
         raise ValueError(f"backend 'triton' does not run on {device.name} ({device.arch}); use 'pallas'")
     cons = [
-        Constraint(f"BLOCK_M <= max(16, next_pow2(S={s}))={cap} (a larger block is only masked rows)",
-                   lambda c: c["BLOCK_M"] <= cap, ("BLOCK_M",)),
-        Constraint(f"BLOCK_N <= max(16, next_pow2(S={s}))={cap} (a larger block is only masked keys)",
-                   lambda c: c["BLOCK_N"] <= cap, ("BLOCK_N",)),
+        Constraint(
+            f"BLOCK_M <= max(16, next_pow2(S={s}))={cap} (a larger block is only masked rows)",
+            lambda c: c["BLOCK_M"] <= cap,
+            ("BLOCK_M",),
+        ),
+        Constraint(
+            f"BLOCK_N <= max(16, next_pow2(S={s}))={cap} (a larger block is only masked keys)",
+            lambda c: c["BLOCK_N"] <= cap,
+            ("BLOCK_N",),
+        ),
     ]
     if device.kind == "cuda":
         smem_max = device.smem_per_block_bytes
         cons += [
-            Constraint(f"32 * num_warps <= {device.max_threads_per_block} threads per block on {device.arch}",
-                       lambda c: 32 * c["num_warps"] <= device.max_threads_per_block, ("num_warps",)),
+            Constraint(
+                f"32 * num_warps <= {device.max_threads_per_block} threads per block on {device.arch}",
+                lambda c: 32 * c["num_warps"] <= device.max_threads_per_block,
+                ("num_warps",),
+            ),
             Constraint(
                 f"register estimate <= {REG_SPILL_FACTOR} x min({device.max_regs_per_thread}, "
                 f"{device.regs_per_sm} / threads) on {device.arch}",
-                lambda c: reg_check(triton_regs_per_thread(d, dtype, c), device, c["num_warps"], f"D={d}, {dtype}"),
+                lambda c: reg_check(
+                    triton_regs_per_thread(d, dtype, c), device, c["num_warps"], f"D={d}, {dtype}"
+                ),
                 ("BLOCK_M", "BLOCK_N", "num_warps"),
             ),
             Constraint(
                 f"shared memory <= {smem_max // 1024} KiB per block on {device.arch}",
                 lambda c: (
-                    True if triton_smem_bytes(d, dtype, c, device.arch) <= smem_max
+                    True
+                    if triton_smem_bytes(d, dtype, c, device.arch) <= smem_max
                     else f"needs {triton_smem_bytes(d, dtype, c, device.arch)} bytes (D={d}, {dtype}), "
-                         f"limit {smem_max}"
+                    f"limit {smem_max}"
                 ),
                 ("BLOCK_M", "BLOCK_N", "num_stages"),
             ),
@@ -171,22 +183,33 @@ def _pallas_space(s: int, d: int, dtype: str, device: Device) -> SearchSpace:
     cap_q = max(lo_q, next_pow2(s))
     cap_k = max(lo_k, next_pow2(s))
     cons = [
-        Constraint("block_k_major % block_k == 0 (the inner loop walks whole chunks)",
-                   lambda c: c["block_k_major"] % c["block_k"] == 0, ("block_k_major", "block_k")),
-        Constraint(f"block_q <= max({lo_q}, next_pow2(S={s}))={cap_q}",
-                   lambda c: c["block_q"] <= cap_q, ("block_q",)),
-        Constraint(f"block_k_major <= max({lo_k}, next_pow2(S={s}))={cap_k}",
-                   lambda c: c["block_k_major"] <= cap_k, ("block_k_major",)),
+        Constraint(
+            "block_k_major % block_k == 0 (the inner loop walks whole chunks)",
+            lambda c: c["block_k_major"] % c["block_k"] == 0,
+            ("block_k_major", "block_k"),
+        ),
+        Constraint(
+            f"block_q <= max({lo_q}, next_pow2(S={s}))={cap_q}", lambda c: c["block_q"] <= cap_q, ("block_q",)
+        ),
+        Constraint(
+            f"block_k_major <= max({lo_k}, next_pow2(S={s}))={cap_k}",
+            lambda c: c["block_k_major"] <= cap_k,
+            ("block_k_major",),
+        ),
     ]
     if device.kind == "tpu":
         budget = vmem_budget(device)
         cons += [
-            Constraint(f"block_q % {lo_q} == 0 (sublanes of a {dtype} vreg)",
-                       lambda c: c["block_q"] % lo_q == 0, ("block_q",)),
+            Constraint(
+                f"block_q % {lo_q} == 0 (sublanes of a {dtype} vreg)",
+                lambda c: c["block_q"] % lo_q == 0,
+                ("block_q",),
+            ),
             Constraint(
                 f"VMEM <= {budget // 2**20} MiB on {device.arch}",
                 lambda c: (
-                    True if pallas_vmem_bytes(d, dtype, c) <= budget
+                    True
+                    if pallas_vmem_bytes(d, dtype, c) <= budget
                     else f"needs {pallas_vmem_bytes(d, dtype, c)} bytes (D={d}, {dtype}), budget {budget}"
                 ),
                 ("block_q", "block_k_major", "block_k"),

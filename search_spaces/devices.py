@@ -9,7 +9,18 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["Device", "DEVICES", "get_device", "SM80", "SM90", "TPU_V4", "TPU_V5E", "TPU_V5P", "TPU_V6E", "CPU"]
+__all__ = [
+    "Device",
+    "DEVICES",
+    "get_device",
+    "SM80",
+    "SM90",
+    "TPU_V4",
+    "TPU_V5E",
+    "TPU_V5P",
+    "TPU_V6E",
+    "CPU",
+]
 
 
 @dataclass(frozen=True)
@@ -48,23 +59,88 @@ class Device:
         return asdict(self)
 
 
-SM80 = Device("A100", "cuda", "sm80", smem_per_block_bytes=163 * 1024, regs_per_sm=65536, max_regs_per_thread=255,
-              max_threads_per_block=1024, num_sms=108, l2_bytes=40 * 2**20, peak_tflops_fp16=312.0,
-              peak_tflops_fp32=19.5, peak_tflops_int8=624.0, peak_bandwidth_gbs=2039.0)
-SM90 = Device("H100/H200", "cuda", "sm90", smem_per_block_bytes=227 * 1024, regs_per_sm=65536, max_regs_per_thread=255,
-              max_threads_per_block=1024, num_sms=132, l2_bytes=50 * 2**20, peak_tflops_fp16=989.0,
-              peak_tflops_fp32=67.0, peak_tflops_int8=1979.0, peak_bandwidth_gbs=4800.0)
-TPU_V4 = Device("TPU v4", "tpu", "tpu_v4", vmem_bytes=16 * 2**20, peak_tflops_fp16=275.0, peak_tflops_fp32=275.0 / 4,
-                peak_tflops_int8=275.0, peak_bandwidth_gbs=1200.0)
-TPU_V5E = Device("TPU v5e", "tpu", "tpu_v5e", vmem_bytes=128 * 2**20, peak_tflops_fp16=197.0,
-                 peak_tflops_fp32=197.0 / 4, peak_tflops_int8=394.0, peak_bandwidth_gbs=819.0)
-TPU_V5P = Device("TPU v5p", "tpu", "tpu_v5p", vmem_bytes=95 * 2**20, peak_tflops_fp16=459.0,
-                 peak_tflops_fp32=459.0 / 4, peak_tflops_int8=918.0, peak_bandwidth_gbs=2765.0)
-TPU_V6E = Device("TPU v6e", "tpu", "tpu_v6e", vmem_bytes=128 * 2**20, peak_tflops_fp16=918.0,
-                 peak_tflops_fp32=918.0 / 4, peak_tflops_int8=1836.0, peak_bandwidth_gbs=1640.0)
-CPU = Device("CPU (interpreter)", "cpu", "cpu", smem_per_block_bytes=2**31, max_threads_per_block=2**20,
-             vmem_bytes=2**40, peak_tflops_fp16=0.1, peak_tflops_fp32=0.1, peak_tflops_int8=0.1,
-             peak_bandwidth_gbs=20.0)
+SM80 = Device(
+    "A100",
+    "cuda",
+    "sm80",
+    smem_per_block_bytes=163 * 1024,
+    regs_per_sm=65536,
+    max_regs_per_thread=255,
+    max_threads_per_block=1024,
+    num_sms=108,
+    l2_bytes=40 * 2**20,
+    peak_tflops_fp16=312.0,
+    peak_tflops_fp32=19.5,
+    peak_tflops_int8=624.0,
+    peak_bandwidth_gbs=2039.0,
+)
+SM90 = Device(
+    "H100/H200",
+    "cuda",
+    "sm90",
+    smem_per_block_bytes=227 * 1024,
+    regs_per_sm=65536,
+    max_regs_per_thread=255,
+    max_threads_per_block=1024,
+    num_sms=132,
+    l2_bytes=50 * 2**20,
+    peak_tflops_fp16=989.0,
+    peak_tflops_fp32=67.0,
+    peak_tflops_int8=1979.0,
+    peak_bandwidth_gbs=4800.0,
+)
+TPU_V4 = Device(
+    "TPU v4",
+    "tpu",
+    "tpu_v4",
+    vmem_bytes=16 * 2**20,
+    peak_tflops_fp16=275.0,
+    peak_tflops_fp32=275.0 / 4,
+    peak_tflops_int8=275.0,
+    peak_bandwidth_gbs=1200.0,
+)
+TPU_V5E = Device(
+    "TPU v5e",
+    "tpu",
+    "tpu_v5e",
+    vmem_bytes=128 * 2**20,
+    peak_tflops_fp16=197.0,
+    peak_tflops_fp32=197.0 / 4,
+    peak_tflops_int8=394.0,
+    peak_bandwidth_gbs=819.0,
+)
+TPU_V5P = Device(
+    "TPU v5p",
+    "tpu",
+    "tpu_v5p",
+    vmem_bytes=95 * 2**20,
+    peak_tflops_fp16=459.0,
+    peak_tflops_fp32=459.0 / 4,
+    peak_tflops_int8=918.0,
+    peak_bandwidth_gbs=2765.0,
+)
+TPU_V6E = Device(
+    "TPU v6e",
+    "tpu",
+    "tpu_v6e",
+    vmem_bytes=128 * 2**20,
+    peak_tflops_fp16=918.0,
+    peak_tflops_fp32=918.0 / 4,
+    peak_tflops_int8=1836.0,
+    peak_bandwidth_gbs=1640.0,
+)
+CPU = Device(
+    "CPU (interpreter)",
+    "cpu",
+    "cpu",
+    smem_per_block_bytes=2**31,
+    max_threads_per_block=2**20,
+    vmem_bytes=2**40,
+    peak_tflops_fp16=0.1,
+    peak_tflops_fp32=0.1,
+    peak_tflops_int8=0.1,
+    peak_bandwidth_gbs=20.0,
+)
 
 DEVICES: dict[str, Device] = {d.arch: d for d in (SM80, SM90, TPU_V4, TPU_V5E, TPU_V5P, TPU_V6E, CPU)}
 

@@ -23,8 +23,13 @@ from ._gemm import (
 from ._space import Constraint, SearchSpace
 from .devices import Device
 
-__all__ = ["matmul_space", "triton_matmul_space", "pallas_matmul_space", "split_k_constraint",
-           "group_m_constraint"]
+__all__ = [
+    "matmul_space",
+    "triton_matmul_space",
+    "pallas_matmul_space",
+    "split_k_constraint",
+    "group_m_constraint",
+]
 
 
 def split_k_constraint(K: int) -> Constraint:
@@ -44,8 +49,13 @@ def group_m_constraint(M: int) -> Constraint:
     def check(c: Mapping[str, Any]) -> bool | str:
         g = int(c["GROUP_M"])
         tiles = next_pow2(cdiv(M, int(c["BLOCK_M"])))
-        return True if g == 1 or g <= tiles else (
-            f"GROUP_M={g} > {tiles} (M tiles={cdiv(M, int(c['BLOCK_M']))} for M={M}, BLOCK_M={c['BLOCK_M']})")
+        return (
+            True
+            if g == 1 or g <= tiles
+            else (
+                f"GROUP_M={g} > {tiles} (M tiles={cdiv(M, int(c['BLOCK_M']))} for M={M}, BLOCK_M={c['BLOCK_M']})"
+            )
+        )
 
     return Constraint("GROUP_M <= next_pow2(M tiles)", check, ("GROUP_M", "BLOCK_M"))
 

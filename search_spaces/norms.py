@@ -129,18 +129,29 @@ def _triton_space(kind: str, m: int, n: int, dtype: str, device: Device) -> Sear
         raise ValueError(f"backend 'triton' does not run on {device.name} ({device.arch}); use 'pallas'")
 
     cons = [
-        Constraint(f"BLOCK_N <= max({MIN_BLOCK}, next_pow2(N={n}))={cap_n} (a larger block is only masked lanes)",
-                   lambda c: c["BLOCK_N"] <= cap_n, ("BLOCK_N",)),
-        Constraint(f"ROWS_PER_PROGRAM <= next_pow2(M={m})={cap_m}",
-                   lambda c: c["ROWS_PER_PROGRAM"] <= cap_m, ("ROWS_PER_PROGRAM",)),
-        Constraint(f"ROWS_PER_PROGRAM * BLOCK_N <= {TRITON_MAX_NUMEL} (Triton's largest tensor)",
-                   lambda c: c["ROWS_PER_PROGRAM"] * c["BLOCK_N"] <= TRITON_MAX_NUMEL,
-                   ("ROWS_PER_PROGRAM", "BLOCK_N")),
+        Constraint(
+            f"BLOCK_N <= max({MIN_BLOCK}, next_pow2(N={n}))={cap_n} (a larger block is only masked lanes)",
+            lambda c: c["BLOCK_N"] <= cap_n,
+            ("BLOCK_N",),
+        ),
+        Constraint(
+            f"ROWS_PER_PROGRAM <= next_pow2(M={m})={cap_m}",
+            lambda c: c["ROWS_PER_PROGRAM"] <= cap_m,
+            ("ROWS_PER_PROGRAM",),
+        ),
+        Constraint(
+            f"ROWS_PER_PROGRAM * BLOCK_N <= {TRITON_MAX_NUMEL} (Triton's largest tensor)",
+            lambda c: c["ROWS_PER_PROGRAM"] * c["BLOCK_N"] <= TRITON_MAX_NUMEL,
+            ("ROWS_PER_PROGRAM", "BLOCK_N"),
+        ),
     ]
     if device.kind == "cuda":
         cons += [
-            Constraint(f"32 * num_warps <= {device.max_threads_per_block} threads per block on {device.arch}",
-                       lambda c: 32 * c["num_warps"] <= device.max_threads_per_block, ("num_warps",)),
+            Constraint(
+                f"32 * num_warps <= {device.max_threads_per_block} threads per block on {device.arch}",
+                lambda c: 32 * c["num_warps"] <= device.max_threads_per_block,
+                ("num_warps",),
+            ),
             Constraint(
                 f"register estimate <= {REG_SPILL_FACTOR} x min({device.max_regs_per_thread}, "
                 f"{device.regs_per_sm} / threads) on {device.arch}",
@@ -182,23 +193,35 @@ def _pallas_space(kind: str, m: int, n: int, dtype: str, device: Device) -> Sear
     cap_m = max(min_rows, next_pow2(m))
     cap_n = max(int(params[1].values[0]), cap_n)
     cons = [
-        Constraint(f"block_cols <= next_pow2(N={n}) or the smallest block ({cap_n}) (a larger one is only padding)",
-                   lambda c: c["block_cols"] <= cap_n, ("block_cols",)),
-        Constraint(f"block_rows <= next_pow2(M={m}) or the smallest block ({cap_m})",
-                   lambda c: c["block_rows"] <= cap_m, ("block_rows",)),
+        Constraint(
+            f"block_cols <= next_pow2(N={n}) or the smallest block ({cap_n}) (a larger one is only padding)",
+            lambda c: c["block_cols"] <= cap_n,
+            ("block_cols",),
+        ),
+        Constraint(
+            f"block_rows <= next_pow2(M={m}) or the smallest block ({cap_m})",
+            lambda c: c["block_rows"] <= cap_m,
+            ("block_rows",),
+        ),
     ]
     if device.kind == "tpu":
         budget = vmem_budget(device)
         cons += [
-            Constraint(f"block_rows % {min_rows} == 0 (sublanes of a {dtype} vreg)",
-                       lambda c: c["block_rows"] % min_rows == 0, ("block_rows",)),
-            Constraint(f"a chunk narrower than the row (N={n}) must be 128-lane aligned and divide N",
-                       lambda c: c["block_cols"] >= n or (c["block_cols"] % 128 == 0 and n % c["block_cols"] == 0),
-                       ("block_cols",)),
+            Constraint(
+                f"block_rows % {min_rows} == 0 (sublanes of a {dtype} vreg)",
+                lambda c: c["block_rows"] % min_rows == 0,
+                ("block_rows",),
+            ),
+            Constraint(
+                f"a chunk narrower than the row (N={n}) must be 128-lane aligned and divide N",
+                lambda c: c["block_cols"] >= n or (c["block_cols"] % 128 == 0 and n % c["block_cols"] == 0),
+                ("block_cols",),
+            ),
             Constraint(
                 f"VMEM <= {budget // 2**20} MiB on {device.arch}",
                 lambda c: (
-                    True if pallas_vmem_bytes(kind, n, dtype, c) <= budget
+                    True
+                    if pallas_vmem_bytes(kind, n, dtype, c) <= budget
                     else f"needs {pallas_vmem_bytes(kind, n, dtype, c)} bytes ({dtype}, N={n}), budget {budget}"
                 ),
                 ("block_rows", "block_cols"),

@@ -31,13 +31,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", help="the exported cache file (default: <study output>/cache.json)")
     args = ap.parse_args(argv)
 
-    from kernels._check import prepare_environment
+    from tuner.kernels._check import prepare_environment
 
     prepare_environment()  # the Triton interpreter on a machine without a GPU, before any kernel is defined
 
+    from tuner.kernels import get_kernel
+    from tuner.kernels._common import to_numpy
+
     import tuner
-    from kernels import get_kernel
-    from kernels._common import to_numpy
     from tuner.runtime import CacheFileError
     from tuner.studies import load_study
 
@@ -46,8 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cache = tuner.load_cache(path)
     except (OSError, CacheFileError) as exc:
-        print(f"cannot read the cache file {path}: {exc}\n(run `tuner study run {args.study}` first)",
-              file=sys.stderr)
+        print(
+            f"cannot read the cache file {path}: {exc}\n(run `tuner study run {args.study}` first)",
+            file=sys.stderr,
+        )
         return 2
     print(f"cache: {path} ({len(cache)} entries)")
 
@@ -65,14 +68,19 @@ def main(argv: list[str] | None = None) -> int:
         got = np.asarray(to_numpy(out), dtype=np.float64)
         ok = got.shape == ref.shape and bool(np.allclose(got, ref, rtol=rtol, atol=atol))
         err = float(np.max(np.abs(got - ref))) if got.shape == ref.shape and got.size else float("nan")
-        print(f"{task.kernel} [{task.backend}] {task.key}: config {choice['config']} -- "
-              f"{'cache hit' if hit else 'NOT a cache hit'} ({choice['why']}); "
-              f"output {'matches' if ok else 'DOES NOT match'} the reference (max abs error {err:.2e})")
+        print(
+            f"{task.kernel} [{task.backend}] {task.key}: config {choice['config']} -- "
+            f"{'cache hit' if hit else 'NOT a cache hit'} ({choice['why']}); "
+            f"output {'matches' if ok else 'DOES NOT match'} the reference (max abs error {err:.2e})"
+        )
         if not hit:
             print(f"  why not: {f.tuner.last_miss_reason}", file=sys.stderr)
         bad += (not hit) + (not ok)
-    print("all calls used the exported configs and matched the references" if not bad
-          else f"{bad} problem(s): see above")
+    print(
+        "all calls used the exported configs and matched the references"
+        if not bad
+        else f"{bad} problem(s): see above"
+    )
     return 1 if bad else 0
 
 

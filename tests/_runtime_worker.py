@@ -11,8 +11,14 @@ import time
 
 
 def main() -> int:
-    url, idx, n_own, n_shared, n_overlap, go = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), \
-        int(sys.argv[5]), sys.argv[6]
+    url, idx, n_own, n_shared, n_overlap, go = (
+        sys.argv[1],
+        int(sys.argv[2]),
+        int(sys.argv[3]),
+        int(sys.argv[4]),
+        int(sys.argv[5]),
+        sys.argv[6],
+    )
     import tuner
     from tuner import PowerOfTwo, SearchSpace
     from tuner.runtime import CacheEntry, CacheKey, ConfigCache
@@ -24,8 +30,14 @@ def main() -> int:
         time.sleep(0.002)
         return call()
 
-    @tuner.autotune(SearchSpace([PowerOfTwo("block", 16, 128)]), key=["n"], budget=3, storage=cache, bench=bench,
-                    name="shared_kernel")
+    @tuner.autotune(
+        SearchSpace([PowerOfTwo("block", 16, 128)]),
+        key=["n"],
+        budget=3,
+        storage=cache,
+        bench=bench,
+        name="shared_kernel",
+    )
     def kernel(n, *, block):
         return 1e-3 * block
 

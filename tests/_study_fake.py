@@ -15,13 +15,16 @@ import os
 import time
 from typing import Any
 
-from search_spaces import Categorical, Constraint, PowerOfTwo, SearchSpace
+from tuner.search_spaces import Categorical, Constraint, PowerOfTwo, SearchSpace
 
 
 def space_for(task: Any) -> SearchSpace:
     return SearchSpace(
-        [PowerOfTwo("BLOCK_M", 16, 128), PowerOfTwo("BLOCK_N", 16, 128), Categorical("num_warps", [1, 2, 4, 8],
-                                                                                      ordered=True)],
+        [
+            PowerOfTwo("BLOCK_M", 16, 128),
+            PowerOfTwo("BLOCK_N", 16, 128),
+            Categorical("num_warps", [1, 2, 4, 8], ordered=True),
+        ],
         [Constraint("tile", lambda c: c["BLOCK_M"] * c["BLOCK_N"] <= 8192, uses=("BLOCK_M", "BLOCK_N"))],
         name="fake",
     )
@@ -49,8 +52,11 @@ def objective_for(task: Any) -> Any:
                 os.close(fd)
         if config["num_warps"] == 8 and config["BLOCK_M"] == 16:
             raise RuntimeError("out of resources (synthetic)")
-        penalty = (math.log2(config["BLOCK_M"] / tm) ** 2 + math.log2(config["BLOCK_N"] / tn) ** 2
-                   + 0.3 * abs(math.log2(config["num_warps"]) - 2))
+        penalty = (
+            math.log2(config["BLOCK_M"] / tm) ** 2
+            + math.log2(config["BLOCK_N"] / tn) ** 2
+            + 0.3 * abs(math.log2(config["num_warps"]) - 2)
+        )
         return size / flop_s * (1.0 + penalty)
 
     return objective
@@ -60,12 +66,21 @@ def executor(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
     from tuner import optimize
     from tuner.store import TaskContext
 
-    return optimize(space_for(task), objective_for(task), budget=task.budget or 10_000, seed=task.seed,
-                    strategy=task.strategy, prior=prior or None, time_budget_s=task.time_budget_s,
-                    storage=task.storage, study_name=task.study_name,
-                    task=TaskContext(kernel=task.kernel, problem=dict(task.problem), device=task.device,
-                                     dtype=task.dtype),
-                    callback=callback)
+    return optimize(
+        space_for(task),
+        objective_for(task),
+        budget=task.budget or 10_000,
+        seed=task.seed,
+        strategy=task.strategy,
+        prior=prior or None,
+        time_budget_s=task.time_budget_s,
+        storage=task.storage,
+        study_name=task.study_name,
+        task=TaskContext(
+            kernel=task.kernel, problem=dict(task.problem), device=task.device, dtype=task.dtype
+        ),
+        callback=callback,
+    )
 
 
 def measure(entry: Any, repeats: int) -> list[float]:

@@ -42,8 +42,11 @@ def fresh_database() -> Iterator[str]:
         yield ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
     finally:
         with admin.connect() as c:
-            c.execute(text(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n AND pid <> pg_backend_pid()"
-            ), {"n": name})
+            c.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n AND pid <> pg_backend_pid()"
+                ),
+                {"n": name},
+            )
             c.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
         admin.dispose()

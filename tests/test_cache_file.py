@@ -28,10 +28,22 @@ from tuner.runtime._file import parse_cache_bytes
 
 
 def entry(i: int, t: float = 1e-3, cfg: dict | None = None, kernel: str = "matmul") -> CacheEntry:
-    key = CacheKey.make(kernel, "0123456789abcdef" * 2, {"M": 64 << (i % 5), "N": 128 + i, "causal": i % 2 == 0},
-                        ["float16", "float16"], "NVIDIA H100 (sm90)", {"triton": "3.7.1", "torch": "2.13.0"})
-    return CacheEntry(key, cfg or {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "swizzle": "row"}, t, t / 20,
-                      "2026-11-29T12:00:00Z", "fp1234")
+    key = CacheKey.make(
+        kernel,
+        "0123456789abcdef" * 2,
+        {"M": 64 << (i % 5), "N": 128 + i, "causal": i % 2 == 0},
+        ["float16", "float16"],
+        "NVIDIA H100 (sm90)",
+        {"triton": "3.7.1", "torch": "2.13.0"},
+    )
+    return CacheEntry(
+        key,
+        cfg or {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "swizzle": "row"},
+        t,
+        t / 20,
+        "2026-11-29T12:00:00Z",
+        "fp1234",
+    )
 
 
 @pytest.fixture
@@ -52,8 +64,19 @@ def test_export_import_round_trip_is_identical(seeded: ConfigCache, tmp_path: Pa
     assert "exported 12 entries" in capsys.readouterr().out
     doc = json.loads(a.read_text())
     assert doc["schema_version"] == 1 and doc["format"] == "tuner-cache" and len(doc["entries"]) == 12
-    assert set(doc["entries"][0]) == {"kernel", "source_hash", "key", "dtypes", "device", "versions", "config",
-                                      "time_s", "spread_s", "date", "space"}
+    assert set(doc["entries"][0]) == {
+        "kernel",
+        "source_hash",
+        "key",
+        "dtypes",
+        "device",
+        "versions",
+        "config",
+        "time_s",
+        "spread_s",
+        "date",
+        "space",
+    }
     # into an empty store, and out again: byte-identical
     other = tmp_path / "other_home"
     other.mkdir()
@@ -146,7 +169,9 @@ def _bad_cases() -> dict[str, bytes]:
     text = good.decode()
     cases["nan_time"] = text.replace('"time_s": 0.001', '"time_s": NaN', 1).encode()
     cases["inf_time"] = text.replace('"time_s": 0.001', '"time_s": Infinity', 1).encode()
-    cases["duplicate_json_field"] = text.replace('"time_s": 0.001', '"time_s": 0.001, "time_s": 0.002', 1).encode()
+    cases["duplicate_json_field"] = text.replace(
+        '"time_s": 0.001', '"time_s": 0.001, "time_s": 0.002', 1
+    ).encode()
     for k in ("nan_time", "inf_time", "duplicate_json_field"):
         assert cases[k] != good
     return cases
@@ -199,13 +224,31 @@ def test_a_bad_entry_late_in_the_file_writes_nothing(seeded: ConfigCache, tmp_pa
 
 
 # ---- hypothesis ----------------------------------------------------------------------------------------
-json_leaf = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-                      st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=30))
-json_any = st.recursive(json_leaf, lambda ch: st.one_of(st.lists(ch, max_size=4),
-                                                        st.dictionaries(st.text(max_size=8), ch, max_size=4)),
-                        max_leaves=20)
-FIELDS = ["kernel", "source_hash", "key", "dtypes", "device", "versions", "config", "time_s", "spread_s", "date",
-          "space"]
+json_leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=30),
+)
+json_any = st.recursive(
+    json_leaf,
+    lambda ch: st.one_of(st.lists(ch, max_size=4), st.dictionaries(st.text(max_size=8), ch, max_size=4)),
+    max_leaves=20,
+)
+FIELDS = [
+    "kernel",
+    "source_hash",
+    "key",
+    "dtypes",
+    "device",
+    "versions",
+    "config",
+    "time_s",
+    "spread_s",
+    "date",
+    "space",
+]
 
 
 def _import_bytes(data: bytes, cache: ConfigCache) -> bool:
@@ -241,9 +284,13 @@ def test_hypothesis_one_field_replaced(field, value, idx, seeded: ConfigCache):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.one_of(st.binary(max_size=2000), json_any.map(lambda v: json.dumps(v, allow_nan=True).encode()),
-                      st.builds(lambda cut: dumps_entries([entry(0), entry(1)]).encode()[:cut],
-                                st.integers(0, 2000))))
+@given(
+    data=st.one_of(
+        st.binary(max_size=2000),
+        json_any.map(lambda v: json.dumps(v, allow_nan=True).encode()),
+        st.builds(lambda cut: dumps_entries([entry(0), entry(1)]).encode()[:cut], st.integers(0, 2000)),
+    )
+)
 def test_hypothesis_arbitrary_bytes_never_crash_or_write(data, seeded: ConfigCache):
     before = snapshot(seeded)
     accepted = _import_bytes(data, seeded)

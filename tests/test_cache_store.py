@@ -47,7 +47,11 @@ def test_merge_counts_and_rule(cache: ConfigCache):
     cache.put(e(2, 1e-3, "old"))
     counts = cache.merge([e(1, 2e-3, "new"), e(2, 5e-4, "new"), e(3, 1e-3, "new")])
     assert (counts.added, counts.replaced, counts.kept) == (1, 1, 1)
-    assert {x.key.fields_dict["n"]: x.config["tag"] for x in cache.entries()} == {1: "old", 2: "new", 3: "new"}
+    assert {x.key.fields_dict["n"]: x.config["tag"] for x in cache.entries()} == {
+        1: "old",
+        2: "new",
+        3: "new",
+    }
     counts = cache.merge([e(1, 2e-3, "new")], prefer_import=True)
     assert counts.replaced == 1 and cache.get(e(1, 0).key).config["tag"] == "new"
 

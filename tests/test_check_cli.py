@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tuner.kernels import KernelSpec
+from tuner.kernels._check import check_kernel, compare, draw_configs
+from tuner.kernels._registry import REGISTRY, all_kernels
+from tuner.search_spaces import Categorical, SearchSpace, get_device
 
-from kernels import KernelSpec
-from kernels._check import check_kernel, compare, draw_configs
-from kernels._registry import REGISTRY, all_kernels
-from search_spaces import Categorical, SearchSpace, get_device
 from tuner.cli import main
 
 MINE = {"matmul", "int8_matmul", "moe_gemm"}
@@ -29,12 +29,21 @@ def _fake_spec(name: str, run: Any, backend: str = "triton", output_buffer: str 
         return {"x": rng.standard_normal((4, 6)).astype(np.float32), "out": np.empty((4, 6), np.float32)}
 
     return KernelSpec(
-        name=name, description="test double", backends=(backend,), dtypes=("float32",),
-        default_problem={"R": 4, "C": 6, "dtype": "float32"}, shape_fields=("R", "C"),
+        name=name,
+        description="test double",
+        backends=(backend,),
+        dtypes=("float32",),
+        default_problem={"R": 4, "C": 6, "dtype": "float32"},
+        shape_fields=("R", "C"),
         space=lambda p, d, b: SearchSpace([Categorical("mode", ("a", "b", "c", "d"))]),
-        make_inputs=make_inputs, reference=lambda p, inp: 2.0 * inp["x"].astype(np.float64), run=run,
-        flops=lambda p: 24.0, bytes_moved=lambda p: 192.0, tolerance=lambda d: (1e-5, 1e-5),
-        output_buffer=output_buffer)
+        make_inputs=make_inputs,
+        reference=lambda p, inp: 2.0 * inp["x"].astype(np.float64),
+        run=run,
+        flops=lambda p: 24.0,
+        bytes_moved=lambda p: 192.0,
+        tolerance=lambda d: (1e-5, 1e-5),
+        output_buffer=output_buffer,
+    )
 
 
 @pytest.fixture
@@ -54,8 +63,10 @@ def fake_kernels() -> Iterator[None]:
     def boom(problem: Any, backend: str, inputs: Any, cfg: Any) -> Any:
         raise RuntimeError("out of resources: shared memory")
 
-    added = {s.name: s for s in (_fake_spec("fake_lazy", lazy), _fake_spec("fake_half", half),
-                                 _fake_spec("fake_boom", boom))}
+    added = {
+        s.name: s
+        for s in (_fake_spec("fake_lazy", lazy), _fake_spec("fake_half", half), _fake_spec("fake_boom", boom))
+    }
     REGISTRY.update(added)
     try:
         yield
@@ -68,8 +79,12 @@ def test_poisoning_catches_a_stale_output_buffer(fake_kernels: None) -> None:
     """Mode a writes the right answer; b-d return the same buffer unwritten. Without the NaN poison
     they would pass on the stale values of the previous run."""
     spec = REGISTRY["fake_lazy"]
-    rep = check_kernel(spec, backend="triton", device=get_device("cpu"),
-                       configs=[{"mode": "a"}, {"mode": "b"}, {"mode": "a"}, {"mode": "c"}])
+    rep = check_kernel(
+        spec,
+        backend="triton",
+        device=get_device("cpu"),
+        configs=[{"mode": "a"}, {"mode": "b"}, {"mode": "a"}, {"mode": "c"}],
+    )
     assert [r.ok for r in rep.rows] == [True, False, True, False]
     assert rep.rows[1].bad_elements == 24 and np.isnan(rep.rows[1].max_abs_err)
     assert not rep.ok
@@ -94,9 +109,14 @@ def test_pallas_interpret_output_is_nan_where_unwritten() -> None:
             o_ref[...] = 2.0 * x_ref[...]
 
     x = jnp.ones((24, 8), jnp.float32)
-    out = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((24, 8), jnp.float32), grid=(3,),
-                         in_specs=[pl.BlockSpec((8, 8), lambda i: (i, 0))],
-                         out_specs=pl.BlockSpec((8, 8), lambda i: (i, 0)), interpret=True)(x)
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((24, 8), jnp.float32),
+        grid=(3,),
+        in_specs=[pl.BlockSpec((8, 8), lambda i: (i, 0))],
+        out_specs=pl.BlockSpec((8, 8), lambda i: (i, 0)),
+        interpret=True,
+    )(x)
     _, _, ok, n_bad = compare(out, 2.0 * np.ones((24, 8)), 1e-6, 1e-6)
     assert not ok and n_bad == 64
 
@@ -124,7 +144,8 @@ def test_kernels_json_lists_every_kernel(capsys: pytest.CaptureFixture[str]) -> 
     for r in rows:
         assert r["backends"] and r["params"] and r["dtypes"]
     assert {"BLOCK_M", "GROUP_M", "SPLIT_K", "num_warps", "num_stages", "bm", "grid_order"} <= set(
-        by_name["matmul"]["params"])
+        by_name["matmul"]["params"]
+    )
     assert by_name["moe_gemm"]["params_by_backend"]["pallas"]["bm"] == [8, 16, 32, 64]
     assert main(["kernels", "--device", "sm90", "--json"]) == 0
     sm90 = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
@@ -142,11 +163,35 @@ def test_kernels_table(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_check_passes_on_a_real_kernel(capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["check", "matmul", "--backend", "triton", "--configs", "2", "--shape", "M=33", "N=17", "K=20",
-               "--shape", "activation=relu", "--dtype", "float32", "--json"])
+    rc = main(
+        [
+            "check",
+            "matmul",
+            "--backend",
+            "triton",
+            "--configs",
+            "2",
+            "--shape",
+            "M=33",
+            "N=17",
+            "K=20",
+            "--shape",
+            "activation=relu",
+            "--dtype",
+            "float32",
+            "--json",
+        ]
+    )
     rep = json.loads(capsys.readouterr().out)
     assert rc == 0 and rep["ok"] and len(rep["rows"]) == 2
-    assert rep["problem"] == {"M": 33, "N": 17, "K": 20, "dtype": "float32", "bias": True, "activation": "relu"}
+    assert rep["problem"] == {
+        "M": 33,
+        "N": 17,
+        "K": 20,
+        "dtype": "float32",
+        "bias": True,
+        "activation": "relu",
+    }
     assert all(r["max_abs_err"] < 1e-4 for r in rep["rows"])
 
 
@@ -157,18 +202,21 @@ def test_check_exits_1_on_wrong_results(fake_kernels: None, capsys: pytest.Captu
     assert main(["check", "fake_boom", "--configs", "1"]) == 1
 
 
-@pytest.mark.parametrize("argv", [
-    ["check", "no_such_kernel"],
-    ["check", "matmul", "--configs", "0"],
-    ["check", "matmul", "--shape", "Q=1"],
-    ["check", "matmul", "--shape", "M"],
-    ["check", "matmul", "--shape", "M=-3"],
-    ["check", "matmul", "--dtype", "int4"],
-    ["check", "matmul", "--device", "sm99"],
-    ["check", "matmul", "--backend", "triton", "--device", "tpu_v5e"],
-    ["check", "moe_gemm", "--shape", "group_sizes=1,2", "--backend", "pallas"],
-    ["kernels", "--device", "nope"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "no_such_kernel"],
+        ["check", "matmul", "--configs", "0"],
+        ["check", "matmul", "--shape", "Q=1"],
+        ["check", "matmul", "--shape", "M"],
+        ["check", "matmul", "--shape", "M=-3"],
+        ["check", "matmul", "--dtype", "int4"],
+        ["check", "matmul", "--device", "sm99"],
+        ["check", "matmul", "--backend", "triton", "--device", "tpu_v5e"],
+        ["check", "moe_gemm", "--shape", "group_sizes=1,2", "--backend", "pallas"],
+        ["kernels", "--device", "nope"],
+    ],
+)
 def test_bad_input_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -180,9 +228,30 @@ def test_check_cli_turns_the_interpreter_on_by_itself(tmp_path: Any) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.getcwd() + os.pathsep + env.get("PYTHONPATH", "")
     env["JAX_PLATFORMS"] = "cpu"
-    proc = subprocess.run([sys.executable, "-m", "tuner.cli", "check", "moe_gemm", "--backend", "triton",
-                           "--configs", "1", "--shape", "T=20", "K=20", "N=20", "E=3", "--json"],
-                          capture_output=True, text=True, env=env, timeout=300, cwd=os.getcwd())
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tuner.cli",
+            "check",
+            "moe_gemm",
+            "--backend",
+            "triton",
+            "--configs",
+            "1",
+            "--shape",
+            "T=20",
+            "K=20",
+            "N=20",
+            "E=3",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=os.getcwd(),
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["ok"]
 
@@ -190,8 +259,7 @@ def test_check_cli_turns_the_interpreter_on_by_itself(tmp_path: Any) -> None:
 def test_poison_fills_torch_numpy_and_replaces_jax_buffers() -> None:
     import jax.numpy as jnp
     import torch
-
-    from kernels._check import poison
+    from tuner.kernels._check import poison
 
     t = torch.zeros(3, dtype=torch.bfloat16)
     assert poison(t) is t and torch.isnan(t).all()

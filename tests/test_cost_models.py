@@ -9,8 +9,7 @@ import math
 
 import numpy as np
 import pytest
-
-from cost_models import (
+from tuner.cost_models import (
     FeatureSchema,
     NoModel,
     RandomForestModel,
@@ -29,9 +28,10 @@ from cost_models import (
     task_features,
     top_k_recall,
 )
-from cost_models.persist import sidecar_path
-from search_spaces import SearchSpace
-from search_spaces.devices import SM90
+from tuner.cost_models.persist import sidecar_path
+from tuner.search_spaces import SearchSpace
+from tuner.search_spaces.devices import SM90
+
 from tests.conftest import DATA
 from tuner.replay import load_table
 
@@ -106,7 +106,9 @@ def test_schema_features_and_derived() -> None:
     F = schema.transform(table.space.enumerate()[:5])
     cfg = table.space.enumerate()[0]
     row = dict(zip(names, F[0], strict=True))
-    assert row["log2_threads_per_block"] == pytest.approx(math.log2(cfg["block_size_x"] * cfg["block_size_y"]))
+    assert row["log2_threads_per_block"] == pytest.approx(
+        math.log2(cfg["block_size_x"] * cfg["block_size_y"])
+    )
     assert row["log2_block_extent_x"] == pytest.approx(math.log2(cfg["block_size_x"] * cfg["tile_size_x"]))
     # keys and dicts encode alike
     keys = list(table.space.iter_keys())[:5]
@@ -122,7 +124,10 @@ def test_schema_handles_foreign_configs_and_task_features() -> None:
     assert row["block_size_x"] == 48 and row["kind=a"] == 0 and row["kind=b"] == 0
     assert row["task_log2_dim0"] == 12 and row["task_dev_num_sms"] == 132
     assert math.isnan(dict(zip(schema.names, F[1], strict=True))["block_size_x"])  # missing -> NaN
-    assert FeatureSchema.from_dict(json.loads(json.dumps(schema.to_dict()))).fingerprint() == schema.fingerprint()
+    assert (
+        FeatureSchema.from_dict(json.loads(json.dumps(schema.to_dict()))).fingerprint()
+        == schema.fingerprint()
+    )
 
 
 # ---- persistence ----------------------------------------------------------------------------------
@@ -150,8 +155,9 @@ def test_mismatched_schema_is_refused(tmp_path) -> None:
     table = load_table(DATA / "convolution_A100_sample.json")
     schema = schema_for_space(table.space)
     configs = table.space.enumerate()
-    model = XGBRegressorModel(n_estimators=5).fit(schema.transform(configs),
-                                                  [table.lookup(c) or np.nan for c in configs])
+    model = XGBRegressorModel(n_estimators=5).fit(
+        schema.transform(configs), [table.lookup(c) or np.nan for c in configs]
+    )
     path = save_model(model, tmp_path / "m.json", schema)
     other = schema_for_space(SearchSpace.from_configs([{"MWG": 16, "NWG": 32}, {"MWG": 32, "NWG": 32}]))
     with pytest.raises(SchemaMismatchError, match="another feature schema"):

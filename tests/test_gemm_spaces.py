@@ -8,15 +8,16 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from search_spaces import get_device
-from search_spaces.int8_matmul import int8_matmul_space
-from search_spaces.matmul import matmul_space
-from search_spaces.moe_gemm import moe_gemm_space
+from tuner.search_spaces import get_device
+from tuner.search_spaces.int8_matmul import int8_matmul_space
+from tuner.search_spaces.matmul import matmul_space
+from tuner.search_spaces.moe_gemm import moe_gemm_space
 
 SPACES = {"matmul": matmul_space, "int8_matmul": int8_matmul_space, "moe_gemm": moe_gemm_space}
-DEVICES = {"triton": ["sm80", "sm90", "cpu"],
-           "pallas": ["tpu_v4", "tpu_v5e", "tpu_v5p", "tpu_v6e", "sm80", "sm90", "cpu"]}
+DEVICES = {
+    "triton": ["sm80", "sm90", "cpu"],
+    "pallas": ["tpu_v4", "tpu_v5e", "tpu_v5p", "tpu_v6e", "sm80", "sm90", "cpu"],
+}
 SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -29,7 +30,10 @@ def _problem(kernel: str, m: int, n: int, k: int, e: int, dtype: str) -> dict:
 problems = st.tuples(
     st.sampled_from(sorted(SPACES)),
     st.sampled_from(["triton", "pallas"]),
-    st.integers(1, 5000), st.integers(1, 5000), st.integers(1, 5000), st.integers(1, 64),
+    st.integers(1, 5000),
+    st.integers(1, 5000),
+    st.integers(1, 5000),
+    st.integers(1, 64),
     st.sampled_from(["float32", "float16", "bfloat16"]),
     st.integers(0, 10),
 )
@@ -55,27 +59,48 @@ def test_violations_name_the_offending_values(p: tuple, data: st.DataObject) -> 
     space = SPACES[kernel](_problem(kernel, m, n, k, e, dtype), get_device(arch), backend)
     cfg = {prm.name: data.draw(st.sampled_from(prm.values)) for prm in space.params}
     for reason in space.violations(cfg):
-        named = [name for name, v in cfg.items() if re.search(rf"\b{re.escape(name)}={re.escape(repr(v))}", reason)
-                 or f"{name}={v}" in reason]
+        named = [
+            name
+            for name, v in cfg.items()
+            if re.search(rf"\b{re.escape(name)}={re.escape(repr(v))}", reason) or f"{name}={v}" in reason
+        ]
         assert named, f"reason {reason!r} names none of {cfg}"
 
 
 def test_smem_fits_sm90_but_not_sm80() -> None:
     """128x256x64 fp16 tiles, 4 stages: 192 KiB of shared memory -- under 227 KiB, over 163 KiB."""
     prob = {"M": 4096, "N": 4096, "K": 4096, "dtype": "float16", "bias": False, "activation": "none"}
-    cfg = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 1, "num_warps": 8,
-           "num_stages": 4}
+    cfg = {
+        "BLOCK_M": 128,
+        "BLOCK_N": 256,
+        "BLOCK_K": 64,
+        "GROUP_M": 8,
+        "SPLIT_K": 1,
+        "num_warps": 8,
+        "num_stages": 4,
+    }
     assert matmul_space(prob, get_device("sm90"), "triton").contains(cfg)
     reasons = matmul_space(prob, get_device("sm80"), "triton").violations(cfg)
     assert len(reasons) == 1
-    assert "smem 196608 B > 166912 B" in reasons[0] and "BLOCK_N=256" in reasons[0] and "num_stages=4" in reasons[0]
+    assert (
+        "smem 196608 B > 166912 B" in reasons[0]
+        and "BLOCK_N=256" in reasons[0]
+        and "num_stages=4" in reasons[0]
+    )
 
 
 def test_registers_differ_between_mma_sync_and_wgmma() -> None:
     """sm80 stages the mma operands in registers, sm90's wgmma reads them from shared memory."""
     prob = {"M": 4096, "N": 4096, "K": 4096, "dtype": "float16", "bias": False, "activation": "none"}
-    cfg = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 1, "num_warps": 2,
-           "num_stages": 2}
+    cfg = {
+        "BLOCK_M": 128,
+        "BLOCK_N": 64,
+        "BLOCK_K": 64,
+        "GROUP_M": 8,
+        "SPLIT_K": 1,
+        "num_warps": 2,
+        "num_stages": 2,
+    }
     assert matmul_space(prob, get_device("sm90"), "triton").contains(cfg)
     reasons = matmul_space(prob, get_device("sm80"), "triton").violations(cfg)
     assert len(reasons) == 1 and reasons[0].startswith("violates registers/thread <= 255")
@@ -103,7 +128,15 @@ def test_tpu_tiling_depends_on_dtype() -> None:
 def test_problem_constraints_name_values() -> None:
     prob = {"M": 50, "N": 40, "K": 70, "dtype": "float16", "bias": False, "activation": "none"}
     space = matmul_space(prob, get_device("cpu"), "triton")
-    cfg = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 64, "GROUP_M": 1, "SPLIT_K": 4, "num_warps": 1, "num_stages": 1}
+    cfg = {
+        "BLOCK_M": 16,
+        "BLOCK_N": 16,
+        "BLOCK_K": 64,
+        "GROUP_M": 1,
+        "SPLIT_K": 4,
+        "num_warps": 1,
+        "num_stages": 1,
+    }
     (reason,) = space.violations(cfg)
     assert "SPLIT_K=4 > 2 K tiles (K=70, BLOCK_K=64)" in reason
     small = matmul_space({**prob, "M": 20}, get_device("cpu"), "triton")
@@ -133,8 +166,15 @@ def test_pallas_on_nvidia_has_the_triton_limits() -> None:
 def test_int8_space_counts_one_byte_weights() -> None:
     """The same tiles fit sm80 for int8 weights (1-byte B) but not for fp16 B."""
     prob = {"M": 4096, "N": 4096, "K": 4096, "dtype": "float16", "bias": False, "activation": "none"}
-    cfg = {"BLOCK_M": 64, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8, "SPLIT_K": 1, "num_warps": 8,
-           "num_stages": 3}
+    cfg = {
+        "BLOCK_M": 64,
+        "BLOCK_N": 256,
+        "BLOCK_K": 128,
+        "GROUP_M": 8,
+        "SPLIT_K": 1,
+        "num_warps": 8,
+        "num_stages": 3,
+    }
     # fp16: 3 * (64*128*2 + 128*256*2) = 245760 B > 163 KiB; int8 B: 3 * (16384 + 32768) = 147456 B
     assert not matmul_space(prob, get_device("sm80"), "triton").contains(cfg)
     assert int8_matmul_space(prob, get_device("sm80"), "triton").contains(cfg)

@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from kernels import get_kernel
-from kernels._common import to_numpy
-from search_spaces import attention as spaces
-from search_spaces import devices
+from tuner.kernels import get_kernel
+from tuner.kernels._common import to_numpy
+from tuner.search_spaces import attention as spaces
+from tuner.search_spaces import devices
 
 BACKENDS = ("triton", "pallas")
 SPEC_NAME = "flash_attention"
@@ -72,20 +71,23 @@ def test_blocks_smaller_than_the_diagonal_and_custom_scale() -> None:
     problem = _problem(S=37, causal=True, dtype="float32", sm_scale=0.3)
     _check("triton", problem, {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 1, "num_stages": 1})
     _check("pallas", problem, {"block_q": 8, "block_k_major": 32, "block_k": 8})
-    _check("pallas", _problem(S=37, causal=False, dtype="float32"), {"block_q": 64, "block_k_major": 16,
-                                                                      "block_k": 8})
+    _check(
+        "pallas",
+        _problem(S=37, causal=False, dtype="float32"),
+        {"block_q": 64, "block_k_major": 16, "block_k": 8},
+    )
 
 
 def test_reference_agrees_with_torch_sdpa() -> None:
     import torch
-
-    from kernels.attention import attention_reference
+    from tuner.kernels.attention import attention_reference
 
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((1, 2, 9, 64)) for _ in range(3))
     for causal in (True, False):
         want = torch.nn.functional.scaled_dot_product_attention(
-            torch.tensor(q), torch.tensor(k), torch.tensor(v), is_causal=causal).numpy()
+            torch.tensor(q), torch.tensor(k), torch.tensor(v), is_causal=causal
+        ).numpy()
         np.testing.assert_allclose(attention_reference(q, k, v, causal=causal), want, rtol=1e-10, atol=1e-12)
 
 
@@ -114,13 +116,19 @@ def test_unsupported_head_dim_is_rejected_with_the_value() -> None:
 GPU = (devices.SM80, devices.SM90)
 TPU = (devices.TPU_V4, devices.TPU_V5E, devices.TPU_V5P, devices.TPU_V6E)
 
-problems = st.fixed_dictionaries({
-    "B": st.integers(1, 8), "H": st.integers(1, 32), "S": st.integers(1, 33000),
-    "D": st.sampled_from([64, 128]), "causal": st.booleans(),
-    "dtype": st.sampled_from(["float32", "float16", "bfloat16"]),
-})
-device_backend = st.sampled_from([(d, "triton") for d in (*GPU, devices.CPU)]
-                                 + [(d, "pallas") for d in (*TPU, devices.CPU)])
+problems = st.fixed_dictionaries(
+    {
+        "B": st.integers(1, 8),
+        "H": st.integers(1, 32),
+        "S": st.integers(1, 33000),
+        "D": st.sampled_from([64, 128]),
+        "causal": st.booleans(),
+        "dtype": st.sampled_from(["float32", "float16", "bfloat16"]),
+    }
+)
+device_backend = st.sampled_from(
+    [(d, "triton") for d in (*GPU, devices.CPU)] + [(d, "pallas") for d in (*TPU, devices.CPU)]
+)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -143,11 +151,17 @@ def test_space_properties(problem: dict[str, Any], db: tuple[Any, str], seed: in
 def test_sm80_and_sm90_differ_by_shared_memory() -> None:
     """Figures from compiling the kernel with Triton 3.7 (benchmarks/triton_resources_b.py): the smem
     estimate matches the compiler exactly on both archs, and sm90 keeps one more K/V stage."""
-    from search_spaces.attention import triton_smem_bytes
+    from tuner.search_spaces.attention import triton_smem_bytes
 
-    assert triton_smem_bytes(128, "float16", {"BLOCK_M": 128, "BLOCK_N": 64, "num_stages": 3}, "sm80") == 98304
-    assert triton_smem_bytes(128, "float16", {"BLOCK_M": 128, "BLOCK_N": 64, "num_stages": 3}, "sm90") == 131072
-    assert triton_smem_bytes(128, "float16", {"BLOCK_M": 128, "BLOCK_N": 64, "num_stages": 1}, "sm80") == 49152
+    assert (
+        triton_smem_bytes(128, "float16", {"BLOCK_M": 128, "BLOCK_N": 64, "num_stages": 3}, "sm80") == 98304
+    )
+    assert (
+        triton_smem_bytes(128, "float16", {"BLOCK_M": 128, "BLOCK_N": 64, "num_stages": 3}, "sm90") == 131072
+    )
+    assert (
+        triton_smem_bytes(128, "float16", {"BLOCK_M": 128, "BLOCK_N": 64, "num_stages": 1}, "sm80") == 49152
+    )
     problem = _problem(B=4, H=16, S=4096, D=128, dtype="float16")
     cfg = {"BLOCK_M": 256, "BLOCK_N": 64, "num_warps": 8, "num_stages": 5}  # 192 KiB on sm80, 224 KiB on sm90
     s80 = spaces.attention_space(problem, devices.SM80, "triton")
@@ -178,7 +192,8 @@ def test_tpu_generations_differ_by_vmem() -> None:
     assert "VMEM" in why and "tpu_v4" in why and "block_k_major=2048" in why
     assert all(c["block_k"] % 128 == 0 and c["block_k_major"] % c["block_k"] == 0 for c in v4.enumerate())
     reasons = spaces.attention_space(_problem(S=512, dtype="bfloat16"), devices.TPU_V5P, "pallas").violations(
-        {"block_q": 8, "block_k_major": 128, "block_k": 256})
+        {"block_q": 8, "block_k_major": 128, "block_k": 256}
+    )
     assert any("block_k_major=128" in r and "block_k=256" in r for r in reasons)
     assert any("sublanes" in r and "block_q=8" in r for r in reasons)
 
@@ -203,8 +218,7 @@ def test_pallas_kernel_lowers_for_tpu(causal: bool) -> None:
     import jax
     import jax.numpy as jnp
     from jax import export
-
-    from kernels.attention import flash_attention_pallas
+    from tuner.kernels.attention import flash_attention_pallas
 
     problem = _problem(S=1000, D=128, causal=causal, dtype="bfloat16")
     cfg = {"block_q": 128, "block_k_major": 512, "block_k": 128}

@@ -9,24 +9,38 @@ from tests._gemm_sweep import sweep
 
 
 @pytest.mark.parametrize("backend", ["triton", "pallas"])
-@pytest.mark.parametrize(("dtype", "bias", "activation", "seed"), [
-    ("float16", True, "relu", 0),
-    ("bfloat16", True, "gelu", 1),
-    ("float32", False, "none", 2),
-])
+@pytest.mark.parametrize(
+    ("dtype", "bias", "activation", "seed"),
+    [
+        ("float16", True, "relu", 0),
+        ("bfloat16", True, "gelu", 1),
+        ("float32", False, "none", 2),
+    ],
+)
 def test_int8_matmul_space_sweep(backend: str, dtype: str, bias: bool, activation: str, seed: int) -> None:
-    sweep("int8_matmul", backend, {"M": 50, "N": 40, "K": 70, "dtype": dtype, "bias": bias,
-                                    "activation": activation}, 3, seed)
+    sweep(
+        "int8_matmul",
+        backend,
+        {"M": 50, "N": 40, "K": 70, "dtype": dtype, "bias": bias, "activation": activation},
+        3,
+        seed,
+    )
 
 
 def test_int8_matmul_pallas_triton_lowering_sweep() -> None:
     """The NVIDIA structure of the Pallas kernel (num_warps/num_stages in the space), interpreted."""
-    sweep("int8_matmul", "pallas", {"M": 50, "N": 40, "K": 70, "dtype": "float16", "bias": True,
-                                    "activation": "relu"}, 3, 5, "sm90")
+    sweep(
+        "int8_matmul",
+        "pallas",
+        {"M": 50, "N": 40, "K": 70, "dtype": "float16", "bias": True, "activation": "relu"},
+        3,
+        5,
+        "sm90",
+    )
 
 
 def test_quantize_per_channel_round_trip() -> None:
-    from kernels.int8_matmul import quantize_per_channel
+    from tuner.kernels.int8_matmul import quantize_per_channel
 
     rng = np.random.default_rng(0)
     w = rng.standard_normal((33, 7)).astype(np.float32)
@@ -37,7 +51,7 @@ def test_quantize_per_channel_round_trip() -> None:
 
 
 def test_weights_are_int8_and_bytes_count_one_byte_per_weight() -> None:
-    from kernels import get_kernel
+    from tuner.kernels import get_kernel
 
     spec = get_kernel("int8_matmul")
     p = {"M": 8, "N": 16, "K": 32, "dtype": "float16", "bias": False, "activation": "none"}

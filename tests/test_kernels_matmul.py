@@ -11,11 +11,14 @@ SHAPE = {"M": 50, "N": 40, "K": 70}
 
 
 @pytest.mark.parametrize("backend", ["triton", "pallas"])
-@pytest.mark.parametrize(("dtype", "bias", "activation", "seed"), [
-    ("float16", True, "gelu", 0),
-    ("bfloat16", False, "relu", 1),
-    ("float32", True, "none", 2),
-])
+@pytest.mark.parametrize(
+    ("dtype", "bias", "activation", "seed"),
+    [
+        ("float16", True, "gelu", 0),
+        ("bfloat16", False, "relu", 1),
+        ("float32", True, "none", 2),
+    ],
+)
 def test_matmul_space_sweep(backend: str, dtype: str, bias: bool, activation: str, seed: int) -> None:
     sweep("matmul", backend, {**SHAPE, "dtype": dtype, "bias": bias, "activation": activation}, 3, seed)
 
@@ -30,21 +33,28 @@ def test_triton_split_k_with_gelu_and_grouping() -> None:
     """Split-K keeps a non-linear epilogue correct (it runs after the reduction); GROUP_M > 1 covers all
     tiles; the preallocated output is the one returned."""
     import torch
-
-    from kernels import get_kernel
-    from search_spaces import get_device
+    from tuner.kernels import get_kernel
+    from tuner.search_spaces import get_device
 
     spec = get_kernel("matmul")
     prob = {"M": 70, "N": 33, "K": 100, "dtype": "float32", "bias": True, "activation": "gelu"}
     inputs = spec.make_inputs(prob, "triton", 5)
-    cfg = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 4, "SPLIT_K": 4, "num_warps": 1, "num_stages": 1}
+    cfg = {
+        "BLOCK_M": 16,
+        "BLOCK_N": 16,
+        "BLOCK_K": 16,
+        "GROUP_M": 4,
+        "SPLIT_K": 4,
+        "num_warps": 1,
+        "num_stages": 1,
+    }
     assert spec.space(prob, get_device("cpu"), "triton").contains(cfg)
     inputs["out"].fill_(float("nan"))
     out = spec.run(prob, "triton", inputs, cfg)
     assert out.data_ptr() == inputs["out"].data_ptr()
     np.testing.assert_allclose(out.numpy(), spec.reference(prob, inputs), rtol=1e-4, atol=1e-4)
     # non-contiguous A (a transposed view) goes through the strides
-    from kernels.matmul import matmul_triton
+    from tuner.kernels.matmul import matmul_triton
 
     a_view = torch.empty((prob["K"], prob["M"]), dtype=torch.float32).t()
     a_view.copy_(inputs["a"])
@@ -54,7 +64,7 @@ def test_triton_split_k_with_gelu_and_grouping() -> None:
 
 
 def test_flops_and_bytes() -> None:
-    from kernels import get_kernel
+    from tuner.kernels import get_kernel
 
     spec = get_kernel("matmul")
     p = {"M": 64, "N": 32, "K": 16, "dtype": "float16", "bias": False, "activation": "none"}
@@ -63,7 +73,7 @@ def test_flops_and_bytes() -> None:
 
 
 def test_inputs_are_seeded_and_never_zero() -> None:
-    from kernels import get_kernel
+    from tuner.kernels import get_kernel
 
     spec = get_kernel("matmul")
     p = {**SHAPE, "dtype": "float32"}
@@ -73,8 +83,8 @@ def test_inputs_are_seeded_and_never_zero() -> None:
 
 
 def test_bad_problem_is_a_clear_error() -> None:
-    from kernels import get_kernel
-    from search_spaces import get_device
+    from tuner.kernels import get_kernel
+    from tuner.search_spaces import get_device
 
     spec = get_kernel("matmul")
     with pytest.raises(ValueError, match="activation='tanh'"):

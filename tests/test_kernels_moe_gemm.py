@@ -9,11 +9,14 @@ from tests._gemm_sweep import sweep
 
 
 @pytest.mark.parametrize("backend", ["triton", "pallas"])
-@pytest.mark.parametrize(("dtype", "group_sizes", "seed"), [
-    ("float16", None, 0),                 # seeded Dirichlet split (uneven)
-    ("bfloat16", [0, 29, 1, 30], 1),      # an empty expert and a one-row expert
-    ("float32", [0, 0, 60, 0], 2),        # all tokens on one expert
-])
+@pytest.mark.parametrize(
+    ("dtype", "group_sizes", "seed"),
+    [
+        ("float16", None, 0),  # seeded Dirichlet split (uneven)
+        ("bfloat16", [0, 29, 1, 30], 1),  # an empty expert and a one-row expert
+        ("float32", [0, 0, 60, 0], 2),  # all tokens on one expert
+    ],
+)
 def test_moe_gemm_space_sweep(backend: str, dtype: str, group_sizes: list[int] | None, seed: int) -> None:
     problem = {"T": 60, "K": 24, "N": 20, "E": 4, "dtype": dtype}
     if group_sizes is not None:
@@ -31,7 +34,7 @@ def test_moe_gemm_pallas_triton_lowering_sweep(dtype: str, group_sizes: list[int
 
 
 def test_group_sizes_are_seeded_and_sum_to_T() -> None:
-    from kernels.moe_gemm import group_sizes_for
+    from tuner.kernels.moe_gemm import group_sizes_for
 
     p = {"T": 90, "K": 40, "N": 36, "E": 6, "dtype": "float16"}
     a, b, c = group_sizes_for(p, 0), group_sizes_for(p, 0), group_sizes_for(p, 1)
@@ -40,8 +43,7 @@ def test_group_sizes_are_seeded_and_sum_to_T() -> None:
 
 def test_pallas_group_metadata_visits_each_tile_of_each_group() -> None:
     import jax.numpy as jnp
-
-    from kernels._moe_pallas import group_metadata
+    from tuner.kernels._moe_pallas import group_metadata
 
     g, tile, valid, starts, ends = group_metadata(jnp.asarray([5, 0, 20, 7], jnp.int32), 32, 8)
     g, tile, valid = np.asarray(g), np.asarray(tile), np.asarray(valid)
@@ -52,8 +54,8 @@ def test_pallas_group_metadata_visits_each_tile_of_each_group() -> None:
 
 
 def test_bad_group_sizes_rejected() -> None:
-    from kernels import get_kernel
-    from search_spaces import get_device
+    from tuner.kernels import get_kernel
+    from tuner.search_spaces import get_device
 
     spec = get_kernel("moe_gemm")
     with pytest.raises(ValueError, match="summing to T=90"):

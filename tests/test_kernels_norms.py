@@ -11,11 +11,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from kernels import get_kernel
-from kernels._common import to_numpy
-from search_spaces import devices
-from search_spaces import norms as spaces
+from tuner.kernels import get_kernel
+from tuner.kernels._common import to_numpy
+from tuner.search_spaces import devices
+from tuner.search_spaces import norms as spaces
 
 KINDS = ("softmax", "rmsnorm", "layernorm")
 BACKENDS = ("triton", "pallas")
@@ -42,7 +41,9 @@ def _check(kind: str, backend: str, problem: dict[str, Any], config: dict[str, A
     ref = spec.reference(problem, inputs)
     out = to_numpy(spec.run(problem, backend, inputs, config))
     assert out.shape == ref.shape
-    assert not np.isnan(out).any(), f"{kind}/{backend} {config}: {int(np.isnan(out).sum())} elements not written"
+    assert not np.isnan(out).any(), (
+        f"{kind}/{backend} {config}: {int(np.isnan(out).sum())} elements not written"
+    )
     rtol, atol = spec.tolerance(problem["dtype"])
     err = float(np.max(np.abs(out - ref)))
     np.testing.assert_allclose(out, ref, rtol=rtol, atol=atol, err_msg=f"{kind}/{backend} {config}")
@@ -96,7 +97,7 @@ def test_long_row_multi_pass_with_many_blocks() -> None:
 
 def test_an_unwritten_output_fails_the_check() -> None:
     """The poison works: a launch that covers only part of the rows leaves NaN and the check fails."""
-    from kernels.norms import softmax_triton
+    from tuner.kernels.norms import softmax_triton
 
     spec = get_kernel("softmax")
     problem = {**spec.default_problem, **PROBLEM, "dtype": "float32"}
@@ -109,8 +110,7 @@ def test_an_unwritten_output_fails_the_check() -> None:
 
 def test_references_agree_with_torch() -> None:
     import torch
-
-    from kernels.norms import layernorm_reference, rmsnorm_reference, softmax_reference
+    from tuner.kernels.norms import layernorm_reference, rmsnorm_reference, softmax_reference
 
     rng = np.random.default_rng(0)
     x, w, b = rng.standard_normal((6, 50)), rng.standard_normal(50), rng.standard_normal(50)
@@ -118,7 +118,9 @@ def test_references_agree_with_torch() -> None:
     np.testing.assert_allclose(softmax_reference(x), torch.softmax(xt, -1).numpy(), rtol=1e-12)
     np.testing.assert_allclose(
         layernorm_reference(x, w, b, 1e-5),
-        torch.nn.functional.layer_norm(xt, (50,), torch.tensor(w), torch.tensor(b), 1e-5).numpy(), rtol=1e-10)
+        torch.nn.functional.layer_norm(xt, (50,), torch.tensor(w), torch.tensor(b), 1e-5).numpy(),
+        rtol=1e-10,
+    )
     rms = xt / torch.sqrt((xt * xt).mean(-1, keepdim=True) + 1e-6) * torch.tensor(w)
     np.testing.assert_allclose(rmsnorm_reference(x, w, 1e-6), rms.numpy(), rtol=1e-12)
 
@@ -156,12 +158,16 @@ def test_inputs_seeded_never_zero(kind: str, backend: str) -> None:
 GPU = (devices.SM80, devices.SM90)
 TPU = (devices.TPU_V4, devices.TPU_V5E, devices.TPU_V5P, devices.TPU_V6E)
 
-problems = st.fixed_dictionaries({
-    "M": st.integers(1, 70000),
-    "N": st.integers(1, 70000),
-    "dtype": st.sampled_from(["float32", "float16", "bfloat16"]),
-})
-device_backend = st.sampled_from([(d, "triton") for d in (*GPU, devices.CPU)] + [(d, "pallas") for d in (*TPU, devices.CPU)])
+problems = st.fixed_dictionaries(
+    {
+        "M": st.integers(1, 70000),
+        "N": st.integers(1, 70000),
+        "dtype": st.sampled_from(["float32", "float16", "bfloat16"]),
+    }
+)
+device_backend = st.sampled_from(
+    [(d, "triton") for d in (*GPU, devices.CPU)] + [(d, "pallas") for d in (*TPU, devices.CPU)]
+)
 
 
 def _assert_violations_name_values(space: Any, cfg: dict[str, Any]) -> None:
@@ -175,9 +181,16 @@ def _assert_violations_name_values(space: Any, cfg: dict[str, Any]) -> None:
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(kind=st.sampled_from(KINDS), problem=problems, db=device_backend, seed=st.integers(0, 2**16),
-       data=st.data())
-def test_space_properties(kind: str, problem: dict[str, Any], db: tuple[Any, str], seed: int, data: Any) -> None:
+@given(
+    kind=st.sampled_from(KINDS),
+    problem=problems,
+    db=device_backend,
+    seed=st.integers(0, 2**16),
+    data=st.data(),
+)
+def test_space_properties(
+    kind: str, problem: dict[str, Any], db: tuple[Any, str], seed: int, data: Any
+) -> None:
     device, backend = db
     space = spaces.rowwise_space(kind, problem, device, backend)
     if len(space) == 0:  # e.g. a huge unaligned row on a small-VMEM TPU: nothing fits, and sampling says so
@@ -200,8 +213,10 @@ def test_sm80_and_sm90_agree_because_the_row_kernels_use_no_shared_memory() -> N
     s90 = spaces.softmax_space(problem, devices.SM90, "triton")
     assert s80.enumerate() == s90.enumerate()
     assert "num_stages" not in s80.names  # identical PTX for every num_stages: not a parameter
-    assert spaces.triton_smem_bytes("softmax", 32768, "float32", {"ROWS_PER_PROGRAM": 64, "num_warps": 32}) \
+    assert (
+        spaces.triton_smem_bytes("softmax", 32768, "float32", {"ROWS_PER_PROGRAM": 64, "num_warps": 32})
         < devices.SM80.smem_per_block_bytes
+    )
 
 
 def test_registers_and_threads_limit_gpu_configs() -> None:
@@ -257,11 +272,13 @@ def test_pallas_kernels_lower_for_tpu(kind: str) -> None:
     import jax
     import jax.numpy as jnp
     from jax import export
+    from tuner.kernels import norms
 
-    from kernels import norms
-
-    launch = {"softmax": norms.softmax_pallas, "rmsnorm": norms.rmsnorm_pallas,
-              "layernorm": norms.layernorm_pallas}[kind]
+    launch = {
+        "softmax": norms.softmax_pallas,
+        "rmsnorm": norms.rmsnorm_pallas,
+        "layernorm": norms.layernorm_pallas,
+    }[kind]
     problem = {"M": 100, "N": 1024, "dtype": "bfloat16"}
     space = spaces.rowwise_space(kind, problem, devices.TPU_V5E, "pallas")
     x = jax.ShapeDtypeStruct((100, 1024), jnp.bfloat16)

@@ -13,9 +13,9 @@ import time
 
 import numpy as np
 import pytest
+from tuner.kernels import KernelSpec
+from tuner.search_spaces import IntRange, SearchSpace
 
-from kernels import KernelSpec
-from search_spaces import IntRange, SearchSpace
 from tuner.measure import (
     STATUSES,
     CallableMeasurer,
@@ -66,9 +66,13 @@ def test_classify_exception():
 
     assert classify_exception(OutOfResources("shared memory"), "compile") == ("out_of_resources", False)
     assert classify_exception(CompilationError("x"), "compile") == ("compile_error", False)
-    assert classify_exception(RuntimeError("CUDA error: an illegal memory access was encountered"), "run") == (
-        "crashed", True)
-    assert classify_exception(RuntimeError("CUDA out of memory. Tried to allocate"), "run")[0] == "out_of_resources"
+    assert classify_exception(
+        RuntimeError("CUDA error: an illegal memory access was encountered"), "run"
+    ) == ("crashed", True)
+    assert (
+        classify_exception(RuntimeError("CUDA out of memory. Tried to allocate"), "run")[0]
+        == "out_of_resources"
+    )
     assert classify_exception(ValueError("x"), "run") == ("crashed", False)
     assert classify_exception(NotImplementedError("x"), "compile") == ("compile_error", False)
 
@@ -120,10 +124,19 @@ def _table():
     for bx in (16, 32, 64):
         for by in (1, 2, 4):
             t = 1.0 + abs(bx - 32) / 16 + abs(by - 2)
-            cache[f"{bx},{by}"] = {"block_size_x": bx, "block_size_y": by,
-                                   "time": "CompilationFailedConfig" if bx == 64 and by == 4 else t}
-    return table_from_dict({"device_name": "fake", "kernel_name": "fake", "tune_params_keys":
-                            ["block_size_x", "block_size_y"], "cache": cache})
+            cache[f"{bx},{by}"] = {
+                "block_size_x": bx,
+                "block_size_y": by,
+                "time": "CompilationFailedConfig" if bx == 64 and by == 4 else t,
+            }
+    return table_from_dict(
+        {
+            "device_name": "fake",
+            "kernel_name": "fake",
+            "tune_params_keys": ["block_size_x", "block_size_y"],
+            "cache": cache,
+        }
+    )
 
 
 def test_replay_measurer():
@@ -171,8 +184,9 @@ def test_callable_output_arg_is_poisoned_and_mutated_arg_restored():
         return out
 
     x = np.ones(100)
-    with CallableMeasurer(f, (x, np.empty(100)), reference=x * 2, output_arg=1, isolation="inprocess",
-                          timing=FAST) as m:
+    with CallableMeasurer(
+        f, (x, np.empty(100)), reference=x * 2, output_arg=1, isolation="inprocess", timing=FAST
+    ) as m:
         assert m.measure({"half": False}).ok
         assert m.measure({"half": True}).status == "incorrect"  # stale values would have passed
 
@@ -180,16 +194,19 @@ def test_callable_output_arg_is_poisoned_and_mutated_arg_restored():
         acc += step
         return acc
 
-    with CallableMeasurer(g, (np.zeros(4),), reference=np.ones(4), mutated=(0,), isolation="inprocess",
-                          timing=FAST) as m:
+    with CallableMeasurer(
+        g, (np.zeros(4),), reference=np.ones(4), mutated=(0,), isolation="inprocess", timing=FAST
+    ) as m:
         assert m.measure({"step": 1.0}).ok
 
 
 def test_unpicklable_callable_in_process_mode_says_so():
     from tuner.measure import WorkerSetupError
 
-    with CallableMeasurer(lambda *, k: k, isolation="process", timing=FAST) as m, \
-            pytest.raises(WorkerSetupError, match="picklable"):
+    with (
+        CallableMeasurer(lambda *, k: k, isolation="process", timing=FAST) as m,
+        pytest.raises(WorkerSetupError, match="picklable"),
+    ):
         m.measure({"k": 1})
 
 
@@ -227,17 +244,37 @@ def _tol(dtype):
 
 
 BLOCKS = KernelSpec(
-    name="toy_blocks", description="toy", backends=("triton",), dtypes=("float64",),
-    default_problem={"n": 20000, "dtype": "float64"}, shape_fields=("n",), space=_space, make_inputs=_inputs,
-    reference=_reference, run=_run, flops=_flops, bytes_moved=_flops, tolerance=_tol,
+    name="toy_blocks",
+    description="toy",
+    backends=("triton",),
+    dtypes=("float64",),
+    default_problem={"n": 20000, "dtype": "float64"},
+    shape_fields=("n",),
+    space=_space,
+    make_inputs=_inputs,
+    reference=_reference,
+    run=_run,
+    flops=_flops,
+    bytes_moved=_flops,
+    tolerance=_tol,
 )
 
 
 def test_tune_kernel_stores_every_trial_and_picks_the_fastest_correct(tmp_path):
     url = f"sqlite:///{tmp_path / 't.db'}"
     m = KernelMeasurer(BLOCKS, None, "triton", device="cpu", timing=FAST, isolation="inprocess")
-    res = tune_kernel(BLOCKS, None, backend="triton", device="cpu", budget=8, strategy="random", seed=0,
-                      storage=url, measurer=m, finalists=3)
+    res = tune_kernel(
+        BLOCKS,
+        None,
+        backend="triton",
+        device="cpu",
+        budget=8,
+        strategy="random",
+        seed=0,
+        storage=url,
+        measurer=m,
+        finalists=3,
+    )
     assert len(res.trials) == 8
     st = {t.config["block"]: t.status for t in res.trials}
     assert st[1] == "incorrect" and st[5] == "compile_error"
@@ -252,27 +289,47 @@ def test_tune_kernel_stores_every_trial_and_picks_the_fastest_correct(tmp_path):
     bad = next(r for r in trials if r.config["block"] == 5)
     assert bad.status == "compile_error" and "cannot be lowered" in bad.error
     # a second task of the same kernel gets the first one's measurements as its prior
-    res2 = tune_kernel(BLOCKS, {"n": 10000, "dtype": "float64"}, backend="triton", device="cpu", budget=2,
-                       strategy="random", storage=url, measurer=m, finalists=1)
+    res2 = tune_kernel(
+        BLOCKS,
+        {"n": 10000, "dtype": "float64"},
+        backend="triton",
+        device="cpu",
+        budget=2,
+        strategy="random",
+        storage=url,
+        measurer=m,
+        finalists=1,
+    )
     assert res2.info["task_id"] != res.info["task_id"]
     m.close()
 
 
 def test_precompile_finds_failures_in_parallel_and_measure_reuses_them():
-    with KernelMeasurer(BLOCKS, None, "triton", device="cpu", timing=FAST,
-                        settings=WorkerSettings(compile_timeout_s=20)) as m:
+    with KernelMeasurer(
+        BLOCKS, None, "triton", device="cpu", timing=FAST, settings=WorkerSettings(compile_timeout_s=20)
+    ) as m:
         fails = m.precompile([{"block": b} for b in range(1, 9)], jobs=2)
-        assert {json.loads(k)["block"]: r.status for k, r in fails.items()} == {1: "incorrect", 5: "compile_error"}
+        assert {json.loads(k)["block"]: r.status for k, r in fails.items()} == {
+            1: "incorrect",
+            5: "compile_error",
+        }
         r = m.measure({"block": 5})
         assert r is fails[json.dumps({"block": 5})]
         assert m.measure({"block": 3}).ok
 
 
 def test_version_lookup_does_not_import_frameworks():
-    code = "import sys; from tuner.tune import software_versions; v = software_versions(); " \
-           "print(sorted(v), [m for m in ('torch', 'jax', 'triton') if m in sys.modules])"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": os.getcwd()}).stdout
+    code = (
+        "import sys; from tuner.tune import software_versions; v = software_versions(); "
+        "print(sorted(v), [m for m in ('torch', 'jax', 'triton') if m in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    ).stdout
     assert out.strip().endswith("[]"), out
     assert "torch" in out
 
@@ -290,7 +347,8 @@ def _running(pid: int) -> bool:
 def test_worker_dies_with_its_parent(tmp_path):
     """Kill the tuning process with SIGKILL mid-measurement: its worker must not outlive it."""
     script = tmp_path / "parent.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import os, sys, time
         from tuner.measure import CallableMeasurer, WorkerSettings
         def hang(*, k):
@@ -300,9 +358,14 @@ def test_worker_dies_with_its_parent(tmp_path):
             w = m._remote()
             print(w.proc.pid, flush=True)
             m.measure({"k": 1})
-    """))
-    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
-                         env={**os.environ, "PYTHONPATH": os.getcwd(), "TMPDIR": str(tmp_path)})
+    """)
+    )
+    p = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd(), "TMPDIR": str(tmp_path)},
+    )
     wpid = int(p.stdout.readline())
     os.kill(wpid, 0)  # alive
     time.sleep(0.3)
@@ -321,8 +384,17 @@ def test_worker_dies_with_its_parent(tmp_path):
 def test_tune_kernel_with_precompile_keeps_statuses():
     m = KernelMeasurer(BLOCKS, None, "triton", device="cpu", timing=FAST)
     with m:
-        res = tune_kernel(BLOCKS, None, backend="triton", device="cpu", budget=8, strategy="random",
-                          measurer=m, precompile=2, finalists=2)
+        res = tune_kernel(
+            BLOCKS,
+            None,
+            backend="triton",
+            device="cpu",
+            budget=8,
+            strategy="random",
+            measurer=m,
+            precompile=2,
+            finalists=2,
+        )
     st = {t.config["block"]: t.status for t in res.trials}
     assert st[1] == "incorrect" and st[5] == "compile_error" and res.best_config == {"block": 2}
 
@@ -338,11 +410,31 @@ class _Counting(KernelMeasurer):
 def test_tune_kernel_resumes_from_the_store(tmp_path):
     url = f"sqlite:///{tmp_path / 'resume.db'}"
     m = _Counting(BLOCKS, None, "triton", device="cpu", timing=FAST, isolation="inprocess")
-    first = tune_kernel(BLOCKS, None, backend="triton", device="cpu", budget=4, strategy="random", seed=3,
-                        storage=url, measurer=m, finalists=1)
+    first = tune_kernel(
+        BLOCKS,
+        None,
+        backend="triton",
+        device="cpu",
+        budget=4,
+        strategy="random",
+        seed=3,
+        storage=url,
+        measurer=m,
+        finalists=1,
+    )
     assert _Counting.calls == 4
-    again = tune_kernel(BLOCKS, None, backend="triton", device="cpu", budget=7, strategy="random", seed=3,
-                        storage=url, measurer=m, finalists=1)
+    again = tune_kernel(
+        BLOCKS,
+        None,
+        backend="triton",
+        device="cpu",
+        budget=7,
+        strategy="random",
+        seed=3,
+        storage=url,
+        measurer=m,
+        finalists=1,
+    )
     assert _Counting.calls == 7  # the first 4 were not measured again
     assert [t.number for t in again.trials] == list(range(7))
     assert [t.config for t in again.trials[:4]] == [t.config for t in first.trials]

@@ -14,9 +14,9 @@ import time
 
 import numpy as np
 import pytest
+from tuner.kernels import KernelSpec
+from tuner.search_spaces import Categorical, SearchSpace
 
-from kernels import KernelSpec
-from search_spaces import Categorical, SearchSpace
 from tuner.measure import KernelMeasurer, TimingOptions, WorkerSettings
 from tuner.store import ResultStore
 from tuner.tune import tune_kernel
@@ -55,8 +55,10 @@ def _space(problem, device, backend):
 
 def _make_inputs(problem, backend, seed):
     rng = np.random.default_rng(seed)
-    return {"x": rng.standard_normal(problem["n"]).astype(np.float32) + 3.0,
-            "out": np.empty(problem["n"], dtype=np.float32)}
+    return {
+        "x": rng.standard_normal(problem["n"]).astype(np.float32) + 3.0,
+        "out": np.empty(problem["n"], dtype=np.float32),
+    }
 
 
 def _reference(problem, inputs):
@@ -105,8 +107,6 @@ def _run(problem, backend, inputs, config):
     return out
 
 
-
-
 def _flops(p):
     return 2.0 * p["n"]
 
@@ -119,11 +119,21 @@ def _tol(dtype):
     return (1e-6, 1e-6)
 
 
-
 TOY = KernelSpec(
-    name="toy_faults", description="fault injection", backends=("triton",), dtypes=("float32",),
-    default_problem={"n": N, "dtype": "float32"}, shape_fields=("n",), space=_space, make_inputs=_make_inputs,
-    reference=_reference, run=_run, flops=_flops, bytes_moved=_bytes, tolerance=_tol, output_buffer="out",
+    name="toy_faults",
+    description="fault injection",
+    backends=("triton",),
+    dtypes=("float32",),
+    default_problem={"n": N, "dtype": "float32"},
+    shape_fields=("n",),
+    space=_space,
+    make_inputs=_make_inputs,
+    reference=_reference,
+    run=_run,
+    flops=_flops,
+    bytes_moved=_bytes,
+    tolerance=_tol,
+    output_buffer="out",
 )
 
 FAST = TimingOptions(warmup=1, budget_ms=5.0, min_reps=3, max_reps=20, interleave_rounds=3, interleave_reps=3)
@@ -135,8 +145,19 @@ def test_tuning_survives_every_fault_and_picks_a_correct_config(tmp_path):
     seen = []
     measurer = KernelMeasurer(TOY, None, "triton", device="cpu", timing=FAST, settings=SHORT)
     with measurer:
-        res = tune_kernel(TOY, None, backend="triton", device="cpu", budget=len(EXPECTED), strategy="random",
-                          seed=1, storage=store, measurer=measurer, callback=seen.append, finalists=3)
+        res = tune_kernel(
+            TOY,
+            None,
+            backend="triton",
+            device="cpu",
+            budget=len(EXPECTED),
+            strategy="random",
+            seed=1,
+            storage=store,
+            measurer=measurer,
+            callback=seen.append,
+            finalists=3,
+        )
         starts = measurer.worker_starts
 
     # the run finished and measured every config exactly once; no finished trial is lost
@@ -167,7 +188,10 @@ def test_tuning_survives_every_fault_and_picks_a_correct_config(tmp_path):
     assert "SIGSEGV" in seg.error
     assert "Segmentation fault" in seg.error and "_run" in seg.error  # the worker's faulthandler stack
     assert "Segmentation fault" not in next(m for m in rows if m.config["variant"] == "exit").error
-    assert next(m for m in rows if m.config["variant"] == "sleep").error == "compiling (first call) exceeded 1.5 s"
+    assert (
+        next(m for m in rows if m.config["variant"] == "sleep").error
+        == "compiling (first call) exceeded 1.5 s"
+    )
     assert next(m for m in rows if m.config["variant"] == "hang_later").error == "timing exceeded 3 s"
     finals = [m for m in store.measurements(kernel="toy_faults") if m.stats.get("phase") == "final"]
     assert {m.config["variant"] for m in finals} == {"good", "good_slow"}
@@ -201,10 +225,20 @@ def _acc_run(problem, backend, inputs, config):
 
 
 ACC = KernelSpec(
-    name="toy_acc", description="in-place accumulate", backends=("triton",), dtypes=("float64",),
-    default_problem={"n": 1000, "dtype": "float64"}, shape_fields=("n",),
-    space=lambda p, d, b: SearchSpace([Categorical("v", [0])]), make_inputs=_acc_inputs, reference=_acc_reference,
-    run=_acc_run, flops=_flops, bytes_moved=_bytes, tolerance=_tol, mutated_inputs=("acc",),
+    name="toy_acc",
+    description="in-place accumulate",
+    backends=("triton",),
+    dtypes=("float64",),
+    default_problem={"n": 1000, "dtype": "float64"},
+    shape_fields=("n",),
+    space=lambda p, d, b: SearchSpace([Categorical("v", [0])]),
+    make_inputs=_acc_inputs,
+    reference=_acc_reference,
+    run=_acc_run,
+    flops=_flops,
+    bytes_moved=_bytes,
+    tolerance=_tol,
+    mutated_inputs=("acc",),
 )
 
 

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from tuner.search_spaces import Constraint, IntRange, PowerOfTwo, SearchSpace
 
-from search_spaces import Constraint, IntRange, PowerOfTwo, SearchSpace
 from tuner.measure import MeasureResult, summarize, write_kernel_tuner_cache
 from tuner.replay import load_table
 
@@ -32,7 +32,12 @@ def gv():
 
 @pytest.mark.parametrize("interpret", ["1", ""])
 def test_without_a_gpu_it_says_so_and_exits_0(tmp_path, interpret):
-    env = {**os.environ, "OUT": str(tmp_path / "out"), "TRITON_INTERPRET": interpret, "CUDA_VISIBLE_DEVICES": ""}
+    env = {
+        **os.environ,
+        "OUT": str(tmp_path / "out"),
+        "TRITON_INTERPRET": interpret,
+        "CUDA_VISIBLE_DEVICES": "",
+    }
     p = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "no CUDA GPU here" in p.stdout
@@ -47,8 +52,10 @@ def test_output_dir(gv, monkeypatch):
 
 
 def _toy_space():
-    return SearchSpace([PowerOfTwo("BM", 16, 256), PowerOfTwo("BN", 16, 256), IntRange("w", 1, 8)],
-                       [Constraint("BM*BN <= 16384", lambda c: c["BM"] * c["BN"] <= 16384, ("BM", "BN"))])
+    return SearchSpace(
+        [PowerOfTwo("BM", 16, 256), PowerOfTwo("BN", 16, 256), IntRange("w", 1, 8)],
+        [Constraint("BM*BN <= 16384", lambda c: c["BM"] * c["BN"] <= 16384, ("BM", "BN"))],
+    )
 
 
 def test_sized_configs_grid_limit_and_determinism(gv):
@@ -72,7 +79,9 @@ def _fake_sweep(sp, configs):
         if i % 5 == 3:
             rows.append((c, MeasureResult.failed("compile_error", "cuda", "ptxas: too many registers")))
         elif i % 5 == 4:
-            rows.append((c, MeasureResult.failed("incorrect", "cuda", "12 of 100 elements outside tolerance")))
+            rows.append(
+                (c, MeasureResult.failed("incorrect", "cuda", "12 of 100 elements outside tolerance"))
+            )
         else:
             t = 0.5 + 0.01 * ((i * 7) % 13)
             rows.append((c, summarize([t * 1.02, t, t * 0.99, t * 1.01], backend="cuda", compile_s=1.5)))
@@ -85,8 +94,9 @@ def test_sweep_cache_round_trips_through_replay(gv, tmp_path, suffix):
     configs = gv.sized_configs(sp, 30, {"BM": [32, 64, 128], "BN": [32, 64, 128], "w": [2, 4, 8]})
     rows = _fake_sweep(sp, configs)
     problem = {"M": 4096, "N": 4096, "K": 4096}
-    doc = gv.sweep_cache(rows, device_name="NVIDIA H200", problem=problem, keys=sp.names,
-                         extra={"arch": "sm90"})
+    doc = gv.sweep_cache(
+        rows, device_name="NVIDIA H200", problem=problem, keys=sp.names, extra={"arch": "sm90"}
+    )
     path = write_kernel_tuner_cache(tmp_path / f"sweep{suffix}", doc)
     if suffix.endswith(".gz"):
         assert path.read_bytes()[:2] == b"\x1f\x8b"
@@ -110,11 +120,17 @@ def test_sweep_cache_round_trips_through_replay(gv, tmp_path, suffix):
 def test_sweep_cache_rejects_duplicates_and_wrong_keys(gv):
     r = summarize([1.0], backend="cuda")
     with pytest.raises(ValueError, match="twice"):
-        gv.sweep_cache([({"a": 1}, r), ({"a": 1}, r)], device_name="d", problem={"M": 1, "N": 1, "K": 1},
-                       keys=["a"], extra={})
+        gv.sweep_cache(
+            [({"a": 1}, r), ({"a": 1}, r)],
+            device_name="d",
+            problem={"M": 1, "N": 1, "K": 1},
+            keys=["a"],
+            extra={},
+        )
     with pytest.raises(ValueError, match="keys"):
-        gv.sweep_cache([({"a": 1, "b": 2}, r)], device_name="d", problem={"M": 1, "N": 1, "K": 1}, keys=["a"],
-                       extra={})
+        gv.sweep_cache(
+            [({"a": 1, "b": 2}, r)], device_name="d", problem={"M": 1, "N": 1, "K": 1}, keys=["a"], extra={}
+        )
 
 
 def test_report_json_is_written_atomically(gv, tmp_path):

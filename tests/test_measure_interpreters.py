@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tuner.kernels import KernelSpec
+from tuner.search_spaces import Categorical, PowerOfTwo, SearchSpace
 
-from kernels import KernelSpec
-from search_spaces import Categorical, PowerOfTwo, SearchSpace
 from tuner.measure import KernelMeasurer, TimingOptions, WorkerSettings
 from tuner.tune import tune_kernel
 
@@ -59,16 +59,36 @@ def _tol(dtype):
 
 
 SCALE = KernelSpec(
-    name="toy_triton_scale", description="x*2+1", backends=("triton",), dtypes=("float32",),
-    default_problem={"n": 1000, "dtype": "float32"}, shape_fields=("n",), space=_space, make_inputs=_inputs,
-    reference=_reference, run=_run, flops=_flops, bytes_moved=_flops, tolerance=_tol, output_buffer="out",
+    name="toy_triton_scale",
+    description="x*2+1",
+    backends=("triton",),
+    dtypes=("float32",),
+    default_problem={"n": 1000, "dtype": "float32"},
+    shape_fields=("n",),
+    space=_space,
+    make_inputs=_inputs,
+    reference=_reference,
+    run=_run,
+    flops=_flops,
+    bytes_moved=_flops,
+    tolerance=_tol,
+    output_buffer="out",
 )
 
 
 def test_triton_interpreter_in_a_worker():
-    res = tune_kernel(SCALE, None, backend="triton", device="cpu", budget=6, strategy="random",
-                      measurer=KernelMeasurer(SCALE, None, "triton", device="cpu", timing=FAST,
-                                              settings=WorkerSettings(compile_timeout_s=60)), finalists=2)
+    res = tune_kernel(
+        SCALE,
+        None,
+        backend="triton",
+        device="cpu",
+        budget=6,
+        strategy="random",
+        measurer=KernelMeasurer(
+            SCALE, None, "triton", device="cpu", timing=FAST, settings=WorkerSettings(compile_timeout_s=60)
+        ),
+        finalists=2,
+    )
     by = {(t.config["BLOCK"], t.config["SKIP_TAIL"]): t for t in res.trials}
     assert len(by) == 6
     for (block, skip), t in by.items():
@@ -104,15 +124,30 @@ def _p_run(problem, backend, inputs, config):
         o_ref[...] = x_ref[...] * 3.0
 
     x = inputs["x"]
-    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // b,),
-                          in_specs=[pl.BlockSpec((b, 128), lambda i: (i, 0))],
-                          out_specs=pl.BlockSpec((b, 128), lambda i: (i, 0)), interpret=True)(x)
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(x.shape[0] // b,),
+        in_specs=[pl.BlockSpec((b, 128), lambda i: (i, 0))],
+        out_specs=pl.BlockSpec((b, 128), lambda i: (i, 0)),
+        interpret=True,
+    )(x)
 
 
 TRIPLE = KernelSpec(
-    name="toy_pallas_triple", description="x*3", backends=("pallas",), dtypes=("float32",),
-    default_problem={"n": 64, "dtype": "float32"}, shape_fields=("n",), space=_p_space, make_inputs=_p_inputs,
-    reference=_p_reference, run=_p_run, flops=_flops, bytes_moved=_flops, tolerance=_tol,
+    name="toy_pallas_triple",
+    description="x*3",
+    backends=("pallas",),
+    dtypes=("float32",),
+    default_problem={"n": 64, "dtype": "float32"},
+    shape_fields=("n",),
+    space=_p_space,
+    make_inputs=_p_inputs,
+    reference=_p_reference,
+    run=_p_run,
+    flops=_flops,
+    bytes_moved=_flops,
+    tolerance=_tol,
 )
 
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tuner.search_spaces import SearchSpace
 
 import tuner
-from search_spaces import SearchSpace
 from tests.conftest import DATA
 from tuner.replay import load_table
 from tuner.strategies import get_strategy
@@ -83,11 +83,19 @@ def test_prior_warm_start_finds_the_optimum_first(table) -> None:  # type: ignor
     prior = _prior_from(table, scale=3.0, noise=0.02)
     prior.append(({**table.best_config(), "block_size_x": 4096}, 0.001))  # not in the space
     prior.append(({"unrelated": 1}, 1.0))  # not even the same parameters
-    res = tuner.optimize(table.space, table.objective_fn(), budget=5, seed=0, strategy="auto",
-                         prior=[prior, [({"x": 1}, None)]])
+    res = tuner.optimize(
+        table.space,
+        table.objective_fn(),
+        budget=5,
+        seed=0,
+        strategy="auto",
+        prior=[prior, [({"x": 1}, None)]],
+    )
     assert res.trials[0].value is not None and res.trials[0].value <= 1.1 * table.optimum
-    cold = [tuner.optimize(table.space, table.objective_fn(), budget=5, seed=s, strategy="auto").best_value
-            for s in range(3)]
+    cold = [
+        tuner.optimize(table.space, table.objective_fn(), budget=5, seed=s, strategy="auto").best_value
+        for s in range(3)
+    ]
     assert res.best_value <= min(cold)
 
 
@@ -150,7 +158,7 @@ def test_pruning_report_on_the_strategy(table) -> None:  # type: ignore[no-untyp
 
 
 def test_space_too_large_to_enumerate() -> None:
-    from search_spaces import IntRange
+    from tuner.search_spaces import IntRange
 
     space = SearchSpace([IntRange(f"p{i}", 0, 15) for i in range(6)])
     assert not space.is_enumerable
@@ -167,8 +175,9 @@ def test_space_too_large_to_enumerate() -> None:
 def test_crossover_children_mix_good_parents() -> None:
     """The recombination slot proposes an unseen valid config whose values come from the best measured
     configs (or a rare mutation), and None when there are fewer than two successful results."""
-    space = SearchSpace.from_configs([{"a": a, "b": b, "c": c} for a in range(6) for b in range(6) for c in (1, 2)
-                                      if (a + b) % 5 != 4])
+    space = SearchSpace.from_configs(
+        [{"a": a, "b": b, "c": c} for a in range(6) for b in range(6) for c in (1, 2) if (a + b) % 5 != 4]
+    )
     strat = ModelStrategy(space, seed=1)
     strat.mutation = 0.0
     strat._setup()
@@ -200,8 +209,14 @@ def _switch_space() -> tuple[SearchSpace, list[dict], Any]:
     """Three smooth parameters and two switches; `f(c, new)`: on the prior tasks switch s = 0 is fast and s = 1
     3x slower; on the new task s = 1 is fast (s = 0 1.5x slower), so its optimum is the prior tasks' best with
     s flipped, which the prior ranks behind every config within distance 3 of the optimum."""
-    cfgs = [{"a": a, "b": b, "c": c, "s": s, "t": u}
-            for a in range(8) for b in range(8) for c in range(8) for s in (0, 1) for u in (0, 1)]
+    cfgs = [
+        {"a": a, "b": b, "c": c, "s": s, "t": u}
+        for a in range(8)
+        for b in range(8)
+        for c in range(8)
+        for s in (0, 1)
+        for u in (0, 1)
+    ]
 
     def f(cfg: dict, new: bool) -> float:
         base = 1.0 + 0.2 * ((cfg["a"] - 5) ** 2 + (cfg["b"] - 2) ** 2 + (cfg["c"] - 3) ** 2) + 0.3 * cfg["t"]

@@ -5,14 +5,16 @@ from __future__ import annotations
 import math
 
 import pytest
+from tuner.search_spaces import Constraint, IntRange, PowerOfTwo, SearchSpace
 
 import tuner
-from search_spaces import Constraint, IntRange, PowerOfTwo, SearchSpace
 from tuner.strategies import STRATEGIES
 
 
 def grid_space() -> SearchSpace:
-    return SearchSpace.from_configs([{"a": a, "b": b, "c": c} for a in range(8) for b in (1, 2, 4, 8) for c in "xy"])
+    return SearchSpace.from_configs(
+        [{"a": a, "b": b, "c": c} for a in range(8) for b in (1, 2, 4, 8) for c in "xy"]
+    )
 
 
 def constrained_space() -> SearchSpace:
@@ -99,7 +101,11 @@ def test_deterministic_per_seed(strategy: str) -> None:
 
 def test_prior_accepted(strategy: str) -> None:
     prior = [
-        [({"a": a, "b": b, "c": "y"}, float(bowl({"a": a, "b": b, "c": "y"}))) for a in range(8) for b in (1, 2)],
+        [
+            ({"a": a, "b": b, "c": "y"}, float(bowl({"a": a, "b": b, "c": "y"})))
+            for a in range(8)
+            for b in (1, 2)
+        ],
         [({"a": 100, "b": 3, "c": "z", "extra": True}, 1.0), ({"a": 1, "b": 1, "c": "x"}, None)],
     ]
     res = tuner.optimize(grid_space(), bowl, budget=15, seed=0, strategy=strategy, prior=prior)
@@ -146,13 +152,17 @@ def test_storage_records_and_resumes(tmp_path) -> None:
         calls.append(tuple(cfg.values()))
         return bowl(cfg)
 
-    r1 = tuner.optimize(grid_space(), obj, budget=10, seed=0, strategy="tpe", storage=url, study_name="s1", task=task)
+    r1 = tuner.optimize(
+        grid_space(), obj, budget=10, seed=0, strategy="tpe", storage=url, study_name="s1", task=task
+    )
     store = ResultStore(url)
     rows = store.measurements(kernel="bowl")
     assert len(rows) == 10 and {r.task_id for r in rows} == {task.task_id}
     assert rows[0].problem == {"n": 8} and rows[0].space_fingerprint == grid_space().fingerprint()
     # The same study again with a larger budget: the 10 finished trials are kept, not re-measured.
-    r2 = tuner.optimize(grid_space(), obj, budget=15, seed=0, strategy="tpe", storage=url, study_name="s1", task=task)
+    r2 = tuner.optimize(
+        grid_space(), obj, budget=15, seed=0, strategy="tpe", storage=url, study_name="s1", task=task
+    )
     assert r2.evaluations == 15 and len(calls) == 15 and len(set(calls)) == 15
     assert [t.config for t in r2.trials[:10]] == [t.config for t in r1.trials]
     import optuna
@@ -192,11 +202,15 @@ def test_sampler_proposals_projected_and_recorded(tmp_path) -> None:
         return cfg["m"] / cfg["n"] + cfg["s"]
 
     url = f"sqlite:///{tmp_path / 'p.db'}"
-    res = tuner.optimize(space, obj, budget=40, seed=0, strategy=RawTPE(space, seed=0), storage=url, study_name="p")
+    res = tuner.optimize(
+        space, obj, budget=40, seed=0, strategy=RawTPE(space, seed=0), storage=url, study_name="p"
+    )
     assert len(seen) == len(set(seen)) == 40 == res.evaluations
     study = optuna.load_study(study_name="p", storage=url)
     skipped = [t for t in study.trials if t.user_attrs.get("tuner_skip")]
-    assert skipped, "TPE over raw values on a constrained space should have proposed invalid or repeated configs"
+    assert skipped, (
+        "TPE over raw values on a constrained space should have proposed invalid or repeated configs"
+    )
     for t in skipped:
         assert t.state == optuna.trial.TrialState.COMPLETE and "tuner_projected_to" in t.user_attrs
 
@@ -207,8 +221,9 @@ def test_tpe_sees_ordered_values_as_ordinals() -> None:
 
     from tuner.strategies import TPEStrategy
 
-    space = SearchSpace.from_configs([{"bs": b, "w": w, "k": k} for b in (16, 32, 64, 128) for w in (1, 2, 4)
-                                      for k in ("a", "b")])
+    space = SearchSpace.from_configs(
+        [{"bs": b, "w": w, "k": k} for b in (16, 32, 64, 128) for w in (1, 2, 4) for k in ("a", "b")]
+    )
     s = TPEStrategy(space, seed=0)
     assert s._dists["bs"] == IntDistribution(0, 3) and s._dists["w"] == IntDistribution(0, 2)
     assert isinstance(s._dists["k"], CategoricalDistribution)

@@ -96,8 +96,11 @@ def test_cli_bad_usage_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_cli_console_script_exit_code(tmp_path: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "tuner.cli", "replay", str(tmp_path / "missing.json")],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "tuner.cli", "replay", str(tmp_path / "missing.json")],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2 and "no such file" in r.stderr
 
 
@@ -112,8 +115,11 @@ def test_cli_storage_only_when_asked(tmp_path: Path, _tuner_home: Path) -> None:
 
 
 @pytest.mark.skipif(not SHARED.exists(), reason="shared GPU tables not present on this machine")
-@pytest.mark.parametrize("path", sorted(SHARED.glob("*/*.json.gz")) if SHARED.exists() else [],
-                         ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize(
+    "path",
+    sorted(SHARED.glob("*/*.json.gz")) if SHARED.exists() else [],
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
 def test_every_shared_table_replays(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["replay", str(path), "--budget", "20", "--strategy", "random", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -29,7 +29,9 @@ def _script() -> ModuleType:
 
 rs = _script()
 kt_missing = importlib.util.find_spec("kernel_tuner") is None
-needs_kt = pytest.mark.skipif(kt_missing, reason="kernel_tuner is not installed (the bench extra; CI skips it)")
+needs_kt = pytest.mark.skipif(
+    kt_missing, reason="kernel_tuner is not installed (the bench extra; CI skips it)"
+)
 
 
 def test_kt_expands_to_its_strategies() -> None:
@@ -40,11 +42,25 @@ def test_kt_expands_to_its_strategies() -> None:
     assert rs.expand_strategies(["random", "tpe", "auto"]) == ["random", "tpe", "auto"]
 
 
-def test_kt_without_kernel_tuner_exits_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_kt_without_kernel_tuner_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setitem(sys.modules, "kernel_tuner", None)  # import kernel_tuner raises ImportError
     monkeypatch.setitem(sys.modules, "kernel_tuner.interface", None)
-    code = rs.main(["--data", str(SAMPLE.parent), "--files", SAMPLE.name, "--strategies", "random,kt",
-                    "--seeds", "1", "--budget", "5"])
+    code = rs.main(
+        [
+            "--data",
+            str(SAMPLE.parent),
+            "--files",
+            SAMPLE.name,
+            "--strategies",
+            "random,kt",
+            "--seeds",
+            "1",
+            "--budget",
+            "5",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and "kernel_tuner is not installed" in err[0]
@@ -52,8 +68,20 @@ def test_kt_without_kernel_tuner_exits_2(monkeypatch: pytest.MonkeyPatch, capsys
 
 @needs_kt
 def test_unknown_kt_strategy_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    code = rs.main(["--data", str(SAMPLE.parent), "--files", SAMPLE.name, "--strategies", "kt:no_such",
-                    "--seeds", "1", "--budget", "5"])
+    code = rs.main(
+        [
+            "--data",
+            str(SAMPLE.parent),
+            "--files",
+            SAMPLE.name,
+            "--strategies",
+            "kt:no_such",
+            "--seeds",
+            "1",
+            "--budget",
+            "5",
+        ]
+    )
     assert code == 2 and "unknown Kernel Tuner strategies ['no_such']" in capsys.readouterr().err
 
 
@@ -78,8 +106,18 @@ def test_kt_run_is_a_sane_record(name: str) -> None:
 @needs_kt
 def test_kt_columns_in_report_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "kt.json"
-    args = ["--data", str(SAMPLE.parent), "--files", SAMPLE.name, "--strategies", "random,kt:random_sample",
-            "--seeds", "2", "--budget", "15"]
+    args = [
+        "--data",
+        str(SAMPLE.parent),
+        "--files",
+        SAMPLE.name,
+        "--strategies",
+        "random,kt:random_sample",
+        "--seeds",
+        "2",
+        "--budget",
+        "15",
+    ]
     assert rs.main([*args, "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "kt:random_sample" in text and "ms/eval of kt:*" in text

@@ -120,8 +120,13 @@ def test_pow2_bucketing_shares_one_tuning():
 def test_custom_bucket_and_key_function():
     bench = Counter()
 
-    @tuner.autotune(SPACE, key=lambda x, n: {"rows": x.shape[0], "n": n}, bucket={"rows": lambda _n, v: v // 10},
-                    bench=bench, budget=3)
+    @tuner.autotune(
+        SPACE,
+        key=lambda x, n: {"rows": x.shape[0], "n": n},
+        bucket={"rows": lambda _n, v: v // 10},
+        bench=bench,
+        budget=3,
+    )
     def kernel(x, n, *, block):
         return _cost(block)
 
@@ -164,21 +169,36 @@ def test_array_as_key_argument_is_a_clear_error():
 
 def _store_entry(k, **changes) -> CacheEntry:
     ck = k.tuner.full_key((None, 100), {})
-    parts = dict(kernel=ck.kernel, source_hash=ck.source_hash, fields=ck.fields_dict, dtypes=ck.dtypes,
-                 device=ck.device, versions=ck.versions_dict)
+    parts = dict(
+        kernel=ck.kernel,
+        source_hash=ck.source_hash,
+        fields=ck.fields_dict,
+        dtypes=ck.dtypes,
+        device=ck.device,
+        versions=ck.versions_dict,
+    )
     parts.update(changes)
-    key = CacheKey.make(parts["kernel"], parts["source_hash"], parts["fields"], parts["dtypes"], parts["device"],
-                        parts["versions"])
+    key = CacheKey.make(
+        parts["kernel"],
+        parts["source_hash"],
+        parts["fields"],
+        parts["dtypes"],
+        parts["device"],
+        parts["versions"],
+    )
     e = CacheEntry(key, {"block": 16}, 1e-6, 0.0)
     ConfigCache().put(e)
     return e
 
 
-@pytest.mark.parametrize("change, reason", [
-    ({"source_hash": "0" * 32}, "kernel source changed"),
-    ({"device": "NVIDIA H100 (sm90)"}, "device differs"),
-    ({"versions": {"python": "2.7"}}, "versions differ"),
-])
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        ({"source_hash": "0" * 32}, "kernel source changed"),
+        ({"device": "NVIDIA H100 (sm90)"}, "device differs"),
+        ({"versions": {"python": "2.7"}}, "versions differ"),
+    ],
+)
 def test_stale_or_foreign_entry_is_a_miss_with_a_reason(change, reason):
     k, bench = make()
     _store_entry(k, **change)
@@ -400,8 +420,12 @@ def test_triton_configs_one_line_switch():
     import triton
     import triton.language as tl
 
-    @tuner.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=w) for b, w in ((16, 1), (32, 2), (64, 4))],
-                    key=["n"], budget=3, restore=["x_ptr"])
+    @tuner.autotune(
+        configs=[triton.Config({"BLOCK": b}, num_warps=w) for b, w in ((16, 1), (32, 2), (64, 4))],
+        key=["n"],
+        budget=3,
+        restore=["x_ptr"],
+    )
     @triton.jit
     def add_one(x_ptr, n, BLOCK: tl.constexpr):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -434,9 +458,14 @@ def test_pallas_block_sizes_as_static_args():
     @tuner.autotune(SearchSpace([PowerOfTwo("block", 8, 32)]), key=lambda x: {"n": x.shape[0]}, budget=3)
     @functools.partial(jax.jit, static_argnames=("block",))
     def double(x, *, block):
-        return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // block,),
-                              in_specs=[pl.BlockSpec((block,), lambda i: (i,))],
-                              out_specs=pl.BlockSpec((block,), lambda i: (i,)), interpret=True)(x)
+        return pl.pallas_call(
+            body,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            grid=(x.shape[0] // block,),
+            in_specs=[pl.BlockSpec((block,), lambda i: (i,))],
+            out_specs=pl.BlockSpec((block,), lambda i: (i,)),
+            interpret=True,
+        )(x)
 
     x = jnp.arange(64, dtype=jnp.float32)
     np.testing.assert_allclose(np.asarray(double(x)), np.arange(64) * 2.0)

@@ -24,9 +24,16 @@ def test_four_processes_share_one_cache(tmp_path: Path):
     go = tmp_path / "go"
     n_own, n_shared, n_overlap = 250, 8, 50
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    procs = [subprocess.Popen([sys.executable, str(WORKER), url, str(i), str(n_own), str(n_shared), str(n_overlap),
-                               str(go)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for i in range(4)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), url, str(i), str(n_own), str(n_shared), str(n_overlap), str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for i in range(4)
+    ]
     time.sleep(0.5)
     go.touch()
     outs = []

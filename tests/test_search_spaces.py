@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from search_spaces import (
+from tuner.search_spaces import (
     Boolean,
     Categorical,
     ConfigError,
@@ -31,10 +30,16 @@ def matmul_like() -> SearchSpace:
             Boolean("split"),
         ],
         [
-            Constraint("smem <= 96 KiB", lambda c: (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * 2 * c["num_stages"]
-                       <= 96 * 1024, uses=("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages")),
-            Constraint("tile >= warps*32", lambda c: c["BLOCK_M"] * c["BLOCK_N"] >= c["num_warps"] * 32 * 16,
-                       uses=("BLOCK_M", "BLOCK_N", "num_warps")),
+            Constraint(
+                "smem <= 96 KiB",
+                lambda c: (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * 2 * c["num_stages"] <= 96 * 1024,
+                uses=("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages"),
+            ),
+            Constraint(
+                "tile >= warps*32",
+                lambda c: c["BLOCK_M"] * c["BLOCK_N"] >= c["num_warps"] * 32 * 16,
+                uses=("BLOCK_M", "BLOCK_N", "num_warps"),
+            ),
         ],
         name="matmul_like",
     )
@@ -56,8 +61,15 @@ def test_param_types_domains() -> None:
 
 
 def test_violations_name_the_values() -> None:
-    cfg = {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "num_warps": 4, "num_stages": 5, "order": "row",
-           "split": False}
+    cfg = {
+        "BLOCK_M": 256,
+        "BLOCK_N": 256,
+        "BLOCK_K": 128,
+        "num_warps": 4,
+        "num_stages": 5,
+        "order": "row",
+        "split": False,
+    }
     why = SPACE.violations(cfg)
     assert len(why) == 1
     assert "smem <= 96 KiB" in why[0] and "BLOCK_M=256" in why[0] and "num_stages=5" in why[0]
@@ -144,8 +156,9 @@ def test_default_is_valid() -> None:
 
 
 # ---- from_configs (CONTRACTS.md) ----------------------------------------------------------------------
-config_values = st.one_of(st.integers(-5, 5), st.sampled_from(["a", "b", "c"]), st.booleans(),
-                          st.sampled_from([0.5, 1.5]))
+config_values = st.one_of(
+    st.integers(-5, 5), st.sampled_from(["a", "b", "c"]), st.booleans(), st.sampled_from([0.5, 1.5])
+)
 
 
 @settings(max_examples=60, deadline=None)

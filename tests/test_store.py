@@ -22,8 +22,13 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 def test_record_and_query(url: str) -> None:
     store = ResultStore(url)
-    t1 = TaskContext(kernel="matmul", problem={"M": 64, "N": 64}, device="sm90", versions={"triton": "3.7.1"},
-                     dtype="float16")
+    t1 = TaskContext(
+        kernel="matmul",
+        problem={"M": 64, "N": 64},
+        device="sm90",
+        versions={"triton": "3.7.1"},
+        dtype="float16",
+    )
     t2 = TaskContext(kernel="matmul", problem={"M": 128, "N": 64}, device="sm90", dtype="float16")
     store.record(t1, "fp", {"BLOCK_M": 64}, 1.5, "ok", stats={"median": 1.5, "n": 10})
     store.record(t1, "fp", {"BLOCK_M": 128}, None, "compile_error", error="too much smem")
@@ -46,9 +51,23 @@ def test_failed_write_leaves_store_unchanged(url: str) -> None:
     from tuner.store import MeasurementRow
 
     with pytest.raises(RuntimeError), store.session() as s:
-        s.add(MeasurementRow(task_id="x", kernel="k", space_fingerprint="f", problem={}, dtype="", device="d",
-                             versions={}, config={}, config_key="{}", value=1.0, status="ok", stats={},
-                             created_at=__import__("datetime").datetime.now()))
+        s.add(
+            MeasurementRow(
+                task_id="x",
+                kernel="k",
+                space_fingerprint="f",
+                problem={},
+                dtype="",
+                device="d",
+                versions={},
+                config={},
+                config_key="{}",
+                value=1.0,
+                status="ok",
+                stats={},
+                created_at=__import__("datetime").datetime.now(),
+            )
+        )
         s.flush()
         raise RuntimeError("crash mid-transaction")
     assert store.count() == 1

@@ -21,8 +21,16 @@ FAKE = "tests._study_fake:executor"
 PY = sys.executable
 
 
-def write_study(tmp: Path, *, name: str = "s", n_m: int = 2, n_k: int = 1, budget: int = 4,
-                lease_seconds: float = 60, extra: str = "") -> Path:
+def write_study(
+    tmp: Path,
+    *,
+    name: str = "s",
+    n_m: int = 2,
+    n_k: int = 1,
+    budget: int = 4,
+    lease_seconds: float = 60,
+    extra: str = "",
+) -> Path:
     ms = [64 * 2**i for i in range(n_m)]
     ks = [32 * 2**i for i in range(n_k)]
     p = tmp / f"{name}.toml"
@@ -78,29 +86,43 @@ def test_order_groups_by_kernel_then_nearest_shape() -> None:
     from tuner.studies import StudyTask, order_tasks
 
     def t(kernel: str, m: int) -> StudyTask:
-        return StudyTask("s", f"{kernel}/{m}", kernel, {"M": m, "dtype": "float16"}, "triton", "cpu", 1, None,
-                         "random", 0)
+        return StudyTask(
+            "s", f"{kernel}/{m}", kernel, {"M": m, "dtype": "float16"}, "triton", "cpu", 1, None, "random", 0
+        )
 
     out = order_tasks([t("a", 4096), t("b", 64), t("a", 64), t("a", 1024), t("a", 128)])
     assert [x.key for x in out] == ["a/64", "a/128", "a/1024", "a/4096", "b/64"]
 
 
-@pytest.mark.parametrize("body, needle", [
-    ("[study]\nname='x'\n", "missing budget"),
-    ("[study]\nname='x'\nbudget={trials=2}\n", "missing [[tasks]]"),
-    ("[study]\nname='x'\nbudget={trials=0}\n[[tasks]]\nkernel='k'\nproblems=[{M=1}]", "budget.trials"),
-    ("[study]\nname='x'\nbudget={}\n[[tasks]]\nkernel='k'\nproblems=[{M=1}]", "trials and/or seconds"),
-    ("[study]\nname='x'\nbudget=3\ndevise='cpu'\n[[tasks]]\nkernel='k'\nproblems=[{M=1}]", "unknown key 'devise'"),
-    ("[study]\nname='x'\nbudget=3\ndevice='sm99'\n[[tasks]]\nkernel='k'\nproblems=[{M=1}]", "unknown device"),
-    ("[study]\nname='x y'\nbudget=3\n[[tasks]]\nkernel='k'\nproblems=[{M=1}]", "name must be"),
-    ("[study]\nname='x'\nbudget=3\nstrategy='nope'\n[[tasks]]\nkernel='k'\nproblems=[{M=1}]", "unknown strategy"),
-    ("[study]\nname='x'\nbudget=3\n[[tasks]]\nkernel='k'\nproblems=[{M=1},{M=1}]", "listed twice"),
-    ("[study]\nname='x'\nbudget=3\n[[tasks]]\nkernel='k'\nproblems=[{M=-4}]", "must be >= 1"),
-    ("[study]\nname='x'\nbudget=3\n[[tasks]]\nkernel='k'\n", "needs problems"),
-    ("[study\nname='x'", "invalid TOML"),
-])
-def test_bad_study_files_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str,
-                                              needle: str) -> None:
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        ("[study]\nname='x'\n", "missing budget"),
+        ("[study]\nname='x'\nbudget={trials=2}\n", "missing [[tasks]]"),
+        ("[study]\nname='x'\nbudget={trials=0}\n[[tasks]]\nkernel='k'\nproblems=[{M=1}]", "budget.trials"),
+        ("[study]\nname='x'\nbudget={}\n[[tasks]]\nkernel='k'\nproblems=[{M=1}]", "trials and/or seconds"),
+        (
+            "[study]\nname='x'\nbudget=3\ndevise='cpu'\n[[tasks]]\nkernel='k'\nproblems=[{M=1}]",
+            "unknown key 'devise'",
+        ),
+        (
+            "[study]\nname='x'\nbudget=3\ndevice='sm99'\n[[tasks]]\nkernel='k'\nproblems=[{M=1}]",
+            "unknown device",
+        ),
+        ("[study]\nname='x y'\nbudget=3\n[[tasks]]\nkernel='k'\nproblems=[{M=1}]", "name must be"),
+        (
+            "[study]\nname='x'\nbudget=3\nstrategy='nope'\n[[tasks]]\nkernel='k'\nproblems=[{M=1}]",
+            "unknown strategy",
+        ),
+        ("[study]\nname='x'\nbudget=3\n[[tasks]]\nkernel='k'\nproblems=[{M=1},{M=1}]", "listed twice"),
+        ("[study]\nname='x'\nbudget=3\n[[tasks]]\nkernel='k'\nproblems=[{M=-4}]", "must be >= 1"),
+        ("[study]\nname='x'\nbudget=3\n[[tasks]]\nkernel='k'\n", "needs problems"),
+        ("[study\nname='x'", "invalid TOML"),
+    ],
+)
+def test_bad_study_files_exit_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str, needle: str
+) -> None:
     p = tmp_path / "bad.toml"
     p.write_text(body)
     assert cli("study", "run", str(p), "--executor", FAKE, "--quiet") == 2
@@ -109,7 +131,9 @@ def test_bad_study_files_exit_2_with_one_line(tmp_path: Path, capsys: pytest.Cap
     assert not (tmp_path / "out-x").exists()
 
 
-def test_unknown_kernel_is_bad_input_with_the_real_registry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_kernel_is_bad_input_with_the_real_registry(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     p = write_study(tmp_path)  # kernel "fakemm" is not registered
     assert cli("study", "run", str(p), "--quiet") == 2
     assert "unknown kernel 'fakemm'" in capsys.readouterr().err
@@ -151,7 +175,19 @@ def test_budget_increase_reopens_a_finished_task(tmp_path: Path) -> None:
 
 # ---- kill and resume -----------------------------------------------------------------------------------
 def _worker_cmd(path: Path, *extra: str) -> list[str]:
-    return [PY, "-m", "tuner.cli", "study", "run", str(path), "--executor", FAKE, "--quiet", "--no-report", *extra]
+    return [
+        PY,
+        "-m",
+        "tuner.cli",
+        "study",
+        "run",
+        str(path),
+        "--executor",
+        FAKE,
+        "--quiet",
+        "--no-report",
+        *extra,
+    ]
 
 
 def test_interrupt_and_kill_then_resume_repeats_no_finished_trial(tmp_path: Path) -> None:
@@ -213,8 +249,9 @@ def test_interrupt_and_kill_then_resume_repeats_no_finished_trial(tmp_path: Path
 # ---- reduced quickstart --------------------------------------------------------------------------------
 def _real_executor_available() -> bool:
     try:
+        from tuner.kernels import get_kernel
+
         import tuner.tune  # noqa: F401
-        from kernels import get_kernel
 
         get_kernel("matmul")
         return True
@@ -222,7 +259,9 @@ def _real_executor_available() -> bool:
         return False
 
 
-def test_reduced_quickstart_runs_reports_and_exports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_reduced_quickstart_runs_reports_and_exports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import tomllib
 
     from tuner.studies import load_study, parse_study
@@ -262,6 +301,7 @@ def test_reduced_quickstart_runs_reports_and_exports(tmp_path: Path, capsys: pyt
 
 def _toml(doc: dict[str, Any]) -> str:
     """Just enough TOML writing for the test's reduced study (tables, arrays of inline tables)."""
+
     def val(v: Any) -> str:
         if isinstance(v, bool):
             return "true" if v else "false"
@@ -281,8 +321,9 @@ def _toml(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def test_workers_option_runs_local_worker_processes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_workers_option_runs_local_worker_processes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tuner.studies import TaskBoard, load_study
 
     monkeypatch.setenv("PYTHONPATH", str(REPO))
@@ -314,8 +355,12 @@ def test_report_and_export(tmp_path: Path) -> None:
     html = rep.html.read_text()
     assert html.startswith("<!doctype html>") and "<img src='img/" in html
     # the synthetic objective fails (BLOCK_M=16, num_warps=8): counted by status where it was drawn
-    fails = sum(1 for t in spec.tasks for c in finished_configs(spec.storage, t)
-                if c["BLOCK_M"] == 16 and c["num_warps"] == 8)
+    fails = sum(
+        1
+        for t in spec.tasks
+        for c in finished_configs(spec.storage, t)
+        if c["BLOCK_M"] == 16 and c["num_warps"] == 8
+    )
     assert ("| failed |" in md) == (fails > 0)
     a = export_study(spec, tmp_path / "a.json")
     export_study(spec, tmp_path / "b.json")
@@ -323,8 +368,18 @@ def test_report_and_export(tmp_path: Path) -> None:
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()  # deterministic
     doc = json.loads((tmp_path / "a.json").read_text())
     e = doc["entries"][0]
-    assert set(e) >= {"kernel", "source_hash", "key", "dtypes", "device", "versions", "config", "time_s",
-                      "spread_s", "date"}
+    assert set(e) >= {
+        "kernel",
+        "source_hash",
+        "key",
+        "dtypes",
+        "device",
+        "versions",
+        "config",
+        "time_s",
+        "spread_s",
+        "date",
+    }
     assert e["device"] == "cpu" and e["dtypes"] == ["float32"] and e["time_s"] > 0
 
 
@@ -341,16 +396,30 @@ def test_report_importance_needs_enough_trials(tmp_path: Path) -> None:
 def _baseline(tmp_path: Path, *, spread: float = 0.0) -> Path:
     from tuner.studies._export import _write_builtin
 
-    entries = [{"kernel": k, "source_hash": "ab" * 16, "key": {"M": 64}, "dtypes": ["float16"], "device": "cpu",
-                "versions": {"triton": "3.7.1"}, "config": {"BLOCK": 32}, "time_s": 1e-3, "spread_s": spread,
-                "date": "2026-01-01T00:00:00Z", "space": ""} for k in ("mm", "norm")]
+    entries = [
+        {
+            "kernel": k,
+            "source_hash": "ab" * 16,
+            "key": {"M": 64},
+            "dtypes": ["float16"],
+            "device": "cpu",
+            "versions": {"triton": "3.7.1"},
+            "config": {"BLOCK": 32},
+            "time_s": 1e-3,
+            "spread_s": spread,
+            "date": "2026-01-01T00:00:00Z",
+            "space": "",
+        }
+        for k in ("mm", "norm")
+    ]
     path = tmp_path / "base.json"
     _write_builtin(path, entries)
     return path
 
 
-def test_regress_flags_a_slowdown_beyond_noise(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_regress_flags_a_slowdown_beyond_noise(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     base = _baseline(tmp_path)
     args = ["regress", "--baseline", str(base), "--measure", "tests._study_fake:measure", "--json"]
     monkeypatch.setenv("FAKE_SLOWDOWN", json.dumps({"norm": 1.02}))  # within the 5 % threshold
@@ -367,7 +436,9 @@ def test_regress_flags_a_slowdown_beyond_noise(tmp_path: Path, capsys: pytest.Ca
     assert cli(*args) == 0  # faster is not a regression
 
 
-def test_regress_threshold_grows_with_recorded_spread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_regress_threshold_grows_with_recorded_spread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("FAKE_SLOWDOWN", json.dumps({"norm": 1.3}))
     base = _baseline(tmp_path, spread=0.5e-3)  # recorded spread 50 %: a 30 % change is noise
     assert cli("regress", "--baseline", str(base), "--measure", "tests._study_fake:measure") == 0
@@ -386,7 +457,10 @@ def test_regress_bad_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert cli("regress", "--baseline", str(other), "--measure", "tests._study_fake:measure") == 2
     err = capsys.readouterr().err
     assert "recorded on this device" in err
-    assert cli("regress", "--baseline", str(other), "--measure", "tests._study_fake:measure", "--any-device") == 0
+    assert (
+        cli("regress", "--baseline", str(other), "--measure", "tests._study_fake:measure", "--any-device")
+        == 0
+    )
 
 
 def test_regress_failed_config_is_a_regression(tmp_path: Path) -> None:
@@ -406,7 +480,9 @@ def test_report_and_export_commands(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert cli("study", "report", str(p), "--out", str(tmp_path / "r")) == 0
     assert cli("study", "export", str(p), "--out", str(tmp_path / "c.json")) == 0
     out = capsys.readouterr().out
-    assert f"report: {tmp_path / 'r' / 'report.md'}" in out and f"cache: {tmp_path / 'c.json'} (1 entries" in out
+    assert (
+        f"report: {tmp_path / 'r' / 'report.md'}" in out and f"cache: {tmp_path / 'c.json'} (1 entries" in out
+    )
     assert json.loads((tmp_path / "c.json").read_text())["entries"][0]["kernel"] == "fakemm"
 
 
@@ -418,4 +494,6 @@ def test_driverless_postgres_urls_use_the_installed_driver() -> None:
     assert normalize_url("sqlite:///x.db") == "sqlite:///x.db"
     assert normalize_url("postgresql+psycopg2://u@h/d") == "postgresql+psycopg2://u@h/d"
     pg3 = importlib.util.find_spec("psycopg") is not None
-    assert normalize_url("postgres://u@h/d") == ("postgresql://u@h/d" if pg3 else "postgresql+psycopg2://u@h/d")
+    assert normalize_url("postgres://u@h/d") == (
+        "postgresql://u@h/d" if pg3 else "postgresql+psycopg2://u@h/d"
+    )

@@ -33,7 +33,9 @@ def pg_url() -> Iterator[str]:
 def test_concurrent_claims_never_share_a_task(pg_url: str, tmp_path: Path) -> None:
     from tuner.studies import TaskBoard, load_study, prepare_study
 
-    spec = prepare_study(load_study(write_study(tmp_path, n_m=4, budget=2), storage=pg_url, check_kernels=False))
+    spec = prepare_study(
+        load_study(write_study(tmp_path, n_m=4, budget=2), storage=pg_url, check_kernels=False)
+    )
     boards = [TaskBoard(pg_url) for _ in range(8)]
     barrier = threading.Barrier(8)
     got: list[str] = []
@@ -67,10 +69,29 @@ def test_four_workers_one_killed_every_task_finishes_once(pg_url: str, tmp_path:
     path = write_study(tmp_path, n_m=4, n_k=2, budget=budget, lease_seconds=3)
     spec = prepare_study(load_study(path, storage=pg_url, check_kernels=False))
     log_file = tmp_path / "evals.jsonl"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_TRIAL_SLEEP": "0.15", "FAKE_EVAL_LOG": str(log_file),
-           "TUNER_STUDY_STORAGE": pg_url}
-    cmd = [sys.executable, "-m", "tuner.cli", "study", "run", str(path), "--workers", "1", "--quiet", "--no-report",
-           "--executor", "tests._study_fake:executor", "--lease-seconds", "3"]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "FAKE_TRIAL_SLEEP": "0.15",
+        "FAKE_EVAL_LOG": str(log_file),
+        "TUNER_STUDY_STORAGE": pg_url,
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "tuner.cli",
+        "study",
+        "run",
+        str(path),
+        "--workers",
+        "1",
+        "--quiet",
+        "--no-report",
+        "--executor",
+        "tests._study_fake:executor",
+        "--lease-seconds",
+        "3",
+    ]
     procs = [subprocess.Popen(cmd, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True) for _ in range(4)]
     board = TaskBoard(pg_url)
     killed_task, killed_pid = None, None

@@ -27,11 +27,11 @@ strategy = "random"
 seed = 0
 budget = {{ trials = 2 }}
 finalists = 1
-output = "{tmp / 'out'}"
+output = "{tmp / "out"}"
 
 [[tasks]]
 kernel = "rmsnorm"
-problems = [{{ M = {PROBLEM['M']}, N = {PROBLEM['N']} }}]
+problems = [{{ M = {PROBLEM["M"]}, N = {PROBLEM["N"]} }}]
 """)
     return p
 
@@ -54,8 +54,9 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_exported_study_is_an_offline_hit(exported: Path) -> None:
+    from tuner.kernels import get_kernel
+
     import tuner
-    from kernels import get_kernel
     from tuner.runtime import kernel_cache_key
 
     entries = json.loads(exported.read_text())["entries"]
@@ -66,7 +67,9 @@ def test_exported_study_is_an_offline_hit(exported: Path) -> None:
     spec = get_kernel("rmsnorm")
     problem = {**PROBLEM, "dtype": "float32"}  # eps left out: the key fills it from the kernel's default
     inputs = spec.make_inputs(problem, "triton", 1)
-    f = tuner.kernel("rmsnorm", backend="triton", mode="offline", storage=False, cache=tuner.load_cache(exported))
+    f = tuner.kernel(
+        "rmsnorm", backend="triton", mode="offline", storage=False, cache=tuner.load_cache(exported)
+    )
 
     # Both sides built the key with the one function: the file's key is the call's key.
     ck = f.tuner.full_key((problem, inputs), {})
@@ -88,8 +91,9 @@ def test_exported_study_is_an_offline_hit(exported: Path) -> None:
 
 
 def test_other_problem_or_versions_is_not_a_silent_hit(exported: Path) -> None:
+    from tuner.kernels import get_kernel
+
     import tuner
-    from kernels import get_kernel
 
     spec = get_kernel("rmsnorm")
     other = {"M": 16, "N": 64, "dtype": "float32"}
@@ -111,8 +115,9 @@ def test_other_problem_or_versions_is_not_a_silent_hit(exported: Path) -> None:
 
 
 def test_online_call_tunes_once_and_stores(tmp_path: Path) -> None:
+    from tuner.kernels import get_kernel
+
     import tuner
-    from kernels import get_kernel
 
     spec = get_kernel("rmsnorm")
     problem = {"M": 4, "N": 32, "dtype": "float32"}

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from search_spaces import (
+from ._layout import install_source_finder
+
+install_source_finder()
+
+from tuner.search_spaces import (  # noqa: E402
     Boolean,
     Categorical,
     Config,
@@ -19,7 +23,7 @@ from search_spaces import (
     SearchSpace,
 )
 
-from ._optimize import Trial, TuneResult, optimize
+from ._optimize import Trial, TuneResult, optimize  # noqa: E402
 
 __version__ = "0.1.0"
 

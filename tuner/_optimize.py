@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from search_spaces import Config, SearchSpace
+from tuner.search_spaces import Config, SearchSpace
 
 from .strategies import PriorTask, Strategy, get_strategy
 
@@ -80,7 +80,9 @@ def validate_prior(prior: Any) -> list[list[tuple[dict[str, Any], float | None]]
     out = []
     for ti, task in enumerate(prior):
         if not isinstance(task, (list, tuple)):
-            raise ValueError(f"prior[{ti}] must be a list of (config, value) pairs, got {type(task).__name__}")
+            raise ValueError(
+                f"prior[{ti}] must be a list of (config, value) pairs, got {type(task).__name__}"
+            )
         rows = []
         for ri, row in enumerate(task):
             if not isinstance(row, (list, tuple)) or len(row) != 2:
@@ -92,7 +94,9 @@ def validate_prior(prior: Any) -> list[list[tuple[dict[str, Any], float | None]]
                 try:
                     val = float(val)
                 except (TypeError, ValueError):
-                    raise ValueError(f"prior[{ti}][{ri}]: value must be a number or None, got {val!r}") from None
+                    raise ValueError(
+                        f"prior[{ti}][{ri}]: value must be a number or None, got {val!r}"
+                    ) from None
                 if not math.isfinite(val):
                     val = None
             rows.append((dict(cfg), val))
@@ -100,7 +104,9 @@ def validate_prior(prior: Any) -> list[list[tuple[dict[str, Any], float | None]]
     return out
 
 
-def _run_objective(objective: Callable[[Config], float], config: Config) -> tuple[float | None, str, str | None]:
+def _run_objective(
+    objective: Callable[[Config], float], config: Config
+) -> tuple[float | None, str, str | None]:
     try:
         raw = objective(dict(config))
     except Exception as exc:  # a failing config is a result, not a crash of the run
@@ -186,8 +192,15 @@ def optimize(
         if strat.pool.is_seen(cfg):
             continue
         val = ft.value if ft.state == optuna.trial.TrialState.COMPLETE else None
-        trials.append(Trial(len(trials), cfg, val, OK if val is not None else ft.user_attrs.get("tuner_status", FAILED),
-                            error=ft.user_attrs.get("tuner_error")))
+        trials.append(
+            Trial(
+                len(trials),
+                cfg,
+                val,
+                OK if val is not None else ft.user_attrs.get("tuner_status", FAILED),
+                error=ft.user_attrs.get("tuner_error"),
+            )
+        )
         strat.tell(cfg, val)
     if trials:
         log.info("resumed study %s with %d finished trials", study.study_name, len(trials))

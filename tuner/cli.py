@@ -14,7 +14,9 @@ COMMANDS = ["replay", "kernels", "check", "cache", "study", "regress"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tuner", description="ML-guided autotuning for Triton and Pallas kernels.")
+    parser = argparse.ArgumentParser(
+        prog="tuner", description="ML-guided autotuning for Triton and Pallas kernels."
+    )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -35,7 +37,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except BadInput as exc:
-        print(f"tuner: error: {str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__}", file=sys.stderr)
+        print(
+            f"tuner: error: {str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__}",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         print("tuner: interrupted", file=sys.stderr)
@@ -43,8 +48,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if args.verbose:
             raise
-        print(f"tuner: failed: {exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-              file=sys.stderr)
+        print(
+            f"tuner: failed: {exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            file=sys.stderr,
+        )
         return 1
 
 

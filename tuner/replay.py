@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from search_spaces import Config, SearchSpace
+from tuner.search_spaces import Config, SearchSpace
 
 __all__ = ["ReplayTable", "ReplayFormatError", "load_table", "table_from_dict"]
 
@@ -85,7 +85,9 @@ def _parse_tune_params(raw: Any, where: str) -> dict[str, list[Any]] | None:
         try:
             raw = ast.literal_eval(raw)  # a Python dict literal; literal_eval never runs code
         except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
-            raise ReplayFormatError(f"{where}: tune_params is a string that is not a dict literal ({exc})") from None
+            raise ReplayFormatError(
+                f"{where}: tune_params is a string that is not a dict literal ({exc})"
+            ) from None
     if not isinstance(raw, Mapping):
         raise ReplayFormatError(f"{where}: tune_params must be a dict, got {type(raw).__name__}")
     return {str(k): list(v) if isinstance(v, (list, tuple)) else [v] for k, v in raw.items()}
@@ -122,7 +124,9 @@ def table_from_dict(data: Any, *, where: str = "table", objective: str | None = 
             raise ReplayFormatError(f"{where}: cache entry {ck!r} is not an object")
         missing = [k for k in keys if k not in entry]
         if missing:
-            raise ReplayFormatError(f"{where}: cache entry {ck!r} lacks parameters {missing} (inconsistent keys)")
+            raise ReplayFormatError(
+                f"{where}: cache entry {ck!r} lacks parameters {missing} (inconsistent keys)"
+            )
         cfg = {k: entry[k] for k in keys}
         for k, v in cfg.items():
             if isinstance(v, (list, dict)) or v is None:
@@ -160,8 +164,20 @@ def table_from_dict(data: Any, *, where: str = "table", objective: str | None = 
     )
 
 
-_RESULT_FIELDS = {"time", "times", "compile_time", "verification_time", "benchmark_time", "strategy_time",
-                  "framework_time", "timestamp", "GFLOP/s", "gflops", "energy", "power"}
+_RESULT_FIELDS = {
+    "time",
+    "times",
+    "compile_time",
+    "verification_time",
+    "benchmark_time",
+    "strategy_time",
+    "framework_time",
+    "timestamp",
+    "GFLOP/s",
+    "gflops",
+    "energy",
+    "power",
+}
 
 
 def load_table(path: str | Path, *, objective: str | None = None) -> ReplayTable:

@@ -35,7 +35,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 if TYPE_CHECKING:  # pragma: no cover
     import optuna
 
-    from search_spaces import SearchSpace
+    from tuner.search_spaces import SearchSpace
 
     from ._optimize import Trial
 
@@ -43,8 +43,15 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 
-__all__ = ["ResultStore", "StoreError", "TaskContext", "Measurement", "default_storage_url", "normalize_url",
-           "tuner_home"]
+__all__ = [
+    "ResultStore",
+    "StoreError",
+    "TaskContext",
+    "Measurement",
+    "default_storage_url",
+    "normalize_url",
+    "tuner_home",
+]
 
 
 class StoreError(RuntimeError):
@@ -73,9 +80,12 @@ def normalize_url(url: str) -> str:
         if url.startswith(prefix):
             import importlib.util
 
-            if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
-                return "postgresql+psycopg2://" + url[len(prefix):]
-            return "postgresql://" + url[len(prefix):]
+            if (
+                importlib.util.find_spec("psycopg") is None
+                and importlib.util.find_spec("psycopg2") is not None
+            ):
+                return "postgresql+psycopg2://" + url[len(prefix) :]
+            return "postgresql://" + url[len(prefix) :]
     return url
 
 
@@ -95,8 +105,15 @@ class TaskContext:
 
     @property
     def task_id(self) -> str:
-        blob = _canon({"k": self.kernel, "p": dict(self.problem), "d": self.device, "v": dict(self.versions),
-                       "t": self.dtype})
+        blob = _canon(
+            {
+                "k": self.kernel,
+                "p": dict(self.problem),
+                "d": self.device,
+                "v": dict(self.versions),
+                "t": self.dtype,
+            }
+        )
         return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
@@ -170,7 +187,9 @@ class ResultStore:
                 _Base.metadata.create_all(self.engine)
                 self._check_schema()
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot open store {self._redacted()}: {exc.__class__.__name__}: {exc}") from exc
+            raise StoreError(
+                f"cannot open store {self._redacted()}: {exc.__class__.__name__}: {exc}"
+            ) from exc
         self._optuna_storage: optuna.storages.BaseStorage | None = None
 
     def _redacted(self) -> str:
@@ -263,12 +282,26 @@ class ResultStore:
             return int(row.id)
 
     def record_trial(
-        self, task: TaskContext | None, space: SearchSpace, trial: Trial, *, study_name: str | None = None,
+        self,
+        task: TaskContext | None,
+        space: SearchSpace,
+        trial: Trial,
+        *,
+        study_name: str | None = None,
         strategy: str | None = None,
     ) -> int:
-        return self.record(task, space.fingerprint(), trial.config, trial.value, trial.status,
-                           stats={"duration_s": trial.duration_s}, error=trial.error, study_name=study_name,
-                           trial_number=trial.number, strategy=strategy)
+        return self.record(
+            task,
+            space.fingerprint(),
+            trial.config,
+            trial.value,
+            trial.status,
+            stats={"duration_s": trial.duration_s},
+            error=trial.error,
+            study_name=study_name,
+            trial_number=trial.number,
+            strategy=strategy,
+        )
 
     # ---- reading -----------------------------------------------------------------------------------
     def measurements(
@@ -294,12 +327,28 @@ class ResultStore:
         with self.session() as s:
             rows = s.scalars(q).all()
             return [
-                Measurement(r.task_id, r.kernel, r.space_fingerprint, r.problem, r.dtype, r.device, r.versions,
-                            r.config, r.value, r.status, r.stats, r.error, r.study_name, r.created_at)
+                Measurement(
+                    r.task_id,
+                    r.kernel,
+                    r.space_fingerprint,
+                    r.problem,
+                    r.dtype,
+                    r.device,
+                    r.versions,
+                    r.config,
+                    r.value,
+                    r.status,
+                    r.stats,
+                    r.error,
+                    r.study_name,
+                    r.created_at,
+                )
                 for r in rows
             ]
 
-    def prior_for(self, kernel: str, *, exclude_task: str | None = None) -> list[list[tuple[dict, float | None]]]:
+    def prior_for(
+        self, kernel: str, *, exclude_task: str | None = None
+    ) -> list[list[tuple[dict, float | None]]]:
         """Past measurements of `kernel` grouped by task, in the `prior` format of `optimize`."""
         groups: dict[str, list[tuple[dict, float | None]]] = {}
         for m in self.measurements(kernel=kernel):

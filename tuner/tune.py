@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from search_spaces import Config, Device, SearchSpace, get_device
+from tuner.search_spaces import Config, Device, SearchSpace, get_device
 
 from ._optimize import Trial, TuneResult, optimize
 from .measure import (
@@ -31,7 +31,7 @@ from .measure import (
 from .store import ResultStore
 
 if TYPE_CHECKING:  # pragma: no cover
-    from kernels import KernelSpec
+    from tuner.kernels import KernelSpec
 
     from .strategies import PriorTask, Strategy
 
@@ -141,8 +141,9 @@ class _StudyOnlyStore(ResultStore):
         return -1
 
 
-def _resumed_trials(tr: TuneResult, new: list[KernelTrial], store: ResultStore | None, study_name: str,
-                    label: str) -> list[KernelTrial]:
+def _resumed_trials(
+    tr: TuneResult, new: list[KernelTrial], store: ResultStore | None, study_name: str, label: str
+) -> list[KernelTrial]:
     """All trials of a resumed run: the earlier ones rebuilt from their stored measurements."""
     done = {t.number for t in new}
     rows: dict[str, Any] = {}
@@ -161,7 +162,9 @@ def _resumed_trials(tr: TuneResult, new: list[KernelTrial], store: ResultStore |
         elif t.value is not None:
             res = MeasureResult(status="ok", backend=label, median=t.value, n=1, extra={"resumed": True})
         else:
-            res = MeasureResult.failed(CRASHED, label, t.error or "failed (resumed without its stored measurement)")
+            res = MeasureResult.failed(
+                CRASHED, label, t.error or "failed (resumed without its stored measurement)"
+            )
         out.append(KernelTrial(t.number, dict(t.config), res))
     return sorted(out, key=lambda k: k.number)
 
@@ -217,7 +220,7 @@ def tune_kernel(
     - The best `finalists` configs are re-measured interleaved and the winner chosen by median, ties
       within the noise band broken by config order (`choose_winner`).
     """
-    from kernels import get_kernel
+    from tuner.kernels import get_kernel
 
     spec: KernelSpec = get_kernel(spec_or_name) if isinstance(spec_or_name, str) else spec_or_name
     if backend not in spec.backends:
@@ -232,15 +235,22 @@ def tune_kernel(
     store: ResultStore | None = None
     if storage is not None:
         store = storage if isinstance(storage, ResultStore) else ResultStore(storage)
-    task = TaskContext(kernel=spec.name, problem=problem, device=dev.arch, versions=software_versions(),
-                       dtype=str(problem.get("dtype", "")))
+    task = TaskContext(
+        kernel=spec.name,
+        problem=problem,
+        device=dev.arch,
+        versions=software_versions(),
+        dtype=str(problem.get("dtype", "")),
+    )
     if prior is None and store is not None:
         prior = store.prior_for(spec.name, exclude_task=task.task_id) or None
     strategy_name = strategy if isinstance(strategy, str) else strategy.name
     study_name = study_name or f"tune-{spec.name}-{task.task_id}-{backend}-{seed}"
 
     own = measurer is None
-    m: Measurer = measurer if measurer is not None else KernelMeasurer(spec, problem, backend, device=dev, seed=seed)
+    m: Measurer = (
+        measurer if measurer is not None else KernelMeasurer(spec, problem, backend, device=dev, seed=seed)
+    )
     results: dict[str, MeasureResult] = {}
     ktrials: list[KernelTrial] = []
 
@@ -259,10 +269,25 @@ def tune_kernel(
         kt = KernelTrial(trial.number, dict(trial.config), res)
         ktrials.append(kt)
         if store is not None:
-            store.record(task, space.fingerprint(), kt.config, res.value, res.status, stats=res.stats(),
-                         error=res.error, study_name=study_name, trial_number=kt.number, strategy=strategy_name)
-        log.info("trial %d %s: %s %s", kt.number, kt.config, res.status,
-                 f"{res.median:.4g} ms" if res.ok else (res.error or "")[:200])
+            store.record(
+                task,
+                space.fingerprint(),
+                kt.config,
+                res.value,
+                res.status,
+                stats=res.stats(),
+                error=res.error,
+                study_name=study_name,
+                trial_number=kt.number,
+                strategy=strategy_name,
+            )
+        log.info(
+            "trial %d %s: %s %s",
+            kt.number,
+            kt.config,
+            res.status,
+            f"{res.median:.4g} ms" if res.ok else (res.error or "")[:200],
+        )
         if callback is not None:
             callback(kt)
 
@@ -274,20 +299,39 @@ def tune_kernel(
                 log.info("precompiled %d configs; %d failed", len(space), len(fails))
             else:
                 log.warning("precompile skipped: the space has more than %d configs", PRECOMPILE_LIMIT)
-        tr = optimize(space, objective, budget=budget, seed=seed, strategy=strategy, prior=prior,
-                      time_budget_s=time_budget_s, callback=on_trial,
-                      storage=_StudyOnlyStore.wrap(store) if store is not None else None,
-                      study_name=study_name if store is not None else None, task=task)
+        tr = optimize(
+            space,
+            objective,
+            budget=budget,
+            seed=seed,
+            strategy=strategy,
+            prior=prior,
+            time_budget_s=time_budget_s,
+            callback=on_trial,
+            storage=_StudyOnlyStore.wrap(store) if store is not None else None,
+            study_name=study_name if store is not None else None,
+            task=task,
+        )
         if len(ktrials) < len(tr.trials):  # resumed: the earlier trials' measurements are in the store
             ktrials = _resumed_trials(tr, ktrials, store, study_name, m.label)
-        ok = sorted((t for t in ktrials if t.result.ok),
-                    key=lambda t: (t.result.median, config_order_key(t.config)))
+        ok = sorted(
+            (t for t in ktrials if t.result.ok), key=lambda t: (t.result.median, config_order_key(t.config))
+        )
         picked = [t.config for t in ok[: max(1, finalists)]]
         final: list[MeasureResult] = m.remeasure(picked) if picked else []
         if store is not None:
             for c, r in zip(picked, final, strict=True):
-                store.record(task, space.fingerprint(), c, r.value, r.status, stats={**r.stats(), "phase": "final"},
-                             error=r.error, study_name=study_name, strategy="finalists")
+                store.record(
+                    task,
+                    space.fingerprint(),
+                    c,
+                    r.value,
+                    r.status,
+                    stats={**r.stats(), "phase": "final"},
+                    error=r.error,
+                    study_name=study_name,
+                    strategy="finalists",
+                )
         sel = choose_winner(picked, final) if picked else None
     finally:
         if own:
@@ -301,8 +345,21 @@ def tune_kernel(
     except Exception:  # a FLOP count is a nicety for reports
         flops = None
     return KernelTuneResult(
-        kernel=spec.name, problem=problem, backend=backend, device=dev.arch, best_config=best_cfg, best=best,
-        trials=tuple(ktrials), finalists=tuple(zip(picked, final, strict=True)), selection=sel, tune=tr,
-        flops=flops, info={"study_name": study_name, "task_id": task.task_id, "space_size": tr.space_size,
-                           "strategy": strategy_name},
+        kernel=spec.name,
+        problem=problem,
+        backend=backend,
+        device=dev.arch,
+        best_config=best_cfg,
+        best=best,
+        trials=tuple(ktrials),
+        finalists=tuple(zip(picked, final, strict=True)),
+        selection=sel,
+        tune=tr,
+        flops=flops,
+        info={
+            "study_name": study_name,
+            "task_id": task.task_id,
+            "space_size": tr.space_size,
+            "strategy": strategy_name,
+        },
     )

@@ -12,8 +12,11 @@ from typing import Any
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("cache", help="export, import or list the tuned-config cache",
-                       description="The tuned-config cache of the store ($TUNER_HOME/tuner.db by default).")
+    p = sub.add_parser(
+        "cache",
+        help="export, import or list the tuned-config cache",
+        description="The tuned-config cache of the store ($TUNER_HOME/tuner.db by default).",
+    )
     csub = p.add_subparsers(dest="cache_command", metavar="ACTION")
     csub.required = True
 
@@ -25,8 +28,11 @@ def add_parser(sub: Any) -> None:
 
     i = csub.add_parser("import", help="validate a cache file, then merge it into the store")
     i.add_argument("file", help="a file written by `tuner cache export`")
-    i.add_argument("--prefer-import", action="store_true",
-                   help="the imported entry replaces an existing one even if that one was measured faster")
+    i.add_argument(
+        "--prefer-import",
+        action="store_true",
+        help="the imported entry replaces an existing one even if that one was measured faster",
+    )
     i.add_argument("--storage", default=None, metavar="URL", help="database URL (default: the default store)")
     i.set_defaults(func=run_import)
 
@@ -70,8 +76,10 @@ def run_import(args: argparse.Namespace) -> int:
     except CacheFileError as exc:
         raise BadInput(str(exc).splitlines()[0] if str(exc) else "invalid cache file") from None
     counts = _cache(args.storage).merge(entries, prefer_import=args.prefer_import)
-    print(f"imported {args.file}: {counts.total} entries; added {counts.added}, replaced {counts.replaced}, "
-          f"kept existing {counts.kept}")
+    print(
+        f"imported {args.file}: {counts.total} entries; added {counts.added}, replaced {counts.replaced}, "
+        f"kept existing {counts.kept}"
+    )
     return 0
 
 
@@ -97,7 +105,9 @@ def run_show(args: argparse.Namespace) -> int:
         k = e.key
         key = ", ".join(f"{n}={v}" for n, v in k.fields)
         cfg = ", ".join(f"{n}={v}" for n, v in e.config.items())
-        print(f"{k.kernel} [{key}] {'/'.join(k.dtypes) or '-'} on {k.device}: {cfg}  "
-              f"{e.time_s * 1e6:.3g} us (spread {e.spread_s * 1e6:.2g} us)  {e.date}")
+        print(
+            f"{k.kernel} [{key}] {'/'.join(k.dtypes) or '-'} on {k.device}: {cfg}  "
+            f"{e.time_s * 1e6:.3g} us (spread {e.spread_s * 1e6:.2g} us)  {e.date}"
+        )
     print(f"{len(entries)} entries")
     return 0

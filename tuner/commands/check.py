@@ -13,22 +13,39 @@ from typing import Any
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("check", help="check random valid configs of a kernel against its reference",
-                       description="Run N random valid configs of KERNEL's search space against its reference "
-                       "on this machine (the Triton interpreter / Pallas interpret mode on CPU), with outputs "
-                       "poisoned with NaN before each run. Exit 1 if any config is wrong.")
+    p = sub.add_parser(
+        "check",
+        help="check random valid configs of a kernel against its reference",
+        description="Run N random valid configs of KERNEL's search space against its reference "
+        "on this machine (the Triton interpreter / Pallas interpret mode on CPU), with outputs "
+        "poisoned with NaN before each run. Exit 1 if any config is wrong.",
+    )
     p.add_argument("kernel", help="kernel name (see `tuner kernels`)")
-    p.add_argument("--backend", choices=("triton", "pallas"), default=None,
-                   help="backend to check (default: every backend of the kernel)")
+    p.add_argument(
+        "--backend",
+        choices=("triton", "pallas"),
+        default=None,
+        help="backend to check (default: every backend of the kernel)",
+    )
     p.add_argument("--configs", type=int, default=8, help="number of random valid configs (default: 8)")
     p.add_argument("--seed", type=int, default=0, help="seed of the configs and of the inputs (default: 0)")
-    p.add_argument("--shape", nargs="+", action="append", default=[], metavar="K=V",
-                   help="problem fields, e.g. --shape M=50 N=40 K=70 (also flags: activation=relu bias=false; "
-                   "lists: group_sizes=10,0,80)")
+    p.add_argument(
+        "--shape",
+        nargs="+",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="problem fields, e.g. --shape M=50 N=40 K=70 (also flags: activation=relu bias=false; "
+        "lists: group_sizes=10,0,80)",
+    )
     p.add_argument("--dtype", default=None, help="input dtype (float32, float16, bfloat16)")
-    p.add_argument("--device", default=None, metavar="ARCH",
-                   help="device whose search space to draw from (sm80, sm90, tpu_v5e, cpu, ...; default: "
-                   "the hardware here)")
+    p.add_argument(
+        "--device",
+        default=None,
+        metavar="ARCH",
+        help="device whose search space to draw from (sm80, sm90, tpu_v5e, cpu, ...; default: "
+        "the hardware here)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object per backend")
     p.set_defaults(func=run)
 
@@ -64,30 +81,34 @@ def parse_shape(items: list[str], known: set[str]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kernels._check import prepare_environment
-    from search_spaces import DEVICES, get_device
     from tuner.errors import BadInput
+    from tuner.kernels._check import prepare_environment
+    from tuner.search_spaces import DEVICES, get_device
 
     if args.configs < 1:
         raise BadInput(f"--configs must be >= 1, got {args.configs}")
     if args.device is not None and args.device not in DEVICES:
         raise BadInput(f"unknown device {args.device!r}; choose one of {', '.join(sorted(DEVICES))}")
     prepare_environment()  # before any kernel module defines a @triton.jit
-    from kernels import get_kernel
-    from kernels._check import detect_device
+    from tuner.kernels import get_kernel
+    from tuner.kernels._check import detect_device
 
     try:
         spec = get_kernel(args.kernel)
     except ValueError as exc:
         raise BadInput(str(exc)) from None
     if args.backend is not None and args.backend not in spec.backends:
-        raise BadInput(f"kernel {spec.name!r} has no backend {args.backend!r}; it has {', '.join(spec.backends)}")
+        raise BadInput(
+            f"kernel {spec.name!r} has no backend {args.backend!r}; it has {', '.join(spec.backends)}"
+        )
     known = set(spec.default_problem) | set(spec.extra.get("optional_fields", {}))
     problem = dict(spec.default_problem)
     problem.update(parse_shape([s for group in args.shape for s in group], known))
     if args.dtype is not None:
         if args.dtype not in spec.dtypes:
-            raise BadInput(f"kernel {spec.name!r} supports dtypes {', '.join(spec.dtypes)}, not {args.dtype!r}")
+            raise BadInput(
+                f"kernel {spec.name!r} supports dtypes {', '.join(spec.dtypes)}, not {args.dtype!r}"
+            )
         problem["dtype"] = args.dtype
     device = get_device(args.device) if args.device else None
     backends = [args.backend] if args.backend else list(spec.backends)
@@ -110,15 +131,24 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all_ok else 1
 
 
-def _check_one(spec: Any, backend: str, problem: dict[str, Any], device: Any, args: argparse.Namespace) -> Any:
+def _check_one(
+    spec: Any, backend: str, problem: dict[str, Any], device: Any, args: argparse.Namespace
+) -> Any:
     from rich.progress import Progress
 
-    from kernels._check import check_kernel
+    from tuner.kernels._check import check_kernel
 
     with Progress(transient=True, disable=args.json or not sys.stderr.isatty()) as bar:
         task = bar.add_task(f"{spec.name}/{backend}", total=args.configs)
-        return check_kernel(spec, backend=backend, problem=problem, device=device, configs=args.configs,
-                            seed=args.seed, progress=lambda i, row: bar.advance(task))
+        return check_kernel(
+            spec,
+            backend=backend,
+            problem=problem,
+            device=device,
+            configs=args.configs,
+            seed=args.seed,
+            progress=lambda i, row: bar.advance(task),
+        )
 
 
 def _fmt(x: float) -> str:
@@ -131,8 +161,10 @@ def _print(report: Any) -> None:
 
     shape = " ".join(f"{k}={v}" for k, v in report.problem.items())
     size = report.space_size if report.space_size >= 0 else "?"
-    table = Table(title=f"{report.kernel}/{report.backend} on {report.device}: {shape} "
-                        f"(space {size} configs; rtol={report.rtol:g} atol={report.atol:g})")
+    table = Table(
+        title=f"{report.kernel}/{report.backend} on {report.device}: {shape} "
+        f"(space {size} configs; rtol={report.rtol:g} atol={report.atol:g})"
+    )
     for col in ("#", "config", "max abs err", "max rel err", "ok"):
         table.add_column(col)
     for i, r in enumerate(report.rows):

@@ -12,11 +12,18 @@ logger = logging.getLogger(__name__)
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("kernels", help="list the kernels with their backends, parameters and dtypes",
-                       description="List every registered kernel: backends, tunable parameters (with their "
-                       "domains on --device), supported dtypes and the default problem.")
-    p.add_argument("--device", default="cpu", metavar="ARCH",
-                   help="device whose parameter domains to show (sm80, sm90, tpu_v5e, cpu, ...; default cpu)")
+    p = sub.add_parser(
+        "kernels",
+        help="list the kernels with their backends, parameters and dtypes",
+        description="List every registered kernel: backends, tunable parameters (with their "
+        "domains on --device), supported dtypes and the default problem.",
+    )
+    p.add_argument(
+        "--device",
+        default="cpu",
+        metavar="ARCH",
+        help="device whose parameter domains to show (sm80, sm90, tpu_v5e, cpu, ...; default cpu)",
+    )
     p.add_argument("--json", action="store_true", help="print a JSON list of objects")
     p.set_defaults(func=run)
 
@@ -25,8 +32,8 @@ def describe_kernels(arch: str) -> list[dict[str, Any]]:
     """One object per kernel: name, description, backends, params (union of the parameter names),
     params_by_backend (name -> values on the device, or an error for a backend the device cannot run),
     dtypes, shape_fields, default_problem."""
-    from kernels import all_kernels
-    from search_spaces import get_device
+    from tuner.kernels import all_kernels
+    from tuner.search_spaces import get_device
 
     device = get_device(arch)
     out: list[dict[str, Any]] = []
@@ -42,22 +49,32 @@ def describe_kernels(arch: str) -> list[dict[str, Any]]:
                 try:
                     space = spec.space(spec.default_problem, get_device("cpu"), backend)
                 except Exception:
-                    logger.warning("kernel %s/%s: no space for its default problem", spec.name, backend,
-                                   exc_info=True)
+                    logger.warning(
+                        "kernel %s/%s: no space for its default problem", spec.name, backend, exc_info=True
+                    )
                     continue
             for p in space.params:
                 if p.name not in names:
                     names.append(p.name)
-        out.append({"name": spec.name, "description": spec.description, "backends": list(spec.backends),
-                    "params": names, "params_by_backend": by_backend, "dtypes": list(spec.dtypes),
-                    "shape_fields": list(spec.shape_fields), "default_problem": dict(spec.default_problem)})
+        out.append(
+            {
+                "name": spec.name,
+                "description": spec.description,
+                "backends": list(spec.backends),
+                "params": names,
+                "params_by_backend": by_backend,
+                "dtypes": list(spec.dtypes),
+                "shape_fields": list(spec.shape_fields),
+                "default_problem": dict(spec.default_problem),
+            }
+        )
     return out
 
 
 def run(args: argparse.Namespace) -> int:
-    from kernels._check import prepare_environment
-    from search_spaces import DEVICES
     from tuner.errors import BadInput
+    from tuner.kernels._check import prepare_environment
+    from tuner.search_spaces import DEVICES
 
     if args.device not in DEVICES:
         raise BadInput(f"unknown device {args.device!r}; choose one of {', '.join(sorted(DEVICES))}")

@@ -8,21 +8,35 @@ from typing import Any
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("regress", help="re-measure the configs of a cache file and flag regressions",
-                       description="Re-measure every config of a cache file recorded on this device and flag "
-                       "those slower than recorded beyond a noise-aware threshold (bootstrap interval of the "
-                       "ratio new/recorded over repeats). Exit code 1 when any config regressed or failed.")
+    p = sub.add_parser(
+        "regress",
+        help="re-measure the configs of a cache file and flag regressions",
+        description="Re-measure every config of a cache file recorded on this device and flag "
+        "those slower than recorded beyond a noise-aware threshold (bootstrap interval of the "
+        "ratio new/recorded over repeats). Exit code 1 when any config regressed or failed.",
+    )
     p.add_argument("--baseline", required=True, metavar="FILE", help="cache file (tuner cache/study export)")
     p.add_argument("--repeats", type=int, default=10, help="timed runs per config (default: 10)")
-    p.add_argument("--threshold", type=float, default=0.05,
-                   help="minimum relative slowdown that counts (default: 0.05; the entry's recorded spread "
-                   "raises it)")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=0.05,
+        help="minimum relative slowdown that counts (default: 0.05; the entry's recorded spread raises it)",
+    )
     p.add_argument("--confidence", type=float, default=0.95, help="bootstrap interval level (default: 0.95)")
-    p.add_argument("--kernel", action="append", default=None, metavar="NAME", help="only this kernel; repeatable")
-    p.add_argument("--any-device", action="store_true", help="also measure entries recorded on another device")
+    p.add_argument(
+        "--kernel", action="append", default=None, metavar="NAME", help="only this kernel; repeatable"
+    )
+    p.add_argument(
+        "--any-device", action="store_true", help="also measure entries recorded on another device"
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--measure", default=None, metavar="MODULE:FUNCTION",
-                   help="measuring function measure(entry, repeats) -> seconds (plugins, tests)")
+    p.add_argument(
+        "--measure",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="measuring function measure(entry, repeats) -> seconds (plugins, tests)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -66,26 +80,47 @@ def run(args: argparse.Namespace) -> int:
         entries = read_cache_entries(args.baseline)
     except BaselineError as exc:
         raise BadInput(str(exc)) from None
-    checks = check_entries(entries, measure=measure, repeats=args.repeats, threshold=args.threshold,
-                           confidence=args.confidence, seed=args.seed, any_device=args.any_device,
-                           kernels=args.kernel)
+    checks = check_entries(
+        entries,
+        measure=measure,
+        repeats=args.repeats,
+        threshold=args.threshold,
+        confidence=args.confidence,
+        seed=args.seed,
+        any_device=args.any_device,
+        kernels=args.kernel,
+    )
     measured = [c for c in checks if c.verdict != SKIPPED]
     if entries and not measured:
-        raise BadInput(f"no entry of {args.baseline} was recorded on this device "
-                       f"({checks[0].note if checks else 'none selected'}); use --any-device to measure anyway")
+        raise BadInput(
+            f"no entry of {args.baseline} was recorded on this device "
+            f"({checks[0].note if checks else 'none selected'}); use --any-device to measure anyway"
+        )
     bad = [c for c in checks if c.verdict in (REGRESSED, FAILED)]
     if args.json:
-        print(json.dumps({"baseline": str(args.baseline), "checks": [c.to_json() for c in checks],
-                          "regressions": len(bad)}, indent=1, sort_keys=True))
+        print(
+            json.dumps(
+                {
+                    "baseline": str(args.baseline),
+                    "checks": [c.to_json() for c in checks],
+                    "regressions": len(bad),
+                },
+                indent=1,
+                sort_keys=True,
+            )
+        )
     else:
         for c in checks:
             key = ",".join(f"{k}={v}" for k, v in sorted(c.key.items()))
             if c.ratio is None or c.median_s is None:
                 print(f"{c.verdict:>9}  {c.kernel} [{key}] {'/'.join(c.dtypes)}: {c.note}")
             else:
-                print(f"{c.verdict:>9}  {c.kernel} [{key}] {'/'.join(c.dtypes)}: {c.median_s * 1e3:.4g} ms vs "
-                      f"{c.recorded_s * 1e3:.4g} ms recorded, ratio {c.ratio:.3f} "
-                      f"[{c.ci_low:.3f}, {c.ci_high:.3f}], threshold +{c.threshold:.1%}")
-        print(f"{len(measured)} measured, {len(bad)} regressed or failed, "
-              f"{len(checks) - len(measured)} skipped")
+                print(
+                    f"{c.verdict:>9}  {c.kernel} [{key}] {'/'.join(c.dtypes)}: {c.median_s * 1e3:.4g} ms vs "
+                    f"{c.recorded_s * 1e3:.4g} ms recorded, ratio {c.ratio:.3f} "
+                    f"[{c.ci_low:.3f}, {c.ci_high:.3f}], threshold +{c.threshold:.1%}"
+                )
+        print(
+            f"{len(measured)} measured, {len(bad)} regressed or failed, {len(checks) - len(measured)} skipped"
+        )
     return 1 if bad else 0

@@ -9,17 +9,29 @@ from typing import Any
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("replay", help="tune over a recorded measurement table (Kernel Tuner cache file)",
-                       description="Tune over the configs of a Kernel Tuner cache file (.json or .json.gz), "
-                       "with the recorded times as the objective.")
+    p = sub.add_parser(
+        "replay",
+        help="tune over a recorded measurement table (Kernel Tuner cache file)",
+        description="Tune over the configs of a Kernel Tuner cache file (.json or .json.gz), "
+        "with the recorded times as the objective.",
+    )
     p.add_argument("file", help="Kernel Tuner cache file")
     p.add_argument("--strategy", default="auto", help="search strategy (default: auto)")
     p.add_argument("--budget", type=int, default=100, help="maximum evaluations (default: 100)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--prior", action="append", default=[], metavar="FILE",
-                   help="a table of a related task (another GPU or problem) to warm-start the model; repeatable")
-    p.add_argument("--storage", default=None, metavar="URL",
-                   help="keep the study and the measurements in this database (default: memory only)")
+    p.add_argument(
+        "--prior",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a table of a related task (another GPU or problem) to warm-start the model; repeatable",
+    )
+    p.add_argument(
+        "--storage",
+        default=None,
+        metavar="URL",
+        help="keep the study and the measurements in this database (default: memory only)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -48,8 +60,11 @@ def run(args: argparse.Namespace) -> int:
     if store is not None:
         from tuner.store import TaskContext
 
-        task = TaskContext(kernel=table.kernel_name or "replay", problem={"problem_size": table.problem_size},
-                           device=table.device_name or table.name)
+        task = TaskContext(
+            kernel=table.kernel_name or "replay",
+            problem={"problem_size": table.problem_size},
+            device=table.device_name or table.name,
+        )
     result = optimize(
         table.space,
         table.objective_fn(),
@@ -60,8 +75,9 @@ def run(args: argparse.Namespace) -> int:
         storage=store,
         task=task,
     )
-    reached = next((t.number + 1 for t in result.trials if t.value is not None and t.value <= 1.05 * table.optimum),
-                   None)
+    reached = next(
+        (t.number + 1 for t in result.trials if t.value is not None and t.value <= 1.05 * table.optimum), None
+    )
     if args.json:
         out = {
             "file": args.file,
@@ -81,11 +97,15 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     ratio = result.best_value / table.optimum
-    print(f"table      {args.file}  ({table.device_name or '?'}, {table.kernel_name or '?'}, "
-          f"{result.space_size} configs)")
+    print(
+        f"table      {args.file}  ({table.device_name or '?'}, {table.kernel_name or '?'}, "
+        f"{result.space_size} configs)"
+    )
     print(f"strategy   {args.strategy}  seed {args.seed}  budget {args.budget}")
     print(f"best found {result.best_value:.6g}  ({ratio:.3f}x the optimum)  config {result.best_config}")
     print(f"optimum    {table.optimum:.6g}  config {table.best_config()}")
-    print(f"evaluations {result.evaluations}" + (f"  (within 1.05x after {reached})" if reached else
-                                                  "  (1.05x not reached)"))
+    print(
+        f"evaluations {result.evaluations}"
+        + (f"  (within 1.05x after {reached})" if reached else "  (1.05x not reached)")
+    )
     return 0

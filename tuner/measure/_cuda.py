@@ -28,7 +28,9 @@ class CudaTimer:
         l2 = int(getattr(props, "L2_cache_size", 0) or 0)
         # Zeroing 2x L2 (at least 256 MiB, as do_bench does) evicts everything the last run left.
         self.flush_bytes = max(256 * 2**20, 2 * l2)
-        self._flush_buf = torch.empty(self.flush_bytes // 4, dtype=torch.int32, device="cuda") if opts.flush_l2 else None
+        self._flush_buf = (
+            torch.empty(self.flush_bytes // 4, dtype=torch.int32, device="cuda") if opts.flush_l2 else None
+        )
         self._graphs: dict[Any, tuple[Any, Any]] = {}
 
     def _flush(self) -> None:
@@ -89,7 +91,9 @@ class CudaTimer:
             n = reps_for(est, opts)
         else:
             est = None
-        use_graph = opts.cuda_graph is True or (opts.cuda_graph == "auto" and est is not None and est < opts.graph_below_ms)
+        use_graph = opts.cuda_graph is True or (
+            opts.cuda_graph == "auto" and est is not None and est < opts.graph_below_ms
+        )
         if graph_key is not None and graph_key in self._graphs:
             use_graph = True
         runner: Callable[[], Any] = call

@@ -107,14 +107,18 @@ class ArrayOps:
             if x.shape != pristine.shape:
                 return False
             if x.dtype.is_floating_point:
-                return bool(torch.equal(torch.nan_to_num(x, nan=0.0), torch.nan_to_num(pristine, nan=0.0))
-                            and torch.equal(torch.isnan(x), torch.isnan(pristine)))
+                return bool(
+                    torch.equal(torch.nan_to_num(x, nan=0.0), torch.nan_to_num(pristine, nan=0.0))
+                    and torch.equal(torch.isnan(x), torch.isnan(pristine))
+                )
             return bool(torch.equal(x, pristine))
         if is_jax(x):
             # jax arrays are immutable; one donated to the kernel has lost its buffer
             return not getattr(x, "is_deleted", lambda: False)()
         if isinstance(x, np.ndarray):
-            return x.shape == pristine.shape and bool(np.array_equal(x, pristine, equal_nan=x.dtype.kind in "fc"))
+            return x.shape == pristine.shape and bool(
+                np.array_equal(x, pristine, equal_nan=x.dtype.kind in "fc")
+            )
         return True
 
 
@@ -153,12 +157,18 @@ def _compare_torch(out: Any, ref: Any, rtol: float, atol: float, cache: dict[str
     max_err = float(finite.max().item()) if finite.numel() else 0.0
     if nbad:
         nnan = int(torch.isnan(o).sum().item())
-        return Check(False, max_err, f"{nbad} of {o.numel()} elements outside rtol={rtol}, atol={atol} "
-                                     f"({nnan} NaN; max abs error {max_err:.3g})")
+        return Check(
+            False,
+            max_err,
+            f"{nbad} of {o.numel()} elements outside rtol={rtol}, atol={atol} "
+            f"({nnan} NaN; max abs error {max_err:.3g})",
+        )
     return Check(True, max_err)
 
 
-def compare(output: Any, reference: Any, rtol: float, atol: float, cache: dict[str, Any] | None = None) -> Check:
+def compare(
+    output: Any, reference: Any, rtol: float, atol: float, cache: dict[str, Any] | None = None
+) -> Check:
     """Compare a kernel's output with its reference: every element within `atol + rtol * |ref|`.
 
     NaN or inf in the output where the reference is finite fails (a poisoned element the kernel did not
@@ -187,8 +197,12 @@ def compare(output: Any, reference: Any, rtol: float, atol: float, cache: dict[s
             if not good.all():
                 nbad = int((~good).sum())
                 nnan = int(np.isnan(o).sum())
-                c = Check(False, max_err, f"{nbad} of {o.size} elements outside rtol={rtol}, atol={atol} "
-                                          f"({nnan} NaN; max abs error {max_err:.3g})")
+                c = Check(
+                    False,
+                    max_err,
+                    f"{nbad} of {o.size} elements outside rtol={rtol}, atol={atol} "
+                    f"({nnan} NaN; max abs error {max_err:.3g})",
+                )
             else:
                 c = Check(True, max_err)
         if not c.ok:
@@ -199,12 +213,35 @@ def compare(output: Any, reference: Any, rtol: float, atol: float, cache: dict[s
 
 # ---- failure classification -----------------------------------------------------------------------
 _OOR_TYPES = ("OutOfResources", "OutOfMemoryError", "MemoryError", "OutOfResourcesError")
-_OOR_TEXT = ("out of memory", "out of resource", "resource_exhausted", "resource exhausted",
-             "exceeds the available vmem", "scoped vmem", "insufficient shared memory", "too many resources")
-_COMPILE_TYPES = ("CompilationError", "CompileTimeAssertionFailure", "PTXASError", "MLIRError",
-                  "LoweringException", "LoweringError", "UnsupportedLanguageConstruct")
-_FATAL_TEXT = ("illegal memory access", "misaligned address", "device-side assert", "unspecified launch failure",
-               "illegal instruction", "cuda error", "cudaerror", "hardware exception")
+_OOR_TEXT = (
+    "out of memory",
+    "out of resource",
+    "resource_exhausted",
+    "resource exhausted",
+    "exceeds the available vmem",
+    "scoped vmem",
+    "insufficient shared memory",
+    "too many resources",
+)
+_COMPILE_TYPES = (
+    "CompilationError",
+    "CompileTimeAssertionFailure",
+    "PTXASError",
+    "MLIRError",
+    "LoweringException",
+    "LoweringError",
+    "UnsupportedLanguageConstruct",
+)
+_FATAL_TEXT = (
+    "illegal memory access",
+    "misaligned address",
+    "device-side assert",
+    "unspecified launch failure",
+    "illegal instruction",
+    "cuda error",
+    "cudaerror",
+    "hardware exception",
+)
 
 
 def classify_exception(exc: BaseException, phase: str) -> tuple[str, bool]:
@@ -241,7 +278,7 @@ def describe_exception(exc: BaseException, limit: int = 2000) -> str:
 
 def nonfinite_message(output: Any) -> str | None:
     """For results without a reference: NaN/inf in a floating output means incorrect."""
-    for out in (output if isinstance(output, (tuple, list)) else [output]):
+    for out in output if isinstance(output, (tuple, list)) else [output]:
         if out is None:
             continue
         try:

@@ -27,7 +27,7 @@ from ._timing import CPU_TIMING, TimingOptions
 from ._worker import Worker, WorkerSettings, WorkerSetupError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from search_spaces import Device
+    from tuner.search_spaces import Device
 
     from ..replay import ReplayTable
 
@@ -51,7 +51,9 @@ class Measurer(ABC):
         """Re-measure `configs` interleaved (A B C A B C ...) for the final choice."""
         return [self.measure(c) for c in configs]
 
-    def precompile(self, configs: Sequence[Mapping[str, Any]], jobs: int | None = None) -> dict[str, MeasureResult]:
+    def precompile(
+        self, configs: Sequence[Mapping[str, Any]], jobs: int | None = None
+    ) -> dict[str, MeasureResult]:
         """Compile (and check) `configs` ahead of measurement, in parallel where the backend gains from
         it. Returns the failures by `config_order_key`; `measure` then returns those without rerunning."""
         return {}
@@ -128,12 +130,16 @@ class TargetMeasurer(Measurer):
             return self._local().interleave(configs, rounds, reps)
         out = self._remote().interleave(configs, rounds, reps)
         if out is None:
-            log.warning("the worker failed while re-measuring %d finalists together; measuring them one by one",
-                        len(configs))
+            log.warning(
+                "the worker failed while re-measuring %d finalists together; measuring them one by one",
+                len(configs),
+            )
             out = [self.measure(c) for c in configs]
         return out
 
-    def precompile(self, configs: Sequence[Mapping[str, Any]], jobs: int | None = None) -> dict[str, MeasureResult]:
+    def precompile(
+        self, configs: Sequence[Mapping[str, Any]], jobs: int | None = None
+    ) -> dict[str, MeasureResult]:
         """Compile and check `configs` in `jobs` parallel worker processes (default: the CPU count),
         each with its own inputs. For Triton on a GPU this fills Triton's on-disk kernel cache, so the
         measuring worker later loads the binaries instead of compiling. In-process: sequential."""
@@ -164,8 +170,13 @@ class TargetMeasurer(Measurer):
                     try:
                         out.append((config_order_key(c), w.check(c)))
                     except WorkerSetupError as exc:  # e.g. no device memory for one more process
-                        log.warning("precompile worker %s could not start (%s); %d configs left to the "
-                                    "measuring worker", w.name, exc, len(chunk) - len(out))
+                        log.warning(
+                            "precompile worker %s could not start (%s); %d configs left to the "
+                            "measuring worker",
+                            w.name,
+                            exc,
+                            len(chunk) - len(out),
+                        )
                         break
                 return out
 
@@ -189,20 +200,30 @@ class TargetMeasurer(Measurer):
 
 def _warn_env_mismatch(target: Target) -> None:
     for k, v in target.env().items():
-        if k in ("TRITON_INTERPRET",) and os.environ.get(k, "0") not in (v, "") and not (v == "0" and os.environ.get(k) is None):
-            log.warning("in-process measurement of %s wants %s=%s but this process has %s=%s (it must be set "
-                        "before kernels are defined); results may come from the wrong backend",
-                        target.describe(), k, v, k, os.environ.get(k))
+        if (
+            k in ("TRITON_INTERPRET",)
+            and os.environ.get(k, "0") not in (v, "")
+            and not (v == "0" and os.environ.get(k) is None)
+        ):
+            log.warning(
+                "in-process measurement of %s wants %s=%s but this process has %s=%s (it must be set "
+                "before kernels are defined); results may come from the wrong backend",
+                target.describe(),
+                k,
+                v,
+                k,
+                os.environ.get(k),
+            )
 
 
 def device_kind(device: Device | str | None, backend: str) -> str:
-    """"cuda", "tpu" or "cpu" for a Device, an arch name, or None (detect)."""
+    """ "cuda", "tpu" or "cpu" for a Device, an arch name, or None (detect)."""
     if device is None:
         from ._device import detect_device
 
         device = detect_device(backend)
     if isinstance(device, str):
-        from search_spaces import get_device
+        from tuner.search_spaces import get_device
 
         device = get_device(device)
     return device.kind
@@ -228,13 +249,15 @@ class KernelMeasurer(TargetMeasurer):
     ) -> None:
         if problem is None:
             if isinstance(spec, str):
-                from kernels import get_kernel
+                from tuner.kernels import get_kernel
 
                 problem = get_kernel(spec).default_problem
             else:
                 problem = spec.default_problem
         kind = device_kind(device, backend)
-        target = KernelTarget(spec, dict(problem), backend, device_kind=kind, seed=seed, reference_fn=reference_fn)
+        target = KernelTarget(
+            spec, dict(problem), backend, device_kind=kind, seed=seed, reference_fn=reference_fn
+        )
         if settings is None and backend == "triton":
             # The fork server imports torch once; every fresh worker (also after a crash) starts with it.
             settings = WorkerSettings(preload=("torch",))
@@ -262,8 +285,16 @@ class CallableMeasurer(TargetMeasurer):
         timing: TimingOptions | None = None,
         settings: WorkerSettings | None = None,
     ) -> None:
-        target = CallableTarget(fn, tuple(args), dict(kwargs or {}), reference=reference, rtol=rtol, atol=atol,
-                                mutated=tuple(mutated), output_arg=output_arg)
+        target = CallableTarget(
+            fn,
+            tuple(args),
+            dict(kwargs or {}),
+            reference=reference,
+            rtol=rtol,
+            atol=atol,
+            mutated=tuple(mutated),
+            output_arg=output_arg,
+        )
         super().__init__(target, isolation=isolation, timing=timing, settings=settings)
 
 
@@ -281,8 +312,13 @@ class ReplayMeasurer(Measurer):
         try:
             v = self.table.lookup(config)
         except KeyError:
-            raise ValueError(f"config {dict(config)} is not in the recorded table {self.table.name}") from None
+            raise ValueError(
+                f"config {dict(config)} is not in the recorded table {self.table.name}"
+            ) from None
         if v is None:
-            return MeasureResult.failed(COMPILE_ERROR, "replay", f"recorded as failed in {self.table.name or 'the table'}")
-        return MeasureResult(status=OK, backend="replay", median=v, mean=v, min=v, max=v, std=0.0, q1=v, q3=v, n=1,
-                             times=(v,))
+            return MeasureResult.failed(
+                COMPILE_ERROR, "replay", f"recorded as failed in {self.table.name or 'the table'}"
+            )
+        return MeasureResult(
+            status=OK, backend="replay", median=v, mean=v, min=v, max=v, std=0.0, q1=v, q3=v, n=1, times=(v,)
+        )

@@ -118,9 +118,16 @@ class MeasureResult:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> MeasureResult:
         keys = ("median", "mean", "min", "max", "std", "q1", "q3", "max_abs_error", "compile_s", "wall_s")
-        return cls(status=d["status"], backend=d["backend"], n=int(d.get("n", 0)), unit=d.get("unit", "ms"),
-                   error=d.get("error"), times=tuple(d.get("times", ())), extra=dict(d.get("extra", {})),
-                   **{k: d.get(k) for k in keys})
+        return cls(
+            status=d["status"],
+            backend=d["backend"],
+            n=int(d.get("n", 0)),
+            unit=d.get("unit", "ms"),
+            error=d.get("error"),
+            times=tuple(d.get("times", ())),
+            extra=dict(d.get("extra", {})),
+            **{k: d.get(k) for k in keys},
+        )
 
     def with_(self, **changes: Any) -> MeasureResult:
         return replace(self, **changes)
@@ -132,7 +139,9 @@ class MeasureResult:
         return cls(status=status, backend=backend, error=error, **kw)
 
 
-def summarize(times_ms: Sequence[float], *, backend: str, keep_times: bool = True, **kw: Any) -> MeasureResult:
+def summarize(
+    times_ms: Sequence[float], *, backend: str, keep_times: bool = True, **kw: Any
+) -> MeasureResult:
     """An ok result from a list of times (milliseconds): median, mean, min, max, std, quartiles."""
     arr = np.asarray(times_ms, dtype=np.float64)
     if arr.size == 0:

@@ -70,7 +70,9 @@ class Target(ABC):
 
 
 def _device_label(device_kind: str) -> str:
-    return {"cpu": "cpu-interpreter", "cuda": "cuda", "gpu": "cuda", "tpu": "tpu"}.get(device_kind, device_kind)
+    return {"cpu": "cpu-interpreter", "cuda": "cuda", "gpu": "cuda", "tpu": "tpu"}.get(
+        device_kind, device_kind
+    )
 
 
 def _fast_restore(x: Any, pristine: Any) -> Callable[[], Any] | None:
@@ -102,8 +104,9 @@ class _Holder:
             raise ValueError(f"output buffer {output!r} is not among the inputs {list(values)}")
         self.output = output
         self.pristine = {k: ArrayOps.snapshot(values[k]) for k in self.mutated}
-        self.guarded = {k: ArrayOps.snapshot(v) for k, v in values.items()
-                        if k not in self.pristine and k != output}
+        self.guarded = {
+            k: ArrayOps.snapshot(v) for k, v in values.items() if k not in self.pristine and k != output
+        }
 
         # Bound in-place operations for numpy arrays and torch tensors (the hot path: before every run).
         self._fast: list[tuple[Any, Any, Callable[[], Any] | None, str]] = []
@@ -127,8 +130,10 @@ class _Holder:
         for k in changed:
             ArrayOps.restore(self.values, k, self.guarded[k])
         if changed:
-            return (f"the kernel modified input(s) {changed} that it does not declare as mutated; its results "
-                    f"cannot be trusted (restored them)")
+            return (
+                f"the kernel modified input(s) {changed} that it does not declare as mutated; its results "
+                f"cannot be trusted (restored them)"
+            )
         return None
 
 
@@ -177,7 +182,7 @@ class KernelTarget(Target):
     def _spec(self) -> Any:
         if self._spec_obj is None:
             if isinstance(self.spec, str):
-                from kernels import get_kernel
+                from tuner.kernels import get_kernel
 
                 self._spec_obj = get_kernel(self.spec)
             else:
@@ -315,8 +320,12 @@ class Session:
         if fatal:
             self.fatal = True
         what = "compiling (first call)" if phase == "compile" else "running"
-        return _Failed(MeasureResult.failed(status, self.target.label, f"{what}: {describe_exception(exc)}",
-                                            extra={"phase": phase}), fatal)
+        return _Failed(
+            MeasureResult.failed(
+                status, self.target.label, f"{what}: {describe_exception(exc)}", extra={"phase": phase}
+            ),
+            fatal,
+        )
 
     def _sync(self, out: Any) -> Any:
         if self.target.timer == "jax":
@@ -339,8 +348,11 @@ class Session:
         rtol, atol = self.target.tolerance()
         chk = compare(out, self.reference, rtol, atol, self._cmp_cache)
         if not chk.ok:
-            raise _Failed(MeasureResult.failed(INCORRECT, self.target.label, f"{when}: {chk.message}",
-                                               max_abs_error=chk.max_abs_error))
+            raise _Failed(
+                MeasureResult.failed(
+                    INCORRECT, self.target.label, f"{when}: {chk.message}", max_abs_error=chk.max_abs_error
+                )
+            )
         return chk.max_abs_error
 
     def first_run(self, config: Mapping[str, Any]) -> tuple[float, float | None]:
@@ -354,15 +366,23 @@ class Session:
         compile_s = time.perf_counter() - t0
         return compile_s, self._verify(out, "first run")
 
-    def time_config(self, config: Mapping[str, Any], *, n: int | None = None, warmup: int | None = None
-                    ) -> tuple[list[float], Any, str]:
+    def time_config(
+        self, config: Mapping[str, Any], *, n: int | None = None, warmup: int | None = None
+    ) -> tuple[list[float], Any, str]:
         tgt = self.target
         try:
             if self._cuda is not None:
-                return self._cuda.time(lambda: tgt.call(config), tgt.before_run, n=n, warmup=warmup,
-                                       graph_key=_config_key(config))
+                return self._cuda.time(
+                    lambda: tgt.call(config),
+                    tgt.before_run,
+                    n=n,
+                    warmup=warmup,
+                    graph_key=_config_key(config),
+                )
             sync = jax_sync if tgt.timer == "jax" else no_sync
-            times, out = time_wall(lambda: tgt.call(config), tgt.before_run, sync, self.opts, n=n, warmup=warmup)
+            times, out = time_wall(
+                lambda: tgt.call(config), tgt.before_run, sync, self.opts, n=n, warmup=warmup
+            )
             return times, out, "wall"
         except _Failed:
             raise
@@ -370,8 +390,9 @@ class Session:
             raise self._fail(exc, "run") from None
 
     # ---- the operations a measurer asks for ---------------------------------------------------------
-    def measure(self, config: Mapping[str, Any], on_compiled: Callable[[float], None] | None = None
-                ) -> MeasureResult:
+    def measure(
+        self, config: Mapping[str, Any], on_compiled: Callable[[float], None] | None = None
+    ) -> MeasureResult:
         t0 = time.perf_counter()
         try:
             if not self.ready:
@@ -382,12 +403,18 @@ class Session:
             times, out, timer = self.time_config(config)
             err2 = self._verify(out, "last timed run")
         except _Failed as f:
-            return f.result.with_(wall_s=time.perf_counter() - t0,
-                                  extra={**f.result.extra, "fatal": f.fatal or self.fatal})
+            return f.result.with_(
+                wall_s=time.perf_counter() - t0, extra={**f.result.extra, "fatal": f.fatal or self.fatal}
+            )
         errs = [e for e in (err1, err2) if e is not None]
-        return summarize(times, backend=self.target.label, compile_s=compile_s,
-                         max_abs_error=max(errs) if errs else None, wall_s=time.perf_counter() - t0,
-                         extra={"timer": timer})
+        return summarize(
+            times,
+            backend=self.target.label,
+            compile_s=compile_s,
+            max_abs_error=max(errs) if errs else None,
+            wall_s=time.perf_counter() - t0,
+            extra={"timer": timer},
+        )
 
     def interleave(self, configs: Sequence[Mapping[str, Any]], rounds: int, reps: int) -> list[MeasureResult]:
         """Re-measure `configs` interleaved (A B C A B C ...): each round times `reps` runs of each
@@ -415,10 +442,13 @@ class Session:
                     results[i] = f.result
                     del times[i]
         for i, t in times.items():
-            results[i] = summarize(t, backend=self.target.label, extra={"timer": timers.get(i, "wall"),
-                                                                        "interleaved": True})
-        return [r if r is not None else MeasureResult.failed("crashed", self.target.label, "not measured")
-                for r in results]
+            results[i] = summarize(
+                t, backend=self.target.label, extra={"timer": timers.get(i, "wall"), "interleaved": True}
+            )
+        return [
+            r if r is not None else MeasureResult.failed("crashed", self.target.label, "not measured")
+            for r in results
+        ]
 
 
 def _config_key(config: Mapping[str, Any]) -> str:

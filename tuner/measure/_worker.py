@@ -127,8 +127,13 @@ def _capture_stderr(path: str | None) -> None:
     faulthandler.enable(file=sys.stderr, all_threads=False)
 
 
-def _worker_main(conn: Connection, env: Mapping[str, str], parent_pid: int, stderr_path: str | None = None,
-                 compiled_at: Any = None) -> None:
+def _worker_main(
+    conn: Connection,
+    env: Mapping[str, str],
+    parent_pid: int,
+    stderr_path: str | None = None,
+    compiled_at: Any = None,
+) -> None:
     _capture_stderr(stderr_path)
     _die_with_parent()
     _release_forkserver()
@@ -144,13 +149,17 @@ def _worker_main(conn: Connection, env: Mapping[str, str], parent_pid: int, stde
         try:
             if op == "setup":
                 _, target, opts, reference, want_reference = msg
-                session = Session(target, opts) if reference is None and want_reference else Session(
-                    target, opts, reference)
+                session = (
+                    Session(target, opts)
+                    if reference is None and want_reference
+                    else Session(target, opts, reference)
+                )
                 ref = session.setup()
                 conn.send(("ready", ref if want_reference else None))
             elif op == "measure":
                 assert session is not None
                 _, config = msg
+
                 # The phase change goes through shared memory, not the pipe: the parent wakes once per
                 # config (on the result) unless the compile deadline passes first.
                 def on_compiled(_s: float) -> None:
@@ -165,7 +174,9 @@ def _worker_main(conn: Connection, env: Mapping[str, str], parent_pid: int, stde
                     compile_s, err = session.first_run(config)
                     conn.send(("checked", {"compile_s": compile_s, "max_abs_error": err}))
                 except _Failed as f:
-                    conn.send(("result", f.result.with_(extra={**f.result.extra, "fatal": f.fatal}).to_dict()))
+                    conn.send(
+                        ("result", f.result.with_(extra={**f.result.extra, "fatal": f.fatal}).to_dict())
+                    )
             elif op == "interleave":
                 assert session is not None
                 _, configs, rounds, reps = msg
@@ -208,7 +219,9 @@ _UNSET_REF: Any = object()
 class Worker:
     """A worker process bound to one target. Restarts itself after a crash or a timeout."""
 
-    def __init__(self, target: Target, opts: TimingOptions, settings: WorkerSettings, *, name: str = "worker") -> None:
+    def __init__(
+        self, target: Target, opts: TimingOptions, settings: WorkerSettings, *, name: str = "worker"
+    ) -> None:
         self.target = target
         self.opts = opts
         self.settings = settings
@@ -241,10 +254,12 @@ class Worker:
             os.close(fd)
             weakref.finalize(self, _unlink_quietly, self._stderr_path)
         self._compiled_at = self.ctx.RawValue("d", 0.0)
-        self.proc = self.ctx.Process(target=_worker_main,
-                                     args=(child, env, os.getpid(), self._stderr_path, self._compiled_at),
-                                     daemon=True,
-                                     name=f"tuner-{self.name}")
+        self.proc = self.ctx.Process(
+            target=_worker_main,
+            args=(child, env, os.getpid(), self._stderr_path, self._compiled_at),
+            daemon=True,
+            name=f"tuner-{self.name}",
+        )
         self.proc.start()
         child.close()
         self.conn = parent
@@ -255,15 +270,19 @@ class Worker:
             self.conn.send(("setup", self.target, self.opts, None if want_ref else self.reference, want_ref))
         except Exception as exc:
             self.kill()
-            raise WorkerSetupError(f"cannot send the task to a worker process ({exc}); pass picklable, "
-                                   f"module-level functions or measure in-process") from exc
+            raise WorkerSetupError(
+                f"cannot send the task to a worker process ({exc}); pass picklable, "
+                f"module-level functions or measure in-process"
+            ) from exc
         kind, payload = self._recv(self.settings.setup_timeout_s, "setting up the task")
         if kind != "ready":
             self.kill()
             why = f"the worker died ({_signal_name(payload)})" if kind == "died" else str(payload)
             tail = self.stderr_tail()
-            raise WorkerSetupError(f"setting up {self.target.describe()} failed: {why}"
-                                   + (f"; its stderr ended with:\n{tail}" if tail else ""))
+            raise WorkerSetupError(
+                f"setting up {self.target.describe()} failed: {why}"
+                + (f"; its stderr ended with:\n{tail}" if tail else "")
+            )
         if want_ref:
             self.reference = payload
 
@@ -347,11 +366,18 @@ class Worker:
         if tail:
             what = f"{what}; its stderr ended with:\n{tail}"
         if code == -signal.SIGKILL:
-            return MeasureResult.failed(OUT_OF_RESOURCES, label,
-                                        f"worker was killed ({sig}) while {what}, most likely by the "
-                                        f"out-of-memory killer", extra={"exitcode": code})
-        return MeasureResult.failed(CRASHED, label, f"worker process died ({sig}) while {what}",
-                                    extra={"exitcode": code if code is not None else -1})
+            return MeasureResult.failed(
+                OUT_OF_RESOURCES,
+                label,
+                f"worker was killed ({sig}) while {what}, most likely by the out-of-memory killer",
+                extra={"exitcode": code},
+            )
+        return MeasureResult.failed(
+            CRASHED,
+            label,
+            f"worker process died ({sig}) while {what}",
+            extra={"exitcode": code if code is not None else -1},
+        )
 
     def measure(self, config: Mapping[str, Any]) -> MeasureResult:
         self.ensure()
@@ -421,7 +447,9 @@ class Worker:
         self.kill()
         return MeasureResult.failed(CRASHED, self.target.label, f"worker error: {payload}")
 
-    def interleave(self, configs: Sequence[Mapping[str, Any]], rounds: int, reps: int) -> list[MeasureResult] | None:
+    def interleave(
+        self, configs: Sequence[Mapping[str, Any]], rounds: int, reps: int
+    ) -> list[MeasureResult] | None:
         """None when the worker died or hung (the caller falls back to one config at a time)."""
         self.ensure()
         assert self.conn is not None

@@ -15,7 +15,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["cpu_bench", "triton_bench", "jax_bench", "torch_cuda_bench", "default_bench", "normalise_bench_result"]
+__all__ = [
+    "cpu_bench",
+    "triton_bench",
+    "jax_bench",
+    "torch_cuda_bench",
+    "default_bench",
+    "normalise_bench_result",
+]
 
 BenchFn = Callable[[Callable[[], Any]], Any]
 
@@ -28,8 +35,15 @@ def _quantile(xs: Sequence[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-def cpu_bench(call: Callable[[], Any], *, warmup: int = 1, repeats: int = 7, min_sample_s: float = 1e-3,
-              max_batch: int = 10_000, clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
+def cpu_bench(
+    call: Callable[[], Any],
+    *,
+    warmup: int = 1,
+    repeats: int = 7,
+    min_sample_s: float = 1e-3,
+    max_batch: int = 10_000,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[float, float]:
     """(median seconds per call, p80 - p20 spread) of `call`."""
     t0 = clock()
     for _ in range(max(1, warmup)):

@@ -56,9 +56,20 @@ class CacheClaimRow(_Base):
 
 def _row_values(e: CacheEntry) -> dict[str, Any]:
     k = e.key
-    return {"key_hash": k.hash, "kernel": k.kernel, "source_hash": k.source_hash, "key_fields": k.fields_dict,
-            "dtypes": list(k.dtypes), "device": k.device, "versions": k.versions_dict, "config": dict(e.config),
-            "time_s": float(e.time_s), "spread_s": float(e.spread_s), "date": e.date, "space": e.space}
+    return {
+        "key_hash": k.hash,
+        "kernel": k.kernel,
+        "source_hash": k.source_hash,
+        "key_fields": k.fields_dict,
+        "dtypes": list(k.dtypes),
+        "device": k.device,
+        "versions": k.versions_dict,
+        "config": dict(e.config),
+        "time_s": float(e.time_s),
+        "spread_s": float(e.spread_s),
+        "date": e.date,
+        "space": e.space,
+    }
 
 
 def _entry(r: CacheEntryRow) -> CacheEntry:
@@ -160,9 +171,12 @@ class ConfigCache:
             existing: dict[str, float] = {}
             hashes = [e.key.hash for e in rows]
             for i in range(0, len(hashes), 500):
-                chunk = hashes[i:i + 500]
-                for h, t in s.execute(select(CacheEntryRow.key_hash, CacheEntryRow.time_s)
-                                      .where(CacheEntryRow.key_hash.in_(chunk))):
+                chunk = hashes[i : i + 500]
+                for h, t in s.execute(
+                    select(CacheEntryRow.key_hash, CacheEntryRow.time_s).where(
+                        CacheEntryRow.key_hash.in_(chunk)
+                    )
+                ):
                     existing[h] = t
             for e in rows:
                 old = existing.get(e.key.hash)
@@ -194,18 +208,23 @@ class ConfigCache:
             if not isinstance(exc.__cause__, IntegrityError) and not isinstance(exc, IntegrityError):
                 raise
         with self.store.session() as s:
-            res: Any = s.execute(update(CacheClaimRow)
-                            .where(CacheClaimRow.key_hash == key_hash, CacheClaimRow.expires_at < now)
-                            .values(owner=owner, expires_at=now + lease_s))
+            res: Any = s.execute(
+                update(CacheClaimRow)
+                .where(CacheClaimRow.key_hash == key_hash, CacheClaimRow.expires_at < now)
+                .values(owner=owner, expires_at=now + lease_s)
+            )
             return bool(res.rowcount)
 
     def renew(self, key_hash: str, owner: str, lease_s: float) -> None:
         with self.store.session() as s:
-            s.execute(update(CacheClaimRow)
-                      .where(CacheClaimRow.key_hash == key_hash, CacheClaimRow.owner == owner)
-                      .values(expires_at=time.time() + lease_s))
+            s.execute(
+                update(CacheClaimRow)
+                .where(CacheClaimRow.key_hash == key_hash, CacheClaimRow.owner == owner)
+                .values(expires_at=time.time() + lease_s)
+            )
 
     def release(self, key_hash: str, owner: str) -> None:
         with self.store.session() as s:
-            s.execute(delete(CacheClaimRow)
-                      .where(CacheClaimRow.key_hash == key_hash, CacheClaimRow.owner == owner))
+            s.execute(
+                delete(CacheClaimRow).where(CacheClaimRow.key_hash == key_hash, CacheClaimRow.owner == owner)
+            )

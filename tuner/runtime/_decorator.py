@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from search_spaces import SearchSpace
+from tuner.search_spaces import SearchSpace
 
 from ._bench import BenchFn, default_bench, normalise_bench_result
 from ._entry import CacheEntry, EntryError, now_iso
@@ -75,17 +75,33 @@ def _d3(a: tuple) -> tuple:
 
 
 def _d4(a: tuple) -> tuple:
-    return (_g(a[0], "dtype", None), _g(a[1], "dtype", None), _g(a[2], "dtype", None), _g(a[3], "dtype", None))
+    return (
+        _g(a[0], "dtype", None),
+        _g(a[1], "dtype", None),
+        _g(a[2], "dtype", None),
+        _g(a[3], "dtype", None),
+    )
 
 
 def _d5(a: tuple) -> tuple:
-    return (_g(a[0], "dtype", None), _g(a[1], "dtype", None), _g(a[2], "dtype", None), _g(a[3], "dtype", None),
-            _g(a[4], "dtype", None))
+    return (
+        _g(a[0], "dtype", None),
+        _g(a[1], "dtype", None),
+        _g(a[2], "dtype", None),
+        _g(a[3], "dtype", None),
+        _g(a[4], "dtype", None),
+    )
 
 
 def _d6(a: tuple) -> tuple:
-    return (_g(a[0], "dtype", None), _g(a[1], "dtype", None), _g(a[2], "dtype", None), _g(a[3], "dtype", None),
-            _g(a[4], "dtype", None), _g(a[5], "dtype", None))
+    return (
+        _g(a[0], "dtype", None),
+        _g(a[1], "dtype", None),
+        _g(a[2], "dtype", None),
+        _g(a[3], "dtype", None),
+        _g(a[4], "dtype", None),
+        _g(a[5], "dtype", None),
+    )
 
 
 def _dn(a: tuple) -> tuple:
@@ -97,6 +113,8 @@ _DTS = (_d0, _d1, _d2, _d3, _d4, _d5, _d6) + (_dn,) * 250
 
 def _dtypes_of(a: tuple) -> tuple:
     return _DTS[len(a)](a) if len(a) < len(_DTS) else _dn(a)
+
+
 _GENERAL = object()  # first element of keys built by the general (slow) key function
 _KEYFN = object()  # first element of keys built from a key function
 
@@ -179,8 +197,10 @@ def _scalar_key_value(name: str, v: Any) -> Any:
             raise ValueError(f"key field {name}={v!r} is not finite")
         return v
     if hasattr(v, "shape") and getattr(v, "ndim", 1) != 0:
-        raise TypeError(f"key argument {name!r} is an array; key on its shape with a key function, e.g. "
-                        f"key=lambda {name}, *a, **k: {{'{name}_rows': {name}.shape[0]}}")
+        raise TypeError(
+            f"key argument {name!r} is an array; key on its shape with a key function, e.g. "
+            f"key=lambda {name}, *a, **k: {{'{name}_rows': {name}.shape[0]}}"
+        )
     try:
         return operator.index(v)  # numpy / torch integer scalars
     except TypeError:
@@ -188,7 +208,9 @@ def _scalar_key_value(name: str, v: Any) -> Any:
     try:
         f = float(v)
     except (TypeError, ValueError):
-        raise TypeError(f"key field {name}={v!r}: a key value must be an int, float, str, bool or None") from None
+        raise TypeError(
+            f"key field {name}={v!r}: a key value must be an int, float, str, bool or None"
+        ) from None
     return f
 
 
@@ -225,9 +247,13 @@ class Autotuned:
                 raise ValueError("give either a space or configs, not both")
             space = SearchSpace.from_configs(_triton_configs_to_dicts(list(configs)))
         if space is None:
-            raise ValueError("autotune needs a SearchSpace (or a function returning one) or a list of configs")
+            raise ValueError(
+                "autotune needs a SearchSpace (or a function returning one) or a list of configs"
+            )
         if not isinstance(space, SearchSpace) and not callable(space):
-            raise TypeError(f"space must be a SearchSpace or a callable returning one, got {type(space).__name__}")
+            raise TypeError(
+                f"space must be a SearchSpace or a callable returning one, got {type(space).__name__}"
+            )
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
             raise ValueError(f"budget must be a positive int, got {budget!r}")
         if mode is not None and mode not in MODES:
@@ -301,7 +327,12 @@ class Autotuned:
                 if not use_dt:
                     return (_KEYFN, r)
                 if kwargs:
-                    return (_KEYFN, r, _dtypes_of(args), tuple((k, _g(v, "dtype", None)) for k, v in kwargs.items()))
+                    return (
+                        _KEYFN,
+                        r,
+                        _dtypes_of(args),
+                        tuple((k, _g(v, "dtype", None)) for k, v in kwargs.items()),
+                    )
                 return (_KEYFN, r, _dtypes_of(args))
 
             return fast_fn, 0
@@ -380,7 +411,9 @@ class Autotuned:
             return self.space
         sp = self.space(*args, **kwargs)
         if not isinstance(sp, SearchSpace):
-            raise TypeError(f"the space function of {self.name} returned {type(sp).__name__}, not a SearchSpace")
+            raise TypeError(
+                f"the space function of {self.name} returned {type(sp).__name__}, not a SearchSpace"
+            )
         return sp
 
     # ---- sources -------------------------------------------------------------------------------------
@@ -408,7 +441,7 @@ class Autotuned:
             url, store = self.storage.url, self.storage
         else:
             url, store = (self.storage or default_storage_url()), None
-        if not create and url.startswith("sqlite:///") and not os.path.exists(url[len("sqlite:///"):]):
+        if not create and url.startswith("sqlite:///") and not os.path.exists(url[len("sqlite:///") :]):
             return None
         with _dbs_lock:
             c = _dbs.get(url)
@@ -500,8 +533,12 @@ class Autotuned:
             try:
                 pred = hook(self.name, ck, space)
             except Exception as exc:  # a broken model must not take production down
-                log.warning("%s: cost-model hook failed (%s: %s); using the space default", self.name,
-                            type(exc).__name__, exc)
+                log.warning(
+                    "%s: cost-model hook failed (%s: %s); using the space default",
+                    self.name,
+                    type(exc).__name__,
+                    exc,
+                )
                 pred = None
             cfg = self._valid(space, pred) if pred is not None else None
             if cfg is not None:
@@ -511,8 +548,9 @@ class Autotuned:
         self._choose(ck, cfg, "offline: space default (no cached key of this family, no cost model)")
         return cfg
 
-    def _tune_once(self, ck: CacheKey, space: SearchSpace, db: Any, args: tuple, kwargs: dict,
-                   grid: Any) -> dict[str, Any]:
+    def _tune_once(
+        self, ck: CacheKey, space: SearchSpace, db: Any, args: tuple, kwargs: dict, grid: Any
+    ) -> dict[str, Any]:
         """Tune unless another process is tuning this key (claim row), in which case wait for its entry."""
         if db is None:
             return self._tune(ck, space, None, args, kwargs, None, grid)
@@ -546,15 +584,27 @@ class Autotuned:
             return self.bench
         return default_bench(self.kind, array_framework(list(args) + list(kwargs.values())), device)
 
-    def _tune(self, ck: CacheKey, space: SearchSpace, db: Any, args: tuple, kwargs: dict,
-              owner: str | None, grid: Any) -> dict[str, Any]:
+    def _tune(
+        self,
+        ck: CacheKey,
+        space: SearchSpace,
+        db: Any,
+        args: tuple,
+        kwargs: dict,
+        owner: str | None,
+        grid: Any,
+    ) -> dict[str, Any]:
         from .._optimize import optimize
 
         bench = self._bench_fn(args, kwargs, ck.device)
         spreads: dict[str, float] = {}
         invoke = self.invoker(args, kwargs, grid)
 
-        snaps = [(v, _snapshot(v)) for v in (self.arg_value(r, args, kwargs) for r in self.restore) if v is not None]
+        snaps = [
+            (v, _snapshot(v))
+            for v in (self.arg_value(r, args, kwargs) for r in self.restore)
+            if v is not None
+        ]
 
         def restore_inputs() -> None:
             for target, saved in snaps:
@@ -572,8 +622,13 @@ class Autotuned:
         if store is not None:
             from ..store import TaskContext
 
-            task = TaskContext(kernel=self.name, problem=ck.fields_dict, device=ck.device,
-                               versions=ck.versions_dict, dtype=",".join(ck.dtypes))
+            task = TaskContext(
+                kernel=self.name,
+                problem=ck.fields_dict,
+                device=ck.device,
+                versions=ck.versions_dict,
+                dtype=",".join(ck.dtypes),
+            )
             prior = store.prior_for(self.name, exclude_task=task.task_id) or None
 
         last_renew = [time.monotonic()]
@@ -585,8 +640,16 @@ class Autotuned:
 
         t0 = time.perf_counter()
         try:
-            res = optimize(space, objective, budget=self.budget, seed=self.seed, strategy=self.strategy, prior=prior,
-                           time_budget_s=self.time_budget_s, callback=renew)
+            res = optimize(
+                space,
+                objective,
+                budget=self.budget,
+                seed=self.seed,
+                strategy=self.strategy,
+                prior=prior,
+                time_budget_s=self.time_budget_s,
+                callback=renew,
+            )
         finally:
             restore_inputs()  # the call that follows sees the inputs as the caller passed them
         self.stats["tuned"] += 1
@@ -595,20 +658,39 @@ class Autotuned:
                 store.record_trial(task, space, t, strategy=res.strategy)
         if res.best_config is None:
             errs = {t.error for t in res.trials if t.error}
-            raise RuntimeError(f"{self.name} {ck.fields_dict}: every one of {len(res.trials)} configs failed; "
-                               f"first error: {sorted(errs)[0] if errs else 'unknown'}")
+            raise RuntimeError(
+                f"{self.name} {ck.fields_dict}: every one of {len(res.trials)} configs failed; "
+                f"first error: {sorted(errs)[0] if errs else 'unknown'}"
+            )
         cfg = dict(res.best_config)
-        entry = CacheEntry(ck, cfg, res.best_value, spreads.get(canon(cfg), 0.0), now_iso(), space.fingerprint())
+        entry = CacheEntry(
+            ck, cfg, res.best_value, spreads.get(canon(cfg), 0.0), now_iso(), space.fingerprint()
+        )
         if db is not None:
             try:
                 db.put(entry)
             except EntryError as exc:
-                log.warning("%s: the winner for %s cannot be stored (%s); kept in memory only", self.name,
-                            ck.fields_dict, exc)
-        self._choose(ck, cfg, f"tuned: {len(res.trials)} evaluations in {time.perf_counter() - t0:.2f}s, "
-                              f"best {res.best_value:.3g}s", quiet=True)
-        log.info("%s %s: tuned %d configs, best %s (%.3g s)", self.name, ck.fields_dict, len(res.trials), cfg,
-                 res.best_value)
+                log.warning(
+                    "%s: the winner for %s cannot be stored (%s); kept in memory only",
+                    self.name,
+                    ck.fields_dict,
+                    exc,
+                )
+        self._choose(
+            ck,
+            cfg,
+            f"tuned: {len(res.trials)} evaluations in {time.perf_counter() - t0:.2f}s, "
+            f"best {res.best_value:.3g}s",
+            quiet=True,
+        )
+        log.info(
+            "%s %s: tuned %d configs, best %s (%.3g s)",
+            self.name,
+            ck.fields_dict,
+            len(res.trials),
+            cfg,
+            res.best_value,
+        )
         return cfg
 
     def invoker(self, args: tuple, kwargs: dict, grid: Any = None) -> Callable[[dict[str, Any]], Any]:
@@ -632,13 +714,17 @@ class Autotuned:
         exact = cands.get(ck.hash)
         if exact is not None and space is not None:
             return f"cached config {dict(exact.config)} is not in the current search space: " + "; ".join(
-                space.violations(exact.config))
+                space.violations(exact.config)
+            )
         same_fields = [e for e in cands.values() if e.key.fields == ck.fields]
         if same_fields:
             return "entry for these key fields is stale or foreign: " + "; ".join(
-                ck.mismatches(same_fields[0].key))
-        return (f"no entry for key {ck.fields_dict}; {len(cands)} entries of kernel {ck.kernel!r} "
-                f"have other key fields")
+                ck.mismatches(same_fields[0].key)
+            )
+        return (
+            f"no entry for key {ck.fields_dict}; {len(cands)} entries of kernel {ck.kernel!r} "
+            f"have other key fields"
+        )
 
     def explain(self, *args: Any, **kwargs: Any) -> str:
         """Say, without tuning, what a call with these arguments would use and why."""
@@ -683,6 +769,7 @@ def _make_wrapper(t: Autotuned) -> Callable[..., Any]:
     if t.key_fn is None:
         ig, need = t.key_getter()
         if t.use_dtypes:
+
             def wrapper(*args: Any, **kwargs: Any) -> Any:
                 if kwargs or len(args) < need:
                     return fn(*args, **kwargs, **miss(args, kwargs, None))
@@ -694,6 +781,7 @@ def _make_wrapper(t: Autotuned) -> Callable[..., Any]:
                     cfg = miss(args, kwargs, None)
                 return fn(*args, **cfg)
         else:
+
             def wrapper(*args: Any, **kwargs: Any) -> Any:
                 if kwargs or len(args) < need:
                     return fn(*args, **kwargs, **miss(args, kwargs, None))
@@ -814,13 +902,29 @@ def autotune(
     """
 
     def deco(fn: Any) -> Any:
-        t = Autotuned(fn, space, key=key, configs=configs, budget=budget, time_budget_s=time_budget_s, mode=mode,
-                      bucket=bucket, storage=storage, bench=bench, cache=cache, name=name, dtypes=dtypes, seed=seed,
-                      strategy=strategy, cost_model=cost_model, lease_s=lease_s, restore=restore,
-                      depends=depends)
+        t = Autotuned(
+            fn,
+            space,
+            key=key,
+            configs=configs,
+            budget=budget,
+            time_budget_s=time_budget_s,
+            mode=mode,
+            bucket=bucket,
+            storage=storage,
+            bench=bench,
+            cache=cache,
+            name=name,
+            dtypes=dtypes,
+            seed=seed,
+            strategy=strategy,
+            cost_model=cost_model,
+            lease_s=lease_s,
+            restore=restore,
+            depends=depends,
+        )
         if t.kind == "triton":
             return AutotunedKernel(t)
         return _make_wrapper(t)
 
     return deco
-

@@ -54,13 +54,31 @@ class CacheEntry:
 
     def to_json(self) -> dict[str, Any]:
         d = self.key.to_json()
-        d.update({"config": dict(self.config), "time_s": self.time_s, "spread_s": self.spread_s,
-                  "date": self.date, "space": self.space})
+        d.update(
+            {
+                "config": dict(self.config),
+                "time_s": self.time_s,
+                "spread_s": self.spread_s,
+                "date": self.date,
+                "space": self.space,
+            }
+        )
         return d
 
 
-ENTRY_FIELDS = ("kernel", "source_hash", "key", "dtypes", "device", "versions", "config", "time_s", "spread_s",
-                "date", "space")
+ENTRY_FIELDS = (
+    "kernel",
+    "source_hash",
+    "key",
+    "dtypes",
+    "device",
+    "versions",
+    "config",
+    "time_s",
+    "spread_s",
+    "date",
+    "space",
+)
 
 
 def _str(where: str, v: Any, *, allow_empty: bool = False) -> str:
@@ -144,7 +162,9 @@ def entry_from_json(obj: Any, where: str = "entry") -> CacheEntry:
     versions = obj["versions"]
     if not isinstance(versions, dict) or len(versions) > LIMITS["max_versions"]:
         raise EntryError(f"{where}.versions must be an object of at most {LIMITS['max_versions']} strings")
-    versions = {_str(f"{where}.versions name", k): _str(f"{where}.versions.{k}", v) for k, v in versions.items()}
+    versions = {
+        _str(f"{where}.versions name", k): _str(f"{where}.versions.{k}", v) for k, v in versions.items()
+    }
     config = _name_map(f"{where}.config", obj["config"], LIMITS["max_config_params"], allow_none=False)
     if not config:
         raise EntryError(f"{where}.config must not be empty")

@@ -62,7 +62,7 @@ def source_text(fn: Any) -> str:
     base = underlying_function(fn)
     text = textwrap.dedent(inspect.getsource(base))
     m = _DEF_RE.search(text)
-    return text[m.start():] if m else text
+    return text[m.start() :] if m else text
 
 
 def source_hash(fn: Any, depends: tuple[Any, ...] = ()) -> str:
@@ -143,7 +143,7 @@ def device_of(kind: str, values: Iterable[Any]) -> str:
 
 
 def array_framework(values: Iterable[Any]) -> str | None:
-    """"torch" or "jax" for the first array argument of that framework, else None."""
+    """ "torch" or "jax" for the first array argument of that framework, else None."""
     for v in values:
         top = (type(v).__module__ or "").split(".")[0]
         if top == "torch" and hasattr(v, "device"):

@@ -20,8 +20,19 @@ from typing import Any
 from ._entry import CacheEntry, EntryError, entry_from_json
 from ._key import CacheKey, shape_distance
 
-__all__ = ["CacheFileError", "SCHEMA_VERSION", "FORMAT", "MAX_FILE_BYTES", "MAX_ENTRIES", "read_cache_file",
-           "parse_cache_bytes", "write_cache_file", "dumps_entries", "ReadOnlyCache", "load_cache"]
+__all__ = [
+    "CacheFileError",
+    "SCHEMA_VERSION",
+    "FORMAT",
+    "MAX_FILE_BYTES",
+    "MAX_ENTRIES",
+    "read_cache_file",
+    "parse_cache_bytes",
+    "write_cache_file",
+    "dumps_entries",
+    "ReadOnlyCache",
+    "load_cache",
+]
 
 FORMAT = "tuner-cache"
 SCHEMA_VERSION = 1
@@ -61,8 +72,10 @@ def parse_cache_bytes(data: bytes, source: str = "cache file") -> list[CacheEntr
     except CacheFileError:
         raise
     except json.JSONDecodeError as exc:
-        raise CacheFileError(f"{source} is not valid JSON (truncated or corrupt): {exc.msg} at line {exc.lineno} "
-                             f"column {exc.colno}") from None
+        raise CacheFileError(
+            f"{source} is not valid JSON (truncated or corrupt): {exc.msg} at line {exc.lineno} "
+            f"column {exc.colno}"
+        ) from None
     except (RecursionError, ValueError) as exc:
         raise CacheFileError(f"{source} is not usable JSON: {type(exc).__name__}") from None
     if not isinstance(doc, dict):
@@ -73,7 +86,9 @@ def parse_cache_bytes(data: bytes, source: str = "cache file") -> list[CacheEntr
     if isinstance(ver, bool) or not isinstance(ver, int):
         raise CacheFileError(f"{source}: schema_version must be an integer, got {type(ver).__name__}")
     if ver != SCHEMA_VERSION:
-        raise CacheFileError(f"{source}: schema version {ver} is not supported (this tuner reads {SCHEMA_VERSION})")
+        raise CacheFileError(
+            f"{source}: schema version {ver} is not supported (this tuner reads {SCHEMA_VERSION})"
+        )
     extra = sorted(set(doc) - {"format", "schema_version", "entries"})
     if extra:
         raise CacheFileError(f"{source}: unknown top-level fields {extra}"[:300])
@@ -105,7 +120,9 @@ def read_cache_file(path: str | os.PathLike[str]) -> list[CacheEntry]:
         if not p.is_file():
             raise CacheFileError(f"{p} is not a regular file")
         if size > MAX_FILE_BYTES:
-            raise CacheFileError(f"{p} is {size} bytes, over the {MAX_FILE_BYTES} byte limit for a cache file")
+            raise CacheFileError(
+                f"{p} is {size} bytes, over the {MAX_FILE_BYTES} byte limit for a cache file"
+            )
         with open(p, "rb") as f:
             data = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:

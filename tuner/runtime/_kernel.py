@@ -1,4 +1,4 @@
-"""Registered kernels (`kernels.get_kernel`) called through the runtime cache: `tuner.kernel(name)`.
+"""Registered kernels (`tuner.kernels.get_kernel`) called through the runtime cache: `tuner.kernel(name)`.
 
     rmsnorm = tuner.kernel("rmsnorm", backend="triton", mode="offline", cache=tuner.load_cache(path))
     y = rmsnorm(problem, inputs)          # spec.run(problem, "triton", inputs, <cached config>)
@@ -31,13 +31,20 @@ from ._file import ReadOnlyCache
 from ._key import CacheKey
 
 if TYPE_CHECKING:  # pragma: no cover
-    from kernels import KernelSpec
-    from search_spaces import Device, SearchSpace
+    from tuner.kernels import KernelSpec
+    from tuner.search_spaces import Device, SearchSpace
 
 log = logging.getLogger(__name__)
 
-__all__ = ["kernel", "TunedKernel", "kernel_cache_key", "kernel_source_hash", "backend_versions", "device_name",
-           "BACKEND_KIND"]
+__all__ = [
+    "kernel",
+    "TunedKernel",
+    "kernel_cache_key",
+    "kernel_source_hash",
+    "backend_versions",
+    "device_name",
+    "BACKEND_KIND",
+]
 
 # The runtime's kind of callable for each kernel backend (it selects the versions and the default timer).
 BACKEND_KIND: dict[str, str] = {"triton": "triton", "pallas": "jax"}
@@ -55,7 +62,7 @@ def kernel_source_hash(kernel: str) -> str:
     or `spec.extra["source_hash"]` when the spec sets one; an unregistered name (a test's synthetic
     kernel) hashes the name."""
     try:
-        from kernels import get_kernel
+        from tuner.kernels import get_kernel
 
         spec = get_kernel(kernel)
     except Exception:  # noqa: BLE001 - not a registered kernel
@@ -70,7 +77,7 @@ def kernel_source_hash(kernel: str) -> str:
 
 def _default_flags(kernel: str) -> dict[str, Any]:
     try:
-        from kernels import get_kernel
+        from tuner.kernels import get_kernel
 
         spec = get_kernel(kernel)
     except Exception:  # noqa: BLE001 - unregistered: no defaults
@@ -78,8 +85,14 @@ def _default_flags(kernel: str) -> dict[str, Any]:
     return {k: v for k, v in spec.default_problem.items() if k != "dtype" and k not in spec.shape_fields}
 
 
-def kernel_cache_key(kernel: str, problem: Mapping[str, Any], *, backend: str, device: str,
-                     versions: Mapping[str, str] | None = None) -> CacheKey:
+def kernel_cache_key(
+    kernel: str,
+    problem: Mapping[str, Any],
+    *,
+    backend: str,
+    device: str,
+    versions: Mapping[str, str] | None = None,
+) -> CacheKey:
     """THE stored key of a registered kernel for one problem (used by `tuner.kernel` and by
     `tuner study export`). `versions` default to this machine's `backend_versions(backend)`."""
     merged = {**_default_flags(kernel), **problem}
@@ -123,20 +136,30 @@ class _KernelAutotuned(Autotuned):
         def launch(problem: Mapping[str, Any], inputs: dict[str, Any], **config: Any) -> Any:
             return run(problem, backend, inputs, config)
 
-        super().__init__(launch, self._space, key=_problem_fields, configs=None, bucket="exact", name=spec.name,
-                         dtypes=False, **opts)
+        super().__init__(
+            launch,
+            self._space,
+            key=_problem_fields,
+            configs=None,
+            bucket="exact",
+            name=spec.name,
+            dtypes=False,
+            **opts,
+        )
         self.source_hash = kernel_source_hash(spec.name)
 
     def _space(self, problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> SearchSpace:
         if self._device is None:
-            from search_spaces import get_device
+            from tuner.search_spaces import get_device
 
             if self._device_arg is None:
-                from kernels._check import detect_device
+                from tuner.kernels._check import detect_device
 
                 self._device = detect_device(self.backend)
             else:
-                self._device = get_device(self._device_arg) if isinstance(self._device_arg, str) else self._device_arg
+                self._device = (
+                    get_device(self._device_arg) if isinstance(self._device_arg, str) else self._device_arg
+                )
         return self.spec.space(problem, self._device, self.backend)
 
     def full_key(self, args: tuple, kwargs: dict) -> CacheKey:
@@ -146,8 +169,9 @@ class _KernelAutotuned(Autotuned):
 
     def _bench_fn(self, args: tuple, kwargs: dict, device: str) -> BenchFn:
         _, inputs = _split(args, kwargs)
-        bench = self.bench or default_bench(BACKEND_KIND.get(self.backend, "python"),
-                                            array_framework(list(inputs.values())), device)
+        bench = self.bench or default_bench(
+            BACKEND_KIND.get(self.backend, "python"), array_framework(list(inputs.values())), device
+        )
         saved = [(inputs[n], _snapshot(inputs[n])) for n in self.spec.mutated_inputs if n in inputs]
         if not saved:
             return bench
@@ -162,8 +186,16 @@ class _KernelAutotuned(Autotuned):
 
         return restoring
 
-    def _tune(self, ck: CacheKey, space: SearchSpace, db: Any, args: tuple, kwargs: dict, owner: str | None,
-              grid: Any) -> dict[str, Any]:
+    def _tune(
+        self,
+        ck: CacheKey,
+        space: SearchSpace,
+        db: Any,
+        args: tuple,
+        kwargs: dict,
+        owner: str | None,
+        grid: Any,
+    ) -> dict[str, Any]:
         _, inputs = _split(args, kwargs)
         saved = [(inputs[n], _snapshot(inputs[n])) for n in self.spec.mutated_inputs if n in inputs]
         try:
@@ -238,7 +270,7 @@ def kernel(
     cost_model: CostModelHook | None = None,
     lease_s: float = 120.0,
 ) -> TunedKernel:
-    """A registered kernel (`kernels.get_kernel(name)`) as a callable `f(problem, inputs)` that takes its
+    """A registered kernel (`tuner.kernels.get_kernel(name)`) as a callable `f(problem, inputs)` that takes its
     config from the runtime cache, with `tuner.autotune`'s semantics and options:
 
     - online (default; `mode=None` reads $TUNER_MODE): a key seen for the first time is tuned within
@@ -250,15 +282,27 @@ def kernel(
       `tuner study export` writes is an exact hit (see `kernel_cache_key`).
     - `device`: the device descriptor or arch ("sm90", "cpu", ...) whose space to tune over; default:
       detected for the backend.
-    Call `kernels._check.prepare_environment()` (or set TRITON_INTERPRET=1) before the first call on a
+    Call `tuner.kernels._check.prepare_environment()` (or set TRITON_INTERPRET=1) before the first call on a
     machine without a GPU.
     """
-    from kernels import get_kernel
+    from tuner.kernels import get_kernel
 
     spec = get_kernel(name)
     if backend not in spec.backends:
         raise ValueError(f"kernel {name!r} has no {backend!r} backend; it has {list(spec.backends)}")
-    t = _KernelAutotuned(spec, backend, device, budget=budget, time_budget_s=time_budget_s, mode=mode,
-                         storage=storage, bench=bench, cache=cache, seed=seed, strategy=strategy,
-                         cost_model=cost_model, lease_s=lease_s)
+    t = _KernelAutotuned(
+        spec,
+        backend,
+        device,
+        budget=budget,
+        time_budget_s=time_budget_s,
+        mode=mode,
+        storage=storage,
+        bench=bench,
+        cache=cache,
+        seed=seed,
+        strategy=strategy,
+        cost_model=cost_model,
+        lease_s=lease_s,
+    )
     return TunedKernel(t)

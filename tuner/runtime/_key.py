@@ -36,10 +36,23 @@ class CacheKey:
     versions: tuple[tuple[str, str], ...]
 
     @classmethod
-    def make(cls, kernel: str, source_hash: str, fields: Mapping[str, KeyValue], dtypes: tuple[str, ...] | list[str],
-             device: str, versions: Mapping[str, str]) -> CacheKey:
-        return cls(kernel, source_hash, tuple(sorted(fields.items())), tuple(dtypes), device,
-                   tuple(sorted(versions.items())))
+    def make(
+        cls,
+        kernel: str,
+        source_hash: str,
+        fields: Mapping[str, KeyValue],
+        dtypes: tuple[str, ...] | list[str],
+        device: str,
+        versions: Mapping[str, str],
+    ) -> CacheKey:
+        return cls(
+            kernel,
+            source_hash,
+            tuple(sorted(fields.items())),
+            tuple(dtypes),
+            device,
+            tuple(sorted(versions.items())),
+        )
 
     @property
     def fields_dict(self) -> dict[str, KeyValue]:
@@ -50,8 +63,14 @@ class CacheKey:
         return dict(self.versions)
 
     def to_json(self) -> dict[str, Any]:
-        return {"kernel": self.kernel, "source_hash": self.source_hash, "key": self.fields_dict,
-                "dtypes": list(self.dtypes), "device": self.device, "versions": self.versions_dict}
+        return {
+            "kernel": self.kernel,
+            "source_hash": self.source_hash,
+            "key": self.fields_dict,
+            "dtypes": list(self.dtypes),
+            "device": self.device,
+            "versions": self.versions_dict,
+        }
 
     @property
     def hash(self) -> str:
@@ -75,7 +94,9 @@ class CacheKey:
         if stored.kernel != self.kernel:
             out.append(f"kernel differs (stored {stored.kernel!r}, now {self.kernel!r})")
         if stored.source_hash != self.source_hash:
-            out.append(f"kernel source changed (stored hash {stored.source_hash[:12]}, now {self.source_hash[:12]})")
+            out.append(
+                f"kernel source changed (stored hash {stored.source_hash[:12]}, now {self.source_hash[:12]})"
+            )
         if stored.fields != self.fields:
             out.append(f"key fields differ (stored {stored.fields_dict}, now {self.fields_dict})")
         if stored.dtypes != self.dtypes:
@@ -84,8 +105,11 @@ class CacheKey:
             out.append(f"device differs (stored {stored.device!r}, now {self.device!r})")
         if stored.versions != self.versions:
             sv, nv = stored.versions_dict, self.versions_dict
-            diffs = [f"{k} stored {sv.get(k)!r} now {nv.get(k)!r}" for k in sorted(set(sv) | set(nv))
-                     if sv.get(k) != nv.get(k)]
+            diffs = [
+                f"{k} stored {sv.get(k)!r} now {nv.get(k)!r}"
+                for k in sorted(set(sv) | set(nv))
+                if sv.get(k) != nv.get(k)
+            ]
             out.append("versions differ (" + ", ".join(diffs) + ")")
         return out
 
@@ -131,7 +155,9 @@ def _policy(p: str | Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
     try:
         return _POLICIES[p]
     except KeyError:
-        raise ValueError(f"unknown bucket policy {p!r}: use 'exact', 'pow2' or a callable(name, value)") from None
+        raise ValueError(
+            f"unknown bucket policy {p!r}: use 'exact', 'pow2' or a callable(name, value)"
+        ) from None
 
 
 def make_bucketer(bucket: Bucket) -> Callable[[str, Any], Any] | None:

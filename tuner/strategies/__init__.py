@@ -8,7 +8,15 @@ from ._base import CandidatePool, PriorTask, Strategy
 from ._random import RandomStrategy
 from ._tpe import TPEStrategy
 
-__all__ = ["CandidatePool", "PriorTask", "Strategy", "RandomStrategy", "TPEStrategy", "STRATEGIES", "get_strategy"]
+__all__ = [
+    "CandidatePool",
+    "PriorTask",
+    "Strategy",
+    "RandomStrategy",
+    "TPEStrategy",
+    "STRATEGIES",
+    "get_strategy",
+]
 
 
 def _auto() -> type[Strategy]:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from search_spaces import Config, SearchSpace
+from tuner.search_spaces import Config, SearchSpace
 
 if TYPE_CHECKING:  # pragma: no cover
     import optuna
@@ -78,7 +78,11 @@ class CandidatePool:
         return self.space.config(self.keys[i])
 
     def encode(self, configs: Sequence[Mapping[str, Any]]) -> np.ndarray:
-        return (self.space.encode_many(configs) - self._mu) / self._sd if self.enumerable else self.space.encode_many(configs)
+        return (
+            (self.space.encode_many(configs) - self._mu) / self._sd
+            if self.enumerable
+            else self.space.encode_many(configs)
+        )
 
     # ---- proposals ---------------------------------------------------------------------------------
     def random_unseen(self) -> Config | None:
@@ -135,7 +139,9 @@ class Strategy(ABC):
 
     name: str = "base"
 
-    def __init__(self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None) -> None:
+    def __init__(
+        self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None
+    ) -> None:
         self.space = space
         self.seed = seed
         self.prior = prior

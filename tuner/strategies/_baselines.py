@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from search_spaces import Config, SearchSpace
+from tuner.search_spaces import Config, SearchSpace
 
 from ._base import PriorTask, Strategy
 
@@ -22,7 +22,7 @@ __all__ = ["TransferBestStrategy", "XGBGreedyStrategy"]
 
 def _prior_matrix(strategy: Strategy) -> np.ndarray:
     """Normalised prior values per task for each pool config (NaN where the task did not measure it)."""
-    from cost_models import normalise_targets
+    from tuner.cost_models import normalise_targets
 
     rows = []
     names = strategy.space.names
@@ -46,7 +46,9 @@ def _prior_matrix(strategy: Strategy) -> np.ndarray:
 class TransferBestStrategy(Strategy):
     name = "transfer_best"
 
-    def __init__(self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None) -> None:
+    def __init__(
+        self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None
+    ) -> None:
         super().__init__(space, seed=seed, prior=prior)
         self._order: list[int] | None = None
 
@@ -75,13 +77,15 @@ class XGBGreedyStrategy(Strategy):
     refit_every = 5
     max_prior_rows = 6000
 
-    def __init__(self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None) -> None:
+    def __init__(
+        self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None
+    ) -> None:
         super().__init__(space, seed=seed, prior=prior)
         self._ready = False
         self._queue: list[int] = []
 
     def _setup(self) -> None:
-        from cost_models import schema_for_space
+        from tuner.cost_models import schema_for_space
 
         self._ready = True
         self.schema = schema_for_space(self.space)
@@ -90,7 +94,7 @@ class XGBGreedyStrategy(Strategy):
         self.Py = np.zeros(0)
         rng = np.random.default_rng(self.seed)
         xs, ys = [], []
-        from cost_models import normalise_targets
+        from tuner.cost_models import normalise_targets
 
         tasks = [t for t in (self.prior or []) if t]
         per = self.max_prior_rows // max(1, len(tasks))
@@ -104,7 +108,7 @@ class XGBGreedyStrategy(Strategy):
             self.PX, self.Py = np.vstack(xs), np.concatenate(ys)
 
     def propose(self) -> Config | None:
-        from cost_models import XGBRegressorModel, normalise_targets
+        from tuner.cost_models import XGBRegressorModel, normalise_targets
 
         if not self.pool.enumerable:
             return self.pool.random_unseen()
@@ -118,11 +122,15 @@ class XGBGreedyStrategy(Strategy):
             X, y, w = self.PX, self.Py, np.ones(len(self.Py))
             if own:
                 idx = np.array([i for i, _ in own])
-                yo = normalise_targets(np.array([np.nan if v is None else v for _, v in own], dtype=np.float64))
+                yo = normalise_targets(
+                    np.array([np.nan if v is None else v for _, v in own], dtype=np.float64)
+                )
                 X = np.vstack([X, self.F[idx]])
                 y = np.concatenate([y, yo])
                 w = np.concatenate([w, np.full(len(own), max(1.0, len(self.Py) / 200.0))])
-            model = XGBRegressorModel(n_estimators=60, max_depth=6, normalise=False, seed=self.seed).fit(X, y, sample_weight=w)
+            model = XGBRegressorModel(n_estimators=60, max_depth=6, normalise=False, seed=self.seed).fit(
+                X, y, sample_weight=w
+            )
             unseen = np.flatnonzero(self.pool.unseen_mask)
             pred = model.predict(self.F[unseen])
             self._queue = [int(unseen[i]) for i in np.argsort(pred, kind="stable")[: self.refit_every]]

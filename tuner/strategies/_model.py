@@ -62,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from search_spaces import Config, SearchSpace
+from tuner.search_spaces import Config, SearchSpace
 
 from ._base import PriorTask, Strategy
 
@@ -72,17 +72,24 @@ __all__ = ["ModelStrategy", "prior_predictions"]
 
 
 def _normalise(vals: np.ndarray) -> np.ndarray:
-    from cost_models import normalise_targets
+    from tuner.cost_models import normalise_targets
 
     return normalise_targets(vals)
 
 
-def prior_predictions(space: SearchSpace, keys_index: Mapping[tuple, int], F: np.ndarray,
-                      prior: Sequence[PriorTask], schema: Any, *, max_rows: int = 3000,
-                      seed: int = 0) -> tuple[np.ndarray, list[int]]:
+def prior_predictions(
+    space: SearchSpace,
+    keys_index: Mapping[tuple, int],
+    F: np.ndarray,
+    prior: Sequence[PriorTask],
+    schema: Any,
+    *,
+    max_rows: int = 3000,
+    seed: int = 0,
+) -> tuple[np.ndarray, list[int]]:
     """One row per usable prior task: its normalised log time for each pool config (measured value where
     the task holds the config, else a model fitted on the task). Returns (matrix, used task indices)."""
-    from cost_models import XGBRegressorModel
+    from tuner.cost_models import XGBRegressorModel
 
     names = space.names
     plain = not any(isinstance(v, bool) for p in space.params for v in p.values)
@@ -116,9 +123,13 @@ def prior_predictions(space: SearchSpace, keys_index: Mapping[tuple, int], F: np
             order = np.argsort(t, kind="stable")
             if len(order) > max_rows:  # keep the best third, and a random share of the rest
                 top = order[: max_rows // 3]
-                rest = np.random.default_rng(seed).choice(order[max_rows // 3 :], max_rows - len(top), replace=False)
+                rest = np.random.default_rng(seed).choice(
+                    order[max_rows // 3 :], max_rows - len(top), replace=False
+                )
                 order = np.concatenate([top, rest])
-            m = XGBRegressorModel(n_estimators=60, max_depth=6, normalise=False, seed=seed).fit(X[order], t[order])
+            m = XGBRegressorModel(n_estimators=60, max_depth=6, normalise=False, seed=seed).fit(
+                X[order], t[order]
+            )
             pred[missing] = m.predict(F[missing])
         rows.append(pred)
         used.append(ti)
@@ -152,18 +163,26 @@ class ModelStrategy(Strategy):
     n_children = 48  # children generated (uniform crossover + mutation) per crossover pick
     mutation = 0.1  # per-parameter chance that a child's value is drawn at random
     n_portfolio = 6  # with a prior: at most this many first proposals cover the prior tasks' best configs (greedy portfolio)
-    portfolio_horizon = 10  # ... scored as the area under the held-out task's regret curve over this many picks
+    portfolio_horizon = (
+        10  # ... scored as the area under the held-out task's regret curve over this many picks
+    )
     portfolio_cap = 1.0  # log-ratio at which a prior task's regret is clipped in the portfolio objective
     portfolio_tol = 0.02  # validation: the longest portfolio within this share of the best area is taken
     restart_cold = True  # with a prior, once stagnant: hand over to a fresh cold search (see the module doc)
     restart_seed = 7777  # the cold search's seed offset
     restart_keep_every = 3  # after the restart, every n-th proposal still comes from the prior-guided search
-    stagnation_tol = 0.02  # with a prior: a new best counts as an improvement (for `patience`) only if this much better
-    anchor_every = 3  # with a prior: every n-th proposal (from `anchor_start` results on) changes one parameter ...
+    stagnation_tol = (
+        0.02  # with a prior: a new best counts as an improvement (for `patience`) only if this much better
+    )
+    anchor_every = (
+        3  # with a prior: every n-th proposal (from `anchor_start` results on) changes one parameter ...
+    )
     anchor_start = 10  # ... of one of the `n_anchors` best measured portfolio picks (see `_anchor_pick`)
     n_anchors = 2  # the sweep goes around this many of the best measured portfolio picks
 
-    def __init__(self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None) -> None:
+    def __init__(
+        self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None
+    ) -> None:
         super().__init__(space, seed=seed, prior=prior)
         self._init_state()
 
@@ -187,7 +206,7 @@ class ModelStrategy(Strategy):
 
     # ---- setup (lazily, inside the first propose, so that its time counts as strategy time) ---------
     def _setup(self) -> None:
-        from cost_models import schema_for_space
+        from tuner.cost_models import schema_for_space
 
         self._ready = True
         self.schema = schema_for_space(self.space)
@@ -198,7 +217,9 @@ class ModelStrategy(Strategy):
         self.F = self.schema.transform_keys(self.space.names, self.pool.keys)
         self.P = np.zeros((0, self.F.shape[0]))
         if self.prior:
-            self.P, used = prior_predictions(self.space, self.pool.index, self.F, self.prior, self.schema, seed=self.seed)
+            self.P, used = prior_predictions(
+                self.space, self.pool.index, self.F, self.prior, self.schema, seed=self.seed
+            )
             self.prior_used = used
             if len(self.P):
                 self.prior_state = "trusted"
@@ -213,7 +234,7 @@ class ModelStrategy(Strategy):
     def pruning_report(self, keep: float | None = None, target_recall: float = 0.9) -> Any:
         """Before tuning: the share of the space the prior model would keep and its estimated recall of
         the best 1%, estimated leave-one-prior-task-out (see cost_models.pruning)."""
-        from cost_models import pruning_report
+        from tuner.cost_models import pruning_report
 
         if not self._ready:
             self._setup()
@@ -262,8 +283,12 @@ class ModelStrategy(Strategy):
         cold.schema, cold.F, cold.P = self.schema, self.F, np.zeros((0, self.F.shape[0]))
         self._cold = cold
         self.restarted_at = len(self._obs_idx)
-        log.info("auto: no better config in the last %d results with the prior; restarting as a cold search "
-                 "after %d results", self.patience, self.restarted_at)
+        log.info(
+            "auto: no better config in the last %d results with the prior; restarting as a cold search "
+            "after %d results",
+            self.patience,
+            self.restarted_at,
+        )
 
     @property
     def stagnant(self) -> bool:
@@ -289,8 +314,12 @@ class ModelStrategy(Strategy):
             cfg = self._portfolio_pick()
             if cfg is not None:
                 return cfg
-        if (has_prior and self.anchor_every and n >= self.anchor_start
-                and self._n_proposed % self.anchor_every == 2 % self.anchor_every):  # off the local steps' phase (0)
+        if (
+            has_prior
+            and self.anchor_every
+            and n >= self.anchor_start
+            and self._n_proposed % self.anchor_every == 2 % self.anchor_every
+        ):  # off the local steps' phase (0)
             cfg = self._anchor_pick()
             if cfg is not None:
                 return cfg
@@ -449,7 +478,10 @@ class ModelStrategy(Strategy):
         ok = np.flatnonzero(np.isfinite(vals))
         if ok.size < 2:
             return None
-        elite = [self.pool.keys[self._obs_idx[int(j)]] for j in ok[np.argsort(vals[ok], kind="stable")][: self.n_elite]]
+        elite = [
+            self.pool.keys[self._obs_idx[int(j)]]
+            for j in ok[np.argsort(vals[ok], kind="stable")][: self.n_elite]
+        ]
         params = self.space.params
         score = None
         if hasattr(self, "_last_mu"):
@@ -494,7 +526,7 @@ class ModelStrategy(Strategy):
         return None
 
     def _own_model_pick(self) -> Config | None:
-        from cost_models import XGBRegressorModel
+        from tuner.cost_models import XGBRegressorModel
 
         idx, y = self._targets()
         unseen = np.flatnonzero(self.pool.unseen_mask)
@@ -502,8 +534,13 @@ class ModelStrategy(Strategy):
             return None
         if unseen.size > self.max_scored:
             unseen = np.sort(self.rng.choice(unseen, size=self.max_scored, replace=False))
-        m = XGBRegressorModel(n_estimators=self.n_estimators, max_depth=self.max_depth, learning_rate=0.3,
-                              normalise=False, seed=self.seed + len(idx)).fit(self.F[idx], y)
+        m = XGBRegressorModel(
+            n_estimators=self.n_estimators,
+            max_depth=self.max_depth,
+            learning_rate=0.3,
+            normalise=False,
+            seed=self.seed + len(idx),
+        ).fit(self.F[idx], y)
         return self.pool.config_at(int(unseen[int(np.argmin(m.predict(self.F[unseen])))]))
 
     @staticmethod
@@ -535,7 +572,7 @@ class ModelStrategy(Strategy):
 
     def _prior_weights(self, idx: np.ndarray, y: np.ndarray) -> None:
         """Re-weight the prior tasks by how well each ranks the measurements so far."""
-        from cost_models import spearman
+        from tuner.cost_models import spearman
 
         ok = np.isfinite(np.asarray(self._obs_val))
         if ok.sum() < 4:
@@ -552,7 +589,7 @@ class ModelStrategy(Strategy):
         self.prior_state = "trusted" if (agree >= self.prior_min_corr or ok.sum() < 8) else "dropped"
 
     def _refit_and_rank(self) -> None:
-        from cost_models import XGBEnsemble
+        from tuner.cost_models import XGBEnsemble
 
         self._since_fit = 0
         unseen = np.flatnonzero(self.pool.unseen_mask)
@@ -593,8 +630,13 @@ class ModelStrategy(Strategy):
             sd = np.zeros(unseen.size)
         else:
             X = self.F if base_all is None else np.hstack([self.F, base_all[:, None]])
-            model = XGBEnsemble(n_models=self.n_models, n_estimators=self.n_estimators, max_depth=self.max_depth,
-                                normalise=False, seed=self.seed * 7919 + n)
+            model = XGBEnsemble(
+                n_models=self.n_models,
+                n_estimators=self.n_estimators,
+                max_depth=self.max_depth,
+                normalise=False,
+                seed=self.seed * 7919 + n,
+            )
             bm = None if base_all is None else base_all[idx]
             model.fit(X[idx], y, base_margin=bm)
             preds = model.predict_all(X[unseen])
@@ -622,7 +664,10 @@ class ModelStrategy(Strategy):
 
     def _unseen_neighbours(self, i: int) -> list[int]:
         """Pool indices of the unseen configs one parameter away (Hamming) from pool config i."""
-        nbs = [self.pool.index[self.pool.hkey(c)] for c in self.space.neighbors(self.pool.config_at(i), "hamming")]
+        nbs = [
+            self.pool.index[self.pool.hkey(c)]
+            for c in self.space.neighbors(self.pool.config_at(i), "hamming")
+        ]
         return [k for k in nbs if self.pool.unseen_mask[k]]
 
     def _local_step(self) -> Config | None:
@@ -655,7 +700,7 @@ class ModelStrategy(Strategy):
 
     def _propose_large(self) -> Config | None:
         """Spaces too large to enumerate: model-ranked random draws and neighbours of the incumbents."""
-        from cost_models import XGBEnsemble
+        from tuner.cost_models import XGBEnsemble
 
         hist = [(c, v) for c, v in self.history]
         ok = [(c, v) for c, v in hist if v is not None]
@@ -671,8 +716,13 @@ class ModelStrategy(Strategy):
             return self.pool.random_unseen()
         X = self.schema.transform([c for c, _ in hist])
         y = _normalise(np.array([np.nan if v is None else v for _, v in hist]))
-        model = XGBEnsemble(n_models=self.n_models, n_estimators=self.n_estimators, max_depth=self.max_depth,
-                            normalise=False, seed=self.seed + len(hist)).fit(X, y)
+        model = XGBEnsemble(
+            n_models=self.n_models,
+            n_estimators=self.n_estimators,
+            max_depth=self.max_depth,
+            normalise=False,
+            seed=self.seed + len(hist),
+        ).fit(X, y)
         p = model.predict_all(self.schema.transform(cands))
         acq = p.mean(axis=0) - self.kappa * p.std(axis=0)
         return cands[int(np.argmin(acq))]

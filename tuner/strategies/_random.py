@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from search_spaces import Config
+from tuner.search_spaces import Config
 
 from ._base import Strategy
 

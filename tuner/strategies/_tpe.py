@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from search_spaces import Config, SearchSpace
+from tuner.search_spaces import Config, SearchSpace
 
 from ._base import PriorTask, Strategy
 
@@ -35,7 +35,9 @@ class TPEStrategy(Strategy):
     n_startup_trials = 10
     multivariate = False
 
-    def __init__(self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None) -> None:
+    def __init__(
+        self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None
+    ) -> None:
         super().__init__(space, seed=seed, prior=prior)
         import optuna
         from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
@@ -84,8 +86,11 @@ class TPEStrategy(Strategy):
         pending, self._pending = self._pending, None
         if pending is None:  # a result TPE did not propose (a resumed study): add it as a finished trial
             if value is not None:
-                self._study.add_trial(optuna.trial.create_trial(
-                    params=self._params(config), distributions=self._dists, value=value))
+                self._study.add_trial(
+                    optuna.trial.create_trial(
+                        params=self._params(config), distributions=self._dists, value=value
+                    )
+                )
             return
         trial, replaced = pending
         if value is None:  # a failed config: TPE ignores failed trials
@@ -93,5 +98,6 @@ class TPEStrategy(Strategy):
             return
         self._study.tell(trial, value)
         if replaced:
-            self._study.add_trial(optuna.trial.create_trial(
-                params=self._params(config), distributions=self._dists, value=value))
+            self._study.add_trial(
+                optuna.trial.create_trial(params=self._params(config), distributions=self._dists, value=value)
+            )

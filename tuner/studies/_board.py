@@ -181,13 +181,23 @@ class TaskBoard:
             return counts
         study = tasks[0].study
         with self.engine.begin() as conn:
-            existing = {r.key: r for r in conn.execute(select(tasks_table).where(tasks_table.c.study == study))}
+            existing = {
+                r.key: r for r in conn.execute(select(tasks_table).where(tasks_table.c.study == study))
+            }
         for t in tasks:
             spec = _stored_spec(t)
             row = existing.get(t.key)
             if row is None:
-                ins = self._insert_ignore().values(study=t.study, key=t.key, seq=t.seq, spec=spec, status=PENDING,
-                                                   attempts=0, trials_done=0, spent_s=0.0)
+                ins = self._insert_ignore().values(
+                    study=t.study,
+                    key=t.key,
+                    seq=t.seq,
+                    spec=spec,
+                    status=PENDING,
+                    attempts=0,
+                    trials_done=0,
+                    spent_s=0.0,
+                )
                 with self.engine.begin() as conn:
                     counts["added"] += conn.execute(ins).rowcount or 0
                 continue
@@ -218,9 +228,11 @@ class TaskBoard:
 
     def retry_failed(self, study: str) -> int:
         with self.engine.begin() as conn:
-            res = conn.execute(update(tasks_table)
-                               .where((tasks_table.c.study == study) & (tasks_table.c.status == FAILED))
-                               .values(status=PENDING, error=None, worker=None, lease_token=None))
+            res = conn.execute(
+                update(tasks_table)
+                .where((tasks_table.c.study == study) & (tasks_table.c.status == FAILED))
+                .values(status=PENDING, error=None, worker=None, lease_token=None)
+            )
             return int(res.rowcount or 0)
 
     # ---- leases ------------------------------------------------------------------------------------
@@ -232,21 +244,39 @@ class TaskBoard:
         c = tasks_table.c
         with self.engine.begin() as conn:
             now = self._now(conn)
-            candidates = conn.execute(
-                select(c.id).where((c.study == study) & ((c.status == PENDING) | (
-                    (c.status == RUNNING) & (c.lease_expires_at < now)))).order_by(c.seq).limit(16)
-            ).scalars().all()
+            candidates = (
+                conn.execute(
+                    select(c.id)
+                    .where(
+                        (c.study == study)
+                        & ((c.status == PENDING) | ((c.status == RUNNING) & (c.lease_expires_at < now)))
+                    )
+                    .order_by(c.seq)
+                    .limit(16)
+                )
+                .scalars()
+                .all()
+            )
         for row_id in candidates:
             token = uuid.uuid4().hex
             with self.engine.begin() as conn:
                 now = self._now(conn)
                 res = conn.execute(
                     update(tasks_table)
-                    .where((c.id == row_id) & ((c.status == PENDING) | (
-                        (c.status == RUNNING) & (c.lease_expires_at < now))))
-                    .values(status=RUNNING, worker=worker, lease_token=token, lease_expires_at=now + lease_s,
-                            heartbeat_at=now, attempts=c.attempts + 1,
-                            started_at=func.coalesce(c.started_at, now), error=None)
+                    .where(
+                        (c.id == row_id)
+                        & ((c.status == PENDING) | ((c.status == RUNNING) & (c.lease_expires_at < now)))
+                    )
+                    .values(
+                        status=RUNNING,
+                        worker=worker,
+                        lease_token=token,
+                        lease_expires_at=now + lease_s,
+                        heartbeat_at=now,
+                        attempts=c.attempts + 1,
+                        started_at=func.coalesce(c.started_at, now),
+                        error=None,
+                    )
                 )
                 if res.rowcount != 1:
                     continue  # another worker was faster
@@ -261,32 +291,57 @@ class TaskBoard:
         c = tasks_table.c
         return (c.id == claim.row_id) & (c.lease_token == claim.token) & (c.status == RUNNING)
 
-    def renew(self, claim: Claim, lease_s: float, *, spent_add: float = 0.0, trials_done: int | None = None,
-              best_value: float | None = None, best_config: dict[str, Any] | None = None) -> bool:
+    def renew(
+        self,
+        claim: Claim,
+        lease_s: float,
+        *,
+        spent_add: float = 0.0,
+        trials_done: int | None = None,
+        best_value: float | None = None,
+        best_config: dict[str, Any] | None = None,
+    ) -> bool:
         """Extend the lease (and record progress). False: the lease is no longer ours."""
         c = tasks_table.c
         with self.engine.begin() as conn:
             now = self._now(conn)
-            values: dict[str, Any] = {"lease_expires_at": now + lease_s, "heartbeat_at": now,
-                                      "spent_s": c.spent_s + spent_add}
+            values: dict[str, Any] = {
+                "lease_expires_at": now + lease_s,
+                "heartbeat_at": now,
+                "spent_s": c.spent_s + spent_add,
+            }
             if trials_done is not None:
                 values["trials_done"] = trials_done
             if best_value is not None and math.isfinite(best_value):
                 values["best_value"] = best_value
                 values["best_config"] = best_config
-            res = conn.execute(update(tasks_table).where(self._held(claim) & (c.lease_expires_at >= now))
-                               .values(**values))
+            res = conn.execute(
+                update(tasks_table).where(self._held(claim) & (c.lease_expires_at >= now)).values(**values)
+            )
             return res.rowcount == 1
 
-    def finish(self, claim: Claim, status: str, *, result: dict[str, Any] | None = None, error: str | None = None,
-               trials_done: int | None = None, best_value: float | None = None,
-               best_config: dict[str, Any] | None = None, spent_add: float = 0.0) -> bool:
+    def finish(
+        self,
+        claim: Claim,
+        status: str,
+        *,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
+        trials_done: int | None = None,
+        best_value: float | None = None,
+        best_config: dict[str, Any] | None = None,
+        spent_add: float = 0.0,
+    ) -> bool:
         """Mark the held task done / failed (or `pending` to hand it back). False: it was not ours any more."""
         c = tasks_table.c
         with self.engine.begin() as conn:
             now = self._now(conn)
-            values: dict[str, Any] = {"status": status, "lease_token": None, "lease_expires_at": None,
-                                      "spent_s": c.spent_s + spent_add}
+            values: dict[str, Any] = {
+                "status": status,
+                "lease_token": None,
+                "lease_expires_at": None,
+                "spent_s": c.spent_s + spent_add,
+            }
             if status != PENDING:
                 values["finished_at"] = now
             else:
@@ -324,9 +379,24 @@ def _stored_spec(t: StudyTask) -> dict[str, Any]:
 
 
 def _row(r: Any) -> TaskRow:
-    return TaskRow(r.id, r.key, r.seq, StudyTask.from_dict(r.spec), r.status, r.worker, r.lease_expires_at,
-                   int(r.attempts or 0), int(r.trials_done or 0), r.best_value, r.best_config,
-                   float(r.spent_s or 0.0), r.started_at, r.finished_at, r.error, r.result)
+    return TaskRow(
+        r.id,
+        r.key,
+        r.seq,
+        StudyTask.from_dict(r.spec),
+        r.status,
+        r.worker,
+        r.lease_expires_at,
+        int(r.attempts or 0),
+        int(r.trials_done or 0),
+        r.best_value,
+        r.best_config,
+        float(r.spent_s or 0.0),
+        r.started_at,
+        r.finished_at,
+        r.error,
+        r.result,
+    )
 
 
 def _budget_grew(row: Any, t: StudyTask) -> bool:

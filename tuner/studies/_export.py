@@ -71,7 +71,12 @@ def entry_for(row: TaskRow) -> dict[str, Any] | None:
     res = row.result or {}
     config = res.get("best_config", row.best_config)
     value = res.get("best_value", row.best_value)
-    if not isinstance(config, Mapping) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if (
+        not isinstance(config, Mapping)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         return None
     unit = str(res.get("unit", "ms"))
     stats = res.get("best_stats") or {}
@@ -120,8 +125,11 @@ def _entry_hash(e: Mapping[str, Any]) -> str:
 def _write_builtin(path: Path, entries: list[dict[str, Any]]) -> None:
     rows = sorted(entries, key=_entry_hash)
     body = ",\n".join("  " + json.dumps(e, sort_keys=True, allow_nan=False) for e in rows)
-    text = f'{{"format": "{FORMAT}", "schema_version": {SCHEMA_VERSION}, "entries": [' + (
-        "\n" + body + "\n" if rows else "") + "]}\n"
+    text = (
+        f'{{"format": "{FORMAT}", "schema_version": {SCHEMA_VERSION}, "entries": ['
+        + ("\n" + body + "\n" if rows else "")
+        + "]}\n"
+    )
     atomic_write(path, text)
 
 

@@ -24,8 +24,14 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RegressionCheck", "check_entries", "read_cache_entries", "default_measure", "this_device",
-           "bootstrap_ratio"]
+__all__ = [
+    "RegressionCheck",
+    "check_entries",
+    "read_cache_entries",
+    "default_measure",
+    "this_device",
+    "bootstrap_ratio",
+]
 
 Measure = Callable[[Mapping[str, Any], int], Sequence[float]]
 
@@ -96,8 +102,9 @@ def _reject(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def bootstrap_ratio(times: Sequence[float], recorded: float, *, n_boot: int = 2000, confidence: float = 0.95,
-                    seed: int = 0) -> tuple[float, float, float]:
+def bootstrap_ratio(
+    times: Sequence[float], recorded: float, *, n_boot: int = 2000, confidence: float = 0.95, seed: int = 0
+) -> tuple[float, float, float]:
     """(median(times) / recorded, CI low, CI high) by the percentile bootstrap of the median."""
     x = np.asarray(times, dtype=np.float64)
     rng = np.random.default_rng(seed)
@@ -110,7 +117,7 @@ def bootstrap_ratio(times: Sequence[float], recorded: float, *, n_boot: int = 20
 def this_device() -> str:
     """This machine's device as the runtime's cache keys name it: "<GPU name> (sm<cc>)" or "cpu"."""
     try:
-        from kernels._common import on_gpu
+        from tuner.kernels._common import on_gpu
 
         if on_gpu():
             import torch
@@ -157,8 +164,8 @@ def default_measure(entry: Mapping[str, Any], repeats: int) -> list[float]:
     import numpy as np_
 
     _interpreter_unless_gpu()
-    from kernels import get_kernel
-    from kernels._common import on_gpu, to_numpy
+    from tuner.kernels import get_kernel
+    from tuner.kernels._common import on_gpu, to_numpy
 
     spec = get_kernel(str(entry["kernel"]))
     backend = _backend_of(entry)
@@ -209,26 +216,62 @@ def check_entries(
     dev = device if device is not None else (None if any_device else this_device())
     out = []
     for e in entries:
-        base: dict[str, Any] = dict(kernel=str(e["kernel"]), key=dict(e["key"]), dtypes=list(e.get("dtypes") or []),
-                                    config=dict(e["config"]), recorded_s=float(e["time_s"]))
+        base: dict[str, Any] = dict(
+            kernel=str(e["kernel"]),
+            key=dict(e["key"]),
+            dtypes=list(e.get("dtypes") or []),
+            config=dict(e["config"]),
+            recorded_s=float(e["time_s"]),
+        )
         rel_spread = float(e.get("spread_s") or 0.0) / float(e["time_s"])
         thr = max(threshold, rel_spread if math.isfinite(rel_spread) else 0.0)
         if kernels and e["kernel"] not in kernels:
             continue
         if dev is not None and not any_device and e.get("device") != dev:
-            out.append(RegressionCheck(**base, median_s=None, ratio=None, ci_low=None, ci_high=None, threshold=thr,
-                                       verdict=SKIPPED, note=f"recorded on {e.get('device')!r}, this is {dev!r}"))
+            out.append(
+                RegressionCheck(
+                    **base,
+                    median_s=None,
+                    ratio=None,
+                    ci_low=None,
+                    ci_high=None,
+                    threshold=thr,
+                    verdict=SKIPPED,
+                    note=f"recorded on {e.get('device')!r}, this is {dev!r}",
+                )
+            )
             continue
         try:
             times = [float(t) for t in measure(e, repeats)]
             if not times or not all(math.isfinite(t) and t > 0 for t in times):
                 raise RuntimeError(f"measurement returned {times!r}")
         except Exception as exc:  # noqa: BLE001 - a config that stopped working is a regression
-            out.append(RegressionCheck(**base, median_s=None, ratio=None, ci_low=None, ci_high=None, threshold=thr,
-                                       verdict=FAILED, note=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))
+            out.append(
+                RegressionCheck(
+                    **base,
+                    median_s=None,
+                    ratio=None,
+                    ci_low=None,
+                    ci_high=None,
+                    threshold=thr,
+                    verdict=FAILED,
+                    note=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                )
+            )
             continue
-        ratio, lo, hi = bootstrap_ratio(times, float(e["time_s"]), n_boot=n_boot, confidence=confidence, seed=seed)
+        ratio, lo, hi = bootstrap_ratio(
+            times, float(e["time_s"]), n_boot=n_boot, confidence=confidence, seed=seed
+        )
         verdict = REGRESSED if lo > 1 + thr else IMPROVED if hi < 1 - thr else UNCHANGED
-        out.append(RegressionCheck(**base, median_s=float(np.median(times)), ratio=ratio, ci_low=lo, ci_high=hi,
-                                   threshold=thr, verdict=verdict))
+        out.append(
+            RegressionCheck(
+                **base,
+                median_s=float(np.median(times)),
+                ratio=ratio,
+                ci_low=lo,
+                ci_high=hi,
+                threshold=thr,
+                verdict=verdict,
+            )
+        )
     return out

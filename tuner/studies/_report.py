@@ -1,7 +1,7 @@
 """`tuner study report`: a Markdown and an HTML report of a study, from its database alone.
 
 Per task: the best config and its time, the % of roofline (the kernel's FLOP and byte counts over the
-device's peaks in `search_spaces.devices`: ideal time = max(flops / peak_flops, bytes / peak_bandwidth),
+device's peaks in `tuner.search_spaces.devices`: ideal time = max(flops / peak_flops, bytes / peak_bandwidth),
 reported as ideal / measured), the convergence curve (best so far against trials, a PNG drawn with
 matplotlib's Agg backend), parameter importance (Optuna's fANOVA evaluator, seeded; only with enough
 successful trials, at least 8) and the failed trials by status. Times are the executor's unit (milliseconds for
@@ -54,13 +54,13 @@ def _peak_flops(device: Any, dtype: str) -> float:
 
 def roofline_fraction(task: StudyTask, time_s: float) -> tuple[float | None, str]:
     """(ideal time / measured time, note); None with the reason when it cannot be computed."""
-    from search_spaces.devices import DEVICES
+    from tuner.search_spaces.devices import DEVICES
 
     dev = DEVICES.get(task.device)
     if dev is None:
         return None, f"no peaks for device {task.device!r}"
     try:
-        from kernels import get_kernel
+        from tuner.kernels import get_kernel
 
         spec = get_kernel(task.kernel)
         flops = float(spec.flops(task.problem))
@@ -72,7 +72,10 @@ def roofline_fraction(task: StudyTask, time_s: float) -> tuple[float | None, str
         return None, "device peaks unknown"
     ideal = max(flops / pf, nbytes / bw)
     bound = "compute" if flops / pf >= nbytes / bw else "memory"
-    return ideal / time_s, f"{bound}-bound; {flops / 1e9:.3g} GFLOP, {nbytes / 1e6:.3g} MB over {dev.name} peaks"
+    return (
+        ideal / time_s,
+        f"{bound}-bound; {flops / 1e9:.3g} GFLOP, {nbytes / 1e6:.3g} MB over {dev.name} peaks",
+    )
 
 
 def _slug(key: str) -> str:
@@ -105,7 +108,9 @@ def _plot_convergence(path: Path, title: str, trials: Sequence[Any], unit: str) 
         best_curve.append(best if math.isfinite(best) else float("nan"))
     fig, ax = plt.subplots(figsize=(5.0, 3.0), dpi=100)
     ax.scatter(xs, vals, s=14, color="#9ab", label="trial", zorder=2)
-    ax.step(range(1, len(trials) + 1), best_curve, where="post", color="#c33", lw=2, label="best so far", zorder=3)
+    ax.step(
+        range(1, len(trials) + 1), best_curve, where="post", color="#c33", lw=2, label="best so far", zorder=3
+    )
     if fail_x:
         top = max(vals) if vals else 1.0
         ax.scatter(fail_x, [top] * len(fail_x), marker="x", color="#555", s=18, label="failed", zorder=2)
@@ -182,10 +187,15 @@ def _md(blocks: Sequence[Block]) -> str:
 
 def _html(blocks: Sequence[Block], title: str) -> str:
     e = html.escape
-    out = ["<!doctype html>", "<html><head><meta charset='utf-8'>", f"<title>{e(title)}</title>",
-           "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}"
-           "table{border-collapse:collapse;font-size:90%}td,th{border:1px solid #ccc;padding:3px 6px}"
-           "th{background:#f4f4f4}code,pre{background:#f6f6f6}</style>", "</head><body>"]
+    out = [
+        "<!doctype html>",
+        "<html><head><meta charset='utf-8'>",
+        f"<title>{e(title)}</title>",
+        "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}"
+        "table{border-collapse:collapse;font-size:90%}td,th{border:1px solid #ccc;padding:3px 6px}"
+        "th{background:#f4f4f4}code,pre{background:#f6f6f6}</style>",
+        "</head><body>",
+    ]
     for b in blocks:
         kind = b[0]
         if kind in ("h1", "h2", "h3"):
@@ -230,13 +240,19 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
     redacted = spec.storage.split("@")[-1] if "@" in spec.storage else spec.storage
     blocks: list[Block] = [
         ("h1", f"Study {spec.name}"),
-        ("p", f"Generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC} from `{redacted}` by "
-              f"`tuner study report`. Tasks: {counts[DONE]} done, {counts['failed']} failed, "
-              f"{counts['pending']} pending, {counts['running']} running."),
-        ("p", "Best time: the winner's time as the executor chose it (for the measurement layer, the median of "
-              "the finalists' interleaved re-measurement), which can differ from the best single trial that "
-              "the convergence curve shows. % of roofline: max(FLOPs / peak FLOP/s, bytes / peak bandwidth) "
-              "over the measured time, with the peaks of the task's device in search_spaces.devices."),
+        (
+            "p",
+            f"Generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC} from `{redacted}` by "
+            f"`tuner study report`. Tasks: {counts[DONE]} done, {counts['failed']} failed, "
+            f"{counts['pending']} pending, {counts['running']} running.",
+        ),
+        (
+            "p",
+            "Best time: the winner's time as the executor chose it (for the measurement layer, the median of "
+            "the finalists' interleaved re-measurement), which can differ from the best single trial that "
+            "the convergence curve shows. % of roofline: max(FLOPs / peak FLOP/s, bytes / peak bandwidth) "
+            "over the measured time, with the peaks of the task's device in search_spaces.devices.",
+        ),
     ]
     summary_rows = []
     sections: list[Block] = []
@@ -253,22 +269,48 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
         if best_value is None and ok:
             b = min(ok, key=lambda tr: tr.value)
             best_value, best_config = b.value, dict(b.params)
-        frac, note = (roofline_fraction(t, _to_seconds(float(best_value), unit)) if best_value
-                      else (None, "no successful trial"))
+        frac, note = (
+            roofline_fraction(t, _to_seconds(float(best_value), unit))
+            if best_value
+            else (None, "no successful trial")
+        )
         roof = f"{frac * 100:.3g} %" if frac is not None else "n/a"
         failures = _failures(trials, res)
-        summary_rows.append([f"`{t.key}`", r.status, f"{len(trials)}/{t.budget or '-'}",
-                             _fmt_time(best_value, unit), roof, f"`{_config_str(best_config)}`"])
+        summary_rows.append(
+            [
+                f"`{t.key}`",
+                r.status,
+                f"{len(trials)}/{t.budget or '-'}",
+                _fmt_time(best_value, unit),
+                roof,
+                f"`{_config_str(best_config)}`",
+            ]
+        )
         sections.append(("h2", t.key))
-        sections.append(("p", f"Kernel `{t.kernel}`, backend `{t.backend}`, dtype `{t.dtype}`, device "
-                              f"`{res.get('device_name', t.device)}`, strategy `{t.strategy}`, seed {t.seed}; "
-                              f"status {r.status} after {r.attempts} attempt(s), {len(trials)} trials, "
-                              f"{r.spent_s:.1f} s."))
+        sections.append(
+            (
+                "p",
+                f"Kernel `{t.kernel}`, backend `{t.backend}`, dtype `{t.dtype}`, device "
+                f"`{res.get('device_name', t.device)}`, strategy `{t.strategy}`, seed {t.seed}; "
+                f"status {r.status} after {r.attempts} attempt(s), {len(trials)} trials, "
+                f"{r.spent_s:.1f} s.",
+            )
+        )
         if r.error:
             sections.append(("p", f"Error: `{r.error.splitlines()[0][:300]}`"))
-        sections.append(("table", ["best config", "time", "% of roofline"],
-                         [[f"`{_config_str(best_config)}`", _fmt_time(best_value, unit),
-                           f"{roof} ({note})" if note else roof]]))
+        sections.append(
+            (
+                "table",
+                ["best config", "time", "% of roofline"],
+                [
+                    [
+                        f"`{_config_str(best_config)}`",
+                        _fmt_time(best_value, unit),
+                        f"{roof} ({note})" if note else roof,
+                    ]
+                ],
+            )
+        )
         if trials:
             png = img_dir / f"{_slug(t.key)}.png"
             try:
@@ -279,17 +321,28 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
                 log.warning("plot of %s failed: %s", t.key, exc)
         imp, why = _importance(storage, t.study_name, len(ok))
         if imp:
-            sections.append(("p", f"Parameter importance (Optuna's fANOVA evaluator over {len(ok)} successful trials):"))
-            sections.append(("table", ["parameter", "importance (fANOVA)"],
-                             [[f"`{k}`", f"{v:.3f}"] for k, v in imp.items()]))
+            sections.append(
+                ("p", f"Parameter importance (Optuna's fANOVA evaluator over {len(ok)} successful trials):")
+            )
+            sections.append(
+                (
+                    "table",
+                    ["parameter", "importance (fANOVA)"],
+                    [[f"`{k}`", f"{v:.3f}"] for k, v in imp.items()],
+                )
+            )
         else:
             sections.append(("p", f"Parameter importance: {why}."))
         if failures:
-            sections.append(("table", ["failure status", "trials"], [[k, v] for k, v in sorted(failures.items())]))
+            sections.append(
+                ("table", ["failure status", "trials"], [[k, v] for k, v in sorted(failures.items())])
+            )
         else:
             sections.append(("p", "No failed trials."))
     blocks.append(("h2", "Summary"))
-    blocks.append(("table", ["task", "status", "trials", "best time", "% of roofline", "best config"], summary_rows))
+    blocks.append(
+        ("table", ["task", "status", "trials", "best time", "% of roofline", "best config"], summary_rows)
+    )
     blocks += sections
     md_path, html_path = out / "report.md", out / "report.html"
     atomic_write(md_path, _md(blocks))

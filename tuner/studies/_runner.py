@@ -40,8 +40,19 @@ from ._spec import StudySpec, StudyTask, task_distance
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Executor", "LeaseLost", "StudyWorker", "WorkerSummary", "RunSummary", "default_executor",
-           "resolve_executor", "run_study", "prepare_study", "task_trials", "detect_device"]
+__all__ = [
+    "Executor",
+    "LeaseLost",
+    "StudyWorker",
+    "WorkerSummary",
+    "RunSummary",
+    "default_executor",
+    "resolve_executor",
+    "run_study",
+    "prepare_study",
+    "task_trials",
+    "detect_device",
+]
 
 Executor = Callable[..., Any]
 # Trials per task when only a time budget is given (the space or the clock ends the task first).
@@ -53,16 +64,26 @@ class LeaseLost(RuntimeError):
     """This worker's lease on the task expired and another worker may hold it: stop working on it."""
 
 
-def default_executor(task: StudyTask, *, prior: Any = None, callback: Callable[..., None] | None = None) -> Any:
+def default_executor(
+    task: StudyTask, *, prior: Any = None, callback: Callable[..., None] | None = None
+) -> Any:
     """Tune `task` with the measurement layer (`tuner.tune.tune_kernel`, times in milliseconds)."""
     try:
         from tuner.tune import tune_kernel  # type: ignore[import-not-found]
     except ImportError as exc:  # pragma: no cover - until the measurement layer is merged
-        raise RuntimeError("the default study executor needs tuner.tune.tune_kernel (the measurement layer), "
-                           f"which is not importable: {exc}") from exc
+        raise RuntimeError(
+            "the default study executor needs tuner.tune.tune_kernel (the measurement layer), "
+            f"which is not importable: {exc}"
+        ) from exc
     kwargs: dict[str, Any] = dict(
-        backend=task.backend, device=task.device, budget=task.budget or UNLIMITED_TRIALS, strategy=task.strategy,
-        seed=task.seed, storage=task.storage, prior=prior or None, time_budget_s=task.time_budget_s,
+        backend=task.backend,
+        device=task.device,
+        budget=task.budget or UNLIMITED_TRIALS,
+        strategy=task.strategy,
+        seed=task.seed,
+        storage=task.storage,
+        prior=prior or None,
+        time_budget_s=task.time_budget_s,
         callback=callback,
     )
     if task.finalists is not None:
@@ -70,8 +91,10 @@ def default_executor(task: StudyTask, *, prior: Any = None, callback: Callable[.
     if "study_name" in inspect.signature(tune_kernel).parameters:
         kwargs["study_name"] = task.study_name
     else:
-        _warn_once("tuner.tune.tune_kernel takes no study_name: its trials are not kept in the task's Optuna "
-                   "study, so an interrupted task starts over and reports lack convergence curves")
+        _warn_once(
+            "tuner.tune.tune_kernel takes no study_name: its trials are not kept in the task's Optuna "
+            "study, so an interrupted task starts over and reports lack convergence curves"
+        )
     return tune_kernel(task.kernel, dict(task.problem), **kwargs)
 
 
@@ -107,7 +130,7 @@ def resolve_executor(ref: str | Executor | None) -> Executor:
 def detect_device() -> str:
     """The arch of this machine's accelerator ("sm90", "sm80") or "cpu"."""
     try:
-        from kernels._common import on_gpu
+        from tuner.kernels._common import on_gpu
 
         if on_gpu():
             import torch
@@ -137,8 +160,11 @@ def task_trials(storage: Any, study_name: str) -> list[Any]:
     except KeyError:
         return []
     states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
-    return [t for t in storage.get_all_trials(sid, deepcopy=False, states=states)
-            if not t.user_attrs.get("tuner_skip")]
+    return [
+        t
+        for t in storage.get_all_trials(sid, deepcopy=False, states=states)
+        if not t.user_attrs.get("tuner_skip")
+    ]
 
 
 def abandon_stale_trials(storage: Any, study_name: str, worker: str) -> int:
@@ -169,10 +195,18 @@ def _best(trials: Sequence[Any]) -> tuple[float | None, dict[str, Any] | None]:
     return float(b.value), dict(b.params)
 
 
-def gather_prior(storage: Any, rows: Sequence[TaskRow], task: StudyTask, *, max_tasks: int = 8) -> list[list[tuple[dict, float | None]]]:
+def gather_prior(
+    storage: Any, rows: Sequence[TaskRow], task: StudyTask, *, max_tasks: int = 8
+) -> list[list[tuple[dict, float | None]]]:
     """Measurements of the finished tasks of the same kernel and backend, nearest shapes first."""
-    done = [r.task for r in rows if r.status == DONE and r.task.kernel == task.kernel
-            and r.task.backend == task.backend and r.key != task.key]
+    done = [
+        r.task
+        for r in rows
+        if r.status == DONE
+        and r.task.kernel == task.kernel
+        and r.task.backend == task.backend
+        and r.key != task.key
+    ]
     done.sort(key=lambda t: (task_distance(t, task), t.key))
     prior = []
     for t in done[:max_tasks]:
@@ -209,8 +243,9 @@ def _result_summary(res: Any) -> dict[str, Any]:
         stats_fn = getattr(best, "stats", None)
         stats = stats_fn() if callable(stats_fn) else {}
         if isinstance(stats, Mapping):
-            out["best_stats"] = {k: v for k, v in stats.items()
-                                 if isinstance(v, (int, float, str)) and _finite_or_str(v)}
+            out["best_stats"] = {
+                k: v for k, v in stats.items() if isinstance(v, (int, float, str)) and _finite_or_str(v)
+            }
     counts = getattr(res, "status_counts", None)
     if callable(counts):
         try:
@@ -252,9 +287,15 @@ class WorkerSummary:
 class _Lease:
     """Keeps one claim alive: a heartbeat thread plus the per-trial callback, both renewing the lease."""
 
-    def __init__(self, board: TaskBoard, claim: Claim, lease_s: float, trials_done: int,
-                 best: tuple[float | None, dict[str, Any] | None],
-                 on_progress: Callable[[Claim, int, float | None], None] | None) -> None:
+    def __init__(
+        self,
+        board: TaskBoard,
+        claim: Claim,
+        lease_s: float,
+        trials_done: int,
+        best: tuple[float | None, dict[str, Any] | None],
+        on_progress: Callable[[Claim, int, float | None], None] | None,
+    ) -> None:
         self.board, self.claim, self.lease_s = board, claim, lease_s
         self.trials_done = trials_done
         self.best_value, self.best_config = best
@@ -289,8 +330,11 @@ class _Lease:
                 log.warning("lease renewal of %s failed: %s", self.claim.task.key, str(exc).splitlines()[0])
                 ok = time.monotonic() - self.last_ok < 0.8 * self.lease_s
                 if not ok:
-                    log.error("could not renew the lease of %s for %.1fs: giving the task up",
-                              self.claim.task.key, time.monotonic() - self.last_ok)
+                    log.error(
+                        "could not renew the lease of %s for %.1fs: giving the task up",
+                        self.claim.task.key,
+                        time.monotonic() - self.last_ok,
+                    )
                     self.lost.set()
                 return
             if ok:
@@ -311,8 +355,11 @@ class _Lease:
         config = getattr(trial, "config", None)
         with self.lock:
             self.trials_done += 1
-            if isinstance(value, (int, float)) and math.isfinite(value) and (
-                    self.best_value is None or value < self.best_value):
+            if (
+                isinstance(value, (int, float))
+                and math.isfinite(value)
+                and (self.best_value is None or value < self.best_value)
+            ):
                 self.best_value = float(value)
                 self.best_config = _jsonable(dict(config)) if isinstance(config, Mapping) else None
         self._renew(trials_done=self.trials_done, best_value=self.best_value, best_config=self.best_config)
@@ -326,9 +373,16 @@ class StudyWorker:
     """Claims tasks of one study, one at a time, until none is left (waiting out other workers' leases so
     that the tasks of a dead worker are taken over)."""
 
-    def __init__(self, spec: StudySpec, *, executor: Executor | None = None, worker_id: str | None = None,
-                 lease_s: float | None = None, poll_s: float | None = None,
-                 on_progress: Callable[[Claim, int, float | None], None] | None = None) -> None:
+    def __init__(
+        self,
+        spec: StudySpec,
+        *,
+        executor: Executor | None = None,
+        worker_id: str | None = None,
+        lease_s: float | None = None,
+        poll_s: float | None = None,
+        on_progress: Callable[[Claim, int, float | None], None] | None = None,
+    ) -> None:
         self.spec = spec
         self.executor = resolve_executor(executor)
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -341,7 +395,9 @@ class StudyWorker:
     @property
     def storage(self) -> Any:
         if self._storage is None:
-            self._storage = retry(lambda: _optuna_storage(self.spec.storage), what="opening the Optuna storage")
+            self._storage = retry(
+                lambda: _optuna_storage(self.spec.storage), what="opening the Optuna storage"
+            )
         return self._storage
 
     def run(self, *, max_tasks: int | None = None) -> WorkerSummary:
@@ -366,14 +422,20 @@ class StudyWorker:
         storage = self.storage
         stale = abandon_stale_trials(storage, task.study_name, self.worker_id)
         if stale:
-            log.warning("task %s: %d trial(s) left unfinished by a dead worker were marked abandoned",
-                        task.key, stale)
+            log.warning(
+                "task %s: %d trial(s) left unfinished by a dead worker were marked abandoned", task.key, stale
+            )
         before = task_trials(storage, task.study_name)
         prior = gather_prior(storage, self.board.rows(self.spec.name), task)
         if task.time_budget_s is not None:
             task = replace(task, time_budget_s=max(1e-3, task.time_budget_s - claim.spent_s))
-        log.info("worker %s: task %s (%d finished trials, %d prior tasks)", self.worker_id, task.key,
-                 len(before), len(prior))
+        log.info(
+            "worker %s: task %s (%d finished trials, %d prior tasks)",
+            self.worker_id,
+            task.key,
+            len(before),
+            len(prior),
+        )
         lease = _Lease(self.board, claim, self.lease_s, len(before), _best(before), self.on_progress)
         try:
             with lease:
@@ -390,7 +452,9 @@ class StudyWorker:
                 return "lost"
             log.error("task %s failed: %s: %s", task.key, type(exc).__name__, exc)
             with lease.lock:
-                self.board.finish(claim, FAILED, error=f"{type(exc).__name__}: {exc}", spent_add=lease.spent())
+                self.board.finish(
+                    claim, FAILED, error=f"{type(exc).__name__}: {exc}", spent_add=lease.spent()
+                )
             return "failed"
         if lease.lost.is_set():
             return "lost"
@@ -404,8 +468,15 @@ class StudyWorker:
         summary["worker"] = self.worker_id
         summary.update(_environment(task))
         with lease.lock:
-            ok = self.board.finish(claim, DONE, result=summary, trials_done=len(trials), best_value=best_value,
-                                   best_config=best_config, spent_add=lease.spent())
+            ok = self.board.finish(
+                claim,
+                DONE,
+                result=summary,
+                trials_done=len(trials),
+                best_value=best_value,
+                best_config=best_config,
+                spent_add=lease.spent(),
+            )
         return "done" if ok else "lost"
 
 
@@ -426,9 +497,11 @@ def prepare_study(spec: StudySpec, *, retry_failed: bool = False) -> StudySpec:
     """Resolve the device, create the schema (once, before workers race for it) and register the tasks."""
     if any(t.device == "auto" for t in spec.tasks):
         dev = detect_device()
-        spec = replace(spec, tasks=tuple(replace(t, device=dev) if t.device == "auto" else t for t in spec.tasks))
+        spec = replace(
+            spec, tasks=tuple(replace(t, device=dev) if t.device == "auto" else t for t in spec.tasks)
+        )
     if spec.storage.startswith("sqlite:///"):
-        path = spec.storage[len("sqlite:///"):]
+        path = spec.storage[len("sqlite:///") :]
         if path and path != ":memory:":
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     board = TaskBoard(spec.storage)
@@ -449,8 +522,9 @@ def _summary(spec: StudySpec) -> RunSummary:
         rows = board.rows(spec.name)
     finally:
         board.close()
-    return RunSummary(spec.name, spec.storage, summarize(rows),
-                      [(r.key, r.error or "") for r in rows if r.status == FAILED])
+    return RunSummary(
+        spec.name, spec.storage, summarize(rows), [(r.key, r.error or "") for r in rows if r.status == FAILED]
+    )
 
 
 def run_study(
@@ -468,8 +542,12 @@ def run_study(
     spec = prepare_study(spec, retry_failed=retry_failed)
     monitor = _Monitor(spec) if progress else None
     if workers <= 1:
-        worker = StudyWorker(spec, executor=resolve_executor(executor), lease_s=lease_s,
-                             on_progress=monitor.on_progress if monitor else None)
+        worker = StudyWorker(
+            spec,
+            executor=resolve_executor(executor),
+            lease_s=lease_s,
+            on_progress=monitor.on_progress if monitor else None,
+        )
         try:
             if monitor:
                 monitor.start()
@@ -483,8 +561,18 @@ def run_study(
         raise ValueError("several workers need the study file (spec.path)")
     if executor is not None and not isinstance(executor, str):
         raise ValueError("several workers need the executor as 'module:function'")
-    cmd = [sys.executable, "-m", "tuner.cli", "study", "run", str(spec.path), "--workers", "1", "--quiet",
-           "--no-report"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tuner.cli",
+        "study",
+        "run",
+        str(spec.path),
+        "--workers",
+        "1",
+        "--quiet",
+        "--no-report",
+    ]
     if executor:
         cmd += ["--executor", executor]
     if lease_s:
@@ -542,9 +630,16 @@ class _Monitor:
                 return super().render(task) if task.fields.get("overall") else Text("")
 
         self._board = TaskBoard(self.spec.storage)
-        self._progress = Progress(TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
-                                  TextColumn("{task.fields[extra]}"), TimeElapsedColumn(),
-                                  TextColumn("{task.fields[eta]}"), _OverallOnly(), transient=False)
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(bar_width=24),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[extra]}"),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[eta]}"),
+            _OverallOnly(),
+            transient=False,
+        )
         self._overall = self._progress.add_task("trials", total=None, extra="trials", overall=True, eta="ETA")
         self._progress.start()
         self._poll(initial=True)
@@ -566,8 +661,12 @@ class _Monitor:
         rows = self._board.rows(self.spec.name)
         counts = summarize(rows)
         total_trials = sum(_budget_of(r) for r in rows)
-        done_trials = sum(min(r.trials_done, _budget_of(r)) if r.status != DONE else _budget_of(r) for r in rows)
-        desc = f"tasks {counts[DONE]}/{len(rows)} done" + (f", {counts[FAILED]} failed" if counts[FAILED] else "")
+        done_trials = sum(
+            min(r.trials_done, _budget_of(r)) if r.status != DONE else _budget_of(r) for r in rows
+        )
+        desc = f"tasks {counts[DONE]}/{len(rows)} done" + (
+            f", {counts[FAILED]} failed" if counts[FAILED] else ""
+        )
         if initial:
             self._progress.reset(self._overall, total=total_trials, completed=done_trials, description=desc)
         else:
@@ -580,8 +679,9 @@ class _Monitor:
             best = f"best {r.best_value:.4g}" if r.best_value is not None else "best -"
             if key not in self._lines:
                 label = key if len(key) <= 46 else key[:45] + "…"
-                self._lines[key] = self._progress.add_task(f"  {label}", total=_budget_of(r), extra=best,
-                                                           overall=False, eta="")
+                self._lines[key] = self._progress.add_task(
+                    f"  {label}", total=_budget_of(r), extra=best, overall=False, eta=""
+                )
             self._progress.update(self._lines[key], completed=r.trials_done, extra=best)
 
     def stop(self) -> None:

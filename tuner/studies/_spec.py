@@ -44,11 +44,30 @@ import tomllib
 from tuner.errors import BadInput
 from tuner.store import normalize_url  # noqa: F401  (re-exported)
 
-__all__ = ["StudyError", "StudySpec", "StudyTask", "load_study", "parse_study", "order_tasks", "normalize_url",
-           "task_distance"]
+__all__ = [
+    "StudyError",
+    "StudySpec",
+    "StudyTask",
+    "load_study",
+    "parse_study",
+    "order_tasks",
+    "normalize_url",
+    "task_distance",
+]
 
-_STUDY_KEYS = {"name", "device", "backends", "dtypes", "strategy", "seed", "budget", "storage", "output",
-               "lease_seconds", "finalists"}
+_STUDY_KEYS = {
+    "name",
+    "device",
+    "backends",
+    "dtypes",
+    "strategy",
+    "seed",
+    "budget",
+    "storage",
+    "output",
+    "lease_seconds",
+    "finalists",
+}
 _TASK_KEYS = {"kernel", "problems", "grid", "backends", "dtypes", "budget", "strategy", "seed", "finalists"}
 _BUDGET_KEYS = {"trials", "seconds"}
 _NAME_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
@@ -114,8 +133,17 @@ class StudySpec:
 
     def with_storage(self, url: str) -> StudySpec:
         tasks = tuple(StudyTask(**{**t.to_dict(), "storage": url}) for t in self.tasks)
-        return StudySpec(self.name, self.path, self.device, self.strategy, self.seed, url, self.output_dir,
-                         self.lease_seconds, tasks)
+        return StudySpec(
+            self.name,
+            self.path,
+            self.device,
+            self.strategy,
+            self.seed,
+            url,
+            self.output_dir,
+            self.lease_seconds,
+            tasks,
+        )
 
 
 def _err(where: str, msg: str) -> StudyError:
@@ -157,8 +185,11 @@ def _budget(where: str, value: Any) -> tuple[int | None, float | None]:
     if trials is not None:
         trials = _int(where, "budget.trials", trials, minimum=1)
     if seconds is not None:
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (
-                math.isfinite(seconds) and seconds > 0):
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not (math.isfinite(seconds) and seconds > 0)
+        ):
             raise _err(where, f"budget.seconds must be a positive number, got {seconds!r}")
         seconds = float(seconds)
     return trials, seconds
@@ -207,23 +238,32 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _check_kernel(where: str, kernel: str, backend: str, dtype: str, problem: dict[str, Any]) -> dict[str, Any]:
+def _check_kernel(
+    where: str, kernel: str, backend: str, dtype: str, problem: dict[str, Any]
+) -> dict[str, Any]:
     """Validate against the kernel registry; fill unspecified problem fields from the kernel's default."""
-    from kernels import get_kernel
+    from tuner.kernels import get_kernel
 
     try:
         spec = get_kernel(kernel)
     except ValueError as exc:
         raise _err(where, str(exc)) from None
     if backend not in spec.backends:
-        raise _err(where, f"kernel {kernel!r} has no backend {backend!r} (it has: {', '.join(spec.backends)})")
+        raise _err(
+            where, f"kernel {kernel!r} has no backend {backend!r} (it has: {', '.join(spec.backends)})"
+        )
     if dtype not in spec.dtypes:
-        raise _err(where, f"kernel {kernel!r} does not support dtype {dtype!r} (it does: {', '.join(spec.dtypes)})")
+        raise _err(
+            where, f"kernel {kernel!r} does not support dtype {dtype!r} (it does: {', '.join(spec.dtypes)})"
+        )
     default = dict(spec.default_problem)
     unknown = sorted(set(problem) - set(default) - {"dtype"} - set(spec.shape_fields))
     if unknown:
-        raise _err(where, f"kernel {kernel!r} has no problem field {unknown[0]!r} "
-                          f"(fields: {', '.join(sorted(set(default) | set(spec.shape_fields)))})")
+        raise _err(
+            where,
+            f"kernel {kernel!r} has no problem field {unknown[0]!r} "
+            f"(fields: {', '.join(sorted(set(default) | set(spec.shape_fields)))})",
+        )
     merged = {**default, **problem, "dtype": dtype}
     missing = [f for f in spec.shape_fields if f not in merged]
     if missing:
@@ -255,7 +295,7 @@ def parse_study(
     if not isinstance(device, str):
         raise _err(where, f"device must be a string, got {device!r}")
     if device != "auto":
-        from search_spaces.devices import DEVICES
+        from tuner.search_spaces.devices import DEVICES
 
         if device not in DEVICES:
             raise _err(where, f"unknown device {device!r}; known: auto, {', '.join(sorted(DEVICES))}")
@@ -332,7 +372,7 @@ def parse_study(
         t_final = _int(w, "finalists", e["finalists"], minimum=1) if "finalists" in e else finalists
         for p in probs:
             for backend in t_backends:
-                for dt in ([p["dtype"]] if "dtype" in p else t_dtypes):
+                for dt in [p["dtype"]] if "dtype" in p else t_dtypes:
                     if not isinstance(dt, str):
                         raise _err(w, f"dtype must be a string, got {dt!r}")
                     prob = _check_kernel(w, kernel, backend, dt, p) if check_kernels else {**p, "dtype": dt}
@@ -340,15 +380,39 @@ def parse_study(
                     if key in seen:
                         raise _err(w, f"task {key} is listed twice")
                     seen.add(key)
-                    tasks.append(StudyTask(study=name, key=key, kernel=kernel, problem=prob, backend=backend,
-                                           device=device, budget=t_trials, time_budget_s=t_seconds,
-                                           strategy=t_strategy, seed=t_seed, finalists=t_final, storage=url))
+                    tasks.append(
+                        StudyTask(
+                            study=name,
+                            key=key,
+                            kernel=kernel,
+                            problem=prob,
+                            backend=backend,
+                            device=device,
+                            budget=t_trials,
+                            time_budget_s=t_seconds,
+                            strategy=t_strategy,
+                            seed=t_seed,
+                            finalists=t_final,
+                            storage=url,
+                        )
+                    )
     ordered = order_tasks(tasks)
-    return StudySpec(name=name, path=path, device=device, strategy=strategy, seed=seed, storage=url,
-                     output_dir=output_dir, lease_seconds=float(lease), tasks=tuple(ordered))
+    return StudySpec(
+        name=name,
+        path=path,
+        device=device,
+        strategy=strategy,
+        seed=seed,
+        storage=url,
+        output_dir=output_dir,
+        lease_seconds=float(lease),
+        tasks=tuple(ordered),
+    )
 
 
-def load_study(path: str | os.PathLike[str], *, storage: str | None = None, check_kernels: bool = True) -> StudySpec:
+def load_study(
+    path: str | os.PathLike[str], *, storage: str | None = None, check_kernels: bool = True
+) -> StudySpec:
     """Read and validate a study file; `storage` overrides the file's storage URL."""
     p = Path(path)
     try:
@@ -365,8 +429,11 @@ def load_study(path: str | os.PathLike[str], *, storage: str | None = None, chec
 
 
 def _size(task: StudyTask) -> float:
-    return sum(math.log2(v) for v in task.problem.values()
-               if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)
+    return sum(
+        math.log2(v)
+        for v in task.problem.values()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+    )
 
 
 def task_distance(a: StudyTask, b: StudyTask) -> float:
@@ -374,8 +441,14 @@ def task_distance(a: StudyTask, b: StudyTask) -> float:
     d = 0.0
     for k in set(a.problem) | set(b.problem):
         x, y = a.problem.get(k), b.problem.get(k)
-        if (isinstance(x, (int, float)) and isinstance(y, (int, float)) and not isinstance(x, bool)
-                and not isinstance(y, bool) and x > 0 and y > 0):
+        if (
+            isinstance(x, (int, float))
+            and isinstance(y, (int, float))
+            and not isinstance(x, bool)
+            and not isinstance(y, bool)
+            and x > 0
+            and y > 0
+        ):
             d += (math.log2(x) - math.log2(y)) ** 2
         elif x != y:
             d += 1.0
