@@ -1,0 +1,34 @@
+"""The import layers (search_spaces <- cost_models, kernels <- the rest of tuner) hold, and the check can fail."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+from tests.conftest import REPO
+
+
+def _checker():
+    spec = importlib.util.spec_from_file_location("check_layers", REPO / ".ci" / "check_layers.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_repository_respects_the_import_layers() -> None:
+    assert _checker().violations(REPO) == []
+
+
+def test_an_upward_import_is_reported(tmp_path: Path) -> None:
+    for folder in ("search_spaces", "cost_models", "kernels"):
+        shutil.copytree(REPO / folder, tmp_path / folder)
+    (tmp_path / "search_spaces" / "_bad.py").write_text("from tuner.cost_models import features\n")
+    (tmp_path / "kernels" / "_bad.py").write_text("from ..tuner import runtime\nimport tuner.runtime\n")
+    (tmp_path / "cost_models" / "_bad.py").write_text("from kernels import get_kernel\n")
+    bad = _checker().violations(tmp_path)
+    assert any(line.startswith("search_spaces/_bad.py:1:") and "tuner.cost_models" in line for line in bad)
+    assert any(line.startswith("kernels/_bad.py:2:") and "tuner.runtime" in line for line in bad)
+    assert any(line.startswith("cost_models/_bad.py:1:") and "use tuner.kernels" in line for line in bad)
+    assert len(bad) == 4
