@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${1:-python3}
+case "$py" in */*) py="$(cd "$(dirname "$py")" && pwd)/$(basename "$py")" ;; esac
 repo=$PWD
 shadow=$(mktemp -d)
 trap 'rm -rf "$shadow"' EXIT
