@@ -22,26 +22,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import (
-    JSON,
-    Column,
-    Float,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    Text,
-    UniqueConstraint,
-    create_engine,
-    event,
-    func,
-    select,
-    text,
-    update,
-)
+from sqlalchemy import func, select, text, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from ..storage import engine_for, ensure_schema, normalize_url
+from ..storage._schema import tasks_table
 from ._spec import StudyTask
 
 log = logging.getLogger(__name__)
@@ -49,32 +35,6 @@ log = logging.getLogger(__name__)
 __all__ = ["TaskBoard", "Claim", "TaskRow", "PENDING", "RUNNING", "DONE", "FAILED"]
 
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
-
-_meta = MetaData()
-tasks_table = Table(
-    "tuner_study_tasks",
-    _meta,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("study", String(100), nullable=False, index=True),
-    Column("key", String(500), nullable=False),
-    Column("seq", Integer, nullable=False),
-    Column("spec", JSON, nullable=False),
-    Column("status", String(16), nullable=False, default=PENDING),
-    Column("worker", String(200), nullable=True),
-    Column("lease_token", String(40), nullable=True),
-    Column("lease_expires_at", Float, nullable=True),
-    Column("heartbeat_at", Float, nullable=True),
-    Column("attempts", Integer, nullable=False, default=0),
-    Column("trials_done", Integer, nullable=False, default=0),
-    Column("best_value", Float, nullable=True),
-    Column("best_config", JSON, nullable=True),
-    Column("spent_s", Float, nullable=False, default=0.0),
-    Column("started_at", Float, nullable=True),
-    Column("finished_at", Float, nullable=True),
-    Column("error", Text, nullable=True),
-    Column("result", JSON, nullable=True),
-    UniqueConstraint("study", "key", name="uq_tuner_study_task"),
-)
 
 
 @dataclass(frozen=True)
@@ -109,24 +69,9 @@ class TaskRow:
     result: dict[str, Any] | None
 
 
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    cur = dbapi_conn.cursor()
-    try:
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA busy_timeout=60000")
-    finally:
-        cur.close()
-
-
 def make_engine(url: str) -> Engine:
-    from ._spec import normalize_url
-
-    url = normalize_url(url)
-    if url.startswith("sqlite"):
-        eng = create_engine(url, connect_args={"timeout": 60})
-        event.listen(eng, "connect", _sqlite_pragmas)
-        return eng
-    return create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=2)
+    """The shared engine of `url` (tuner.storage's one engine factory)."""
+    return engine_for(url)
 
 
 def retry(fn: Any, *, what: str, attempts: int = 6) -> Any:
@@ -147,14 +92,12 @@ class TaskBoard:
     """The lease table of the studies in one database (SQLite or PostgreSQL URL)."""
 
     def __init__(self, url: str) -> None:
-        from ._spec import normalize_url
-
         self.url = normalize_url(url)
-        self.engine = make_engine(self.url)
-        retry(lambda: _meta.create_all(self.engine), what="creating the task table")
+        self.engine = engine_for(self.url)
+        ensure_schema(self.engine)  # the board is one table of the store's schema, migrated with it
 
     def close(self) -> None:
-        self.engine.dispose()
+        """Nothing to free: the engine is this process's shared engine of the URL (`tuner.storage`)."""
 
     # ---- clock -------------------------------------------------------------------------------------
     def _now(self, conn: Connection) -> float:
