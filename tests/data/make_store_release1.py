@@ -34,7 +34,10 @@ def main(out: str) -> None:
         store = ResultStore(url)
         for i in range(6):
             task = TaskContext(
-                kernel="matmul", problem={"M": 64 * (i % 3 + 1), "N": 64}, device="cpu", versions={"triton": "3.7.1"}
+                kernel="matmul",
+                problem={"M": 64 * (i % 3 + 1), "N": 64},
+                device="cpu",
+                versions={"triton": "3.7.1"},
             )
             store.record(
                 task,
@@ -51,7 +54,9 @@ def main(out: str) -> None:
             )
         cache = ConfigCache(store)
         for m in (64, 128, 256):
-            key = CacheKey.make("matmul", "0123abcd", {"M": m, "N": 64}, ["float32"], "cpu", {"triton": "3.7.1"})
+            key = CacheKey.make(
+                "matmul", "0123abcd", {"M": m, "N": 64}, ["float32"], "cpu", {"triton": "3.7.1"}
+            )
             cache.put(CacheEntry(key, {"BLOCK": m // 4}, 1e-4 * m, 1e-6, "2026-11-01T00:00:00Z", "fp123"))
         cache.claim("f" * 32, "oldhost:4242:abcd:1", 120.0)
 
@@ -75,7 +80,9 @@ def main(out: str) -> None:
         board.ensure(tasks)
         claim = board.claim("s1", "w1", 60.0)
         assert claim is not None
-        board.finish(claim, DONE, result={"best_value": 0.5}, trials_done=4, best_value=0.5, best_config={"BLOCK": 16})
+        board.finish(
+            claim, DONE, result={"best_value": 0.5}, trials_done=4, best_value=0.5, best_config={"BLOCK": 16}
+        )
 
         study = optuna.create_study(storage=store.optuna_storage(), study_name="s1/matmul")
         study.optimize(lambda t: t.suggest_int("BLOCK", 16, 64), n_trials=3)

@@ -32,7 +32,9 @@ depends_on = None
 
 def _release1() -> tuple[MetaData, Table]:
     md = MetaData()
-    meta = Table("tuner_meta", md, Column("key", String(64), primary_key=True), Column("value", Text))
+    meta = Table(
+        "tuner_meta", md, Column("key", String(64), primary_key=True), Column("value", Text, nullable=False)
+    )
     Table(
         "tuner_measurements",
         md,
