@@ -39,8 +39,8 @@ log = logging.getLogger(__name__)
 
 # The prior a miss loads: the newest measurements of the kernel, bounded so that a miss costs the same
 # with 10 or 10,000 stored keys (benchmarks/miss_scaling.py).
-DEFAULT_PRIOR_ROWS = 4000
-DEFAULT_PRIOR_TASKS = 64
+DEFAULT_PRIOR_ROWS = 2000
+DEFAULT_PRIOR_TASKS = 8
 
 __all__ = [
     "ResultStore",

@@ -521,7 +521,7 @@ class Autotuned:
             for e in fc.for_kernel(ck.kernel):
                 entries.setdefault(e.key.hash, e)
         if db is not None:
-            for e in db.entries(ck.kernel):
+            for e in db.family(ck):  # indexed: the key's family only
                 entries.setdefault(e.key.hash, e)
         for d, e in rank_nearest(ck, entries.values()):
             cfg = self._valid(space, e.config)
@@ -558,6 +558,7 @@ class Autotuned:
 
         owner = owner_id()
         delay = 0.02
+        waited: tuple[float, str] | None = None
         while True:
             if db.claim(ck.hash, owner, self.lease_s):
                 try:
@@ -576,6 +577,7 @@ class Autotuned:
                     self.stats["waited"] += 1
                     self._choose(ck, cfg, "tuned by another process", quiet=True)
                     return cfg
+            waited = _log_wait(self.name, ck, db, waited)
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
 
@@ -629,7 +631,8 @@ class Autotuned:
                 versions=ck.versions_dict,
                 dtype=",".join(ck.dtypes),
             )
-            prior = store.prior_for(self.name, exclude_task=task.task_id) or None
+            if _uses_prior(self.strategy):  # bounded, indexed read (ResultStore.prior_for)
+                prior = store.prior_for(self.name, exclude_task=task.task_id) or None
 
         last_renew = [time.monotonic()]
 
@@ -706,10 +709,13 @@ class Autotuned:
         for fc in self.file_caches():
             for e in fc.for_kernel(ck.kernel):
                 cands.setdefault(e.key.hash, e)
-        if db is not None:
-            for e in db.entries(ck.kernel):
-                cands.setdefault(e.key.hash, e)
-        if not cands:
+        n_kernel = len(cands)
+        if db is not None:  # indexed lookups only: a miss must not read every entry of the kernel
+            for e in [db.get(ck), *db.same_fields(ck)]:
+                if e is not None:
+                    cands.setdefault(e.key.hash, e)
+            n_kernel += db.count(ck.kernel)
+        if not cands and n_kernel == 0:
             return f"no cached entry for kernel {ck.kernel!r}"
         exact = cands.get(ck.hash)
         if exact is not None and space is not None:
@@ -722,7 +728,7 @@ class Autotuned:
                 ck.mismatches(same_fields[0].key)
             )
         return (
-            f"no entry for key {ck.fields_dict}; {len(cands)} entries of kernel {ck.kernel!r} "
+            f"no entry for key {ck.fields_dict}; {n_kernel} entries of kernel {ck.kernel!r} "
             f"have other key fields"
         )
 
@@ -748,6 +754,35 @@ class Autotuned:
         self.mem.clear()
         self.by_hash.clear()
         self._logged.clear()
+
+
+def _uses_prior(strategy: Any) -> bool:
+    """Whether the strategy reads a prior (a strategy class says so with `uses_prior`)."""
+    if not isinstance(strategy, str):
+        return bool(getattr(strategy, "uses_prior", True))
+    from ..strategies import get_strategy
+
+    try:
+        return bool(getattr(get_strategy(strategy), "uses_prior", True))
+    except ValueError:
+        return True
+
+
+def _log_wait(name: str, ck: CacheKey, db: Any, last: tuple[float, str] | None) -> tuple[float, str] | None:
+    """Say (at most every 10 s, and whenever the holder changes) which process this caller waits for."""
+    holder = db.holder(ck.hash)
+    if holder is None:
+        return last
+    now = time.monotonic()
+    if last is not None and last[1] == holder.owner and now - last[0] < 10.0:
+        return last
+    log.warning(
+        "%s %s: waiting for %s, which is tuning this key (a dead owner on this host is taken over at once)",
+        name,
+        ck.fields_dict,
+        holder.describe(),
+    )
+    return now, holder.owner
 
 
 def _attach(wrapper: Any, t: Autotuned) -> Any:
