@@ -65,7 +65,8 @@ def populate(url: str, n_keys: int, per_key: int = 4) -> None:
     now = dt.datetime.now(dt.timezone.utc)
     for i in range(n_keys):
         ck = k.tuner.full_key((i,), {})
-        cfg = {"block": 16 << (i % 5), "warps": 1 << (i % 4)}
+        r = n_keys - 1 - i  # the newest keys hold the same measurements in every store: only the size differs
+        cfg = {"block": 16 << (r % 5), "warps": 1 << (r % 4)}
         entries.append(CacheEntry(ck, cfg, 1e-4 + i * 1e-9, 1e-7, "2026-11-30T00:00:00Z", "bench"))
         task = TaskContext(
             kernel="miss_bench",
@@ -75,7 +76,7 @@ def populate(url: str, n_keys: int, per_key: int = 4) -> None:
             dtype=",".join(ck.dtypes),
         )
         for j in range(per_key):
-            c = {"block": 16 << ((i + j) % 5), "warps": 1 << ((i + j) % 4)}
+            c = {"block": 16 << ((r + j) % 5), "warps": 1 << ((r + j) % 4)}
             rows.append(
                 {
                     "task_id": task.task_id,
