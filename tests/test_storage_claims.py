@@ -153,3 +153,31 @@ def test_sigterm_and_sighup_hand_the_study_task_back(sig: int, tmp_path: Path) -
     assert all(r.status in (PENDING, DONE) for r in rows), [(r.key, r.status) for r in rows]
     assert any(r.status == PENDING and r.attempts == 1 and r.worker is None for r in rows)
     assert f"received {signal.Signals(sig).name}: handing the task back" in err
+
+
+@pytest.mark.slow
+def test_study_task_of_a_killed_worker_on_this_host_is_taken_over_at_once(tmp_path: Path) -> None:
+    from tuner.studies import DONE, RUNNING, TaskBoard, load_study
+
+    path = write_study(tmp_path, n_m=2, budget=4, lease_seconds=600)
+    spec = load_study(path, check_kernels=False)
+    log_file = tmp_path / "evals.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_TRIAL_SLEEP": "0.2", "FAKE_EVAL_LOG": str(log_file)}
+    proc = subprocess.Popen(_worker_cmd(path), cwd=REPO, env=env, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (log_file.exists() and len(log_file.read_text().splitlines()) >= 2):
+        assert time.monotonic() < deadline and proc.poll() is None, "the worker never ran a trial"
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    board = TaskBoard(spec.storage)
+    held = [r for r in board.rows(spec.name) if r.status == RUNNING]
+    assert len(held) == 1 and held[0].lease_expires_at is not None
+    # the lease has ~600 s left; a new worker on this host takes the task over at once
+    env.pop("FAKE_TRIAL_SLEEP")
+    second = subprocess.run(_worker_cmd(path), cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    assert second.returncode == 0, second.stderr[-2000:]
+    rows = {r.key: r for r in board.rows(spec.name)}
+    assert all(r.status == DONE for r in rows.values())
+    assert rows[held[0].key].attempts == 2
+    assert "its worker's process is gone" in second.stderr

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 import uuid
@@ -21,6 +20,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from ..storage._owner import HOST, pid_alive
 from ..storage._schema import CacheClaimRow, CacheEntryRow, key_hashes
 from ..store import ResultStore
 from ._entry import CacheEntry, entry_from_json
@@ -29,9 +29,16 @@ from ._key import CacheKey
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ConfigCache", "ImportCounts", "CacheEntryRow", "CacheClaimRow", "ClaimHolder", "owner_id"]
-
-HOST = socket.gethostname()
+__all__ = [
+    "ConfigCache",
+    "ImportCounts",
+    "CacheEntryRow",
+    "CacheClaimRow",
+    "ClaimHolder",
+    "owner_id",
+    "HOST",
+    "pid_alive",
+]
 
 
 def _row_values(e: CacheEntry) -> dict[str, Any]:
@@ -87,19 +94,6 @@ def _process_token() -> str:
     if _token is None or _token[0] != os.getpid():
         _token = (os.getpid(), uuid.uuid4().hex[:8])
     return _token[1]
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this id runs on this host (a process we may not signal counts as alive)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        return True
-    return True
 
 
 @dataclass(frozen=True)

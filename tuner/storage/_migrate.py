@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,7 +59,7 @@ def _file_lock(path: str) -> Iterator[None]:
         yield
         return
     try:
-        if os.name == "nt":  # pragma: no cover - Windows
+        if sys.platform == "win32":  # pragma: no cover - Windows
             import msvcrt
 
             msvcrt.locking(fd, msvcrt.LK_LOCK, 1)

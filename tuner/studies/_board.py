@@ -27,6 +27,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..storage import engine_for, ensure_schema, normalize_url
+from ..storage._owner import HOST, local_dead_pid
 from ..storage._schema import tasks_table
 from ._spec import StudyTask
 
@@ -200,16 +201,26 @@ class TaskBoard:
                 .scalars()
                 .all()
             )
-        for row_id in candidates:
+            # A task held by a worker of this host whose process is gone is taken over at once.
+            dead = {
+                r.id: r.lease_token
+                for r in conn.execute(
+                    select(c.id, c.worker, c.lease_token).where(
+                        (c.study == study) & (c.status == RUNNING) & c.worker.like(f"{HOST}:%")
+                    )
+                )
+                if local_dead_pid(r.worker) is not None
+            }
+        for row_id in list(dead) + [i for i in candidates if i not in dead]:
             token = uuid.uuid4().hex
             with self.engine.begin() as conn:
                 now = self._now(conn)
+                free = (c.status == PENDING) | ((c.status == RUNNING) & (c.lease_expires_at < now))
+                if row_id in dead:
+                    free = free | ((c.status == RUNNING) & (c.lease_token == dead[row_id]))
                 res = conn.execute(
                     update(tasks_table)
-                    .where(
-                        (c.id == row_id)
-                        & ((c.status == PENDING) | ((c.status == RUNNING) & (c.lease_expires_at < now)))
-                    )
+                    .where((c.id == row_id) & free)
                     .values(
                         status=RUNNING,
                         worker=worker,
@@ -225,7 +236,9 @@ class TaskBoard:
                     continue  # another worker was faster
                 row = conn.execute(select(tasks_table).where(c.id == row_id)).one()
             task = StudyTask.from_dict({**row.spec, "storage": self.url})
-            if row.attempts > 1:
+            if row_id in dead:
+                log.warning("worker %s took over task %s: its worker's process is gone", worker, task.key)
+            elif row.attempts > 1:
                 log.warning("worker %s took over task %s (attempt %d)", worker, task.key, row.attempts)
             return Claim(row.id, task, token, worker, int(row.attempts), float(row.spent_s or 0.0))
         return None
