@@ -18,19 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import (
-    JSON,
-    DateTime,
-    Float,
-    Integer,
-    String,
-    Text,
-    create_engine,
-    event,
-    select,
-)
+from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
+
+from .storage import SCHEMA_VERSION, StoreError, engine_for, ensure_schema, normalize_url, redact
+from .storage import optuna_storage as _optuna_storage
+from .storage._schema import Base as _Base  # noqa: F401  (re-exported for older imports)
+from .storage._schema import MeasurementRow
+from .storage._schema import Meta as _Meta  # noqa: F401
 
 if TYPE_CHECKING:  # pragma: no cover
     import optuna
@@ -41,21 +37,22 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+# The prior a miss loads: the newest measurements of the kernel, bounded so that a miss costs the same
+# with 10 or 10,000 stored keys (benchmarks/miss_scaling.py).
+DEFAULT_PRIOR_ROWS = 2000
+DEFAULT_PRIOR_TASKS = 8
 
 __all__ = [
     "ResultStore",
     "StoreError",
     "TaskContext",
     "Measurement",
+    "MeasurementRow",
+    "SCHEMA_VERSION",
     "default_storage_url",
     "normalize_url",
     "tuner_home",
 ]
-
-
-class StoreError(RuntimeError):
-    """A storage failure (driver error, schema mismatch), with the database URL's scheme named."""
 
 
 def tuner_home() -> Path:
@@ -71,22 +68,6 @@ def default_storage_url() -> str:
     home = tuner_home()
     home.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{home / 'tuner.db'}"
-
-
-def normalize_url(url: str) -> str:
-    """`postgresql://...` names no driver, and SQLAlchemy 2.1 then picks psycopg 3; tuner depends on
-    psycopg2 (pyproject), so a driverless PostgreSQL URL is pointed at psycopg2 unless psycopg 3 is there."""
-    for prefix in ("postgresql://", "postgres://"):
-        if url.startswith(prefix):
-            import importlib.util
-
-            if (
-                importlib.util.find_spec("psycopg") is None
-                and importlib.util.find_spec("psycopg2") is not None
-            ):
-                return "postgresql+psycopg2://" + url[len(prefix) :]
-            return "postgresql://" + url[len(prefix) :]
-    return url
 
 
 def _canon(obj: Any) -> str:
@@ -117,39 +98,6 @@ class TaskContext:
         return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
-class _Base(DeclarativeBase):
-    pass
-
-
-class _Meta(_Base):
-    __tablename__ = "tuner_meta"
-    key: Mapped[str] = mapped_column(String(64), primary_key=True)
-    value: Mapped[str] = mapped_column(Text)
-
-
-class MeasurementRow(_Base):
-    __tablename__ = "tuner_measurements"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    task_id: Mapped[str] = mapped_column(String(40), index=True)
-    kernel: Mapped[str] = mapped_column(String(200), index=True)
-    space_fingerprint: Mapped[str] = mapped_column(String(40), index=True)
-    problem: Mapped[dict] = mapped_column(JSON)
-    dtype: Mapped[str] = mapped_column(String(40), default="")
-    device: Mapped[str] = mapped_column(String(200), index=True)
-    versions: Mapped[dict] = mapped_column(JSON)
-    config: Mapped[dict] = mapped_column(JSON)
-    config_key: Mapped[str] = mapped_column(Text)
-    value: Mapped[float | None] = mapped_column(Float, nullable=True)
-    status: Mapped[str] = mapped_column(String(40))
-    stats: Mapped[dict] = mapped_column(JSON, default=dict)
-    error: Mapped[str | None] = mapped_column(Text, nullable=True)
-    study_name: Mapped[str | None] = mapped_column(String(300), nullable=True, index=True)
-    trial_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    strategy: Mapped[str | None] = mapped_column(String(60), nullable=True)
-    worker: Mapped[str | None] = mapped_column(String(200), nullable=True)
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
-
-
 @dataclass(frozen=True)
 class Measurement:
     task_id: str
@@ -174,26 +122,18 @@ class ResultStore:
     def __init__(self, url: str | None = None, *, create: bool = True) -> None:
         self.url = normalize_url(url or default_storage_url())
         try:
-            kwargs: dict[str, Any] = {"future": True}
-            if self.url.startswith("sqlite"):
-                kwargs["connect_args"] = {"timeout": 60}
-            else:
-                kwargs["pool_pre_ping"] = True
-            self.engine = create_engine(self.url, **kwargs)
-            if self.url.startswith("sqlite"):
-                event.listen(self.engine, "connect", _sqlite_pragmas)
+            self.engine = engine_for(self.url)
             self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-            if create:
-                _Base.metadata.create_all(self.engine)
-                self._check_schema()
         except SQLAlchemyError as exc:
             raise StoreError(
                 f"cannot open store {self._redacted()}: {exc.__class__.__name__}: {exc}"
             ) from exc
+        if create:
+            ensure_schema(self.engine)
         self._optuna_storage: optuna.storages.BaseStorage | None = None
 
     def _redacted(self) -> str:
-        return self.url.split("@")[-1] if "@" in self.url else self.url
+        return redact(self.url)
 
     def __repr__(self) -> str:
         return f"ResultStore({self._redacted()!r})"
@@ -215,28 +155,16 @@ class ResultStore:
         finally:
             s.close()
 
-    def _check_schema(self) -> None:
-        with self.session() as s:
-            row = s.get(_Meta, "schema_version")
-            if row is None:
-                s.add(_Meta(key="schema_version", value=str(SCHEMA_VERSION)))
-            elif int(row.value) > SCHEMA_VERSION:
-                raise StoreError(
-                    f"store {self._redacted()} has schema version {row.value}, newer than this tuner "
-                    f"({SCHEMA_VERSION}); upgrade tuner"
-                )
-
     def optuna_storage(self) -> optuna.storages.BaseStorage:
-        """Optuna's RDBStorage on the same database (created on first use)."""
+        """Optuna's RDBStorage on the same database (its tables created on first use, under the schema
+        lock)."""
         if self._optuna_storage is None:
-            import optuna
-
-            engine_kwargs: dict[str, Any] = {}
-            if self.url.startswith("sqlite"):
-                engine_kwargs["connect_args"] = {"timeout": 60}
-            else:
-                engine_kwargs["pool_pre_ping"] = True
-            self._optuna_storage = optuna.storages.RDBStorage(self.url, engine_kwargs=engine_kwargs)
+            try:
+                self._optuna_storage = _optuna_storage(self.url)
+            except SQLAlchemyError as exc:
+                raise StoreError(
+                    f"store {self._redacted()}: cannot open Optuna's tables: {exc.__class__.__name__}: {exc}"
+                ) from exc
         return self._optuna_storage
 
     # ---- writing -----------------------------------------------------------------------------------
@@ -347,28 +275,37 @@ class ResultStore:
             ]
 
     def prior_for(
-        self, kernel: str, *, exclude_task: str | None = None
+        self,
+        kernel: str,
+        *,
+        exclude_task: str | None = None,
+        max_rows: int | None = DEFAULT_PRIOR_ROWS,
+        max_tasks: int | None = DEFAULT_PRIOR_TASKS,
     ) -> list[list[tuple[dict, float | None]]]:
-        """Past measurements of `kernel` grouped by task, in the `prior` format of `optimize`."""
+        """Past measurements of `kernel` grouped by task, in the `prior` format of `optimize`.
+
+        Bounded: the newest `max_rows` measurements of the kernel (one indexed range read on
+        (kernel, id), whatever the size of the store), of at most `max_tasks` tasks. None: no bound."""
+        q = (
+            select(MeasurementRow.task_id, MeasurementRow.config, MeasurementRow.value)
+            .where(MeasurementRow.kernel == kernel)
+            .order_by(MeasurementRow.id.desc())
+        )
+        if exclude_task is not None:
+            q = q.where(MeasurementRow.task_id != exclude_task)
+        if max_rows is not None:
+            q = q.limit(max_rows)
         groups: dict[str, list[tuple[dict, float | None]]] = {}
-        for m in self.measurements(kernel=kernel):
-            if m.task_id == exclude_task:
-                continue
-            groups.setdefault(m.task_id, []).append((m.config, m.value))
-        return list(groups.values())
+        with self.session() as s:
+            for task_id, config, value in s.execute(q):
+                g = groups.get(task_id)
+                if g is None:
+                    if max_tasks is not None and len(groups) >= max_tasks:
+                        continue
+                    g = groups[task_id] = []
+                g.append((config, value))
+        return [list(reversed(g)) for g in reversed(groups.values())]
 
     def count(self) -> int:
-        from sqlalchemy import func
-
         with self.session() as s:
             return int(s.scalar(select(func.count()).select_from(MeasurementRow)) or 0)
-
-
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    cur = dbapi_conn.cursor()
-    try:
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA busy_timeout=60000")
-        cur.execute("PRAGMA synchronous=NORMAL")
-    finally:
-        cur.close()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 import uuid
@@ -17,45 +16,36 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import JSON, Float, String, delete, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Mapped, Session, mapped_column
+from sqlalchemy.orm import Session
 
-from ..store import ResultStore, _Base
+from ..storage._owner import HOST, pid_alive
+from ..storage._schema import CacheClaimRow, CacheEntryRow, key_hashes
+from ..store import ResultStore
 from ._entry import CacheEntry, entry_from_json
 from ._file import rank_nearest
 from ._key import CacheKey
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ConfigCache", "ImportCounts", "CacheEntryRow", "CacheClaimRow"]
-
-
-class CacheEntryRow(_Base):
-    __tablename__ = "tuner_cache_entries"
-    key_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
-    kernel: Mapped[str] = mapped_column(String(200), index=True)
-    source_hash: Mapped[str] = mapped_column(String(64))
-    key_fields: Mapped[dict] = mapped_column(JSON)
-    dtypes: Mapped[list] = mapped_column(JSON)
-    device: Mapped[str] = mapped_column(String(200))
-    versions: Mapped[dict] = mapped_column(JSON)
-    config: Mapped[dict] = mapped_column(JSON)
-    time_s: Mapped[float] = mapped_column(Float)
-    spread_s: Mapped[float] = mapped_column(Float)
-    date: Mapped[str] = mapped_column(String(40))
-    space: Mapped[str] = mapped_column(String(200))
-
-
-class CacheClaimRow(_Base):
-    __tablename__ = "tuner_cache_claims"
-    key_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
-    owner: Mapped[str] = mapped_column(String(200))
-    expires_at: Mapped[float] = mapped_column(Float)
+__all__ = [
+    "ConfigCache",
+    "ImportCounts",
+    "CacheEntryRow",
+    "CacheClaimRow",
+    "ClaimHolder",
+    "owner_id",
+    "HOST",
+    "pid_alive",
+]
 
 
 def _row_values(e: CacheEntry) -> dict[str, Any]:
     k = e.key
+    fields_hash, family_hash = key_hashes(
+        k.kernel, k.source_hash, k.fields_dict, k.dtypes, k.device, k.versions_dict
+    )
     return {
         "key_hash": k.hash,
         "kernel": k.kernel,
@@ -69,6 +59,8 @@ def _row_values(e: CacheEntry) -> dict[str, Any]:
         "spread_s": float(e.spread_s),
         "date": e.date,
         "space": e.space,
+        "fields_hash": fields_hash,
+        "family_hash": family_hash,
     }
 
 
@@ -88,11 +80,44 @@ class ImportCounts:
         return self.added + self.replaced + self.kept
 
 
-_OWNER_PREFIX = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
 def owner_id() -> str:
-    return f"{_OWNER_PREFIX}:{threading.get_ident()}"
+    """This thread of this process: `host:pid:random:thread` (the pid read now, so a forked child is
+    another owner)."""
+    return f"{HOST}:{os.getpid()}:{_process_token()}:{threading.get_ident()}"
+
+
+_token: tuple[int, str] | None = None
+
+
+def _process_token() -> str:
+    global _token
+    if _token is None or _token[0] != os.getpid():
+        _token = (os.getpid(), uuid.uuid4().hex[:8])
+    return _token[1]
+
+
+@dataclass(frozen=True)
+class ClaimHolder:
+    """Who holds the claim of a key: its owner id, host, pid, seconds since its last heartbeat and
+    seconds until its lease expires (database rows written by an older tuner have no host/pid)."""
+
+    owner: str
+    host: str | None
+    pid: int | None
+    heartbeat_age_s: float | None
+    expires_in_s: float
+
+    @property
+    def dead(self) -> bool:
+        """The holder ran on this host and its process is gone."""
+        return self.host == HOST and self.pid is not None and not pid_alive(self.pid)
+
+    def describe(self) -> str:
+        who = f"{self.host}:{self.pid}" if self.host else self.owner
+        beat = (
+            f", last heartbeat {self.heartbeat_age_s:.0f} s ago" if self.heartbeat_age_s is not None else ""
+        )
+        return f"process {who}{beat}, lease expires in {max(0.0, self.expires_in_s):.0f} s"
 
 
 class ConfigCache:
@@ -100,8 +125,6 @@ class ConfigCache:
 
     def __init__(self, store: ResultStore | str | None = None) -> None:
         self.store = store if isinstance(store, ResultStore) else ResultStore(store)
-        tables: list[Any] = [CacheEntryRow.__table__, CacheClaimRow.__table__]
-        _Base.metadata.create_all(self.store.engine, tables=tables)
         self._dialect = self.store.engine.dialect.name
 
     def __repr__(self) -> str:
@@ -121,13 +144,47 @@ class ConfigCache:
             return [_entry(r) for r in s.scalars(q).all()]
 
     def __len__(self) -> int:
-        from sqlalchemy import func
-
         with self.store.session() as s:
             return int(s.scalar(select(func.count()).select_from(CacheEntryRow)) or 0)
 
+    def family(self, key: CacheKey, *, limit: int | None = None) -> list[CacheEntry]:
+        """The stored entries of `key`'s family (same kernel, source, key field names, non-numeric
+        field values, dtypes, device and versions): one indexed lookup, not a scan of the kernel."""
+        fam = key_hashes(
+            key.kernel, key.source_hash, key.fields_dict, key.dtypes, key.device, key.versions_dict
+        )[1]
+        q = select(CacheEntryRow).where(CacheEntryRow.family_hash == fam).order_by(CacheEntryRow.key_hash)
+        if limit is not None:
+            q = q.limit(limit)
+        with self.store.session() as s:
+            return [_entry(r) for r in s.scalars(q).all()]
+
+    def same_fields(self, key: CacheKey, *, limit: int = 8) -> list[CacheEntry]:
+        """Stored entries with `key`'s kernel and key fields but another key (stale or foreign: source,
+        dtypes, device or versions differ); indexed, at most `limit`."""
+        fh = key_hashes(
+            key.kernel, key.source_hash, key.fields_dict, key.dtypes, key.device, key.versions_dict
+        )[0]
+        q = (
+            select(CacheEntryRow)
+            .where(CacheEntryRow.fields_hash == fh, CacheEntryRow.key_hash != key.hash)
+            .order_by(CacheEntryRow.key_hash)
+            .limit(limit)
+        )
+        with self.store.session() as s:
+            return [_entry(r) for r in s.scalars(q).all()]
+
+    def count(self, kernel: str | None = None) -> int:
+        """Number of stored entries (of `kernel`: counted on its index)."""
+        q = select(func.count()).select_from(CacheEntryRow)
+        if kernel is not None:
+            q = q.where(CacheEntryRow.kernel == kernel)
+        with self.store.session() as s:
+            return int(s.scalar(q) or 0)
+
     def nearest(self, key: CacheKey) -> list[tuple[float, CacheEntry]]:
-        return rank_nearest(key, self.entries(key.kernel))
+        """Entries of the key's family, nearest shape first (offline mode)."""
+        return rank_nearest(key, self.family(key))
 
     # ---- writing -----------------------------------------------------------------------------------
     def _upsert(self, s: Session, e: CacheEntry, *, replace: bool) -> None:
@@ -198,29 +255,53 @@ class ConfigCache:
     # ---- claims: one tuner per key across processes -------------------------------------------------
     def claim(self, key_hash: str, owner: str, lease_s: float) -> bool:
         """Try to become the process that tunes `key_hash`; True if this owner holds the claim now.
-        A claim whose lease has expired (its owner died or hangs) is taken over."""
+
+        A claim is taken over when its lease has expired (its owner hangs, or died on another host), or at
+        once when its owner ran on this host and its process is gone."""
         now = time.time()
+        live = {"host": HOST, "pid": os.getpid(), "heartbeat_at": now}
         try:
             with self.store.session() as s:
-                s.add(CacheClaimRow(key_hash=key_hash, owner=owner, expires_at=now + lease_s))
+                s.add(CacheClaimRow(key_hash=key_hash, owner=owner, expires_at=now + lease_s, **live))
             return True
         except Exception as exc:  # StoreError wrapping IntegrityError: someone holds it
             if not isinstance(exc.__cause__, IntegrityError) and not isinstance(exc, IntegrityError):
                 raise
+        holder = self.holder(key_hash)
+        if holder is None:  # released in between: the caller asks again
+            return False
+        cond = CacheClaimRow.expires_at < now
+        if holder.dead:
+            log.warning(
+                "claim of %s: its owner %s:%s is gone; taking it over", key_hash, holder.host, holder.pid
+            )
+            cond = CacheClaimRow.owner == holder.owner
         with self.store.session() as s:
             res: Any = s.execute(
                 update(CacheClaimRow)
-                .where(CacheClaimRow.key_hash == key_hash, CacheClaimRow.expires_at < now)
-                .values(owner=owner, expires_at=now + lease_s)
+                .where(CacheClaimRow.key_hash == key_hash, cond)
+                .values(owner=owner, expires_at=now + lease_s, **live)
             )
             return bool(res.rowcount)
 
+    def holder(self, key_hash: str) -> ClaimHolder | None:
+        """Who holds the claim of `key_hash` now (None: nobody)."""
+        with self.store.session() as s:
+            r = s.get(CacheClaimRow, key_hash)
+            if r is None:
+                return None
+            now = time.time()
+            age = now - r.heartbeat_at if r.heartbeat_at is not None else None
+            return ClaimHolder(r.owner, r.host, r.pid, age, r.expires_at - now)
+
     def renew(self, key_hash: str, owner: str, lease_s: float) -> None:
+        """Extend the lease of a claim this owner holds (the heartbeat)."""
+        now = time.time()
         with self.store.session() as s:
             s.execute(
                 update(CacheClaimRow)
                 .where(CacheClaimRow.key_hash == key_hash, CacheClaimRow.owner == owner)
-                .values(expires_at=time.time() + lease_s)
+                .values(expires_at=now + lease_s, heartbeat_at=now)
             )
 
     def release(self, key_hash: str, owner: str) -> None:

@@ -106,18 +106,39 @@ class Request:
             self._store_opened = True
         return self._store
 
-    def kernel_entries(self) -> list[CacheEntry]:
-        """Entries of this kernel in the shipped files and the store (files first; one per key)."""
+    def _file_entries(self) -> dict[str, CacheEntry]:
         out: dict[str, CacheEntry] = {}
         for fc in self.files():
             for e in fc.for_kernel(self.key.kernel):
                 out.setdefault(e.key.hash, e)
+        return out
+
+    def family_entries(self) -> list[CacheEntry]:
+        """Entries of the key's family (same kernel, source, dtypes, device, versions) in the shipped files
+        and the store (files first; one per key). The store is read through its index: a miss never scans
+        every entry of the kernel."""
+        out = self._file_entries()
         db = self.store()
         if db is not None:
             none: list[CacheEntry] = []
-            for e in guarded(db, "read", "list entries", lambda: db.entries(self.key.kernel), none):
+            for e in guarded(db, "read", "list the key's family", lambda: db.family(self.key), none):
                 out.setdefault(e.key.hash, e)
         return list(out.values())
+
+    def explain_entries(self) -> tuple[list[CacheEntry], int]:
+        """What a miss reason needs: the file entries of the kernel plus the store's entry for the key and
+        entries with the same key fields (indexed), and how many entries the kernel has in all."""
+        out = self._file_entries()
+        n_kernel = len(out)
+        db = self.store()
+        if db is not None:
+            ck = self.key
+            got = guarded(db, "read", "explain a miss", lambda: [db.get(ck), *db.same_fields(ck)], [])
+            for e in got:
+                if e is not None:
+                    out.setdefault(e.key.hash, e)
+            n_kernel += guarded(db, "read", "count entries", lambda: db.count(ck.kernel), 0)
+        return list(out.values()), n_kernel
 
 
 @dataclass(frozen=True)
@@ -171,7 +192,7 @@ def store_entry(req: Request) -> Resolution | str:
 
 # ---- offline fallbacks -----------------------------------------------------------------------------------
 def nearest_key(req: Request) -> Resolution | str:
-    for d, e in rank_nearest(req.key, req.kernel_entries()):
+    for d, e in rank_nearest(req.key, req.family_entries()):
         cfg = valid_config(req.space, e.config)
         if cfg is not None:
             why = f"offline: nearest cached key {e.key.fields_dict} (distance {d:.3g})"
@@ -260,8 +281,9 @@ def resolve(req: Request) -> Resolution:
 def miss_reason(req: Request) -> str:
     """Why no stored entry serves the key: the nearest entries that differ, and how."""
     ck = req.key
-    cands = {e.key.hash: e for e in req.kernel_entries()}
-    if not cands:
+    entries, n_kernel = req.explain_entries()
+    cands = {e.key.hash: e for e in entries}
+    if not cands and n_kernel == 0:
         return f"no cached entry for kernel {ck.kernel!r}"
     exact = cands.get(ck.hash)
     if exact is not None:
@@ -274,6 +296,5 @@ def miss_reason(req: Request) -> str:
             ck.mismatches(same_fields[0].key)
         )
     return (
-        f"no entry for key {ck.fields_dict}; {len(cands)} entries of kernel {ck.kernel!r} "
-        f"have other key fields"
+        f"no entry for key {ck.fields_dict}; {n_kernel} entries of kernel {ck.kernel!r} have other key fields"
     )

@@ -23,6 +23,7 @@ from ._sources import guarded
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._db import ConfigCache
+    from ._key import CacheKey
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ def tune_once(req: Request) -> Resolution:
     ck, t = req.key, req.t
     owner = owner_id()
     delay = 0.02
+    waited: tuple[float, str] | None = None
     while True:
         claimed = guarded(
             db, "write", "claim the key for tuning", lambda: db.claim(ck.hash, owner, t.lease_s), None
@@ -64,6 +66,7 @@ def tune_once(req: Request) -> Resolution:
             cfg = valid_config(req.space, e.config)
             if cfg is not None:
                 return _waited(cfg)
+        waited = _log_wait(t.name, ck, db, waited)
         time.sleep(delay)
         delay = min(delay * 1.5, 0.5)
 
@@ -118,9 +121,10 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
             dtype=",".join(ck.dtypes),
         )
         task_id = task.task_id
-        prior = guarded(
-            db, "read", "read the prior", lambda: store.prior_for(t.name, exclude_task=task_id), None
-        )
+        if _uses_prior(t.strategy):  # bounded, indexed read (ResultStore.prior_for)
+            prior = guarded(
+                db, "read", "read the prior", lambda: store.prior_for(t.name, exclude_task=task_id), None
+            )
 
     last_renew = [time.monotonic()]
 
@@ -181,3 +185,34 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
         f"tuned: {len(res.trials)} evaluations in {time.perf_counter() - t0:.2f}s, best {res.best_value:.3g}s"
     )
     return Resolution(cfg, why, "tuned")
+
+
+def _uses_prior(strategy: Any) -> bool:
+    """Whether the strategy reads a prior (a strategy class says so with `uses_prior`)."""
+    if not isinstance(strategy, str):
+        return bool(getattr(strategy, "uses_prior", True))
+    from ..strategies import get_strategy
+
+    try:
+        return bool(getattr(get_strategy(strategy), "uses_prior", True))
+    except ValueError:
+        return True
+
+
+def _log_wait(
+    name: str, ck: CacheKey, db: ConfigCache, last: tuple[float, str] | None
+) -> tuple[float, str] | None:
+    """Say (at most every 10 s, and whenever the holder changes) which process this caller waits for."""
+    holder = guarded(db, "read", "read a claim", lambda: db.holder(ck.hash), None)
+    if holder is None:
+        return last
+    now = time.monotonic()
+    if last is not None and last[1] == holder.owner and now - last[0] < 10.0:
+        return last
+    log.warning(
+        "%s %s: waiting for %s, which is tuning this key (a dead owner on this host is taken over at once)",
+        name,
+        ck.fields_dict,
+        holder.describe(),
+    )
+    return now, holder.owner

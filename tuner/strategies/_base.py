@@ -138,6 +138,7 @@ class Strategy(ABC):
     """
 
     name: str = "base"
+    uses_prior: bool = True  # False: the strategy ignores `prior` (callers need not load one)
 
     def __init__(
         self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None

@@ -9,6 +9,7 @@ from ._base import Strategy
 
 class RandomStrategy(Strategy):
     name = "random"
+    uses_prior = False
 
     def propose(self) -> Config | None:
         return self.pool.random_unseen()

@@ -32,6 +32,7 @@ def _ordered(values: Sequence[Any]) -> bool:
 
 class TPEStrategy(Strategy):
     name = "tpe"
+    uses_prior = False
     n_startup_trials = 10
     multivariate = False
 

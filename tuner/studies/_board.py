@@ -22,26 +22,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import (
-    JSON,
-    Column,
-    Float,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    Text,
-    UniqueConstraint,
-    create_engine,
-    event,
-    func,
-    select,
-    text,
-    update,
-)
+from sqlalchemy import func, select, text, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from ..storage import engine_for, ensure_schema, normalize_url
+from ..storage._owner import HOST, local_dead_pid
+from ..storage._schema import tasks_table
 from ._spec import StudyTask
 
 log = logging.getLogger(__name__)
@@ -49,32 +36,6 @@ log = logging.getLogger(__name__)
 __all__ = ["TaskBoard", "Claim", "TaskRow", "PENDING", "RUNNING", "DONE", "FAILED"]
 
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
-
-_meta = MetaData()
-tasks_table = Table(
-    "tuner_study_tasks",
-    _meta,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("study", String(100), nullable=False, index=True),
-    Column("key", String(500), nullable=False),
-    Column("seq", Integer, nullable=False),
-    Column("spec", JSON, nullable=False),
-    Column("status", String(16), nullable=False, default=PENDING),
-    Column("worker", String(200), nullable=True),
-    Column("lease_token", String(40), nullable=True),
-    Column("lease_expires_at", Float, nullable=True),
-    Column("heartbeat_at", Float, nullable=True),
-    Column("attempts", Integer, nullable=False, default=0),
-    Column("trials_done", Integer, nullable=False, default=0),
-    Column("best_value", Float, nullable=True),
-    Column("best_config", JSON, nullable=True),
-    Column("spent_s", Float, nullable=False, default=0.0),
-    Column("started_at", Float, nullable=True),
-    Column("finished_at", Float, nullable=True),
-    Column("error", Text, nullable=True),
-    Column("result", JSON, nullable=True),
-    UniqueConstraint("study", "key", name="uq_tuner_study_task"),
-)
 
 
 @dataclass(frozen=True)
@@ -109,24 +70,9 @@ class TaskRow:
     result: dict[str, Any] | None
 
 
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    cur = dbapi_conn.cursor()
-    try:
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA busy_timeout=60000")
-    finally:
-        cur.close()
-
-
 def make_engine(url: str) -> Engine:
-    from ._spec import normalize_url
-
-    url = normalize_url(url)
-    if url.startswith("sqlite"):
-        eng = create_engine(url, connect_args={"timeout": 60})
-        event.listen(eng, "connect", _sqlite_pragmas)
-        return eng
-    return create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=2)
+    """The shared engine of `url` (tuner.storage's one engine factory)."""
+    return engine_for(url)
 
 
 def retry(fn: Any, *, what: str, attempts: int = 6) -> Any:
@@ -147,14 +93,12 @@ class TaskBoard:
     """The lease table of the studies in one database (SQLite or PostgreSQL URL)."""
 
     def __init__(self, url: str) -> None:
-        from ._spec import normalize_url
-
         self.url = normalize_url(url)
-        self.engine = make_engine(self.url)
-        retry(lambda: _meta.create_all(self.engine), what="creating the task table")
+        self.engine = engine_for(self.url)
+        ensure_schema(self.engine)  # the board is one table of the store's schema, migrated with it
 
     def close(self) -> None:
-        self.engine.dispose()
+        """Nothing to free: the engine is this process's shared engine of the URL (`tuner.storage`)."""
 
     # ---- clock -------------------------------------------------------------------------------------
     def _now(self, conn: Connection) -> float:
@@ -257,16 +201,26 @@ class TaskBoard:
                 .scalars()
                 .all()
             )
-        for row_id in candidates:
+            # A task held by a worker of this host whose process is gone is taken over at once.
+            dead = {
+                r.id: r.lease_token
+                for r in conn.execute(
+                    select(c.id, c.worker, c.lease_token).where(
+                        (c.study == study) & (c.status == RUNNING) & c.worker.like(f"{HOST}:%")
+                    )
+                )
+                if local_dead_pid(r.worker) is not None
+            }
+        for row_id in list(dead) + [i for i in candidates if i not in dead]:
             token = uuid.uuid4().hex
             with self.engine.begin() as conn:
                 now = self._now(conn)
+                free = (c.status == PENDING) | ((c.status == RUNNING) & (c.lease_expires_at < now))
+                if row_id in dead:
+                    free = free | ((c.status == RUNNING) & (c.lease_token == dead[row_id]))
                 res = conn.execute(
                     update(tasks_table)
-                    .where(
-                        (c.id == row_id)
-                        & ((c.status == PENDING) | ((c.status == RUNNING) & (c.lease_expires_at < now)))
-                    )
+                    .where((c.id == row_id) & free)
                     .values(
                         status=RUNNING,
                         worker=worker,
@@ -282,7 +236,9 @@ class TaskBoard:
                     continue  # another worker was faster
                 row = conn.execute(select(tasks_table).where(c.id == row_id)).one()
             task = StudyTask.from_dict({**row.spec, "storage": self.url})
-            if row.attempts > 1:
+            if row_id in dead:
+                log.warning("worker %s took over task %s: its worker's process is gone", worker, task.key)
+            elif row.attempts > 1:
                 log.warning("worker %s took over task %s (attempt %d)", worker, task.key, row.attempts)
             return Claim(row.id, task, token, worker, int(row.attempts), float(row.spent_s or 0.0))
         return None

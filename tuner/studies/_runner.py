@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -369,6 +369,33 @@ class _Lease:
             raise LeaseLost(f"lease of task {self.claim.task.key} lost")
 
 
+# SIGTERM (kill, a scheduler's stop) and SIGHUP (the terminal closed) hand the task back as Ctrl-C does.
+_HANDBACK_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
+@contextlib.contextmanager
+def _signals_as_interrupt() -> Iterator[None]:
+    """While inside, SIGTERM and SIGHUP raise KeyboardInterrupt (main thread only; elsewhere nothing
+    changes), so the running task is handed back to the board at once, as after SIGINT."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        log.warning("received %s: handing the task back", signal.Signals(signum).name)
+        raise KeyboardInterrupt
+
+    old: dict[Any, Any] = {}
+    for sig in _HANDBACK_SIGNALS:
+        with contextlib.suppress(ValueError, OSError):  # not settable here: leave it
+            old[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
 class StudyWorker:
     """Claims tasks of one study, one at a time, until none is left (waiting out other workers' leases so
     that the tasks of a dead worker are taken over)."""
@@ -401,6 +428,10 @@ class StudyWorker:
         return self._storage
 
     def run(self, *, max_tasks: int | None = None) -> WorkerSummary:
+        with _signals_as_interrupt():
+            return self._run(max_tasks)
+
+    def _run(self, max_tasks: int | None) -> WorkerSummary:
         summary = WorkerSummary(self.worker_id)
         n = 0
         while max_tasks is None or n < max_tasks:
@@ -582,9 +613,10 @@ def run_study(
     try:
         if monitor:
             monitor.start()
-        for p in procs:
-            while p.poll() is None:
-                time.sleep(0.2)
+        with _signals_as_interrupt():  # SIGTERM / SIGHUP reach the workers as SIGINT, below
+            for p in procs:
+                while p.poll() is None:
+                    time.sleep(0.2)
     except KeyboardInterrupt:
         for p in procs:  # the terminal sent SIGINT to them as well; make sure, then wait
             if p.poll() is None:

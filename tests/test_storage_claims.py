@@ -1,0 +1,183 @@
+"""Issue 14 item 5: a runtime claim belongs to a live owner (host, pid, heartbeat). A claim whose process
+died on this host is taken over at once (not after its lease), a caller that waits says what for, and
+SIGTERM / SIGHUP hand a study task back as SIGINT does."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.pg import fresh_database
+from tests.test_studies import REPO, _worker_cmd, write_study
+
+HOLDER = """
+import sys, time
+from tuner.runtime._db import ConfigCache, owner_id
+cache = ConfigCache(sys.argv[1])
+assert cache.claim(sys.argv[2], owner_id(), 600.0)
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def pg_url():
+    yield from fresh_database()
+
+
+def _hold(url: str, key_hash: str) -> subprocess.Popen:
+    """A process that claims `key_hash` with a 600 s lease and then hangs (until it is killed)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, url, key_hash], env=env, stdout=subprocess.PIPE, text=True
+    )
+    assert p.stdout is not None and p.stdout.readline().strip() == "held"
+    return p
+
+
+@pytest.mark.parametrize("db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_claim_of_a_dead_process_is_taken_over_at_once(db: str, tmp_path: Path, request: Any) -> None:
+    from tuner.runtime._db import HOST, ConfigCache, owner_id
+
+    url = f"sqlite:///{tmp_path / 'c.db'}" if db == "sqlite" else request.getfixturevalue("pg_url")
+    cache = ConfigCache(url)
+    h = "a" * 32
+    p = _hold(url, h)
+    try:
+        holder = cache.holder(h)
+        assert holder is not None and (holder.host, holder.pid) == (HOST, p.pid)
+        assert holder.expires_in_s > 500 and not holder.dead
+        assert f"process {HOST}:{p.pid}" in holder.describe()
+        assert not cache.claim(h, owner_id(), 600.0)  # alive: the claim stands
+    finally:
+        p.kill()
+        p.wait()
+    assert cache.holder(h).dead
+    assert cache.claim(h, owner_id(), 600.0)  # gone: taken over, 600 s before the lease ends
+    assert cache.holder(h).pid == os.getpid()
+
+
+def test_claim_of_another_host_waits_for_its_lease(tmp_path: Path) -> None:
+    """A pid on another host cannot be checked from here: only its lease (or its release) frees it."""
+    from sqlalchemy import update
+
+    from tuner.runtime._db import CacheClaimRow, ConfigCache, owner_id
+
+    cache = ConfigCache(f"sqlite:///{tmp_path / 'c.db'}")
+    h = "b" * 32
+    assert cache.claim(h, "elsewhere:1:x:1", 600.0)
+    with cache.store.session() as s:
+        s.execute(update(CacheClaimRow).values(host="some-other-host", pid=1))
+    assert not cache.holder(h).dead
+    assert not cache.claim(h, owner_id(), 600.0)
+    with cache.store.session() as s:
+        s.execute(update(CacheClaimRow).values(expires_at=time.time() - 1))
+    assert cache.claim(h, owner_id(), 600.0)
+
+
+def test_waiting_caller_logs_its_holder_and_takes_over_when_it_dies(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import tuner
+    from tuner import PowerOfTwo, SearchSpace
+
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+
+    @tuner.autotune(
+        SearchSpace([PowerOfTwo("block", 16, 64)]),
+        key=["n"],
+        budget=2,
+        storage=url,
+        bench=lambda call: call(),
+        name="claimed_kernel",
+        lease_s=600.0,
+    )
+    def kernel(n, *, block):  # noqa: ANN001, ANN202
+        return 1e-3 * block
+
+    ck = kernel.tuner.full_key((7,), {})
+    p = _hold(url, ck.hash)
+    out: list[Any] = []
+    caplog.set_level(logging.WARNING, logger="tuner")
+    t = threading.Thread(target=lambda: out.append(kernel(7)), daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + 60
+        while "waiting for process" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert f"{ck.fields_dict}: waiting for process " in caplog.text
+        assert f":{p.pid}, last heartbeat" in caplog.text and "lease expires in" in caplog.text
+        assert t.is_alive() and kernel.tuner.stats["tuned"] == 0  # it waits (the lease has ~600 s left)
+    finally:
+        p.kill()
+        p.wait()
+    t.join(timeout=120)  # far less than the 600 s lease: the dead owner's claim is taken over
+    assert not t.is_alive()
+    assert out == [1e-3 * 16] and kernel.tuner.stats["tuned"] == 1
+    assert "is gone; taking it over" in caplog.text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_and_sighup_hand_the_study_task_back(sig: int, tmp_path: Path) -> None:
+    from tuner.studies import DONE, PENDING, RUNNING, TaskBoard, load_study
+
+    path = write_study(tmp_path, n_m=2, budget=40, lease_seconds=600)
+    spec = load_study(path, check_kernels=False)
+    log_file = tmp_path / "evals.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_TRIAL_SLEEP": "0.1", "FAKE_EVAL_LOG": str(log_file)}
+    proc = subprocess.Popen(_worker_cmd(path), cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (log_file.exists() and len(log_file.read_text().splitlines()) >= 3):
+            assert time.monotonic() < deadline and proc.poll() is None, "the worker never ran a trial"
+            time.sleep(0.05)
+        board = TaskBoard(spec.storage)
+        assert any(r.status == RUNNING for r in board.rows(spec.name))
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    rows = board.rows(spec.name)
+    assert all(r.status in (PENDING, DONE) for r in rows), [(r.key, r.status) for r in rows]
+    assert any(r.status == PENDING and r.attempts == 1 and r.worker is None for r in rows)
+    assert f"received {signal.Signals(sig).name}: handing the task back" in err
+
+
+@pytest.mark.slow
+def test_study_task_of_a_killed_worker_on_this_host_is_taken_over_at_once(tmp_path: Path) -> None:
+    from tuner.studies import DONE, RUNNING, TaskBoard, load_study
+
+    path = write_study(tmp_path, n_m=2, budget=4, lease_seconds=600)
+    spec = load_study(path, check_kernels=False)
+    log_file = tmp_path / "evals.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_TRIAL_SLEEP": "0.2", "FAKE_EVAL_LOG": str(log_file)}
+    proc = subprocess.Popen(_worker_cmd(path), cwd=REPO, env=env, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (log_file.exists() and len(log_file.read_text().splitlines()) >= 2):
+        assert time.monotonic() < deadline and proc.poll() is None, "the worker never ran a trial"
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    board = TaskBoard(spec.storage)
+    held = [r for r in board.rows(spec.name) if r.status == RUNNING]
+    assert len(held) == 1 and held[0].lease_expires_at is not None
+    # the lease has ~600 s left; a new worker on this host takes the task over at once
+    env.pop("FAKE_TRIAL_SLEEP")
+    second = subprocess.run(_worker_cmd(path), cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    assert second.returncode == 0, second.stderr[-2000:]
+    rows = {r.key: r for r in board.rows(spec.name)}
+    assert all(r.status == DONE for r in rows.values())
+    assert rows[held[0].key].attempts == 2
+    assert "its worker's process is gone" in second.stderr

@@ -1,0 +1,30 @@
+"""tuner's storage layer: one engine factory, one schema (every table, one version), migrations.
+
+- `engine_for(url)`: the engine of this process for a database URL (SQLite file or PostgreSQL).
+- `ensure_schema(engine)`: create or migrate tuner's tables (Alembic, scripts in `migrations/`), safe when
+  many processes start at once on a fresh database.
+- `optuna_storage(url)`: Optuna's RDBStorage on the same database, created under the same lock.
+"""
+
+from __future__ import annotations
+
+from ._engine import StoreError, engine_for, engine_kwargs, make_engine, normalize_url, redact, sqlite_path
+from ._migrate import ensure_schema, optuna_storage, schema_lock, schema_revision
+from ._schema import SCHEMA_REVISION, SCHEMA_VERSION, VERSION_TABLE
+
+__all__ = [
+    "SCHEMA_REVISION",
+    "SCHEMA_VERSION",
+    "VERSION_TABLE",
+    "StoreError",
+    "engine_for",
+    "engine_kwargs",
+    "ensure_schema",
+    "make_engine",
+    "normalize_url",
+    "optuna_storage",
+    "redact",
+    "schema_lock",
+    "schema_revision",
+    "sqlite_path",
+]

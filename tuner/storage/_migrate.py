@@ -1,0 +1,198 @@
+"""Creating and migrating the schema, safely when many processes open a fresh store at once.
+
+`ensure_schema(engine)` reads the migration revision (one query); only when it is not the head does it
+take the schema lock, read it again and run the Alembic migrations (as Optuna's RDBStorage does). The lock
+is `pg_advisory_lock` on PostgreSQL and an exclusive lock on a file next to the database on SQLite (the
+database file itself is never locked by tuner: closing a descriptor of it would drop SQLite's own locks).
+On SQLite the migrations run in one `BEGIN IMMEDIATE` transaction, so a crash leaves the store as it was.
+Optuna's tables are created under the same lock (`optuna_storage`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.pool import NullPool
+
+from ._engine import SQLITE_TIMEOUT_S, StoreError, _sqlite_pragmas, engine_kwargs, redact, sqlite_path
+from ._schema import SCHEMA_REVISION, SCHEMA_VERSION, VERSION_TABLE
+
+if TYPE_CHECKING:  # pragma: no cover
+    import optuna
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ensure_schema", "schema_lock", "schema_revision", "optuna_storage", "MIGRATIONS_DIR"]
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+# pg_advisory_lock key: the first 8 bytes of sha256("tuner schema"), as a signed 64-bit integer.
+_PG_LOCK_KEY = 0x2B8F3E1C5A7D9064
+_thread_lock = threading.RLock()
+
+
+def schema_revision(conn: Connection) -> str | None:
+    """The migration revision of the database (None: no version table yet, e.g. a first-release store)."""
+    try:
+        with conn.begin_nested() if conn.in_transaction() else conn.begin():
+            return conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+    except SQLAlchemyError:
+        return None
+
+
+@contextlib.contextmanager
+def _file_lock(path: str) -> Iterator[None]:
+    lock_path = path + ".lock"
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:  # a read-only directory: nobody can create the schema there anyway
+        log.debug("no schema lock file %s (%s); creating without it", lock_path, exc)
+        yield
+        return
+    try:
+        if sys.platform == "win32":  # pragma: no cover - Windows
+            import msvcrt
+
+            msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
+        else:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+@contextlib.contextmanager
+def schema_lock(engine: Engine) -> Iterator[Connection | None]:
+    """Hold the schema lock of `engine`'s database: PostgreSQL yields the connection that holds the
+    advisory lock (migrate on it); SQLite yields None."""
+    with _thread_lock:
+        if engine.dialect.name == "postgresql":
+            with engine.connect() as conn:
+                conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_LOCK_KEY})
+                conn.commit()
+                try:
+                    yield conn
+                finally:
+                    with contextlib.suppress(SQLAlchemyError):
+                        conn.rollback()
+                        conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_LOCK_KEY})
+                        conn.commit()
+            return
+        path = sqlite_path(str(engine.url)) if engine.dialect.name == "sqlite" else None
+        if path is None:
+            yield None
+            return
+        with _file_lock(path):
+            yield None
+
+
+def _sqlite_migration_engine(url: str) -> Engine:
+    """A one-connection engine whose transactions begin with BEGIN IMMEDIATE (the write lock), so that
+    the whole migration is one transaction."""
+    eng = create_engine(url, poolclass=NullPool, connect_args={"timeout": SQLITE_TIMEOUT_S})
+
+    @event.listens_for(eng, "connect")
+    def _connect(dbapi_conn: Any, rec: Any) -> None:
+        _sqlite_pragmas(dbapi_conn, rec)
+        dbapi_conn.isolation_level = None  # the driver begins nothing itself; we do, below
+
+    @event.listens_for(eng, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return eng
+
+
+def _upgrade(conn: Connection) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
+    cfg.attributes["connection"] = conn
+    command.upgrade(cfg, "head")
+
+
+def _check_known(conn: Connection, rev: str | None, url: str) -> None:
+    """Refuse a store written by a newer tuner (a revision this tuner has no migration for)."""
+    if rev is None or rev == SCHEMA_REVISION:
+        return
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
+    known = {s.revision for s in ScriptDirectory.from_config(cfg).walk_revisions()}
+    if rev not in known:
+        raise StoreError(
+            f"store {redact(url)} has schema revision {rev}, newer than this tuner's "
+            f"({SCHEMA_REVISION}, schema version {SCHEMA_VERSION}); upgrade tuner"
+        )
+
+
+def ensure_schema(engine: Engine) -> None:
+    """Bring `engine`'s database to the current schema (creating it if empty, migrating an older one).
+    Safe when many processes call it at once on a fresh database; cheap when the schema is current."""
+    url = str(engine.url.render_as_string(hide_password=False))
+    try:
+        with engine.connect() as conn:
+            rev = schema_revision(conn)
+            if rev == SCHEMA_REVISION:
+                return
+            _check_known(conn, rev, url)
+        with schema_lock(engine) as locked:
+            if locked is not None:  # PostgreSQL: migrate on the connection that holds the lock
+                rev = schema_revision(locked)
+                locked.commit()
+                if rev == SCHEMA_REVISION:
+                    return
+                _check_known(locked, rev, url)
+                with locked.begin():
+                    _upgrade(locked)
+                log.info("store %s: schema migrated from %s to %s", redact(url), rev, SCHEMA_REVISION)
+                return
+            if engine.dialect.name != "sqlite":  # pragma: no cover - other databases: no lock
+                with engine.begin() as conn:
+                    _upgrade(conn)
+                return
+            meng = _sqlite_migration_engine(url)
+            try:
+                with meng.connect() as conn, conn.begin():
+                    rev = schema_revision(conn)
+                    if rev == SCHEMA_REVISION:
+                        return
+                    _check_known(conn, rev, url)
+                    _upgrade(conn)
+                log.info("store %s: schema migrated from %s to %s", redact(url), rev, SCHEMA_REVISION)
+            finally:
+                meng.dispose()
+    except StoreError:
+        raise
+    except SQLAlchemyError as exc:
+        raise StoreError(f"cannot open store {redact(url)}: {exc.__class__.__name__}: {exc}") from exc
+
+
+def optuna_storage(url: str) -> optuna.storages.RDBStorage:
+    """Optuna's RDBStorage on `url`, created under the schema lock (Optuna creates its tables and stamps
+    its version check-then-create; concurrent first opens would race)."""
+    import optuna
+
+    from ._engine import engine_for
+
+    eng = engine_for(url)
+    with schema_lock(eng):
+        return optuna.storages.RDBStorage(
+            str(eng.url.render_as_string(hide_password=False)), engine_kwargs=engine_kwargs(url)
+        )
