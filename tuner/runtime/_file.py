@@ -9,13 +9,13 @@ versions, config, time_s (median, seconds), spread_s (p80 - p20, seconds), date 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from tuner._atomic import atomic_write
 
 from ._entry import CacheEntry, EntryError, entry_from_json
 from ._key import CacheKey, shape_distance
@@ -139,21 +139,9 @@ def dumps_entries(entries: Iterable[CacheEntry]) -> str:
 
 
 def write_cache_file(path: str | os.PathLike[str], entries: Iterable[CacheEntry]) -> int:
-    """Write atomically (a temp file in the same folder, fsync, os.replace). Returns the entry count."""
+    """Write atomically (tuner._atomic: a new file renamed over the old one). Returns the entry count."""
     rows = list(entries)
-    text = dumps_entries(rows)
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, dumps_entries(rows))
     return len(rows)
 
 
