@@ -26,7 +26,6 @@ import math
 import os
 import random
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Mapping, Sequence
@@ -113,14 +112,9 @@ def sized_configs(
 
 
 def write_json(path: Path, doc: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=2, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    from tuner._atomic import atomic_write
+
+    atomic_write(path, json.dumps(doc, indent=2, default=str), mkdir=True)
 
 
 def sweep_cache(

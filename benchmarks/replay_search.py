@@ -598,10 +598,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"\n{len(runs)} runs in {time.perf_counter() - t0:.0f} s (--jobs {args.jobs}, {os.cpu_count()} cpus)"
     )
     if args.json:
-        tmp = args.json + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump({"args": vars(args), "runs": runs, "summary": summary}, fh)
-        os.replace(tmp, args.json)
+        from tuner._atomic import atomic_write
+
+        atomic_write(args.json, json.dumps({"args": vars(args), "runs": runs, "summary": summary}))
     return 0
 
 

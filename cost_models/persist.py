@@ -11,9 +11,10 @@ XGBoost's format cannot hold (the random forest baseline) is refused with a clea
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from tuner._atomic import atomic_write
 
 from .features import FeatureSchema
 from .models import CostModel, XGBEnsemble, XGBRankerModel, XGBRegressorModel
@@ -37,15 +38,6 @@ def _member_path(path: Path, i: int) -> Path:
     return path if i == 0 else path.with_name(f"{path.stem}.{i}{path.suffix}")
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def save_model(
     model: CostModel, path: str | Path, schema: FeatureSchema, *, extra: dict[str, Any] | None = None
 ) -> Path:
@@ -67,7 +59,7 @@ def save_model(
     fmt = "json" if p.suffix == ".json" else "ubj"
     for i, b in enumerate(boosters):
         mp = _member_path(p, i)
-        _atomic_write_bytes(mp, bytes(b.save_raw(raw_format=fmt)))
+        atomic_write(mp, bytes(b.save_raw(raw_format=fmt)))
         files.append(mp.name)
     meta = {
         "format_version": FORMAT_VERSION,
@@ -80,7 +72,7 @@ def save_model(
         "files": files,
         "extra": extra or {},
     }
-    _atomic_write_bytes(sidecar_path(p), json.dumps(meta, indent=1, sort_keys=True, default=str).encode())
+    atomic_write(sidecar_path(p), json.dumps(meta, indent=1, sort_keys=True, default=str).encode())
     return p
 
 

@@ -1,29 +1,71 @@
-"""The `tuner` command line. Each subcommand lives in `tuner/commands/<name>.py` with `add_parser`
-and `run`; exit codes follow CONTRACTS.md: 0 success, 2 bad usage or input, 1 any other failure."""
+"""The `tuner` command line. Each subcommand lives in `tuner/commands/<name>.py` with `add_parser` and `run`.
+
+Exit codes: 0 success; 2 bad usage or bad input (one line on stderr, nothing changed); 1 any other failure;
+130 interrupted; 141 (128 + SIGPIPE) when stdout was closed early, as in `tuner cache show | head`, which
+ends quietly. `-v`/`--verbose` is accepted before or after the subcommand; `tuner --version` and
+`python -m tuner` behave as usual.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 # Subcommand modules under tuner.commands, in the order `tuner --help` lists them.
 COMMANDS = ["replay", "kernels", "check", "cache", "study", "regress"]
 
+EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a command ended by SIGPIPE
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every parser of the tree takes the global options, so they may follow the subcommand
+    (`tuner study run X -v`). Nested subparsers inherit this class from their parent."""
+
+    def __init__(self, *args: Any, _top: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_argument(
+            "-v",
+            "--verbose",
+            action="count",
+            # Only the top level sets a default: a subparser's default would reset a -v given before it.
+            default=0 if _top else argparse.SUPPRESS,
+            help="more log output (-vv for debug); anywhere on the command line",
+        )
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tuner", description="ML-guided autotuning for Triton and Pallas kernels."
+    from tuner import __version__
+
+    parser = _Parser(
+        prog="tuner", description="ML-guided autotuning for Triton and Pallas kernels.", _top=True
     )
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"tuner {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in COMMANDS:
         mod = importlib.import_module(f"tuner.commands.{name}")
         mod.add_parser(sub)
     return parser
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text else ""
+
+
+def _silence_stdout() -> None:
+    """After EPIPE: point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, AttributeError, ValueError):
+        pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,12 +77,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s"
     )
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # inside the try: a reader that went away is seen here, not at exit
+        return code
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except BadInput as exc:
-        print(
-            f"tuner: error: {str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__}",
-            file=sys.stderr,
-        )
+        print(f"tuner: error: {_one_line(exc) or exc.__class__.__name__}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("tuner: interrupted", file=sys.stderr)
@@ -48,10 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if args.verbose:
             raise
-        print(
-            f"tuner: failed: {exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-            file=sys.stderr,
-        )
+        print(f"tuner: failed: {exc.__class__.__name__}: {_one_line(exc)}", file=sys.stderr)
         return 1
 
 

@@ -1,7 +1,10 @@
-"""`tuner cache export|import|show`: the config cache as a shipped, versioned JSON file (runtime issue).
+"""`tuner cache export|import|show`: the config cache as a shipped, versioned JSON file.
 
-An import validates the whole file before it writes anything, then merges in one transaction; any bad
-input exits 2 with a one-line reason and leaves the cache as it was."""
+An import validates the whole file against the published JSON Schema (tuner/data/cache-schema.json, with the
+`jsonschema` library) and the reader's own checks before it writes anything, then merges in one transaction;
+any bad input exits 2 with a one-line reason and leaves the cache as it was. A file whose name ends in .gz is
+written gzip-compressed, and read back with a bound on the decompressed size. `--json` prints one JSON
+document on stdout instead of the human lines."""
 
 from __future__ import annotations
 
@@ -21,19 +24,21 @@ def add_parser(sub: Any) -> None:
     csub.required = True
 
     e = csub.add_parser("export", help="write every entry to a versioned JSON file (atomically)")
-    e.add_argument("--out", required=True, metavar="FILE", help="the file to write")
+    e.add_argument("--out", required=True, metavar="FILE", help="the file to write (gzip if it ends in .gz)")
     e.add_argument("--kernel", default=None, help="only this kernel's entries")
     e.add_argument("--storage", default=None, metavar="URL", help="database URL (default: the default store)")
+    e.add_argument("--json", action="store_true", help='print {"path": ..., "entries": N}')
     e.set_defaults(func=run_export)
 
     i = csub.add_parser("import", help="validate a cache file, then merge it into the store")
-    i.add_argument("file", help="a file written by `tuner cache export`")
+    i.add_argument("file", help="a file written by `tuner cache export` (.json or .json.gz)")
     i.add_argument(
         "--prefer-import",
         action="store_true",
         help="the imported entry replaces an existing one even if that one was measured faster",
     )
     i.add_argument("--storage", default=None, metavar="URL", help="database URL (default: the default store)")
+    i.add_argument("--json", action="store_true", help="print the counts as one JSON object")
     i.set_defaults(func=run_import)
 
     s = csub.add_parser("show", help="list the cached entries")
@@ -63,7 +68,10 @@ def run_export(args: argparse.Namespace) -> int:
         raise BadInput(f"--out {out}: folder {out.parent} does not exist")
     entries = _cache(args.storage).entries(args.kernel)
     n = write_cache_file(out, entries)
-    print(f"exported {n} entries to {out}")
+    if args.json:
+        _print_json({"path": str(out), "entries": n})
+    else:
+        print(f"exported {n} entries to {out}")
     return 0
 
 
@@ -76,6 +84,17 @@ def run_import(args: argparse.Namespace) -> int:
     except CacheFileError as exc:
         raise BadInput(str(exc).splitlines()[0] if str(exc) else "invalid cache file") from None
     counts = _cache(args.storage).merge(entries, prefer_import=args.prefer_import)
+    if args.json:
+        _print_json(
+            {
+                "file": str(args.file),
+                "entries": counts.total,
+                "added": counts.added,
+                "replaced": counts.replaced,
+                "kept": counts.kept,
+            }
+        )
+        return 0
     print(
         f"imported {args.file}: {counts.total} entries; added {counts.added}, replaced {counts.replaced}, "
         f"kept existing {counts.kept}"
@@ -95,8 +114,7 @@ def run_show(args: argparse.Namespace) -> int:
     else:
         entries = _cache(args.storage).entries(args.kernel)
     if args.json:
-        json.dump([e.to_json() for e in entries], sys.stdout, sort_keys=True, indent=1)
-        print()
+        _print_json([e.to_json() for e in entries])
         return 0
     if not entries:
         print("no cached entries")
@@ -111,3 +129,8 @@ def run_show(args: argparse.Namespace) -> int:
         )
     print(f"{len(entries)} entries")
     return 0
+
+
+def _print_json(doc: Any) -> None:
+    json.dump(doc, sys.stdout, sort_keys=True, indent=1, allow_nan=False)
+    print()

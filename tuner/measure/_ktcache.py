@@ -11,11 +11,11 @@ import contextlib
 import datetime as dt
 import gzip
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from tuner._atomic import atomic_write
 
 from ._result import COMPILE_ERROR, OUT_OF_RESOURCES, MeasureResult
 
@@ -91,20 +91,8 @@ def kernel_tuner_cache(
 def write_kernel_tuner_cache(path: str | Path, doc: Mapping[str, Any]) -> Path:
     """Write `doc` to `path` atomically (gzip when the name ends in .gz)."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps(doc, indent=None, separators=(",", ":")).encode()
     if p.name.endswith(".gz"):
         data = gzip.compress(data, mtime=0)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; this is a data file to share
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(p, data, mkdir=True)
     return p

@@ -1,5 +1,6 @@
-"""Cache files: a deterministic, versioned JSON file of cache entries (docs/cache-schema.json), written
-atomically, read with strict validation, and loadable read-only without any database (`load_cache`).
+"""Cache files: a deterministic, versioned JSON file of cache entries, written atomically (gzip-compressed
+when the name ends in .gz), read with strict validation against the published JSON Schema
+(tuner/data/cache-schema.json, see tuner._schema) and loadable read-only without any database (`load_cache`).
 
 Format (schema version 1):
     {"format": "tuner-cache", "schema_version": 1, "entries": [ENTRY, ...]}
@@ -9,13 +10,17 @@ versions, config, time_s (median, seconds), spread_s (p80 - p20, seconds), date 
 
 from __future__ import annotations
 
-import contextlib
+import gzip
+import io
 import json
 import os
-import tempfile
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from tuner._atomic import atomic_write
+from tuner._schema import cache_schema_error
 
 from ._entry import CacheEntry, EntryError, entry_from_json
 from ._key import CacheKey, shape_distance
@@ -38,6 +43,7 @@ FORMAT = "tuner-cache"
 SCHEMA_VERSION = 1
 MAX_FILE_BYTES = 64 * 2**20  # refuse bigger files before reading a byte of them
 MAX_ENTRIES = 200_000
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 class CacheFileError(ValueError):
@@ -78,25 +84,16 @@ def parse_cache_bytes(data: bytes, source: str = "cache file") -> list[CacheEntr
         ) from None
     except (RecursionError, ValueError) as exc:
         raise CacheFileError(f"{source} is not usable JSON: {type(exc).__name__}") from None
-    if not isinstance(doc, dict):
-        raise CacheFileError(f"{source}: top level must be an object, got {type(doc).__name__}")
-    if doc.get("format") != FORMAT:
-        raise CacheFileError(f"{source}: not a tuner cache file (format must be {FORMAT!r})")
-    ver = doc.get("schema_version")
-    if isinstance(ver, bool) or not isinstance(ver, int):
-        raise CacheFileError(f"{source}: schema_version must be an integer, got {type(ver).__name__}")
-    if ver != SCHEMA_VERSION:
+    # The version picks the schema, so a newer file gets "not supported" rather than a schema complaint.
+    ver = doc.get("schema_version") if isinstance(doc, dict) else None
+    if isinstance(doc, dict) and doc.get("format") == FORMAT and type(ver) is int and ver != SCHEMA_VERSION:
         raise CacheFileError(
             f"{source}: schema version {ver} is not supported (this tuner reads {SCHEMA_VERSION})"
         )
-    extra = sorted(set(doc) - {"format", "schema_version", "entries"})
-    if extra:
-        raise CacheFileError(f"{source}: unknown top-level fields {extra}"[:300])
-    entries = doc.get("entries")
-    if not isinstance(entries, list):
-        raise CacheFileError(f"{source}: entries must be a list")
-    if len(entries) > MAX_ENTRIES:
-        raise CacheFileError(f"{source}: {len(entries)} entries, over the limit of {MAX_ENTRIES}")
+    problem = cache_schema_error(doc)  # the published JSON Schema, through the jsonschema library
+    if problem is not None:
+        raise CacheFileError(f"{source}: {problem}")
+    entries = doc["entries"]
     out: list[CacheEntry] = []
     seen: dict[str, int] = {}
     for i, raw in enumerate(entries):
@@ -127,7 +124,24 @@ def read_cache_file(path: str | os.PathLike[str]) -> list[CacheEntry]:
             data = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise CacheFileError(f"cannot read {p}: {exc.strerror or exc}") from None
+    if data[:2] == GZIP_MAGIC:
+        data = _gunzip_bounded(data, str(p))
     return parse_cache_bytes(data, str(p))
+
+
+def _gunzip_bounded(data: bytes, source: str) -> bytes:
+    """Decompress a gzip file, refusing more than MAX_FILE_BYTES of output (a small file can expand to
+    gigabytes): the reader stops one byte past the limit, so memory stays bounded."""
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as g:
+            out = g.read(MAX_FILE_BYTES + 1)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise CacheFileError(f"{source} is not a readable gzip file ({type(exc).__name__})") from None
+    if len(out) > MAX_FILE_BYTES:
+        raise CacheFileError(
+            f"{source} decompresses to more than the {MAX_FILE_BYTES} byte limit for a cache file"
+        )
+    return out
 
 
 def dumps_entries(entries: Iterable[CacheEntry]) -> str:
@@ -139,21 +153,13 @@ def dumps_entries(entries: Iterable[CacheEntry]) -> str:
 
 
 def write_cache_file(path: str | os.PathLike[str], entries: Iterable[CacheEntry]) -> int:
-    """Write atomically (a temp file in the same folder, fsync, os.replace). Returns the entry count."""
+    """Write atomically (tuner._atomic: a new file renamed over the old one), gzip-compressed when the
+    name ends in .gz. Returns the entry count."""
     rows = list(entries)
-    text = dumps_entries(rows)
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    data = dumps_entries(rows).encode("utf-8")
+    if Path(path).name.endswith(".gz"):
+        data = gzip.compress(data, mtime=0)  # mtime=0: the same cache still gives the same bytes
+    atomic_write(path, data)
     return len(rows)
 
 

@@ -13,14 +13,12 @@ tests that need a hand-made file.)
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import hashlib
 import json
 import logging
 import math
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +26,7 @@ from typing import Any
 
 # The stored key of an entry comes from the runtime's `kernel_cache_key`, the one function that
 # `tuner.kernel` computes its keys with, so an exported file is an exact hit there.
+from tuner._atomic import atomic_write
 from tuner.runtime._env import VERSIONS_BY_KIND
 from tuner.runtime._kernel import BACKEND_KIND, backend_versions, kernel_cache_key, kernel_source_hash
 
@@ -130,22 +129,7 @@ def _write_builtin(path: Path, entries: list[dict[str, Any]]) -> None:
         + ("\n" + body + "\n" if rows else "")
         + "]}\n"
     )
-    atomic_write(path, text)
-
-
-def atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, text, mkdir=True)
 
 
 def export_study(spec: StudySpec, out: str | os.PathLike[str]) -> ExportResult:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import io
 import logging
 import math
 import os
@@ -22,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tuner._atomic import atomic_write
+
 from ._board import DONE, TaskBoard, TaskRow, summarize
-from ._export import atomic_write
 from ._runner import _optuna_storage, task_trials
 from ._spec import StudySpec, StudyTask
 
@@ -122,10 +124,10 @@ def _plot_convergence(path: Path, title: str, trials: Sequence[Any], unit: str) 
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp)
+    png = io.BytesIO()
+    fig.savefig(png, format="png")
     plt.close(fig)
-    os.replace(tmp, path)
+    atomic_write(path, png.getvalue())
 
 
 def _importance(storage: Any, study_name: str, n_ok: int) -> tuple[dict[str, float] | None, str]:

@@ -34,12 +34,11 @@ import itertools
 import json
 import math
 import os
+import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from tuner.errors import BadInput
 from tuner.store import normalize_url  # noqa: F401  (re-exported)

@@ -1,0 +1,91 @@
+"""CLI conventions: `tuner --version`, `python -m tuner`, `-v` before or after the subcommand, a closed pipe
+ends quietly (exit 141, nothing on stderr)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tuner
+from tuner.cli import EXIT_BROKEN_PIPE, build_parser, main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = dict(os.environ, TUNER_HOME=str(home))
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"tuner {tuner.__version__}"
+
+
+def test_python_dash_m_tuner(tmp_path: Path):
+    r = subprocess.run(
+        [sys.executable, "-m", "tuner", "--version"],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"tuner {tuner.__version__}"
+    r = subprocess.run(
+        [sys.executable, "-m", "tuner", "cache", "nope"],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and "invalid choice" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "level"),
+    [
+        (["cache", "show"], 0),
+        (["-v", "cache", "show"], 1),
+        (["cache", "-v", "show"], 1),
+        (["cache", "show", "-v"], 1),
+        (["cache", "show", "-vv"], 2),
+        (["-vv", "cache", "show", "--json"], 2),
+        (["cache", "show", "--verbose", "--json"], 1),
+        (["study", "report", "x.toml", "-v"], 1),
+    ],
+)
+def test_verbose_anywhere(argv: list[str], level: int):
+    assert build_parser().parse_args(argv).verbose == level
+
+
+def test_verbose_after_the_subcommand_runs(capsys):
+    assert main(["cache", "show", "-v"]) == 0
+    assert "no cached entries" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGPIPE and exit 141 are POSIX conventions")
+def test_closed_pipe_ends_quietly(tmp_path: Path):
+    """The reader goes away before tuner writes (as `| head` does on long output): no traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "tuner", "cache", "show"],
+            env=_env(tmp_path),
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert r.stderr == "", r.stderr
+    assert r.returncode == EXIT_BROKEN_PIPE == 141

@@ -1,0 +1,72 @@
+"""The one way tuner writes a file: atomically, with the permissions the user's umask gives.
+
+`atomic_write(path, data)` writes `data` to a new file beside `path`, flushes it to disk and renames it over
+`path`, so a reader sees the old file or the new one, never half of one, and a crash or a full disk leaves the
+old file as it was. The new file is created with mode `0o666` filtered by the umask (0644 under the usual
+umask 022), as `open(path, "w")` would: a shipped cache or report is readable by other users, unlike the
+0600 of `tempfile.mkstemp`. Pass `mode=0o600` for a private file.
+
+This module uses only the standard library and imports nothing from tuner, so every layer (the kernels and
+the cost models included) may use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from pathlib import Path
+
+__all__ = ["atomic_write"]
+
+
+def atomic_write(
+    path: str | os.PathLike[str],
+    data: bytes | str,
+    *,
+    mode: int = 0o666,
+    mkdir: bool = False,
+    encoding: str = "utf-8",
+) -> Path:
+    """Replace `path` with `data` (bytes, or text encoded with `encoding`) atomically; returns the path.
+
+    `mode` is filtered by the process umask, like `open()`. `mkdir=True` creates missing parent folders.
+    On any error the temporary file is removed and `path` is left as it was."""
+    p = Path(path)
+    payload = data.encode(encoding) if isinstance(data, str) else bytes(data)
+    folder = p.parent
+    if mkdir:
+        folder.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    while True:  # O_EXCL: never write into a file someone else made; a name clash just draws another name
+        tmp = folder / f".{p.name[:200]}.{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(tmp, flags, mode)  # the kernel applies the umask to `mode`
+            break
+        except FileExistsError:
+            continue
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_folder(folder)
+    return p
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make the rename itself durable (POSIX); a no-op where folders cannot be opened (Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
