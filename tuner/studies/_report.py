@@ -357,6 +357,9 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
         ("table", ["task", "status", "trials", "best time", "% of roofline", "best config"], summary_rows)
     )
     blocks += sections
+    for old in img_dir.glob("*.png"):  # plots of tasks no longer in the study (or of an older naming)
+        if old not in images:
+            old.unlink(missing_ok=True)
     md_path, html_path = out / "report.md", out / "report.html"
     atomic_write(md_path, _md(blocks))
     atomic_write(html_path, _html(blocks, f"Study {spec.name}"))
