@@ -137,6 +137,16 @@ def test_report_and_export_of_a_study_that_never_ran_exit_1_and_write_nothing(
     assert not (tmp_path / "r").exists()
 
 
+def test_report_and_export_out_of_the_wrong_kind_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    p = write_study(tmp_path, n_m=1)
+    assert cli("study", "export", str(p), "--out", str(tmp_path)) == 2
+    assert "is a folder" in capsys.readouterr().err
+    assert cli("study", "report", str(p), "--out", str(p)) == 2
+    assert "is a file" in capsys.readouterr().err
+
+
 def test_removed_tasks_leave_summaries_reports_and_exports(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

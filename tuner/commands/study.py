@@ -162,15 +162,15 @@ def run_cmd(args: argparse.Namespace) -> int:
         try:
             cache = export_study(spec, spec.output_dir / "cache.json")
         except (NothingToDo, ExportRefused) as exc:
-            return _fail(args, f"study {spec.name}", str(exc), out)
+            return _fail(args, "study run", str(exc), out)
         out["cache"] = {"path": str(cache.path), "entries": cache.entries}
         if not args.json:
             print(f"cache: {cache.path} ({cache.entries} entries; {cache.format})")
     if summary.complete and not c["done"]:
         return _fail(
             args,
-            f"study {spec.name}",
-            f"no task succeeded ({c['failed']} failed): nothing to export",
+            "study run",
+            f"study {spec.name}: no task succeeded ({c['failed']} failed): nothing to export",
             out,
         )
     elif not summary.complete and not quiet:
@@ -187,9 +187,12 @@ def run_cmd(args: argparse.Namespace) -> int:
 
 
 def report_cmd(args: argparse.Namespace) -> int:
+    from tuner.errors import BadInput
     from tuner.studies import write_report
     from tuner.studies._export import NothingToDo
 
+    if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise BadInput(f"--out {args.out} is a file; give the report's folder")
     spec = _load(args, check_kernels=False)
     try:
         _require_database(spec)
@@ -213,9 +216,12 @@ def report_cmd(args: argparse.Namespace) -> int:
 
 
 def export_cmd(args: argparse.Namespace) -> int:
+    from tuner.errors import BadInput
     from tuner.studies import export_study
     from tuner.studies._export import ExportRefused, NothingToDo
 
+    if os.path.isdir(args.out):
+        raise BadInput(f"--out {args.out} is a folder; give the cache file's path")
     spec = _load(args, check_kernels=False)
     try:
         _require_database(spec)

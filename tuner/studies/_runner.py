@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -97,7 +98,11 @@ def default_executor(
             "tuner.tune.tune_kernel takes no study_name: its trials are not kept in the task's Optuna "
             "study, so an interrupted task starts over and reports lack convergence curves"
         )
-    return tune_kernel(task.kernel, dict(task.problem), **kwargs)
+    from tuner._optimize import AllTrialsFailedWarning
+
+    with warnings.catch_warnings():  # a task whose every trial failed is reported by the runner itself
+        warnings.simplefilter("ignore", AllTrialsFailedWarning)
+        return tune_kernel(task.kernel, dict(task.problem), **kwargs)
 
 
 _warned: set[str] = set()
