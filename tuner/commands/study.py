@@ -176,13 +176,12 @@ def run_cmd(args: argparse.Namespace) -> int:
     elif not summary.complete and not quiet:
         print("tasks are still running on other workers; `tuner study report` when they are done")
     out["ok"] = not summary.failed
+    if summary.failed:
+        out["error"] = f"study {spec.name}: {c['failed']} of {sum(c.values())} tasks failed"
     if args.json:
         _emit(out)
-    elif summary.failed:
-        print(
-            f"tuner: study {spec.name}: {c['failed']} of {sum(c.values())} tasks failed",
-            file=sys.stderr,
-        )
+    if summary.failed:
+        print(f"tuner: study run: {out['error']}", file=sys.stderr)
     return 1 if summary.failed else 0
 
 
