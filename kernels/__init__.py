@@ -1,5 +1,5 @@
 """Triton and Pallas kernels with search spaces, references, problem generators and cost counts."""
 
-from ._registry import KernelSpec, all_kernels, get_kernel, register
+from ._registry import KernelSpec, all_kernels, get_kernel, register, validate_problem
 
-__all__ = ["KernelSpec", "all_kernels", "get_kernel", "register"]
+__all__ = ["KernelSpec", "all_kernels", "get_kernel", "register", "validate_problem"]

@@ -22,6 +22,10 @@ __all__ = [
     "activation_code",
     "activation_np",
     "random_array",
+    "hostile_tiny",
+    "hostile_rows",
+    "HOSTILE_LARGE",
+    "SUBNORMAL",
 ]
 
 # Fused epilogue activations of the GEMM kernels; "gelu" is the exact (erf) form, as torch's default.
@@ -143,8 +147,39 @@ def activation_np(x: np.ndarray, name: str) -> np.ndarray:
     raise ValueError(f"unknown activation {name!r}; choose one of {list(ACTIVATIONS)}")
 
 
+# The factor of the large-magnitude rows of the GEMM inputs (a power of two: scaling is exact).
+HOSTILE_LARGE = 64.0
+
+# A value below the dtype's smallest normal number (bfloat16 shares float32's exponent range).
+SUBNORMAL = {"float32": 1e-40, "float16": 1e-6, "bfloat16": 1e-40}
+
+
+def hostile_tiny(rng: np.random.Generator, n: int, dtype: str) -> np.ndarray:
+    """`n` subnormal values of `dtype` (random sign, magnitude 1-4x `SUBNORMAL[dtype]`), with zeros."""
+    x = SUBNORMAL.get(dtype, 1e-6) * rng.uniform(1.0, 4.0, n) * rng.choice([-1.0, 1.0], n)
+    x[::4] = 0.0
+    return x
+
+
+def hostile_rows(x: np.ndarray, rng: np.random.Generator, dtype: str, large: float) -> np.ndarray:
+    """Make some rows of a 2-D input hostile, in place: rows cycle (row % 8) through 1 all zeros,
+    2 large magnitudes (x `large`), 3 subnormals of `dtype`, 4 every third value zero; others stay."""
+    for r in range(x.shape[0]):
+        kind = r % 8
+        if kind == 1:
+            x[r] = 0
+        elif kind == 2:
+            x[r] *= large
+        elif kind == 3:
+            x[r] = hostile_tiny(rng, x.shape[1], dtype)
+        elif kind == 4:
+            x[r, ::3] = 0
+    return x
+
+
 def random_array(rng: np.random.Generator, shape: tuple[int, ...], scale: float = 1.0) -> np.ndarray:
-    """Standard-normal float32 values times `scale`, with exact zeros replaced (inputs are never zero)."""
+    """Standard-normal float32 values times `scale`, with exact zeros replaced (`hostile_rows` adds
+    zeros where a generator wants them)."""
     x = rng.standard_normal(shape).astype(np.float32) * np.float32(scale)
     x[x == 0] = np.float32(scale * 1e-3)
     return x

@@ -17,7 +17,7 @@ from typing import Any
 
 from tuner.search_spaces import Device, SearchSpace
 
-__all__ = ["KernelSpec", "register", "get_kernel", "all_kernels", "REGISTRY"]
+__all__ = ["KernelSpec", "register", "get_kernel", "all_kernels", "validate_problem", "REGISTRY", "MAX_DIM"]
 
 Problem = Mapping[str, Any]
 Inputs = dict[str, Any]
@@ -52,9 +52,78 @@ class KernelSpec:
     # (the measurer poisons it with NaN before each run).
     output_buffer: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # check_problem(problem) raises ValueError naming a value the kernel cannot take (e.g. a head dim it
+    # has no code for); `validate_problem` calls it after its generic checks.
+    check_problem: Callable[[Problem], Any] | None = None
 
 
 REGISTRY: dict[str, KernelSpec] = {}
+
+# The largest shape dimension a problem may have (32-bit indexing in the kernels' grids and offsets).
+MAX_DIM = 2**31 - 1
+
+
+def _kind(v: Any) -> str:
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, int):
+        return "an integer"
+    if isinstance(v, float):
+        return "a number"
+    if isinstance(v, str):
+        return "a string"
+    return type(v).__name__
+
+
+def validate_problem(spec: KernelSpec, problem: Mapping[str, Any]) -> dict[str, Any]:
+    """The kernel's problem schema, checked before anything runs: returns the problem with the kernel's
+    defaults filled in, or raises ValueError naming the field and the value.
+
+    Fields are the shape fields, the flags of `default_problem` and "dtype". Shape fields are integers in
+    [1, MAX_DIM]; a flag has the type of its default (a number flag takes an integer or a finite number; a
+    flag whose default is None takes None or a number); dtype is one of the kernel's; then the kernel's
+    own `check_problem` runs."""
+    import math
+
+    if not isinstance(problem, Mapping):
+        raise ValueError(f"a problem must be a table of fields, got {problem!r}")
+    flags = {**dict(spec.extra.get("flags") or {}), **dict(spec.default_problem)}
+    fields = set(flags) | set(spec.shape_fields) | {"dtype"}
+    unknown = sorted(set(problem) - fields)
+    if unknown:
+        raise ValueError(
+            f"kernel {spec.name!r} has no problem field {unknown[0]!r} (fields: {', '.join(sorted(fields))})"
+        )
+    merged = {**dict(spec.default_problem), **dict(problem)}
+    for f in spec.shape_fields:
+        if f not in merged:
+            raise ValueError(f"kernel {spec.name!r} problem misses shape field {f!r}")
+        v = merged[f]
+        if isinstance(v, bool) or not isinstance(v, int) or not (1 <= v <= MAX_DIM):
+            raise ValueError(f"{f}={v!r} must be an integer in [1, {MAX_DIM}]")
+    dtype = merged.get("dtype")
+    if dtype not in spec.dtypes:
+        raise ValueError(f"dtype={dtype!r} must be one of {list(spec.dtypes)}")
+    for f, default in flags.items():
+        if f in spec.shape_fields or f == "dtype" or f not in problem:
+            continue
+        v = merged[f]
+        number = isinstance(v, (int, float)) and not isinstance(v, bool)
+        if isinstance(default, bool):
+            ok = isinstance(v, bool)
+        elif isinstance(default, (int, float)) or default is None:
+            ok = (number and math.isfinite(v)) or (default is None and v is None)
+            if ok and isinstance(default, int) and not isinstance(v, int):
+                ok = False
+        elif isinstance(default, str):
+            ok = isinstance(v, str)
+        else:
+            ok = True
+        if not ok:
+            raise ValueError(f"{f}={v!r} must be {_kind(default)} (like the default {default!r})")
+    if spec.check_problem is not None:
+        spec.check_problem(merged)
+    return merged
 
 
 def register(spec: KernelSpec) -> KernelSpec:

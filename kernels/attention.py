@@ -47,6 +47,7 @@ from tuner.search_spaces._resources import dtype_bytes
 
 from ._common import (
     DTYPES,
+    hostile_rows,
     jnp_dtype,
     pallas_interpret,
     to_numpy,
@@ -383,6 +384,8 @@ def _make_inputs(problem: Mapping[str, Any], backend: str, seed: int) -> dict[st
     rng = np.random.default_rng(seed)
     shape = (b, h, s, d)
     arrays = {name: rng.standard_normal(shape) for name in ("q", "k", "v")}
+    # hostile query rows: zeros (uniform attention), x8 (a sharp softmax), subnormals
+    hostile_rows(arrays["q"].reshape(-1, d), rng, dtype, 8.0)
     if backend == "triton":
         import torch
 
@@ -478,6 +481,7 @@ SPEC = register(
         flops=_flops,
         bytes_moved=_bytes,
         tolerance=_tolerance,
+        check_problem=_spaces.check_problem,
         output_buffer="out",
         extra={"inputs": ("q", "k", "v", "out"), "flags": {"causal": True, "sm_scale": None}},
     )

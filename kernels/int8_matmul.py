@@ -28,8 +28,10 @@ from tuner.search_spaces.int8_matmul import int8_matmul_space
 from ._common import (
     ACTIVATIONS,
     DTYPES,
+    HOSTILE_LARGE,
     activation_np,
     default_tolerance,
+    hostile_rows,
     jnp_dtype,
     prepare_triton,
     random_array,
@@ -65,7 +67,7 @@ def _make_inputs(problem: Mapping[str, Any], backend: str, seed: int) -> dict[st
     p = _check(problem)
     M, N, K = p["M"], p["N"], p["K"]
     rng = np.random.default_rng(seed)
-    x = random_array(rng, (M, K))
+    x = hostile_rows(random_array(rng, (M, K)), rng, p["dtype"], HOSTILE_LARGE)
     w, scale = quantize_per_channel(random_array(rng, (K, N), 1.0 / math.sqrt(K)))
     w[w == 0] = 1  # never zeros
     host: dict[str, np.ndarray] = {"x": x, "w": w, "scale": scale}
@@ -166,6 +168,7 @@ SPEC = register(
         flops=_flops,
         bytes_moved=_bytes,
         tolerance=default_tolerance,
+        check_problem=_check,
         output_buffer="out",
         extra={"flags": {"bias": [False, True], "activation": list(ACTIVATIONS)}, "weight_dtype": "int8"},
     )

@@ -30,8 +30,10 @@ from tuner.search_spaces.matmul import matmul_space
 from ._common import (
     ACTIVATIONS,
     DTYPES,
+    HOSTILE_LARGE,
     activation_np,
     default_tolerance,
+    hostile_rows,
     jnp_dtype,
     prepare_triton,
     random_array,
@@ -69,7 +71,9 @@ def _make_inputs(problem: Mapping[str, Any], backend: str, seed: int) -> dict[st
     p = check_problem(problem)
     M, N, K = p["M"], p["N"], p["K"]
     rng = np.random.default_rng(seed)
-    host = {"a": random_array(rng, (M, K)), "b": random_array(rng, (K, N), 1.0 / math.sqrt(K))}
+    # hostile rows of A (zeros, x64, subnormals): their output rows are zero, large or tiny
+    a = hostile_rows(random_array(rng, (M, K)), rng, p["dtype"], HOSTILE_LARGE)
+    host = {"a": a, "b": random_array(rng, (K, N), 1.0 / math.sqrt(K))}
     if p["bias"]:
         host["bias"] = random_array(rng, (N,))
     if backend == "triton":
@@ -152,6 +156,7 @@ SPEC = register(
         flops=_flops,
         bytes_moved=_bytes,
         tolerance=default_tolerance,
+        check_problem=check_problem,
         output_buffer="out",
         extra={"flags": {"bias": [False, True], "activation": list(ACTIVATIONS)}},
     )

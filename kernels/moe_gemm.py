@@ -28,7 +28,9 @@ from tuner.search_spaces.moe_gemm import moe_gemm_space
 
 from ._common import (
     DTYPES,
+    HOSTILE_LARGE,
     default_tolerance,
+    hostile_rows,
     jnp_dtype,
     prepare_triton,
     random_array,
@@ -76,7 +78,7 @@ def _make_inputs(problem: Mapping[str, Any], backend: str, seed: int) -> dict[st
     p = check_problem(problem)
     T, K, N, E = p["T"], p["K"], p["N"], p["E"]
     rng = np.random.default_rng(seed)
-    x = random_array(rng, (T, K))
+    x = hostile_rows(random_array(rng, (T, K)), rng, p["dtype"], HOSTILE_LARGE)
     w = random_array(rng, (E, K, N), 1.0 / math.sqrt(K))
     sizes = group_sizes_for(p, seed)
     if backend == "triton":
@@ -165,6 +167,7 @@ SPEC = register(
         flops=_flops,
         bytes_moved=_bytes,
         tolerance=default_tolerance,
+        check_problem=check_problem,
         output_buffer="out",
         extra={"optional_fields": {"group_sizes": "list of E ints summing to T"}},
     )

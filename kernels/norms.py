@@ -8,6 +8,13 @@ Every kernel maps an (M, N) matrix row by row:
 
 Statistics are computed in float32 whatever the input dtype, and the output has the input's dtype.
 
+Masked softmax rows: a `-inf` element gets probability 0, on every path (single pass, multi pass, both
+backends: the running maximum subtracts 0 while a row has seen only `-inf`, so a row whose first column
+blocks are all masked is right). A fully masked row (every element `-inf`) comes out as zeros. That
+differs from `torch.softmax`, which returns NaN there, and matches the softmax torch's
+`scaled_dot_product_attention` uses for fully masked rows; it also keeps the correctness gate honest,
+since an unwritten output is poisoned with NaN and a NaN reference could not tell the two apart.
+
 Triton launchers (`softmax_triton`, `rmsnorm_triton`, `layernorm_triton`) take BLOCK_N,
 ROWS_PER_PROGRAM, num_warps (and num_stages, passed through to Triton but not tuned: compiled for sm80
 and sm90 the kernels are identical for 1, 2 and 4 stages, because Triton only pipelines loads that feed
@@ -46,7 +53,7 @@ from typing import Any
 import numpy as np
 from tuner.search_spaces import norms as _spaces
 
-from ._common import DTYPES, default_tolerance, jnp_dtype, pallas_interpret, torch_device, torch_dtype
+from ._common import DTYPES, hostile_tiny, jnp_dtype, pallas_interpret, torch_device, torch_dtype
 from ._registry import KernelSpec, register
 
 __all__ = [
@@ -73,9 +80,15 @@ def _cdiv(a: int, b: int) -> int:
 
 # ---- references (float64 numpy) ----------------------------------------------------------------------
 def softmax_reference(x: np.ndarray) -> np.ndarray:
+    """Row softmax; `-inf` entries get probability 0 and a row of only `-inf` is all zeros (torch.softmax
+    gives NaN there; zeros are what torch's own attention softmax returns for a fully masked row, and
+    they cannot be mistaken for the NaN an unwritten output is poisoned with)."""
     x = np.asarray(x, dtype=np.float64)
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+    m = x.max(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - np.where(m == -np.inf, 0.0, m))
+    s = e.sum(axis=-1, keepdims=True)
+    return e / np.where(s == 0.0, 1.0, s)
 
 
 def rmsnorm_reference(x: np.ndarray, w: np.ndarray, eps: float = _EPS["rmsnorm"]) -> np.ndarray:
@@ -111,8 +124,11 @@ def _triton_kernels() -> dict[str, Any]:
         if SINGLE:
             cmask = cols[None, :] < N
             x = tl.load(xrow + cols[None, :], mask=cmask, other=-float("inf")).to(tl.float32)
-            e = tl.exp(x - tl.max(x, axis=1)[:, None])
-            y = e / tl.sum(e, axis=1)[:, None]
+            m = tl.max(x, axis=1)
+            m = tl.where(m == -float("inf"), 0.0, m)  # a fully masked row: exp(-inf - 0) = 0, not NaN
+            e = tl.exp(x - m[:, None])
+            s = tl.sum(e, axis=1)
+            y = e / tl.where(s == 0.0, 1.0, s)[:, None]  # ... and 0 / 1 = 0
             tl.store(orow + cols[None, :], y.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & cmask)
         else:
             m = tl.full([ROWS], -float("inf"), tl.float32)
@@ -121,8 +137,12 @@ def _triton_kernels() -> dict[str, Any]:
                 c = start + cols
                 x = tl.load(xrow + c[None, :], mask=c[None, :] < N, other=-float("inf")).to(tl.float32)
                 m_new = tl.maximum(m, tl.max(x, axis=1))
-                s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new[:, None]), axis=1)
+                # while every column so far is -inf, subtract 0 instead of -inf (-inf - -inf is NaN)
+                m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+                s = s * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe[:, None]), axis=1)
                 m = m_new
+            m = tl.where(m == -float("inf"), 0.0, m)
+            s = tl.where(s == 0.0, 1.0, s)
             for start in range(0, N, BLOCK_N):
                 c = start + cols
                 cmask = c[None, :] < N
@@ -327,9 +347,10 @@ def _pallas_body(kind: str, n: int, bc: int, eps: float, nparams: int) -> Any:
     f32 = jnp.float32
 
     def finish(x: Any, stats: tuple[Any, ...], prm: tuple[Any, ...]) -> Any:
-        if kind == "softmax":
+        if kind == "softmax":  # a fully masked row (max -inf, sum 0) comes out as zeros
             m, s = stats
-            return jnp.exp(x - m) / s
+            m = jnp.where(m == -jnp.inf, 0.0, m)
+            return jnp.exp(x - m) / jnp.where(s == 0.0, 1.0, s)
         if kind == "rmsnorm":
             (rstd,) = stats
             return x * rstd * prm[0]
@@ -343,7 +364,8 @@ def _pallas_body(kind: str, n: int, bc: int, eps: float, nparams: int) -> Any:
             prm = tuple(r[...].astype(f32) for r in prm_refs)
             if kind == "softmax":
                 m = jnp.max(x, axis=1, keepdims=True)
-                stats: tuple[Any, ...] = (m, jnp.sum(jnp.exp(x - m), axis=1, keepdims=True))
+                e = jnp.exp(x - jnp.where(m == -jnp.inf, 0.0, m))
+                stats: tuple[Any, ...] = (m, jnp.sum(e, axis=1, keepdims=True))
             elif kind == "rmsnorm":
                 stats = (lax.rsqrt(jnp.mean(x * x, axis=1, keepdims=True) + eps),)
             else:
@@ -373,8 +395,9 @@ def _pallas_body(kind: str, n: int, bc: int, eps: float, nparams: int) -> Any:
                 m, s = carry
                 _, x, fresh = chunk(j)
                 m_new = jnp.maximum(m, jnp.max(jnp.where(fresh, x, -jnp.inf), axis=1, keepdims=True))
-                e = jnp.where(fresh, jnp.exp(x - m_new), 0.0)
-                return m_new, s * jnp.exp(m - m_new) + jnp.sum(e, axis=1, keepdims=True)
+                m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)  # all -inf so far: -inf - -inf is NaN
+                e = jnp.where(fresh, jnp.exp(x - m_safe), 0.0)
+                return m_new, s * jnp.exp(m - m_safe) + jnp.sum(e, axis=1, keepdims=True)
 
             stats = lax.fori_loop(0, nchunks, online, (jnp.full((rows, 1), -jnp.inf, f32), zeros))
         elif kind == "rmsnorm":
@@ -504,10 +527,53 @@ def _eps(kind: str, problem: Mapping[str, Any]) -> float:
     return float(problem.get("eps", _EPS.get(kind, 0.0)))
 
 
+def softmax_input(rng: np.random.Generator, m: int, n: int, dtype: str) -> np.ndarray:
+    """Scores with the values a masked attention softmax meets: 5 % of the elements masked (-inf), and
+    the rows cycle (row % 8) through hostile kinds: 1 fully masked, 2 every column but the last masked
+    (every column block before the last one is all -inf), 3 the first half masked, 4 all zeros,
+    5 large magnitudes (x 300), 6 subnormals of the dtype, 7 zeros among normal values."""
+    x = rng.standard_normal((m, n)) * 2.0 + 0.5
+    x[rng.random((m, n)) < 0.05] = -np.inf
+    for r in range(m):
+        kind = r % 8
+        if kind == 1:
+            x[r] = -np.inf
+        elif kind == 2:
+            x[r, :-1] = -np.inf
+        elif kind == 3:
+            x[r, : n // 2] = -np.inf
+        elif kind == 4:
+            x[r] = 0.0
+        elif kind == 5:
+            x[r] *= 300.0
+        elif kind == 6:
+            x[r] = hostile_tiny(rng, n, dtype)
+        elif kind == 7:
+            x[r, ::3] = 0.0
+    return x
+
+
+def norm_input(rng: np.random.Generator, m: int, n: int, dtype: str) -> np.ndarray:
+    """RMSNorm / LayerNorm rows: standard normal + 0.5, with rows cycling (row % 8) through hostile kinds:
+    1 all zeros, 2 large magnitudes (x 1000), 3 subnormals of the dtype, 4 every third value zero."""
+    x = rng.standard_normal((m, n)) + 0.5
+    for r in range(m):
+        kind = r % 8
+        if kind == 1:
+            x[r] = 0.0
+        elif kind == 2:
+            x[r] *= 1000.0
+        elif kind == 3:
+            x[r] = hostile_tiny(rng, n, dtype)
+        elif kind == 4:
+            x[r, ::3] = 0.0
+    return x
+
+
 def _make_inputs(kind: str, problem: Mapping[str, Any], backend: str, seed: int) -> dict[str, Any]:
     m, n, dtype = _spaces.check_problem(problem)
     rng = np.random.default_rng(seed)
-    arrays = {"x": rng.standard_normal((m, n)) * (2.0 if kind == "softmax" else 1.0) + 0.5}
+    arrays = {"x": softmax_input(rng, m, n, dtype) if kind == "softmax" else norm_input(rng, m, n, dtype)}
     if kind != "softmax":
         arrays["w"] = 1.0 + 0.5 * rng.standard_normal(n)
     if kind == "layernorm":
@@ -605,8 +671,23 @@ def _bytes(kind: str, problem: Mapping[str, Any]) -> float:
     return float((2 * m * n + len(_PARAMS[kind]) * n) * dtype_bytes(dtype))
 
 
-def _tolerance(dtype: str) -> tuple[float, float]:
-    return default_tolerance(dtype)
+# Element-wise |out - ref| <= atol + rtol * |ref|. rtol covers the output dtype's rounding (a bf16 store
+# under the Triton interpreter truncates: up to one ulp, 2**-7); atol only absorbs what the dtype cannot
+# represent near zero, so it stays far below the smallest outputs that matter: softmax probabilities of a
+# 1000-wide row are ~1e-3, and zeroing them fails the check in every dtype.
+_RTOL = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 3e-2}
+_ATOL = {"softmax": 1e-6, "rmsnorm": 1e-5, "layernorm": 1e-5}
+
+
+def _check_problem(problem: Mapping[str, Any]) -> None:
+    _spaces.check_problem(problem)
+    eps = problem.get("eps", 0.0)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (0 <= eps < 1):
+        raise ValueError(f"eps={eps!r} must be a number in [0, 1)")
+
+
+def _tolerance(kind: str, dtype: str) -> tuple[float, float]:
+    return _RTOL.get(dtype, 3e-2), _ATOL[kind]
 
 
 def _spec(kind: str) -> KernelSpec:
@@ -631,7 +712,8 @@ def _spec(kind: str) -> KernelSpec:
         run=functools.partial(_run, kind),
         flops=functools.partial(_flops, kind),
         bytes_moved=functools.partial(_bytes, kind),
-        tolerance=_tolerance,
+        tolerance=functools.partial(_tolerance, kind),
+        check_problem=_check_problem,
         output_buffer="out",
         extra={
             "inputs": ("x",) + _PARAMS[kind] + ("out",),

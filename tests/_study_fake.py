@@ -89,3 +89,26 @@ def measure(entry: Any, repeats: int) -> list[float]:
     base = float(entry["time_s"])
     f = float(slow.get(entry["kernel"], 1.0))
     return [base * f * (1.0 + 0.01 * ((i * 7) % 5 - 2)) for i in range(repeats)]
+
+
+def failing_executor(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
+    """Every trial raises (as every kernel trial does without the kernels extra): no winner."""
+    import warnings
+
+    from tuner import optimize
+
+    def objective(config: dict[str, Any]) -> float:
+        raise ModuleNotFoundError("No module named 'triton' (synthetic)")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return optimize(
+            space_for(task),
+            objective,
+            budget=task.budget or 4,
+            seed=task.seed,
+            strategy=task.strategy,
+            storage=task.storage,
+            study_name=task.study_name,
+            callback=callback,
+        )

@@ -72,14 +72,17 @@ def test_flops_and_bytes() -> None:
     assert spec.bytes_moved(p) == 2 * (64 * 16 + 16 * 32 + 64 * 32)
 
 
-def test_inputs_are_seeded_and_never_zero() -> None:
+def test_inputs_are_seeded_and_hostile() -> None:
+    """Seeded; rows of A cycle through zeros, large magnitudes and subnormals (the rest never zero)."""
     from tuner.kernels import get_kernel
 
     spec = get_kernel("matmul")
     p = {**SHAPE, "dtype": "float32"}
     a1, a2, a3 = (spec.make_inputs(p, "triton", s)["a"] for s in (3, 3, 4))
     assert (a1 == a2).all() and not (a1 == a3).all()
-    assert (a1 != 0).all()
+    a = a1.numpy()
+    assert (a[1] == 0).all() and np.abs(a[2]).max() > 64 and 0 < np.abs(a[3][a[3] != 0]).max() < 1e-38
+    assert (a[0] != 0).all()
 
 
 def test_bad_problem_is_a_clear_error() -> None:

@@ -141,17 +141,119 @@ def test_spec_fields(kind: str) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", KINDS)
-def test_inputs_seeded_never_zero(kind: str, backend: str) -> None:
+def test_inputs_are_seeded_and_hostile(kind: str, backend: str) -> None:
+    """Same seed, same inputs; and x holds the hostile values: zeros, large magnitudes, subnormals, and
+    for softmax masked (-inf) elements, fully masked rows and rows masked up to their last column."""
     spec = get_kernel(kind)
     p = {**spec.default_problem, "dtype": "float32"}
     a, b, c = (spec.make_inputs(p, backend, s) for s in (1, 1, 2))
     for name in a:
         if name == "out":
             continue
-        x = to_numpy(a[name])
-        assert np.count_nonzero(x) == x.size
-        np.testing.assert_array_equal(x, to_numpy(b[name]))
-        assert not np.array_equal(x, to_numpy(c[name]))
+        np.testing.assert_array_equal(to_numpy(a[name]), to_numpy(b[name]))
+        assert not np.array_equal(to_numpy(a[name]), to_numpy(c[name]))
+    x = to_numpy(a["x"])
+    finite = x[np.isfinite(x)]
+    assert (x == 0).any() and np.abs(finite).max() > 100
+    tiny = np.abs(finite[finite != 0]).min()
+    assert tiny < np.finfo(np.float32).tiny  # a subnormal survived the conversion
+    if kind == "softmax":
+        rows_masked = np.isneginf(x).all(axis=1)
+        assert rows_masked.any()
+        assert any(np.isneginf(r[:-1]).all() and np.isfinite(r[-1]) for r in x)
+    else:
+        assert not np.isinf(x).any()
+
+
+# ---- masked softmax rows on every path --------------------------------------------------------------
+def _masked_rows(n: int) -> np.ndarray:
+    """Rows a masked attention softmax meets, one per kind."""
+    x = np.random.default_rng(5).standard_normal((6, n)) * 2
+    x[0] = -np.inf  # fully masked
+    x[1, :-1] = -np.inf  # only the last column survives: every earlier block is all -inf
+    x[2, : n - 7] = -np.inf  # a masked prefix that ends inside a block
+    x[3, 1::2] = -np.inf  # scattered
+    x[4, :3] = -np.inf
+    return x
+
+
+def test_softmax_reference_semantics_for_masked_rows() -> None:
+    import torch
+    from tuner.kernels.norms import softmax_reference
+
+    x = _masked_rows(50)
+    ref = softmax_reference(x)
+    assert (ref[0] == 0).all()  # fully masked: zeros (torch.softmax gives NaN there)
+    assert torch.isnan(torch.softmax(torch.tensor(x[:1]), -1)).all()
+    np.testing.assert_allclose(ref[1:], torch.softmax(torch.tensor(x[1:]), -1).numpy(), rtol=1e-12)
+    assert ref[1, -1] == 1.0 and (ref[1, :-1] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_softmax_masked_rows_on_every_path(backend: str, dtype: str) -> None:
+    """Single pass, multi pass with unaligned and aligned column blocks: masked rows match the reference
+    (the multi-pass path used to turn a row whose first block is all -inf into NaN)."""
+    import jax.numpy as jnp
+    import torch
+    from tuner.kernels.norms import softmax_pallas, softmax_reference, softmax_triton
+
+    from tuner.measure import compare
+
+    spec = get_kernel("softmax")
+    rtol, atol = spec.tolerance(dtype)
+    for n, block in ((100, 128), (100, 16), (96, 32), (333, 16)):
+        x = _masked_rows(n)
+        if backend == "triton":
+            xt = torch.tensor(x, dtype=torch.float32).to(getattr(torch, dtype))
+            out = softmax_triton(xt, torch.full_like(xt, float("nan")), BLOCK_N=block, ROWS_PER_PROGRAM=2)
+        else:
+            xt = jnp.asarray(x, dtype=jnp.float32).astype(dtype)
+            out = softmax_pallas(xt, jnp.full(xt.shape, jnp.nan, xt.dtype), block_rows=4, block_cols=block)
+        ref = softmax_reference(to_numpy(xt))
+        got = to_numpy(out)
+        assert not np.isnan(got).any(), (n, block)
+        c = compare(out, ref, rtol, atol)
+        assert c.ok, (n, block, c.message)
+
+
+def _old_online_softmax(x: np.ndarray, block: int) -> np.ndarray:
+    """The multi-pass algorithm as it was: the running max starts at -inf and is subtracted unguarded."""
+    m = np.full(x.shape[0], -np.inf)
+    s = np.zeros(x.shape[0])
+    with np.errstate(invalid="ignore"):
+        for start in range(0, x.shape[1], block):
+            xb = x[:, start : start + block]
+            m_new = np.maximum(m, xb.max(axis=1))
+            s = s * np.exp(m - m_new) + np.exp(xb - m_new[:, None]).sum(axis=1)
+            m = m_new
+        return np.exp(x - m[:, None]) / s[:, None]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_gate_catches_the_old_softmax_defect_and_zeroed_probabilities(dtype: str) -> None:
+    """Against the generator's inputs and the spec's tolerance, the gate fails (a) the old multi-pass
+    output (NaN rows) and (b) an output with every probability below 0.01 zeroed (N = 1000, where the
+    old absolute tolerance of the half-precision dtypes let it pass)."""
+    from tuner.measure import compare
+
+    spec = get_kernel("softmax")
+    rtol, atol = spec.tolerance(dtype)
+    problem = {"M": 16, "N": 1000, "dtype": dtype}
+    inputs = spec.make_inputs(problem, "triton", 0)
+    ref = spec.reference(problem, inputs)
+    x = to_numpy(inputs["x"]).astype(np.float64)
+    old = _old_online_softmax(x, 128)
+    assert np.isnan(old).any()
+    c = compare(old, ref, rtol, atol)
+    assert not c.ok and "NaN" in (c.message or "")
+    zeroed = np.where(ref < 0.01, 0.0, ref)
+    assert (zeroed != ref).sum() > 1000
+    assert not compare(zeroed, ref, rtol, atol).ok
+    # what the old bf16 tolerance (rtol = atol = 3e-2) accepted:
+    if dtype == "bfloat16":
+        assert compare(zeroed, ref, 3e-2, 3e-2).ok
+    assert compare(ref.astype(np.float32), ref, rtol, atol).ok  # the right answer still passes
 
 
 # ---- space properties -------------------------------------------------------------------------------

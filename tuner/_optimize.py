@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Trial", "TuneResult", "optimize", "validate_prior"]
+__all__ = ["AllTrialsFailedWarning", "Trial", "TuneResult", "optimize", "validate_prior"]
 
 OK = "ok"
 FAILED = "failed"
@@ -274,6 +275,8 @@ def optimize(
 
     ok_trials = [t for t in trials if t.value is not None]
     best = min(ok_trials, key=lambda t: (t.value, t.number)) if ok_trials else None
+    if trials and best is None:
+        _warn_all_failed(trials)
     return TuneResult(
         best_config=dict(best.config) if best else None,
         best_value=best.value if best and best.value is not None else math.inf,
@@ -285,3 +288,15 @@ def optimize(
         strategy_time_s=strategy_time,
         info={"study_name": study.study_name},
     )
+
+
+class AllTrialsFailedWarning(RuntimeWarning):
+    """Every trial of an `optimize` run failed: the result has no best config (None) and an inf value."""
+
+
+def _warn_all_failed(trials: Sequence[Trial]) -> None:
+    first = next((t.error for t in trials if t.error), None)
+    msg = f"every one of the {len(trials)} trials failed; best_config is None and best_value inf" + (
+        f" (first error: {first.strip().splitlines()[0][:300]})" if first and first.strip() else ""
+    )
+    warnings.warn(msg, AllTrialsFailedWarning, stacklevel=3)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner._bounded import read_bounded
 from tuner.search_spaces import Config, SearchSpace
 
 __all__ = ["ReplayTable", "ReplayFormatError", "load_table", "table_from_dict"]
@@ -192,9 +193,7 @@ def load_table(path: str | Path, *, objective: str | None = None) -> ReplayTable
     if not p.is_file():
         raise ReplayFormatError(f"{where}: not a file")
     try:
-        raw = p.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
+        raw = read_bounded(p)  # size-checked, gunzipped with a bound on the expanded size
         text = raw.decode("utf-8")
     except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise ReplayFormatError(f"{where}: cannot read ({exc.__class__.__name__}: {exc})") from None

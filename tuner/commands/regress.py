@@ -11,12 +11,19 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "regress",
         help="re-measure the configs of a cache file and flag regressions",
-        description="Re-measure every config of a cache file recorded on this device and flag "
-        "those slower than recorded beyond a noise-aware threshold (bootstrap interval of the "
-        "ratio new/recorded over repeats). Exit code 1 when any config regressed or failed.",
+        description="Re-measure every config of a cache file recorded on this device, the way a study "
+        "measured its winner, and flag those slower than recorded beyond a noise-aware threshold "
+        "(bootstrap interval of the ratio new/recorded over repeats). Entries are checked against "
+        "the kernel's problem schema and search space first (exit 2). Exit code 1 when any config "
+        "regressed or failed.",
     )
     p.add_argument("--baseline", required=True, metavar="FILE", help="cache file (tuner cache/study export)")
-    p.add_argument("--repeats", type=int, default=10, help="timed runs per config (default: 10)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed runs per config (default: as many as a study's re-measurement of its winner, 25)",
+    )
     p.add_argument(
         "--threshold",
         type=float,
@@ -66,11 +73,14 @@ def run(args: argparse.Namespace) -> int:
         SKIPPED,
         BaselineError,
         check_entries,
+        protocol_repeats,
         read_cache_entries,
+        this_device,
+        validate_entries,
     )
 
-    if args.repeats < 2:
-        raise BadInput(f"--repeats must be >= 2, got {args.repeats}")
+    if args.repeats is not None and not (2 <= args.repeats <= 100_000):
+        raise BadInput(f"--repeats must be in [2, 100000], got {args.repeats}")
     if not (0 <= args.threshold < 10):
         raise BadInput(f"--threshold must be in [0, 10), got {args.threshold}")
     if not (0.5 <= args.confidence < 1):
@@ -80,10 +90,21 @@ def run(args: argparse.Namespace) -> int:
         entries = read_cache_entries(args.baseline)
     except BaselineError as exc:
         raise BadInput(str(exc)) from None
+    here = this_device()
+    selected = [
+        e
+        for e in entries
+        if (not args.kernel or e["kernel"] in args.kernel) and (args.any_device or e.get("device") == here)
+    ]
+    if measure is None:  # the real kernels: every entry must be a valid problem and a config of the space
+        try:
+            validate_entries(selected)
+        except ValueError as exc:
+            raise BadInput(f"{args.baseline}: {str(exc).splitlines()[0]}") from None
     checks = check_entries(
         entries,
         measure=measure,
-        repeats=args.repeats,
+        repeats=args.repeats if args.repeats is not None else protocol_repeats(),
         threshold=args.threshold,
         confidence=args.confidence,
         seed=args.seed,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from typing import Any
@@ -49,6 +50,7 @@ def add_parser(sub: Any) -> None:
     )
     r.add_argument("--no-report", action="store_true", help="do not write the report and cache at the end")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--json", action="store_true", help="print one JSON object (implies --quiet)")
     r.set_defaults(func=run_cmd)
 
     rep = ssub.add_parser(
@@ -62,6 +64,7 @@ def add_parser(sub: Any) -> None:
         "--out", default=None, metavar="DIR", help="report folder (default: <study output>/report)"
     )
     rep.add_argument("--storage", default=None, metavar="URL")
+    rep.add_argument("--json", action="store_true", help="print one JSON object")
     rep.set_defaults(func=report_cmd)
 
     ex = ssub.add_parser(
@@ -73,6 +76,7 @@ def add_parser(sub: Any) -> None:
     ex.add_argument("study", help="study file (TOML)")
     ex.add_argument("--out", required=True, metavar="FILE")
     ex.add_argument("--storage", default=None, metavar="URL")
+    ex.add_argument("--json", action="store_true", help="print one JSON object")
     ex.set_defaults(func=export_cmd)
 
 
@@ -83,9 +87,36 @@ def _load(args: argparse.Namespace, *, check_kernels: bool = True) -> Any:
     return load_study(args.study, storage=storage, check_kernels=check_kernels)
 
 
+def _emit(obj: dict[str, Any]) -> None:
+    json.dump(obj, sys.stdout, sort_keys=True, default=str)
+    sys.stdout.write("\n")
+
+
+def _fail(args: argparse.Namespace, what: str, reason: str, extra: dict[str, Any] | None = None) -> int:
+    """Work that did not happen: one line on stderr (and the JSON object with "error"), exit 1."""
+    if getattr(args, "json", False):
+        _emit({**(extra or {}), "ok": False, "error": reason})
+    print(f"tuner: {what}: {reason}", file=sys.stderr)
+    return 1
+
+
+def _require_database(spec: Any) -> None:
+    """A study that never ran has no SQLite file yet: say so instead of creating an empty database."""
+    from tuner.studies._export import NothingToDo
+
+    url = str(spec.storage)
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///") :]
+        if path and path != ":memory:" and not os.path.exists(path):
+            raise NothingToDo(
+                f"study {spec.name} has no database at {path}: it never ran (run `tuner study run` first)"
+            )
+
+
 def run_cmd(args: argparse.Namespace) -> int:
     from tuner.errors import BadInput
     from tuner.studies import resolve_executor, run_study
+    from tuner.studies._export import ExportRefused, NothingToDo
 
     if args.workers < 1:
         raise BadInput(f"--workers must be >= 1, got {args.workers}")
@@ -93,50 +124,111 @@ def run_cmd(args: argparse.Namespace) -> int:
         raise BadInput(f"--lease-seconds must be in [1, 86400], got {args.lease_seconds}")
     if args.executor:
         resolve_executor(args.executor)  # fail early, exit 2
+    quiet = args.quiet or args.json
     spec = _load(args, check_kernels=args.executor is None)
     summary = run_study(
         spec,
         workers=args.workers,
         executor=args.executor,
-        progress=not args.quiet,
+        progress=not quiet,
         lease_s=args.lease_seconds,
         retry_failed=args.retry_failed,
     )
     c = summary.counts
-    if not args.quiet:
+    out: dict[str, Any] = {
+        "study": spec.name,
+        "counts": {k: c.get(k, 0) for k in ("done", "failed", "pending", "running")},
+        "complete": summary.complete,
+        "failed": [{"task": k, "error": (e.splitlines()[0] if e else "")} for k, e in summary.failed],
+        "report": None,
+        "cache": None,
+    }
+    if not quiet:
         print(
             f"study {spec.name}: {c['done']} done, {c['failed']} failed, {c['pending']} pending, "
             f"{c['running']} running elsewhere"
         )
-    for key, err in summary.failed:
-        print(f"  failed: {key}: {err.splitlines()[0] if err else ''}", file=sys.stderr)
-    if summary.complete and not args.no_report and c["done"]:
+    if not args.json:
+        for key, err in summary.failed:
+            print(f"  failed: {key}: {err.splitlines()[0] if err else ''}", file=sys.stderr)
+    if summary.complete and not args.no_report and (c["done"] or c["failed"]):
         from tuner.studies import export_study, write_report
 
-        rep = write_report(spec, spec.output_dir / "report")
-        cache = export_study(spec, spec.output_dir / "cache.json")
-        print(f"report: {rep.markdown}")
-        print(f"report (HTML): {rep.html}")
-        print(f"cache: {cache.path} ({cache.entries} entries; {cache.format})")
-    elif not summary.complete and not args.quiet:
+        rep = write_report(spec, spec.output_dir / "report")  # failures are worth a report too
+        out["report"] = {"markdown": str(rep.markdown), "html": str(rep.html)}
+        if not args.json:
+            print(f"report: {rep.markdown}")
+            print(f"report (HTML): {rep.html}")
+        try:
+            cache = export_study(spec, spec.output_dir / "cache.json")
+        except (NothingToDo, ExportRefused) as exc:
+            return _fail(args, "study run", str(exc), out)
+        out["cache"] = {"path": str(cache.path), "entries": cache.entries}
+        if not args.json:
+            print(f"cache: {cache.path} ({cache.entries} entries; {cache.format})")
+    if summary.complete and not c["done"]:
+        return _fail(
+            args,
+            "study run",
+            f"study {spec.name}: no task succeeded ({c['failed']} failed): nothing to export",
+            out,
+        )
+    elif not summary.complete and not quiet:
         print("tasks are still running on other workers; `tuner study report` when they are done")
+    out["ok"] = not summary.failed
+    if summary.failed:
+        out["error"] = f"study {spec.name}: {c['failed']} of {sum(c.values())} tasks failed"
+    if args.json:
+        _emit(out)
+    if summary.failed:
+        print(f"tuner: study run: {out['error']}", file=sys.stderr)
     return 1 if summary.failed else 0
 
 
 def report_cmd(args: argparse.Namespace) -> int:
+    from tuner.errors import BadInput
     from tuner.studies import write_report
+    from tuner.studies._export import NothingToDo
 
+    if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise BadInput(f"--out {args.out} is a file; give the report's folder")
     spec = _load(args, check_kernels=False)
-    rep = write_report(spec, args.out or spec.output_dir / "report")
-    print(f"report: {rep.markdown}")
-    print(f"report (HTML): {rep.html}")
+    try:
+        _require_database(spec)
+        rep = write_report(spec, args.out or spec.output_dir / "report")
+    except NothingToDo as exc:
+        return _fail(args, "study report", str(exc), {"study": spec.name})
+    if args.json:
+        _emit(
+            {
+                "ok": True,
+                "study": spec.name,
+                "markdown": str(rep.markdown),
+                "html": str(rep.html),
+                "images": [str(p) for p in rep.images],
+            }
+        )
+    else:
+        print(f"report: {rep.markdown}")
+        print(f"report (HTML): {rep.html}")
     return 0
 
 
 def export_cmd(args: argparse.Namespace) -> int:
+    from tuner.errors import BadInput
     from tuner.studies import export_study
+    from tuner.studies._export import ExportRefused, NothingToDo
 
+    if os.path.isdir(args.out):
+        raise BadInput(f"--out {args.out} is a folder; give the cache file's path")
     spec = _load(args, check_kernels=False)
-    res = export_study(spec, args.out)
-    print(f"cache: {res.path} ({res.entries} entries; {res.format})")
+    try:
+        _require_database(spec)
+        res = export_study(spec, args.out)
+    except (NothingToDo, ExportRefused) as exc:
+        return _fail(args, "study export", str(exc), {"study": spec.name})
+    if args.json:
+        _emit({"ok": True, "study": spec.name, "path": str(res.path), "entries": res.entries})
+    else:
+        print(f"cache: {res.path} ({res.entries} entries; {res.format})")
     return 0

@@ -20,11 +20,12 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from ._mainguard import check_main_guard
 from ._result import COMPILE_ERROR, OK, MeasureResult
 from ._select import config_order_key
 from ._target import CallableTarget, KernelTarget, Session, Target, _Failed
 from ._timing import CPU_TIMING, TimingOptions
-from ._worker import Worker, WorkerSettings, WorkerSetupError
+from ._worker import Worker, WorkerSettings, WorkerSetupError, default_start_method
 
 if TYPE_CHECKING:  # pragma: no cover
     from tuner.search_spaces import Device
@@ -91,6 +92,8 @@ class TargetMeasurer(Measurer):
         self._known_failures: dict[str, MeasureResult] = {}
         if isolation == "inprocess":
             _warn_env_mismatch(target)
+        else:  # workers re-import the main script: refuse an unguarded one before any process starts
+            check_main_guard(self.settings.start_method or default_start_method())
 
     # ---- plumbing ----------------------------------------------------------------------------------
     def _local(self) -> Session:

@@ -30,12 +30,21 @@ from tuner._atomic import atomic_write
 from tuner.runtime._env import VERSIONS_BY_KIND
 from tuner.runtime._kernel import BACKEND_KIND, backend_versions, kernel_cache_key, kernel_source_hash
 
-from ._board import DONE, TaskBoard, TaskRow
+from ._board import DONE, TaskRow
 from ._spec import StudySpec, StudyTask
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ExportResult", "export_study", "cache_entries", "kernel_source_hash", "FORMAT", "SCHEMA_VERSION"]
+__all__ = [
+    "ExportResult",
+    "ExportRefused",
+    "NothingToDo",
+    "export_study",
+    "cache_entries",
+    "kernel_source_hash",
+    "FORMAT",
+    "SCHEMA_VERSION",
+]
 
 FORMAT = "tuner-cache"
 SCHEMA_VERSION = 1
@@ -98,12 +107,19 @@ def entry_for(row: TaskRow) -> dict[str, Any] | None:
     }
 
 
+class NothingToDo(RuntimeError):
+    """The study has nothing of what was asked (no finished task to report or export): exit 1, one line."""
+
+
+class ExportRefused(RuntimeError):
+    """The file the study would export is one `tuner cache import` would refuse: nothing is written."""
+
+
 def cache_entries(spec: StudySpec) -> list[dict[str, Any]]:
-    board = TaskBoard(spec.storage)
-    try:
-        rows = board.rows(spec.name)
-    finally:
-        board.close()
+    """The cache entries of the study's finished tasks (tasks removed from the study file left out)."""
+    from ._runner import study_rows
+
+    rows = study_rows(spec)
     out = []
     for r in rows:
         if r.status != DONE:
@@ -133,13 +149,33 @@ def _write_builtin(path: Path, entries: list[dict[str, Any]]) -> None:
 
 
 def export_study(spec: StudySpec, out: str | os.PathLike[str]) -> ExportResult:
-    """Write the study's cache file to `out` (atomically); returns where and how many entries."""
+    """Write the study's cache file to `out` (atomically); returns where and how many entries.
+
+    Raises `NothingToDo` when no task of the study has a winning config, and `ExportRefused` when the
+    file would fail the importer's validation (the same function `tuner cache import` reads files with:
+    size, entry count, schema, duplicate keys); nothing is written then."""
     path = Path(out)
     entries = cache_entries(spec)
-    from tuner.runtime import write_cache_file
-    from tuner.runtime._entry import entry_from_json
+    if not entries:
+        from ._board import summarize
+        from ._runner import study_rows
 
-    objs = [entry_from_json(e, where=f"entry {e['kernel']}") for e in entries]
+        c = summarize(study_rows(spec))
+        raise NothingToDo(
+            f"study {spec.name} has no finished task with a winning config: nothing to export "
+            f"({c['done']} done, {c['failed']} failed, {c['pending']} pending, {c['running']} running)"
+        )
+    from tuner.runtime import write_cache_file
+    from tuner.runtime._entry import EntryError, entry_from_json
+    from tuner.runtime._file import CacheFileError, dumps_entries, parse_cache_bytes
+
+    try:
+        objs = [entry_from_json(e, where=f"entry {e['kernel']}") for e in entries]
+        parse_cache_bytes(dumps_entries(objs).encode("utf-8"), f"the export of study {spec.name}")
+    except (EntryError, CacheFileError) as exc:
+        raise ExportRefused(
+            f"not written: tuner cache import would refuse it: {str(exc).splitlines()[0]}"
+        ) from None
     path.parent.mkdir(parents=True, exist_ok=True)
     write_cache_file(path, objs)
     return ExportResult(path, len(objs), "tuner.runtime writer")

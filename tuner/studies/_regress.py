@@ -31,6 +31,9 @@ __all__ = [
     "default_measure",
     "this_device",
     "bootstrap_ratio",
+    "validate_entries",
+    "entry_task",
+    "protocol_repeats",
 ]
 
 Measure = Callable[[Mapping[str, Any], int], Sequence[float]]
@@ -155,47 +158,72 @@ def _interpreter_unless_gpu() -> None:
         os.environ["TRITON_INTERPRET"] = "1"
 
 
-def default_measure(entry: Mapping[str, Any], repeats: int) -> list[float]:
-    """Run the entry's kernel config on this device: inputs from the kernel's problem generator, one
-    checked warm-up call (compared with the reference), then `repeats` timed calls (device-synchronised
-    wall clock), in seconds."""
-    import time
-
-    import numpy as np_
-
-    _interpreter_unless_gpu()
-    from tuner.kernels import get_kernel
-    from tuner.kernels._common import on_gpu, to_numpy
+def entry_task(entry: Mapping[str, Any]) -> tuple[Any, dict[str, Any], str]:
+    """(kernel spec, problem, backend) of a cache entry, the problem checked against the kernel's problem
+    schema; ValueError naming the value otherwise."""
+    from tuner.kernels import get_kernel, validate_problem
 
     spec = get_kernel(str(entry["kernel"]))
     backend = _backend_of(entry)
-    problem = {**dict(spec.default_problem), **dict(entry["key"])}
+    if backend not in spec.backends:
+        raise ValueError(f"kernel {spec.name!r} has no backend {backend!r}")
+    key = dict(entry["key"])
     if entry.get("dtypes"):
-        problem["dtype"] = entry["dtypes"][0]
-    inputs = spec.make_inputs(problem, backend, 0)
-    config = dict(entry["config"])
-    gpu = on_gpu()
+        key["dtype"] = entry["dtypes"][0]
+    return spec, validate_problem(spec, key), backend
 
-    def sync(out: Any) -> Any:
-        if hasattr(out, "block_until_ready"):
-            out.block_until_ready()
-        elif gpu:
-            import torch
 
-            torch.cuda.synchronize()
-        return out
+def validate_entries(entries: Sequence[Mapping[str, Any]]) -> None:
+    """Before anything runs: every entry's kernel is registered, its key is a valid problem, and its config
+    is in the kernel's search space for that problem on this device. ValueError (one line, naming the
+    entry) for the first that is not: `tuner regress` never launches a config the space excludes."""
+    from tuner.measure import detect_device
 
-    out = sync(spec.run(problem, backend, inputs, config))
-    ref = spec.reference(problem, inputs)
-    rtol, atol = spec.tolerance(str(problem.get("dtype", "float32")))
-    if not np_.allclose(to_numpy(out), np_.asarray(ref), rtol=rtol, atol=atol, equal_nan=False):
-        raise RuntimeError("output differs from the reference")
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        sync(spec.run(problem, backend, inputs, config))
-        times.append(time.perf_counter() - t0)
-    return times
+    _interpreter_unless_gpu()
+    for i, e in enumerate(entries):
+        where = f"entries[{i}] ({e.get('kernel')})"
+        try:
+            spec, problem, backend = entry_task(e)
+            space = spec.space(problem, detect_device(backend), backend)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {str(exc).splitlines()[0]}") from None
+        config = dict(e["config"])
+        if not space.contains(config):
+            why = "; ".join(space.violations(config))
+            raise ValueError(f"{where}: config {config} is not in the kernel's search space: {why}"[:500])
+
+
+def default_measure(entry: Mapping[str, Any], repeats: int) -> list[float]:
+    """Measure the entry's config the way a study measured its winner: the measurement layer's
+    `KernelMeasurer`, built as `tuner.tune.tune_kernel` builds it (worker process, default timing
+    options for the device: warm-up, L2 flush and CUDA graphs on a GPU, poisoned outputs, checked against
+    the reference), then the finalists' interleaved re-measurement (`remeasure`: rounds of
+    `interleave_reps` timed runs after a warm-up each), with enough rounds for `repeats` timed runs.
+    Returns the times in seconds."""
+    import dataclasses
+
+    _interpreter_unless_gpu()
+    from tuner.measure import KernelMeasurer, detect_device
+
+    spec, problem, backend = entry_task(entry)
+    m = KernelMeasurer(spec, problem, backend, device=detect_device(backend), seed=0)
+    reps = m.timing.interleave_reps
+    m.timing = dataclasses.replace(m.timing, interleave_rounds=max(1, math.ceil(repeats / reps)))
+    try:
+        (res,) = m.remeasure([dict(entry["config"])])
+    finally:
+        m.close()
+    if not res.ok:
+        raise RuntimeError(f"{res.status}: {(res.error or '').strip().splitlines()[0] if res.error else ''}")
+    return [t / 1e3 for t in res.times]
+
+
+def protocol_repeats() -> int:
+    """The timed runs of a study winner's re-measurement (`TimingOptions` rounds x reps): the default."""
+    from tuner.measure import TimingOptions
+
+    t = TimingOptions()
+    return t.interleave_rounds * t.interleave_reps
 
 
 def check_entries(

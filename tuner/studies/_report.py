@@ -11,6 +11,7 @@ the measurement layer).
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import html
 import io
 import logging
@@ -25,7 +26,7 @@ from typing import Any
 
 from tuner._atomic import atomic_write
 
-from ._board import DONE, TaskBoard, TaskRow, summarize
+from ._board import DONE, FAILED, TaskRow, summarize
 from ._runner import _optuna_storage, task_trials
 from ._spec import StudySpec, StudyTask
 
@@ -82,6 +83,13 @@ def roofline_fraction(task: StudyTask, time_s: float) -> tuple[float | None, str
 
 def _slug(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", key).strip("_")[:120]
+
+
+def image_name(key: str) -> str:
+    """The convergence plot's file name: readable, and unique per task key (the slug maps several
+    characters to '_' and is truncated, so a hash of the whole key follows it)."""
+    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:10]
+    return f"{_slug(key)[:100]}-{digest}.png"
 
 
 def _fmt_time(v: float | None, unit: str) -> str:
@@ -231,12 +239,17 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
     """Write `report.md`, `report.html` and one convergence PNG per task into `out_dir`."""
     out = Path(out_dir)
     img_dir = out / "img"
+    from ._export import NothingToDo
+    from ._runner import study_rows
+
+    rows: list[TaskRow] = study_rows(spec)  # tasks removed from the study file are left out
+    if not any(r.status in (DONE, FAILED) or r.trials_done for r in rows):
+        c = summarize(rows)
+        raise NothingToDo(
+            f"study {spec.name} has no task that ran: nothing to report "
+            f"({c['pending']} pending, {c['running']} running; run `tuner study run` first)"
+        )
     img_dir.mkdir(parents=True, exist_ok=True)
-    board = TaskBoard(spec.storage)
-    try:
-        rows: list[TaskRow] = board.rows(spec.name)
-    finally:
-        board.close()
     storage = _optuna_storage(spec.storage)
     counts = summarize(rows)
     redacted = spec.storage.split("@")[-1] if "@" in spec.storage else spec.storage
@@ -314,7 +327,7 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
             )
         )
         if trials:
-            png = img_dir / f"{_slug(t.key)}.png"
+            png = img_dir / image_name(t.key)
             try:
                 _plot_convergence(png, f"{spec.name}: {t.key}", trials, unit)
                 images.append(png)
@@ -346,6 +359,9 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
         ("table", ["task", "status", "trials", "best time", "% of roofline", "best config"], summary_rows)
     )
     blocks += sections
+    for old in img_dir.glob("*.png"):  # plots of tasks no longer in the study (or of an older naming)
+        if old not in images:
+            old.unlink(missing_ok=True)
     md_path, html_path = out / "report.md", out / "report.html"
     atomic_write(md_path, _md(blocks))
     atomic_write(html_path, _html(blocks, f"Study {spec.name}"))

@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -52,6 +53,8 @@ __all__ = [
     "prepare_study",
     "task_trials",
     "detect_device",
+    "no_winner_reason",
+    "study_rows",
 ]
 
 Executor = Callable[..., Any]
@@ -95,7 +98,11 @@ def default_executor(
             "tuner.tune.tune_kernel takes no study_name: its trials are not kept in the task's Optuna "
             "study, so an interrupted task starts over and reports lack convergence curves"
         )
-    return tune_kernel(task.kernel, dict(task.problem), **kwargs)
+    from tuner._optimize import AllTrialsFailedWarning
+
+    with warnings.catch_warnings():  # a task whose every trial failed is reported by the runner itself
+        warnings.simplefilter("ignore", AllTrialsFailedWarning)
+        return tune_kernel(task.kernel, dict(task.problem), **kwargs)
 
 
 _warned: set[str] = set()
@@ -255,6 +262,51 @@ def _result_summary(res: Any) -> dict[str, Any]:
     if "best_config" in out and out.get("best_value") is None:
         out.pop("best_config")  # a config without a time (every finalist failed) is no winner
     return out
+
+
+def no_winner_reason(res: Any, summary: Mapping[str, Any], trials: Sequence[Any]) -> str:
+    """One line on why a task that ran has no winner: how many trials failed, by status, and the first
+    error (the measurement layer's, or the one the Optuna trial kept)."""
+    counts = summary.get("status_counts")
+    if not isinstance(counts, Mapping):
+        counts = {}
+        for t in trials:
+            if t.value is None:
+                st = str(t.user_attrs.get("tuner_status", "failed"))
+                counts[st] = counts.get(st, 0) + 1
+    n = int(summary.get("evaluations") or sum(int(v) for v in counts.values()) or len(trials))
+    if n == 0:
+        return "no trial ran (the budget or the space left nothing to measure)"
+    first = ""
+    for t in getattr(res, "trials", ()) or ():
+        r = getattr(t, "result", None)
+        err = getattr(r, "error", None) if r is not None else getattr(t, "error", None)
+        if err:
+            first = str(err)
+            break
+    if not first:
+        for t in trials:
+            err = t.user_attrs.get("tuner_error") if hasattr(t, "user_attrs") else None
+            if err:
+                first = str(err)
+                break
+    by = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if k != "ok" and int(v) > 0)
+    line = f"every one of {n} trials failed" + (f" ({by})" if by else "")
+    if first:
+        line += f"; first error: {first.strip().splitlines()[0][:300]}"
+    return line
+
+
+def study_rows(spec: StudySpec) -> list[TaskRow]:
+    """The board's rows of the tasks the study file lists now (in run order); rows of tasks removed from
+    the file stay in the database but are left out of summaries, reports and exports."""
+    keys = {t.key for t in spec.tasks}
+    board = TaskBoard(spec.storage)
+    try:
+        rows = board.rows(spec.name)
+    finally:
+        board.close()
+    return [r for r in rows if r.key in keys]
 
 
 def _finite_or_str(v: Any) -> bool:
@@ -418,6 +470,7 @@ class StudyWorker:
         self.board = TaskBoard(spec.storage)
         self.on_progress = on_progress
         self._storage: Any = None
+        self._keys = {t.key for t in spec.tasks}
 
     @property
     def storage(self) -> Any:
@@ -443,6 +496,11 @@ class StudyWorker:
                 time.sleep(self.poll_s)  # others hold leases; take their tasks over if they die
                 continue
             n += 1
+            if claim.task.key not in self._keys:
+                with contextlib.suppress(Exception):
+                    self.board.finish(claim, FAILED, error="removed from the study file")
+                log.info("task %s is no longer in the study file; not run", claim.task.key)
+                continue
             outcome = self.run_task(claim)
             getattr(summary, outcome).append(claim.task.key)
         return summary
@@ -498,17 +556,25 @@ class StudyWorker:
         summary.setdefault("unit", "ms")
         summary["worker"] = self.worker_id
         summary.update(_environment(task))
+        no_winner = best_value is None or not isinstance(best_config, Mapping)
+        error: str | None = None
+        if no_winner:  # every trial failed (or none ran): the work did not happen
+            error = no_winner_reason(res, summary, trials)
+            log.error("task %s failed: %s", task.key, error)
         with lease.lock:
             ok = self.board.finish(
                 claim,
-                DONE,
+                FAILED if no_winner else DONE,
+                error=error,
                 result=summary,
                 trials_done=len(trials),
                 best_value=best_value,
                 best_config=best_config,
                 spent_add=lease.spent(),
             )
-        return "done" if ok else "lost"
+        if not ok:
+            return "lost"
+        return "failed" if no_winner else "done"
 
 
 # ---- the whole run -------------------------------------------------------------------------------------
@@ -548,11 +614,7 @@ def prepare_study(spec: StudySpec, *, retry_failed: bool = False) -> StudySpec:
 
 
 def _summary(spec: StudySpec) -> RunSummary:
-    board = TaskBoard(spec.storage)
-    try:
-        rows = board.rows(spec.name)
-    finally:
-        board.close()
+    rows = study_rows(spec)
     return RunSummary(
         spec.name, spec.storage, summarize(rows), [(r.key, r.error or "") for r in rows if r.status == FAILED]
     )

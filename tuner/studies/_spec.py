@@ -34,6 +34,7 @@ import itertools
 import json
 import math
 import os
+import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -69,7 +70,8 @@ _STUDY_KEYS = {
 }
 _TASK_KEYS = {"kernel", "problems", "grid", "backends", "dtypes", "budget", "strategy", "seed", "finalists"}
 _BUDGET_KEYS = {"trials", "seconds"}
-_NAME_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
+# A study name names a folder: no path separators, and no leading '.' ('.', '..', hidden folders).
+_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 
 
 class StudyError(BadInput):
@@ -240,8 +242,9 @@ def _fmt(v: Any) -> str:
 def _check_kernel(
     where: str, kernel: str, backend: str, dtype: str, problem: dict[str, Any]
 ) -> dict[str, Any]:
-    """Validate against the kernel registry; fill unspecified problem fields from the kernel's default."""
-    from tuner.kernels import get_kernel
+    """Validate against the kernel registry and the kernel's problem schema (`validate_problem`: field
+    names, types and ranges, the kernel's own checks); fill unspecified fields from the kernel's default."""
+    from tuner.kernels import get_kernel, validate_problem
 
     try:
         spec = get_kernel(kernel)
@@ -255,19 +258,10 @@ def _check_kernel(
         raise _err(
             where, f"kernel {kernel!r} does not support dtype {dtype!r} (it does: {', '.join(spec.dtypes)})"
         )
-    default = dict(spec.default_problem)
-    unknown = sorted(set(problem) - set(default) - {"dtype"} - set(spec.shape_fields))
-    if unknown:
-        raise _err(
-            where,
-            f"kernel {kernel!r} has no problem field {unknown[0]!r} "
-            f"(fields: {', '.join(sorted(set(default) | set(spec.shape_fields)))})",
-        )
-    merged = {**default, **problem, "dtype": dtype}
-    missing = [f for f in spec.shape_fields if f not in merged]
-    if missing:
-        raise _err(where, f"kernel {kernel!r} problem misses shape field {missing[0]!r}")
-    return merged
+    try:
+        return validate_problem(spec, {**problem, "dtype": dtype})
+    except ValueError as exc:
+        raise _err(where, f"kernel {kernel!r}: {str(exc).splitlines()[0]}") from None
 
 
 def parse_study(
@@ -288,8 +282,12 @@ def parse_study(
     where = f"{src} [study]"
     _check_keys(where, st, _STUDY_KEYS)
     name = st.get("name")
-    if not isinstance(name, str) or not name or not set(name) <= _NAME_OK or len(name) > 100:
-        raise _err(where, f"name must be 1-100 characters of letters, digits, '_', '-', '.', got {name!r}")
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+        raise _err(
+            where,
+            f"name must be a plain identifier: 1-100 letters, digits, '_', '-' or '.', starting with a "
+            f"letter, digit or '_' (it names a folder under $TUNER_HOME/studies), got {name!r}",
+        )
     device = st.get("device", "auto")
     if not isinstance(device, str):
         raise _err(where, f"device must be a string, got {device!r}")
