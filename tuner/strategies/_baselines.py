@@ -74,6 +74,7 @@ class TransferBestStrategy(Strategy):
 
 class XGBGreedyStrategy(Strategy):
     name = "xgb_greedy"
+    config_class = XGBGreedyConfig
 
     def __init__(
         self,

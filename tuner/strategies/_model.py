@@ -145,6 +145,7 @@ class ModelStrategy(Strategy):
     (`ModelStrategyConfig`; the defaults are `"auto"`'s)."""
 
     name = "model"
+    config_class = ModelStrategyConfig
 
     def __init__(
         self,

@@ -33,6 +33,7 @@ def _ordered(values: Sequence[Any]) -> bool:
 
 class TPEStrategy(Strategy):
     name = "tpe"
+    config_class = TPEConfig
 
     def __init__(
         self,
