@@ -587,8 +587,8 @@ def print_report(
         groups[name] = g
         print(f"## {name} ({len(files)} files; [95% CI], bootstrap over seeds)")
         print(
-            f"{'strategy':<{w}}{'geo med 1.05x':>20}{'geo med 1.01x':>20}{'reached 1.05x':>18}"
-            f"{'reached 1.01x':>18}{'score':>21}{'ms/eval':>9}"
+            f"{'strategy':<{w}}{'geo med 1.05x':>22}{'geo med 1.01x':>22}{'reached 1.05x':>19}"
+            f"{'reached 1.01x':>19}{'score':>21}{'ms/eval':>9}"
         )
         for s, d in g.items():
             ms = "-" if math.isnan(d["ms"]) else f"{d['ms']:.1f}"
@@ -599,11 +599,11 @@ def print_report(
                 if key in ci:
                     lo, hi = ci[key]
                     txt += f" [{format(lo, fmt)}, {format(hi, fmt)}]"
-                return f"{txt:>{width}}"
+                return f" {txt:>{width - 1}}"
 
             print(
-                f"{s:<{w}}{cell('geo1.05', '.1f', 20)}{cell('geo1.01', '.1f', 20)}"
-                f"{cell('reach1.05', '.2f', 18)}{cell('reach1.01', '.2f', 18)}{cell('score', '.2f', 21)}{ms:>9}"
+                f"{s:<{w}}{cell('geo1.05', '.1f', 22)}{cell('geo1.01', '.1f', 22)}"
+                f"{cell('reach1.05', '.2f', 19)}{cell('reach1.01', '.2f', 19)}{cell('score', '.2f', 21)}{ms:>9}"
             )
         print()
     short: dict[str, list[int]] = defaultdict(list)  # runs that stopped before the budget
