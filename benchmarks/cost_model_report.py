@@ -31,9 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-DEFAULT_DATA = REPO.parent / "shared" / "datasets" / "gpu-tuning-spaces"
-if not DEFAULT_DATA.exists():
-    DEFAULT_DATA = Path("/work/shared/datasets/gpu-tuning-spaces")
+DEFAULT_DATA = Path(__file__).resolve().parent / "data"  # the committed tables (benchmarks/data/README.md)
 
 METRICS = ("recall@10%", "recall@5%", "ndcg@10", "spearman", "regret@1", "regret@10")
 

@@ -12,8 +12,13 @@ evaluations; the script prints per file and overall:
 - the strategy's own time per evaluation (median over runs; everything but the objective);
 - side by side, the closed-form expectation of uniform random search for the same figures ("E[random]").
 
+Every group figure comes with its 95% confidence interval (percentile bootstrap over the seeds of each
+file), so a change, or a constant of the strategy varied (`--strategies auto,auto@restart_seed=1`: the
+`restart_seed` field of `ModelStrategyConfig` changed, side by side), can be read against it.
+
 `--prior loo` gives every run the other GPUs' tables of the same kernel folder as `prior`
-(leave one GPU out) and adds per-folder aggregates.
+(leave one GPU out) and adds per-folder aggregates. The tables are the ones committed under
+`benchmarks/data/` unless `--data` names another folder.
 
 Kernel Tuner's strategies as peers (needs the `bench` extra, `kernel_tuner`): `--strategies kt` adds
 kt:genetic_algorithm, kt:pso, kt:bayes_opt, kt:simulated_annealing and kt:random_sample; `kt:NAME` adds one
@@ -34,9 +39,10 @@ runs are made comparable (see `run_kt`):
   simulation runner's lookups) per evaluation, without tune_kernel's start-up (reading the cache
   file, building the search space), which the record keeps as `kt_startup_s`; `--prior` is not used.
 
-    PYTHONPATH=$PWD python benchmarks/replay_search.py --jobs 2
-    PYTHONPATH=$PWD python benchmarks/replay_search.py --prior loo --strategies transfer_best,xgb_greedy,auto
-    PYTHONPATH=$PWD python benchmarks/replay_search.py --strategies random,kt --jobs 1 --json /tmp/kt.json
+    python benchmarks/replay_search.py --jobs 2
+    python benchmarks/replay_search.py --prior loo --strategies transfer_best,xgb_greedy,auto
+    python benchmarks/replay_search.py --files 'convolution/A100*' --prior loo --strategies auto,auto@restart_seed=1
+    python benchmarks/replay_search.py --strategies random,kt --jobs 1 --json kt.json
 """
 
 from __future__ import annotations
@@ -68,9 +74,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-DEFAULT_DATA = REPO.parent / "shared" / "datasets" / "gpu-tuning-spaces"
-if not DEFAULT_DATA.exists():
-    DEFAULT_DATA = Path("/work/shared/datasets/gpu-tuning-spaces")
+DEFAULT_DATA = Path(__file__).resolve().parent / "data"  # the committed tables (benchmarks/data/README.md)
 
 THRESHOLDS = (1.05, 1.01)
 
@@ -146,7 +150,12 @@ def run_one(job: tuple[str, str, int, int, str]) -> dict[str, Any]:
     prior = _loo_prior(path) if prior_mode == "loo" else None
     t0 = time.perf_counter()
     res = tuner.optimize(
-        table.space, table.objective_fn(), budget=budget, seed=seed, strategy=strategy, prior=prior
+        table.space,
+        table.objective_fn(),
+        budget=budget,
+        seed=seed,
+        strategy=make_strategy(strategy, table.space, seed, prior),
+        prior=prior,
     )
     wall = time.perf_counter() - t0
     trace = res.best_so_far()
@@ -160,6 +169,56 @@ def run_one(job: tuple[str, str, int, int, str]) -> dict[str, Any]:
         "strategy_ms_per_eval": 1000.0 * res.strategy_time_s / max(1, res.evaluations),
         "wall_s": wall,
     }
+
+
+# ---- strategy variants: NAME@KEY=VALUE@... -----------------------------------------------------------
+def parse_variant(spec: str) -> tuple[str, dict[str, Any]]:
+    """`auto@restart_seed=1@patience=30` -> ("auto", {"restart_seed": 1, "patience": 30}). A value is read
+    as JSON (numbers, true/false, null), else kept as a string; ValueError for a malformed setting."""
+    name, *sets = spec.split("@")
+    out: dict[str, Any] = {}
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"strategy {spec!r}: setting {item!r} is not KEY=VALUE")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return name, out
+
+
+def make_strategy(spec: str, space: Any, seed: int, prior: Any) -> Any:
+    """The strategy name, or for a variant (`NAME@KEY=VALUE...`) an instance built with those settings in
+    its config object (`ModelStrategyConfig` for auto/model, `TPEConfig`, `XGBGreedyConfig`)."""
+    name, sets = parse_variant(spec)
+    if not sets:
+        return name
+    from tuner.strategies import get_strategy
+
+    cls = get_strategy(name)
+    config_cls = getattr(cls, "config_class", None)
+    if config_cls is None:
+        raise ValueError(f"strategy {name!r} has no settings to vary ({spec!r})")
+    return cls(space, seed=seed, prior=prior, config=config_cls(**sets))
+
+
+def variant_error(strategies: Sequence[str]) -> str | None:
+    """Why one of the `NAME@KEY=VALUE` variants cannot be built (one line), or None."""
+    from tuner.strategies import get_strategy
+
+    for spec in strategies:
+        if spec.startswith(KT_PREFIX) or "@" not in spec:
+            continue
+        try:
+            name, sets = parse_variant(spec)
+            config_cls = getattr(get_strategy(name), "config_class", None)
+            if config_cls is None:
+                return f"strategy {name!r} has no settings to vary ({spec!r})"
+            config_cls(**sets)
+        except (ValueError, TypeError) as exc:
+            return f"{spec}: {exc}"
+    return None
 
 
 # ---- Kernel Tuner's strategies as peers --------------------------------------------------------------
@@ -218,6 +277,11 @@ def _kt_cache_file(path: str) -> tuple[str, dict[str, Any], frozenset[tuple[Any,
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
         doc = json.loads(raw)
+        for entry in doc["cache"].values():
+            # Kernel Tuner's simulation runner adds these up as simulated tuning time (for its time
+            # limit, which these runs do not use); the slim tables of benchmarks/data do not carry them
+            for k in ("compile_time", "verification_time", "benchmark_time"):
+                entry.setdefault(k, 0.0)
         keys = doc["tune_params_keys"]
         configs = frozenset(tuple(e[k] for k in keys) for e in doc["cache"].values())
         dst = folder / f"{len(_KT_FILES)}_{Path(path).parent.name}_{Path(path).name.split('.')[0]}.json"
@@ -377,17 +441,7 @@ def summarise(runs: list[dict[str, Any]], budget: int) -> dict[str, Any]:
             rs = by.get((f, s), [])
             if not rs:
                 continue
-            # a run that stopped before the budget keeps its last best-so-far
-            traces = np.array(
-                [
-                    [
-                        worst if x is None else x
-                        for x in (r["trace"] + (r["trace"] or [None])[-1:] * budget)[:budget]
-                    ]
-                    for r in rs
-                ],
-                dtype=np.float64,
-            )
+            traces = _padded_traces(rs, worst, budget)
             fk = np.median(traces, axis=0)
             denom = opt - frand
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -406,9 +460,67 @@ def summarise(runs: list[dict[str, Any]], budget: int) -> dict[str, Any]:
     return {"files": files, "strategies": ["E[random]", *strategies], "per_file": per_file}
 
 
+def _padded_traces(rs: list[dict[str, Any]], worst: float, budget: int) -> np.ndarray:
+    """Best-so-far per run and evaluation (n_runs x budget); failures before the first success count as
+    the worst valid value, and a run that stopped before the budget keeps its last best-so-far."""
+    return np.array(
+        [
+            [worst if x is None else x for x in (r["trace"] + (r["trace"] or [None])[-1:] * budget)[:budget]]
+            for r in rs
+        ],
+        dtype=np.float64,
+    )
+
+
+def bootstrap_ci(
+    runs: list[dict[str, Any]],
+    files: list[str],
+    strategy: str,
+    budget: int,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> dict[str, tuple[float, float]]:
+    """95% percentile-bootstrap intervals of the group figures (geo med, reached, score), resampling each
+    file's runs (seeds) with replacement. A seeded generator: the same runs give the same intervals."""
+    rng = np.random.default_rng(seed)
+    per_file = []
+    for f in files:
+        rs = [r for r in runs if r["file"] == f and r["strategy"] == strategy]
+        if not rs:
+            continue
+        table = _table(f)
+        vs = table_values(table)
+        opt = table.optimum
+        frand = random_expected_best(vs, budget)
+        denom = opt - frand
+        ev = {thr: np.array([_evals_to(r["trace"], opt * thr, budget) for r in rs]) for thr in THRESHOLDS}
+        per_file.append((ev, _padded_traces(rs, vs[-1], budget), frand, denom))
+    if not per_file:
+        return {}
+    reps: dict[str, list[float]] = defaultdict(list)
+    for _ in range(n_boot):
+        logs: dict[float, list[float]] = defaultdict(list)
+        hits: dict[float, list[np.ndarray]] = defaultdict(list)
+        scores = []
+        for ev, traces, frand, denom in per_file:
+            idx = rng.integers(len(traces), size=len(traces))
+            for thr in THRESHOLDS:
+                logs[thr].append(math.log(float(np.median(ev[thr][idx]))))
+                hits[thr].append(ev[thr][idx] <= budget)
+            fk = np.median(traces[idx], axis=0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                terms = np.where(np.abs(denom) > 1e-300, (fk - frand) / denom, 1.0)
+            scores.append(float(np.mean(terms)))
+        for thr in THRESHOLDS:
+            reps[f"geo{thr}"].append(math.exp(float(np.mean(logs[thr]))))
+            reps[f"reach{thr}"].append(float(np.mean(np.concatenate(hits[thr]))))
+        reps["score"].append(float(np.mean(scores)))
+    return {k: (float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))) for k, v in reps.items()}
+
+
 def _group(
-    summary: dict[str, Any], files: list[str], runs: list[dict[str, Any]]
-) -> dict[str, dict[str, float]]:
+    summary: dict[str, Any], files: list[str], runs: list[dict[str, Any]], budget: int = 0
+) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, float]] = {}
     for s in summary["strategies"]:
         rows = [summary["per_file"][f][s] for f in files if s in summary["per_file"][f]]
@@ -425,6 +537,8 @@ def _group(
         d["score"] = float(np.mean([r["score"] for r in rows]))
         ms = [r["strategy_ms_per_eval"] for r in runs if r["strategy"] == s and r["file"] in files]
         d["ms"] = float(np.median(ms)) if ms else float("nan")
+        if budget and s != "E[random]":
+            d["ci"] = bootstrap_ci(runs, files, s, budget)  # type: ignore[assignment]
         out[s] = d
     return out
 
@@ -434,7 +548,10 @@ def _short(path: str) -> str:
     return f"{p.parent.name}/{p.name.split('.')[0]}"
 
 
-def print_report(summary: dict[str, Any], runs: list[dict[str, Any]], args: argparse.Namespace) -> None:
+def print_report(
+    summary: dict[str, Any], runs: list[dict[str, Any]], args: argparse.Namespace
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Print the report; returns the group figures (with their intervals) per group name."""
     budget = args.budget
     strategies = summary["strategies"]
     print(
@@ -460,22 +577,33 @@ def print_report(summary: dict[str, Any], runs: list[dict[str, Any]], args: argp
         print(line)
     print()
     w = max(16, 2 + max(len(s) for s in strategies))
-    groups = [("ALL", summary["files"])]
+    selections = [("ALL", summary["files"])]
     if args.prior == "loo" or args.by_folder:
         folders = sorted({Path(f).parent.name for f in summary["files"]})
-        groups += [(fo, [f for f in summary["files"] if Path(f).parent.name == fo]) for fo in folders]
-    for name, files in groups:
-        g = _group(summary, files, runs)
-        print(f"## {name} ({len(files)} files)")
+        selections += [(fo, [f for f in summary["files"] if Path(f).parent.name == fo]) for fo in folders]
+    groups: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, files in selections:
+        g = _group(summary, files, runs, budget)
+        groups[name] = g
+        print(f"## {name} ({len(files)} files; [95% CI], bootstrap over seeds)")
         print(
-            f"{'strategy':<{w}}{'geo med 1.05x':>14}{'geo med 1.01x':>14}{'reached 1.05x':>14}"
-            f"{'reached 1.01x':>14}{'score':>8}{'ms/eval':>9}"
+            f"{'strategy':<{w}}{'geo med 1.05x':>22}{'geo med 1.01x':>22}{'reached 1.05x':>19}"
+            f"{'reached 1.01x':>19}{'score':>21}{'ms/eval':>9}"
         )
         for s, d in g.items():
             ms = "-" if math.isnan(d["ms"]) else f"{d['ms']:.1f}"
+            ci = d.get("ci", {})
+
+            def cell(key: str, fmt: str, width: int, d: dict[str, Any] = d, ci: dict = ci) -> str:
+                txt = format(d[key], fmt)
+                if key in ci:
+                    lo, hi = ci[key]
+                    txt += f" [{format(lo, fmt)}, {format(hi, fmt)}]"
+                return f" {txt:>{width - 1}}"
+
             print(
-                f"{s:<{w}}{d['geo1.05']:>14.1f}{d['geo1.01']:>14.1f}{d['reach1.05']:>14.2f}"
-                f"{d['reach1.01']:>14.2f}{d['score']:>8.2f}{ms:>9}"
+                f"{s:<{w}}{cell('geo1.05', '.1f', 22)}{cell('geo1.01', '.1f', 22)}"
+                f"{cell('reach1.05', '.2f', 19)}{cell('reach1.01', '.2f', 19)}{cell('score', '.2f', 21)}{ms:>9}"
             )
         print()
     short: dict[str, list[int]] = defaultdict(list)  # runs that stopped before the budget
@@ -509,19 +637,26 @@ def print_report(summary: dict[str, Any], runs: list[dict[str, Any]], args: argp
             f"tpe beats random (fewer median evals to 1.05x) on {better} of {len(summary['files'])} files "
             f"({ties} ties)"
         )
+    return groups
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=str(DEFAULT_DATA), help="folder with KERNEL/GPU.json.gz tables")
+    ap.add_argument(
+        "--data",
+        default=str(DEFAULT_DATA),
+        help="folder with KERNEL/GPU.json.gz tables (default: the committed benchmarks/data)",
+    )
     ap.add_argument("--files", default="", help="comma-separated globs relative to --data (default: all)")
     ap.add_argument(
         "--strategies",
         default="random,tpe,auto",
         help="comma-separated strategy names; 'kt' adds Kernel Tuner's "
-        f"{', '.join(KT_DEFAULT)} and 'kt:NAME' one of its strategies (needs kernel_tuner)",
+        f"{', '.join(KT_DEFAULT)} and 'kt:NAME' one of its strategies (needs kernel_tuner); "
+        "NAME@KEY=VALUE[@KEY=VALUE...] runs NAME with those fields of its config object changed "
+        "(e.g. auto@restart_seed=1), side by side with NAME",
     )
-    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--seed0", type=int, default=0)
     ap.add_argument("--budget", type=int, default=200)
     ap.add_argument("--prior", choices=["none", "loo"], default="none")
@@ -543,6 +678,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"no tables match {pats} under {data}", file=sys.stderr)
         return 2
     strategies = expand_strategies([s for s in args.strategies.split(",") if s])
+    reason = variant_error(strategies)
+    if reason:
+        print(f"replay_search: {reason}", file=sys.stderr)
+        return 2
     if not args.from_json:
         reason = kt_unavailable(strategies)
         if reason:
@@ -593,7 +732,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             set_kt_dir(None)
     summary = summarise(runs, args.budget)
-    print_report(summary, runs, args)
+    summary["groups"] = print_report(summary, runs, args)
     print(
         f"\n{len(runs)} runs in {time.perf_counter() - t0:.0f} s (--jobs {args.jobs}, {os.cpu_count()} cpus)"
     )

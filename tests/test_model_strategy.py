@@ -12,8 +12,7 @@ from tuner.search_spaces import SearchSpace
 import tuner
 from tests.conftest import DATA
 from tuner.replay import load_table
-from tuner.strategies import get_strategy
-from tuner.strategies._model import ModelStrategy
+from tuner.strategies import ModelStrategy, ModelStrategyConfig, get_strategy
 
 BUDGET = 25
 
@@ -128,11 +127,11 @@ def test_stagnant_prior_search_restarts_cold(table) -> None:  # type: ignore[no-
         restarted += 1
         cold = strat._cold
         assert cold is not None and cold.prior is None and len(cold.P) == 0
-        r, pat = strat.restarted_at, strat.patience
-        assert r >= max(strat.n_init, pat + 1)
+        r, pat = strat.restarted_at, strat.config.patience
+        assert r >= max(strat.config.n_init, pat + 1)
         # the restart came after `patience` results none of which was `stagnation_tol` better than the best before
         vals = [math.inf if t.value is None else t.value for t in res.trials]
-        assert min(vals[r - pat : r]) >= min(vals[: r - pat]) * (1.0 - strat.stagnation_tol)
+        assert min(vals[r - pat : r]) >= min(vals[: r - pat]) * (1.0 - strat.config.stagnation_tol)
         assert len(cold._obs_idx) == res.evaluations - strat.restarted_at
         assert cold._obs_idx == strat._obs_idx[strat.restarted_at :]
         resumed = ModelStrategy(table.space, seed=seed, prior=[prior])
@@ -178,14 +177,12 @@ def test_crossover_children_mix_good_parents() -> None:
     space = SearchSpace.from_configs(
         [{"a": a, "b": b, "c": c} for a in range(6) for b in range(6) for c in (1, 2) if (a + b) % 5 != 4]
     )
-    strat = ModelStrategy(space, seed=1)
-    strat.mutation = 0.0
+    strat = ModelStrategy(space, seed=1, config=ModelStrategyConfig(mutation=0.0, n_elite=2))
     strat._setup()
     assert strat._crossover_pick() is None
     parents = [{"a": 0, "b": 5, "c": 1}, {"a": 5, "b": 0, "c": 2}]
     for p in parents:
         strat.tell(p, 1.0)
-    strat.n_elite = 2
     for _ in range(10):
         child = strat._crossover_pick()
         assert child is not None and space.contains(child) and not strat.pool.is_seen(child)
@@ -200,8 +197,7 @@ def test_own_targets_clipped_at_the_median() -> None:
         strat.tell({"a": a}, v)
     _, y = strat._targets()
     assert y[0] < y[1] < y[2] < y[3] and np.allclose(y[3:], y[3])  # the slow half and the failure: one value
-    strat.target_clip = None
-    _, raw = strat._targets()
+    _, raw = strat._targets(clip=False)
     assert raw[3] < raw[4] < raw[5]
 
 
@@ -242,7 +238,7 @@ def test_anchor_sweep_changes_one_parameter_of_the_portfolio_picks() -> None:
         strat = Recording(space, seed=seed, prior=prior)
         strat.picks = []
         res = tuner.optimize(space, lambda c: f(c, True), budget=40, seed=seed, strategy=strat)
-        assert strat.picks and all(n >= strat.anchor_start for n, _ in strat.picks)
+        assert strat.picks and all(n >= strat.config.anchor_start for n, _ in strat.picks)
         anchors = [strat.pool.config_at(i) for i in strat._portfolio_picks]
         changed: dict[int, list[str]] = {}
         for _, cfg in strat.picks:  # each pick: one parameter of one anchor, a parameter not varied before
@@ -265,13 +261,42 @@ def test_with_a_prior_small_improvements_do_not_end_stagnation() -> None:
     space, cfgs, f = _switch_space()
     prior = [[(c, f(c, False)) for c in cfgs]]
     for with_prior in (True, False):
-        strat = ModelStrategy(space, seed=0, prior=prior if with_prior else None)
-        strat.restart_cold, strat.patience = False, 10
+        config = ModelStrategyConfig(restart_cold=False, patience=10)
+        strat = ModelStrategy(space, seed=0, prior=prior if with_prior else None, config=config)
         strat._setup()
         v = 10.0
-        for c in cfgs[: strat.patience + 1]:
+        for c in cfgs[: strat.config.patience + 1]:
             strat.tell(c, v)
             v *= 0.9985  # each 0.15% better: an improvement without a prior (above 0.1%); with one, the
             # 10 steps stay within `stagnation_tol` (2%) of the first, so none counts
         assert strat.stagnant == with_prior
         assert strat._best == (10.0 if with_prior else v / 0.9985)
+
+
+def test_settings_are_one_frozen_config_given_at_construction(table) -> None:  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    from tuner.strategies import TPEConfig, TPEStrategy, XGBGreedyConfig, XGBGreedyStrategy
+
+    default = ModelStrategy(table.space, seed=0)
+    assert default.config == ModelStrategyConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        default.config.patience = 3  # type: ignore[misc]
+    with pytest.raises(ValueError, match=r"epsilon=-0.1 must be >= 0; patience=0 must be > 0"):
+        ModelStrategyConfig(patience=0, epsilon=-0.1)
+    with pytest.raises(ValueError, match="target_clip=2"):
+        ModelStrategyConfig(target_clip=2.0)
+    with pytest.raises(TypeError, match="ModelStrategyConfig"):
+        ModelStrategy(table.space, config=TPEConfig())  # type: ignore[arg-type]
+    assert TPEStrategy(table.space, config=TPEConfig(n_startup_trials=3)).config.n_startup_trials == 3
+    assert XGBGreedyStrategy(table.space, config=XGBGreedyConfig(n_init=4)).config.n_init == 4
+
+    # a setting changes the search (fewer space-filling draws: the model takes over sooner), and the
+    # instance runs through optimize like a registered name
+    def run(config: ModelStrategyConfig | None) -> list[tuple]:
+        strat = ModelStrategy(table.space, seed=0, config=config)
+        return _keys(tuner.optimize(table.space, table.objective_fn(), budget=15, seed=0, strategy=strat))
+
+    by_name = _keys(tuner.optimize(table.space, table.objective_fn(), budget=15, seed=0, strategy="auto"))
+    assert run(None) == by_name
+    assert run(ModelStrategyConfig(n_init=3)) != by_name

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,8 @@ from tuner.replay import ReplayFormatError, load_table
 
 DATA = Path(__file__).parent / "data"
 SAMPLE = DATA / "convolution_A100_sample.json"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "gpu-tuning-spaces"
+REPO = Path(__file__).resolve().parent.parent
+TABLES = REPO / "benchmarks" / "data"  # the committed replay tables (benchmarks/data/README.md)
 
 
 def test_load_sample() -> None:
@@ -114,13 +116,68 @@ def test_cli_storage_only_when_asked(tmp_path: Path, _tuner_home: Path) -> None:
     assert ResultStore(url).count() == 5
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="shared GPU tables not present on this machine")
+def test_the_committed_tables_are_all_there_with_their_licence() -> None:
+    tables = sorted(f"{p.parent.name}/{p.name}" for p in TABLES.glob("*/*.json.gz"))
+    assert len(tables) == 15 and {t.split("/")[0] for t in tables} == {"convolution", "dedispersion", "gemm"}
+    assert "MIT License" in (TABLES / "LICENSE").read_text()
+    assert "10.5281/zenodo.15364124" in (TABLES / "CITATION.cff").read_text()
+
+
 @pytest.mark.parametrize(
-    "path",
-    sorted(SHARED.glob("*/*.json.gz")) if SHARED.exists() else [],
-    ids=lambda p: f"{p.parent.name}/{p.name}",
+    "path", sorted(TABLES.glob("*/*.json.gz")), ids=lambda p: f"{p.parent.name}/{p.name}"
 )
-def test_every_shared_table_replays(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_committed_table_replays(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["replay", str(path), "--budget", "20", "--strategy", "random", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["evaluations"] == 20 and out["best_value"] >= out["optimum"]
+    table = load_table(path)
+    assert table.kernel_name and len(table.space) > 1000  # (two AMD tables have no device_name)
+
+
+def test_slim_tables_replay_like_the_original(tmp_path: Path) -> None:
+    """benchmarks/slim_tables.py (how benchmarks/data was made) keeps every config, value and failure."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("slim_tables", REPO / "benchmarks" / "slim_tables.py")
+    assert spec is not None and spec.loader is not None
+    slim_tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(slim_tables)
+    src = tmp_path / "src" / "convolution"
+    src.mkdir(parents=True)
+    doc = json.loads(SAMPLE.read_text())
+    first = next(iter(doc["cache"].values()))
+    first["times"], first["compile_time"] = [1.0, 2.0], 3.0  # fields the slim copy drops
+    (src / "A100.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+    assert slim_tables.main([str(tmp_path / "src"), str(tmp_path / "dst")]) == 0
+    out = tmp_path / "dst" / "convolution" / "A100.json.gz"
+    slim = json.loads(gzip.decompress(out.read_bytes()))
+    assert all(set(e) == set(slim["tune_params_keys"]) | {"time"} for e in slim["cache"].values())
+    a, b = load_table(SAMPLE), load_table(out)
+    assert list(a.values.items()) == list(b.values.items())
+    assert a.space.fingerprint() == b.space.fingerprint() and a.device_name == b.device_name
+
+
+def test_replay_search_runs_from_a_clone_on_the_committed_tables(tmp_path: Path) -> None:
+    """The benchmark needs nothing outside the repository: no --data, no PYTHONPATH, any working folder."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "replay_search.py"),
+            "--files",
+            "convolution/A100*",
+            "--strategies",
+            "random",
+            "--seeds",
+            "2",
+            "--budget",
+            "10",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "convolution/A100" in proc.stdout and "2 runs in" in proc.stdout

@@ -1,8 +1,9 @@
 """`tuner.optimize`: black-box tuning over a SearchSpace, driven through Optuna's ask/tell.
 
 The loop here is the one evaluation wrapper that every strategy shares (Kernel Tuner's habit): it owns
-the budget, the time budget, duplicate and invalid proposals, failures (an exception, NaN or inf), the
-Optuna study (in memory, or in the results database) and the results store.
+the budget, the time budget, duplicate and invalid proposals, failures (an exception, NaN or inf) and the
+Optuna study (in memory, or in the results database). Each new trial goes to one recorder: the results
+store's by default, or the caller's (`tune_kernel` records the full measurement itself).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +22,8 @@ from tuner.search_spaces import Config, SearchSpace
 from .strategies import PriorTask, Strategy, get_strategy
 
 if TYPE_CHECKING:  # pragma: no cover
+    import optuna
+
     from .store import ResultStore, TaskContext
 
 log = logging.getLogger(__name__)
@@ -134,145 +136,33 @@ def optimize(
     study_name: str | None = None,
     task: TaskContext | None = None,
     callback: Callable[[Trial, TuneResult | None], None] | None = None,
+    recorder: Callable[[Trial], None] | None = None,
 ) -> TuneResult:
     """Minimise `objective` over `space` with at most `budget` calls, never repeating a config.
 
     - `objective(config) -> float`; an exception, NaN or inf marks the config failed.
+    - `strategy`: a registered name (`tuner.strategies.STRATEGIES`) or a strategy instance, e.g.
+      `ModelStrategy(space, seed=0, config=ModelStrategyConfig(...))` for other settings.
     - `prior`: measurements of related tasks, a list of tasks, each a list of (config, value | None).
     - `storage`: None keeps everything in memory; a database URL or a `ResultStore` keeps the Optuna
       study (named `study_name`) and every measurement (with the `task` context) there. Re-running
       with the same storage and study name resumes: finished trials count towards the budget and are
       not measured again.
+    - `recorder(trial)`: where each new trial is recorded, instead of the store's `record_trial` (the
+      default with `storage`). `tune_kernel` passes its own, which records the full measurement.
     - `callback(trial, None)` is called after each evaluation (progress bars).
     """
-    import optuna
-
-    if not isinstance(space, SearchSpace):
-        raise TypeError(f"space must be a SearchSpace, got {type(space).__name__}")
-    if not callable(objective):
-        raise TypeError("objective must be callable")
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-        raise ValueError(f"budget must be a positive int, got {budget!r}")
-    if time_budget_s is not None and time_budget_s <= 0:
-        raise ValueError(f"time_budget_s must be positive, got {time_budget_s!r}")
+    _check_arguments(space, objective, budget, time_budget_s)
     prior_n = validate_prior(prior)
-
-    if isinstance(strategy, Strategy):
-        strat = strategy
-    else:
-        strat = get_strategy(strategy)(space, seed=seed, prior=prior_n)
-    strategy_name = strategy if isinstance(strategy, str) else strat.name
-
-    store = None
-    if storage is not None:
-        from .store import ResultStore
-
-        store = storage if isinstance(storage, ResultStore) else ResultStore(storage)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = strat.optuna_sampler() or optuna.samplers.RandomSampler(seed=seed)
-    study = optuna.create_study(
-        storage=store.optuna_storage() if store is not None else None,
-        study_name=study_name or (f"tuner-{space.fingerprint()}-{seed}" if store is not None else None),
-        sampler=sampler,
-        direction="minimize",
-        load_if_exists=True,
+    strat, strategy_name = _make_strategy(strategy, space, seed, prior_n)
+    store = _open_store(storage)
+    study = _open_study(space, strat, seed, store, study_name)
+    if recorder is None and store is not None:
+        recorder = _store_recorder(store, task, space, study.study_name, strategy_name)
+    trials = _resume(study, space, strat)
+    stopped, strategy_time = _search(
+        space, objective, strat, study, trials, budget, time_budget_s, recorder, callback
     )
-    dists = space.to_optuna()
-
-    trials: list[Trial] = []
-    # Resume: finished trials of this study count and are never measured again.
-    for ft in study.get_trials(deepcopy=False):
-        if ft.state not in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL):
-            continue
-        if ft.user_attrs.get("tuner_skip"):
-            continue
-        try:
-            cfg = space.validate(ft.params)
-        except ValueError:
-            continue
-        if strat.pool.is_seen(cfg):
-            continue
-        val = ft.value if ft.state == optuna.trial.TrialState.COMPLETE else None
-        trials.append(
-            Trial(
-                len(trials),
-                cfg,
-                val,
-                OK if val is not None else ft.user_attrs.get("tuner_status", FAILED),
-                error=ft.user_attrs.get("tuner_error"),
-            )
-        )
-        strat.tell(cfg, val)
-    if trials:
-        log.info("resumed study %s with %d finished trials", study.study_name, len(trials))
-
-    t_start = time.perf_counter()
-    strategy_time = 0.0
-    stopped = "budget"
-    while len(trials) < budget:
-        if time_budget_s is not None and time.perf_counter() - t_start >= time_budget_s:
-            stopped = "time_budget"
-            break
-        if strat.pool.exhausted():
-            stopped = "space_exhausted"
-            break
-        t0 = time.perf_counter()
-        proxy = None
-        proposed = strat.propose()
-        if proposed is not None:
-            cfg = space.validate(proposed)
-            if strat.pool.is_seen(cfg):
-                raise RuntimeError(f"strategy {strat.name!r} proposed a config twice: {cfg}")
-            study.enqueue_trial(cfg, skip_if_exists=False)
-            otrial = study.ask(dists)
-        else:
-            otrial = study.ask(dists)
-            proposal = dict(otrial.params)
-            ok = not space.violations(proposal) and not strat.pool.is_seen(space.validate(proposal))
-            if not ok:
-                # Optuna proposed an invalid or repeated config: measure the nearest unseen valid config
-                # instead, and tell the proposal trial (marked tuner_skip, so it never counts as a
-                # measurement) that config's value, so that the sampler learns about the region it
-                # proposed rather than proposing it again.
-                otrial.set_user_attr("tuner_skip", "invalid_or_duplicate_proposal")
-                repl = strat.pool.nearest_unseen(proposal)
-                if repl is None:
-                    study.tell(otrial, state=optuna.trial.TrialState.FAIL)
-                    stopped = "space_exhausted"
-                    break
-                otrial.set_user_attr("tuner_projected_to", json.dumps(repl, sort_keys=True, default=str))
-                proxy = otrial
-                study.enqueue_trial(repl, skip_if_exists=False)
-                otrial = study.ask(dists)
-            cfg = space.validate(otrial.params)
-        strategy_time += time.perf_counter() - t0
-
-        t1 = time.perf_counter()
-        value, status, error = _run_objective(objective, cfg)
-        dur = time.perf_counter() - t1
-
-        t0 = time.perf_counter()
-        if value is None:
-            otrial.set_user_attr("tuner_status", status)
-            if error:
-                otrial.set_user_attr("tuner_error", error[:2000])
-            study.tell(otrial, state=optuna.trial.TrialState.FAIL)
-        else:
-            study.tell(otrial, value)
-        if proxy is not None:
-            if value is None or os.environ.get("TUNER_PROXY_FAIL"):
-                study.tell(proxy, state=optuna.trial.TrialState.FAIL)
-            else:
-                study.tell(proxy, value)
-        trial = Trial(len(trials), cfg, value, status, dur, error)
-        trials.append(trial)
-        strat.tell(cfg, value)
-        strategy_time += time.perf_counter() - t0
-        if store is not None:
-            store.record_trial(task, space, trial, study_name=study.study_name, strategy=strategy_name)
-        if callback is not None:
-            callback(trial, None)
-
     ok_trials = [t for t in trials if t.value is not None]
     best = min(ok_trials, key=lambda t: (t.value, t.number)) if ok_trials else None
     if trials and best is None:
@@ -300,3 +190,186 @@ def _warn_all_failed(trials: Sequence[Trial]) -> None:
         f" (first error: {first.strip().splitlines()[0][:300]})" if first and first.strip() else ""
     )
     warnings.warn(msg, AllTrialsFailedWarning, stacklevel=3)
+
+
+# ---- the parts of `optimize` -----------------------------------------------------------------------
+def _check_arguments(space: Any, objective: Any, budget: Any, time_budget_s: float | None) -> None:
+    if not isinstance(space, SearchSpace):
+        raise TypeError(f"space must be a SearchSpace, got {type(space).__name__}")
+    if not callable(objective):
+        raise TypeError("objective must be callable")
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise ValueError(f"budget must be a positive int, got {budget!r}")
+    if time_budget_s is not None and time_budget_s <= 0:
+        raise ValueError(f"time_budget_s must be positive, got {time_budget_s!r}")
+
+
+def _make_strategy(
+    strategy: str | Strategy, space: SearchSpace, seed: int, prior: Sequence[PriorTask] | None
+) -> tuple[Strategy, str]:
+    """The strategy instance and the name its results are recorded under."""
+    if isinstance(strategy, Strategy):
+        return strategy, strategy.name
+    return get_strategy(strategy)(space, seed=seed, prior=prior), strategy
+
+
+def _open_store(storage: str | ResultStore | None) -> ResultStore | None:
+    if storage is None:
+        return None
+    from .store import ResultStore
+
+    return storage if isinstance(storage, ResultStore) else ResultStore(storage)
+
+
+def _open_study(
+    space: SearchSpace, strat: Strategy, seed: int, store: ResultStore | None, study_name: str | None
+) -> optuna.Study:
+    """The Optuna study: in memory, or created (or loaded, to resume) in the store's database."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = strat.optuna_sampler() or optuna.samplers.RandomSampler(seed=seed)
+    return optuna.create_study(
+        storage=store.optuna_storage() if store is not None else None,
+        study_name=study_name or (f"tuner-{space.fingerprint()}-{seed}" if store is not None else None),
+        sampler=sampler,
+        direction="minimize",
+        load_if_exists=True,
+    )
+
+
+def _store_recorder(
+    store: ResultStore, task: TaskContext | None, space: SearchSpace, study_name: str, strategy: str
+) -> Callable[[Trial], None]:
+    def record(trial: Trial) -> None:
+        store.record_trial(task, space, trial, study_name=study_name, strategy=strategy)
+
+    return record
+
+
+def _resume(study: optuna.Study, space: SearchSpace, strat: Strategy) -> list[Trial]:
+    """The study's finished trials (a resumed run), told to the strategy: they count towards the budget
+    and are never measured again. Proposals that were replaced (`tuner_skip`) are not measurements."""
+    import optuna
+
+    trials: list[Trial] = []
+    for ft in study.get_trials(deepcopy=False):
+        if ft.state not in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL):
+            continue
+        if ft.user_attrs.get("tuner_skip"):
+            continue
+        try:
+            cfg = space.validate(ft.params)
+        except ValueError:
+            continue
+        if strat.pool.is_seen(cfg):
+            continue
+        val = ft.value if ft.state == optuna.trial.TrialState.COMPLETE else None
+        status = OK if val is not None else ft.user_attrs.get("tuner_status", FAILED)
+        trials.append(Trial(len(trials), cfg, val, status, error=ft.user_attrs.get("tuner_error")))
+        strat.tell(cfg, val)
+    if trials:
+        log.info("resumed study %s with %d finished trials", study.study_name, len(trials))
+    return trials
+
+
+@dataclass
+class _Asked:
+    """The Optuna trial of the config to measure, and the sampler's replaced proposal (if any)."""
+
+    trial: optuna.trial.Trial
+    config: Config
+    proxy: optuna.trial.Trial | None = None
+
+
+def _ask(study: optuna.Study, strat: Strategy, space: SearchSpace, dists: dict[str, Any]) -> _Asked | None:
+    """The next config, as an Optuna trial: the strategy's proposal, or (when it returns None) the study
+    sampler's, projected onto the nearest unseen valid config when it is invalid or repeated. None when
+    no unseen valid config is left."""
+    import optuna
+
+    proposed = strat.propose()
+    if proposed is not None:
+        cfg = space.validate(proposed)
+        if strat.pool.is_seen(cfg):
+            raise RuntimeError(f"strategy {strat.name!r} proposed a config twice: {cfg}")
+        study.enqueue_trial(cfg, skip_if_exists=False)
+        return _Asked(study.ask(dists), cfg)
+    otrial = study.ask(dists)
+    proposal = dict(otrial.params)
+    if not space.violations(proposal) and not strat.pool.is_seen(space.validate(proposal)):
+        return _Asked(otrial, space.validate(otrial.params))
+    # Optuna proposed an invalid or repeated config: measure the nearest unseen valid config instead, and
+    # tell the proposal trial (marked tuner_skip, so it never counts as a measurement) that config's
+    # value, so that the sampler learns about the region it proposed rather than proposing it again.
+    otrial.set_user_attr("tuner_skip", "invalid_or_duplicate_proposal")
+    repl = strat.pool.nearest_unseen(proposal)
+    if repl is None:
+        study.tell(otrial, state=optuna.trial.TrialState.FAIL)
+        return None
+    otrial.set_user_attr("tuner_projected_to", json.dumps(repl, sort_keys=True, default=str))
+    study.enqueue_trial(repl, skip_if_exists=False)
+    measured = study.ask(dists)
+    return _Asked(measured, space.validate(measured.params), proxy=otrial)
+
+
+def _tell(study: optuna.Study, asked: _Asked, value: float | None, status: str, error: str | None) -> None:
+    """Finish the measured trial (and the replaced proposal, with the same value) in the study."""
+    import optuna
+
+    if value is None:
+        asked.trial.set_user_attr("tuner_status", status)
+        if error:
+            asked.trial.set_user_attr("tuner_error", error[:2000])
+        study.tell(asked.trial, state=optuna.trial.TrialState.FAIL)
+    else:
+        study.tell(asked.trial, value)
+    if asked.proxy is not None:
+        if value is None:
+            study.tell(asked.proxy, state=optuna.trial.TrialState.FAIL)
+        else:
+            study.tell(asked.proxy, value)
+
+
+def _search(
+    space: SearchSpace,
+    objective: Callable[[Config], float],
+    strat: Strategy,
+    study: optuna.Study,
+    trials: list[Trial],
+    budget: int,
+    time_budget_s: float | None,
+    recorder: Callable[[Trial], None] | None,
+    callback: Callable[[Trial, TuneResult | None], None] | None,
+) -> tuple[str, float]:
+    """Ask, measure, tell until the budget, the time budget or the space runs out; appends to `trials`.
+    Returns (why it stopped, strategy time in seconds: everything but the objective and the recorder)."""
+    dists = space.to_optuna()
+    t_start = time.perf_counter()
+    strategy_time = 0.0
+    while len(trials) < budget:
+        if time_budget_s is not None and time.perf_counter() - t_start >= time_budget_s:
+            return "time_budget", strategy_time
+        if strat.pool.exhausted():
+            return "space_exhausted", strategy_time
+        t0 = time.perf_counter()
+        asked = _ask(study, strat, space, dists)
+        strategy_time += time.perf_counter() - t0
+        if asked is None:
+            return "space_exhausted", strategy_time
+
+        t1 = time.perf_counter()
+        value, status, error = _run_objective(objective, asked.config)
+        dur = time.perf_counter() - t1
+
+        t0 = time.perf_counter()
+        _tell(study, asked, value, status, error)
+        trial = Trial(len(trials), asked.config, value, status, dur, error)
+        trials.append(trial)
+        strat.tell(asked.config, value)
+        strategy_time += time.perf_counter() - t0
+        if recorder is not None:
+            recorder(trial)
+        if callback is not None:
+            callback(trial, None)
+    return "budget", strategy_time

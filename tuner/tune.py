@@ -127,20 +127,6 @@ class KernelTuneResult:
         return out
 
 
-class _StudyOnlyStore(ResultStore):
-    """The store as `optimize` sees it from `tune_kernel`: it holds the Optuna study, but `tune_kernel`
-    records each trial itself, with its full measurement, so `record_trial` does nothing here."""
-
-    @classmethod
-    def wrap(cls, store: ResultStore) -> _StudyOnlyStore:
-        obj = object.__new__(cls)
-        obj.__dict__ = store.__dict__  # the same engine, sessions and Optuna storage
-        return obj
-
-    def record_trial(self, *args: Any, **kwargs: Any) -> int:
-        return -1
-
-
 def _resumed_trials(
     tr: TuneResult, new: list[KernelTrial], store: ResultStore | None, study_name: str, label: str
 ) -> list[KernelTrial]:
@@ -262,7 +248,9 @@ def tune_kernel(
         assert res.median is not None
         return res.median
 
-    def on_trial(trial: Trial, _: TuneResult | None) -> None:
+    def record(trial: Trial) -> None:
+        """The one place a trial is recorded: as a KernelTrial with its full measurement (and in the
+        store, when there is one); `optimize` records nothing else."""
         res = results.pop(config_order_key(trial.config), None)
         if res is None:  # the measurer itself raised (a bug, or a config it cannot know)
             res = MeasureResult.failed(CRASHED, m.label, trial.error or "the measurer raised")
@@ -281,6 +269,10 @@ def tune_kernel(
                 trial_number=kt.number,
                 strategy=strategy_name,
             )
+
+    def on_trial(trial: Trial, _: TuneResult | None) -> None:
+        kt = ktrials[-1]
+        res = kt.result
         log.info(
             "trial %d %s: %s %s",
             kt.number,
@@ -308,7 +300,8 @@ def tune_kernel(
             prior=prior,
             time_budget_s=time_budget_s,
             callback=on_trial,
-            storage=_StudyOnlyStore.wrap(store) if store is not None else None,
+            recorder=record,
+            storage=store,
             study_name=study_name if store is not None else None,
             task=task,
         )

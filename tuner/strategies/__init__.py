@@ -1,10 +1,18 @@
-"""Search strategies. `get_strategy(name)` returns the class; `STRATEGIES` lists the names."""
+"""Search strategies. `get_strategy(name)` returns the class; `STRATEGIES` lists the names.
+
+A strategy is constructed as `Cls(space, *, seed=0, prior=None)`; one with settings also takes
+`config=` (a frozen dataclass: `ModelStrategyConfig`, `TPEConfig`, `XGBGreedyConfig`), and an instance
+can be passed to `tuner.optimize(..., strategy=instance)`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from ._base import CandidatePool, PriorTask, Strategy
+from ._baselines import TransferBestStrategy, XGBGreedyStrategy
+from ._config import ModelStrategyConfig, TPEConfig, XGBGreedyConfig
+from ._model import ModelStrategy
 from ._random import RandomStrategy
 from ._tpe import TPEStrategy
 
@@ -12,45 +20,26 @@ __all__ = [
     "CandidatePool",
     "PriorTask",
     "Strategy",
+    "ModelStrategy",
+    "ModelStrategyConfig",
     "RandomStrategy",
     "TPEStrategy",
+    "TPEConfig",
+    "TransferBestStrategy",
+    "XGBGreedyStrategy",
+    "XGBGreedyConfig",
     "STRATEGIES",
     "get_strategy",
 ]
 
 
-def _auto() -> type[Strategy]:
-    # "auto" is the best strategy the project has: the model-guided strategy (cost model + transfer).
-    from ._model import ModelStrategy
-
-    return ModelStrategy
-
-
-def _model() -> type[Strategy]:
-    from ._model import ModelStrategy
-
-    return ModelStrategy
-
-
-def _transfer_best() -> type[Strategy]:
-    from ._baselines import TransferBestStrategy
-
-    return TransferBestStrategy
-
-
-def _xgb_greedy() -> type[Strategy]:
-    from ._baselines import XGBGreedyStrategy
-
-    return XGBGreedyStrategy
-
-
 _REGISTRY: dict[str, Callable[[], type[Strategy]]] = {
-    "auto": _auto,
+    "auto": lambda: ModelStrategy,  # the best strategy the project has
     "random": lambda: RandomStrategy,
     "tpe": lambda: TPEStrategy,
-    "model": _model,
-    "transfer_best": _transfer_best,
-    "xgb_greedy": _xgb_greedy,
+    "model": lambda: ModelStrategy,
+    "transfer_best": lambda: TransferBestStrategy,
+    "xgb_greedy": lambda: XGBGreedyStrategy,
 }
 
 STRATEGIES: tuple[str, ...] = tuple(_REGISTRY)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -139,6 +139,7 @@ class Strategy(ABC):
 
     name: str = "base"
     uses_prior: bool = True  # False: the strategy ignores `prior` (callers need not load one)
+    config_class: ClassVar[type | None] = None  # the type of its `config=` settings, if it takes any
 
     def __init__(
         self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None

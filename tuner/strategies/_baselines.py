@@ -16,6 +16,7 @@ import numpy as np
 from tuner.search_spaces import Config, SearchSpace
 
 from ._base import PriorTask, Strategy
+from ._config import XGBGreedyConfig, settings
 
 __all__ = ["TransferBestStrategy", "XGBGreedyStrategy"]
 
@@ -73,14 +74,18 @@ class TransferBestStrategy(Strategy):
 
 class XGBGreedyStrategy(Strategy):
     name = "xgb_greedy"
-    n_init = 10
-    refit_every = 5
-    max_prior_rows = 6000
+    config_class = XGBGreedyConfig
 
     def __init__(
-        self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None
+        self,
+        space: SearchSpace,
+        *,
+        seed: int = 0,
+        prior: Sequence[PriorTask] | None = None,
+        config: XGBGreedyConfig | None = None,
     ) -> None:
         super().__init__(space, seed=seed, prior=prior)
+        self.config = settings(config, XGBGreedyConfig)
         self._ready = False
         self._queue: list[int] = []
 
@@ -97,7 +102,7 @@ class XGBGreedyStrategy(Strategy):
         from tuner.cost_models import normalise_targets
 
         tasks = [t for t in (self.prior or []) if t]
-        per = self.max_prior_rows // max(1, len(tasks))
+        per = self.config.max_prior_rows // max(1, len(tasks))
         for task in tasks:
             vals = np.array([np.nan if v is None else v for _, v in task], dtype=np.float64)
             t = normalise_targets(vals)
@@ -115,7 +120,7 @@ class XGBGreedyStrategy(Strategy):
         if not self._ready:
             self._setup()
         own = [(self.pool.index[self.pool.hkey(c)], v) for c, v in self.history]
-        if not len(self.Py) and len(own) < self.n_init:
+        if not len(self.Py) and len(own) < self.config.n_init:
             return self.pool.random_unseen()
         self._queue = [i for i in self._queue if self.pool.unseen_mask[i]]
         if not self._queue:
@@ -133,5 +138,5 @@ class XGBGreedyStrategy(Strategy):
             )
             unseen = np.flatnonzero(self.pool.unseen_mask)
             pred = model.predict(self.F[unseen])
-            self._queue = [int(unseen[i]) for i in np.argsort(pred, kind="stable")[: self.refit_every]]
+            self._queue = [int(unseen[i]) for i in np.argsort(pred, kind="stable")[: self.config.refit_every]]
         return self.pool.config_at(self._queue.pop(0)) if self._queue else self.pool.random_unseen()

@@ -1,5 +1,8 @@
 """The model-guided strategy (the default, `auto`): an XGBoost ensemble ranks the unseen configs.
 
+Its settings are the fields of `ModelStrategyConfig` (`_config.py`, given as `config=` at construction);
+the names in backticks below are those fields.
+
 Each round:
 1. Candidates: for an enumerable space every unseen valid config (the pool), scored at once (cheap for
    finite spaces); otherwise random draws plus the neighbours of the incumbents.
@@ -65,6 +68,7 @@ import numpy as np
 from tuner.search_spaces import Config, SearchSpace
 
 from ._base import PriorTask, Strategy
+from ._config import ModelStrategyConfig, settings
 
 log = logging.getLogger(__name__)
 
@@ -137,53 +141,22 @@ def prior_predictions(
 
 
 class ModelStrategy(Strategy):
-    """Model-guided search (see the module docstring). Hyperparameters are class attributes."""
+    """Model-guided search (see the module docstring). `config` holds its settings
+    (`ModelStrategyConfig`; the defaults are `"auto"`'s)."""
 
     name = "model"
-    n_init = 10  # space-filling draws before the model (cold)
-    n_models = 3  # ensemble members
-    n_estimators = 40
-    max_depth = 4
-    max_scored = 5000  # at most this many unseen configs are scored per refit (the previous best first)
-    kappa = 0.5  # lower confidence bound: mean - kappa * spread
-    local_every = 3  # every n-th proposal is a local step around the incumbent
-    explore_every = 4  # every n-th proposal is an exploration slot (see propose)
-    kappa_explore = 2.0
-    cold_explore = False  # optimistic picks in the exploration slot without a prior (measured: no gain)
-    prior_spread_weight = 0.5  # weight of the prior tasks' disagreement in the confidence bound
-    epsilon = 0.05  # share of uniform random draws
-    prior_min_corr = 0.15  # a prior whose rank correlation with the measurements is below this is dropped
-    patience = 20  # results without a better incumbent after which the search counts as stagnant
-    novelty_quantile = 0.9  # stagnant: exploration picks among the unseen configs this far from the measured
-    n_basins = 6  # stagnant: local steps rotate over this many distinct good configs (basins)
-    target_clip: float | None = 0.5  # own targets above this quantile of the measured are shrunk ...
-    target_clip_slope = 0.0  # ... to this slope (0 = clipped; 0.3 measured no better)
-    crossover = True  # cold exploration slot: the model's pick among children of the best measured configs
-    n_elite = 8  # parents are drawn from this many best measured configs
-    n_children = 48  # children generated (uniform crossover + mutation) per crossover pick
-    mutation = 0.1  # per-parameter chance that a child's value is drawn at random
-    n_portfolio = 6  # with a prior: at most this many first proposals cover the prior tasks' best configs (greedy portfolio)
-    portfolio_horizon = (
-        10  # ... scored as the area under the held-out task's regret curve over this many picks
-    )
-    portfolio_cap = 1.0  # log-ratio at which a prior task's regret is clipped in the portfolio objective
-    portfolio_tol = 0.02  # validation: the longest portfolio within this share of the best area is taken
-    restart_cold = True  # with a prior, once stagnant: hand over to a fresh cold search (see the module doc)
-    restart_seed = 7777  # the cold search's seed offset
-    restart_keep_every = 3  # after the restart, every n-th proposal still comes from the prior-guided search
-    stagnation_tol = (
-        0.02  # with a prior: a new best counts as an improvement (for `patience`) only if this much better
-    )
-    anchor_every = (
-        3  # with a prior: every n-th proposal (from `anchor_start` results on) changes one parameter ...
-    )
-    anchor_start = 10  # ... of one of the `n_anchors` best measured portfolio picks (see `_anchor_pick`)
-    n_anchors = 2  # the sweep goes around this many of the best measured portfolio picks
+    config_class = ModelStrategyConfig
 
     def __init__(
-        self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None
+        self,
+        space: SearchSpace,
+        *,
+        seed: int = 0,
+        prior: Sequence[PriorTask] | None = None,
+        config: ModelStrategyConfig | None = None,
     ) -> None:
         super().__init__(space, seed=seed, prior=prior)
+        self.config = settings(config, ModelStrategyConfig)
         self._init_state()
 
     def _init_state(self) -> None:
@@ -199,7 +172,6 @@ class ModelStrategy(Strategy):
         self._n_portfolio = 0  # portfolio picks made
         self._portfolio_picks: list[int] = []  # their pool indices
         self.prior_state = "none"
-        self._pruning: Any = None
         self._best = math.inf  # the incumbent's value at the last improvement that counted
         self._last_improve = 0  # number of results at the last improvement of the incumbent
         self._last_mu: tuple[np.ndarray, np.ndarray]
@@ -256,13 +228,18 @@ class ModelStrategy(Strategy):
         self._obs_idx.append(i)
         self._obs_val.append(np.nan if value is None else float(value))
         self._since_fit += 1
-        tol = self.stagnation_tol if len(self.P) else 1e-3
+        tol = self.config.stagnation_tol if len(self.P) else 1e-3
         if value is not None and math.isfinite(value) and value < self._best * (1.0 - tol):
             self._best = float(value)  # the best at the last improvement (the stagnation reference)
             self._last_improve = len(self._obs_idx)
         if self._cold is not None:  # every result after the restart is the cold search's own
             self._cold.observe(config, value)
-        elif self.restart_cold and len(self.P) and len(self._obs_idx) >= self.n_init and self.stagnant:
+        elif (
+            self.config.restart_cold
+            and len(self.P)
+            and len(self._obs_idx) >= self.config.n_init
+            and self.stagnant
+        ):
             self._restart()
 
     def _restart(self) -> None:
@@ -276,7 +253,13 @@ class ModelStrategy(Strategy):
         ModelStrategy without a prior. Built with __new__ + `_init_state`, not __init__, so that the pool
         (enumerating the space, the costly part) and the feature matrix are shared, not rebuilt."""
         cold = type(self).__new__(type(self))
-        cold.space, cold.seed, cold.prior, cold.history = self.space, self.seed + self.restart_seed, None, []
+        cold.space, cold.seed, cold.prior, cold.history = (
+            self.space,
+            self.seed + self.config.restart_seed,
+            None,
+            [],
+        )
+        cold.config = self.config
         cold.rng, cold.pool = self.rng, self.pool
         cold._init_state()
         cold._ready = True
@@ -286,14 +269,14 @@ class ModelStrategy(Strategy):
         log.info(
             "auto: no better config in the last %d results with the prior; restarting as a cold search "
             "after %d results",
-            self.patience,
+            self.config.patience,
             self.restarted_at,
         )
 
     @property
     def stagnant(self) -> bool:
         """No better incumbent for `patience` results: the current basin is exhausted, so explore."""
-        return len(self._obs_idx) - self._last_improve >= self.patience
+        return len(self._obs_idx) - self._last_improve >= self.config.patience
 
     # ---- proposals ---------------------------------------------------------------------------------
     def propose(self) -> Config | None:
@@ -304,11 +287,11 @@ class ModelStrategy(Strategy):
         self._n_proposed += 1
         if self._cold is not None:
             self._n_after_restart += 1
-            if not self.restart_keep_every or self._n_after_restart % self.restart_keep_every:
+            if not self.config.restart_keep_every or self._n_after_restart % self.config.restart_keep_every:
                 return self._cold.propose()
         n = len(self._obs_idx)
         has_prior = len(self.P) > 0
-        if not has_prior and n < self.n_init:
+        if not has_prior and n < self.config.n_init:
             return self._space_filling()
         if has_prior and self._n_portfolio < self.portfolio_size:
             cfg = self._portfolio_pick()
@@ -316,20 +299,20 @@ class ModelStrategy(Strategy):
                 return cfg
         if (
             has_prior
-            and self.anchor_every
-            and n >= self.anchor_start
-            and self._n_proposed % self.anchor_every == 2 % self.anchor_every
+            and self.config.anchor_every
+            and n >= self.config.anchor_start
+            and self._n_proposed % self.config.anchor_every == 2 % self.config.anchor_every
         ):  # off the local steps' phase (0)
             cfg = self._anchor_pick()
             if cfg is not None:
                 return cfg
-        if self.rng.random() < self.epsilon:
+        if self.rng.random() < self.config.epsilon:
             return self.pool.random_unseen()
-        if n > 0 and self._n_proposed % self.local_every == 0:
+        if n > 0 and self._n_proposed % self.config.local_every == 0:
             cfg = self._local_step()
             if cfg is not None:
                 return cfg
-        if n >= self.n_init and self._n_proposed % self.explore_every == 1:
+        if n >= self.config.n_init and self._n_proposed % self.config.explore_every == 1:
             # exploration slot: with a prior, the task's own-data model alone (a prior that ranks the
             # near-best configs low must not hide them); cold, an optimistic pick of the last ensemble
             # away from the explored basins once the search is stagnant
@@ -337,9 +320,7 @@ class ModelStrategy(Strategy):
                 cfg = self._novel_pick()
             elif has_prior:
                 cfg = self._own_model_pick()
-            elif self.cold_explore:
-                cfg = self._optimistic_pick()
-            elif self.crossover:
+            elif self.config.crossover:
                 cfg = self._crossover_pick()
             else:
                 cfg = None
@@ -354,11 +335,13 @@ class ModelStrategy(Strategy):
                 return self.pool.config_at(i)
         return self.pool.random_unseen()
 
-    def _greedy_portfolio(self, R: np.ndarray, w: np.ndarray, chosen: Sequence[int], k: int) -> list[int]:
+    def _greedy_portfolio(
+        self, R: np.ndarray, w: np.ndarray, chosen: Sequence[int] | np.ndarray, k: int
+    ) -> list[int]:
         """Up to k configs, each the one that most lowers sum_t w_t * min(cap, best regret of task t so far)."""
-        R = np.minimum(R, self.portfolio_cap)
+        R = np.minimum(R, self.config.portfolio_cap)
         ch = np.asarray(chosen, dtype=np.int64)
-        cur = R[:, ch].min(axis=1) if ch.size else np.full(len(R), self.portfolio_cap)
+        cur = R[:, ch].min(axis=1) if ch.size else np.full(len(R), self.config.portfolio_cap)
         out: list[int] = []
         for _ in range(k):
             gain = w @ (cur[:, None] - np.minimum(R, cur[:, None]))
@@ -378,10 +361,10 @@ class ModelStrategy(Strategy):
         consensus does. Near-ties (within `portfolio_tol` of the best; and fewer than 3 tasks, where nothing
         can be validated) go to the longer."""
         T = len(self.P)
-        K = self.n_portfolio
+        K = self.config.n_portfolio
         if T < 3 or K <= 0:
             return K if T >= 2 else 0
-        H = self.portfolio_horizon
+        H = self.config.portfolio_horizon
         area = np.zeros(K + 1)
         for h in range(T):
             o = np.delete(np.arange(T), h)
@@ -391,7 +374,7 @@ class ModelStrategy(Strategy):
                 head = pf[:k]
                 seq = head + [i for i in cons if i not in head]
                 area[k] += np.minimum.accumulate(self._regret[h, seq[:H]]).sum()
-        return int(np.flatnonzero(area <= area.min() * (1 + self.portfolio_tol) + 1e-12)[-1])
+        return int(np.flatnonzero(area <= area.min() * (1 + self.config.portfolio_tol) + 1e-12)[-1])
 
     def _portfolio_pick(self) -> Config | None:
         """Greedy portfolio (Feurer et al. 2015): the unseen config that most lowers the weighted sum over
@@ -433,7 +416,7 @@ class ModelStrategy(Strategy):
             d = [t for t, (u, v) in enumerate(zip(keys[i], keys[a], strict=True)) if u != v]
             return d[0] if len(d) == 1 else None
 
-        for a in anchors[: self.n_anchors]:
+        for a in anchors[: self.config.n_anchors]:
             varied = {changed(int(j), a) for j in obs} - {None}
             nbs = [i for i in self._unseen_neighbours(a) if changed(i, a) not in varied]
             if nbs:
@@ -466,7 +449,7 @@ class ModelStrategy(Strategy):
         d = np.full(unseen.size, np.iinfo(np.int64).max)
         for row in Xo:
             np.minimum(d, (Xu != row).sum(axis=1), out=d)
-        far = d >= np.quantile(d, self.novelty_quantile)
+        far = d >= np.quantile(d, self.config.novelty_quantile)
         cand = np.flatnonzero(far)
         return self.pool.config_at(int(unseen[cand[int(np.argmin(mu[cand]))]]))
 
@@ -480,7 +463,7 @@ class ModelStrategy(Strategy):
             return None
         elite = [
             self.pool.keys[self._obs_idx[int(j)]]
-            for j in ok[np.argsort(vals[ok], kind="stable")][: self.n_elite]
+            for j in ok[np.argsort(vals[ok], kind="stable")][: self.config.n_elite]
         ]
         params = self.space.params
         score = None
@@ -489,12 +472,12 @@ class ModelStrategy(Strategy):
             score = np.zeros(len(self.pool.keys))  # unscored configs (large spaces) count as average
             score[unseen] = mu
         best, best_s = None, math.inf
-        for _ in range(self.n_children):
+        for _ in range(self.config.n_children):
             a, b = self.rng.choice(len(elite), size=2, replace=False)
             pick = self.rng.random(len(params)) < 0.5
             child = [elite[a][t] if pick[t] else elite[b][t] for t in range(len(params))]
             for t, p in enumerate(params):
-                if len(p.values) > 1 and self.rng.random() < self.mutation:
+                if len(p.values) > 1 and self.rng.random() < self.config.mutation:
                     child[t] = p.values[int(self.rng.integers(len(p.values)))]
             i = self.pool.index.get(self.space._hkey(tuple(child)))
             if i is None or not self.pool.unseen_mask[i]:
@@ -504,27 +487,6 @@ class ModelStrategy(Strategy):
                 best, best_s = i, sc
         return None if best is None else self.pool.config_at(best)
 
-    def _optimistic_pick(self, diverse: bool = False) -> Config | None:
-        if not hasattr(self, "_last_pred"):
-            return None
-        unseen, mu, sd = self._last_pred
-        acq = mu - self.kappa_explore * sd
-        if diverse:  # not within Hamming distance 1 of the best few measured configs (their basins)
-            vals = np.asarray(self._obs_val, dtype=np.float64)
-            ok = np.flatnonzero(np.isfinite(vals))
-            if ok.size:
-                top = np.asarray(self._obs_idx)[ok[np.argsort(vals[ok], kind="stable")][: self.n_basins]]
-                Xu, Xt = self.pool.X[unseen], self.pool.X[top]
-                near = np.zeros(unseen.size, dtype=bool)
-                for row in Xt:
-                    near |= (Xu != row).sum(axis=1) <= 1
-                acq = np.where(near, np.inf, acq)
-        for i in np.argsort(acq, kind="stable"):
-            j = int(unseen[i])
-            if self.pool.unseen_mask[j]:
-                return self.pool.config_at(j)
-        return None
-
     def _own_model_pick(self) -> Config | None:
         from tuner.cost_models import XGBRegressorModel
 
@@ -532,11 +494,11 @@ class ModelStrategy(Strategy):
         unseen = np.flatnonzero(self.pool.unseen_mask)
         if unseen.size == 0:
             return None
-        if unseen.size > self.max_scored:
-            unseen = np.sort(self.rng.choice(unseen, size=self.max_scored, replace=False))
+        if unseen.size > self.config.max_scored:
+            unseen = np.sort(self.rng.choice(unseen, size=self.config.max_scored, replace=False))
         m = XGBRegressorModel(
-            n_estimators=self.n_estimators,
-            max_depth=self.max_depth,
+            n_estimators=self.config.n_estimators,
+            max_depth=self.config.max_depth,
             learning_rate=0.3,
             normalise=False,
             seed=self.seed + len(idx),
@@ -563,11 +525,11 @@ class ModelStrategy(Strategy):
         (`clip=False` for rank statistics such as the prior tasks' agreement)."""
         idx = np.asarray(self._obs_idx, dtype=np.int64)
         y = _normalise(np.asarray(self._obs_val, dtype=np.float64))
-        if clip and self.target_clip is not None and len(y) >= 4:
+        if clip and self.config.target_clip is not None and len(y) >= 4:
             # the model's job is to rank the good configs: above the quantile, differences are shrunk
             # (slowdowns of 2x and 100x matter equally little, and would otherwise dominate the fit)
-            m = np.quantile(y, self.target_clip)
-            y = np.minimum(y, m) + self.target_clip_slope * np.maximum(y - m, 0.0)
+            m = np.quantile(y, self.config.target_clip)
+            y = np.minimum(y, m)
         return idx, y
 
     def _prior_weights(self, idx: np.ndarray, y: np.ndarray) -> None:
@@ -586,7 +548,7 @@ class ModelStrategy(Strategy):
             self._w = pos / pos.sum()
         self.prior_mean = self._w @ self.P
         agree = spearman(y, self.prior_mean[idx])
-        self.prior_state = "trusted" if (agree >= self.prior_min_corr or ok.sum() < 8) else "dropped"
+        self.prior_state = "trusted" if (agree >= self.config.prior_min_corr or ok.sum() < 8) else "dropped"
 
     def _refit_and_rank(self) -> None:
         from tuner.cost_models import XGBEnsemble
@@ -596,15 +558,15 @@ class ModelStrategy(Strategy):
         if unseen.size == 0:
             self._queue = []
             return
-        if unseen.size > self.max_scored:
+        if unseen.size > self.config.max_scored:
             # the configs the last model ranked best, and a fresh random share of the rest
             keep = []
             if hasattr(self, "_last_mu"):
                 prev, mu_prev = self._last_mu
-                top = prev[np.argsort(mu_prev, kind="stable")[: self.max_scored // 2]]
+                top = prev[np.argsort(mu_prev, kind="stable")[: self.config.max_scored // 2]]
                 keep = top[self.pool.unseen_mask[top]].tolist()
             rest = np.setdiff1d(unseen, np.asarray(keep, dtype=np.int64), assume_unique=True)
-            extra = self.rng.choice(rest, size=self.max_scored - len(keep), replace=False)
+            extra = self.rng.choice(rest, size=self.config.max_scored - len(keep), replace=False)
             unseen = np.sort(np.concatenate([np.asarray(keep, dtype=np.int64), extra]))
         idx, y = self._targets()
         _, y_raw = self._targets(clip=False)
@@ -631,9 +593,9 @@ class ModelStrategy(Strategy):
         else:
             X = self.F if base_all is None else np.hstack([self.F, base_all[:, None]])
             model = XGBEnsemble(
-                n_models=self.n_models,
-                n_estimators=self.n_estimators,
-                max_depth=self.max_depth,
+                n_models=self.config.n_models,
+                n_estimators=self.config.n_estimators,
+                max_depth=self.config.max_depth,
                 normalise=False,
                 seed=self.seed * 7919 + n,
             )
@@ -643,12 +605,11 @@ class ModelStrategy(Strategy):
             if base_all is not None:
                 preds = preds + base_all[unseen][None, :]
             mu, sd = preds.mean(axis=0), preds.std(axis=0)
-            self._last_pred = (unseen, mu, sd)
-        kappa = self.kappa * (2.0 if (self.prior_state == "dropped" or self.stagnant) else 1.0)
+        kappa = self.config.kappa * (2.0 if (self.prior_state == "dropped" or self.stagnant) else 1.0)
         if base_all is not None and len(self.P) > 1:
             # where the prior tasks disagree, the prior is uncertain: count their spread as uncertainty
             spread = np.sqrt(np.maximum(self._w @ (self.P[:, unseen] - self.prior_mean[unseen]) ** 2, 0.0))
-            sd = sd + self.prior_spread_weight * a * spread
+            sd = sd + self.config.prior_spread_weight * a * spread
         acq = mu - kappa * sd
         q = self._refit_every(n)
         best = np.argsort(acq, kind="stable")[:q]
@@ -684,9 +645,9 @@ class ModelStrategy(Strategy):
                 x = self.pool.X[self._obs_idx[int(j)]]
                 if all((self.pool.X[self._obs_idx[b]] != x).sum() > 1 for b in basins):
                     basins.append(int(j))
-                    if len(basins) >= self.n_basins:
+                    if len(basins) >= self.config.n_basins:
                         break
-            r = (self._n_proposed // self.local_every) % len(basins)
+            r = (self._n_proposed // self.config.local_every) % len(basins)
             order = np.asarray(basins[r:] + basins[:r], dtype=np.int64)
         for j in order[:3]:
             nbs = self._unseen_neighbours(self._obs_idx[int(j)])
@@ -704,7 +665,7 @@ class ModelStrategy(Strategy):
 
         hist = [(c, v) for c, v in self.history]
         ok = [(c, v) for c, v in hist if v is not None]
-        if len(hist) < self.n_init or len(ok) < 3:
+        if len(hist) < self.config.n_init or len(ok) < 3:
             return self.pool.random_unseen()
         cands: list[Config] = []
         for c, _ in sorted(ok, key=lambda cv: cv[1])[:3]:
@@ -717,12 +678,12 @@ class ModelStrategy(Strategy):
         X = self.schema.transform([c for c, _ in hist])
         y = _normalise(np.array([np.nan if v is None else v for _, v in hist]))
         model = XGBEnsemble(
-            n_models=self.n_models,
-            n_estimators=self.n_estimators,
-            max_depth=self.max_depth,
+            n_models=self.config.n_models,
+            n_estimators=self.config.n_estimators,
+            max_depth=self.config.max_depth,
             normalise=False,
             seed=self.seed + len(hist),
         ).fit(X, y)
         p = model.predict_all(self.schema.transform(cands))
-        acq = p.mean(axis=0) - self.kappa * p.std(axis=0)
+        acq = p.mean(axis=0) - self.config.kappa * p.std(axis=0)
         return cands[int(np.argmin(acq))]

@@ -24,6 +24,7 @@ from typing import Any
 from tuner.search_spaces import Config, SearchSpace
 
 from ._base import PriorTask, Strategy
+from ._config import TPEConfig, settings
 
 
 def _ordered(values: Sequence[Any]) -> bool:
@@ -33,13 +34,18 @@ def _ordered(values: Sequence[Any]) -> bool:
 class TPEStrategy(Strategy):
     name = "tpe"
     uses_prior = False
-    n_startup_trials = 10
-    multivariate = False
+    config_class = TPEConfig
 
     def __init__(
-        self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None
+        self,
+        space: SearchSpace,
+        *,
+        seed: int = 0,
+        prior: Sequence[PriorTask] | None = None,
+        config: TPEConfig | None = None,
     ) -> None:
         super().__init__(space, seed=seed, prior=prior)
+        self.config = settings(config, TPEConfig)
         import optuna
         from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
@@ -55,7 +61,7 @@ class TPEStrategy(Strategy):
         self._index = {n: {v: i for i, v in enumerate(vs)} for n, vs in self._values.items()}
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         sampler = optuna.samplers.TPESampler(
-            seed=seed, multivariate=self.multivariate, n_startup_trials=self.n_startup_trials
+            seed=seed, multivariate=self.config.multivariate, n_startup_trials=self.config.n_startup_trials
         )
         self._study = optuna.create_study(sampler=sampler, direction="minimize")
         self._pending: tuple[Any, bool] | None = None  # (TPE's trial, whether its proposal was replaced)

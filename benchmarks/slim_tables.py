@@ -1,0 +1,61 @@
+"""Write slim copies of Kernel Tuner cache files: the fields replay needs, gzip-compressed.
+
+Each entry keeps its tuning parameters and the objective (`time`: milliseconds, or Kernel Tuner's failure
+string); the per-repeat `times`, compile, verification and framework times, GFLOP/s and timestamps are
+dropped. The header (device, kernel, problem size, tune_params, objective) and the entries' order are kept,
+so the copy is still a Kernel Tuner cache file and replays exactly as the original does. This is how
+`benchmarks/data/` was made from the FAIR Benchmark Hub's tables:
+
+    python benchmarks/slim_tables.py SOURCE_FOLDER benchmarks/data
+
+SOURCE_FOLDER holds `KERNEL/GPU.json.gz` (or `.json`) files; the same layout is written under the target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def slim(doc: dict[str, Any]) -> dict[str, Any]:
+    """The cache document with only the parameters and the objective in each entry."""
+    keys = doc["tune_params_keys"]
+    objective = doc.get("objective") or "time"
+    out = {k: v for k, v in doc.items() if k != "cache"}
+    out["cache"] = {
+        ck: {**{k: e[k] for k in keys}, objective: e[objective]} for ck, e in doc["cache"].items()
+    }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("source", help="folder with KERNEL/GPU.json.gz tables")
+    ap.add_argument("target", help="folder to write the slim KERNEL/GPU.json.gz copies to")
+    args = ap.parse_args(argv)
+    src, dst = Path(args.source), Path(args.target)
+    files = sorted(src.glob("*/*.json*"))
+    if not files:
+        print(f"no tables under {src}", file=sys.stderr)
+        return 2
+    for f in files:
+        raw = f.read_bytes()
+        doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+        body = json.dumps(slim(doc), separators=(",", ":")).encode()
+        out = dst / f.parent.name / (f.name.split(".")[0] + ".json.gz")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp")
+        # mtime=0: the same input gives the same bytes
+        tmp.write_bytes(gzip.compress(body, compresslevel=9, mtime=0))
+        os.replace(tmp, out)
+        print(f"{out}: {len(doc['cache'])} entries, {out.stat().st_size} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,90 @@
+"""benchmarks/replay_search.py: strategy variants (`NAME@KEY=VALUE`) and the 95% intervals of its figures."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tuner.strategies import ModelStrategy, ModelStrategyConfig
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE = Path(__file__).parent / "data" / "convolution_A100_sample.json"
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("replay_search", REPO / "benchmarks" / "replay_search.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+rs = _script()
+
+
+def test_variants_change_fields_of_the_config_object() -> None:
+    assert rs.parse_variant("auto") == ("auto", {})
+    assert rs.parse_variant("auto@restart_seed=1@target_clip=null@crossover=false") == (
+        "auto",
+        {"restart_seed": 1, "target_clip": None, "crossover": False},
+    )
+    with pytest.raises(ValueError, match="not KEY=VALUE"):
+        rs.parse_variant("auto@patience")
+    table = rs._table(str(SAMPLE))
+    strat = rs.make_strategy("auto@patience=7", table.space, 3, None)
+    assert isinstance(strat, ModelStrategy) and strat.seed == 3
+    assert strat.config == ModelStrategyConfig(patience=7)
+    assert rs.make_strategy("tpe", table.space, 0, None) == "tpe"
+    assert rs.variant_error(["auto@patience=7", "random", "kt:pso"]) is None
+    assert "patience=0 must be > 0" in (rs.variant_error(["auto@patience=0"]) or "")
+    assert "no settings" in (rs.variant_error(["random@x=1"]) or "")
+
+
+def _run(trace: list[float | None], path: str, strategy: str = "s") -> dict:
+    return {
+        "file": path,
+        "strategy": strategy,
+        "seed": 0,
+        "trace": trace,
+        "evaluations": len(trace),
+        "strategy_ms_per_eval": 1.0,
+    }
+
+
+def test_bootstrap_interval_brackets_the_figure_and_shrinks_to_a_point_when_seeds_agree() -> None:
+    path = str(SAMPLE)
+    table = rs._table(path)
+    opt, budget = table.optimum, 10
+    far = opt * 2.0
+    same = [_run([far] * 5 + [opt] * 5, path) for _ in range(6)]
+    ci = rs.bootstrap_ci(same, [path], "s", budget, n_boot=200)
+    assert ci["geo1.05"] == (6.0, 6.0) and ci["reach1.05"] == (1.0, 1.0)
+    mixed = [_run([far] * (k + 1) + [opt] * (budget - k - 1), path) for k in range(8)]
+    mixed += [_run([far] * budget, path) for _ in range(4)]  # 4 of 12 never reach it
+    summary = rs.summarise(mixed, budget)
+    group = rs._group(summary, [path], mixed, budget)["s"]
+    lo, hi = group["ci"]["reach1.05"]
+    assert group["reach1.05"] == pytest.approx(8 / 12) and lo < 8 / 12 < hi
+    lo, hi = group["ci"]["geo1.05"]
+    assert lo <= group["geo1.05"] <= hi and lo < hi
+    assert rs.bootstrap_ci(mixed, [path], "s", budget, n_boot=200) == rs.bootstrap_ci(
+        mixed, [path], "s", budget, n_boot=200
+    )  # seeded: the same runs give the same interval
+
+
+def test_report_prints_intervals_and_keeps_them_in_the_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "r.json"
+    args = ["--data", str(SAMPLE.parent), "--files", SAMPLE.name, "--budget", "8", "--seeds", "3"]
+    assert rs.main([*args, "--strategies", "random,auto@n_init=4", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "[95% CI]" in text and "auto@n_init=4" in text
+    groups = json.loads(out.read_text())["summary"]["groups"]["ALL"]
+    lo, hi = groups["auto@n_init=4"]["ci"]["score"]
+    assert lo <= groups["auto@n_init=4"]["score"] <= hi
+    assert rs.main([*args, "--strategies", "auto@n_init=0"]) == 2
