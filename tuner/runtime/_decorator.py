@@ -30,7 +30,6 @@ from ._env import (
     framework_versions,
     kind_of,
     signature_names,
-    source_hash,
     underlying_function,
 )
 from ._file import ReadOnlyCache, load_cache, rank_nearest
@@ -226,7 +225,7 @@ class Autotuned:
         *,
         key: Sequence[str] | Callable[..., Any],
         configs: Sequence[Any] | None,
-        budget: int,
+        budget: int | None,
         time_budget_s: float | None,
         mode: str | None,
         bucket: Bucket,
@@ -242,6 +241,8 @@ class Autotuned:
         restore: Sequence[str] = (),
         depends: Sequence[Any] = (),
     ) -> None:
+        if budget is None:  # explicit configs: time every one of them (as triton.autotune does)
+            budget = max(1, len(configs)) if configs is not None else 20
         if configs is not None:
             if space is not None:
                 raise ValueError("give either a space or configs, not both")
@@ -276,7 +277,8 @@ class Autotuned:
         self.cost_model = cost_model
         self.lease_s = lease_s
         self.restore = (restore,) if isinstance(restore, str) else tuple(restore)
-        self.source_hash = source_hash(fn, tuple(depends))
+        self._depends = tuple(depends)
+        self._source_hash: str | None = None  # computed on the first miss (see source_hash)
         self.arg_names, self.defaults = signature_names(fn)
         self.key_fn: Callable[..., Any] | None = None
         self.key_names: tuple[str, ...] = ()
@@ -303,6 +305,21 @@ class Autotuned:
         self.last_choice: dict[str, Any] = {}
         self.stats = {"tuned": 0, "from_store": 0, "from_file": 0, "offline_fallback": 0, "waited": 0}
         self._env: dict[tuple[str, str], tuple[str, dict[str, str]]] = {}
+
+    @property
+    def source_hash(self) -> str:
+        """The code identity in the key (tuner.runtime._source.code_hash), computed on first use so that
+        functions defined below the decorated one (a kernel body, a helper) are covered."""
+        h = self._source_hash
+        if h is None:
+            from ._source import code_hash
+
+            h = self._source_hash = code_hash(self.fn, self._depends)
+        return h
+
+    @source_hash.setter
+    def source_hash(self, value: str) -> None:
+        self._source_hash = value
 
     # ---- keys ----------------------------------------------------------------------------------------
     def key_getter(self) -> tuple[Callable[[tuple], Any], int]:
@@ -859,7 +876,7 @@ def autotune(
     *,
     key: Sequence[str] | Callable[..., Any],
     configs: Sequence[Any] | None = None,
-    budget: int = 20,
+    budget: int | None = None,
     time_budget_s: float | None = None,
     mode: str | None = None,
     bucket: Bucket = "exact",
@@ -874,6 +891,16 @@ def autotune(
     lease_s: float = 120.0,
     restore: Sequence[str] = (),
     depends: Sequence[Any] = (),
+    prune_configs_by: Mapping[str, Any] | None = None,
+    reset_to_zero: Sequence[str] | None = None,
+    restore_value: Sequence[str] | None = None,
+    pre_hook: Callable[..., Any] | None = None,
+    post_hook: Callable[..., Any] | None = None,
+    warmup: int | None = None,
+    rep: int | None = None,
+    use_cuda_graph: bool = False,
+    do_bench: Callable[..., Any] | None = None,
+    cache_results: bool | None = None,
 ) -> Callable[[Any], Any]:
     """Decorate a kernel launcher so that it tunes itself once per key and then runs from a cache.
 
@@ -901,7 +928,48 @@ def autotune(
     The decorated function gets the config's parameters as keyword arguments.
     """
 
+    triton_kw = {
+        "prune_configs_by": prune_configs_by,
+        "reset_to_zero": reset_to_zero,
+        "restore_value": restore_value,
+        "pre_hook": pre_hook,
+        "post_hook": post_hook,
+        "warmup": warmup,
+        "rep": rep,
+        "use_cuda_graph": use_cuda_graph,
+        "do_bench": do_bench,
+        "cache_results": cache_results,
+    }
+
     def deco(fn: Any) -> Any:
+        if configs is not None and (kind_of(fn) == "triton" or any(v for v in triton_kw.values())):
+            from ._triton_compat import build  # triton.autotune's keywords and semantics
+
+            return build(
+                fn,
+                triton_kw,
+                configs=configs,
+                key=key,
+                budget=budget,
+                storage=storage,
+                restore=(restore,) if isinstance(restore, str) else tuple(restore),
+                time_budget_s=time_budget_s,
+                mode=mode,
+                bucket=bucket,
+                bench=bench,
+                cache=cache,
+                name=name,
+                dtypes=dtypes,
+                seed=seed,
+                strategy=strategy,
+                cost_model=cost_model,
+                lease_s=lease_s,
+                depends=depends,
+            )
+        if any(v for v in triton_kw.values()):
+            raise ValueError(
+                "the triton.autotune keywords need configs=[...] (a list of triton.Config or dicts)"
+            )
         t = Autotuned(
             fn,
             space,
