@@ -21,6 +21,7 @@ from typing import Any
 
 from tuner.search_spaces import SearchSpace
 
+from . import _jax
 from ._bench import BenchFn, default_bench, normalise_bench_result
 from ._entry import CacheEntry, EntryError, now_iso
 from ._env import (
@@ -469,6 +470,8 @@ class Autotuned:
     # ---- the miss path -------------------------------------------------------------------------------
     def miss(self, args: tuple, kwargs: dict, fast_key: Any, grid: Any = None) -> dict[str, Any]:
         """Resolve the config for a call whose fast key is not in memory (tuning if needed)."""
+        if _jax.has_tracer(args, kwargs):  # inside jax.jit/grad/vmap: resolve on concrete arrays
+            return _jax.resolve_on_concrete(self.miss, self.name, args, kwargs, fast_key, grid)
         if fast_key is None:
             try:
                 fast_key = self.general_key(args, kwargs)
