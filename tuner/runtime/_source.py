@@ -36,7 +36,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-__all__ = ["code_hash", "module_files_hash", "triton_cache_key"]
+__all__ = ["code_hash", "module_files", "module_files_hash", "triton_cache_key"]
 
 _DEF_RE = re.compile(r"^(async\s+)?def\s+\w+\s*\(", re.MULTILINE)
 _MAX_FUNCTIONS = 200  # a guard against walking a whole code base through globals
@@ -231,11 +231,11 @@ def _imported_modules(path: Path, module: str, package: str) -> list[str]:
     return [m for m in out if m == package or m.startswith(package + ".")]
 
 
-def module_files_hash(module: str, package: str | None = None) -> str:
-    """sha256 (32 hex digits) of the source file of `module` and of every module of `package` (default:
-    the module's top-level package) that it imports, transitively. Files are read from disk each call."""
+def module_files(module: str, package: str | None = None) -> list[Path]:
+    """The source file of `module` and of every module of `package` (default: the module's top-level
+    package) that it imports, transitively, sorted by module name."""
     package = package or _top_package(module)
-    seen: dict[str, str] = {}
+    seen: dict[str, Path | None] = {}
     todo = [module]
     while todo:
         name = todo.pop()
@@ -246,18 +246,23 @@ def module_files_hash(module: str, package: str | None = None) -> str:
         except (ImportError, ValueError):
             spec = None
         origin = getattr(spec, "origin", None) if spec is not None else None
-        if not origin or not origin.endswith(".py"):
-            seen[name] = ""
+        if not origin or not origin.endswith(".py") or not Path(origin).is_file():
+            seen[name] = None
             continue
-        path = Path(origin)
+        seen[name] = Path(origin)
+        todo += [m for m in _imported_modules(Path(origin), name, package) if m not in seen]
+    return [p for _, p in sorted(seen.items()) if p is not None]
+
+
+def module_files_hash(module: str, package: str | None = None) -> str:
+    """sha256 (32 hex digits) of the bytes of `module_files(module, package)`, read from disk now."""
+    parts = []
+    for path in module_files(module, package):
         try:
-            seen[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+            parts.append(f"{path.name}:{hashlib.sha256(path.read_bytes()).hexdigest()}")
         except OSError:
-            seen[name] = ""
             continue
-        todo += [m for m in _imported_modules(path, name, package) if m not in seen]
-    text = "\n".join(f"{k}:{v}" for k, v in sorted(seen.items()) if v)
-    return _h(text or module)
+    return _h("\n".join(parts) or module)
 
 
 def loaded_module_name(fn: Any) -> str | None:
