@@ -31,10 +31,9 @@ stored with its key (source hash, dtypes, device, versions) and reused in later 
 
 from __future__ import annotations
 
-import builtins
 import contextlib
+import functools
 import logging
-import math
 import sys
 import threading
 import time
@@ -43,13 +42,18 @@ from collections.abc import Callable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from tuner.search_spaces import SearchSpace
+from tuner.search_spaces import Config, SearchSpace
+from tuner.strategies import Strategy
 
-from ._bench import BenchFn, cpu_bench, normalise_bench_result
-from ._decorator import Autotuned, _copy_into, _make_wrapper, _snapshot, _triton_configs_to_dicts
-from ._entry import CacheEntry, EntryError, now_iso
-from ._env import underlying_function
-from ._key import CacheKey, canon
+from . import _jax
+from ._argkeys import ArgKeys
+from ._bench import BenchFn, cpu_bench, default_bench, normalise_bench_result
+from ._decorator import Autotuned, _attach
+from ._env import array_framework, underlying_function
+from ._hit import make_hit_path
+from ._key import canon
+from ._launcher import AutotunedKernel, triton_configs_to_dicts
+from ._restore import Restorer, copy_into, snapshot
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +81,9 @@ def _all_kwargs(c: Any) -> dict[str, Any]:
     return dict(c.all_kwargs())
 
 
-def _config_dict(c: Any) -> dict[str, Any]:
-    """The runtime's dict for one triton.Config (kwargs + num_warps + num_stages [+ num_ctas/maxnreg])."""
-    return _config_dicts([c])[0]
-
-
 def _config_dicts(configs: Sequence[Any]) -> list[dict[str, Any]]:
+    """The runtime's dicts for triton.Configs (kwargs + num_warps + num_stages [+ num_ctas/maxnreg where
+    they vary]); a config's own pre_hook is run by this module, so it is not refused here."""
     proxies = [
         c
         if isinstance(c, Mapping)
@@ -96,7 +97,7 @@ def _config_dicts(configs: Sequence[Any]) -> list[dict[str, Any]]:
         )
         for c in configs
     ]
-    return _triton_configs_to_dicts(proxies)
+    return triton_configs_to_dicts(proxies)
 
 
 def _to_triton_config(d: Mapping[str, Any]) -> Any:
@@ -146,18 +147,71 @@ def _autotuner_error(msg: str) -> Exception:
         return RuntimeError(f"Autotuner error: {msg}")
 
 
+def _budgeted_cpu_bench(call: Callable[[], Any], warmup_s: float, rep_s: float) -> tuple[float, float]:
+    """cpu_bench with Triton's warmup/rep meaning: about `warmup_s` of warm-up and `rep_s` of timed runs."""
+    t0 = time.perf_counter()
+    call()
+    est = max(time.perf_counter() - t0, 1e-6)
+    return cpu_bench(
+        call,
+        warmup=max(1, min(1000, int(warmup_s / est))),
+        repeats=max(1, min(1000, int(rep_s / est))),
+        min_sample_s=0.0,
+    )
+
+
+class InOrder(Strategy):
+    """Every config, in the order the user listed them (Triton times them in that order)."""
+
+    name = "all_configs"
+
+    def __init__(self, space: SearchSpace, order: Sequence[Mapping[str, Any]], **kw: Any) -> None:
+        super().__init__(space, **kw)
+        self.order = [dict(c) for c in order]
+
+    def propose(self) -> Config | None:
+        for c in self.order:
+            if not self.pool.is_seen(c):
+                return dict(c)
+        return None
+
+
+class _TritonKeys(ArgKeys):
+    """ArgKeys that, as Triton, accept any key value: one that is not a JSON scalar (a tl.dtype
+    constexpr, say) is keyed by its str()."""
+
+    def raw_values(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        out = {}
+        for k, v in super().raw_values(args, kwargs).items():
+            if v is None or isinstance(v, (bool, int, float, str)) or hasattr(v, "shape"):
+                out[k] = v
+                continue
+            try:
+                import operator
+
+                out[k] = operator.index(v)
+            except TypeError:
+                out[k] = str(v)
+        return out
+
+
 class TritonAutotuned(Autotuned):
-    """`Autotuned` with triton.autotune's configs, pruning, hooks, do_bench and `.cache`."""
+    """`Autotuned` with triton.autotune's configs, pruning, hooks, do_bench and `.cache`, built on the
+    shared hit path and resolution chain: the injected parts are the key builder (`_TritonKeys`), the
+    timer (do_bench), a restorer that does nothing (the hooks restore), and a miss path that prunes
+    first and times what is left in order (`InOrder`) through the chain's online tail."""
 
     def __init__(
         self,
         fn: Any,
         *,
-        configs: Sequence[Any] | None,
+        configs: Sequence[Any],
         key: Sequence[str] | Callable[..., Any],
         budget: int | None,
         storage: Any,
-        restore: Sequence[str],
+        restore: Sequence[str] | str = (),
+        bucket: Any = "exact",
+        dtypes: bool = True,
         prune_configs_by: Mapping[str, Any] | None = None,
         reset_to_zero: Sequence[str] | None = None,
         restore_value: Sequence[str] | None = None,
@@ -170,18 +224,16 @@ class TritonAutotuned(Autotuned):
         cache_results: bool | None = None,
         **opts: Any,
     ) -> None:
-        if configs is None:
-            raise ValueError("the triton.autotune keywords need configs=[triton.Config(...), ...]")
         if not configs:
             import triton
 
             configs = [triton.Config({}, num_warps=4, num_stages=3, num_ctas=1)]
         self.configs: list[Any] = list(configs)
-        dicts = _config_dicts(self.configs)
+        self._dicts = _config_dicts(self.configs)
         self._obj_by_canon: dict[str, Any] = {}
-        for c, d in zip(self.configs, dicts, strict=True):
+        for c, d in zip(self.configs, self._dicts, strict=True):
             self._obj_by_canon.setdefault(canon(d), c)
-        self._dicts = dicts
+        self._cfg_names = frozenset().union(*(d.keys() for d in self._dicts))
         if cache_results is False:
             if storage not in (None, False):
                 raise ValueError(
@@ -210,12 +262,12 @@ class TritonAutotuned(Autotuned):
         unknown = set(pc) - {"perf_model", "top_k", "early_config_prune"}
         if unknown:
             raise ValueError(
-                f"prune_configs_by has unknown fields {sorted(unknown)}; "
-                "use perf_model, top_k, early_config_prune"
+                f"prune_configs_by has unknown fields {sorted(unknown)}; use perf_model, top_k, early_config_prune"
             )
         self.perf_model = pc.get("perf_model")
         self.configs_top_k = pc.get("top_k", 1.0)
         self.early_config_prune = pc.get("early_config_prune")
+        restore = (restore,) if isinstance(restore, str) else tuple(restore)
         self.reset_to_zero = list(reset_to_zero or [])
         self.restore_value = list(restore_value or []) + [
             r for r in restore if r not in (restore_value or [])
@@ -228,7 +280,7 @@ class TritonAutotuned(Autotuned):
         self.triton_cache: dict[tuple, Any] = {}  # `.cache` of the decorated kernel
         self.configs_timings: dict[Any, Any] = {}
         self.bench_time = 0.0
-        self.last_cfg: dict[str, Any] | None = None
+        self.last_kw: dict[str, Any] | None = None  # the keyword arguments of the last launch
         self.has_config_hooks = any(getattr(c, "pre_hook", None) is not None for c in self.configs)
         self._tl = threading.local()
         super().__init__(
@@ -238,15 +290,52 @@ class TritonAutotuned(Autotuned):
             configs=None,
             budget=budget or len(self.configs),
             storage=storage,
+            bucket=bucket,
+            dtypes=dtypes,
+            timer=self._timer,
+            restorer=Restorer(lambda a, k: []),
             **opts,
         )
-        names = set(self.arg_names)
-        bad = [n for n in self.reset_to_zero + self.restore_value if n not in names]
+        self.keys = _TritonKeys(
+            name=self.name,
+            kind=self.kind,
+            source_hash=lambda: self.source_hash,
+            arg_names=self.arg_names,
+            defaults=self.defaults,
+            key=key,
+            bucket=bucket,
+            dtypes=dtypes,
+        )
+        bad = [n for n in self.reset_to_zero + self.restore_value if n not in self.arg_names]
         if bad:
             raise ValueError(
                 f"reset_to_zero/restore_value names {bad} are not parameters of {self.name} ({self.arg_names})"
             )
-        self.keys = list(self.key_names)
+        self.key_names = list(self.keys.key_names)
+
+    # ---- what the chain's tuning reads: budget and strategy of this thread's request -----------------
+    @property  # type: ignore[override]
+    def budget(self) -> int:
+        pruned = getattr(self._tl, "pruned", None)
+        if pruned is None:
+            return self._budget
+        return len(pruned) if self.user_budget is None else min(self.user_budget, len(pruned))
+
+    @budget.setter
+    def budget(self, value: int) -> None:
+        self._budget = value
+
+    @property  # type: ignore[override]
+    def strategy(self) -> Any:
+        pruned = getattr(self._tl, "pruned", None)
+        if pruned is None or (self.user_budget is not None and self.user_budget < len(pruned)):
+            return self._strategy  # opt-in: the strategy (cost model) picks which configs to time
+        order = [_config_dict(c) for c in pruned]
+        return InOrder(SearchSpace.from_configs(order), order, seed=self.seed)
+
+    @strategy.setter
+    def strategy(self, value: Any) -> None:
+        self._strategy = value
 
     # ---- hooks ---------------------------------------------------------------------------------------
     def _default_pre_hook(self, kwargs: dict[str, Any], reset_only: bool = False) -> None:
@@ -256,12 +345,12 @@ class TritonAutotuned(Autotuned):
                 _zero(v)
         if not reset_only:
             self._restore_copies = {
-                n: _snapshot(kwargs[n]) for n in self.restore_value if kwargs.get(n) is not None
+                n: snapshot(kwargs[n]) for n in self.restore_value if kwargs.get(n) is not None
             }
 
     def _default_post_hook(self, kwargs: dict[str, Any], exception: BaseException | None = None) -> None:
         for name, saved in self._restore_copies.items():
-            _copy_into(kwargs[name], saved)
+            copy_into(kwargs[name], saved)
         self._restore_copies = {}
 
     def meta(self, kwargs: dict, grid: Any) -> dict[str, Any]:
@@ -280,11 +369,15 @@ class TritonAutotuned(Autotuned):
     # ---- configs -------------------------------------------------------------------------------------
     def config_obj(self, cfg: Mapping[str, Any]) -> Any:
         """The triton.Config (or dict) the user gave for a runtime config dict."""
-        c = self._obj_by_canon.get(canon(dict(cfg)))
+        k = canon(dict(cfg))
+        c = self._obj_by_canon.get(k)
         if c is None:
-            c = _to_triton_config(cfg) if self.kind == "triton" else dict(cfg)
-            self._obj_by_canon[canon(dict(cfg))] = c
+            c = self._obj_by_canon[k] = _to_triton_config(cfg) if self.kind == "triton" else dict(cfg)
         return c
+
+    def split_config(self, kw: Mapping[str, Any]) -> dict[str, Any]:
+        """The config part of a launch's keyword arguments."""
+        return {k: v for k, v in kw.items() if k in self._cfg_names}
 
     def triton_key(self, args: tuple, kwargs: dict) -> tuple:
         """Triton's key: the values of the key arguments, then str(dtype) of every array argument."""
@@ -295,7 +388,8 @@ class TritonAutotuned(Autotuned):
         return tuple(key)
 
     def prune(self, args: tuple, kwargs: dict, grid: Any) -> list[Any]:
-        """Triton's prune_configs: early_config_prune, then the perf model's top_k."""
+        """Triton's prune_configs: early_config_prune, then the perf model's top_k (a fraction counts the
+        configs left by the early prune; at least one is kept)."""
         nargs = dict(zip(self.arg_names, args, strict=False))
         kw = self.meta(kwargs, grid)
         pruned = list(self.configs)
@@ -303,8 +397,7 @@ class TritonAutotuned(Autotuned):
             pruned = list(self.early_config_prune(self.configs, nargs, **kw) or [])
             if not pruned:
                 raise _autotuner_error(
-                    "No valid autotuner configs after pruning. "
-                    "`early_config_prune` should return at least one config."
+                    "No valid autotuner configs after pruning. `early_config_prune` should return at least one config."
                 )
         if self.perf_model is not None:
             top_k = self.configs_top_k
@@ -326,74 +419,26 @@ class TritonAutotuned(Autotuned):
         pruned = getattr(self._tl, "pruned", None) or self.configs
         return SearchSpace.from_configs([_config_dict(c) for c in pruned])
 
-    def _raw_key_value(self, v: Any) -> Any:
-        if v is None or isinstance(v, (bool, int, float, str)) or hasattr(v, "shape"):
-            return v
-        try:
-            import operator
+    # ---- the injected timer, the benched target ------------------------------------------------------
+    def _timer(self, args: tuple, kwargs: dict, device: str) -> BenchFn:
+        bench = self._raw_timer(args, kwargs, device)
+        timings = self.configs_timings
 
-            return operator.index(v)
-        except TypeError:
-            return str(v)  # e.g. a tl.dtype constexpr as key (Triton keys on any hashable value)
+        def timed(call: Callable[[], Any]) -> Any:
+            res = bench(call)
+            cur = getattr(self._tl, "current", None)
+            if cur is not None:
+                med, spread = normalise_bench_result(res)
+                timings[self.config_obj(cur)] = [
+                    med * 1e3,
+                    (med - spread / 2) * 1e3,
+                    (med + spread / 2) * 1e3,
+                ]
+            return res
 
-    def raw_key_values(self, args: tuple, kwargs: dict) -> dict[str, Any]:
-        vals = super().raw_key_values(args, kwargs)
-        return {k: self._raw_key_value(v) for k, v in vals.items()}
+        return timed
 
-    # ---- the miss path -------------------------------------------------------------------------------
-    def miss(self, args: tuple, kwargs: dict, fast_key: Any, grid: Any = None) -> dict[str, Any]:
-        self._tl.grid = grid
-        cfg = super().miss(args, kwargs, fast_key, grid)
-        if len(self.configs) > 1:
-            with contextlib.suppress(TypeError):  # an unhashable key value: keep serving
-                self.triton_cache[self.triton_key(args, kwargs)] = self.config_obj(cfg)
-        return cfg
-
-    def _resolve(self, ck: CacheKey, args: tuple, kwargs: dict, grid: Any) -> dict[str, Any]:
-        if len(self.configs) == 1:  # Triton neither prunes nor times a single config
-            return dict(self._dicts[0])
-        names = set().union(*(_all_kwargs(c).keys() for c in self.configs))
-        clash = sorted(set(kwargs) & names)
-        if clash:
-            raise ValueError(
-                f"Conflicting meta-parameters: {', '.join(clash)}."
-                " Make sure that you don't re-define auto-tuned symbols."
-            )
-        pruned = self.prune(args, kwargs, grid)
-        if len(pruned) == 1:  # nothing to compare: used without timing, not stored
-            cfg = _config_dict(pruned[0])
-            self._choose(ck, cfg, "the only config left after pruning", quiet=True)
-            return cfg
-        self._tl.pruned = pruned
-        try:
-            return super()._resolve(ck, args, kwargs, grid)
-        finally:
-            self._tl.pruned = None
-
-    def invoker(self, args: tuple, kwargs: dict, grid: Any = None) -> Callable[[dict[str, Any]], Any]:
-        """One timed run of a config, with Triton's hooks around it."""
-        base = super().invoker(args, kwargs, grid)
-
-        def kernel_call(cfg: dict[str, Any]) -> Any:
-            cobj = self.config_obj(cfg)
-            full = self.full_nargs(args, kwargs, grid, cobj)
-            hook = getattr(cobj, "pre_hook", None)
-            if hook is not None:
-                hook(full)
-            self.pre_hook(full)
-            try:
-                out = base(cfg)
-            except Exception as exc:
-                try:
-                    self.post_hook(full, exception=exc)
-                finally:
-                    raise  # noqa: B012 - Triton re-raises the kernel's error after the post-hook
-            self.post_hook(full, exception=None)
-            return out
-
-        return kernel_call
-
-    def _bench_fn(self, args: tuple, kwargs: dict, device: str) -> BenchFn:
+    def _raw_timer(self, args: tuple, kwargs: dict, device: str) -> BenchFn:
         user = self.user_do_bench
         if user is not None:
             return lambda call: _ms_result_to_s(user(call, quantiles=_QUANTILES))
@@ -415,187 +460,173 @@ class TritonAutotuned(Autotuned):
             return lambda call: _budgeted_cpu_bench(call, warm / 1e3, rep / 1e3)
         if self.use_cuda_graph:
             log.info("%s: use_cuda_graph needs a CUDA device; timing with the default timer", self.name)
-        return super()._bench_fn(args, kwargs, device)
+        if self.bench is not None:
+            return self.bench
+        return default_bench(self.kind, array_framework(list(args) + list(kwargs.values())), device)
 
-    def _tune(
-        self,
-        ck: CacheKey,
-        space: SearchSpace,
-        db: Any,
-        args: tuple,
-        kwargs: dict,
-        owner: str | None,
-        grid: Any,
-    ) -> dict[str, Any]:
-        pruned = getattr(self._tl, "pruned", None) or self.configs
-        t0 = time.time()
-        if self.user_budget is not None and self.user_budget < len(pruned):
-            cfg = super()._tune(ck, space, db, args, kwargs, owner, grid)  # opt-in: the cost model picks
-        else:
-            cfg = self._time_all(ck, space, db, args, kwargs, owner, grid, pruned)
-        self.bench_time = time.time() - t0
-        cobj = self.config_obj(cfg)
-        self.pre_hook(self.full_nargs(args, kwargs, grid, cobj), reset_only=True)
-        if _print_enabled():
-            _emit(
-                f"Triton autotuning for function {self.base_name},\nwith key as {self.triton_key(args, kwargs)},\n"
-                f"finished after {self.bench_time:.2f}s,\nbest config selected: {cobj};"
-            )
-        return cfg
+    def _bench_target(
+        self, args: tuple, kwargs: dict, grid: Any, target: Callable[..., Any]
+    ) -> Callable[..., Any]:
+        """What the chain's tuning times: the launch with Triton's hooks around it."""
+        verbose = _print_enabled()
+        printed: set[str] = set()
+        name = self.base_name
+        target = getattr(target, "bare", target)  # the launch without the hit path's own config hook
+
+        def kernel_call(*a: Any, **kw: Any) -> Any:
+            cfg = self.split_config(kw)
+            cobj = self.config_obj(cfg)
+            self._tl.current = cfg
+            self._tl.benched = True
+            if verbose and canon(cfg) not in printed:
+                printed.add(canon(cfg))
+                _emit(f"Autotuning kernel {name} with config {cobj}")
+            full = self.full_nargs(args, kwargs, grid, cobj)
+            hook = getattr(cobj, "pre_hook", None)
+            if hook is not None:
+                hook(full)
+            self.pre_hook(full)
+            try:
+                out = target(*a, **kw)
+            except Exception as exc:
+                if verbose:
+                    _emit(f"Autotuning failed with {exc}")
+                try:
+                    self.post_hook(full, exception=exc)
+                finally:
+                    raise  # noqa: B012 - Triton re-raises the kernel's error after the post-hook
+            self.post_hook(full, exception=None)
+            return out
+
+        return kernel_call
 
     @property
     def base_name(self) -> str:
         return str(getattr(underlying_function(self.fn), "__name__", self.name))
 
-    def _time_all(
-        self,
-        ck: CacheKey,
-        space: SearchSpace,
-        db: Any,
-        args: tuple,
-        kwargs: dict,
-        owner: str | None,
-        grid: Any,
-        pruned: list[Any],
-    ) -> dict[str, Any]:
-        """Time every config in the order given (as Triton does), keep the fastest, store it."""
-        from .._optimize import FAILED, OK, Trial
-
-        bench = self._bench_fn(args, kwargs, ck.device)
-        invoke = self.invoker(args, kwargs, grid)
-        verbose = _print_enabled()
-        trials: list[Trial] = []
-        timings: dict[Any, Any] = {}
-        spreads: dict[str, float] = {}
-        for i, cobj in enumerate(pruned):
-            cfg = _config_dict(cobj)
-            if verbose:
-                _emit(f"Autotuning kernel {self.base_name} with config {cobj}")
-            t1 = time.perf_counter()
-            try:
-                med, spread = normalise_bench_result(bench(lambda cfg=cfg: invoke(cfg)))
-                if not math.isfinite(med):
-                    raise ValueError(f"the timer returned {med}")
-            except Exception as exc:  # a failing config is a failed candidate, not a crash
-                if verbose:
-                    _emit(f"Autotuning failed with {exc}")
-                trials.append(
-                    Trial(i, cfg, None, FAILED, time.perf_counter() - t1, f"{type(exc).__name__}: {exc}")
-                )
-                timings[cobj] = [math.inf] * 3
-                continue
-            trials.append(Trial(i, cfg, med, OK, time.perf_counter() - t1))
-            timings[cobj] = [med * 1e3, (med - spread / 2) * 1e3, (med + spread / 2) * 1e3]
-            spreads[canon(cfg)] = spread
-            if owner is not None and db is not None:
-                db.renew(ck.hash, owner, self.lease_s)
-        self.configs_timings = timings
-        self.stats["tuned"] += 1
-        ok = [t for t in trials if t.value is not None]
-        store = db.store if db is not None else None
-        if store is not None:
-            from ..store import TaskContext
-
-            task = TaskContext(
-                kernel=self.name,
-                problem=ck.fields_dict,
-                device=ck.device,
-                versions=ck.versions_dict,
-                dtype=",".join(ck.dtypes),
-            )
-            for t in trials:
-                store.record_trial(task, space, t, strategy="all_configs")
-        if not ok:
-            errs = sorted({t.error for t in trials if t.error})
-            raise RuntimeError(
-                f"{self.name} {ck.fields_dict}: every one of {len(trials)} configs failed; "
-                f"first error: {errs[0] if errs else 'unknown'}"
-            )
-        best = builtins.min(ok, key=lambda t: (t.value, t.number))
-        cfg = dict(best.config)
-        assert best.value is not None
-        if db is not None:
-            entry = CacheEntry(
-                ck, cfg, best.value, spreads.get(canon(cfg), 0.0), now_iso(), space.fingerprint()
-            )
-            try:
-                db.put(entry)
-            except EntryError as exc:
-                log.warning(
-                    "%s: the winner for %s cannot be stored (%s); kept in memory only",
-                    self.name,
-                    ck.fields_dict,
-                    exc,
-                )
-        self._choose(ck, cfg, f"timed all {len(trials)} configs, best {best.value:.3g}s", quiet=True)
+    # ---- the miss path -------------------------------------------------------------------------------
+    def miss(self, args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]) -> dict[str, Any]:
+        if _jax.has_tracer(args, kwargs):
+            return _jax.resolve_on_concrete(self.miss, self.name, args, kwargs, fast_key, target)
+        cfg = self._known(args, kwargs, fast_key)
+        if cfg is None:
+            cfg = self._resolve_triton(args, kwargs, fast_key, target)
+        if len(self.configs) > 1:
+            with contextlib.suppress(TypeError):  # an unhashable key value: keep serving
+                self.triton_cache[self.triton_key(args, kwargs)] = self.config_obj(cfg)
         return cfg
+
+    def _known(self, args: tuple, kwargs: dict, fast_key: Any) -> dict[str, Any] | None:
+        """A config this process already chose for the call's key (no pruning, as Triton's cache)."""
+        if fast_key is None:
+            try:
+                gk = self.keys.general(args, kwargs)
+            except TypeError:
+                gk = None
+            if gk is not None and gk in self.mem:
+                return self.mem[gk]
+        if len(self.configs) == 1:
+            return None
+        cfg = self.by_hash.get(self.keys.full(args, kwargs).hash)
+        if cfg is not None and fast_key is not None:
+            self.mem[fast_key] = cfg
+        return cfg
+
+    def _resolve_triton(
+        self, args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]
+    ) -> dict[str, Any]:
+        if len(self.configs) == 1:  # Triton neither prunes nor times a single config
+            cfg = dict(self._dicts[0])
+            self._remember(args, kwargs, fast_key, cfg)
+            return cfg
+        clash = sorted(set(kwargs) & self._cfg_names)
+        if clash:
+            raise ValueError(
+                f"Conflicting meta-parameters: {', '.join(clash)}. Make sure that you don't re-define auto-tuned symbols."
+            )
+        grid = getattr(target, "grid", None)
+        pruned = self.prune(args, kwargs, grid)
+        if len(pruned) == 1:  # nothing to compare: used without timing, not stored
+            cfg = _config_dict(pruned[0])
+            self._remember(args, kwargs, fast_key, cfg)
+            return cfg
+        self._tl.pruned, self._tl.benched, self._tl.current = pruned, False, None
+        t0 = time.time()
+        try:
+            cfg = super().miss(args, kwargs, fast_key, self._bench_target(args, kwargs, grid, target))
+        finally:
+            self._tl.pruned = None
+        if self._tl.benched:  # tuned here: Triton resets once more, and prints the choice
+            self.bench_time = time.time() - t0
+            cobj = self.config_obj(cfg)
+            self.pre_hook(self.full_nargs(args, kwargs, grid, cobj), reset_only=True)
+            if _print_enabled():
+                _emit(
+                    f"Triton autotuning for function {self.base_name},\nwith key as {self.triton_key(args, kwargs)},\n"
+                    f"finished after {self.bench_time:.2f}s,\nbest config selected: {cobj};"
+                )
+        return cfg
+
+    def _remember(self, args: tuple, kwargs: dict, fast_key: Any, cfg: dict[str, Any]) -> None:
+        if fast_key is None:
+            with contextlib.suppress(TypeError):
+                fast_key = self.keys.general(args, kwargs)
+        if fast_key is not None:
+            self.mem[fast_key] = cfg
 
     def cache_clear(self) -> None:
         super().cache_clear()
         self.triton_cache.clear()
 
 
-def _budgeted_cpu_bench(call: Callable[[], Any], warmup_s: float, rep_s: float) -> tuple[float, float]:
-    """cpu_bench with Triton's warmup/rep meaning: about `warmup_s` of warm-up and `rep_s` of timed runs."""
-    t0 = time.perf_counter()
-    call()
-    est = max(time.perf_counter() - t0, 1e-6)
-    return cpu_bench(
-        call,
-        warmup=max(1, min(1000, int(warmup_s / est))),
-        repeats=max(1, min(1000, int(rep_s / est))),
-        min_sample_s=0.0,
-    )
+def _config_dict(c: Any) -> dict[str, Any]:
+    return _config_dicts([c])[0]
 
 
-class TritonAutotuner:
-    """A @triton.jit kernel under `tuner.autotune` with triton.autotune keywords: launch as
-    `kernel[grid](*args)`; `.cache`, `.best_config`, `.configs`, `.tuner`, `.explain(*args)`."""
+class TritonAutotuner(AutotunedKernel):
+    """A @triton.jit kernel under `tuner.autotune` with `configs`: launch as `kernel[grid](*args)`;
+    `.cache`, `.best_config`, `.configs`, `.configs_timings`, `.tuner`, `.explain(*args)`. The launch is
+    the shared hit path around `run` bound to the grid (and the configs' own pre_hooks, if any)."""
 
     def __init__(self, t: TritonAutotuned) -> None:
-        self.tuner = t
-        self.fn = t.fn
+        super().__init__(t)
+        self.tuner: TritonAutotuned = t
         self.base_fn = underlying_function(t.fn)
-        self.arg_names = t.arg_names
-        self.keys = t.keys
+        self.keys = t.key_names
         self.configs = t.configs
         self.cache = t.triton_cache
-        self.explain = t.explain
-        self.cache_clear = t.cache_clear
-        jit_run = t.fn.run
-        mem = t.mem
-        miss = t.miss
-        fast_key, need = t.make_fast_key()
-        hooked = t.has_config_hooks
 
-        def launch(grid: Any, args: tuple, kwargs: dict) -> Any:
-            if kwargs or len(args) < need:
-                cfg = miss(args, kwargs, None, grid)
-            else:
-                k = None
-                try:
-                    k = fast_key(args, kwargs)
-                    cfg = mem[k]
-                except KeyError:
-                    cfg = miss(args, kwargs, k, grid)
-                except TypeError:
-                    cfg = miss(args, kwargs, None, grid)
-            t.last_cfg = cfg
-            if hooked:
-                cobj = t.config_obj(cfg)
-                if cobj.pre_hook is not None:
-                    cobj.pre_hook(t.full_nargs(args, kwargs, grid, cobj))
-            return jit_run(*args, grid=grid, warmup=False, **kwargs, **cfg)
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:
+        keys, mem, miss = self._parts
+        run = functools.partial(self._jit_run, grid=grid, warmup=False)
+        t = self.tuner
+        if t.has_config_hooks:
 
-        self._launch = launch
+            def target(*args: Any, **kw: Any) -> Any:
+                t.last_kw = kw
+                cobj = t.config_obj(t.split_config(kw))
+                if getattr(cobj, "pre_hook", None) is not None:
+                    cobj.pre_hook(
+                        t.full_nargs(args, {k: v for k, v in kw.items() if k not in t._cfg_names}, grid, cobj)
+                    )
+                return run(*args, **kw)
+        else:
+
+            def target(*args: Any, **kw: Any) -> Any:
+                t.last_kw = kw
+                return run(*args, **kw)
+
+        target.grid = grid  # type: ignore[attr-defined]
+        target.bare = run  # type: ignore[attr-defined]
+        return make_hit_path(target, keys, mem, miss)
 
     @property
     def best_config(self) -> Any:
         """The triton.Config of the last launch (Triton sets it on every call)."""
-        cfg = self.tuner.last_cfg
-        if cfg is None:
+        kw = self.tuner.last_kw
+        if kw is None:
             raise AttributeError("best_config is set by the first launch")
-        return self.tuner.config_obj(cfg)
+        return self.tuner.config_obj(self.tuner.split_config(kw))
 
     @property
     def configs_timings(self) -> dict[Any, Any]:
@@ -605,33 +636,29 @@ class TritonAutotuner:
     def bench_time(self) -> float:
         return self.tuner.bench_time
 
-    def __getitem__(self, grid: Any) -> Callable[..., Any]:
-        launch = self._launch
-        return lambda *args, **kwargs: launch(grid, args, kwargs)
+    def warmup(self, *args: Any, grid: Any = None, **kwargs: Any) -> list[Any]:
+        """Compile every config left after pruning (Triton's Autotuner.warmup)."""
+        return [
+            self.fn.run(*args, grid=grid, warmup=True, **kwargs, **_all_kwargs(c))
+            for c in self.tuner.prune(args, kwargs, grid)
+        ]
 
     def run(self, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> Any:
         if warmup:
             return self.warmup(*args, grid=grid, **kwargs)
-        return self._launch(grid, args, kwargs)
-
-    def warmup(self, *args: Any, grid: Any = None, **kwargs: Any) -> list[Any]:
-        """Compile every config left after pruning (Triton's Autotuner.warmup)."""
-        out = []
-        for c in self.tuner.prune(args, kwargs, grid):
-            out.append(self.fn.run(*args, grid=grid, warmup=True, **kwargs, **_all_kwargs(c)))
-        return out
+        return self[grid](*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"TritonAutotuner({self.tuner.name})"
 
 
 def build(fn: Any, triton_kw: dict[str, Any], **opts: Any) -> Any:
-    """The decorated object for `fn`: a TritonAutotuner for a Triton kernel, else the runtime's wrapper
+    """The decorated object for `fn`: a TritonAutotuner for a Triton kernel, else the shared hit path as a
     function with `.cache`, `.configs` and `.tuner` attached."""
     t = TritonAutotuned(fn, **triton_kw, **opts)
     if t.kind == "triton":
         return TritonAutotuner(t)
-    w = _make_wrapper(t)
+    w = _attach(make_hit_path(t.fn, t.keys.fast, t.mem, t.miss), t)
     w.cache = t.triton_cache
     w.configs = t.configs
     return w
