@@ -36,19 +36,21 @@ def has_tracer(args: tuple, kwargs: dict) -> bool:
 def concrete_like(args: tuple, kwargs: dict, seed: int = 0) -> tuple[tuple, dict]:
     """The arguments with every tracer replaced by a concrete array of its shape and dtype (call it
     outside any trace: see resolve_on_concrete)."""
+    sargs, skwargs = _shapes_of(args, kwargs)
+    return _materialise(sargs, skwargs, seed=seed)
+
+
+def _shapes_of(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The arguments with every tracer replaced by a jax.ShapeDtypeStruct of its shape and dtype."""
     import jax
 
-    return _materialise(
-        *jax.tree_util.tree_map(
-            lambda leaf: (
-                jax.ShapeDtypeStruct(leaf.aval.shape, leaf.aval.dtype)
-                if isinstance(leaf, jax.core.Tracer)
-                else leaf
-            ),
-            (tuple(args), dict(kwargs)),
-        ),
-        seed=seed,
-    )
+    def shape(leaf: Any) -> Any:
+        if isinstance(leaf, jax.core.Tracer):
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype)
+        return leaf
+
+    sargs, skwargs = jax.tree_util.tree_map(shape, (tuple(args), dict(kwargs)))
+    return tuple(sargs), dict(skwargs)
 
 
 def _materialise(args: tuple, kwargs: dict, seed: int = 0) -> tuple[tuple, dict]:
@@ -75,28 +77,19 @@ def _materialise(args: tuple, kwargs: dict, seed: int = 0) -> tuple[tuple, dict]
 
 
 def resolve_on_concrete(
-    miss: Callable[..., dict[str, Any]], name: str, args: tuple, kwargs: dict, fast_key: Any, grid: Any
+    miss: Callable[..., dict[str, Any]], name: str, args: tuple, kwargs: dict, fast_key: Any, target: Any
 ) -> dict[str, Any]:
-    """Run the miss path `miss(args, kwargs, fast_key, grid)` on concrete stand-ins of the tracers, in a
+    """Run the miss path `miss(args, kwargs, fast_key, target)` on concrete stand-ins of the tracers, in a
     thread of its own (outside the caller's trace); its result or its exception is the caller's."""
-    import jax
-
     # The tracers' shapes and dtypes are read here; the arrays are made in the helper thread.
-    shapes = jax.tree_util.tree_map(
-        lambda leaf: (
-            jax.ShapeDtypeStruct(leaf.aval.shape, leaf.aval.dtype)
-            if isinstance(leaf, jax.core.Tracer)
-            else leaf
-        ),
-        (tuple(args), dict(kwargs)),
-    )
+    sargs, skwargs = _shapes_of(args, kwargs)
     log.debug("%s: called with tracers; resolving the config on concrete arrays of the same shapes", name)
     box: dict[str, Any] = {}
 
     def work() -> None:
         try:
-            cargs, ckwargs = _materialise(*shapes)
-            box["cfg"] = miss(cargs, ckwargs, fast_key, grid)
+            cargs, ckwargs = _materialise(sargs, skwargs)
+            box["cfg"] = miss(cargs, ckwargs, fast_key, target)
         except BaseException as exc:  # re-raised in the caller's thread
             box["exc"] = exc
 
