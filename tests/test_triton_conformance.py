@@ -629,3 +629,59 @@ def test_no_deprecation_warning_without_deprecated_options():
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)
         copy_kernel(tuner.autotune, configs=configs_of(32, 64), key=["N"])
+
+
+def test_every_explicit_dict_config_of_a_python_launcher_is_timed():
+    timed = []
+
+    @tuner.autotune(
+        configs=[{"b": b} for b in range(30)], key=["n"], bench=lambda call: timed.append(1) or call()
+    )
+    def launch(n, *, b):
+        return 1.0 + abs(b - 17)
+
+    assert launch(5) == 1.0 and len(timed) == 30
+
+
+_GPU_WORKER = textwrap.dedent(
+    """
+    import json, os, sys
+    os.environ["TRITON_INTERPRET"] = "0"
+    import torch, triton, triton.language as tl
+    import tuner
+    impl = {"triton": triton.autotune, "tuner": tuner.autotune}[sys.argv[1]]
+    opts = json.loads(sys.argv[2])
+    cfgs = [triton.Config({"BLOCK": 128}, num_warps=4), triton.Config({"BLOCK": 1024}, num_warps=8)]
+    @impl(configs=cfgs, key=["N"], restore_value=["x"], **opts)
+    @triton.jit
+    def _inc(x, N, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x + offs, tl.load(x + offs, mask=offs < N) + 1, mask=offs < N)
+    x = torch.zeros(1 << 20, device="cuda")
+    _inc[lambda m: (triton.cdiv(x.numel(), m["BLOCK"]),)](x, x.numel())
+    torch.cuda.synchronize()
+    print(json.dumps({"ok": bool(torch.all(x == 1).item()), "best": _inc.best_config.kwargs}))
+    """
+)
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="needs a CUDA GPU (CPU twin: test_deprecated_timing_options_warn_and_time)",
+)
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("opts", [{}, {"warmup": 5, "rep": 20}, {"use_cuda_graph": True}])
+def test_gpu_timing_paths(impl, opts, tmp_path, _tuner_home):
+    """On a GPU (compiled, not interpreted): Triton's default do_bench, warmup/rep and CUDA-graph timing."""
+    script = tmp_path / "gpu_worker.py"
+    script.write_text(_GPU_WORKER)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TUNER_HOME": str(_tuner_home), "TRITON_INTERPRET": "0"}
+    p = subprocess.run(
+        [sys.executable, str(script), impl, json.dumps(opts)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout.strip().splitlines()[-1])["ok"] is True
