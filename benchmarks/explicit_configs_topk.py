@@ -18,8 +18,9 @@ Printed per k and strategy, over all tables and seeds: the evaluations saved (1 
 runs that found the list's best, and the ratio (best found / list's best): median, mean, 90th
 percentile and worst. Failed configs (recorded failures) count as evaluations and are never chosen.
 
-    PYTHONPATH=$PWD python benchmarks/explicit_configs_topk.py
-    PYTHONPATH=$PWD python benchmarks/explicit_configs_topk.py --data DIR --n 30 --k 5,10,15 --seeds 10
+    PYTHONPATH=$PWD python benchmarks/explicit_configs_topk.py                # prior loo, n 30, k 5,10,15
+    PYTHONPATH=$PWD python benchmarks/explicit_configs_topk.py --prior none
+    PYTHONPATH=$PWD python benchmarks/explicit_configs_topk.py --data DIR --only gemm --seeds 3
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+# The tables: the repository's compressed copies if present, else the dataset beside the checkout.
 DEFAULT_DATA = REPO / "benchmarks" / "data"
+if not any(DEFAULT_DATA.glob("*/*.json*")):
+    DEFAULT_DATA = REPO.parent / "shared" / "datasets" / "gpu-tuning-spaces"
 
 
 def _tables(data: Path) -> list[Path]:
@@ -125,7 +129,12 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=str(DEFAULT_DATA), help="folder of <kernel>/<gpu>.json[.gz] tables")
+    ap.add_argument(
+        "--data",
+        default=str(DEFAULT_DATA),
+        help="folder of <kernel>/<gpu>.json[.gz] tables (default: benchmarks/data, else the "
+        "gpu-tuning-spaces dataset beside the checkout)",
+    )
     ap.add_argument("--n", type=int, default=30, help="configs in the explicit list (default 30)")
     ap.add_argument("--k", default="5,10,15", help="budgets to compare with timing all n (default 5,10,15)")
     ap.add_argument("--seeds", type=int, default=10, help="lists drawn per table (default 10)")
