@@ -179,7 +179,7 @@ class ArgKeys:
         *,
         name: str,
         kind: str,
-        source_hash: str,
+        source_hash: str | Callable[[], str],
         arg_names: Sequence[str],
         defaults: Mapping[str, Any],
         key: Sequence[str] | str | Callable[..., Any],
@@ -188,7 +188,7 @@ class ArgKeys:
     ) -> None:
         self.name = name
         self.kind = kind
-        self.source_hash = source_hash
+        self._source_hash = source_hash  # a callable is asked on the first stored key, then kept
         self.arg_names = list(arg_names)
         self.defaults = dict(defaults)
         self.use_dtypes = dtypes
@@ -208,6 +208,13 @@ class ArgKeys:
             ig: Callable[[tuple], Any] = operator.itemgetter(*pos) if pos else (lambda args: ())
             self.fast = positional_fast_keys(ig, max(pos) + 1 if pos else 0, dtypes)
         self._env: dict[tuple[str, str], tuple[str, dict[str, str]]] = {}
+
+    @property
+    def source_hash(self) -> str:
+        h = self._source_hash
+        if callable(h):
+            h = self._source_hash = h()
+        return h
 
     def arg_value(self, name: str, args: tuple, kwargs: dict) -> Any:
         i = self.arg_names.index(name)

@@ -18,14 +18,15 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tuner.search_spaces import SearchSpace
 
+from . import _jax
 from ._argkeys import ArgKeys, KeyBuilder
 from ._bench import BenchFn, default_bench
-from ._env import array_framework, kind_of, signature_names, source_hash, underlying_function
+from ._env import array_framework, kind_of, signature_names, underlying_function
 from ._file import CacheFileError, ReadOnlyCache, load_cache
 from ._hit import make_hit_path
 from ._key import Bucket, CacheKey
@@ -86,7 +87,7 @@ class Autotuned:
         *,
         key: Sequence[str] | Callable[..., Any] = (),
         configs: Sequence[Any] | None = None,
-        budget: int = 20,
+        budget: int | None = None,
         time_budget_s: float | None = None,
         mode: str | None = None,
         bucket: Bucket = "exact",
@@ -106,6 +107,8 @@ class Autotuned:
         restorer: Restorer | None = None,
         source_hash: str | None = None,
     ) -> None:
+        if budget is None:  # explicit configs: time every one of them (as triton.autotune does)
+            budget = max(1, len(configs)) if configs is not None else 20
         if configs is not None:
             if space is not None:
                 raise ValueError("give either a space or configs, not both")
@@ -138,14 +141,15 @@ class Autotuned:
         self.cost_model = cost_model
         self.lease_s = lease_s
         self.arg_names, self.defaults = signature_names(fn)
-        self.source_hash = source_hash if source_hash is not None else _source_hash(fn, depends)
+        self._depends = tuple(depends)
+        self._source_hash = source_hash  # None: computed on the first miss (see the property)
         self.keys: KeyBuilder = (
             keys
             if keys is not None
             else ArgKeys(
                 name=self.name,
                 kind=self.kind,
-                source_hash=self.source_hash,
+                source_hash=lambda: self.source_hash,
                 arg_names=self.arg_names,
                 defaults=self.defaults,
                 key=key,
@@ -171,6 +175,21 @@ class Autotuned:
         self.last_miss_reason: str | None = None
         self.last_choice: dict[str, Any] = {}
         self.stats = {"tuned": 0, "from_store": 0, "from_file": 0, "offline_fallback": 0, "waited": 0}
+
+    @property
+    def source_hash(self) -> str:
+        """The code identity in the key (`_source.code_hash`), computed on first use so that functions
+        defined below the decorated one (a kernel body, a helper) are covered."""
+        h = self._source_hash
+        if h is None:
+            from ._source import code_hash
+
+            h = self._source_hash = code_hash(self.fn, self._depends)
+        return h
+
+    @source_hash.setter
+    def source_hash(self, value: str) -> None:
+        self._source_hash = value
 
     # ---- the call's parts ----------------------------------------------------------------------------
     def arg_value(self, name: str, args: tuple, kwargs: dict) -> Any:
@@ -205,6 +224,8 @@ class Autotuned:
     def miss(self, args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]) -> dict[str, Any]:
         """The config for a call whose fast key is not in memory: the general key's memo, else the
         resolution chain under a per-key lock. Remembered under the fast key for the hit path."""
+        if _jax.has_tracer(args, kwargs):  # inside jax.jit/grad/vmap: resolve on concrete arrays
+            return _jax.resolve_on_concrete(self.miss, self.name, args, kwargs, fast_key, target)
         if fast_key is None:
             try:
                 fast_key = self.keys.general(args, kwargs)
@@ -257,10 +278,6 @@ class Autotuned:
         self._logged.clear()
 
 
-def _source_hash(fn: Any, depends: Sequence[Any]) -> str:
-    return source_hash(fn, tuple(depends))
-
-
 def _load_own_cache(cache: ReadOnlyCache | str | os.PathLike[str] | None) -> ReadOnlyCache | None:
     """A function's own `cache=`: a path is loaded now; one that cannot be used is skipped with one
     warning (a shipped file never takes the program down)."""
@@ -289,7 +306,7 @@ def autotune(
     *,
     key: Sequence[str] | Callable[..., Any],
     configs: Sequence[Any] | None = None,
-    budget: int = 20,
+    budget: int | None = None,
     time_budget_s: float | None = None,
     mode: str | None = None,
     bucket: Bucket = "exact",
@@ -304,6 +321,16 @@ def autotune(
     lease_s: float = 120.0,
     restore: Sequence[str] = (),
     depends: Sequence[Any] = (),
+    prune_configs_by: Mapping[str, Any] | None = None,
+    reset_to_zero: Sequence[str] | None = None,
+    restore_value: Sequence[str] | None = None,
+    pre_hook: Callable[..., Any] | None = None,
+    post_hook: Callable[..., Any] | None = None,
+    warmup: int | None = None,
+    rep: int | None = None,
+    use_cuda_graph: bool = False,
+    do_bench: Callable[..., Any] | None = None,
+    cache_results: bool | None = None,
 ) -> Callable[[Any], Any]:
     """Decorate a kernel launcher so that it tunes itself once per key and then runs from a cache.
 
@@ -315,7 +342,13 @@ def autotune(
     - `bucket`: "exact" (default), "pow2" (round positive ints up to a power of two), a callable
       `(name, value) -> value`, or a dict name -> policy.
     - `budget` evaluations and/or `time_budget_s` seconds per key, with `strategy` (default "auto") warm-
-      started from what the store already knows about this kernel.
+      started from what the store already knows about this kernel. Default: every config of an
+      explicit `configs` list (as triton.autotune), 20 for a space; a smaller `budget` with `configs`
+      times only that many, chosen by the strategy's cost model (opt-in).
+    - the keywords of `triton.autotune` (`prune_configs_by`, `reset_to_zero`, `restore_value`,
+      `pre_hook`, `post_hook`, `warmup`, `rep`, `use_cuda_graph`, `do_bench`, `cache_results`) with
+      `configs`, with Triton's semantics (see `_triton_compat`); a Triton kernel with `configs` gets
+      `.cache`, `.best_config` and `.configs` as with triton.autotune.
     - `mode`: "online" (tune misses) or "offline" (never tune: nearest cached key, else the cost-model
       hook, else the space default); None reads $TUNER_MODE (default online).
     - `storage`: None (the default store, $TUNER_HOME/tuner.db), a URL, a ResultStore or ConfigCache,
@@ -331,7 +364,44 @@ def autotune(
     The decorated function gets the config's parameters as keyword arguments.
     """
 
+    triton_kw = {
+        "prune_configs_by": prune_configs_by,
+        "reset_to_zero": reset_to_zero,
+        "restore_value": restore_value,
+        "pre_hook": pre_hook,
+        "post_hook": post_hook,
+        "warmup": warmup,
+        "rep": rep,
+        "use_cuda_graph": use_cuda_graph,
+        "do_bench": do_bench,
+        "cache_results": cache_results,
+    }
+    opts = {
+        "time_budget_s": time_budget_s,
+        "mode": mode,
+        "bucket": bucket,
+        "storage": storage,
+        "bench": bench,
+        "cache": cache,
+        "name": name,
+        "dtypes": dtypes,
+        "seed": seed,
+        "strategy": strategy,
+        "cost_model": cost_model,
+        "lease_s": lease_s,
+        "restore": restore,
+        "depends": depends,
+    }
+
     def deco(fn: Any) -> Any:
+        if configs is not None and (kind_of(fn) == "triton" or any(triton_kw.values())):
+            from ._triton_compat import build  # triton.autotune's keywords, with Triton's semantics
+
+            return build(fn, triton_kw, configs=configs, key=key, budget=budget, **opts)
+        if any(triton_kw.values()):
+            raise ValueError(
+                "the triton.autotune keywords need configs=[...] (triton.Config objects or dicts)"
+            )
         t = Autotuned(
             fn,
             space,

@@ -60,8 +60,10 @@ def backend_versions(backend: str) -> dict[str, str]:
 
 @functools.lru_cache(maxsize=256)
 def kernel_source_hash(kernel: str) -> str:
-    """sha256 (32 hex digits) of a registered kernel's launcher (`KernelSpec.run`, partials unwrapped),
-    or `spec.extra["source_hash"]` when the spec sets one; an unregistered name (a test's synthetic
+    """sha256 (32 hex digits) of the source files a registered kernel's code comes from: the module of its
+    launcher (`KernelSpec.run`, partials unwrapped) and every module of the same package that it imports,
+    transitively (the Triton and Pallas kernel modules, the shared helpers); or `spec.extra["source_hash"]`
+    when the spec sets one; an unregistered name (a test's synthetic
     kernel) hashes the name."""
     try:
         from tuner.kernels import get_kernel
@@ -74,7 +76,12 @@ def kernel_source_hash(kernel: str) -> str:
     fn: Any = spec.run
     while isinstance(fn, functools.partial):
         fn = fn.func
-    return source_hash(fn)
+    mod = getattr(fn, "__module__", None)
+    if not mod:
+        return source_hash(fn)
+    from ._source import module_files_hash  # the launcher's module and the kernel modules it imports
+
+    return module_files_hash(mod, mod.rsplit(".", 1)[0] if "." in mod else mod)
 
 
 def _default_flags(kernel: str) -> dict[str, Any]:

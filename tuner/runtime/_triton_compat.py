@@ -1,0 +1,664 @@
+"""`tuner.autotune` as a drop-in for `triton.autotune`: every keyword of `triton.autotune` (triton 3.7)
+with Triton's semantics, on top of the runtime's cache, store and key.
+
+What Triton does, and so what this does (see triton/runtime/autotuner.py):
+- `configs` (an empty list means one default config), `key` (argument names whose values, plus the
+  dtypes of all array arguments, select an entry of `.cache`).
+- `prune_configs_by={"early_config_prune": f(configs, named_args, **kwargs), "perf_model": g(**args,
+  **config), "top_k": int | float <= 1.0}`, applied on a miss: the early prune first (an empty result is
+  an `AutotunerError` that names `early_config_prune`), then the perf model keeps its `top_k` best
+  (a fraction of the configs left, at least one). One config left is used without timing; a single
+  config in `configs` is never tuned or keyed.
+- `reset_to_zero` / `restore_value`: argument names zeroed before every timed run / saved before and put
+  back after every timed run (None arguments skipped); `pre_hook(args, reset_only=False)` and
+  `post_hook(args, exception=...)` replace those defaults, called once each per timed run; after tuning
+  the pre-hook runs once more with `reset_only=True`. A `triton.Config(pre_hook=...)` runs before every
+  timed run and before every real launch.
+- `do_bench(kernel_call, quantiles)` (milliseconds, as Triton's), `warmup` / `rep` (deprecated, with
+  Triton's DeprecationWarning; milliseconds of warm-up and of timed repetitions), `use_cuda_graph`
+  (CUDA graphs timing on a GPU).
+- `cache_results`: the store already keeps every winner across processes (`$TUNER_HOME`); True keeps
+  that, an explicit False keeps winners in memory only (Triton's default behaviour).
+- `.cache` (Triton's key tuple -> `triton.Config`), `.best_config` (the config of the last launch),
+  `.configs`, `.configs_timings`, `.bench_time`, `.keys`, `.arg_names`, `.fn`, `.base_fn`, `.warmup()`.
+- `TRITON_PRINT_AUTOTUNING=1` prints what Triton prints: each config as it is timed and the choice.
+
+Where tuner differs on purpose: a config whose launch raises any exception is a failed candidate (Triton
+only skips out-of-resource and compile-time-assertion errors and re-raises the rest); the winner is
+stored with its key (source hash, dtypes, device, versions) and reused in later processes; an explicit
+`budget=k` smaller than the number of configs times only k of them, chosen by the cost model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+from tuner.search_spaces import Config, SearchSpace
+from tuner.strategies import Strategy
+
+from . import _jax
+from ._argkeys import ArgKeys
+from ._bench import BenchFn, cpu_bench, default_bench, normalise_bench_result
+from ._decorator import Autotuned, _attach
+from ._env import array_framework, underlying_function
+from ._hit import make_hit_path
+from ._key import canon
+from ._launcher import AutotunedKernel, triton_configs_to_dicts
+from ._restore import Restorer, copy_into, snapshot
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TRITON_KEYWORDS", "TritonAutotuned", "TritonAutotuner", "build"]
+
+# The keywords of triton.autotune beyond configs and key.
+TRITON_KEYWORDS = (
+    "prune_configs_by",
+    "reset_to_zero",
+    "restore_value",
+    "pre_hook",
+    "post_hook",
+    "warmup",
+    "rep",
+    "use_cuda_graph",
+    "do_bench",
+    "cache_results",
+)
+_QUANTILES = (0.5, 0.2, 0.8)
+
+
+def _all_kwargs(c: Any) -> dict[str, Any]:
+    if isinstance(c, Mapping):
+        return dict(c)
+    return dict(c.all_kwargs())
+
+
+def _config_dicts(configs: Sequence[Any]) -> list[dict[str, Any]]:
+    """The runtime's dicts for triton.Configs (kwargs + num_warps + num_stages [+ num_ctas/maxnreg where
+    they vary]); a config's own pre_hook is run by this module, so it is not refused here."""
+    proxies = [
+        c
+        if isinstance(c, Mapping)
+        else SimpleNamespace(
+            kwargs=c.kwargs,
+            num_warps=c.num_warps,
+            num_stages=c.num_stages,
+            num_ctas=getattr(c, "num_ctas", 1),
+            maxnreg=getattr(c, "maxnreg", None),
+            pre_hook=None,
+        )
+        for c in configs
+    ]
+    return triton_configs_to_dicts(proxies)
+
+
+def _to_triton_config(d: Mapping[str, Any]) -> Any:
+    import triton
+
+    d = dict(d)
+    opts = {k: d.pop(k) for k in ("num_warps", "num_stages", "num_ctas", "maxnreg") if k in d}
+    return triton.Config(d, **opts)
+
+
+def _ms_result_to_s(res: Any) -> tuple[float, float]:
+    """A do_bench result (ms: a number, or [median, p20, p80]) -> (median s, spread s)."""
+    if isinstance(res, (list, tuple)):
+        return normalise_bench_result([float(x) / 1e3 for x in res])
+    return float(res) / 1e3, 0.0
+
+
+def _zero(v: Any) -> None:
+    if hasattr(v, "zero_"):
+        v.zero_()
+    else:
+        v.fill(0)
+
+
+def _print_enabled() -> bool:
+    try:
+        from triton import knobs
+
+        return bool(knobs.autotuning.print)
+    except Exception:  # noqa: BLE001 - no triton: read the variable as triton does
+        import os
+
+        return os.environ.get("TRITON_PRINT_AUTOTUNING", "0").lower() in ("1", "true", "on", "yes")
+
+
+def _emit(text: str) -> None:
+    """TRITON_PRINT_AUTOTUNING output: to stdout, as Triton prints it (only when the user asks for it)."""
+    sys.stdout.write(text + "\n")
+
+
+def _autotuner_error(msg: str) -> Exception:
+    try:
+        from triton.runtime.errors import AutotunerError
+
+        return AutotunerError(msg)
+    except ImportError:
+        return RuntimeError(f"Autotuner error: {msg}")
+
+
+def _budgeted_cpu_bench(call: Callable[[], Any], warmup_s: float, rep_s: float) -> tuple[float, float]:
+    """cpu_bench with Triton's warmup/rep meaning: about `warmup_s` of warm-up and `rep_s` of timed runs."""
+    t0 = time.perf_counter()
+    call()
+    est = max(time.perf_counter() - t0, 1e-6)
+    return cpu_bench(
+        call,
+        warmup=max(1, min(1000, int(warmup_s / est))),
+        repeats=max(1, min(1000, int(rep_s / est))),
+        min_sample_s=0.0,
+    )
+
+
+class InOrder(Strategy):
+    """Every config, in the order the user listed them (Triton times them in that order)."""
+
+    name = "all_configs"
+
+    def __init__(self, space: SearchSpace, order: Sequence[Mapping[str, Any]], **kw: Any) -> None:
+        super().__init__(space, **kw)
+        self.order = [dict(c) for c in order]
+
+    def propose(self) -> Config | None:
+        for c in self.order:
+            if not self.pool.is_seen(c):
+                return dict(c)
+        return None
+
+
+class _TritonKeys(ArgKeys):
+    """ArgKeys that, as Triton, accept any key value: one that is not a JSON scalar (a tl.dtype
+    constexpr, say) is keyed by its str()."""
+
+    def raw_values(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        out = {}
+        for k, v in super().raw_values(args, kwargs).items():
+            if v is None or isinstance(v, (bool, int, float, str)) or hasattr(v, "shape"):
+                out[k] = v
+                continue
+            try:
+                import operator
+
+                out[k] = operator.index(v)
+            except TypeError:
+                out[k] = str(v)
+        return out
+
+
+class TritonAutotuned(Autotuned):
+    """`Autotuned` with triton.autotune's configs, pruning, hooks, do_bench and `.cache`, built on the
+    shared hit path and resolution chain: the injected parts are the key builder (`_TritonKeys`), the
+    timer (do_bench), a restorer that does nothing (the hooks restore), and a miss path that prunes
+    first and times what is left in order (`InOrder`) through the chain's online tail."""
+
+    def __init__(
+        self,
+        fn: Any,
+        *,
+        configs: Sequence[Any],
+        key: Sequence[str] | Callable[..., Any],
+        budget: int | None,
+        storage: Any,
+        restore: Sequence[str] | str = (),
+        bucket: Any = "exact",
+        dtypes: bool = True,
+        prune_configs_by: Mapping[str, Any] | None = None,
+        reset_to_zero: Sequence[str] | None = None,
+        restore_value: Sequence[str] | None = None,
+        pre_hook: Callable[..., Any] | None = None,
+        post_hook: Callable[..., Any] | None = None,
+        warmup: int | None = None,
+        rep: int | None = None,
+        use_cuda_graph: bool = False,
+        do_bench: Callable[..., Any] | None = None,
+        cache_results: bool | None = None,
+        **opts: Any,
+    ) -> None:
+        if not configs:
+            import triton
+
+            configs = [triton.Config({}, num_warps=4, num_stages=3, num_ctas=1)]
+        self.configs: list[Any] = list(configs)
+        self._dicts = _config_dicts(self.configs)
+        self._obj_by_canon: dict[str, Any] = {}
+        for c, d in zip(self.configs, self._dicts, strict=True):
+            self._obj_by_canon.setdefault(canon(d), c)
+        self._cfg_names = frozenset().union(*(d.keys() for d in self._dicts))
+        if cache_results is False:
+            if storage not in (None, False):
+                raise ValueError(
+                    "cache_results=False keeps winners in memory only; do not also pass storage="
+                )
+            storage = False
+        elif cache_results is True and storage is False:
+            raise ValueError("cache_results=True needs a store; storage=False contradicts it")
+        if do_bench is not None and opts.get("bench") is not None:
+            raise ValueError("give either do_bench= (Triton's) or bench= (tuner's), not both")
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+            raise ValueError(f"budget must be a positive int or None (time every config), got {budget!r}")
+        self.user_budget = budget
+        if warmup is not None or rep is not None or use_cuda_graph:
+            warnings.warn(
+                "warmup, rep, and use_cuda_graph parameters are deprecated. See "
+                "https://github.com/triton-lang/triton/pull/4496 for details.",
+                DeprecationWarning,
+                stacklevel=4,
+            )
+        self.num_warmups = warmup
+        self.num_reps = rep
+        self.use_cuda_graph = bool(use_cuda_graph)
+        self.user_do_bench = do_bench
+        pc = dict(prune_configs_by or {})
+        unknown = set(pc) - {"perf_model", "top_k", "early_config_prune"}
+        if unknown:
+            raise ValueError(
+                f"prune_configs_by has unknown fields {sorted(unknown)}; use perf_model, top_k, early_config_prune"
+            )
+        self.perf_model = pc.get("perf_model")
+        self.configs_top_k = pc.get("top_k", 1.0)
+        self.early_config_prune = pc.get("early_config_prune")
+        restore = (restore,) if isinstance(restore, str) else tuple(restore)
+        self.reset_to_zero = list(reset_to_zero or [])
+        self.restore_value = list(restore_value or []) + [
+            r for r in restore if r not in (restore_value or [])
+        ]
+        self._restore_copies: dict[str, Any] = {}
+        self.user_defined_pre_hook = pre_hook is not None
+        self.user_defined_post_hook = post_hook is not None
+        self.pre_hook: Callable[..., Any] = pre_hook or self._default_pre_hook
+        self.post_hook: Callable[..., Any] = post_hook or self._default_post_hook
+        self.triton_cache: dict[tuple, Any] = {}  # `.cache` of the decorated kernel
+        self.configs_timings: dict[Any, Any] = {}
+        self.bench_time = 0.0
+        self.last_kw: dict[str, Any] | None = None  # the keyword arguments of the last launch
+        self.has_config_hooks = any(getattr(c, "pre_hook", None) is not None for c in self.configs)
+        self._tl = threading.local()
+        super().__init__(
+            fn,
+            self._pruned_space,
+            key=key,
+            configs=None,
+            budget=budget or len(self.configs),
+            storage=storage,
+            bucket=bucket,
+            dtypes=dtypes,
+            timer=self._timer,
+            restorer=Restorer(lambda a, k: []),
+            **opts,
+        )
+        self.keys = _TritonKeys(
+            name=self.name,
+            kind=self.kind,
+            source_hash=lambda: self.source_hash,
+            arg_names=self.arg_names,
+            defaults=self.defaults,
+            key=key,
+            bucket=bucket,
+            dtypes=dtypes,
+        )
+        bad = [n for n in self.reset_to_zero + self.restore_value if n not in self.arg_names]
+        if bad:
+            raise ValueError(
+                f"reset_to_zero/restore_value names {bad} are not parameters of {self.name} ({self.arg_names})"
+            )
+        self.key_names = list(self.keys.key_names)
+
+    # ---- what the chain's tuning reads: budget and strategy of this thread's request -----------------
+    @property  # type: ignore[override]
+    def budget(self) -> int:
+        pruned = getattr(self._tl, "pruned", None)
+        if pruned is None:
+            return self._budget
+        return len(pruned) if self.user_budget is None else min(self.user_budget, len(pruned))
+
+    @budget.setter
+    def budget(self, value: int) -> None:
+        self._budget = value
+
+    @property  # type: ignore[override]
+    def strategy(self) -> Any:
+        pruned = getattr(self._tl, "pruned", None)
+        if pruned is None or (self.user_budget is not None and self.user_budget < len(pruned)):
+            return self._strategy  # opt-in: the strategy (cost model) picks which configs to time
+        order = [_config_dict(c) for c in pruned]
+        return InOrder(SearchSpace.from_configs(order), order, seed=self.seed)
+
+    @strategy.setter
+    def strategy(self, value: Any) -> None:
+        self._strategy = value
+
+    # ---- hooks ---------------------------------------------------------------------------------------
+    def _default_pre_hook(self, kwargs: dict[str, Any], reset_only: bool = False) -> None:
+        for name in self.reset_to_zero:
+            v = kwargs.get(name)
+            if v is not None:
+                _zero(v)
+        if not reset_only:
+            self._restore_copies = {
+                n: snapshot(kwargs[n]) for n in self.restore_value if kwargs.get(n) is not None
+            }
+
+    def _default_post_hook(self, kwargs: dict[str, Any], exception: BaseException | None = None) -> None:
+        for name, saved in self._restore_copies.items():
+            copy_into(kwargs[name], saved)
+        self._restore_copies = {}
+
+    def meta(self, kwargs: dict, grid: Any) -> dict[str, Any]:
+        """The keyword arguments Triton's Autotuner sees (it gets grid= and warmup= among them)."""
+        if self.kind == "triton":
+            return {**kwargs, "grid": grid, "warmup": False}
+        return dict(kwargs)
+
+    def full_nargs(self, args: tuple, kwargs: dict, grid: Any, cfg_obj: Any) -> dict[str, Any]:
+        return {
+            **dict(zip(self.arg_names, args, strict=False)),
+            **self.meta(kwargs, grid),
+            **_all_kwargs(cfg_obj),
+        }
+
+    # ---- configs -------------------------------------------------------------------------------------
+    def config_obj(self, cfg: Mapping[str, Any]) -> Any:
+        """The triton.Config (or dict) the user gave for a runtime config dict."""
+        k = canon(dict(cfg))
+        c = self._obj_by_canon.get(k)
+        if c is None:
+            c = self._obj_by_canon[k] = _to_triton_config(cfg) if self.kind == "triton" else dict(cfg)
+        return c
+
+    def split_config(self, kw: Mapping[str, Any]) -> dict[str, Any]:
+        """The config part of a launch's keyword arguments."""
+        return {k: v for k, v in kw.items() if k in self._cfg_names}
+
+    def triton_key(self, args: tuple, kwargs: dict) -> tuple:
+        """Triton's key: the values of the key arguments, then str(dtype) of every array argument."""
+        all_args = {**dict(zip(self.arg_names, args, strict=False)), **kwargs}
+        named = {k: v for k, v in all_args.items() if k in self.arg_names}
+        key: list[Any] = [named[k] for k in self.key_names if k in named]
+        key += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
+        return tuple(key)
+
+    def prune(self, args: tuple, kwargs: dict, grid: Any) -> list[Any]:
+        """Triton's prune_configs: early_config_prune, then the perf model's top_k (a fraction counts the
+        configs left by the early prune; at least one is kept)."""
+        nargs = dict(zip(self.arg_names, args, strict=False))
+        kw = self.meta(kwargs, grid)
+        pruned = list(self.configs)
+        if self.early_config_prune is not None:
+            pruned = list(self.early_config_prune(self.configs, nargs, **kw) or [])
+            if not pruned:
+                raise _autotuner_error(
+                    "No valid autotuner configs after pruning. `early_config_prune` should return at least one config."
+                )
+        if self.perf_model is not None:
+            top_k = self.configs_top_k
+            if isinstance(top_k, float) and top_k <= 1.0:
+                top_k = max(1, int(len(pruned) * top_k))
+            elif isinstance(top_k, bool) or not isinstance(top_k, int):
+                raise TypeError(
+                    "Error while pruning configs, top_k must be either 1) a float <= 1.0 or 2) an int"
+                )
+            if len(pruned) > top_k:
+                est = [self.perf_model(**nargs, **kw, **_all_kwargs(c)) for c in pruned]
+                order = sorted(range(len(pruned)), key=lambda i: est[i])
+                pruned = [pruned[i] for i in order[: max(1, top_k)]]
+        for c in pruned:
+            self._obj_by_canon.setdefault(canon(_config_dict(c)), c)
+        return pruned
+
+    def _pruned_space(self, *args: Any, **kwargs: Any) -> SearchSpace:
+        pruned = getattr(self._tl, "pruned", None) or self.configs
+        return SearchSpace.from_configs([_config_dict(c) for c in pruned])
+
+    # ---- the injected timer, the benched target ------------------------------------------------------
+    def _timer(self, args: tuple, kwargs: dict, device: str) -> BenchFn:
+        bench = self._raw_timer(args, kwargs, device)
+        timings = self.configs_timings
+
+        def timed(call: Callable[[], Any]) -> Any:
+            res = bench(call)
+            cur = getattr(self._tl, "current", None)
+            if cur is not None:
+                med, spread = normalise_bench_result(res)
+                timings[self.config_obj(cur)] = [
+                    med * 1e3,
+                    (med - spread / 2) * 1e3,
+                    (med + spread / 2) * 1e3,
+                ]
+            return res
+
+        return timed
+
+    def _raw_timer(self, args: tuple, kwargs: dict, device: str) -> BenchFn:
+        user = self.user_do_bench
+        if user is not None:
+            return lambda call: _ms_result_to_s(user(call, quantiles=_QUANTILES))
+        gpu = device != "cpu"
+        if self.use_cuda_graph and gpu:
+            from triton.testing import do_bench_cudagraph
+
+            rep = self.num_reps if self.num_reps is not None else 100
+            return lambda call: _ms_result_to_s(do_bench_cudagraph(call, rep=rep, quantiles=list(_QUANTILES)))
+        if self.num_warmups is not None or self.num_reps is not None:
+            warm = self.num_warmups if self.num_warmups is not None else 25
+            rep = self.num_reps if self.num_reps is not None else 100
+            if gpu:
+                from triton.testing import do_bench
+
+                return lambda call: _ms_result_to_s(
+                    do_bench(call, warmup=warm, rep=rep, quantiles=list(_QUANTILES))
+                )
+            return lambda call: _budgeted_cpu_bench(call, warm / 1e3, rep / 1e3)
+        if self.use_cuda_graph:
+            log.info("%s: use_cuda_graph needs a CUDA device; timing with the default timer", self.name)
+        if self.bench is not None:
+            return self.bench
+        return default_bench(self.kind, array_framework(list(args) + list(kwargs.values())), device)
+
+    def _bench_target(
+        self, args: tuple, kwargs: dict, grid: Any, target: Callable[..., Any]
+    ) -> Callable[..., Any]:
+        """What the chain's tuning times: the launch with Triton's hooks around it."""
+        verbose = _print_enabled()
+        printed: set[str] = set()
+        name = self.base_name
+        target = getattr(target, "bare", target)  # the launch without the hit path's own config hook
+
+        def kernel_call(*a: Any, **kw: Any) -> Any:
+            cfg = self.split_config(kw)
+            cobj = self.config_obj(cfg)
+            self._tl.current = cfg
+            self._tl.benched = True
+            if verbose and canon(cfg) not in printed:
+                printed.add(canon(cfg))
+                _emit(f"Autotuning kernel {name} with config {cobj}")
+            full = self.full_nargs(args, kwargs, grid, cobj)
+            hook = getattr(cobj, "pre_hook", None)
+            if hook is not None:
+                hook(full)
+            self.pre_hook(full)
+            try:
+                out = target(*a, **kw)
+            except Exception as exc:
+                if verbose:
+                    _emit(f"Autotuning failed with {exc}")
+                try:
+                    self.post_hook(full, exception=exc)
+                finally:
+                    raise  # noqa: B012 - Triton re-raises the kernel's error after the post-hook
+            self.post_hook(full, exception=None)
+            return out
+
+        return kernel_call
+
+    @property
+    def base_name(self) -> str:
+        return str(getattr(underlying_function(self.fn), "__name__", self.name))
+
+    # ---- the miss path -------------------------------------------------------------------------------
+    def miss(self, args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]) -> dict[str, Any]:
+        if _jax.has_tracer(args, kwargs):
+            return _jax.resolve_on_concrete(self.miss, self.name, args, kwargs, fast_key, target)
+        cfg = self._known(args, kwargs, fast_key)
+        if cfg is None:
+            cfg = self._resolve_triton(args, kwargs, fast_key, target)
+        if len(self.configs) > 1:
+            with contextlib.suppress(TypeError):  # an unhashable key value: keep serving
+                self.triton_cache[self.triton_key(args, kwargs)] = self.config_obj(cfg)
+        return cfg
+
+    def _known(self, args: tuple, kwargs: dict, fast_key: Any) -> dict[str, Any] | None:
+        """A config this process already chose for the call's key (no pruning, as Triton's cache)."""
+        if fast_key is None:
+            try:
+                gk = self.keys.general(args, kwargs)
+            except TypeError:
+                gk = None
+            if gk is not None and gk in self.mem:
+                return self.mem[gk]
+        if len(self.configs) == 1:
+            return None
+        cfg = self.by_hash.get(self.keys.full(args, kwargs).hash)
+        if cfg is not None and fast_key is not None:
+            self.mem[fast_key] = cfg
+        return cfg
+
+    def _resolve_triton(
+        self, args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]
+    ) -> dict[str, Any]:
+        if len(self.configs) == 1:  # Triton neither prunes nor times a single config
+            cfg = dict(self._dicts[0])
+            self._remember(args, kwargs, fast_key, cfg)
+            return cfg
+        clash = sorted(set(kwargs) & self._cfg_names)
+        if clash:
+            raise ValueError(
+                f"Conflicting meta-parameters: {', '.join(clash)}. Make sure that you don't re-define auto-tuned symbols."
+            )
+        grid = getattr(target, "grid", None)
+        pruned = self.prune(args, kwargs, grid)
+        if len(pruned) == 1:  # nothing to compare: used without timing, not stored
+            cfg = _config_dict(pruned[0])
+            self._remember(args, kwargs, fast_key, cfg)
+            return cfg
+        self._tl.pruned, self._tl.benched, self._tl.current = pruned, False, None
+        t0 = time.time()
+        try:
+            cfg = super().miss(args, kwargs, fast_key, self._bench_target(args, kwargs, grid, target))
+        finally:
+            self._tl.pruned = None
+        if self._tl.benched:  # tuned here: Triton resets once more, and prints the choice
+            self.bench_time = time.time() - t0
+            cobj = self.config_obj(cfg)
+            self.pre_hook(self.full_nargs(args, kwargs, grid, cobj), reset_only=True)
+            if _print_enabled():
+                _emit(
+                    f"Triton autotuning for function {self.base_name},\nwith key as {self.triton_key(args, kwargs)},\n"
+                    f"finished after {self.bench_time:.2f}s,\nbest config selected: {cobj};"
+                )
+        return cfg
+
+    def _remember(self, args: tuple, kwargs: dict, fast_key: Any, cfg: dict[str, Any]) -> None:
+        if fast_key is None:
+            with contextlib.suppress(TypeError):
+                fast_key = self.keys.general(args, kwargs)
+        if fast_key is not None:
+            self.mem[fast_key] = cfg
+
+    def cache_clear(self) -> None:
+        super().cache_clear()
+        self.triton_cache.clear()
+
+
+def _config_dict(c: Any) -> dict[str, Any]:
+    return _config_dicts([c])[0]
+
+
+class TritonAutotuner(AutotunedKernel):
+    """A @triton.jit kernel under `tuner.autotune` with `configs`: launch as `kernel[grid](*args)`;
+    `.cache`, `.best_config`, `.configs`, `.configs_timings`, `.tuner`, `.explain(*args)`. The launch is
+    the shared hit path around `run` bound to the grid (and the configs' own pre_hooks, if any)."""
+
+    def __init__(self, t: TritonAutotuned) -> None:
+        super().__init__(t)
+        self.tuner: TritonAutotuned = t
+        self.base_fn = underlying_function(t.fn)
+        self.keys = t.key_names
+        self.configs = t.configs
+        self.cache = t.triton_cache
+
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:
+        keys, mem, miss = self._parts
+        run = functools.partial(self._jit_run, grid=grid, warmup=False)
+        t = self.tuner
+        if t.has_config_hooks:
+
+            def target(*args: Any, **kw: Any) -> Any:
+                t.last_kw = kw
+                cobj = t.config_obj(t.split_config(kw))
+                if getattr(cobj, "pre_hook", None) is not None:
+                    cobj.pre_hook(
+                        t.full_nargs(args, {k: v for k, v in kw.items() if k not in t._cfg_names}, grid, cobj)
+                    )
+                return run(*args, **kw)
+        else:
+
+            def target(*args: Any, **kw: Any) -> Any:
+                t.last_kw = kw
+                return run(*args, **kw)
+
+        target.grid = grid  # type: ignore[attr-defined]
+        target.bare = run  # type: ignore[attr-defined]
+        return make_hit_path(target, keys, mem, miss)
+
+    @property
+    def best_config(self) -> Any:
+        """The triton.Config of the last launch (Triton sets it on every call)."""
+        kw = self.tuner.last_kw
+        if kw is None:
+            raise AttributeError("best_config is set by the first launch")
+        return self.tuner.config_obj(self.tuner.split_config(kw))
+
+    @property
+    def configs_timings(self) -> dict[Any, Any]:
+        return self.tuner.configs_timings
+
+    @property
+    def bench_time(self) -> float:
+        return self.tuner.bench_time
+
+    def warmup(self, *args: Any, grid: Any = None, **kwargs: Any) -> list[Any]:
+        """Compile every config left after pruning (Triton's Autotuner.warmup)."""
+        return [
+            self.fn.run(*args, grid=grid, warmup=True, **kwargs, **_all_kwargs(c))
+            for c in self.tuner.prune(args, kwargs, grid)
+        ]
+
+    def run(self, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> Any:
+        if warmup:
+            return self.warmup(*args, grid=grid, **kwargs)
+        return self[grid](*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"TritonAutotuner({self.tuner.name})"
+
+
+def build(fn: Any, triton_kw: dict[str, Any], **opts: Any) -> Any:
+    """The decorated object for `fn`: a TritonAutotuner for a Triton kernel, else the shared hit path as a
+    function with `.cache`, `.configs` and `.tuner` attached."""
+    t = TritonAutotuned(fn, **triton_kw, **opts)
+    if t.kind == "triton":
+        return TritonAutotuner(t)
+    w = _attach(make_hit_path(t.fn, t.keys.fast, t.mem, t.miss), t)
+    w.cache = t.triton_cache
+    w.configs = t.configs
+    return w
