@@ -21,14 +21,16 @@ import functools
 import hashlib
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._bench import BenchFn, default_bench
-from ._decorator import Autotuned, CostModelHook, _copy_into, _snapshot
+from ._decorator import Autotuned, CostModelHook
 from ._env import VERSIONS_BY_KIND, array_framework, device_of, package_versions, source_hash
 from ._file import ReadOnlyCache
+from ._hit import make_hit_path
 from ._key import CacheKey
+from ._restore import Restorer
 
 if TYPE_CHECKING:  # pragma: no cover
     from tuner.kernels import KernelSpec
@@ -123,32 +125,43 @@ def device_name(backend: str, arch: str) -> str:
     return arch
 
 
-class _KernelAutotuned(Autotuned):
-    """`Autotuned` over `spec.run` for one backend; the stored key comes from `kernel_cache_key`."""
+class ProblemKeys:
+    """Key building for `tuner.kernel` (a `KeyBuilder`, see `_argkeys.py`): the call is
+    `f(problem, inputs)`; the fast key is the problem's items and the device of the inputs, the stored
+    key comes from `kernel_cache_key`."""
 
-    def __init__(self, spec: KernelSpec, backend: str, device: Device | str | None, **opts: Any) -> None:
+    def __init__(self, kernel: str, backend: str) -> None:
+        self.kernel = kernel
+        self.backend = backend
+        # fast[2]: the only positional form; other arities take the general key (which says how to call).
+        self.fast = (None, None, _problem_fast_key)
+
+    def general(self, args: tuple, kwargs: dict) -> Any:
+        problem, inputs = _split(args, kwargs)
+        key = _problem_fast_key((problem, inputs))
+        hash(key)  # TypeError for an unhashable problem value
+        return key
+
+    def full(self, args: tuple, kwargs: dict) -> CacheKey:
+        problem, inputs = _split(args, kwargs)
+        device = device_of(BACKEND_KIND.get(self.backend, "python"), list(inputs.values()))
+        return kernel_cache_key(self.kernel, problem, backend=self.backend, device=device)
+
+
+def _problem_fast_key(a: tuple) -> Any:
+    return (tuple(a[0].items()), _device_tag(a[1]))
+
+
+class _SpaceOnDevice:
+    """`spec.space(problem, device, backend)` with the device resolved (detected) on first use."""
+
+    def __init__(self, spec: KernelSpec, backend: str, device: Device | str | None) -> None:
         self.spec = spec
         self.backend = backend
         self._device_arg = device
         self._device: Device | None = None
-        run = spec.run
 
-        def launch(problem: Mapping[str, Any], inputs: dict[str, Any], **config: Any) -> Any:
-            return run(problem, backend, inputs, config)
-
-        super().__init__(
-            launch,
-            self._space,
-            key=_problem_fields,
-            configs=None,
-            bucket="exact",
-            name=spec.name,
-            dtypes=False,
-            **opts,
-        )
-        self.source_hash = kernel_source_hash(spec.name)
-
-    def _space(self, problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> SearchSpace:
+    def __call__(self, problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> SearchSpace:
         if self._device is None:
             from tuner.search_spaces import get_device
 
@@ -162,47 +175,38 @@ class _KernelAutotuned(Autotuned):
                 )
         return self.spec.space(problem, self._device, self.backend)
 
-    def full_key(self, args: tuple, kwargs: dict) -> CacheKey:
-        problem, inputs = _split(args, kwargs)
-        device = device_of(BACKEND_KIND.get(self.backend, "python"), list(inputs.values()))
-        return kernel_cache_key(self.spec.name, problem, backend=self.backend, device=device)
 
-    def _bench_fn(self, args: tuple, kwargs: dict, device: str) -> BenchFn:
+def _kernel_autotuned(
+    spec: KernelSpec, backend: str, device: Device | str | None, bench: BenchFn | None, **opts: Any
+) -> Autotuned:
+    """`Autotuned` over `spec.run` for one backend, with the kernel's injected parts: keys from
+    `kernel_cache_key`, the backend's default timer, and `spec.mutated_inputs` restored before every
+    timed run."""
+    run = spec.run
+    kind = BACKEND_KIND.get(backend, "python")
+
+    def launch(problem: Mapping[str, Any], inputs: dict[str, Any], **config: Any) -> Any:
+        return run(problem, backend, inputs, config)
+
+    def timer(args: tuple, kwargs: dict, dev: str) -> BenchFn:
         _, inputs = _split(args, kwargs)
-        bench = self.bench or default_bench(
-            BACKEND_KIND.get(self.backend, "python"), array_framework(list(inputs.values())), device
-        )
-        saved = [(inputs[n], _snapshot(inputs[n])) for n in self.spec.mutated_inputs if n in inputs]
-        if not saved:
-            return bench
+        return bench or default_bench(kind, array_framework(list(inputs.values())), dev)
 
-        def restoring(call: Callable[[], Any]) -> Any:  # each timed run sees the caller's inputs
-            def again() -> Any:
-                for target, snap in saved:
-                    _copy_into(target, snap)
-                return call()
-
-            return bench(again)
-
-        return restoring
-
-    def _tune(
-        self,
-        ck: CacheKey,
-        space: SearchSpace,
-        db: Any,
-        args: tuple,
-        kwargs: dict,
-        owner: str | None,
-        grid: Any,
-    ) -> dict[str, Any]:
+    def mutated(args: tuple, kwargs: dict) -> list[Any]:
         _, inputs = _split(args, kwargs)
-        saved = [(inputs[n], _snapshot(inputs[n])) for n in self.spec.mutated_inputs if n in inputs]
-        try:
-            return super()._tune(ck, space, db, args, kwargs, owner, grid)
-        finally:  # the call that follows the tuning sees the inputs as the caller passed them
-            for target, snap in saved:
-                _copy_into(target, snap)
+        return [inputs[n] for n in spec.mutated_inputs if n in inputs]
+
+    return Autotuned(
+        launch,
+        _SpaceOnDevice(spec, backend, device),
+        name=spec.name,
+        bench=bench,
+        keys=ProblemKeys(spec.name, backend),
+        timer=timer,
+        restorer=Restorer(mutated, every_call=True),
+        source_hash=kernel_source_hash(spec.name),
+        **opts,
+    )
 
 
 def _split(args: tuple, kwargs: dict) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
@@ -212,35 +216,22 @@ def _split(args: tuple, kwargs: dict) -> tuple[Mapping[str, Any], Mapping[str, A
     return vals[0], vals[1]
 
 
-def _problem_fields(problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
-    return dict(problem)
-
-
 class TunedKernel:
     """A registered kernel called through the runtime cache: `f(problem, inputs)` runs
     `spec.run(problem, backend, inputs, config)` with the config cached for the call's key (tuned on a
     miss in online mode; nearest key / cost model / space default in offline mode). `.explain(problem,
     inputs)` says what a call would use and why; `.tuner` holds the state (stats, last_choice)."""
 
-    def __init__(self, t: _KernelAutotuned) -> None:
+    def __init__(self, t: Autotuned, spec: KernelSpec, backend: str) -> None:
         self.tuner = t
-        self.spec = t.spec
-        self.backend = t.backend
+        self.spec = spec
+        self.backend = backend
         self.explain = t.explain
         self.cache_clear = t.cache_clear
-        self._mem = t.mem
-        self._miss = t.miss
-        self._run = t.spec.run
+        self._hit = make_hit_path(t.fn, t.keys.fast, t.mem, t.miss)
 
     def __call__(self, problem: Mapping[str, Any], inputs: dict[str, Any]) -> Any:
-        try:
-            k = (tuple(problem.items()), _device_tag(inputs))
-            cfg = self._mem[k]
-        except KeyError:
-            cfg = self._miss((problem, inputs), {}, k)
-        except (TypeError, AttributeError):  # unhashable problem values
-            cfg = self._miss((problem, inputs), {}, None)
-        return self._run(problem, self.backend, inputs, cfg)
+        return self._hit(problem, inputs)
 
     def __repr__(self) -> str:
         return f"TunedKernel({self.spec.name!r}, backend={self.backend!r})"
@@ -290,19 +281,19 @@ def kernel(
     spec = get_kernel(name)
     if backend not in spec.backends:
         raise ValueError(f"kernel {name!r} has no {backend!r} backend; it has {list(spec.backends)}")
-    t = _KernelAutotuned(
+    t = _kernel_autotuned(
         spec,
         backend,
         device,
+        bench,
         budget=budget,
         time_budget_s=time_budget_s,
         mode=mode,
         storage=storage,
-        bench=bench,
         cache=cache,
         seed=seed,
         strategy=strategy,
         cost_model=cost_model,
         lease_s=lease_s,
     )
-    return TunedKernel(t)
+    return TunedKernel(t, spec, backend)

@@ -1,0 +1,88 @@
+"""A Triton JIT function under `tuner.autotune`: launched as `kernel[grid](*args)`, as with
+triton.autotune. `kernel[grid]` is the shared hit path (`_hit.py`) around `kernel.run` bound to the grid,
+so the tuner benches exactly the launch the caller makes; the launcher of each recent grid is kept, so
+`kernel[grid](...)` written on every launch costs one dict lookup more than a launcher indexed once."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ._hit import make_hit_path
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._decorator import Autotuned
+
+__all__ = ["AutotunedKernel", "triton_configs_to_dicts"]
+
+_MAX_GRIDS = 64  # launchers kept per kernel, by grid (a tuple, or the grid function)
+
+
+def triton_configs_to_dicts(configs: Sequence[Any]) -> list[dict[str, Any]]:
+    """triton.Config (kwargs, num_warps, num_stages, ...) or plain dicts -> dicts for SearchSpace."""
+    out = []
+    for i, c in enumerate(configs):
+        if isinstance(c, Mapping):
+            out.append(dict(c))
+            continue
+        if not hasattr(c, "kwargs") or not hasattr(c, "num_warps"):
+            raise TypeError(f"configs[{i}] is neither a dict nor a triton.Config: {c!r}")
+        if getattr(c, "pre_hook", None) is not None:
+            raise ValueError(f"configs[{i}] has a pre_hook; tuner.autotune does not run config pre-hooks")
+        d = dict(c.kwargs)
+        d["num_warps"] = int(c.num_warps)
+        d["num_stages"] = int(c.num_stages)
+        out.append(d)
+    # Launch options that only some configs set are kept only if they vary.
+    extras: dict[str, Any] = {}
+    for c in configs:
+        if not isinstance(c, Mapping):
+            for opt, dflt in (("num_ctas", 1), ("maxnreg", None)):
+                v = getattr(c, opt, dflt)
+                if v != dflt:
+                    extras.setdefault(opt, dflt)
+    if extras:
+        for d, c in zip(out, configs, strict=True):
+            for opt, dflt in extras.items():
+                d[opt] = getattr(c, opt, dflt) if not isinstance(c, Mapping) else d.get(opt, dflt)
+    return out
+
+
+class AutotunedKernel:
+    """A Triton JIT function under tuner.autotune: launch it as `kernel[grid](*args)`, as with
+    triton.autotune. `.tuner` holds the state; `.explain(*args)` says what a call would use."""
+
+    def __init__(self, t: Autotuned) -> None:
+        self.tuner = t
+        self.fn = t.fn
+        self.arg_names = t.arg_names
+        self.explain = t.explain
+        self.cache_clear = t.cache_clear
+        self._jit_run = t.fn.run
+        self._by_grid: dict[Any, Callable[..., Any]] = {}
+
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:
+        try:
+            return self._by_grid[grid]
+        except (KeyError, TypeError):  # a new grid, or an unhashable one
+            pass
+        t = self.tuner
+        hit = make_hit_path(
+            functools.partial(self._jit_run, grid=grid, warmup=False), t.keys.fast, t.mem, t.miss
+        )
+        try:
+            if len(self._by_grid) >= _MAX_GRIDS:  # grids made afresh on every launch (lambdas): bounded
+                self._by_grid.clear()
+            self._by_grid[grid] = hit
+        except TypeError:
+            pass
+        return hit
+
+    def run(self, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> Any:
+        if warmup:
+            return self.fn.run(*args, grid=grid, warmup=True, **kwargs)
+        return self[grid](*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"AutotunedKernel({self.tuner.name})"

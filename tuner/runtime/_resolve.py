@@ -1,0 +1,279 @@
+"""The resolution chain, written once: how a call whose fast key is not in memory gets its config.
+
+    memory (by stored key) -> shipped files -> store -> the mode's tail
+    online:  tune (once per key across threads and processes sharing a store)
+    offline: nearest cached key of the same family -> cost-model hook -> space default
+
+A resolver is a function `resolver(req) -> Resolution | str`: a config with the reason it was chosen,
+or a one-line reason why this layer has none. The chain asks each in turn and stops at the first
+Resolution; the last resolver of every mode always resolves (tuning raises only when every config
+failed). The lookups (memory, files, store) have no side effects, so `explain` runs them as they are.
+
+Extension points:
+- a mode is a name and its tail: `register_mode("record", (record_miss, *OFFLINE))` makes
+  `mode="record"` / `TUNER_MODE=record` valid for every decorated function;
+- a resolver reads what it needs from the `Request` (key, space, store, shipped files, the decorated
+  function's state) and returns a Resolution (`stat` names the counter it bumps in `.tuner.stats`) or a
+  reason; `Request.store()` and `_sources.guarded` keep store faults out of the caller's way.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tuner.search_spaces import SearchSpace
+
+from ._entry import CacheEntry
+from ._file import ReadOnlyCache, rank_nearest
+from ._key import CacheKey
+from ._sources import file_caches, guarded, open_store
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._db import ConfigCache
+    from ._decorator import Autotuned
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "Request",
+    "Resolution",
+    "Resolver",
+    "LOOKUPS",
+    "ONLINE",
+    "OFFLINE",
+    "register_mode",
+    "mode_names",
+    "resolve",
+    "lookup",
+    "miss_reason",
+    "set_cost_model_hook",
+    "CostModelHook",
+    "valid_config",
+]
+
+# A cost-model hook for offline mode: (kernel name, key, space) -> a config or None. Set by the cost-model
+# package (or a user) with set_cost_model_hook; None by default.
+CostModelHook = Callable[[str, CacheKey, SearchSpace], "Mapping[str, Any] | None"]
+_cost_model_hook: CostModelHook | None = None
+
+
+def set_cost_model_hook(hook: CostModelHook | None) -> None:
+    """Install the offline-mode fallback that predicts a config for an unseen key (None removes it)."""
+    global _cost_model_hook
+    _cost_model_hook = hook
+
+
+def valid_config(space: SearchSpace, config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The config as the space validates it, or None when it is not in the space."""
+    try:
+        return space.validate(config)
+    except ValueError:
+        return None
+
+
+@dataclass
+class Request:
+    """One call being resolved: the decorated function's state, the stored key, the call and what the
+    hit path will call with the config (`target`, benched by the tuner). The space and the store are
+    computed on first use."""
+
+    t: Autotuned
+    key: CacheKey
+    args: tuple
+    kwargs: dict
+    target: Callable[..., Any]
+    mode: str
+    create: bool = True  # may open_store create the database (False offline and for explain)
+    _store: Any = field(default=None, repr=False)
+    _store_opened: bool = field(default=False, repr=False)
+
+    @functools.cached_property
+    def space(self) -> SearchSpace:
+        return self.t.space_for(self.args, self.kwargs)
+
+    def files(self) -> list[ReadOnlyCache]:
+        return file_caches(self.t.cache)
+
+    def store(self) -> ConfigCache | None:
+        """The function's store (None: no store, or one that cannot be used); opened once per request,
+        created only when `create`."""
+        if not self._store_opened:
+            self._store = open_store(self.t.storage, create=self.create)
+            self._store_opened = True
+        return self._store
+
+    def kernel_entries(self) -> list[CacheEntry]:
+        """Entries of this kernel in the shipped files and the store (files first; one per key)."""
+        out: dict[str, CacheEntry] = {}
+        for fc in self.files():
+            for e in fc.for_kernel(self.key.kernel):
+                out.setdefault(e.key.hash, e)
+        db = self.store()
+        if db is not None:
+            none: list[CacheEntry] = []
+            for e in guarded(db, "read", "list entries", lambda: db.entries(self.key.kernel), none):
+                out.setdefault(e.key.hash, e)
+        return list(out.values())
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """A resolved config. `stat`: the counter of `.tuner.stats` to bump (None: none, and the choice is
+    not logged, as for memory); `hit`: where a lookup found it ("in memory", a file, "store"), None for
+    the tail; `quiet`: log the choice at debug level (exact entries, tuning) instead of one warning."""
+
+    config: dict[str, Any]
+    why: str
+    stat: str | None
+    hit: str | None = None
+    quiet: bool = True
+
+
+Resolver = Callable[[Request], "Resolution | str"]
+
+
+# ---- lookups ---------------------------------------------------------------------------------------------
+def memory(req: Request) -> Resolution | str:
+    cfg = req.t.by_hash.get(req.key.hash)
+    if cfg is None:
+        return "not in memory"
+    return Resolution(cfg, "in memory", None, hit="in memory")
+
+
+def shipped_files(req: Request) -> Resolution | str:
+    for fc in req.files():
+        e = fc.get(req.key)
+        if e is not None:
+            cfg = valid_config(req.space, e.config)
+            if cfg is not None:
+                where = fc.source or "a loaded cache"
+                return Resolution(
+                    cfg, f"exact entry in {where}", "from_file", hit=fc.source or "loaded cache"
+                )
+    return "no usable entry in the shipped files"
+
+
+def store_entry(req: Request) -> Resolution | str:
+    db = req.store()
+    if db is None:
+        return "no store"
+    e = guarded(db, "read", "read an entry", lambda: db.get(req.key), None)
+    if e is not None:
+        cfg = valid_config(req.space, e.config)
+        if cfg is not None:
+            return Resolution(cfg, "exact entry in the store", "from_store", hit="store")
+    return "no usable entry in the store"
+
+
+# ---- offline fallbacks -----------------------------------------------------------------------------------
+def nearest_key(req: Request) -> Resolution | str:
+    for d, e in rank_nearest(req.key, req.kernel_entries()):
+        cfg = valid_config(req.space, e.config)
+        if cfg is not None:
+            why = f"offline: nearest cached key {e.key.fields_dict} (distance {d:.3g})"
+            return Resolution(cfg, why, "offline_fallback", quiet=False)
+    return "no cached key of this family"
+
+
+def cost_model(req: Request) -> Resolution | str:
+    hook = req.t.cost_model or _cost_model_hook
+    if hook is None:
+        return "no cost model"
+    try:
+        pred = hook(req.t.name, req.key, req.space)
+    except Exception as exc:  # noqa: BLE001 - a broken model must not take production down
+        log.warning(
+            "%s: cost-model hook failed (%s: %s); using the space default",
+            req.t.name,
+            type(exc).__name__,
+            exc,
+        )
+        return "the cost model failed"
+    cfg = valid_config(req.space, pred) if pred is not None else None
+    if cfg is None:
+        return "the cost model predicted nothing in the space"
+    return Resolution(cfg, "offline: cost model's best prediction", "offline_fallback", quiet=False)
+
+
+def space_default(req: Request) -> Resolution | str:
+    why = "offline: space default (no cached key of this family, no cost model)"
+    return Resolution(req.space.default(), why, "offline_fallback", quiet=False)
+
+
+# ---- online --------------------------------------------------------------------------------------------
+def tune(req: Request) -> Resolution | str:
+    from ._tuning import tune_once
+
+    return tune_once(req)
+
+
+# ---- modes and the chain ---------------------------------------------------------------------------------
+LOOKUPS: tuple[Resolver, ...] = (memory, shipped_files, store_entry)
+ONLINE: tuple[Resolver, ...] = (tune,)
+OFFLINE: tuple[Resolver, ...] = (nearest_key, cost_model, space_default)
+_MODES: dict[str, tuple[Resolver, ...]] = {"online": ONLINE, "offline": OFFLINE}
+
+
+def register_mode(name: str, tail: Sequence[Resolver]) -> None:
+    """Make `name` a mode: after the lookups miss, its `tail` of resolvers runs (the last must always
+    resolve). Registering an existing name replaces its tail."""
+    if not name.isidentifier():
+        raise ValueError(f"a mode name must be an identifier, got {name!r}")
+    if not tail:
+        raise ValueError(f"mode {name!r} needs at least one resolver")
+    _MODES[name] = tuple(tail)
+
+
+def mode_names() -> tuple[str, ...]:
+    return tuple(_MODES)
+
+
+def lookup(req: Request, resolvers: Iterable[Resolver] = LOOKUPS) -> Resolution | None:
+    """The first lookup that has the key (no side effects), or None."""
+    for r in resolvers:
+        res = r(req)
+        if isinstance(res, Resolution):
+            return res
+    return None
+
+
+def resolve(req: Request) -> Resolution:
+    """Run the chain for `req.mode`: the lookups, then (recording why they missed in
+    `.tuner.last_miss_reason`) the mode's tail."""
+    found = lookup(req)
+    if found is not None:
+        return found
+    req.t.last_miss_reason = miss_reason(req)
+    reasons = []
+    for r in _MODES[req.mode]:
+        res = r(req)
+        if isinstance(res, Resolution):
+            return res
+        reasons.append(res)
+    raise RuntimeError(f"{req.t.name}: mode {req.mode!r} resolved nothing: {'; '.join(reasons)}")
+
+
+def miss_reason(req: Request) -> str:
+    """Why no stored entry serves the key: the nearest entries that differ, and how."""
+    ck = req.key
+    cands = {e.key.hash: e for e in req.kernel_entries()}
+    if not cands:
+        return f"no cached entry for kernel {ck.kernel!r}"
+    exact = cands.get(ck.hash)
+    if exact is not None:
+        return f"cached config {dict(exact.config)} is not in the current search space: " + "; ".join(
+            req.space.violations(exact.config)
+        )
+    same_fields = [e for e in cands.values() if e.key.fields == ck.fields]
+    if same_fields:
+        return "entry for these key fields is stale or foreign: " + "; ".join(
+            ck.mismatches(same_fields[0].key)
+        )
+    return (
+        f"no entry for key {ck.fields_dict}; {len(cands)} entries of kernel {ck.kernel!r} "
+        f"have other key fields"
+    )

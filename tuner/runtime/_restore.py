@@ -1,0 +1,58 @@
+"""Restoring, an injected part of the runtime: the arrays a kernel writes in place are copied before
+tuning and put back while it runs, so that the call that triggered the tuning returns what an untuned
+call would.
+
+A `Restorer` says which arrays a call writes (`pick(args, kwargs)`) and whether they are put back before
+every timed call (`every_call=True`: a registered kernel's `mutated_inputs`, as Triton's
+`restore_value`) or before each config is timed; either way they are put back after tuning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["Restorer", "snapshot", "copy_into"]
+
+
+def snapshot(v: Any) -> Any:
+    """A copy of an array the kernel writes to (torch: clone; numpy: copy)."""
+    if hasattr(v, "clone"):
+        return v.clone()
+    if hasattr(v, "copy"):
+        return v.copy()
+    raise TypeError(f"cannot snapshot a {type(v).__name__} for restore=; pass torch tensors or numpy arrays")
+
+
+def copy_into(target: Any, saved: Any) -> None:
+    if hasattr(target, "copy_"):
+        target.copy_(saved)
+    else:
+        import numpy as np
+
+        np.copyto(target, saved)
+
+
+class Restorer:
+    """The arrays a call writes in place (`pick(args, kwargs)`, None entries ignored), and when to put
+    them back while tuning."""
+
+    def __init__(self, pick: Callable[[tuple, dict], list[Any]], *, every_call: bool = False) -> None:
+        self.pick = pick
+        self.every_call = every_call
+
+    def take(self, args: tuple, kwargs: dict) -> Callable[[], None] | None:
+        """Snapshot the call's written arrays; returns the function that puts them back (None: nothing
+        to restore)."""
+        snaps = [(v, snapshot(v)) for v in self.pick(args, kwargs) if v is not None]
+        if not snaps:
+            return None
+
+        def restore() -> None:
+            for target, saved in snaps:
+                copy_into(target, saved)
+
+        return restore
+
+
+NO_RESTORE = Restorer(lambda args, kwargs: [])

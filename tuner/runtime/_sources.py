@@ -1,0 +1,186 @@
+"""Where stored configs come from besides memory: shipped cache files and the store, and the guard that
+keeps them from taking a call down.
+
+Every access the miss path makes to a cache file or to the store goes through this module. A file that
+cannot be read (missing, unreadable, corrupt) is skipped; a store that cannot be opened, read or written
+(read-only home, corrupt or truncated database, a lock held past the store's timeout, a full disk) is
+left out of the resolution chain for that step, and the call goes on with memory, the other layers and,
+online, tuning in memory. Each cause is logged once per process as a warning (`warn_once`), never
+raised. Errors of the caller's own making (an entry that fails validation) are not store faults and are
+not swallowed here.
+
+Extension point: a new layer that reads or writes the store (a recorder of misses, say) wraps its
+calls in `guarded(store, "read"|"write", what, fn, default)` and gets the same behaviour.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ._entry import EntryError
+from ._file import CacheFileError, ReadOnlyCache, load_cache
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._db import ConfigCache
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "set_global_cache",
+    "env_cache",
+    "file_caches",
+    "open_store",
+    "guarded",
+    "warn_once",
+    "STORE_RETRY_S",
+]
+
+T = TypeVar("T")
+
+STORE_RETRY_S = 30.0  # a store that failed to open is not tried again for this long
+
+_global_cache: ReadOnlyCache | None = None
+_env_caches: dict[str, ReadOnlyCache | None] = {}
+_dbs: dict[str, ConfigCache] = {}
+_failed_opens: dict[str, float] = {}  # url -> time of the last failed open
+_dbs_lock = threading.Lock()
+_warned: set[tuple[str, ...]] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_once(cause: tuple[str, ...], msg: str, *args: Any) -> None:
+    """Log `msg` as a warning the first time `cause` is seen in this process, at debug level after."""
+    with _warned_lock:
+        first = cause not in _warned
+        _warned.add(cause)
+    (log.warning if first else log.debug)(msg, *args)
+
+
+def _store_errors() -> tuple[type[BaseException], ...]:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from ..store import StoreError
+
+    # ValueError: a corrupt schema-version row; OSError: the home directory, the file, the disk.
+    return (StoreError, SQLAlchemyError, sqlite3.Error, OSError, ValueError)
+
+
+def _redact(url: str) -> str:
+    return url.split("@")[-1] if "@" in url else url
+
+
+def _describe(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:300]}"
+
+
+# ---- shipped files ---------------------------------------------------------------------------------------
+def set_global_cache(cache: ReadOnlyCache | str | os.PathLike[str] | None) -> ReadOnlyCache | None:
+    """Make a shipped cache file (or a loaded ReadOnlyCache) visible to every decorated function.
+    `$TUNER_CACHE_FILE` does the same from the environment."""
+    global _global_cache
+    _global_cache = load_cache(cache) if isinstance(cache, (str, os.PathLike)) else cache
+    return _global_cache
+
+
+def env_cache() -> ReadOnlyCache | None:
+    """The file named by `$TUNER_CACHE_FILE`, loaded once per path; one that cannot be used is skipped
+    with one warning (the call goes on with the other layers)."""
+    path = os.environ.get("TUNER_CACHE_FILE")
+    if not path:
+        return None
+    if path in _env_caches:
+        return _env_caches[path]
+    try:
+        c: ReadOnlyCache | None = load_cache(path)
+    except CacheFileError as exc:
+        warn_once(
+            ("file", path),
+            "TUNER_CACHE_FILE is not usable, so it is skipped for this process: %s",
+            exc,
+        )
+        c = None
+    _env_caches[path] = c
+    return c
+
+
+def file_caches(own: ReadOnlyCache | None) -> list[ReadOnlyCache]:
+    """The shipped files a function reads, first to last: its own `cache=`, `set_global_cache`'s,
+    `$TUNER_CACHE_FILE`'s."""
+    return [c for c in (own, _global_cache, env_cache()) if c is not None]
+
+
+# ---- the store ---------------------------------------------------------------------------------------------
+def open_store(storage: Any, *, create: bool) -> ConfigCache | None:
+    """The ConfigCache of a function's `storage`, or None: storage=False; offline (`create=False`) with no
+    database file yet (offline mode never creates one); or a store that cannot be opened (warned once
+    per cause, tried again after STORE_RETRY_S)."""
+    if storage is False:
+        return None
+    from ..store import ResultStore, default_storage_url
+    from ._db import ConfigCache
+
+    if isinstance(storage, ConfigCache):
+        return storage
+    try:
+        if isinstance(storage, ResultStore):
+            url, store = storage.url, storage
+        else:
+            url, store = (storage or default_storage_url()), None
+    except OSError as exc:  # default_storage_url creates $TUNER_HOME
+        warn_once(
+            ("store", "home", type(exc).__name__),
+            "the tuner home cannot be used (%s); running without a store",
+            _describe(exc),
+        )
+        return None
+    if not create and url.startswith("sqlite:///") and not os.path.exists(url[len("sqlite:///") :]):
+        return None
+    with _dbs_lock:
+        c = _dbs.get(url)
+        if c is not None:
+            return c
+        failed = _failed_opens.get(url)
+        if failed is not None and time.monotonic() - failed < STORE_RETRY_S:
+            return None
+        try:
+            c = ConfigCache(store or url)
+        except _store_errors() as exc:
+            _failed_opens[url] = time.monotonic()
+            warn_once(
+                ("store", url, "open", type(exc).__name__),
+                "store %s cannot be opened (%s); using memory, shipped files and fallbacks",
+                _redact(url),
+                _describe(exc),
+            )
+            return None
+        _failed_opens.pop(url, None)
+        _dbs[url] = c
+        return c
+
+
+def guarded(db: ConfigCache, op: str, what: str, fn: Callable[[], T], default: T) -> T:
+    """`fn()`, or `default` (with one warning per cause) when the store fails. `op` is "read" or "write";
+    `what` names the step in the warning. An EntryError (a bad entry, not a bad store) propagates."""
+    try:
+        return fn()
+    except EntryError:
+        raise
+    except _store_errors() as exc:
+        url = _redact(getattr(db.store, "url", "?"))
+        then = "skipping the store for this step" if op == "read" else "the result is kept in memory only"
+        warn_once(
+            ("store", url, op, type(exc).__name__),
+            "store %s: cannot %s (%s); %s",
+            url,
+            what,
+            _describe(exc),
+            then,
+        )
+        return default

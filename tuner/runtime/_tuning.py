@@ -1,0 +1,183 @@
+"""The online tail of the resolution chain: tune a key once, across threads (the per-key lock in
+`Autotuned.miss`) and processes sharing a store (a claim row), and store the winner.
+
+Benching and restoring are the injected parts of the decorated function (`Autotuned.timer`,
+`Autotuned.restorer`); what is benched is the request's `target`, the very callable the hit path runs.
+A store that cannot be written (read-only, full, locked past its timeout) does not stop tuning: the
+winner is kept in memory and one warning says why (`_sources.guarded`). A stored entry that the tuning
+replaces (its config is no longer in the space) is overwritten even though its recorded time is lower.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ._bench import normalise_bench_result
+from ._entry import CacheEntry, EntryError, now_iso
+from ._key import canon
+from ._resolve import Request, Resolution, valid_config
+from ._sources import guarded
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._db import ConfigCache
+
+log = logging.getLogger(__name__)
+
+__all__ = ["tune_once"]
+
+
+def _waited(cfg: dict[str, Any]) -> Resolution:
+    return Resolution(cfg, "tuned by another process", "waited")
+
+
+def tune_once(req: Request) -> Resolution:
+    """Tune unless another process is tuning this key (claim row), in which case wait for its entry."""
+    db = req.store()
+    if db is None:
+        return _tune(req, None, None, stale=False)
+    from ._db import owner_id
+
+    ck, t = req.key, req.t
+    owner = owner_id()
+    delay = 0.02
+    while True:
+        claimed = guarded(
+            db, "write", "claim the key for tuning", lambda: db.claim(ck.hash, owner, t.lease_s), None
+        )
+        if claimed is None:  # the store cannot be written: tune in memory
+            return _tune(req, None, None, stale=False)
+        if claimed:
+            try:
+                # another process may have finished just before our claim
+                e = guarded(db, "read", "read an entry", lambda: db.get(ck), None)
+                cfg = valid_config(req.space, e.config) if e is not None else None
+                if cfg is not None:
+                    return _waited(cfg)
+                return _tune(req, db, owner, stale=e is not None)
+            finally:
+                guarded(db, "write", "release a claim", lambda: db.release(ck.hash, owner), None)
+        e = guarded(db, "read", "read an entry", lambda: db.get(ck), None)
+        if e is not None:
+            cfg = valid_config(req.space, e.config)
+            if cfg is not None:
+                return _waited(cfg)
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+
+
+def _invoker(req: Request, restore: Callable[[], None] | None) -> Callable[[dict[str, Any]], Any]:
+    """config -> a no-argument call of the target with it (putting the inputs back first when the
+    restorer asks for every call)."""
+    target, args, kwargs = req.target, req.args, req.kwargs
+    if restore is not None and req.t.restorer.every_call:
+
+        def each(cfg: dict[str, Any]) -> Callable[[], Any]:
+            def call() -> Any:
+                restore()
+                return target(*args, **kwargs, **cfg)
+
+            return call
+
+        return each
+    return lambda cfg: lambda: target(*args, **kwargs, **cfg)
+
+
+def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: bool) -> Resolution:
+    """Tune `req.key` over `req.space`; record the trials and store the winner when `db` is given
+    (`stale`: the stored entry for the key is not in the space and is to be replaced)."""
+    from .._optimize import optimize
+
+    t, ck = req.t, req.key
+    space = req.space
+    bench = t.timer(req.args, req.kwargs, ck.device)
+    restore = t.restorer.take(req.args, req.kwargs)
+    invoke = _invoker(req, restore)
+    spreads: dict[str, float] = {}
+
+    def objective(cfg: dict[str, Any]) -> float:
+        if restore is not None:
+            restore()
+        med, spread = normalise_bench_result(bench(invoke(cfg)))
+        spreads[canon(cfg)] = spread
+        return med
+
+    store = db.store if db is not None else None
+    task = None
+    prior = None
+    if db is not None and store is not None:
+        from ..store import TaskContext
+
+        task = TaskContext(
+            kernel=t.name,
+            problem=ck.fields_dict,
+            device=ck.device,
+            versions=ck.versions_dict,
+            dtype=",".join(ck.dtypes),
+        )
+        task_id = task.task_id
+        prior = guarded(
+            db, "read", "read the prior", lambda: store.prior_for(t.name, exclude_task=task_id), None
+        )
+
+    last_renew = [time.monotonic()]
+
+    def renew(_trial: Any, _res: Any) -> None:
+        if db is not None and owner is not None and time.monotonic() - last_renew[0] > t.lease_s / 4:
+            guarded(db, "write", "renew a claim", lambda: db.renew(ck.hash, owner, t.lease_s), None)
+            last_renew[0] = time.monotonic()
+
+    t0 = time.perf_counter()
+    try:
+        res = optimize(
+            space,
+            objective,
+            budget=t.budget,
+            seed=t.seed,
+            strategy=t.strategy,
+            prior=prior or None,
+            time_budget_s=t.time_budget_s,
+            callback=renew,
+        )
+    finally:
+        if restore is not None:
+            restore()  # the call that follows sees the inputs as the caller passed them
+    if store is not None and db is not None:
+
+        def record() -> None:
+            for tr in res.trials:
+                store.record_trial(task, space, tr, strategy=res.strategy)
+
+        guarded(db, "write", "record the trials", record, None)
+    if res.best_config is None:
+        errs = {tr.error for tr in res.trials if tr.error}
+        raise RuntimeError(
+            f"{t.name} {ck.fields_dict}: every one of {len(res.trials)} configs failed; "
+            f"first error: {sorted(errs)[0] if errs else 'unknown'}"
+        )
+    cfg = dict(res.best_config)
+    entry = CacheEntry(ck, cfg, res.best_value, spreads.get(canon(cfg), 0.0), now_iso(), space.fingerprint())
+    if db is not None:
+        try:
+            guarded(db, "write", "store the winner", lambda: db.put(entry, replace=stale), None)
+        except EntryError as exc:
+            log.warning(
+                "%s: the winner for %s cannot be stored (%s); kept in memory only",
+                t.name,
+                ck.fields_dict,
+                exc,
+            )
+    log.info(
+        "%s %s: tuned %d configs, best %s (%.3g s)",
+        t.name,
+        ck.fields_dict,
+        len(res.trials),
+        cfg,
+        res.best_value,
+    )
+    why = (
+        f"tuned: {len(res.trials)} evaluations in {time.perf_counter() - t0:.2f}s, best {res.best_value:.3g}s"
+    )
+    return Resolution(cfg, why, "tuned")
