@@ -101,7 +101,7 @@ _T975 = {
 }
 
 
-def evaluate(tables: dict[str, list[Path]], seeds: list[int]) -> dict[str, Any]:
+def evaluate(tables: dict[str, list[Path]], seeds: list[int], params: dict[str, Any]) -> dict[str, Any]:
     from tuner.cost_models.zero_shot import ZeroShotPredictor, ZeroShotTask, fit_zero_shot
 
     import tuner
@@ -134,7 +134,7 @@ def evaluate(tables: dict[str, list[Path]], seeds: list[int]) -> dict[str, Any]:
                 fitted = fit_zero_shot(
                     target.space,
                     [ZeroShotTask(o.as_prior(), name=o.name) for o in others],
-                    predictor=ZeroShotPredictor(seed=s),
+                    predictor=ZeroShotPredictor(seed=s, **params),
                     seed=s,
                 )
                 t1 = time.perf_counter()
@@ -222,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder of kernel folders of tables")
     ap.add_argument("--seeds", type=int, default=3, help="predictor seeds (default 3)")
+    ap.add_argument("--models", type=int, default=None, help="ensemble members (default: the predictor's)")
+    ap.add_argument("--trees", type=int, default=None, help="trees per member (default: the predictor's)")
     ap.add_argument("--only", default=None, help="comma-separated kernel folders to run")
     ap.add_argument("--json", type=Path, default=None, help="write the per-table figures here")
     args = ap.parse_args(argv)
@@ -239,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"predict_replay: no kernel folder with two or more tables under {args.data}", file=sys.stderr)
         return 2
     seeds = list(range(args.seeds))
-    result = evaluate(tables, seeds)
+    params = {k: v for k, v in (("n_models", args.models), ("n_estimators", args.trees)) if v is not None}
+    result = evaluate(tables, seeds, params)
     s = summarise(result)
     print_summary(s, len(result["rows"]), len(seeds))
     if args.json:

@@ -219,7 +219,7 @@ class Autotuned:
         with self._guard:
             lock = self._locks.setdefault(ck.hash, threading.Lock())
         with lock:
-            res = resolve(Request(self, ck, args, kwargs, target, mode, create=mode != "offline"))
+            res = resolve(Request(self, ck, args, kwargs, target, mode, create=mode == "online"))
             self._note(ck, res)
             self.by_hash[ck.hash] = res.config
         if fast_key is not None:
