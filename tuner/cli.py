@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 
 # Subcommand modules under tuner.commands, in the order `tuner --help` lists them.
-COMMANDS = ["replay", "kernels", "check", "cache", "study", "regress"]
+COMMANDS = ["replay", "kernels", "check", "cache", "study", "regress", "misses"]
 
 
 def build_parser() -> argparse.ArgumentParser:
