@@ -31,6 +31,8 @@ from .models import CostModel, XGBEnsemble, _check_xy
 
 __all__ = [
     "REGRET_CLIP",
+    "PRESCREEN",
+    "MAX_ROWS_PER_TASK",
     "ZeroShotPredictor",
     "ZeroShotTask",
     "ZeroShotPick",
@@ -45,6 +47,11 @@ log = logging.getLogger(__name__)
 # apart. Measured in benchmarks/predict_replay.py against the unclipped median-normalised target of
 # `normalise_targets` (docs/benchmarks.md, "Zero-shot prediction").
 REGRET_CLIP = math.log(2.0)
+# At most this many measurements of one related task train the model (a uniform sample beyond): the
+# fit time grows with the rows, the pick barely (docs/benchmarks.md, "Zero-shot prediction").
+MAX_ROWS_PER_TASK = 4000
+# `predict_best` scores every candidate with one ensemble member and the best 5% with all of them.
+PRESCREEN = 0.05
 
 
 def regret_targets(
@@ -173,6 +180,12 @@ class FittedZeroShot:
     ) -> tuple[list[dict[str, Any]], np.ndarray]:
         """(candidate configs, predicted regret per candidate): every valid config of an enumerable
         space, else `max_candidates` uniform samples (deduplicated)."""
+        configs, X = self._candidates(space, task, max_candidates, seed)
+        return configs, self.model.predict(X)
+
+    def _candidates(
+        self, space: Any, task: Mapping[str, float] | None, max_candidates: int, seed: int = 0
+    ) -> tuple[list[dict[str, Any]], np.ndarray]:
         names = list(space.names)
         if space.is_enumerable:
             keys = list(space.iter_keys())
@@ -187,15 +200,33 @@ class FittedZeroShot:
         if not keys:
             raise ValueError(f"space {getattr(space, 'name', '')!r} has no valid config")
         X = self.schema.transform_keys(names, keys, task)
-        scores = self.model.predict(X)
-        return [dict(zip(names, k, strict=True)) for k in keys], scores
+        return [dict(zip(names, k, strict=True)) for k in keys], X
 
     def predict_best(
-        self, space: Any, task: Mapping[str, float] | None = None, *, max_candidates: int = 20_000
+        self,
+        space: Any,
+        task: Mapping[str, float] | None = None,
+        *,
+        max_candidates: int = 20_000,
+        prescreen: float = PRESCREEN,
     ) -> ZeroShotPick:
-        configs, scores = self.rank_space(space, task, max_candidates=max_candidates)
-        i = int(np.argmin(scores))
-        return ZeroShotPick(configs[i], float(scores[i]), len(configs), self.tasks, self.rows)
+        """The best-ranked config. With `prescreen` < 1, the first ensemble member scores every candidate
+        and only its best share `prescreen` (at least 256) is scored by the whole ensemble: the same pick
+        whenever the ensemble's best is in the first member's top share, at a fraction of the cost."""
+        configs, X = self._candidates(space, task, max_candidates)
+        members = self.model.ensemble_.members_
+        if prescreen < 1 and len(members) > 1 and len(configs) > 256:
+            first = members[0].predict(X)
+            keep = max(256, int(prescreen * len(configs)))
+            idx = np.argpartition(first, keep - 1)[:keep]
+            scores = self.model.predict(X[idx])
+            i = int(idx[int(np.argmin(scores))])
+            best = float(scores.min())
+        else:
+            scores = self.model.predict(X)
+            i = int(np.argmin(scores))
+            best = float(scores[i])
+        return ZeroShotPick(configs[i], best, len(configs), self.tasks, self.rows)
 
 
 def fit_zero_shot(
@@ -203,7 +234,7 @@ def fit_zero_shot(
     tasks: Sequence[ZeroShotTask],
     *,
     predictor: ZeroShotPredictor | None = None,
-    max_rows_per_task: int = 20_000,
+    max_rows_per_task: int = MAX_ROWS_PER_TASK,
     seed: int = 0,
 ) -> FittedZeroShot:
     """Fit a predictor on related tasks for ranking `space` (the feature schema is the space's, plus

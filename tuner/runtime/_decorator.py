@@ -316,8 +316,9 @@ def autotune(
       `(name, value) -> value`, or a dict name -> policy.
     - `budget` evaluations and/or `time_budget_s` seconds per key, with `strategy` (default "auto") warm-
       started from what the store already knows about this kernel.
-    - `mode`: "online" (tune misses) or "offline" (never tune: nearest cached key, else the cost-model
-      hook, else the space default); None reads $TUNER_MODE (default online).
+    - `mode`: "online" (tune misses), "offline" (never tune: nearest cached key, else the cost-model
+      hook, else the zero-shot predictor, else the space default) or "record" (offline, and each miss is
+      recorded for `tuner misses`; docs/production.md); None reads $TUNER_MODE (default online).
     - `storage`: None (the default store, $TUNER_HOME/tuner.db), a URL, a ResultStore or ConfigCache,
       or False (memory only). `cache`: a shipped file (path or `load_cache(path)`) consulted first.
     - `bench(call) -> seconds | (median, spread)`; default: the CPU timer for plain callables and the
