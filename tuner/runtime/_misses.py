@@ -120,6 +120,7 @@ class MissRecorder:
         self._folder = folder
         self.flush_s = flush_s
         self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
         self._pending: dict[str, _Pending] = {}
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -195,7 +196,12 @@ class MissRecorder:
 
     def flush(self) -> int:
         """Append the new keys and count deltas to this process's file; returns the lines written.
-        Never raises: a failed write is logged (once) and retried at the next flush."""
+        Never raises: a failed write is logged (once) and retried at the next flush. One flush at a
+        time (the writer thread, an explicit call, exit), so a delta is never written twice."""
+        with self._flush_lock:
+            return self._flush()
+
+    def _flush(self) -> int:
         lines = self._lines()
         if not lines:
             return 0
