@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -40,11 +41,13 @@ __all__ = ["zero_shot", "set_zero_shot", "zero_shot_enabled", "predict_for_key",
 
 NEGATIVES = 32  # configs drawn from the space per winner-only cache entry, counted as bad
 _MAX_ROWS = 100_000  # measurements read from the store per kernel at most (the newest kept)
+DATA_TTL_S = 60.0  # the store's measurements of a kernel are re-read at most this often per process
 _OFF = {"0", "off", "false", "no"}
 
 _enabled: bool | None = None  # None: read $TUNER_PREDICT
 _models: OrderedDict[tuple[Any, ...], Any] = OrderedDict()  # (kernel, names, data state) -> FittedZeroShot
 _picks: OrderedDict[tuple[str, str], tuple[dict[str, Any], str] | None] = OrderedDict()
+_data: dict[tuple[str, str], tuple[float, list[Any]]] = {}  # (store url, kernel) -> (read at, rows)
 _lock = threading.Lock()
 _kernel_locks: dict[str, threading.Lock] = {}
 
@@ -55,6 +58,7 @@ def set_zero_shot(enabled: bool | None) -> None:
     _enabled = enabled
     with _lock:
         _picks.clear()
+        _data.clear()
 
 
 def zero_shot_enabled() -> bool:
@@ -74,15 +78,29 @@ def _task_features(fields: Mapping[str, Any], device: str, dtypes: Any, ck: Cach
     return out
 
 
+def _measurements(db: Any, kernel: str) -> list[Any]:
+    """The store's measurements of `kernel` (the newest `_MAX_ROWS`), re-read at most every `DATA_TTL_S`."""
+    store = db.store
+    ck = (store.url, kernel)
+    now = time.monotonic()
+    with _lock:
+        got = _data.get(ck)
+    if got is not None and now - got[0] < DATA_TTL_S:
+        return got[1]
+    ms = guarded(db, "read", "read measurements", lambda: store.measurements(kernel=kernel), [])
+    ms = ms[-_MAX_ROWS:]
+    with _lock:
+        _data[ck] = (now, ms)
+    return ms
+
+
 def _store_tasks(req: Request, ck: CacheKey) -> list[Any]:
     from tuner.cost_models.zero_shot import ZeroShotTask
 
     db = req.store()
     if db is None:
         return []
-    store = db.store
-    ms = guarded(db, "read", "read measurements", lambda: store.measurements(kernel=ck.kernel), [])
-    ms = ms[-_MAX_ROWS:]
+    ms = _measurements(db, ck.kernel)
     groups: dict[str, list[Any]] = {}
     for m in ms:
         groups.setdefault(m.task_id, []).append(m)
