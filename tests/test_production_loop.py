@@ -84,3 +84,68 @@ def test_record_study_export_import_then_exact_hits(
 
     problem = CALLS[0][0]
     assert g.explain(problem, get_kernel("rmsnorm").make_inputs(problem, "triton", 0)).startswith("hit (")
+
+
+USER_MODULE = """
+import numpy as np
+
+import tuner
+from tuner import PowerOfTwo, SearchSpace
+
+
+def _bench(call):  # a deterministic timer: block 128 is the fastest
+    cfg = call()
+    return 1e-3 * (1 + abs(cfg.bit_length() - 8))
+
+
+@tuner.autotune(SearchSpace([PowerOfTwo("block", 16, 256)]), key=["n"], name="user_scale", bench=_bench)
+def scale(x, n, *, block):
+    return block
+
+
+def make_inputs(kernel, fields, dtypes):
+    assert kernel == "user_scale"
+    return scale, (np.ones(fields["n"], dtype=dtypes[0]), fields["n"]), {}
+"""
+
+
+def test_decorated_function_loop_with_an_input_factory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import numpy as np
+
+    (tmp_path / "user_ops_mod.py").write_text(USER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("TUNER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("TUNER_MISSES_DIR", raising=False)
+    monkeypatch.setenv("TUNER_MODE", "record")
+    recorder().reset()
+    import user_ops_mod as m
+
+    for n, c in ((100, 2), (300, 1)):
+        for _ in range(c):
+            assert m.scale(np.ones(n, dtype=np.float32), n) == 64  # the space default
+    recorder().flush()
+    assert {r.key.fields_dict["n"]: r.calls for r in read_misses()} == {100: 2, 300: 1}
+
+    study = tmp_path / "user.toml"
+    fac = ["--factory", "user_ops_mod:make_inputs", "--strategy", "random", "--trials", "5"]
+    assert cli(["study", "from-misses", *fac, "--output", str(tmp_path / "out"), "--out", str(study)]) == 0
+    assert "--executor tuner.studies._from_misses:run_decorated" in capsys.readouterr().out
+    run = ["study", "run", str(study), "--quiet", "--no-report"]
+    assert cli([*run, "--executor", "tuner.studies._from_misses:run_decorated"]) == 0
+    shipped = tmp_path / "user-cache.json"
+    assert cli(["cache", "export", "--kernel", "user_scale", "--out", str(shipped)]) == 0
+
+    # production elsewhere (a fresh home) with the shipped file: exact hits, nothing recorded
+    monkeypatch.setenv("TUNER_HOME", str(tmp_path / "prod"))
+    monkeypatch.setenv("TUNER_CACHE_FILE", str(shipped))
+    recorder().reset()
+    m.scale.cache_clear()
+    before = dict(m.scale.tuner.stats)
+    assert m.scale(np.ones(100, dtype=np.float32), 100) == 128
+    assert m.scale.tuner.last_choice["why"].startswith("exact entry in")
+    assert m.scale(np.ones(300, dtype=np.float32), 300) == 128
+    assert m.scale.tuner.stats["from_file"] - before["from_file"] == 2
+    assert m.scale.tuner.stats["tuned"] == before["tuned"]
+    assert recorder().flush() == 0

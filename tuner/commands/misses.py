@@ -83,16 +83,49 @@ def add_from_misses_parser(ssub: Any) -> None:
         "--finalists", type=int, default=None, help="finalists re-measured per task (study default)"
     )
     f.add_argument("--device", default=None, help="the study's device arch (default: the recorded one)")
+    f.add_argument(
+        "--factory",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="write a study of the decorated functions' misses instead, with this input factory: "
+        "factory(kernel, key fields, dtypes) -> (decorated function, args, kwargs) (docs/production.md)",
+    )
     f.add_argument("--output", default=None, help="the study's output folder (default: the study default)")
     f.set_defaults(func=run_from_misses)
 
 
 def run_from_misses(args: argparse.Namespace) -> int:
-    from tuner.studies._from_misses import render_study, study_from_misses
+    from tuner.studies._from_misses import (
+        DECORATED_EXECUTOR,
+        decorated_study,
+        render_study,
+        study_from_misses,
+    )
 
     min_calls = args.min_calls
     args.min_calls = 1
     rows = _rows(args)
+    if min_calls < 1:
+        from tuner.errors import BadInput
+
+        raise BadInput(f"--min-calls must be >= 1, got {min_calls}")
+    if args.factory:
+        dec = decorated_study(
+            rows,
+            args.factory,
+            name=args.name,
+            min_calls=min_calls,
+            trials=args.trials,
+            seconds=args.seconds,
+            strategy=args.strategy,
+            output=args.output,
+        )
+        path = render_study(dec, args.out, check_kernels=False)
+        print(
+            f"study: {path} ({dec.tasks} tasks of {', '.join(dec.kernels)}); tune with: "
+            f"tuner study run {path} --executor {DECORATED_EXECUTOR}"
+        )
+        return 0
     res = study_from_misses(
         rows,
         name=args.name,
