@@ -47,9 +47,10 @@ log = logging.getLogger(__name__)
 # apart. Measured in benchmarks/predict_replay.py against the unclipped median-normalised target of
 # `normalise_targets` (docs/benchmarks.md, "Zero-shot prediction").
 REGRET_CLIP = math.log(2.0)
-# At most this many measurements of one related task train the model (a uniform sample beyond): the
-# fit time grows with the rows, the pick barely (docs/benchmarks.md, "Zero-shot prediction").
-MAX_ROWS_PER_TASK = 4000
+# At most this many measurements of one related task train the model (a uniform sample beyond). Fewer
+# rows fit faster but pick worse: 4000 per table took the replay geo-mean from 1.154 to 1.179
+# (docs/benchmarks.md, "Zero-shot prediction").
+MAX_ROWS_PER_TASK = 20_000
 # `predict_best` scores every candidate with one ensemble member and the best 5% with all of them.
 PRESCREEN = 0.05
 

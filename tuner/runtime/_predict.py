@@ -87,7 +87,8 @@ def _measurements(db: Any, kernel: str) -> list[Any]:
         got = _data.get(ck)
     if got is not None and now - got[0] < DATA_TTL_S:
         return got[1]
-    ms = guarded(db, "read", "read measurements", lambda: store.measurements(kernel=kernel), [])
+    none: list[Any] = []
+    ms: list[Any] = guarded(db, "read", "read measurements", lambda: store.measurements(kernel=kernel), none)
     ms = ms[-_MAX_ROWS:]
     with _lock:
         _data[ck] = (now, ms)
