@@ -230,3 +230,22 @@ def test_a_broken_miss_log_folder_does_not_stop_the_recorder_class(tmp_path: Pat
     dict(**cfg)
     assert rec.flush() == 1
     assert read_misses(tmp_path / "r")[0].calls == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_does_not_write_the_parents_counts_again(tmp_path: Path):
+    k, _ = _fn(storage=False)
+    k(11)
+    k(11)
+    pid = os.fork()
+    if pid == 0:  # the child: one call of its own, then flush and leave at once
+        try:
+            k(11)
+            recorder().flush()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    recorder().flush()
+    (row,) = read_misses()
+    # the parent counted 2 calls and the child 1; the child's copy of the parent's 2 is not written again
+    assert row.calls == 3 and row.processes == 2

@@ -242,6 +242,19 @@ class MissRecorder:
             self._pending.clear()
             self._file = None
 
+    def _after_fork(self) -> None:
+        """In a forked child: the parent writes what it counted; the child keeps the keys (its inherited
+        configs still count into their counters) but writes only the calls made after the fork, to its
+        own file, from its own writer thread (the locks are new: a parent thread may have held one)."""
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._wake = threading.Event()
+        for p in self._pending.values():
+            p.written_calls = p.calls()
+            p.written = True
+        self._file = None
+        self._thread = None
+
 
 _recorder: MissRecorder | None = None
 _recorder_lock = threading.Lock()
@@ -255,6 +268,8 @@ def recorder() -> MissRecorder:
             if _recorder is None:
                 _recorder = MissRecorder()
                 atexit.register(_recorder.flush)
+                if hasattr(os, "register_at_fork"):
+                    os.register_at_fork(after_in_child=_recorder._after_fork)
     return _recorder
 
 
