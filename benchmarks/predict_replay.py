@@ -18,6 +18,9 @@ of tables whose pick is within 1.10x of the optimum, for
   measures (the best mean normalised time over the other GPUs);
 - `default`: the space default (`SearchSpace.default()`, the table's first config).
 
+Each table's problem size (log2 of its dimensions) is a task feature, so a folder of one kernel's tables
+at several shapes (one GPU, or several) is measured the same way, across shapes.
+
 It also times the predictor: fitting (once per kernel family in the runtime) and ranking a table's
 whole space (once per key), each the median over the runs.
 
@@ -68,6 +71,18 @@ def ratio_of(table: Any, config: dict[str, Any] | None) -> float:
     except (KeyError, TypeError):
         v = None
     return (worst if v is None else v) / table.optimum
+
+
+def task_features_of(table: Any) -> dict[str, float]:
+    """log2 of the table's problem dimensions: what tells tables of one kernel at several shapes apart
+    (constant within a folder of the GPU dataset, where the tables differ by GPU only)."""
+    ps = table.problem_size
+    dims = ps if isinstance(ps, (list, tuple)) else [ps]
+    return {
+        f"log2_dim{i}": math.log2(v)
+        for i, v in enumerate(dims)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+    }
 
 
 def geo(xs: list[float]) -> float:
@@ -135,15 +150,15 @@ def evaluate(
                 c0, t0 = time.process_time(), time.perf_counter()
                 fitted = fit_zero_shot(
                     target.space,
-                    [ZeroShotTask(o.as_prior(), name=o.name) for o in others],
+                    [ZeroShotTask(o.as_prior(), task_features_of(o), name=o.name) for o in others],
                     predictor=ZeroShotPredictor(seed=s, **params),
                     seed=s,
                     **({"max_rows_per_task": max_rows} if max_rows else {}),
                 )
                 c1, t1 = time.process_time(), time.perf_counter()
-                pick = fitted.predict_best(target.space)
+                pick = fitted.predict_best(target.space, task_features_of(target))
                 c2, t2 = time.process_time(), time.perf_counter()
-                configs, scores = fitted.rank_space(target.space)  # every candidate, whole ensemble
+                configs, scores = fitted.rank_space(target.space, task_features_of(target))  # whole ensemble
                 full = configs[int(scores.argmin())]
                 preds.append(ratio_of(target, pick.config))
                 agree.append(ratio_of(target, full) == preds[-1])

@@ -239,12 +239,15 @@ def fit_zero_shot(
     seed: int = 0,
 ) -> FittedZeroShot:
     """Fit a predictor on related tasks for ranking `space` (the feature schema is the space's, plus
-    the task feature names any task has). Tasks with no valid measurement are skipped; ValueError if
+    the task features that vary between the tasks). Tasks with no valid measurement are skipped; ValueError if
     none is left. At most `max_rows_per_task` rows of a task are used (a uniform sample beyond)."""
     usable = [t for t in tasks if any(v is not None and math.isfinite(v) and v > 0 for _, v in t.rows)]
     if not usable:
         raise ValueError("no related task with a successful measurement to learn from")
-    task_names = sorted({k for t in usable for k in t.features})
+    # A task feature with one value over every related task tells them nothing apart: left out.
+    task_names = sorted(
+        k for k in {k for t in usable for k in t.features} if len({t.features.get(k) for t in usable}) > 1
+    )
     schema = schema_for_space(space, task_names)
     rng = np.random.default_rng(seed)
     xs, ys, gs = [], [], []
