@@ -277,13 +277,15 @@ def test_offline_fallbacks_in_order(caplog, monkeypatch):
         off(np.zeros(2, np.float16), 64)
         assert off.tuner.last_choice["config"] == {"block": 32}
         assert "cost model" in off.tuner.last_choice["why"]
-        # a hook that predicts something outside the space, or raises, falls through to the default
+        # a hook that predicts something outside the space, or raises, falls through to the zero-shot
+        # predictor (on by default: the store holds this kernel's measurements and entries)
         set_cost_model_hook(lambda kernel, key, space: {"block": 3})
         off(np.zeros(2, np.int8), 64)
-        assert "default" in off.tuner.last_choice["why"]
+        assert "zero-shot prediction" in off.tuner.last_choice["why"]
     finally:
         set_cost_model_hook(None)
-    # 4. the space default
+    # 4. the space default (the predictor switched off)
+    monkeypatch.setenv("TUNER_PREDICT", "0")
     off(np.zeros(2, np.float64), 64)
     assert off.tuner.last_choice["config"] == SPACE.default()
     assert bench.calls == 0 and off.tuner.stats["tuned"] == 0

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 # Subcommand modules under tuner.commands, in the order `tuner --help` lists them.
-COMMANDS = ["replay", "kernels", "check", "cache", "study", "regress"]
+COMMANDS = ["replay", "kernels", "check", "cache", "study", "regress", "misses"]
 
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a command ended by SIGPIPE
 

@@ -79,6 +79,10 @@ def add_parser(sub: Any) -> None:
     ex.add_argument("--json", action="store_true", help="print one JSON object")
     ex.set_defaults(func=export_cmd)
 
+    from .misses import add_from_misses_parser  # tuner study from-misses (record mode, docs/production.md)
+
+    add_from_misses_parser(ssub)
+
 
 def _load(args: argparse.Namespace, *, check_kernels: bool = True) -> Any:
     from tuner.studies import load_study

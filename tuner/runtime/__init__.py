@@ -19,6 +19,9 @@ from ._file import (
 )
 from ._kernel import TunedKernel, backend_versions, kernel, kernel_cache_key, kernel_source_hash
 from ._key import CacheKey, pow2_bucket, shape_distance
+from ._misses import MissRow, read_misses
+from ._predict import set_zero_shot
+from ._record import OFFLINE_TAIL, RECORD_TAIL  # registers record mode and the offline tail
 
 __all__ = [
     "Autotuned",
@@ -32,6 +35,9 @@ __all__ = [
     "LIMITS",
     "MAX_FILE_BYTES",
     "MODES",
+    "MissRow",
+    "OFFLINE_TAIL",
+    "RECORD_TAIL",
     "ReadOnlyCache",
     "SCHEMA_VERSION",
     "TunedKernel",
@@ -46,8 +52,10 @@ __all__ = [
     "load_cache",
     "pow2_bucket",
     "read_cache_file",
+    "read_misses",
     "set_cost_model_hook",
     "set_global_cache",
+    "set_zero_shot",
     "shape_distance",
     "triton_bench",
     "write_cache_file",

@@ -240,7 +240,7 @@ class Autotuned:
         with self._guard:
             lock = self._locks.setdefault(ck.hash, threading.Lock())
         with lock:
-            res = resolve(Request(self, ck, args, kwargs, target, mode, create=mode != "offline"))
+            res = resolve(Request(self, ck, args, kwargs, target, mode, create=mode == "online"))
             self._note(ck, res)
             self.by_hash[ck.hash] = res.config
         if fast_key is not None:
@@ -349,8 +349,9 @@ def autotune(
       `pre_hook`, `post_hook`, `warmup`, `rep`, `use_cuda_graph`, `do_bench`, `cache_results`) with
       `configs`, with Triton's semantics (see `_triton_compat`); a Triton kernel with `configs` gets
       `.cache`, `.best_config` and `.configs` as with triton.autotune.
-    - `mode`: "online" (tune misses) or "offline" (never tune: nearest cached key, else the cost-model
-      hook, else the space default); None reads $TUNER_MODE (default online).
+    - `mode`: "online" (tune misses), "offline" (never tune: nearest cached key, else the cost-model
+      hook, else the zero-shot predictor, else the space default) or "record" (offline, and each miss is
+      recorded for `tuner misses`; docs/production.md); None reads $TUNER_MODE (default online).
     - `storage`: None (the default store, $TUNER_HOME/tuner.db), a URL, a ResultStore or ConfigCache,
       or False (memory only). `cache`: a shipped file (path or `load_cache(path)`) consulted first.
     - `bench(call) -> seconds | (median, spread)`; default: the CPU timer for plain callables and the

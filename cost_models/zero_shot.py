@@ -1,0 +1,263 @@
+"""Zero-shot prediction: the best config of a task that has no measurements of its own.
+
+What production needs when a key was never tuned: related tasks of the same kernel family (other shapes,
+other devices) were measured, the new one was not, and there is no time to measure. `ZeroShotPredictor`
+is a cost model (the scikit-learn estimator contract of `models.py`) trained on the related tasks pooled,
+one row per measured config, features = the config's (`features.schema_for_space`) plus the task's
+(`features.task_features`: log2 of the problem dims, dtype size, device descriptor where known). Its
+target is the config's regret in its own task, `log(time / the task's best time)`, clipped at
+`regret_clip` (failed configs count as the clip): only the near-optimal region decides which config is
+predicted best, so the model's capacity goes there rather than into how slow the slow configs are.
+A small bagged ensemble (row subsampling, several seeds) averages away the pick-to-pick noise of a
+single boosted model.
+
+`rank_space` scores every valid config of a new task's space (or a sample of a space too big to
+enumerate) and `predict_best` returns the best one with its score. Measured against the baselines
+(nearest key, `transfer_best`'s first pick, the space default) by `benchmarks/predict_replay.py`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .features import FeatureSchema, schema_for_space
+from .models import CostModel, XGBEnsemble, _check_xy
+
+__all__ = [
+    "REGRET_CLIP",
+    "PRESCREEN",
+    "MAX_ROWS_PER_TASK",
+    "ZeroShotPredictor",
+    "ZeroShotTask",
+    "ZeroShotPick",
+    "FittedZeroShot",
+    "regret_targets",
+    "fit_zero_shot",
+]
+
+log = logging.getLogger(__name__)
+
+# Regret above 2x the task's best counts as 2x (log 2): the model only has to tell near-optimal configs
+# apart. Measured in benchmarks/predict_replay.py against the unclipped median-normalised target of
+# `normalise_targets` (docs/benchmarks.md, "Zero-shot prediction").
+REGRET_CLIP = math.log(2.0)
+# At most this many measurements of one related task train the model (a uniform sample beyond). Fewer
+# rows fit faster but pick worse: 4000 per table took the replay geo-mean from 1.154 to 1.179
+# (docs/benchmarks.md, "Zero-shot prediction").
+MAX_ROWS_PER_TASK = 20_000
+# `predict_best` scores every candidate with one ensemble member and the best 5% with all of them.
+PRESCREEN = 0.05
+
+
+def regret_targets(
+    y: Sequence[float] | np.ndarray,
+    groups: Sequence[Any] | np.ndarray | None = None,
+    clip: float = REGRET_CLIP,
+) -> np.ndarray:
+    """Per task (group): log(time / the task's best time), clipped at `clip`; failures (NaN, inf, <= 0)
+    and tasks with no valid time at `clip`."""
+    yy = np.asarray(y, dtype=np.float64)
+    g = (
+        np.zeros(len(yy), dtype=np.int64)
+        if groups is None
+        else np.unique(np.asarray(groups), return_inverse=True)[1]
+    )
+    out = np.full(len(yy), float(clip))
+    for gi in np.unique(g):
+        m = g == gi
+        v = yy[m]
+        ok = np.isfinite(v) & (v > 0)
+        if not ok.any():
+            continue
+        lv = np.full(len(v), np.inf)
+        lv[ok] = np.log(v[ok])
+        out[m] = np.minimum(lv - lv[ok].min(), clip)
+    return out
+
+
+class ZeroShotPredictor(CostModel):
+    """A bagged XGBoost ensemble on clipped per-task regret. `fit(X, y, groups)`: X = config + task
+    features, y = measured time (NaN/inf = failed), groups = task ids; `predict(X)`: predicted regret
+    (log scale; lower = faster; comparable across tasks, 0 = as good as the task's best)."""
+
+    def __init__(
+        self,
+        n_models: int = 5,
+        n_estimators: int = 100,
+        max_depth: int = 6,
+        learning_rate: float = 0.2,
+        subsample: float = 0.8,
+        colsample_bytree: float = 0.9,
+        regret_clip: float = REGRET_CLIP,
+        n_threads: int = 1,
+        seed: int = 0,
+    ) -> None:
+        self.n_models = n_models
+        self.n_estimators = n_estimators
+        self.max_depth = max_depth
+        self.learning_rate = learning_rate
+        self.subsample = subsample
+        self.colsample_bytree = colsample_bytree
+        self.regret_clip = regret_clip
+        self.n_threads = n_threads
+        self.seed = seed
+
+    def fit(self, X: Any, y: Any, groups: Any = None, sample_weight: Any = None) -> ZeroShotPredictor:
+        Xa, ya = _check_xy(X, y)
+        assert ya is not None
+        if not (self.regret_clip > 0 and math.isfinite(self.regret_clip)):
+            raise ValueError(f"regret_clip must be a positive number, got {self.regret_clip!r}")
+        t = regret_targets(ya, groups, self.regret_clip)
+        self.ensemble_ = XGBEnsemble(
+            n_models=self.n_models,
+            n_estimators=self.n_estimators,
+            max_depth=self.max_depth,
+            learning_rate=self.learning_rate,
+            subsample=self.subsample,
+            colsample_bytree=self.colsample_bytree,
+            bootstrap=False,
+            n_threads=self.n_threads,
+            normalise=False,
+            seed=self.seed,
+        ).fit(Xa, t, sample_weight=sample_weight)
+        self.n_features_in_ = Xa.shape[1]
+        self.training_summary_ = {
+            "rows": int(len(ya)),
+            "tasks": int(len(np.unique(groups))) if groups is not None else 1,
+            "near_optimal": int((t < self.regret_clip).sum()),
+        }
+        return self
+
+    def predict(self, X: Any) -> np.ndarray:
+        Xa, _ = _check_xy(X)
+        self._check_width(Xa)
+        return self.ensemble_.predict(Xa)
+
+    def boosters(self) -> list[Any]:
+        self._check_fitted()
+        return self.ensemble_.boosters()
+
+
+@dataclass(frozen=True)
+class ZeroShotTask:
+    """One related task: its measured configs and times (None = failed) and its task features."""
+
+    rows: Sequence[tuple[Mapping[str, Any], float | None]]
+    features: Mapping[str, float] = field(default_factory=dict)
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class ZeroShotPick:
+    config: dict[str, Any]
+    score: float  # predicted regret, log scale (0 = as good as the related tasks' best)
+    candidates: int  # how many configs were ranked
+    tasks: int  # related tasks the model was trained on
+    rows: int  # their measurements
+
+
+@dataclass
+class FittedZeroShot:
+    """A fitted predictor with the feature schema it was trained with (for one kernel family)."""
+
+    model: ZeroShotPredictor
+    schema: FeatureSchema
+    tasks: int
+    rows: int
+
+    def rank_space(
+        self,
+        space: Any,
+        task: Mapping[str, float] | None = None,
+        *,
+        max_candidates: int = 20_000,
+        seed: int = 0,
+    ) -> tuple[list[dict[str, Any]], np.ndarray]:
+        """(candidate configs, predicted regret per candidate): every valid config of an enumerable
+        space, else `max_candidates` uniform samples (deduplicated)."""
+        configs, X = self._candidates(space, task, max_candidates, seed)
+        return configs, self.model.predict(X)
+
+    def _candidates(
+        self, space: Any, task: Mapping[str, float] | None, max_candidates: int, seed: int = 0
+    ) -> tuple[list[dict[str, Any]], np.ndarray]:
+        names = list(space.names)
+        if space.is_enumerable:
+            keys = list(space.iter_keys())
+            if len(keys) > max_candidates:
+                rng = np.random.default_rng(seed)
+                keys = [keys[int(i)] for i in np.sort(rng.choice(len(keys), max_candidates, replace=False))]
+        else:
+            seen: dict[tuple, None] = {}
+            for c in space.sample(seed, n=max_candidates):
+                seen.setdefault(tuple(c[n] for n in names), None)
+            keys = list(seen)
+        if not keys:
+            raise ValueError(f"space {getattr(space, 'name', '')!r} has no valid config")
+        X = self.schema.transform_keys(names, keys, task)
+        return [dict(zip(names, k, strict=True)) for k in keys], X
+
+    def predict_best(
+        self,
+        space: Any,
+        task: Mapping[str, float] | None = None,
+        *,
+        max_candidates: int = 20_000,
+        prescreen: float = PRESCREEN,
+    ) -> ZeroShotPick:
+        """The best-ranked config. With `prescreen` < 1, the first ensemble member scores every candidate
+        and only its best share `prescreen` (at least 256) is scored by the whole ensemble: the same pick
+        whenever the ensemble's best is in the first member's top share, at a fraction of the cost."""
+        configs, X = self._candidates(space, task, max_candidates)
+        members = self.model.ensemble_.members_
+        if prescreen < 1 and len(members) > 1 and len(configs) > 256:
+            first = members[0].predict(X)
+            keep = max(256, int(prescreen * len(configs)))
+            idx = np.argpartition(first, keep - 1)[:keep]
+            scores = self.model.predict(X[idx])
+            i = int(idx[int(np.argmin(scores))])
+            best = float(scores.min())
+        else:
+            scores = self.model.predict(X)
+            i = int(np.argmin(scores))
+            best = float(scores[i])
+        return ZeroShotPick(configs[i], best, len(configs), self.tasks, self.rows)
+
+
+def fit_zero_shot(
+    space: Any,
+    tasks: Sequence[ZeroShotTask],
+    *,
+    predictor: ZeroShotPredictor | None = None,
+    max_rows_per_task: int = MAX_ROWS_PER_TASK,
+    seed: int = 0,
+) -> FittedZeroShot:
+    """Fit a predictor on related tasks for ranking `space` (the feature schema is the space's, plus
+    the task features that vary between the tasks). Tasks with no valid measurement are skipped; ValueError if
+    none is left. At most `max_rows_per_task` rows of a task are used (a uniform sample beyond)."""
+    usable = [t for t in tasks if any(v is not None and math.isfinite(v) and v > 0 for _, v in t.rows)]
+    if not usable:
+        raise ValueError("no related task with a successful measurement to learn from")
+    # A task feature with one value over every related task tells them nothing apart: left out.
+    task_names = sorted(
+        k for k in {k for t in usable for k in t.features} if len({t.features.get(k) for t in usable}) > 1
+    )
+    schema = schema_for_space(space, task_names)
+    rng = np.random.default_rng(seed)
+    xs, ys, gs = [], [], []
+    for gi, t in enumerate(usable):
+        rows = list(t.rows)
+        if len(rows) > max_rows_per_task:
+            rows = [rows[int(i)] for i in np.sort(rng.choice(len(rows), max_rows_per_task, replace=False))]
+        xs.append(schema.transform([c for c, _ in rows], t.features))
+        ys.append(np.array([np.nan if v is None else float(v) for _, v in rows], dtype=np.float64))
+        gs.append(np.full(len(rows), gi))
+    X, y, g = np.vstack(xs), np.concatenate(ys), np.concatenate(gs)
+    model = (predictor or ZeroShotPredictor(seed=seed)).fit(X, y, g)
+    return FittedZeroShot(model, schema, len(usable), int(len(y)))

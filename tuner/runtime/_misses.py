@@ -1,0 +1,392 @@
+"""The miss log of record mode: what production called that no cache entry served.
+
+Each process appends to its own file, `<misses dir>/<host>-<pid>-<random>.jsonl` (the misses dir is
+`$TUNER_MISSES_DIR`, default `$TUNER_HOME/misses`), so processes never write to one file and no row is
+lost or written twice by a race. A line is one JSON object, a *delta* for one key:
+
+    {"v": 1, "hash": KEY HASH, "key": {kernel, source_hash, key, dtypes, device, versions},
+     "backend": "triton" | null, "registered": true | false, "fallback": WHY, "config": {...},
+     "calls": N, "first_seen": ISO, "last_seen": ISO}
+
+`read_misses` merges every file into one row per key (calls summed, first/last seen widened, the latest
+fallback kept); a torn last line (a process killed mid-write) is skipped. Nothing here raises into the
+caller: the writer thread logs a failed write once and keeps the counts for the next try.
+
+Counting calls without touching the hit path: a recorded key's config is a `CountingConfig`, a dict
+that counts each time the hit path unpacks it (`**config` calls its `keys()`); configs of keys that
+hit an entry stay plain dicts and cost nothing more. A background thread writes the new keys at once
+and the count deltas every `FLUSH_S` seconds, and once more at exit.
+
+Where this should move: a `tuner_misses` table of the store's schema (one row per key hash, calls
+incremented by an upsert), once the storage layer has one schema version and migrations for every
+table; `read_misses` / `MissRow` are the interface `tuner misses` and `tuner study from-misses` use.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import datetime as dt
+import itertools
+import json
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._key import CacheKey
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "CountingConfig",
+    "MissRecorder",
+    "MissRow",
+    "FLUSH_S",
+    "misses_dir",
+    "read_misses",
+    "recorder",
+    "clear_misses",
+]
+
+FLUSH_S = 5.0  # count deltas are written at most this long after the calls (and at exit)
+LINE_VERSION = 1
+
+
+def misses_dir() -> Path:
+    """`$TUNER_MISSES_DIR`, else `$TUNER_HOME/misses`."""
+    d = os.environ.get("TUNER_MISSES_DIR")
+    if d:
+        return Path(d)
+    from ..store import tuner_home
+
+    return tuner_home() / "misses"
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class CountingConfig(dict):  # type: ignore[type-arg]
+    """A config dict that counts how often it is unpacked with `**` (each call of a recorded key).
+
+    Overriding `__iter__` sends `**config` through `keys()` (CPython's generic mapping path), which
+    ticks a C-level counter (`itertools.count`, safe across threads) and returns the dict's keys."""
+
+    __slots__ = ("_calls",)
+
+    def __init__(self, config: Mapping[str, Any], calls: Any) -> None:
+        super().__init__(config)
+        self._calls = calls
+
+    def keys(self) -> Any:
+        next(self._calls)
+        return dict.keys(self)
+
+    def __iter__(self) -> Any:
+        return dict.__iter__(self)
+
+    def __reduce__(self) -> Any:  # copies and pickles are plain dicts
+        return (dict, (dict(self),))
+
+
+@dataclass
+class _Pending:
+    key: CacheKey
+    backend: str | None
+    registered: bool
+    fallback: str
+    config: dict[str, Any]
+    counter: Any  # itertools.count
+    first_seen: str
+    written_calls: int = 0
+    written: bool = False
+    last_seen: str = ""
+
+    def calls(self) -> int:
+        # itertools.count has no public read; its repr is "count(N)"
+        return int(repr(self.counter)[6:-1])
+
+
+class MissRecorder:
+    """Collects the misses of this process and appends them to its own file in `folder`."""
+
+    def __init__(self, folder: Path | None = None, flush_s: float = FLUSH_S) -> None:
+        self._folder = folder
+        self.flush_s = flush_s
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._pending: dict[str, _Pending] = {}
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._file: Path | None = None
+        self._failed_once = False
+        self.write_errors = 0
+
+    @property
+    def folder(self) -> Path:
+        return self._folder if self._folder is not None else misses_dir()
+
+    def note(
+        self,
+        key: CacheKey,
+        config: Mapping[str, Any],
+        fallback: str,
+        *,
+        backend: str | None = None,
+        registered: bool = False,
+    ) -> CountingConfig:
+        """Remember a miss resolved to `config` by `fallback`; the returned config counts its calls
+        (this first call included: the hit path unpacks it too)."""
+        with self._lock:
+            p = self._pending.get(key.hash)
+            if p is None:
+                p = _Pending(key, backend, registered, fallback, dict(config), itertools.count(), _now())
+                self._pending[key.hash] = p
+            else:  # the same key resolved again (another function object, cache_clear): same counter
+                p.fallback, p.config = fallback, dict(config)
+                p.written = False
+        self._ensure_thread()
+        self._wake.set()
+        return CountingConfig(config, p.counter)
+
+    def _ensure_thread(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._thread = threading.Thread(target=self._run, name="tuner-miss-recorder", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self.flush_s)
+            self._wake.clear()
+            self.flush()
+
+    def _lines(self) -> list[tuple[_Pending, int, str]]:
+        out = []
+        now = _now()
+        with self._lock:
+            for h, p in self._pending.items():
+                calls = p.calls()
+                delta = calls - p.written_calls
+                if p.written and delta <= 0:
+                    continue
+                rec = {
+                    "v": LINE_VERSION,
+                    "hash": h,
+                    "key": p.key.to_json(),
+                    "backend": p.backend,
+                    "registered": p.registered,
+                    "fallback": p.fallback,
+                    "config": p.config,
+                    "calls": max(0, delta),
+                    "first_seen": p.first_seen,
+                    "last_seen": now,
+                }
+                out.append((p, calls, json.dumps(rec, sort_keys=True, default=str)))
+        return out
+
+    def flush(self) -> int:
+        """Append the new keys and count deltas to this process's file; returns the lines written.
+        Never raises: a failed write is logged (once) and retried at the next flush. One flush at a
+        time (the writer thread, an explicit call, exit), so a delta is never written twice."""
+        with self._flush_lock:
+            return self._flush()
+
+    def _flush(self) -> int:
+        lines = self._lines()
+        if not lines:
+            return 0
+        try:
+            folder = self.folder
+            folder.mkdir(parents=True, exist_ok=True)
+            if self._file is None or self._file.parent != folder:
+                name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
+                self._file = folder / name
+            data = ("\n".join(text for _, _, text in lines) + "\n").encode()
+            fd = os.open(self._file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+            finally:
+                os.close(fd)
+        except Exception as exc:  # noqa: BLE001 - recording must never take the caller down
+            self.write_errors += 1
+            (log.debug if self._failed_once else log.warning)(
+                "record mode: cannot write the miss log under %s (%s: %s); counts kept for the next try",
+                self._folder or "the misses dir",
+                type(exc).__name__,
+                exc,
+            )
+            self._failed_once = True
+            return 0
+        with self._lock:
+            for p, calls, _ in lines:
+                p.written_calls = max(p.written_calls, calls)
+                p.written = True
+        return len(lines)
+
+    def reset(self) -> None:
+        """Forget what this process noted (tests); the files stay."""
+        with self._lock:
+            self._pending.clear()
+            self._file = None
+
+    def _after_fork(self) -> None:
+        """In a forked child: the parent writes what it counted; the child keeps the keys (its inherited
+        configs still count into their counters) but writes only the calls made after the fork, to its
+        own file, from its own writer thread (the locks are new: a parent thread may have held one)."""
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._wake = threading.Event()
+        for p in self._pending.values():
+            p.written_calls = p.calls()
+            p.written = True
+        self._file = None
+        self._thread = None
+
+
+_recorder: MissRecorder | None = None
+_recorder_lock = threading.Lock()
+
+
+def recorder() -> MissRecorder:
+    """This process's recorder (flushed at exit)."""
+    global _recorder
+    if _recorder is None:
+        with _recorder_lock:
+            if _recorder is None:
+                _recorder = MissRecorder()
+                atexit.register(_recorder.flush)
+                if hasattr(os, "register_at_fork"):
+                    os.register_at_fork(after_in_child=_recorder._after_fork)
+    return _recorder
+
+
+# ---- reading ---------------------------------------------------------------------------------------------
+@dataclass
+class MissRow:
+    """One missed key, merged over every process that recorded it."""
+
+    key: CacheKey
+    calls: int
+    fallback: str
+    config: dict[str, Any]
+    first_seen: str
+    last_seen: str
+    backend: str | None = None
+    registered: bool = False
+    processes: int = 0
+    files: set[str] = field(default_factory=set, repr=False)
+
+    @property
+    def kernel(self) -> str:
+        return self.key.kernel
+
+    @property
+    def problem(self) -> dict[str, Any]:
+        """The key fields with the dtype (the form a registered kernel's problem takes)."""
+        p: dict[str, Any] = dict(self.key.fields_dict)
+        if len(self.key.dtypes) == 1:
+            p["dtype"] = self.key.dtypes[0]
+        return p
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.key.to_json(),
+            "hash": self.key.hash,
+            "calls": self.calls,
+            "fallback": self.fallback,
+            "config": self.config,
+            "first_seen": self.first_seen,
+            "last_seen": self.last_seen,
+            "backend": self.backend,
+            "registered": self.registered,
+            "processes": self.processes,
+        }
+
+
+def _key_of(d: Mapping[str, Any]) -> CacheKey:
+    return CacheKey.make(
+        str(d["kernel"]),
+        str(d["source_hash"]),
+        dict(d["key"]),
+        [str(x) for x in d["dtypes"]],
+        str(d["device"]),
+        {str(k): str(v) for k, v in dict(d["versions"]).items()},
+    )
+
+
+def _iter_lines(folder: Path) -> Iterable[tuple[str, dict[str, Any]]]:
+    if not folder.is_dir():
+        return
+    for f in sorted(folder.glob("*.jsonl")):
+        try:
+            text = f.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            log.warning("cannot read miss log %s: %s", f, exc)
+            continue
+        for i, line in enumerate(text.splitlines()):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                if not isinstance(d, dict) or d.get("v") != LINE_VERSION:
+                    raise ValueError("not a miss line")
+            except ValueError:
+                log.debug("%s line %d is not a miss record (torn write?); skipped", f, i + 1)
+                continue
+            yield f.name, d
+
+
+def read_misses(folder: str | os.PathLike[str] | None = None) -> list[MissRow]:
+    """Every recorded miss under `folder` (default `misses_dir()`), one row per key, most calls first."""
+    rows: dict[str, MissRow] = {}
+    for fname, d in _iter_lines(Path(folder) if folder is not None else misses_dir()):
+        try:
+            key = _key_of(d["key"])
+            calls = int(d.get("calls", 0))
+        except (KeyError, TypeError, ValueError):
+            continue
+        r = rows.get(key.hash)
+        if r is None:
+            r = rows[key.hash] = MissRow(
+                key,
+                0,
+                str(d.get("fallback", "")),
+                dict(d.get("config") or {}),
+                str(d.get("first_seen", "")),
+                str(d.get("last_seen", "")),
+                d.get("backend"),
+                bool(d.get("registered", False)),
+            )
+        r.calls += max(0, calls)
+        r.first_seen = min(r.first_seen, str(d.get("first_seen", r.first_seen)))
+        if str(d.get("last_seen", "")) >= r.last_seen:
+            r.last_seen = str(d.get("last_seen", ""))
+            r.fallback = str(d.get("fallback", r.fallback))
+            r.config = dict(d.get("config") or r.config)
+        r.files.add(fname)
+        r.processes = len(r.files)
+    return sorted(rows.values(), key=lambda r: (-r.calls, r.kernel, r.key.hash))
+
+
+def clear_misses(folder: str | os.PathLike[str] | None = None) -> int:
+    """Delete the miss logs under `folder`; returns how many files were removed."""
+    d = Path(folder) if folder is not None else misses_dir()
+    n = 0
+    for f in d.glob("*.jsonl") if d.is_dir() else ():
+        with contextlib.suppress(OSError):
+            f.unlink()
+            n += 1
+    return n

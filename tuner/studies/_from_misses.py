@@ -1,0 +1,296 @@
+"""`tuner study from-misses`: a study file for what record mode saw production miss.
+
+The recorded misses of registered kernels (`tuner.kernel(name, mode="record")`) become `[[tasks]]`
+entries: one per (kernel, backend, dtype, problem), the problem being the recorded key fields, so the
+exported cache entry of each task is the exact key production will look up (`kernel_cache_key` builds
+both). Tasks are weighted by how often production called them: the most-called come first, and each
+task's trial budget is the study's budget scaled by its share of the calls against an even split,
+clipped to [budget / 4, budget * 2] (a shape called 100x more than another gets more of the tuning).
+Keys recorded for a decorated function of the user's own (`@tuner.autotune`) are not registered kernels:
+they are listed as a comment (their key, calls, fallback) so nothing is dropped silently, or, given an
+input factory (`--factory module:function`), written as a study of their own (`decorated_study`) that
+`tuner study run FILE --executor tuner.studies._from_misses:run_decorated` tunes into the functions'
+own store.
+
+The device of the study: the recorded device's arch when every selected miss has the same one ("cpu",
+or "sm80"/"sm90" from a "<GPU name> (sm80)" device), else "auto" (tune on the machine the study runs on).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuner.errors import BadInput
+
+__all__ = [
+    "FromMisses",
+    "study_from_misses",
+    "decorated_study",
+    "run_decorated",
+    "render_study",
+    "device_arch",
+]
+
+_ARCH = re.compile(r"\((sm\d+)\)\s*$")
+
+
+def device_arch(device: str) -> str | None:
+    """The study arch of a recorded device name, or None when it is not a known arch."""
+    from tuner.search_spaces.devices import DEVICES
+
+    if device in DEVICES:
+        return device
+    m = _ARCH.search(device)
+    if m and m.group(1) in DEVICES:
+        return m.group(1)
+    return None
+
+
+@dataclass(frozen=True)
+class FromMisses:
+    text: str  # the study file
+    tasks: int
+    kernels: tuple[str, ...]
+    skipped_calls: int  # misses under --min-calls
+    unregistered: int  # misses of decorated functions (listed as comments)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    s = str(v).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{s}"'
+
+
+def _inline(d: dict[str, Any]) -> str:
+    return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in sorted(d.items())) + " }"
+
+
+def _is_registered(kernel: str) -> bool:
+    try:
+        from tuner.kernels import get_kernel
+
+        get_kernel(kernel)
+        return True
+    except Exception:  # noqa: BLE001 - unknown name
+        return False
+
+
+def study_from_misses(
+    rows: Sequence[Any],
+    *,
+    name: str = "from_misses",
+    min_calls: int = 1,
+    trials: int = 20,
+    seconds: float | None = None,
+    strategy: str = "auto",
+    device: str | None = None,
+    output: str | None = None,
+    finalists: int | None = None,
+) -> FromMisses:
+    """Build the study file text from miss rows (`tuner.runtime.read_misses()`). BadInput if no miss of a
+    registered kernel is left after `min_calls`."""
+    if min_calls < 1:
+        raise BadInput(f"--min-calls must be >= 1, got {min_calls}")
+    if trials < 1:
+        raise BadInput(f"--trials must be >= 1, got {trials}")
+    kept = [r for r in rows if r.calls >= min_calls]
+    skipped = sum(r.calls for r in rows if r.calls < min_calls)
+    reg = [r for r in kept if r.registered or _is_registered(r.kernel)]
+    reg = [r for r in reg if r.backend or not r.registered]
+    other = [r for r in kept if r not in reg]
+    if not reg:
+        raise BadInput(
+            f"no recorded miss of a registered kernel with at least {min_calls} calls "
+            f"({len(rows)} misses recorded, {len(other)} of decorated functions)"
+        )
+    arch = device
+    if arch is None:
+        archs = {device_arch(r.key.device) for r in reg}
+        arch = archs.pop() if len(archs) == 1 and None not in archs else "auto"
+    total = sum(r.calls for r in reg)
+    even = total / len(reg)
+    lines = [
+        f"# Written by `tuner study from-misses --min-calls {min_calls}` from {len(reg)} recorded misses",
+        f"# ({total} calls) of {len(sorted({r.kernel for r in reg}))} registered kernels; devices seen: "
+        + ", ".join(sorted({r.key.device for r in reg}))
+        + ".",
+        "# Each task's trials: the study budget x its share of the calls against an even split, in",
+        f"# [{max(1, trials // 4)}, {trials * 2}]. Tune with `tuner study run FILE`, ship with",
+        "# `tuner study export FILE --out cache.json` and `tuner cache import cache.json` (docs/production.md).",
+        "",
+        "[study]",
+        f"name = {_toml_value(name)}",
+        f"device = {_toml_value(arch)}",
+        f"strategy = {_toml_value(strategy)}",
+        "seed = 0",
+        "budget = " + _inline({"trials": trials, **({"seconds": seconds} if seconds else {})}),
+    ]
+    if finalists is not None:
+        if finalists < 1:
+            raise BadInput(f"--finalists must be >= 1, got {finalists}")
+        lines.append(f"finalists = {finalists}")
+    if output:
+        lines.append(f"output = {_toml_value(output)}")
+    seen: set[tuple[Any, ...]] = set()
+    for r in sorted(reg, key=lambda r: (-r.calls, r.kernel, r.key.hash)):
+        problem = {k: v for k, v in r.problem.items() if k != "dtype"}
+        dtype = r.problem.get("dtype")
+        backend = r.backend or "triton"
+        ident = (r.kernel, backend, dtype, tuple(sorted(problem.items())))
+        if ident in seen:  # the same problem recorded under other versions or devices: tuned once here
+            continue
+        seen.add(ident)
+        n = max(max(1, trials // 4), min(trials * 2, round(trials * r.calls / even)))
+        lines += [
+            "",
+            f"# {r.calls} calls; production used: {r.fallback}",
+            "[[tasks]]",
+            f"kernel = {_toml_value(r.kernel)}",
+            f"backends = [{_toml_value(backend)}]",
+        ]
+        if dtype:
+            lines.append(f"dtypes = [{_toml_value(dtype)}]")
+        lines += [f"problems = [{_inline(problem)}]", f"budget = {_inline({'trials': n})}"]
+    if other:
+        lines += ["", "# Misses of decorated functions (not registered kernels; see docs/production.md):"]
+        for r in sorted(other, key=lambda r: -r.calls):
+            lines.append(
+                f"#   {r.kernel} key {r.key.fields_dict} dtypes {list(r.key.dtypes)}: {r.calls} calls"
+            )
+    return FromMisses(
+        "\n".join(lines) + "\n",
+        len(seen),
+        tuple(sorted({r.kernel for r in reg})),
+        skipped,
+        len(other),
+    )
+
+
+def render_study(result: FromMisses, out: str | Path, *, check_kernels: bool = True) -> Path:
+    """Write the study file atomically (and check it parses as a study)."""
+    import tomllib
+
+    from ._export import atomic_write
+    from ._spec import parse_study
+
+    path = Path(out)
+    parse_study(tomllib.loads(result.text), path=path.resolve(), check_kernels=check_kernels)
+    atomic_write(path, result.text)
+    return path
+
+
+# ---- decorated functions of the user's own: an input factory ----------------------------------------------
+FACTORY_FIELD = "factory"  # the problem field of a decorated-function task that names its input factory
+DECORATED_EXECUTOR = "tuner.studies._from_misses:run_decorated"
+
+
+def decorated_study(
+    rows: Sequence[Any],
+    factory: str,
+    *,
+    name: str = "from_misses",
+    min_calls: int = 1,
+    trials: int = 20,
+    seconds: float | None = None,
+    strategy: str = "auto",
+    output: str | None = None,
+) -> FromMisses:
+    """A study of the misses of decorated functions (not registered kernels): one task per key, the
+    problem being the recorded key fields, the dtypes (`dtypes`, comma-separated) and `factory`, the
+    `module:function` that builds the call: `factory(kernel, fields, dtypes) -> (fn, args, kwargs)`.
+    Run it with `--executor tuner.studies._from_misses:run_decorated`."""
+    mod, _, attr = factory.partition(":")
+    if not mod or not attr:
+        raise BadInput(f"--factory must be given as module:function, got {factory!r}")
+    kept = [r for r in rows if r.calls >= min_calls and not (r.registered or _is_registered(r.kernel))]
+    skipped = sum(r.calls for r in rows if r.calls < min_calls)
+    if not kept:
+        raise BadInput(f"no recorded miss of a decorated function with at least {min_calls} calls")
+    total = sum(r.calls for r in kept)
+    even = total / len(kept)
+    lines = [
+        f"# Written by `tuner study from-misses --factory {factory}` from {len(kept)} recorded misses of",
+        "# decorated functions. Tune with (the factory builds each call's inputs from its recorded key):",
+        f"#   tuner study run FILE --executor {DECORATED_EXECUTOR}",
+        "# The winners go to the functions' own store; ship them with `tuner cache export --out FILE`.",
+        "",
+        "[study]",
+        f"name = {_toml_value(name)}",
+        'device = "auto"',
+        f"strategy = {_toml_value(strategy)}",
+        "seed = 0",
+        "budget = " + _inline({"trials": trials, **({"seconds": seconds} if seconds else {})}),
+    ]
+    if output:
+        lines.append(f"output = {_toml_value(output)}")
+    for r in sorted(kept, key=lambda r: (-r.calls, r.kernel, r.key.hash)):
+        problem = {**r.key.fields_dict, "dtypes": ",".join(r.key.dtypes), FACTORY_FIELD: factory}
+        bad = [k for k, v in problem.items() if v is None or (isinstance(v, int) and v < 1)]
+        if bad:
+            lines.append(
+                f"# skipped {r.kernel} {r.key.fields_dict}: key fields {bad} do not fit a study file"
+            )
+            continue
+        n = max(max(1, trials // 4), min(trials * 2, round(trials * r.calls / even)))
+        lines += [
+            "",
+            f"# {r.calls} calls; production used: {r.fallback}",
+            "[[tasks]]",
+            f"kernel = {_toml_value(r.kernel)}",
+            'backends = ["python"]',
+            f"problems = [{_inline(problem)}]",
+            f"budget = {_inline({'trials': n})}",
+        ]
+    return FromMisses("\n".join(lines) + "\n", len(kept), tuple(sorted({r.kernel for r in kept})), skipped, 0)
+
+
+def run_decorated(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
+    """Study executor for decorated functions: builds the call with the task's input factory, then
+    calls the function in online mode with the task's budget, so it tunes the recorded key and stores
+    the winner in its own store (as production would have, had it been allowed to tune)."""
+    import importlib
+    from types import SimpleNamespace
+
+    from tuner.runtime._sources import open_store
+
+    problem = dict(task.problem)
+    ref = str(problem.pop(FACTORY_FIELD, ""))
+    dtypes = [d for d in str(problem.pop("dtypes", "")).split(",") if d]
+    problem.pop("dtype", None)
+    mod, _, attr = ref.partition(":")
+    try:
+        factory = getattr(importlib.import_module(mod), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise BadInput(f"task {task.key}: cannot load the input factory {ref!r}: {exc}") from None
+    fn, args, kwargs = factory(task.kernel, problem, dtypes)
+    t = getattr(fn, "tuner", None)
+    if t is None:
+        raise BadInput(f"task {task.key}: the factory returned {fn!r}, not a function decorated by tuner")
+    ck = t.full_key(tuple(args), dict(kwargs))
+    if ck.kernel != task.kernel or ck.fields_dict != problem or list(ck.dtypes) != dtypes:
+        raise BadInput(
+            f"task {task.key}: the factory's call has key {ck.kernel} {ck.fields_dict} {list(ck.dtypes)}, "
+            f"not the recorded {task.kernel} {problem} {dtypes}"
+        )
+    saved = (t.mode, t.budget, t.time_budget_s)
+    t.mode, t.budget, t.time_budget_s = "online", task.budget or t.budget, task.time_budget_s
+    try:
+        t.cache_clear()  # forget what this process resolved before: tune unless the store has the key
+        fn(*args, **kwargs)
+    finally:
+        t.mode, t.budget, t.time_budget_s = saved
+    db = open_store(t.storage, create=True)
+    entry = db.get(ck) if db is not None else None
+    if entry is None:
+        raise RuntimeError(
+            f"task {task.key}: {task.kernel} ran but its store ({t.storage or 'the default store'}) holds no "
+            "entry for the key (storage=False?); nothing to ship"
+        )
+    return SimpleNamespace(best_config=dict(entry.config), best_value=entry.time_s * 1000.0, unit="ms")
