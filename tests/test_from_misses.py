@@ -4,10 +4,10 @@ weights, the study's device, decorated functions listed and not dropped, bad inp
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from tuner.cli import main as cli
 from tuner.runtime import CacheKey

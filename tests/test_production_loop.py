@@ -5,10 +5,10 @@ same calls are then exact hits and record nothing more."""
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 
 import tuner
 from tuner.cli import main as cli
