@@ -23,11 +23,12 @@ from tuner.search_spaces import (  # noqa: E402
     SearchSpace,
 )
 
-from ._optimize import Trial, TuneResult, optimize  # noqa: E402
+from ._optimize import AllTrialsFailedWarning, Trial, TuneResult, optimize  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AllTrialsFailedWarning",
     "Boolean",
     "Categorical",
     "Config",
