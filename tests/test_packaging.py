@@ -94,6 +94,15 @@ _IGNORE = shutil.ignore_patterns(
 )
 
 
+def _setuptools_at_least(version: str) -> bool:
+    try:
+        from importlib.metadata import version as dist_version
+
+        return Version(dist_version("setuptools")) >= Version(version)
+    except Exception:
+        return False
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Build the wheel from a copy of the checkout (the build writes build/ and *.egg-info)."""
@@ -101,19 +110,10 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = tmp / "src"
     shutil.copytree(REPO, src, ignore=_IGNORE, symlinks=True)
     out = tmp / "dist"
+    # Build with this environment's setuptools when it is new enough (no index needed), else isolated.
+    isolation = ["--no-build-isolation"] if _setuptools_at_least("77") else []
     r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(out),
-            str(src),
-        ],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-q", "-w", str(out), str(src)],
         capture_output=True,
         text=True,
         timeout=600,
