@@ -1,7 +1,8 @@
 """Check the import layers: search_spaces <- cost_models, kernels <- the rest of tuner.
 
 Imports only point down (tuner/ may import all three; kernels/ and cost_models/ may import search_spaces/;
-search_spaces/ imports none of them). Run: python .ci/check_layers.py  (exit 1 and one line per violation).
+search_spaces/ imports none of them). FOUNDATION lists the few stdlib-only modules of tuner/ (the atomic-write
+helper) that every layer may use. Run: python .ci/check_layers.py  (exit 1 and one line per violation).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ ALLOWED: dict[str, set[str]] = {
     "kernels": {"search_spaces"},
 }
 LAYERS = set(ALLOWED)
+# Modules of tuner/ that any layer may import: standard library only, no tuner import of their own.
+FOUNDATION = {"tuner._atomic"}
 
 
 def _imported(node: ast.AST, module: str) -> list[str]:
@@ -51,6 +54,8 @@ def violations(root: Path = ROOT) -> list[str]:
                         continue
                     if parts[0] != "tuner":
                         continue
+                    if ".".join(parts[:2]) in FOUNDATION:
+                        continue
                     sub = parts[1] if len(parts) > 1 else ""
                     if sub == folder or sub in allowed:
                         continue
@@ -59,6 +64,16 @@ def violations(root: Path = ROOT) -> list[str]:
                         f"{path.relative_to(root)}:{node.lineno}: {folder}/ imports {target} "
                         f"(allowed: {', '.join(sorted({folder} | allowed))})"
                     )
+    for name in sorted(FOUNDATION):
+        path = root / Path(*name.split(".")).with_suffix(".py")
+        if not path.is_file():
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            for imp in _imported(node, name):
+                if imp.split(".")[0] in LAYERS | {"tuner"} or (
+                    isinstance(node, ast.ImportFrom) and node.level
+                ):
+                    out.append(f"{path.relative_to(root)}:{node.lineno}: foundation module imports {imp!r}")
     return out
 
 
