@@ -6,7 +6,8 @@ decorated pure-Python kernel (no device, a trivial bench) makes first calls on k
 hold: each call looks the key up, explains the miss, claims the key, loads the prior, tunes `--budget`
 configs, records the trials and stores the winner. The figure is the median seconds per first call;
 the baseline is the smallest store's figure in the same run (10 keys by default), and the ratio beside
-each size is to it. The sizes take turns call by call, so that other load on the machine hits them alike.
+each size is to it. The sizes take turns call by call (each leading a round in turn), so that other load on the
+machine hits them alike.
 
 Two strategies: `random` (no prior: the store's own cost) and `auto` (the default, which reads the
 bounded prior of the newest related tasks and fits on it).
@@ -143,7 +144,7 @@ def main() -> int:
     for si, strat in enumerate(strategies):
         kernels = {n: _kernel(urls[n], strat, a.budget) for n in sizes}
         for i in range(a.calls):
-            for n in sizes:
+            for n in sizes[i % len(sizes) :] + sizes[: i % len(sizes)]:  # each size leads a round in turn
                 times.setdefault((strat, n), []).append(first_call(kernels[n], 10**6 + 10**4 * si + i))
     print(f"\nmedian seconds per first call ({a.calls} calls, budget {a.budget}), ratio to the 10-key store:")
     print(f"{'stored keys':>12} " + " ".join(f"{s:>18}" for s in strategies))

@@ -178,3 +178,28 @@ def test_a_failed_migration_leaves_the_store_as_it_was(tmp_path: Path, monkeypat
         assert con.execute("SELECT count(*) FROM tuner_cache_entries").fetchone() == (3,)
     monkeypatch.undo()
     assert len(ResultStore(url).measurements()) == 6
+
+
+def test_one_engine_per_url_for_store_cache_and_board(tmp_path: Path) -> None:
+    from tuner.runtime import ConfigCache
+    from tuner.storage import engine_for
+    from tuner.store import ResultStore
+    from tuner.studies import TaskBoard
+
+    url = f"sqlite:///{tmp_path / 'one.db'}"
+    eng = engine_for(url)
+    assert ResultStore(url).engine is eng
+    assert ConfigCache(url).store.engine is eng
+    assert TaskBoard(url).engine is eng
+    assert engine_for(f"sqlite:///{tmp_path / 'other.db'}") is not eng
+
+
+def test_in_memory_store_gets_the_schema() -> None:
+    from tuner.storage import SCHEMA_REVISION, schema_revision
+    from tuner.store import ResultStore, TaskContext
+
+    store = ResultStore("sqlite://")
+    store.record(TaskContext(kernel="mem"), "fp", {"a": 1}, 1.0, "ok")
+    assert [m.config for m in store.measurements(kernel="mem")] == [{"a": 1}]
+    with store.engine.connect() as conn:
+        assert schema_revision(conn) == SCHEMA_REVISION

@@ -284,28 +284,46 @@ class ResultStore:
     ) -> list[list[tuple[dict, float | None]]]:
         """Past measurements of `kernel` grouped by task, in the `prior` format of `optimize`.
 
-        Bounded: the newest `max_rows` measurements of the kernel (one indexed range read on
-        (kernel, id), whatever the size of the store), of at most `max_tasks` tasks. None: no bound."""
-        q = (
-            select(MeasurementRow.task_id, MeasurementRow.config, MeasurementRow.value)
-            .where(MeasurementRow.kernel == kernel)
-            .order_by(MeasurementRow.id.desc())
-        )
-        if exclude_task is not None:
-            q = q.where(MeasurementRow.task_id != exclude_task)
-        if max_rows is not None:
-            q = q.limit(max_rows)
+        Bounded: the measurements of the newest `max_tasks` tasks of the kernel, at most `max_rows` in
+        all, read newest first in pages along the (kernel, id) index and no further than needed, so the
+        cost does not grow with the size of the store. None: no bound."""
         groups: dict[str, list[tuple[dict, float | None]]] = {}
+        n_rows = 0
+        before: int | None = None
+        page = 256
         with self.session() as s:
-            for task_id, config, value in s.execute(q):
-                g = groups.get(task_id)
-                if g is None:
-                    if max_tasks is not None and len(groups) >= max_tasks:
-                        continue
-                    g = groups[task_id] = []
-                g.append((config, value))
-        return [list(reversed(g)) for g in reversed(groups.values())]
+            while max_rows is None or n_rows < max_rows:
+                q = (
+                    select(
+                        MeasurementRow.id, MeasurementRow.task_id, MeasurementRow.config, MeasurementRow.value
+                    )
+                    .where(MeasurementRow.kernel == kernel)
+                    .order_by(MeasurementRow.id.desc())
+                    .limit(page if max_rows is None else min(page, max_rows - n_rows))
+                )
+                if exclude_task is not None:
+                    q = q.where(MeasurementRow.task_id != exclude_task)
+                if before is not None:
+                    q = q.where(MeasurementRow.id < before)
+                rows = s.execute(q).all()
+                for row_id, task_id, config, value in rows:
+                    before = row_id
+                    g = groups.get(task_id)
+                    if g is None:
+                        if max_tasks is not None and len(groups) >= max_tasks:
+                            return _prior_order(groups)  # the newest tasks are complete
+                        g = groups[task_id] = []
+                    g.append((config, value))
+                    n_rows += 1
+                if len(rows) < page:
+                    break
+        return _prior_order(groups)
 
     def count(self) -> int:
         with self.session() as s:
             return int(s.scalar(select(func.count()).select_from(MeasurementRow)) or 0)
+
+
+def _prior_order(groups: dict[str, list[tuple[dict, float | None]]]) -> list[list[tuple[dict, float | None]]]:
+    """Oldest task first, each task's measurements in the order they were made (as read unbounded)."""
+    return [list(reversed(g)) for g in reversed(groups.values())]

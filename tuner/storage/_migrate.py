@@ -163,8 +163,10 @@ def ensure_schema(engine: Engine) -> None:
                     _upgrade(locked)
                 log.info("store %s: schema migrated from %s to %s", redact(url), rev, SCHEMA_REVISION)
                 return
-            if engine.dialect.name != "sqlite":  # pragma: no cover - other databases: no lock
-                with engine.begin() as conn:
+            if engine.dialect.name != "sqlite" or sqlite_path(url) is None:
+                # other databases (no lock), and in-memory SQLite (one process; the database lives in
+                # this engine's connection, so migrate on it)
+                with engine.connect() as conn, conn.begin():
                     _upgrade(conn)
                 return
             meng = _sqlite_migration_engine(url)
