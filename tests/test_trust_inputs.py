@@ -317,6 +317,47 @@ def test_replay_refuses_a_gzip_that_expands_past_the_limit(
     assert bounded.read_bounded(small) == b'{"x": 1}'
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def test_replay_and_regress_exit_non_zero_when_nothing_was_done(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A replay whose every evaluation failed finds nothing: exit 1 with one line (and JSON without
+    Infinity); a regress baseline without entries has nothing to check: exit 2."""
+    cache = {}
+    for i in range(10):
+        cache[str(i)] = {"x": i, "time": 1.0 + i if i == 9 else "RuntimeFailedConfig"}
+    table = tmp_path / "t.json"
+    table.write_text(
+        json.dumps(
+            {
+                "tune_params_keys": ["x"],
+                "tune_params": {"x": list(range(10))},
+                "objective": "time",
+                "cache": cache,
+            }
+        )
+    )
+    codes = {}
+    for seed in range(30):
+        code = cli(
+            "replay", str(table), "--strategy", "random", "--budget", "1", "--seed", str(seed), "--json"
+        )
+        captured = capsys.readouterr()
+        out = json.loads(captured.out, parse_constant=_no_constant)  # strict JSON: no Infinity
+        codes[code] = (out, captured.err)
+    assert set(codes) == {0, 1}
+    out, err = codes[1]
+    assert out["best_config"] is None and out["best_value"] is None
+    assert _one_line(err) == "tuner: replay: every one of 1 evaluations failed"
+    assert codes[0][0]["best_config"] == {"x": 9}
+    empty = _write_entries(tmp_path / "empty.json", [])
+    assert cli("regress", "--baseline", str(empty)) == 2
+    assert "nothing to check" in capsys.readouterr().err
+
+
 # ---- optimize and the measurement layer ----------------------------------------------------------------
 def test_optimize_warns_when_every_trial_failed() -> None:
     from tuner.search_spaces import PowerOfTwo, SearchSpace

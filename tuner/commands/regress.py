@@ -90,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
         entries = read_cache_entries(args.baseline)
     except BaselineError as exc:
         raise BadInput(str(exc)) from None
+    if not entries:
+        raise BadInput(f"{args.baseline} has no entries: nothing to check")
+    if args.kernel and not any(e["kernel"] in args.kernel for e in entries):
+        raise BadInput(f"no entry of {args.baseline} is of kernel {', '.join(args.kernel)}: nothing to check")
     here = this_device()
     selected = [
         e

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+import warnings
 from typing import Any
 
 
@@ -38,6 +40,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tuner import optimize
+    from tuner._optimize import AllTrialsFailedWarning
     from tuner.errors import BadInput
     from tuner.replay import ReplayFormatError, load_table
     from tuner.strategies import STRATEGIES
@@ -65,16 +68,19 @@ def run(args: argparse.Namespace) -> int:
             problem={"problem_size": table.problem_size},
             device=table.device_name or table.name,
         )
-    result = optimize(
-        table.space,
-        table.objective_fn(),
-        budget=args.budget,
-        seed=args.seed,
-        strategy=args.strategy,
-        prior=[p.as_prior() for p in priors] or None,
-        storage=store,
-        task=task,
-    )
+    with warnings.catch_warnings():  # an all-failed search is reported below, in one line
+        warnings.simplefilter("ignore", AllTrialsFailedWarning)
+        result = optimize(
+            table.space,
+            table.objective_fn(),
+            budget=args.budget,
+            seed=args.seed,
+            strategy=args.strategy,
+            prior=[p.as_prior() for p in priors] or None,
+            storage=store,
+            task=task,
+        )
+    failed = result.best_config is None  # every evaluation failed: nothing was found
     reached = next(
         (t.number + 1 for t in result.trials if t.value is not None and t.value <= 1.05 * table.optimum), None
     )
@@ -84,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
             "strategy": args.strategy,
             "seed": args.seed,
             "best_config": result.best_config,
-            "best_value": result.best_value,
+            "best_value": result.best_value if math.isfinite(result.best_value) else None,
             "optimum": table.optimum,
             "optimum_config": table.best_config(),
             "evaluations": result.evaluations,
@@ -95,7 +101,16 @@ def run(args: argparse.Namespace) -> int:
         }
         json.dump(out, sys.stdout)
         sys.stdout.write("\n")
-        return 0
+        if failed:
+            print(f"tuner: replay: every one of {result.evaluations} evaluations failed", file=sys.stderr)
+        return 1 if failed else 0
+    if failed:
+        print(
+            f"tuner: replay: every one of {result.evaluations} evaluations failed "
+            f"(the table records them as failures); nothing found",
+            file=sys.stderr,
+        )
+        return 1
     ratio = result.best_value / table.optimum
     print(
         f"table      {args.file}  ({table.device_name or '?'}, {table.kernel_name or '?'}, "
