@@ -270,3 +270,12 @@ def test_stale_versions_retune_once_then_hit():
     check_calls(again, (100,))
     assert again.tuner.stats["from_store"] == 1 and bench.calls == 0
     assert again.tuner.last_choice["config"] == {"block": 64}
+
+
+def test_unreachable_server(caplog):
+    caplog.set_level(logging.WARNING)
+    for mode in ("online", "offline"):  # nothing listens on port 9: the connection is refused
+        f, _ = make(mode=mode, storage="postgresql://postgres@127.0.0.1:9/test")
+        check_calls(f, (1, 2))
+    msgs = store_warnings(caplog)
+    assert len(msgs) == 1 and "cannot be opened" in msgs[0], msgs
