@@ -16,10 +16,11 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from tuner._atomic import atomic_write
 
 
 def slim(doc: dict[str, Any]) -> dict[str, Any]:
@@ -48,11 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
         body = json.dumps(slim(doc), separators=(",", ":")).encode()
         out = dst / f.parent.name / (f.name.split(".")[0] + ".json.gz")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".tmp")
         # mtime=0: the same input gives the same bytes
-        tmp.write_bytes(gzip.compress(body, compresslevel=9, mtime=0))
-        os.replace(tmp, out)
+        atomic_write(out, gzip.compress(body, compresslevel=9, mtime=0), mkdir=True)
         print(f"{out}: {len(doc['cache'])} entries, {out.stat().st_size} bytes")
     return 0
 

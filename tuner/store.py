@@ -240,8 +240,12 @@ class ResultStore:
         space_fingerprint: str | None = None,
         device: str | None = None,
         study_name: str | None = None,
+        newest: int | None = None,
     ) -> list[Measurement]:
+        """Measurements matching the filters, oldest first; `newest=N` reads only the N newest (bounded)."""
         q = select(MeasurementRow).order_by(MeasurementRow.id)
+        if newest is not None:
+            q = select(MeasurementRow).order_by(MeasurementRow.id.desc()).limit(newest)
         if kernel is not None:
             q = q.where(MeasurementRow.kernel == kernel)
         if task_id is not None:
@@ -253,7 +257,9 @@ class ResultStore:
         if study_name is not None:
             q = q.where(MeasurementRow.study_name == study_name)
         with self.session() as s:
-            rows = s.scalars(q).all()
+            rows = list(s.scalars(q).all())
+            if newest is not None:
+                rows.reverse()
             return [
                 Measurement(
                     r.task_id,

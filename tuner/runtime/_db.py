@@ -136,10 +136,13 @@ class ConfigCache:
             r = s.get(CacheEntryRow, key.hash)
             return _entry(r) if r is not None else None
 
-    def entries(self, kernel: str | None = None) -> list[CacheEntry]:
+    def entries(self, kernel: str | None = None, *, limit: int | None = None) -> list[CacheEntry]:
+        """Every entry (of `kernel`), by key hash; `limit` bounds the read (the runtime's misses use it)."""
         q = select(CacheEntryRow).order_by(CacheEntryRow.key_hash)
         if kernel is not None:
             q = q.where(CacheEntryRow.kernel == kernel)
+        if limit is not None:
+            q = q.limit(limit)
         with self.store.session() as s:
             return [_entry(r) for r in s.scalars(q).all()]
 

@@ -40,7 +40,8 @@ log = logging.getLogger(__name__)
 __all__ = ["zero_shot", "set_zero_shot", "zero_shot_enabled", "predict_for_key", "NEGATIVES"]
 
 NEGATIVES = 32  # configs drawn from the space per winner-only cache entry, counted as bad
-_MAX_ROWS = 100_000  # measurements read from the store per kernel at most (the newest kept)
+_MAX_ROWS = 20_000  # measurements read from the store per kernel at most (the newest)
+_MAX_ENTRIES = 2_000  # cache entries of the kernel read from the store at most
 DATA_TTL_S = 60.0  # the store's measurements of a kernel are re-read at most this often per process
 _OFF = {"0", "off", "false", "no"}
 
@@ -88,8 +89,9 @@ def _measurements(db: Any, kernel: str) -> list[Any]:
     if got is not None and now - got[0] < DATA_TTL_S:
         return got[1]
     none: list[Any] = []
-    ms: list[Any] = guarded(db, "read", "read measurements", lambda: store.measurements(kernel=kernel), none)
-    ms = ms[-_MAX_ROWS:]
+    ms: list[Any] = guarded(
+        db, "read", "read measurements", lambda: store.measurements(kernel=kernel, newest=_MAX_ROWS), none
+    )
     with _lock:
         _data[ck] = (now, ms)
     return ms
@@ -121,7 +123,7 @@ def _entry_tasks(req: Request, ck: CacheKey, space: SearchSpace) -> list[Any]:
 
     tasks = []
     rng = np.random.default_rng(0)
-    for e in req.kernel_entries():
+    for e in req.kernel_entries(limit=_MAX_ENTRIES):
         if e.key.hash == ck.hash:
             continue
         neg = space.sample(rng, n=NEGATIVES) if NEGATIVES else []

@@ -125,6 +125,19 @@ class Request:
                 out.setdefault(e.key.hash, e)
         return list(out.values())
 
+    def kernel_entries(self, *, limit: int) -> list[CacheEntry]:
+        """Entries of the kernel on any device, shape or version (files first; one per key), at most
+        `limit` from the store: what the zero-shot predictor learns from."""
+        out = self._file_entries()
+        db = self.store()
+        if db is not None:
+            none: list[CacheEntry] = []
+            ck = self.key
+            got = guarded(db, "read", "list entries", lambda: db.entries(ck.kernel, limit=limit), none)
+            for e in got:
+                out.setdefault(e.key.hash, e)
+        return list(out.values())
+
     def explain_entries(self) -> tuple[list[CacheEntry], int]:
         """What a miss reason needs: the file entries of the kernel plus the store's entry for the key and
         entries with the same key fields (indexed), and how many entries the kernel has in all."""
