@@ -146,7 +146,8 @@ class Request:
         db = self.store()
         if db is not None:
             ck = self.key
-            got = guarded(db, "read", "explain a miss", lambda: [db.get(ck), *db.same_fields(ck)], [])
+            empty: list[CacheEntry | None] = []
+            got = guarded(db, "read", "explain a miss", lambda: [db.get(ck), *db.same_fields(ck)], empty)
             for e in got:
                 if e is not None:
                     out.setdefault(e.key.hash, e)
