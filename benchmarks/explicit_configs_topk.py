@@ -35,10 +35,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-# The tables: the repository's compressed copies if present, else the dataset beside the checkout.
+# The tables: the repository's compressed copies (benchmarks/data/README.md).
 DEFAULT_DATA = REPO / "benchmarks" / "data"
-if not any(DEFAULT_DATA.glob("*/*.json*")):
-    DEFAULT_DATA = REPO.parent / "shared" / "datasets" / "gpu-tuning-spaces"
 
 
 def _tables(data: Path) -> list[Path]:
@@ -132,8 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--data",
         default=str(DEFAULT_DATA),
-        help="folder of <kernel>/<gpu>.json[.gz] tables (default: benchmarks/data, else the "
-        "gpu-tuning-spaces dataset beside the checkout)",
+        help="folder of <kernel>/<gpu>.json[.gz] tables (default: benchmarks/data)",
     )
     ap.add_argument("--n", type=int, default=30, help="configs in the explicit list (default 30)")
     ap.add_argument("--k", default="5,10,15", help="budgets to compare with timing all n (default 5,10,15)")

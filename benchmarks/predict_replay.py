@@ -24,7 +24,7 @@ at several shapes (one GPU, or several) is measured the same way, across shapes.
 It also times the predictor: fitting (once per kernel family in the runtime) and ranking a table's
 whole space (once per key), each the median over the runs.
 
-    PYTHONPATH=$PWD python benchmarks/predict_replay.py --data PATH/TO/gpu-tuning-spaces
+    PYTHONPATH=$PWD python benchmarks/predict_replay.py
     PYTHONPATH=$PWD python benchmarks/predict_replay.py --data DIR --seeds 5 --json /tmp/predict.json
 
 `--data` defaults to benchmarks/data (the folder of kernel folders with `*.json` / `*.json.gz` tables).

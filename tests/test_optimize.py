@@ -1,4 +1,4 @@
-"""Contract tests of `tuner.optimize` (CONTRACTS.md), run for every registered strategy."""
+"""Contract tests of `tuner.optimize` (docs/api.md), run for every registered strategy."""
 
 from __future__ import annotations
 

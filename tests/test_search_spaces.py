@@ -155,7 +155,7 @@ def test_default_is_valid() -> None:
     assert SPACE.contains(SPACE.default())
 
 
-# ---- from_configs (CONTRACTS.md) ----------------------------------------------------------------------
+# ---- from_configs (docs/api.md) ----------------------------------------------------------------------
 config_values = st.one_of(
     st.integers(-5, 5), st.sampled_from(["a", "b", "c"]), st.booleans(), st.sampled_from([0.5, 1.5])
 )

@@ -1,4 +1,4 @@
-"""Exceptions that the CLI maps to exit codes (CONTRACTS.md: 2 bad usage or input, 1 anything else)."""
+"""Exceptions that the CLI maps to exit codes (docs/api.md: 2 bad usage or input, 1 anything else)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`tuner replay FILE`: tune over a recorded Kernel Tuner cache file (CONTRACTS.md)."""
+"""`tuner replay FILE`: tune over a recorded Kernel Tuner cache file (docs/api.md)."""
 
 from __future__ import annotations
 
