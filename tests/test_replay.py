@@ -1,4 +1,4 @@
-"""Replay of Kernel Tuner cache files and the `tuner replay` CLI (CONTRACTS.md)."""
+"""Replay of Kernel Tuner cache files, the committed tables and the `tuner replay` CLI."""
 
 from __future__ import annotations
 
