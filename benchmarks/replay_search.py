@@ -196,7 +196,7 @@ def make_strategy(spec: str, space: Any, seed: int, prior: Any) -> Any:
         return name
     from tuner.strategies import get_strategy
 
-    cls = get_strategy(name)
+    cls: Any = get_strategy(name)  # a strategy with a config_class takes config=
     config_cls = getattr(cls, "config_class", None)
     if config_cls is None:
         raise ValueError(f"strategy {name!r} has no settings to vary ({spec!r})")
@@ -548,6 +548,15 @@ def _short(path: str) -> str:
     return f"{p.parent.name}/{p.name.split('.')[0]}"
 
 
+def _ci_cell(d: dict[str, Any], key: str, fmt: str, width: int) -> str:
+    """One group figure with its interval, right-aligned in `width` characters."""
+    txt = format(d[key], fmt)
+    if key in d.get("ci", {}):
+        lo, hi = d["ci"][key]
+        txt += f" [{format(lo, fmt)}, {format(hi, fmt)}]"
+    return f" {txt:>{width - 1}}"
+
+
 def print_report(
     summary: dict[str, Any], runs: list[dict[str, Any]], args: argparse.Namespace
 ) -> dict[str, dict[str, dict[str, Any]]]:
@@ -592,18 +601,10 @@ def print_report(
         )
         for s, d in g.items():
             ms = "-" if math.isnan(d["ms"]) else f"{d['ms']:.1f}"
-            ci = d.get("ci", {})
-
-            def cell(key: str, fmt: str, width: int, d: dict[str, Any] = d, ci: dict = ci) -> str:
-                txt = format(d[key], fmt)
-                if key in ci:
-                    lo, hi = ci[key]
-                    txt += f" [{format(lo, fmt)}, {format(hi, fmt)}]"
-                return f" {txt:>{width - 1}}"
-
             print(
-                f"{s:<{w}}{cell('geo1.05', '.1f', 22)}{cell('geo1.01', '.1f', 22)}"
-                f"{cell('reach1.05', '.2f', 19)}{cell('reach1.01', '.2f', 19)}{cell('score', '.2f', 21)}{ms:>9}"
+                f"{s:<{w}}{_ci_cell(d, 'geo1.05', '.1f', 22)}{_ci_cell(d, 'geo1.01', '.1f', 22)}"
+                f"{_ci_cell(d, 'reach1.05', '.2f', 19)}{_ci_cell(d, 'reach1.01', '.2f', 19)}"
+                f"{_ci_cell(d, 'score', '.2f', 21)}{ms:>9}"
             )
         print()
     short: dict[str, list[int]] = defaultdict(list)  # runs that stopped before the budget

@@ -229,3 +229,23 @@ def test_tpe_sees_ordered_values_as_ordinals() -> None:
     assert isinstance(s._dists["k"], CategoricalDistribution)
     assert s._config({"bs": 2, "w": 0, "k": "b"}) == {"bs": 64, "w": 1, "k": "b"}
     assert s._params({"bs": 128, "w": 4, "k": "a"}) == {"bs": 3, "w": 2, "k": "a"}
+
+
+def test_one_recorder_per_trial(tmp_path) -> None:
+    """With storage, each trial is recorded once: by the store by default, or only by the caller's recorder
+    (as tune_kernel does with the full measurement); the Optuna study lives in the store either way."""
+    from tuner.store import ResultStore, TaskContext
+
+    url = f"sqlite:///{tmp_path / 'rec.db'}"
+    task = TaskContext(kernel="bowl", problem={"n": 1}, device="cpu")
+    got: list[tuner.Trial] = []
+    res = tuner.optimize(
+        grid_space(), bowl, budget=6, storage=url, study_name="own", task=task, recorder=got.append
+    )
+    assert [t.number for t in got] == [0, 1, 2, 3, 4, 5] and got == list(res.trials)
+    assert ResultStore(url).measurements(kernel="bowl") == []
+    tuner.optimize(grid_space(), bowl, budget=4, storage=url, study_name="default", task=task)
+    assert len(ResultStore(url).measurements(kernel="bowl")) == 4
+    import optuna
+
+    assert len(optuna.load_study(study_name="own", storage=url).trials) >= 6

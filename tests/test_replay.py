@@ -1,4 +1,4 @@
-"""Replay of Kernel Tuner cache files and the `tuner replay` CLI (docs/api.md)."""
+"""Replay of Kernel Tuner cache files, the committed tables and the `tuner replay` CLI (docs/api.md)."""
 
 from __future__ import annotations
 

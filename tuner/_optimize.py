@@ -75,7 +75,8 @@ class TuneResult:
 
 
 def validate_prior(prior: Any) -> list[list[tuple[dict[str, Any], float | None]]] | None:
-    """Check the shape of `prior` (docs/api.md) and normalise it; ValueError names what is wrong."""
+    """Check the shape of `prior` (a list of tasks, each a list of (config dict, value or None)) and
+    normalise it (non-finite values become None); ValueError names what is wrong."""
     if prior is None:
         return None
     if not isinstance(prior, (list, tuple)):

@@ -247,7 +247,7 @@ class ModelStrategy(Strategy):
         its measurements sit where the prior pointed, and a model fitted on them (with or without the
         prior) keeps ranking that region best, so the region where this task's optimum lies may never be
         tried (measured: convolution/A100, whose optimum the other GPUs rank about 1000th; 3 of 10 runs
-        -> 6 of 10, docs/benchmarks.md). The new search shares the pool (measured configs are never
+        -> 6 of 10, docs/search-notes.md). The new search shares the pool (measured configs are never
         proposed again) and the random state, and learns only from the results measured after the
         restart (two of every three proposals are its own, see `restart_keep_every`); it is itself a
         ModelStrategy without a prior. Built with __new__ + `_init_state`, not __init__, so that the pool
@@ -402,7 +402,7 @@ class ModelStrategy(Strategy):
         width changed; with SA = 1 alone it is 1.013x, while the other GPUs' bests are 1.47x and 1.61x
         there). A model fitted on the prior does not go there (measured: a median of 70 evaluations to
         1.05x); a sweep over one parameter at a time, the last model's favourite value of each, does
-        (docs/benchmarks.md). None once every parameter has been varied around the anchors."""
+        (docs/search-notes.md). None once every parameter has been varied around the anchors."""
         vals = np.asarray(self._obs_val, dtype=np.float64)
         obs = np.asarray(self._obs_idx, dtype=np.int64)
         ok = np.isfinite(vals)

@@ -6,7 +6,7 @@ Optuna's TPESampler runs in its own in-memory study whose distributions are:
   they are unrelated, and as a raw integer range most values in between do not exist);
 - anything else (strings, booleans) -> `CategoricalDistribution`.
 
-The sampler is univariate (Optuna's default). Measured on the 15 replay tables (docs/benchmarks.md), this
+The sampler is univariate (Optuna's default). Measured on the 15 replay tables (docs/search-notes.md), this
 setting is well ahead of the multivariate sampler over the raw values: geo-mean of median evaluations to
 1.05x 37 vs 46, reached 1.05x in 78% of runs vs 61%.
 
