@@ -3,13 +3,15 @@
 
 A positional call costs one fast key (`keys[len(args)](args)`, see `_argkeys.py`), one dict lookup and
 the call: no logging, no locks, no allocation beyond the key tuple, as in Triton's Autotuner, whose hit
-is a dict lookup too. Keyword arguments bound to a launcher (Triton's grid) are passed along. Anything else (keyword arguments, an unhashable key value, a key not in the dict)
-goes to `miss(args, kwargs, fast_key, call)`, which resolves the config (`_resolve.py`), remembers it
-under the fast key and returns it. The config reaches the target as keyword arguments.
+is a dict lookup too. Keyword arguments bound to a launcher (Triton's grid) are passed along. Anything
+else (keyword arguments, an unhashable key value, a key not in the dict) goes to
+`miss(args, kwargs, fast_key, call)`, which resolves the config (`_resolve.py`), remembers it under the
+fast key and returns it. The config reaches the target as keyword arguments.
 
 Extension point: a new front end (a drop-in for another autotuner, a recording wrapper) builds its
 `target` (what to call with the config: the function, Triton's `run` with `grid` and `warmup` bound, a
-kernel launcher) and calls `make_hit_path`; it does not write its own lookup.
+kernel launcher) and calls `make_hit_path` (or `hit_paths` once, then `make(bound)` per launch); it does
+not write its own lookup.
 """
 
 from __future__ import annotations
