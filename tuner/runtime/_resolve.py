@@ -157,9 +157,10 @@ class Request:
 
 @dataclass(frozen=True)
 class Resolution:
-    """A resolved config. `stat`: the counter of `.tuner.stats` to bump (None: none, and the choice is
-    not logged, as for memory); `hit`: where a lookup found it ("in memory", a file, "store"), None for
-    the tail; `quiet`: log the choice at debug level (exact entries, tuning) instead of one warning."""
+    """A resolved config. `stat`: the counter of `.tuner.stats` to bump (None: none); `hit`: where a
+    lookup found it ("in memory": not counted, logged or made the last choice; a file; "store"), None
+    for the tail; `quiet`: log the choice at debug level (exact entries, tuning) instead of one warning
+    per key."""
 
     config: dict[str, Any]
     why: str
