@@ -24,6 +24,8 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from tuner.search_spaces.devices import device_label
+
 from ._bench import BenchFn, default_bench
 from ._decorator import Autotuned, CostModelHook
 from ._env import VERSIONS_BY_KIND, array_framework, device_of, package_versions, source_hash
@@ -114,7 +116,8 @@ def kernel_cache_key(
 
 def device_name(backend: str, arch: str) -> str:
     """The device of this machine as the runtime's keys name it, for a study task on `arch`: "cpu" for the
-    CPU (and the interpreters), else the name `device_of` gives the backend's arrays on the accelerator."""
+    CPU (and the interpreters), else `tuner.search_spaces.devices.device_label(backend)` when the backend's
+    accelerator is there; the arch name when it is not."""
     if arch == "cpu":
         return "cpu"
     try:
@@ -122,11 +125,9 @@ def device_name(backend: str, arch: str) -> str:
             import torch
 
             if torch.cuda.is_available():
-                return device_of("triton", [torch.empty(0, device="cuda")])
+                return device_label("triton")
         elif backend == "pallas":
-            import jax.numpy as jnp
-
-            return device_of("jax", [jnp.zeros(())])
+            return device_label("pallas")
     except Exception as exc:  # noqa: BLE001 - informative fallback: the arch name
         log.debug("device name for %s on %s: %s", backend, arch, exc)
     return arch
@@ -173,7 +174,7 @@ class _SpaceOnDevice:
             from tuner.search_spaces import get_device
 
             if self._device_arg is None:
-                from tuner.kernels._check import detect_device
+                from tuner.search_spaces.devices import detect_device
 
                 self._device = detect_device(self.backend)
             else:
@@ -280,8 +281,8 @@ def kernel(
       `tuner study export` writes is an exact hit (see `kernel_cache_key`).
     - `device`: the device descriptor or arch ("sm90", "cpu", ...) whose space to tune over; default:
       detected for the backend.
-    Call `tuner.kernels._check.prepare_environment()` (or set TRITON_INTERPRET=1) before the first call on a
-    machine without a GPU.
+    Call `tuner.kernels._common.prepare_triton()` (or set TRITON_INTERPRET=1) before the first call on
+    a machine without a GPU.
     """
     from tuner.kernels import get_kernel
 
