@@ -72,7 +72,7 @@ SETTINGS: dict[str, Setting] = {
             "TUNER_CACHE_FILE",
             "path",
             None,
-            "a cache file (JSON) every decorated function reads, after its own `cache=`",
+            "a cache file (JSON) every decorated function reads, after its own `cache=` and `set_global_cache`",
             "none",
         ),
         Setting(
@@ -115,7 +115,7 @@ SETTINGS: dict[str, Setting] = {
             "TRITON_PRINT_AUTOTUNING",
             "bool",
             False,
-            "Triton's: `1` makes `tuner.runtime.triton` print what Triton's autotuner prints",
+            "Triton's: `1` makes `tuner.autotune(configs=...)`, the `triton.autotune` drop-in, print what Triton prints",
         ),
     )
 }

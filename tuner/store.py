@@ -12,7 +12,6 @@ import datetime as dt
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
+
+from tuner._settings import setting
 
 from .storage import SCHEMA_VERSION, StoreError, engine_for, ensure_schema, normalize_url, redact
 from .storage import optuna_storage as _optuna_storage
@@ -57,13 +58,13 @@ __all__ = [
 
 def tuner_home() -> Path:
     """`$TUNER_HOME`, default `~/.cache/tuner`. Holds the default SQLite store."""
-    return Path(os.environ.get("TUNER_HOME") or Path.home() / ".cache" / "tuner")
+    return Path(setting("TUNER_HOME") or Path.home() / ".cache" / "tuner")
 
 
 def default_storage_url() -> str:
     """`$TUNER_STORAGE` if set, else `sqlite:///$TUNER_HOME/tuner.db`."""
-    url = os.environ.get("TUNER_STORAGE")
-    if url:
+    url = setting("TUNER_STORAGE")
+    if isinstance(url, str):
         return url
     home = tuner_home()
     home.mkdir(parents=True, exist_ok=True)

@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner._settings import setting
+
 from ._key import CacheKey
 
 log = logging.getLogger(__name__)
@@ -60,9 +62,9 @@ LINE_VERSION = 1
 
 def misses_dir() -> Path:
     """`$TUNER_MISSES_DIR`, else `$TUNER_HOME/misses`."""
-    d = os.environ.get("TUNER_MISSES_DIR")
+    d = setting("TUNER_MISSES_DIR")
     if d:
-        return Path(d)
+        return Path(str(d))
     from ..store import tuner_home
 
     return tuner_home() / "misses"

@@ -127,10 +127,10 @@ def _print_enabled() -> bool:
         from triton import knobs
 
         return bool(knobs.autotuning.print)
-    except Exception:  # noqa: BLE001 - no triton: read the variable as triton does
-        import os
+    except Exception:  # noqa: BLE001 - no triton: read the variable ourselves
+        from tuner._settings import setting
 
-        return os.environ.get("TRITON_PRINT_AUTOTUNING", "0").lower() in ("1", "true", "on", "yes")
+        return bool(setting("TRITON_PRINT_AUTOTUNING"))
 
 
 def _emit(text: str) -> None:
