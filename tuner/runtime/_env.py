@@ -1,29 +1,21 @@
 """What the runtime learns about the function and the machine: the kind of callable, its source hash,
 the device and the versions that change code generation. Computed once and cached; frameworks are
-never imported just to ask (versions come from importlib.metadata)."""
+never imported just to ask (versions come from `tuner._versions`, the device names from
+`tuner.search_spaces.devices`)."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import importlib.metadata
 import inspect
 import re
-import sys
 import textwrap
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tuner._versions import VERSIONS_BY_KIND, package_versions, python_version
 from tuner.search_spaces.devices import cuda_device_label, jax_device_label, triton_interpreted
 
-__all__ = ["kind_of", "source_hash", "package_versions", "device_of", "dtype_name", "VERSIONS_BY_KIND"]
-
-# Packages whose version changes the code a kernel of this kind compiles to.
-VERSIONS_BY_KIND: dict[str, tuple[str, ...]] = {
-    "triton": ("triton", "torch"),
-    "jax": ("jax", "jaxlib"),
-    "python": (),
-}
+__all__ = ["kind_of", "source_hash", "device_of", "dtype_name", "framework_versions"]
 
 
 def kind_of(fn: Any) -> str:
@@ -84,28 +76,6 @@ def source_hash(fn: Any, depends: tuple[Any, ...] = ()) -> str:
             else:
                 text = repr((code.co_code, code.co_consts, code.co_names))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-@functools.cache
-def _version(pkg: str) -> str | None:
-    try:
-        return importlib.metadata.version(pkg)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def package_versions(pkgs: Iterable[str]) -> dict[str, str]:
-    """Installed versions of `pkgs` (missing ones omitted), without importing them."""
-    out = {}
-    for p in pkgs:
-        v = _version(p)
-        if v is not None:
-            out[p] = v
-    return out
-
-
-def python_version() -> str:
-    return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def device_of(kind: str, values: Iterable[Any]) -> str:

@@ -12,7 +12,7 @@ The key: the kernel name; `kernel_source_hash` (the launcher behind `KernelSpec.
 `spec.extra["source_hash"]`); the problem's fields but "dtype" (flags the caller left out are filled from
 the kernel's default problem, as a study file's are); the problem's dtype; the device as the runtime names
 it (`device_name`: "cpu", "<GPU name> (sm<cc>)", "<platform>:<device kind>"); and the versions of the
-packages that change the backend's code generation (`backend_versions`).
+packages that change the backend's code generation (`tuner._versions.backend_versions`).
 """
 
 from __future__ import annotations
@@ -24,11 +24,12 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from tuner._versions import BACKEND_KIND, backend_versions
 from tuner.search_spaces.devices import device_label
 
 from ._bench import BenchFn, default_bench
 from ._decorator import Autotuned, CostModelHook
-from ._env import VERSIONS_BY_KIND, array_framework, device_of, package_versions, source_hash
+from ._env import array_framework, device_of, source_hash
 from ._file import ReadOnlyCache
 from ._hit import make_hit_path
 from ._key import CacheKey
@@ -45,19 +46,8 @@ __all__ = [
     "TunedKernel",
     "kernel_cache_key",
     "kernel_source_hash",
-    "backend_versions",
     "device_name",
-    "BACKEND_KIND",
 ]
-
-# The runtime's kind of callable for each kernel backend (it selects the versions and the default timer).
-BACKEND_KIND: dict[str, str] = {"triton": "triton", "pallas": "jax"}
-
-
-def backend_versions(backend: str) -> dict[str, str]:
-    """Installed versions of the packages that change what `backend` compiles to (triton: triton and
-    torch; pallas: jax and jaxlib), read from package metadata without importing them."""
-    return package_versions(VERSIONS_BY_KIND.get(BACKEND_KIND.get(backend, backend), ()))
 
 
 @functools.lru_cache(maxsize=256)

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from tuner._units import ms_to_s
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -197,7 +199,7 @@ def default_measure(entry: Mapping[str, Any], repeats: int) -> list[float]:
         m.close()
     if not res.ok:
         raise RuntimeError(f"{res.status}: {(res.error or '').strip().splitlines()[0] if res.error else ''}")
-    return [t / 1e3 for t in res.times]
+    return [ms_to_s(t) for t in res.times]
 
 
 def protocol_repeats() -> int:

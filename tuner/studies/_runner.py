@@ -301,7 +301,8 @@ def _environment(task: StudyTask) -> dict[str, Any]:
     """Where the task was measured: the device name and the versions that change code generation, both as
     the runtime's cache keys name them (`tuner.runtime._kernel.device_name` / `backend_versions`), so the
     exported entry is a hit for `tuner.kernel` on this machine."""
-    from tuner.runtime._kernel import backend_versions, device_name
+    from tuner._versions import backend_versions
+    from tuner.runtime._kernel import device_name
 
     try:
         name = device_name(task.backend, task.device)
