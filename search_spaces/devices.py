@@ -20,7 +20,7 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tuner._settings import is_set, setting
+from tuner._settings import flag, is_set
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ def get_device(arch: str) -> Device:
 # ---- detection -----------------------------------------------------------------------------------------
 def triton_interpreted() -> bool:
     """Whether `TRITON_INTERPRET` turns Triton's CPU interpreter on."""
-    return bool(setting("TRITON_INTERPRET"))
+    return flag("TRITON_INTERPRET")
 
 
 def on_gpu() -> bool:
@@ -196,7 +196,7 @@ def pallas_interpret() -> bool:
     """Pallas kernels run with interpret=True unless jax has a GPU or TPU backend (or
     `TUNER_PALLAS_INTERPRET` says otherwise)."""
     if is_set("TUNER_PALLAS_INTERPRET"):
-        return bool(setting("TUNER_PALLAS_INTERPRET"))
+        return flag("TUNER_PALLAS_INTERPRET")
     import jax
 
     return bool(jax.default_backend() == "cpu")

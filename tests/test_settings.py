@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tuner._settings import SETTINGS, is_set, setting, settings_table
+from tuner._settings import SETTINGS, flag, is_set, setting, settings_table, text
 
 _SOURCES = ("tuner", "kernels", "search_spaces", "cost_models")
 _NAME = re.compile(r"\b((?:TUNER|TRITON)_[A-Z_]+)\b")
@@ -66,6 +66,11 @@ def test_values_are_parsed_by_type(monkeypatch: pytest.MonkeyPatch) -> None:
     assert setting("TUNER_PREDICT") is True
     with pytest.raises(KeyError, match="TUNER_NOPE"):
         setting("TUNER_NOPE")
+    assert text("TUNER_MODE") == "offline" and flag("TUNER_PREDICT") is True
+    with pytest.raises(TypeError, match="TUNER_PREDICT"):
+        text("TUNER_PREDICT")
+    with pytest.raises(TypeError, match="TUNER_MODE"):
+        flag("TUNER_MODE")
 
 
 def test_library_follows_the_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

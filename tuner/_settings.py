@@ -1,8 +1,8 @@
-"""Every environment variable tuner reads, in one table, read through one function.
+"""Every environment variable tuner reads, in one table, read through `setting` (typed: `text`, `flag`).
 
-    from tuner._settings import setting
-    setting("TUNER_MODE")        # "offline", or None when unset or empty
-    setting("TUNER_PREDICT")     # True unless "0", "false", "off" or "no"
+    from tuner._settings import flag, text
+    text("TUNER_MODE")        # "offline", or None when unset or empty
+    flag("TUNER_PREDICT")     # True unless "0", "false", "off" or "no"
 
 Each `Setting` has its name, its type ("str", "path" or "bool"), its default and a one-line doc; README.md,
 "Settings", shows the same table (`settings_table()` writes it and a test checks the two agree). Values are
@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Setting", "SETTINGS", "setting", "is_set", "settings_table"]
+__all__ = ["Setting", "SETTINGS", "setting", "text", "flag", "is_set", "settings_table"]
 
 _FALSE = ("0", "false", "off", "no")
 
@@ -133,6 +133,23 @@ def setting(name: str) -> str | bool | None:
     when unset or empty."""
     s = _get(name)
     return s.parse(os.environ.get(name))
+
+
+def text(name: str) -> str | None:
+    """`setting(name)` of a "str" or "path" setting: the string, or None when unset or empty."""
+    s = _get(name)
+    if s.type == "bool":
+        raise TypeError(f"{name} is a bool setting: read it with flag()")
+    value = s.parse(os.environ.get(name))
+    return value if isinstance(value, str) else None
+
+
+def flag(name: str) -> bool:
+    """`setting(name)` of a "bool" setting (False for one unset without a default)."""
+    s = _get(name)
+    if s.type != "bool":
+        raise TypeError(f"{name} is a {s.type} setting: read it with text()")
+    return bool(s.parse(os.environ.get(name)))
 
 
 def is_set(name: str) -> bool:

@@ -21,13 +21,11 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from tuner._settings import setting
+from tuner._settings import text
 
 from .storage import SCHEMA_VERSION, StoreError, engine_for, ensure_schema, normalize_url, redact
 from .storage import optuna_storage as _optuna_storage
-from .storage._schema import Base as _Base  # noqa: F401  (re-exported for older imports)
 from .storage._schema import MeasurementRow
-from .storage._schema import Meta as _Meta  # noqa: F401
 
 if TYPE_CHECKING:  # pragma: no cover
     import optuna
@@ -58,13 +56,13 @@ __all__ = [
 
 def tuner_home() -> Path:
     """`$TUNER_HOME`, default `~/.cache/tuner`. Holds the default SQLite store."""
-    return Path(setting("TUNER_HOME") or Path.home() / ".cache" / "tuner")
+    return Path(text("TUNER_HOME") or Path.home() / ".cache" / "tuner")
 
 
 def default_storage_url() -> str:
     """`$TUNER_STORAGE` if set, else `sqlite:///$TUNER_HOME/tuner.db`."""
-    url = setting("TUNER_STORAGE")
-    if isinstance(url, str):
+    url = text("TUNER_STORAGE")
+    if url:
         return url
     home = tuner_home()
     home.mkdir(parents=True, exist_ok=True)

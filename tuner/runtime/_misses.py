@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner._settings import setting
+from tuner._settings import text
 
 from ._key import CacheKey
 
@@ -62,9 +62,9 @@ LINE_VERSION = 1
 
 def misses_dir() -> Path:
     """`$TUNER_MISSES_DIR`, else `$TUNER_HOME/misses`."""
-    d = setting("TUNER_MISSES_DIR")
+    d = text("TUNER_MISSES_DIR")
     if d:
-        return Path(str(d))
+        return Path(d)
     from ..store import tuner_home
 
     return tuner_home() / "misses"

@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tuner._settings import setting
+from tuner._settings import flag
 
 from ._key import CacheKey
 from ._sources import guarded
@@ -64,7 +64,7 @@ def set_zero_shot(enabled: bool | None) -> None:
 def zero_shot_enabled() -> bool:
     if _enabled is not None:
         return _enabled
-    return bool(setting("TUNER_PREDICT"))
+    return flag("TUNER_PREDICT")
 
 
 def _numeric(v: Any) -> bool:

@@ -129,9 +129,9 @@ def _print_enabled() -> bool:
 
         return bool(knobs.autotuning.print)
     except Exception:  # noqa: BLE001 - no triton: read the variable ourselves
-        from tuner._settings import setting
+        from tuner._settings import flag
 
-        return bool(setting("TRITON_PRINT_AUTOTUNING"))
+        return flag("TRITON_PRINT_AUTOTUNING")
 
 
 def _emit(text: str) -> None:
