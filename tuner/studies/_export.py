@@ -28,7 +28,7 @@ from typing import Any
 # `tuner.kernel` computes its keys with, so an exported file is an exact hit there.
 from tuner._atomic import atomic_write
 from tuner._units import to_seconds
-from tuner._versions import BACKEND_KIND, VERSIONS_BY_KIND, backend_versions
+from tuner._versions import backend_versions
 from tuner.runtime._kernel import kernel_cache_key, kernel_source_hash
 
 from ._board import DONE, TaskRow
@@ -49,7 +49,6 @@ __all__ = [
 
 FORMAT = "tuner-cache"
 SCHEMA_VERSION = 1
-VERSIONS_BY_BACKEND = {b: tuple(VERSIONS_BY_KIND[k]) for b, k in BACKEND_KIND.items()}
 
 
 @dataclass(frozen=True)
