@@ -1,8 +1,8 @@
 """Check the import layers: search_spaces <- cost_models, kernels <- the rest of tuner.
 
 Imports only point down (tuner/ may import all three; kernels/ and cost_models/ may import search_spaces/;
-search_spaces/ imports none of them). FOUNDATION lists the few stdlib-only modules of tuner/ (the atomic-write
-helper) that every layer may use. Run: python .ci/check_layers.py  (exit 1 and one line per violation).
+search_spaces/ imports none of them). The leaf modules `tuner._atomic` and `tuner._settings` import nothing of
+tuner, so every layer may import them. Run: python .ci/check_layers.py  (exit 1 and one line per violation).
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ ALLOWED: dict[str, set[str]] = {
     "kernels": {"search_spaces"},
 }
 LAYERS = set(ALLOWED)
-# Modules of tuner/ that any layer may import: standard library only, no tuner import of their own.
-FOUNDATION = {"tuner._atomic"}
+# Leaf modules of tuner (standard library only, nothing of tuner) that every layer may import: the atomic
+# file write and the table of environment settings.
+LEAVES = {"_atomic", "_settings"}
 
 
 def _imported(node: ast.AST, module: str) -> list[str]:
@@ -54,26 +55,22 @@ def violations(root: Path = ROOT) -> list[str]:
                         continue
                     if parts[0] != "tuner":
                         continue
-                    if ".".join(parts[:2]) in FOUNDATION:
-                        continue
                     sub = parts[1] if len(parts) > 1 else ""
-                    if sub == folder or sub in allowed:
+                    if sub == folder or sub in allowed or (sub in LEAVES and len(parts) == 2):
                         continue
                     target = f"tuner.{sub}" if sub else "tuner"
                     out.append(
                         f"{path.relative_to(root)}:{node.lineno}: {folder}/ imports {target} "
                         f"(allowed: {', '.join(sorted({folder} | allowed))})"
                     )
-    for name in sorted(FOUNDATION):
-        path = root / Path(*name.split(".")).with_suffix(".py")
-        if not path.is_file():
+    for leaf in sorted(LEAVES):
+        path = root / "tuner" / f"{leaf}.py"
+        if not path.exists():
             continue
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            for imp in _imported(node, name):
-                if imp.split(".")[0] in LAYERS | {"tuner"} or (
-                    isinstance(node, ast.ImportFrom) and node.level
-                ):
-                    out.append(f"{path.relative_to(root)}:{node.lineno}: foundation module imports {imp!r}")
+            for name in _imported(node, f"tuner.{leaf}"):
+                if name.split(".")[0] in LAYERS | {"tuner"}:
+                    out.append(f"tuner/{leaf}.py:{node.lineno}: a leaf module imports {name!r}")
     return out
 
 

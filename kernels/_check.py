@@ -13,20 +13,21 @@ semantics; tests/test_check_cli.py holds a kernel that skips a block to keep tha
 launcher that allocates its own output should use NaN-filled memory for the same guarantee.
 
 Everything runs on the current machine: Triton on a CUDA GPU or under the interpreter, Pallas on
-TPU/GPU or with `interpret=True`. Call `prepare_environment()` before any kernel module is imported.
+TPU/GPU or with `interpret=True`. Call `tuner.kernels._common.prepare_triton()` before any kernel module is
+imported. `detect_device` is `tuner.search_spaces.devices.detect_device`.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from tuner.search_spaces import Device, SearchSpace, get_device
+from tuner.search_spaces import Device, SearchSpace
+from tuner.search_spaces.devices import detect_device
 
 from ._common import to_numpy
 from ._registry import KernelSpec
@@ -36,7 +37,6 @@ __all__ = [
     "CheckReport",
     "check_kernel",
     "detect_device",
-    "prepare_environment",
     "poison",
     "compare",
     "draw_configs",
@@ -96,61 +96,6 @@ class CheckReport:
 
 def _json_float(x: float) -> float | str:
     return x if math.isfinite(x) else str(x)
-
-
-def prepare_environment() -> None:
-    """Before kernel modules are imported: with no CUDA device, turn the Triton interpreter on
-    (it must be set before any @triton.jit is defined)."""
-    if "TRITON_INTERPRET" in os.environ:
-        return
-    try:
-        import torch
-
-        cuda = bool(torch.cuda.is_available())
-    except ImportError:  # pragma: no cover
-        cuda = False
-    if not cuda:
-        os.environ["TRITON_INTERPRET"] = "1"
-
-
-_TPU_KINDS = (
-    ("v6", "tpu_v6e"),
-    ("v5 lite", "tpu_v5e"),
-    ("v5e", "tpu_v5e"),
-    ("v5p", "tpu_v5p"),
-    ("v5", "tpu_v5p"),
-    ("v4", "tpu_v4"),
-)
-
-
-def detect_device(backend: str) -> Device:
-    """The device descriptor of the hardware `backend` runs on here (CPU when it is an interpreter)."""
-    from ._common import on_gpu, pallas_interpret
-
-    if backend == "triton":
-        if on_gpu():
-            import torch
-
-            major, _ = torch.cuda.get_device_capability()
-            return get_device("sm90" if major >= 9 else "sm80")
-        return get_device("cpu")
-    if backend == "pallas":
-        if pallas_interpret():
-            return get_device("cpu")
-        import jax
-
-        if jax.default_backend() == "tpu":
-            kind = jax.devices()[0].device_kind.lower()
-            for tag, arch in _TPU_KINDS:
-                if tag in kind:
-                    return get_device(arch)
-            logger.warning("unknown TPU kind %r; using tpu_v5e limits", kind)
-            return get_device("tpu_v5e")
-        if jax.default_backend() == "gpu":
-            cc = str(getattr(jax.devices()[0], "compute_capability", "8.0"))
-            return get_device("sm90" if int(cc.split(".")[0]) >= 9 else "sm80")
-        return get_device("cpu")
-    raise ValueError(f"unknown backend {backend!r}")
 
 
 def poison(x: Any) -> Any:

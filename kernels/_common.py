@@ -1,4 +1,7 @@
-"""Small helpers shared by the kernel modules: dtypes, devices, interpreter flags, tolerances."""
+"""Small helpers shared by the kernel modules: dtypes, devices, interpreter flags, tolerances.
+
+`on_gpu`, `triton_interpreted` and `pallas_interpret` are defined once, in `tuner.search_spaces.devices`
+(with the detection of the hardware); they are imported here for the kernel modules."""
 
 from __future__ import annotations
 
@@ -6,6 +9,9 @@ import os
 from typing import Any
 
 import numpy as np
+from tuner.search_spaces.devices import on_gpu, pallas_interpret, triton_interpreted
+
+from tuner._settings import is_set
 
 __all__ = [
     "DTYPES",
@@ -79,32 +85,8 @@ def to_numpy(x: Any) -> np.ndarray:
     return arr
 
 
-def triton_interpreted() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def on_gpu() -> bool:
-    """True when torch sees a CUDA device and the Triton interpreter is off."""
-    if triton_interpreted():
-        return False
-    try:
-        import torch
-    except ImportError:  # pragma: no cover
-        return False
-    return bool(torch.cuda.is_available())
-
-
 def torch_device() -> str:
     return "cuda" if on_gpu() else "cpu"
-
-
-def pallas_interpret() -> bool:
-    """Pallas kernels run with interpret=True unless jax has a GPU or TPU backend."""
-    if os.environ.get("TUNER_PALLAS_INTERPRET") is not None:
-        return os.environ["TUNER_PALLAS_INTERPRET"] not in ("", "0")
-    import jax
-
-    return jax.default_backend() == "cpu"
 
 
 def default_tolerance(dtype: str) -> tuple[float, float]:
@@ -117,11 +99,15 @@ def default_tolerance(dtype: str) -> tuple[float, float]:
 def prepare_triton() -> None:
     """Call before importing a module that defines @triton.jit kernels: with no CUDA device, turn the
     Triton interpreter on (it must be on before the kernels are defined), unless the user chose."""
-    if "TRITON_INTERPRET" in os.environ:
+    if is_set("TRITON_INTERPRET"):
         return
-    import torch
+    try:
+        import torch
 
-    if not torch.cuda.is_available():
+        cuda = bool(torch.cuda.is_available())
+    except ImportError:  # pragma: no cover
+        cuda = False
+    if not cuda:
         os.environ["TRITON_INTERPRET"] = "1"
 
 

@@ -1,13 +1,28 @@
-"""Device descriptors: the hardware limits that hard constraints and cost-model features use.
+"""Device descriptors: the hardware limits that hard constraints and cost-model features use, and the one
+place that detects the hardware of this process.
 
 Figures are from the vendors' public documentation (CUDA C Programming Guide, "Compute Capabilities"
 table; Google Cloud TPU system architecture pages). Peaks are dense, without sparsity.
+
+Detection (torch and jax imported lazily, only when asked):
+- `detect_device(backend)`: the `Device` a backend runs on here (CUDA compute capability -> sm80 / sm90,
+  JAX's TPU kind -> the TPU generation, the CPU under the interpreters); constraints and features use it.
+- `device_label(backend)`: the same device as the runtime's cache keys name it ("cpu",
+  "<GPU name> (sm<cc>)", "<platform>:<device kind>"), from `cuda_device_label` / `jax_device_label`.
+- `on_gpu()`, `triton_interpreted()`, `pallas_interpret()`: whether the kernels run compiled or in an
+  interpreter (`TRITON_INTERPRET`, `TUNER_PALLAS_INTERPRET`, read through `tuner._settings`).
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from tuner._settings import flag, is_set
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "Device",
@@ -20,6 +35,13 @@ __all__ = [
     "TPU_V5P",
     "TPU_V6E",
     "CPU",
+    "detect_device",
+    "device_label",
+    "cuda_device_label",
+    "jax_device_label",
+    "on_gpu",
+    "triton_interpreted",
+    "pallas_interpret",
 ]
 
 
@@ -151,3 +173,103 @@ def get_device(arch: str) -> Device:
         return DEVICES[arch]
     except KeyError:
         raise ValueError(f"unknown device arch {arch!r}; known: {sorted(DEVICES)}") from None
+
+
+# ---- detection -----------------------------------------------------------------------------------------
+def triton_interpreted() -> bool:
+    """Whether `TRITON_INTERPRET` turns Triton's CPU interpreter on."""
+    return flag("TRITON_INTERPRET")
+
+
+def on_gpu() -> bool:
+    """True when torch sees a CUDA device and the Triton interpreter is off."""
+    if triton_interpreted():
+        return False
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def pallas_interpret() -> bool:
+    """Pallas kernels run with interpret=True unless jax has a GPU or TPU backend (or
+    `TUNER_PALLAS_INTERPRET` says otherwise)."""
+    if is_set("TUNER_PALLAS_INTERPRET"):
+        return flag("TUNER_PALLAS_INTERPRET")
+    import jax
+
+    return bool(jax.default_backend() == "cpu")
+
+
+_TPU_KINDS = (
+    ("v6", "tpu_v6e"),
+    ("v5 lite", "tpu_v5e"),
+    ("v5e", "tpu_v5e"),
+    ("v5p", "tpu_v5p"),
+    ("v5", "tpu_v5p"),
+    ("v4", "tpu_v4"),
+)
+
+
+def _cuda_arch(major: int) -> str:
+    return "sm90" if major >= 9 else "sm80"
+
+
+def detect_device(backend: str) -> Device:
+    """The device descriptor of the hardware `backend` ("triton" or "pallas") runs on here (CPU when it
+    is an interpreter)."""
+    if backend == "triton":
+        if on_gpu():
+            import torch
+
+            major, _ = torch.cuda.get_device_capability()
+            return get_device(_cuda_arch(major))
+        return CPU
+    if backend == "pallas":
+        if pallas_interpret():
+            return CPU
+        import jax
+
+        if jax.default_backend() == "tpu":
+            kind = jax.devices()[0].device_kind.lower()
+            for tag, arch in _TPU_KINDS:
+                if tag in kind:
+                    return get_device(arch)
+            log.warning("unknown TPU kind %r; using tpu_v5e limits", kind)
+            return TPU_V5E
+        if jax.default_backend() == "gpu":
+            cc = str(getattr(jax.devices()[0], "compute_capability", "8.0"))
+            return get_device(_cuda_arch(int(cc.split(".")[0])))
+        return CPU
+    raise ValueError(f"unknown backend {backend!r}; use 'triton' or 'pallas'")
+
+
+@functools.lru_cache(maxsize=16)
+def cuda_device_label(index: int = 0) -> str:
+    """ "<GPU name> (sm<cc>)" of CUDA device `index`, as the runtime's keys name it."""
+    import torch
+
+    name = torch.cuda.get_device_name(index)
+    major, minor = torch.cuda.get_device_capability(index)
+    return f"{name} (sm{major}{minor})"
+
+
+def jax_device_label(device: Any) -> str:
+    """ "cpu", or "<platform>:<device kind>" of a jax device, as the runtime's keys name it."""
+    if device.platform == "cpu":
+        return "cpu"
+    return f"{device.platform}:{getattr(device, 'device_kind', device.platform)}"
+
+
+def device_label(backend: str) -> str:
+    """This machine's device for `backend` as the runtime's cache keys name it: "cpu" under the
+    interpreters, "<GPU name> (sm<cc>)" for Triton on a CUDA device, "<platform>:<device kind>" for jax's
+    default device."""
+    if backend == "triton":
+        return cuda_device_label(0) if on_gpu() else "cpu"
+    if backend == "pallas":
+        import jax
+
+        return jax_device_label(jax.devices()[0])
+    raise ValueError(f"unknown backend {backend!r}; use 'triton' or 'pallas'")

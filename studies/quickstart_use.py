@@ -31,9 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", help="the exported cache file (default: <study output>/cache.json)")
     args = ap.parse_args(argv)
 
-    from tuner.kernels._check import prepare_environment
+    from tuner.kernels._common import prepare_triton
 
-    prepare_environment()  # the Triton interpreter on a machine without a GPU, before any kernel is defined
+    prepare_triton()  # the Triton interpreter on a machine without a GPU, before any kernel is defined
 
     from tuner.kernels import get_kernel
     from tuner.kernels._common import to_numpy

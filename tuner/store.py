@@ -12,7 +12,6 @@ import datetime as dt
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,11 +21,11 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from tuner._settings import text
+
 from .storage import SCHEMA_VERSION, StoreError, engine_for, ensure_schema, normalize_url, redact
 from .storage import optuna_storage as _optuna_storage
-from .storage._schema import Base as _Base  # noqa: F401  (re-exported for older imports)
 from .storage._schema import MeasurementRow
-from .storage._schema import Meta as _Meta  # noqa: F401
 
 if TYPE_CHECKING:  # pragma: no cover
     import optuna
@@ -57,12 +56,12 @@ __all__ = [
 
 def tuner_home() -> Path:
     """`$TUNER_HOME`, default `~/.cache/tuner`. Holds the default SQLite store."""
-    return Path(os.environ.get("TUNER_HOME") or Path.home() / ".cache" / "tuner")
+    return Path(text("TUNER_HOME") or Path.home() / ".cache" / "tuner")
 
 
 def default_storage_url() -> str:
     """`$TUNER_STORAGE` if set, else `sqlite:///$TUNER_HOME/tuner.db`."""
-    url = os.environ.get("TUNER_STORAGE")
+    url = text("TUNER_STORAGE")
     if url:
         return url
     home = tuner_home()

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 from tuner.search_spaces import Config, Device, SearchSpace, get_device
 
 from ._optimize import Trial, TuneResult, optimize
+from ._units import ms_to_s
+from ._versions import software_versions
 from .measure import (
     CRASHED,
     KernelMeasurer,
@@ -40,21 +42,6 @@ log = logging.getLogger(__name__)
 __all__ = ["KernelTrial", "KernelTuneResult", "MeasurementFailed", "tune_kernel", "software_versions"]
 
 PRECOMPILE_LIMIT = 512
-_VERSION_PACKAGES = ("triton", "jax", "jaxlib", "torch")
-
-
-def software_versions(packages: Sequence[str] = _VERSION_PACKAGES) -> dict[str, str]:
-    """Installed versions of the packages that change code generation (from package metadata: nothing
-    is imported)."""
-    from importlib import metadata
-
-    out: dict[str, str] = {}
-    for p in packages:
-        try:
-            out[p] = metadata.version(p)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
 
 
 class MeasurementFailed(RuntimeError):
@@ -118,7 +105,7 @@ class KernelTuneResult:
         """The winner's throughput (TFLOP/s) from the kernel's analytic FLOP count."""
         if not self.flops or self.best is None or not self.best.median:
             return None
-        return self.flops / (self.best.median * 1e-3) / 1e12
+        return self.flops / ms_to_s(self.best.median) / 1e12
 
     def status_counts(self) -> dict[str, int]:
         out: dict[str, int] = {}

@@ -13,6 +13,8 @@ import json
 import sys
 from typing import Any
 
+from tuner._units import from_seconds
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
@@ -125,7 +127,7 @@ def run_show(args: argparse.Namespace) -> int:
         cfg = ", ".join(f"{n}={v}" for n, v in e.config.items())
         print(
             f"{k.kernel} [{key}] {'/'.join(k.dtypes) or '-'} on {k.device}: {cfg}  "
-            f"{e.time_s * 1e6:.3g} us (spread {e.spread_s * 1e6:.2g} us)  {e.date}"
+            f"{from_seconds(e.time_s, 'us'):.3g} us (spread {from_seconds(e.spread_s, 'us'):.2g} us)  {e.date}"
         )
     print(f"{len(entries)} entries")
     return 0

@@ -82,16 +82,16 @@ def parse_shape(items: list[str], known: set[str]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from tuner.errors import BadInput
-    from tuner.kernels._check import prepare_environment
+    from tuner.kernels._common import prepare_triton
     from tuner.search_spaces import DEVICES, get_device
 
     if args.configs < 1:
         raise BadInput(f"--configs must be >= 1, got {args.configs}")
     if args.device is not None and args.device not in DEVICES:
         raise BadInput(f"unknown device {args.device!r}; choose one of {', '.join(sorted(DEVICES))}")
-    prepare_environment()  # before any kernel module defines a @triton.jit
+    prepare_triton()  # before any kernel module defines a @triton.jit
     from tuner.kernels import get_kernel
-    from tuner.kernels._check import detect_device
+    from tuner.search_spaces.devices import detect_device
 
     try:
         spec = get_kernel(args.kernel)

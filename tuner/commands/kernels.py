@@ -73,12 +73,12 @@ def describe_kernels(arch: str) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> int:
     from tuner.errors import BadInput
-    from tuner.kernels._check import prepare_environment
+    from tuner.kernels._common import prepare_triton
     from tuner.search_spaces import DEVICES
 
     if args.device not in DEVICES:
         raise BadInput(f"unknown device {args.device!r}; choose one of {', '.join(sorted(DEVICES))}")
-    prepare_environment()
+    prepare_triton()
     rows = describe_kernels(args.device)
     if args.json:
         json.dump(rows, sys.stdout, default=str)

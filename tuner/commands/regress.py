@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import Any
 
+from tuner._units import from_seconds
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
@@ -140,9 +142,10 @@ def run(args: argparse.Namespace) -> int:
             if c.ratio is None or c.median_s is None:
                 print(f"{c.verdict:>9}  {c.kernel} [{key}] {'/'.join(c.dtypes)}: {c.note}")
             else:
+                now_ms, then_ms = from_seconds(c.median_s, "ms"), from_seconds(c.recorded_s, "ms")
                 print(
-                    f"{c.verdict:>9}  {c.kernel} [{key}] {'/'.join(c.dtypes)}: {c.median_s * 1e3:.4g} ms vs "
-                    f"{c.recorded_s * 1e3:.4g} ms recorded, ratio {c.ratio:.3f} "
+                    f"{c.verdict:>9}  {c.kernel} [{key}] {'/'.join(c.dtypes)}: {now_ms:.4g} ms vs "
+                    f"{then_ms:.4g} ms recorded, ratio {c.ratio:.3f} "
                     f"[{c.ci_low:.3f}, {c.ci_high:.3f}], threshold +{c.threshold:.1%}"
                 )
         print(

@@ -8,6 +8,8 @@ import os
 import sys
 from typing import Any
 
+from tuner._settings import text
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
@@ -87,7 +89,7 @@ def add_parser(sub: Any) -> None:
 def _load(args: argparse.Namespace, *, check_kernels: bool = True) -> Any:
     from tuner.studies import load_study
 
-    storage = args.storage or os.environ.get("TUNER_STUDY_STORAGE") or None
+    storage = args.storage or text("TUNER_STUDY_STORAGE") or None
     return load_study(args.study, storage=storage, check_kernels=check_kernels)
 
 

@@ -10,7 +10,8 @@ deterministically (`choose_winner`).
 
 from __future__ import annotations
 
-from ._device import detect_device
+from tuner.search_spaces.devices import detect_device
+
 from ._gate import classify_exception, compare
 from ._ktcache import kernel_tuner_cache, write_kernel_tuner_cache
 from ._measurer import (

@@ -8,7 +8,7 @@ is one of theirs (detected by its type's module).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -288,14 +288,3 @@ def nonfinite_message(output: Any) -> str | None:
         if arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
             return f"output holds {int((~np.isfinite(arr)).sum())} non-finite values of {arr.size}"
     return None
-
-
-def tolerance_of(spec_tolerance: Any, dtype: str | None) -> tuple[float, float]:
-    if spec_tolerance is None:
-        return (1e-5, 1e-5)
-    rtol, atol = spec_tolerance(dtype or "float32")
-    return float(rtol), float(atol)
-
-
-def sequence_names(holder: Mapping[str, Any] | Sequence[Any]) -> list[Any]:
-    return list(holder.keys()) if isinstance(holder, Mapping) else list(range(len(holder)))

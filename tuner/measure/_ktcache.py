@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner._atomic import atomic_write
+from tuner._units import s_to_ms
 
 from ._result import COMPILE_ERROR, OUT_OF_RESOURCES, MeasureResult
 
@@ -60,7 +61,7 @@ def kernel_tuner_cache(
         entry: dict[str, Any] = {k: config[k] for k in keys}
         entry["time"] = res.median if res.ok else FAILURE_STRINGS.get(res.status, "RuntimeFailedConfig")
         entry["times"] = [float(t) for t in res.times]
-        entry["compile_time"] = (res.compile_s or 0.0) * 1e3
+        entry["compile_time"] = s_to_ms(res.compile_s or 0.0)
         entry["status"] = res.status
         if res.ok:
             entry["time_stats"] = {k: v for k, v in res.stats().items() if isinstance(v, (int, float))}

@@ -222,7 +222,7 @@ def _warn_env_mismatch(target: Target) -> None:
 def device_kind(device: Device | str | None, backend: str) -> str:
     """ "cuda", "tpu" or "cpu" for a Device, an arch name, or None (detect)."""
     if device is None:
-        from ._device import detect_device
+        from tuner.search_spaces.devices import detect_device
 
         device = detect_device(backend)
     if isinstance(device, str):

@@ -3,6 +3,8 @@ and offline fallbacks. See the Runtime section of README.md."""
 
 from __future__ import annotations
 
+from tuner._versions import backend_versions
+
 from ._bench import cpu_bench, jax_bench, triton_bench
 from ._db import ConfigCache, ImportCounts
 from ._decorator import MODES, Autotuned, AutotunedKernel, autotune, set_cost_model_hook, set_global_cache
@@ -17,7 +19,7 @@ from ._file import (
     read_cache_file,
     write_cache_file,
 )
-from ._kernel import TunedKernel, backend_versions, kernel, kernel_cache_key, kernel_source_hash
+from ._kernel import TunedKernel, kernel, kernel_cache_key, kernel_source_hash
 from ._key import CacheKey, pow2_bucket, shape_distance
 from ._misses import MissRow, read_misses
 from ._predict import set_zero_shot

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tuner._units import ms_to_s
+
 __all__ = [
     "cpu_bench",
     "triton_bench",
@@ -71,7 +73,7 @@ def triton_bench(call: Callable[[], Any]) -> tuple[float, float]:
     from triton.testing import do_bench
 
     med, p20, p80 = do_bench(call, quantiles=[0.5, 0.2, 0.8])
-    return med / 1e3, (p80 - p20) / 1e3
+    return ms_to_s(med), ms_to_s(p80 - p20)
 
 
 def torch_cuda_bench(call: Callable[[], Any], **kw: Any) -> tuple[float, float]:

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tuner._settings import text
 from tuner.search_spaces import SearchSpace
 
 from . import _jax
@@ -215,7 +216,7 @@ class Autotuned:
         return sp
 
     def current_mode(self) -> str:
-        m = self.mode or os.environ.get("TUNER_MODE") or "online"
+        m = self.mode or text("TUNER_MODE") or "online"
         if m not in mode_names():
             raise ValueError(f"TUNER_MODE={m!r}: use one of {mode_names()}")
         return m

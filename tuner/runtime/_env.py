@@ -1,28 +1,21 @@
 """What the runtime learns about the function and the machine: the kind of callable, its source hash,
 the device and the versions that change code generation. Computed once and cached; frameworks are
-never imported just to ask (versions come from importlib.metadata)."""
+never imported just to ask (versions come from `tuner._versions`, the device names from
+`tuner.search_spaces.devices`)."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import importlib.metadata
 import inspect
-import os
 import re
-import sys
 import textwrap
 from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["kind_of", "source_hash", "package_versions", "device_of", "dtype_name", "VERSIONS_BY_KIND"]
+from tuner._versions import VERSIONS_BY_KIND, package_versions, python_version
+from tuner.search_spaces.devices import cuda_device_label, jax_device_label, triton_interpreted
 
-# Packages whose version changes the code a kernel of this kind compiles to.
-VERSIONS_BY_KIND: dict[str, tuple[str, ...]] = {
-    "triton": ("triton", "torch"),
-    "jax": ("jax", "jaxlib"),
-    "python": (),
-}
+__all__ = ["kind_of", "source_hash", "device_of", "dtype_name", "framework_versions"]
 
 
 def kind_of(fn: Any) -> str:
@@ -85,60 +78,23 @@ def source_hash(fn: Any, depends: tuple[Any, ...] = ()) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-@functools.cache
-def _version(pkg: str) -> str | None:
-    try:
-        return importlib.metadata.version(pkg)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def package_versions(pkgs: Iterable[str]) -> dict[str, str]:
-    """Installed versions of `pkgs` (missing ones omitted), without importing them."""
-    out = {}
-    for p in pkgs:
-        v = _version(p)
-        if v is not None:
-            out[p] = v
-    return out
-
-
-def python_version() -> str:
-    return f"{sys.version_info.major}.{sys.version_info.minor}"
-
-
-def triton_interpreted() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-@functools.lru_cache(maxsize=16)
-def _cuda_device_name(index: int) -> str:
-    import torch
-
-    name = torch.cuda.get_device_name(index)
-    major, minor = torch.cuda.get_device_capability(index)
-    return f"{name} (sm{major}{minor})"
-
-
 def device_of(kind: str, values: Iterable[Any]) -> str:
     """The device a call runs on, from its array arguments: a CUDA tensor gives
     "<GPU name> (sm<cc>)" (unless the Triton interpreter is on), a jax array on a TPU/GPU gives
-    "<platform>:<device_kind>", anything else "cpu"."""
+    "<platform>:<device_kind>", anything else "cpu" (the labels of `tuner.search_spaces.devices`)."""
     for v in values:
         tmod = type(v).__module__ or ""
         if tmod.startswith("torch") and hasattr(v, "device"):
             dev = v.device
             if getattr(dev, "type", "cpu") == "cuda" and not (kind == "triton" and triton_interpreted()):
-                return _cuda_device_name(dev.index or 0)
+                return cuda_device_label(dev.index or 0)
             return "cpu"
         if (tmod.startswith("jax") or tmod.startswith("jaxlib")) and hasattr(v, "devices"):
             try:
                 d = next(iter(v.devices()))
             except Exception:  # a tracer or a deleted array: keep looking
                 continue
-            if d.platform == "cpu":
-                return "cpu"
-            return f"{d.platform}:{getattr(d, 'device_kind', d.platform)}"
+            return jax_device_label(d)
     return "cpu"
 
 

@@ -12,7 +12,7 @@ The key: the kernel name; `kernel_source_hash` (the launcher behind `KernelSpec.
 `spec.extra["source_hash"]`); the problem's fields but "dtype" (flags the caller left out are filled from
 the kernel's default problem, as a study file's are); the problem's dtype; the device as the runtime names
 it (`device_name`: "cpu", "<GPU name> (sm<cc>)", "<platform>:<device kind>"); and the versions of the
-packages that change the backend's code generation (`backend_versions`).
+packages that change the backend's code generation (`tuner._versions.backend_versions`).
 """
 
 from __future__ import annotations
@@ -24,9 +24,12 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from tuner._versions import BACKEND_KIND, backend_versions
+from tuner.search_spaces.devices import device_label
+
 from ._bench import BenchFn, default_bench
 from ._decorator import Autotuned, CostModelHook
-from ._env import VERSIONS_BY_KIND, array_framework, device_of, package_versions, source_hash
+from ._env import array_framework, device_of, source_hash
 from ._file import ReadOnlyCache
 from ._hit import make_hit_path
 from ._key import CacheKey
@@ -43,19 +46,8 @@ __all__ = [
     "TunedKernel",
     "kernel_cache_key",
     "kernel_source_hash",
-    "backend_versions",
     "device_name",
-    "BACKEND_KIND",
 ]
-
-# The runtime's kind of callable for each kernel backend (it selects the versions and the default timer).
-BACKEND_KIND: dict[str, str] = {"triton": "triton", "pallas": "jax"}
-
-
-def backend_versions(backend: str) -> dict[str, str]:
-    """Installed versions of the packages that change what `backend` compiles to (triton: triton and
-    torch; pallas: jax and jaxlib), read from package metadata without importing them."""
-    return package_versions(VERSIONS_BY_KIND.get(BACKEND_KIND.get(backend, backend), ()))
 
 
 @functools.lru_cache(maxsize=256)
@@ -114,7 +106,8 @@ def kernel_cache_key(
 
 def device_name(backend: str, arch: str) -> str:
     """The device of this machine as the runtime's keys name it, for a study task on `arch`: "cpu" for the
-    CPU (and the interpreters), else the name `device_of` gives the backend's arrays on the accelerator."""
+    CPU (and the interpreters), else `tuner.search_spaces.devices.device_label(backend)` when the backend's
+    accelerator is there; the arch name when it is not."""
     if arch == "cpu":
         return "cpu"
     try:
@@ -122,11 +115,9 @@ def device_name(backend: str, arch: str) -> str:
             import torch
 
             if torch.cuda.is_available():
-                return device_of("triton", [torch.empty(0, device="cuda")])
+                return device_label("triton")
         elif backend == "pallas":
-            import jax.numpy as jnp
-
-            return device_of("jax", [jnp.zeros(())])
+            return device_label("pallas")
     except Exception as exc:  # noqa: BLE001 - informative fallback: the arch name
         log.debug("device name for %s on %s: %s", backend, arch, exc)
     return arch
@@ -173,7 +164,7 @@ class _SpaceOnDevice:
             from tuner.search_spaces import get_device
 
             if self._device_arg is None:
-                from tuner.kernels._check import detect_device
+                from tuner.search_spaces.devices import detect_device
 
                 self._device = detect_device(self.backend)
             else:
@@ -280,8 +271,8 @@ def kernel(
       `tuner study export` writes is an exact hit (see `kernel_cache_key`).
     - `device`: the device descriptor or arch ("sm90", "cpu", ...) whose space to tune over; default:
       detected for the backend.
-    Call `tuner.kernels._check.prepare_environment()` (or set TRITON_INTERPRET=1) before the first call on a
-    machine without a GPU.
+    Call `tuner.kernels._common.prepare_triton()` (or set TRITON_INTERPRET=1) before the first call on
+    a machine without a GPU.
     """
     from tuner.kernels import get_kernel
 

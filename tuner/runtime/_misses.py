@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner._settings import text
+
 from ._key import CacheKey
 
 log = logging.getLogger(__name__)
@@ -60,7 +62,7 @@ LINE_VERSION = 1
 
 def misses_dir() -> Path:
     """`$TUNER_MISSES_DIR`, else `$TUNER_HOME/misses`."""
-    d = os.environ.get("TUNER_MISSES_DIR")
+    d = text("TUNER_MISSES_DIR")
     if d:
         return Path(d)
     from ..store import tuner_home

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from tuner._settings import flag
 
 from ._key import CacheKey
 from ._sources import guarded
@@ -43,7 +44,6 @@ NEGATIVES = 32  # configs drawn from the space per winner-only cache entry, coun
 _MAX_ROWS = 20_000  # measurements read from the store per kernel at most (the newest)
 _MAX_ENTRIES = 2_000  # cache entries of the kernel read from the store at most
 DATA_TTL_S = 60.0  # the store's measurements of a kernel are re-read at most this often per process
-_OFF = {"0", "off", "false", "no"}
 
 _enabled: bool | None = None  # None: read $TUNER_PREDICT
 _models: OrderedDict[tuple[Any, ...], Any] = OrderedDict()  # (kernel, names, data state) -> FittedZeroShot
@@ -65,7 +65,7 @@ def set_zero_shot(enabled: bool | None) -> None:
 def zero_shot_enabled() -> bool:
     if _enabled is not None:
         return _enabled
-    return os.environ.get("TUNER_PREDICT", "1").strip().lower() not in _OFF
+    return flag("TUNER_PREDICT")
 
 
 def _numeric(v: Any) -> bool:

@@ -53,6 +53,3 @@ class Restorer:
                 copy_into(target, saved)
 
         return restore
-
-
-NO_RESTORE = Restorer(lambda args, kwargs: [])

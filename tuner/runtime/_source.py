@@ -263,10 +263,3 @@ def module_files_hash(module: str, package: str | None = None) -> str:
         except OSError:
             continue
     return _h("\n".join(parts) or module)
-
-
-def loaded_module_name(fn: Any) -> str | None:
-    """The module a function was defined in, if it is importable by name (in sys.modules)."""
-    f = _python_function(fn)
-    mod = getattr(f, "__module__", None) if f is not None else None
-    return mod if mod in sys.modules else None

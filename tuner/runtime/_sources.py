@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from tuner._settings import text
+
 from ._entry import EntryError
 from ._file import CacheFileError, ReadOnlyCache, load_cache
 
@@ -93,7 +95,7 @@ def set_global_cache(cache: ReadOnlyCache | str | os.PathLike[str] | None) -> Re
 def env_cache() -> ReadOnlyCache | None:
     """The file named by `$TUNER_CACHE_FILE`, loaded once per path; one that cannot be used is skipped
     with one warning (the call goes on with the other layers)."""
-    path = os.environ.get("TUNER_CACHE_FILE")
+    path = text("TUNER_CACHE_FILE")
     if not path:
         return None
     if path in _env_caches:

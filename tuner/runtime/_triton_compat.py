@@ -42,6 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
+from tuner._units import ms_to_s, s_to_ms
 from tuner.search_spaces import Config, SearchSpace
 from tuner.strategies import Strategy
 
@@ -111,8 +112,8 @@ def _to_triton_config(d: Mapping[str, Any]) -> Any:
 def _ms_result_to_s(res: Any) -> tuple[float, float]:
     """A do_bench result (ms: a number, or [median, p20, p80]) -> (median s, spread s)."""
     if isinstance(res, (list, tuple)):
-        return normalise_bench_result([float(x) / 1e3 for x in res])
-    return float(res) / 1e3, 0.0
+        return normalise_bench_result([ms_to_s(float(x)) for x in res])
+    return ms_to_s(float(res)), 0.0
 
 
 def _zero(v: Any) -> None:
@@ -127,10 +128,10 @@ def _print_enabled() -> bool:
         from triton import knobs
 
         return bool(knobs.autotuning.print)
-    except Exception:  # noqa: BLE001 - no triton: read the variable as triton does
-        import os
+    except Exception:  # noqa: BLE001 - no triton: read the variable ourselves
+        from tuner._settings import flag
 
-        return os.environ.get("TRITON_PRINT_AUTOTUNING", "0").lower() in ("1", "true", "on", "yes")
+        return flag("TRITON_PRINT_AUTOTUNING")
 
 
 def _emit(text: str) -> None:
@@ -430,9 +431,9 @@ class TritonAutotuned(Autotuned):
             if cur is not None:
                 med, spread = normalise_bench_result(res)
                 timings[self.config_obj(cur)] = [
-                    med * 1e3,
-                    (med - spread / 2) * 1e3,
-                    (med + spread / 2) * 1e3,
+                    s_to_ms(med),
+                    s_to_ms(med - spread / 2),
+                    s_to_ms(med + spread / 2),
                 ]
             return res
 
@@ -457,7 +458,7 @@ class TritonAutotuned(Autotuned):
                 return lambda call: _ms_result_to_s(
                     do_bench(call, warmup=warm, rep=rep, quantiles=list(_QUANTILES))
                 )
-            return lambda call: _budgeted_cpu_bench(call, warm / 1e3, rep / 1e3)
+            return lambda call: _budgeted_cpu_bench(call, ms_to_s(warm), ms_to_s(rep))
         if self.use_cuda_graph:
             log.info("%s: use_cuda_graph needs a CUDA device; timing with the default timer", self.name)
         if self.bench is not None:

@@ -27,8 +27,9 @@ from typing import Any
 # The stored key of an entry comes from the runtime's `kernel_cache_key`, the one function that
 # `tuner.kernel` computes its keys with, so an exported file is an exact hit there.
 from tuner._atomic import atomic_write
-from tuner.runtime._env import VERSIONS_BY_KIND
-from tuner.runtime._kernel import BACKEND_KIND, backend_versions, kernel_cache_key, kernel_source_hash
+from tuner._units import to_seconds
+from tuner._versions import backend_versions
+from tuner.runtime._kernel import kernel_cache_key, kernel_source_hash
 
 from ._board import DONE, TaskRow
 from ._spec import StudySpec, StudyTask
@@ -48,7 +49,6 @@ __all__ = [
 
 FORMAT = "tuner-cache"
 SCHEMA_VERSION = 1
-VERSIONS_BY_BACKEND = {b: tuple(VERSIONS_BY_KIND[k]) for b, k in BACKEND_KIND.items()}
 
 
 @dataclass(frozen=True)
@@ -70,10 +70,6 @@ def _versions(row: TaskRow) -> dict[str, str]:
     return backend_versions(row.task.backend)
 
 
-def _seconds(value: float, unit: str) -> float:
-    return value / 1000.0 if unit == "ms" else value / 1e6 if unit == "us" else value
-
-
 def entry_for(row: TaskRow) -> dict[str, Any] | None:
     """The cache entry (JSON form) of one finished task, or None if it has no successful config."""
     res = row.result or {}
@@ -90,9 +86,9 @@ def entry_for(row: TaskRow) -> dict[str, Any] | None:
     stats = res.get("best_stats") or {}
     spread = 0.0
     if isinstance(stats.get("q1"), (int, float)) and isinstance(stats.get("q3"), (int, float)):
-        spread = _seconds(float(stats["q3"]) - float(stats["q1"]), unit)
+        spread = to_seconds(float(stats["q3"]) - float(stats["q1"]), unit)
     elif isinstance(stats.get("std"), (int, float)):
-        spread = _seconds(float(stats["std"]), unit)
+        spread = to_seconds(float(stats["std"]), unit)
     t: StudyTask = row.task
     finished = dt.datetime.fromtimestamp(row.finished_at or 0, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     device = str(res.get("device_name") or ("cpu" if t.device == "cpu" else t.device))
@@ -100,7 +96,7 @@ def entry_for(row: TaskRow) -> dict[str, Any] | None:
     return {
         **key.to_json(),
         "config": dict(config),
-        "time_s": _seconds(float(value), unit),
+        "time_s": to_seconds(float(value), unit),
         "spread_s": max(0.0, spread if math.isfinite(spread) else 0.0),
         "date": finished,
         "space": str(res.get("space", "")),

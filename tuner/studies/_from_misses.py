@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tuner._units import s_to_ms
 from tuner.errors import BadInput
 
 __all__ = [
@@ -293,4 +294,4 @@ def run_decorated(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
             f"task {task.key}: {task.kernel} ran but its store ({t.storage or 'the default store'}) holds no "
             "entry for the key (storage=False?); nothing to ship"
         )
-    return SimpleNamespace(best_config=dict(entry.config), best_value=entry.time_s * 1000.0, unit="ms")
+    return SimpleNamespace(best_config=dict(entry.config), best_value=s_to_ms(entry.time_s), unit="ms")

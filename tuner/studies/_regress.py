@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from tuner._units import ms_to_s
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -119,15 +121,11 @@ def bootstrap_ratio(
 
 def this_device() -> str:
     """This machine's device as the runtime's cache keys name it: "<GPU name> (sm<cc>)" or "cpu"."""
+    from tuner.search_spaces.devices import device_label
+
     try:
-        from tuner.kernels._common import on_gpu
-
-        if on_gpu():
-            import torch
-
-            major, minor = torch.cuda.get_device_capability(0)
-            return f"{torch.cuda.get_device_name(0)} (sm{major}{minor})"
-    except Exception as exc:  # noqa: BLE001
+        return device_label("triton")
+    except Exception as exc:  # noqa: BLE001 - no usable CUDA: the CPU it is
         log.debug("device detection: %s", exc)
     return "cpu"
 
@@ -139,23 +137,6 @@ def _backend_of(entry: Mapping[str, Any]) -> str:
     if "jax" in versions or "jaxlib" in versions:
         return "pallas"
     return str(entry.get("backend", "triton"))
-
-
-def _interpreter_unless_gpu() -> None:
-    """Without a CUDA GPU, Triton kernels only run under the interpreter, which must be switched on before
-    the first @triton.jit is defined (i.e. before the kernel modules are imported)."""
-    import os
-
-    if "TRITON_INTERPRET" in os.environ:
-        return
-    try:
-        import torch
-
-        gpu = bool(torch.cuda.is_available())
-    except ImportError:
-        gpu = False
-    if not gpu:
-        os.environ["TRITON_INTERPRET"] = "1"
 
 
 def entry_task(entry: Mapping[str, Any]) -> tuple[Any, dict[str, Any], str]:
@@ -177,9 +158,10 @@ def validate_entries(entries: Sequence[Mapping[str, Any]]) -> None:
     """Before anything runs: every entry's kernel is registered, its key is a valid problem, and its config
     is in the kernel's search space for that problem on this device. ValueError (one line, naming the
     entry) for the first that is not: `tuner regress` never launches a config the space excludes."""
+    from tuner.kernels._common import prepare_triton
     from tuner.measure import detect_device
 
-    _interpreter_unless_gpu()
+    prepare_triton()
     for i, e in enumerate(entries):
         where = f"entries[{i}] ({e.get('kernel')})"
         try:
@@ -202,7 +184,9 @@ def default_measure(entry: Mapping[str, Any], repeats: int) -> list[float]:
     Returns the times in seconds."""
     import dataclasses
 
-    _interpreter_unless_gpu()
+    from tuner.kernels._common import prepare_triton
+
+    prepare_triton()
     from tuner.measure import KernelMeasurer, detect_device
 
     spec, problem, backend = entry_task(entry)
@@ -215,7 +199,7 @@ def default_measure(entry: Mapping[str, Any], repeats: int) -> list[float]:
         m.close()
     if not res.ok:
         raise RuntimeError(f"{res.status}: {(res.error or '').strip().splitlines()[0] if res.error else ''}")
-    return [t / 1e3 for t in res.times]
+    return [ms_to_s(t) for t in res.times]
 
 
 def protocol_repeats() -> int:

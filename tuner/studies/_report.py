@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner._atomic import atomic_write
+from tuner._units import to_seconds
 
 from ._board import DONE, FAILED, TaskRow, summarize
 from ._runner import _optuna_storage, task_trials
@@ -94,10 +95,6 @@ def image_name(key: str) -> str:
 
 def _fmt_time(v: float | None, unit: str) -> str:
     return "-" if v is None or not math.isfinite(v) else f"{v:.4g} {unit}"
-
-
-def _to_seconds(v: float, unit: str) -> float:
-    return v / 1e3 if unit == "ms" else v / 1e6 if unit == "us" else v
 
 
 def _plot_convergence(path: Path, title: str, trials: Sequence[Any], unit: str) -> None:
@@ -285,7 +282,7 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
             b = min(ok, key=lambda tr: tr.value)
             best_value, best_config = b.value, dict(b.params)
         frac, note = (
-            roofline_fraction(t, _to_seconds(float(best_value), unit))
+            roofline_fraction(t, to_seconds(float(best_value), unit))
             if best_value
             else (None, "no successful trial")
         )

@@ -52,7 +52,6 @@ __all__ = [
     "run_study",
     "prepare_study",
     "task_trials",
-    "detect_device",
     "no_winner_reason",
     "study_rows",
 ]
@@ -132,21 +131,6 @@ def resolve_executor(ref: str | Executor | None) -> Executor:
     if not callable(fn):
         raise BadInput(f"executor {ref!r} is not callable")
     return fn  # type: ignore[no-any-return]
-
-
-def detect_device() -> str:
-    """The arch of this machine's accelerator ("sm90", "sm80") or "cpu"."""
-    try:
-        from tuner.kernels._common import on_gpu
-
-        if on_gpu():
-            import torch
-
-            major, _minor = torch.cuda.get_device_capability()
-            return {8: "sm80", 9: "sm90"}.get(major, "sm90" if major > 9 else "sm80")
-    except Exception as exc:  # noqa: BLE001 - no torch or no CUDA: the CPU it is
-        log.debug("device detection: %s", exc)
-    return "cpu"
 
 
 # ---- Optuna helpers ------------------------------------------------------------------------------------
@@ -317,7 +301,8 @@ def _environment(task: StudyTask) -> dict[str, Any]:
     """Where the task was measured: the device name and the versions that change code generation, both as
     the runtime's cache keys name them (`tuner.runtime._kernel.device_name` / `backend_versions`), so the
     exported entry is a hit for `tuner.kernel` on this machine."""
-    from tuner.runtime._kernel import backend_versions, device_name
+    from tuner._versions import backend_versions
+    from tuner.runtime._kernel import device_name
 
     try:
         name = device_name(task.backend, task.device)
@@ -593,7 +578,9 @@ class RunSummary:
 def prepare_study(spec: StudySpec, *, retry_failed: bool = False) -> StudySpec:
     """Resolve the device, create the schema (once, before workers race for it) and register the tasks."""
     if any(t.device == "auto" for t in spec.tasks):
-        dev = detect_device()
+        from tuner.search_spaces.devices import detect_device
+
+        dev = detect_device("triton").arch
         spec = replace(
             spec, tasks=tuple(replace(t, device=dev) if t.device == "auto" else t for t in spec.tasks)
         )

@@ -132,20 +132,6 @@ class StudySpec:
         blob = json.dumps([t.to_dict() for t in self.tasks], sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
-    def with_storage(self, url: str) -> StudySpec:
-        tasks = tuple(StudyTask(**{**t.to_dict(), "storage": url}) for t in self.tasks)
-        return StudySpec(
-            self.name,
-            self.path,
-            self.device,
-            self.strategy,
-            self.seed,
-            url,
-            self.output_dir,
-            self.lease_seconds,
-            tasks,
-        )
-
 
 def _err(where: str, msg: str) -> StudyError:
     return StudyError(f"{where}: {msg}")
