@@ -599,7 +599,7 @@ class TritonAutotuner(AutotunedKernel):
 
     def __getitem__(self, grid: Any) -> Callable[..., Any]:
         keys, mem, miss = self.tuner.keys.fast, self.tuner.mem, self.tuner.miss
-        run = functools.partial(self._jit_run, grid=grid, warmup=False)
+        run = functools.partial(self.fn.run, grid=grid, warmup=False)
         t = self.tuner
         if t.has_config_hooks:
 
