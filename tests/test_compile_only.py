@@ -124,3 +124,23 @@ def test_compile_configs_reports_a_bad_config_as_a_compile_error() -> None:
     cfg = {"BLOCK_N": 96, "ROWS_PER_PROGRAM": 1, "num_warps": 4}
     (r,) = compile_configs("softmax", {"M": 4, "N": 96, "dtype": "float32"}, [cfg], arch="sm80", jobs=1)
     assert not r.ok and r.status in ("compile_error", "crashed") and r.error
+
+
+def test_kernel_measurer_precompiles_for_a_gpu_target_without_one() -> None:
+    """The GPU precompile path (compile-only pool) runs here too: a measurer for sm90 compiles its
+    batch ahead, keeps the compiler's rejections as known failures and the others' resources."""
+    from tuner.measure import KernelMeasurer
+
+    problem = {**get_kernel("matmul").default_problem, **BIG["matmul"]}
+    good = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "SPLIT_K": 1}
+    good |= {"num_warps": 4, "num_stages": 3}
+    huge = {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8, "SPLIT_K": 1}
+    huge |= {"num_warps": 8, "num_stages": 5}
+    with KernelMeasurer("matmul", problem, "triton", device="sm90") as m:
+        assert m.target.timer == "cuda"
+        fails = m.precompile([good, huge], jobs=2)
+        assert [r.status for r in fails.values()] == ["out_of_resources"]
+        assert "compile-only" in next(iter(fails.values())).error
+        assert m.measure(huge).status == "out_of_resources"  # known: not measured again
+        assert [r.ok for r in m.compile_only] == [True, False]
+        assert set(m.compile_only[0].features()) == {"registers", "spill_bytes", "shared_bytes"}
