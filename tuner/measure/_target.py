@@ -200,7 +200,10 @@ class KernelTarget(Target):
         inputs = spec.make_inputs(self.problem, self.backend, self.seed)
         if not isinstance(inputs, dict):
             inputs = dict(inputs)
-        self._holder = _Holder(inputs, spec.mutated_inputs, spec.output_buffer)
+        # One spec serves both backends: a Pallas launcher returns a new array where the Triton one
+        # writes into the buffer, so the buffer is poisoned only where the inputs hold it.
+        out = spec.output_buffer if spec.output_buffer in inputs else None
+        self._holder = _Holder(inputs, spec.mutated_inputs, out)
 
     @property
     def inputs(self) -> dict[str, Any]:
