@@ -181,3 +181,29 @@ def test_report_json_is_written_atomically(gv, tmp_path):
     assert json.loads(p.read_text()) == {"schema": gv.SCHEMA, "x": [3]}
     assert [q.name for q in p.parent.iterdir()] == ["gpu_validate.json"]
     assert gv.tflops(2e12, 1000.0) == pytest.approx(2.0) and gv.tflops(None, 1.0) is None
+
+
+@pytest.mark.slow
+def test_cpu_self_test_runs_the_phases_and_writes_the_report(tmp_path):
+    """The CPU twin of the GPU run: the same phases on tiny problems under the interpreters (kernel
+    checks skipped here for time; `--allow-cpu` alone runs them too)."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("TRITON_INTERPRET", None)
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(SCRIPT), "--allow-cpu", "--out", str(out), "--skip", "checks"]
+    p = subprocess.run([*cmd, "--max-minutes", "6"], capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert p.stdout.startswith("versions: python=")
+    doc = json.loads((out / "gpu_validate.json").read_text())
+    assert doc["schema"] == "tuner.gpu_validate/2" and doc["mode"] == "cpu-self-test" and not doc["errors"]
+    assert set(doc["phase_s"]) == {"graph_probe", "matmul", "attention"}
+    budgets = doc["phase_budget_s"]  # time a phase leaves unused goes to the later ones
+    assert budgets["graph_probe"] < budgets["matmul"] <= budgets["attention"] <= 6 * 60
+    mm = doc["matmul"]["final"]
+    assert mm["torch.matmul"]["status"] == "ok" and mm["torch.matmul"]["speed_vs_baseline"] == 1.0
+    assert mm["tuned"]["status"] == "ok" and mm["tuned"]["n"] == 4  # 2 rounds x 2 reps
+    assert "sweep_best_1" in mm and doc["matmul"]["configs_timed"] >= 4
+    assert (out / "matmul_sweep_cpu.json").exists()
+    at = doc["attention"]["final"]
+    assert at["torch_sdpa"]["status"] == "ok" and at["tuned"]["status"] == "ok"
+    assert "result (TFLOP/s" in p.stdout
