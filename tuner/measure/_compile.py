@@ -300,9 +300,9 @@ class _Compiler:
             with record_triton_kernels(capability=ARCHS[arch]) as found:
                 spec.run(problem, "triton", self._inputs[key], config)
         except Exception as exc:
+            # compile_error / out_of_resources only for the compiler's own errors; anything else (a
+            # launcher's ValueError, a bug here) is "crashed": a GPU run would then measure it anyway
             status, _ = classify_exception(exc, "compile")
-            if status == "crashed":
-                status = "compile_error"
             return CompileResult(
                 config, status, describe_exception(exc), compile_s=time.perf_counter() - t0, arch=arch
             ).to_dict()

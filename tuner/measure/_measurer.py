@@ -302,6 +302,17 @@ class KernelMeasurer(TargetMeasurer):
             results = pool.compile(target.name, dict(target.problem), todo, self.arch)
         self.compile_only = results
         failures: dict[str, MeasureResult] = {}
+        if results and not any(r.ok for r in results):
+            # Nothing compiled: more likely the compile-only path than every config; let measuring tell.
+            log.warning(
+                "compile-only precompile for %s compiled none of %d configs (first: %s: %s); measuring "
+                "them as usual",
+                self.arch,
+                len(results),
+                results[0].status,
+                (results[0].error or "")[:300],
+            )
+            return failures
         for r in results:
             key = config_order_key(r.config)
             if r.ok:
