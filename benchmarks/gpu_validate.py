@@ -1,37 +1,50 @@
-"""One command that validates tuner on a CUDA GPU (under 5 minutes on an H200).
+"""One command that validates tuner on a CUDA GPU, inside a wall-clock limit (default 8 minutes).
 
-    python benchmarks/gpu_validate.py [--out DIR] [--budget 16] [--attn-budget 10] [--sweep-limit 160]
+    python benchmarks/gpu_validate.py [--out DIR] [--max-minutes 8] [--budget 16] [--attn-budget 10]
+    python benchmarks/gpu_validate.py --allow-cpu      # the CPU self-test: tiny problems, interpreters
 
-1. checks every registered kernel (kernels.all_kernels()) on the device against its reference: the
-   space's default config and two random valid ones, compiled in parallel;
-2. tunes bf16 matmul at 4096^3 with the default strategy and a small budget over a sized space (a grid of
-   the kernel's space, at most --sweep-limit configs), and measures the exhaustive sweep of that same space
-   (compiled in parallel on all cores first); prints TFLOP/s of the tuned config, the sweep's best and
-   torch.matmul on the same inputs;
-3. tunes flash attention (batch 4, heads 32, seq 4096, head dim 128, causal, bf16) with the default
-   strategy and a small budget, and prints its TFLOP/s beside
-   torch.nn.functional.scaled_dot_product_attention on the same inputs.
+Prints the versions first (Python, torch, triton, jax, CUDA, driver, GPU). Without a usable CUDA device
+it prints one line saying why and exits 1, unless --allow-cpu. Then, each phase within its share of the
+time limit (time a phase leaves unused goes to the next ones), writing the JSON report after each:
 
-Writes `gpu_validate.json` (all figures) and the whole matmul sweep as a Kernel Tuner cache file
-(`matmul_sweep_<arch>.json`, replayable with `tuner replay`) into the output directory: --out, else $OUT,
-else ./gpu_validate_out. On a machine without a CUDA GPU it says so and exits 0.
+1. checks: every registered kernel and backend on the device against its reference (the space's
+   default config and two random valid ones); a backend the kernel does not support on this device by
+   design (its space says so) is reported as skipped, with the reason;
+2. graph_probe: a short torch matmul timed eagerly, with CUDA-graph replay, and with the timer's own
+   choice ("auto", decided without the L2 flush);
+3. matmul: bf16 4096^3 over a sized grid of the kernel's space: compile-only precompile of every config
+   in a process pool, tuning with the default strategy and a small budget, the exhaustive sweep of the
+   same configs (written as a Kernel Tuner cache file, replayable with `tuner replay`), then the tuned
+   config, the sweep's best two and torch.matmul re-measured together, interleaved, in one process
+   with one timer;
+4. attention: causal flash attention (batch 4, heads 32, seq 4096, head dim 128, bf16) tuned the same
+   way, then the tuned config, the runner-up and torch SDPA re-measured together, interleaved.
+
+Writes `gpu_validate.json` (all figures) and `matmul_sweep_<arch>.json` into --out, else $OUT, else
+./gpu_validate_out. Exit 0 when every phase ran and every check passed or was skipped by design.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
-import math
 import os
-import random
-import sys
-import time
-import traceback
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Any
+
+# Before anything imports jax: JAX would otherwise take 75% of the GPU's memory at its first use.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import random  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from collections.abc import Callable, Mapping, Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -39,7 +52,7 @@ sys.path.insert(0, str(HERE))
 
 log = logging.getLogger("gpu_validate")
 
-SCHEMA = "tuner.gpu_validate/1"
+SCHEMA = "tuner.gpu_validate/2"
 
 # The matmul grid that the sweep and the tuner share (values not in the kernel's space are dropped).
 MATMUL_GRID: dict[str, list[Any]] = {
@@ -60,10 +73,102 @@ ATTENTION_GRID: dict[str, list[Any]] = {
 MATMUL_PROBLEM = {"M": 4096, "N": 4096, "K": 4096, "dtype": "bfloat16", "bias": False, "activation": "none"}
 ATTENTION_PROBLEM = {"B": 4, "H": 32, "S": 4096, "D": 128, "causal": True, "dtype": "bfloat16"}
 
+# The CPU self-test (--allow-cpu): the same phases on problems the interpreters finish in seconds.
+CPU_MATMUL_GRID: dict[str, list[Any]] = {
+    "BLOCK_M": [16, 32],
+    "BLOCK_N": [16, 32],
+    "BLOCK_K": [16],
+    "GROUP_M": [1],
+    "SPLIT_K": [1],
+    "num_warps": [4],
+    "num_stages": [2],
+}
+CPU_ATTENTION_GRID: dict[str, list[Any]] = {
+    "BLOCK_M": [16],
+    "BLOCK_N": [16, 32],
+    "num_warps": [4],
+    "num_stages": [2],
+}
+CPU_MATMUL_PROBLEM = {"M": 64, "N": 64, "K": 64, "dtype": "float32", "bias": False, "activation": "none"}
+CPU_ATTENTION_PROBLEM = {"B": 1, "H": 1, "S": 32, "D": 64, "causal": True, "dtype": "float32"}
+
+# Each phase's share of the time limit.
+SHARES = {"checks": 0.25, "graph_probe": 0.05, "matmul": 0.42, "attention": 0.28}
+
 
 # ---- pieces that run anywhere (tested on CPU) -----------------------------------------------------------
 def output_dir(arg: str | None) -> Path:
     return Path(arg or os.environ.get("OUT") or "gpu_validate_out")
+
+
+def _dist_version(name: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _driver_version() -> str | None:
+    try:
+        p = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+        if p.returncode == 0 and p.stdout.strip():
+            return p.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        return None
+    for tok in text.split():
+        if tok.count(".") >= 1 and tok.replace(".", "").isdigit():
+            return tok
+    return None
+
+
+def versions() -> dict[str, Any]:
+    """Python, torch, triton, jax(lib) and its CUDA plugin, CUDA, the driver and the GPU. Never raises;
+    a missing piece is None."""
+    out: dict[str, Any] = {"python": platform.python_version()}
+    for name in ("torch", "triton", "jax", "jaxlib"):
+        out[name] = _dist_version(name)
+    plugins = {}
+    from importlib import metadata
+
+    for dist in metadata.distributions():
+        n = (dist.metadata.get("Name") or "").lower()
+        if n.startswith("jax-cuda") or n.startswith("jax_cuda"):
+            plugins[n] = dist.version
+    out["jax_plugins"] = plugins or None
+    out["cuda"] = None
+    out["gpu"] = None
+    try:
+        import torch
+
+        out["cuda"] = torch.version.cuda
+        if torch.cuda.is_available():
+            out["gpu"] = torch.cuda.get_device_name(0)
+    except Exception as exc:  # a broken install still gets its versions printed
+        out["torch_error"] = f"{type(exc).__name__}: {exc}"[:200]
+    out["driver"] = _driver_version()
+    return out
+
+
+def versions_line(v: Mapping[str, Any]) -> str:
+    keys = ("python", "torch", "triton", "jax", "jaxlib", "jax_plugins", "cuda", "driver", "gpu")
+    parts = []
+    for k in keys:
+        val = v.get(k)
+        if isinstance(val, dict):
+            val = ",".join(f"{a}={b}" for a, b in val.items())
+        parts.append(f"{k}={val if val is not None else '-'}")
+    return "versions: " + " ".join(parts)
 
 
 def gpu_status() -> tuple[bool, str]:
@@ -77,9 +182,11 @@ def gpu_status() -> tuple[bool, str]:
     try:
         if not torch.cuda.is_available():
             return False, f"torch {torch.__version__} sees no CUDA device"
+        torch.zeros(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
         return True, torch.cuda.get_device_name(0)
     except Exception as exc:  # broken driver
-        return False, f"CUDA is not usable: {exc}"
+        return False, f"CUDA is not usable: {type(exc).__name__}: {exc}".splitlines()[0]
 
 
 def sized_configs(
@@ -148,9 +255,13 @@ def fmt(x: float | None, spec: str = ".1f") -> str:
 
 
 class Clock:
-    def __init__(self, limit_s: float) -> None:
+    """The total wall-clock limit and each phase's share of what is left."""
+
+    def __init__(self, limit_s: float, shares: Mapping[str, float]) -> None:
         self.t0 = time.perf_counter()
         self.limit_s = limit_s
+        self.shares = dict(shares)
+        self.deadline = self.t0 + limit_s
 
     @property
     def elapsed(self) -> float:
@@ -159,35 +270,158 @@ class Clock:
     def left(self) -> float:
         return self.limit_s - self.elapsed
 
+    def phase_budget(self, name: str, remaining: Sequence[str]) -> float:
+        """Seconds for phase `name`: its share of the time left, among the phases still to run."""
+        total = sum(self.shares.get(p, 0.0) for p in remaining) or 1.0
+        return max(0.0, self.left() * self.shares.get(name, 0.0) / total)
 
-# ---- GPU phases -----------------------------------------------------------------------------------------
-def check_kernel(spec: Any, backend: str, device: Any, jobs: int, timing: Any) -> dict[str, Any]:
-    from tuner.measure import KernelMeasurer, WorkerSettings, config_order_key
+
+class Phase:
+    """A deadline for one phase."""
+
+    def __init__(self, budget_s: float) -> None:
+        self.t0 = time.perf_counter()
+        self.budget_s = budget_s
+
+    def left(self) -> float:
+        return self.budget_s - (time.perf_counter() - self.t0)
+
+
+def start_watchdog(clock: Clock, grace_s: float, on_expire: Callable[[], None]) -> threading.Timer:
+    """Past the limit plus `grace_s`, whatever hangs: write the report and exit 1."""
+
+    def fire() -> None:
+        try:
+            on_expire()
+        finally:
+            os._exit(1)
+
+    t = threading.Timer(max(1.0, clock.limit_s + grace_s), fire)
+    t.daemon = True
+    t.start()
+    return t
+
+
+def interleaved(
+    contestants: Sequence[tuple[str, Callable[[], Any]]], timing: Any, gpu: bool
+) -> dict[str, Any]:
+    """One protocol for every comparison: all contestants (tuned configs and the library baseline)
+    timed in this process with one timer, in rounds (A B C A B C ...), `timing.interleave_reps` runs
+    each per round; a MeasureResult (or the error) per name."""
+    from tuner.measure import MeasureResult, summarize
+    from tuner.measure._timing import no_sync, time_wall
+
+    rounds, reps = timing.interleave_rounds, timing.interleave_reps
+    if gpu:
+        from tuner.measure._cuda import CudaTimer
+
+        cuda = CudaTimer(timing)
+
+        def timed(fn: Callable[[], Any]) -> list[float]:
+            return cuda.time(fn, lambda: None, n=reps, warmup=1)[0]
+    else:
+
+        def timed(fn: Callable[[], Any]) -> list[float]:
+            return time_wall(fn, lambda: None, no_sync, timing, n=reps, warmup=1)[0]
+
+    times: dict[str, list[float]] = {}
+    out: dict[str, Any] = {}
+    for name, fn in contestants:
+        try:
+            fn()  # compile / warm up
+            times[name] = []
+        except Exception as exc:
+            out[name] = MeasureResult.failed(
+                "crashed", "cuda" if gpu else "cpu", f"{type(exc).__name__}: {exc}"
+            )
+    for _ in range(rounds):
+        for name, fn in contestants:
+            if name in times:
+                times[name].extend(timed(fn))
+    for name, t in times.items():
+        out[name] = summarize(t, backend="cuda" if gpu else "cpu", extra={"interleaved": True})
+    return out
+
+
+# ---- the phases -----------------------------------------------------------------------------------------
+class Run:
+    """What the phases share: the mode, the device, the timing, the report and where it goes."""
+
+    def __init__(self, args: argparse.Namespace, gpu: bool, out: Path, report: dict[str, Any]) -> None:
+        from tuner.measure import TimingOptions, detect_device
+
+        self.args = args
+        self.gpu = gpu
+        self.out = out
+        self.report = report
+        self.device = detect_device("triton")
+        self.jobs = args.jobs
+        if gpu:
+            # Device events, an L2 flush before each run; CUDA graphs where a kernel is shorter than
+            # 50 us (decided without the flush; the kernels tuned here run far longer).
+            self.timing = TimingOptions(
+                warmup=1, budget_ms=25.0, min_reps=10, max_reps=100, interleave_rounds=5, interleave_reps=5
+            )
+        else:
+            self.timing = TimingOptions(
+                warmup=0, budget_ms=5.0, min_reps=2, max_reps=5, interleave_rounds=2, interleave_reps=2
+            )
+        self.matmul_problem = dict(MATMUL_PROBLEM if gpu else CPU_MATMUL_PROBLEM)
+        self.attention_problem = dict(ATTENTION_PROBLEM if gpu else CPU_ATTENTION_PROBLEM)
+        self.matmul_grid = MATMUL_GRID if gpu else CPU_MATMUL_GRID
+        self.attention_grid = ATTENTION_GRID if gpu else CPU_ATTENTION_GRID
+
+    def settings(self, compile_s: float, run_s: float) -> Any:
+        from tuner.measure import WorkerSettings
+
+        return WorkerSettings(compile_timeout_s=compile_s, run_timeout_s=run_s, preload=("torch",))
+
+    def reference(self, name: str) -> Any:
+        if not self.gpu:
+            return None  # the kernels' own references: the problems are tiny
+        import _gpu_refs
+
+        return getattr(_gpu_refs, name)
+
+
+def _unsupported(spec: Any, backend: str, device: Any) -> str | None:
+    """The reason a kernel's backend does not run on this device by design (its space refuses the
+    device), else None."""
+    try:
+        spec.space(dict(spec.default_problem), device, backend)
+    except (ValueError, NotImplementedError) as exc:
+        if "not supported" in str(exc) or isinstance(exc, NotImplementedError):
+            return str(exc)
+        raise
+    return None
+
+
+def check_kernel(spec: Any, backend: str, run: Run, device: Any, n_configs: int) -> dict[str, Any]:
+    from tuner.measure import KernelMeasurer, config_order_key
 
     problem = dict(spec.default_problem)
     space = spec.space(problem, device, backend)
     configs = [space.default()]
     for c in space.sample(1, n=8):
-        if len(configs) >= 3:
+        if len(configs) >= n_configs:
             break
         if config_order_key(c) not in {config_order_key(x) for x in configs}:
             configs.append(dict(c))
-    settings = WorkerSettings(compile_timeout_s=120, run_timeout_s=60, preload=("torch",))
-    with KernelMeasurer(spec, problem, backend, device=device, timing=timing, settings=settings) as m:
-        fails = m.precompile(configs, jobs=min(jobs, len(configs)))
-        first = m.measure(configs[0])
     rows = []
-    for c in configs:
-        f = fails.get(config_order_key(c))
-        rows.append({"config": c, "status": f.status if f else "ok", "error": f.error if f else None})
-    rows[0].update(
-        {
-            "status": first.status,
-            "error": first.error,
-            "median_ms": first.median,
-            "max_abs_error": first.max_abs_error,
-        }
-    )
+    with KernelMeasurer(
+        spec, problem, backend, device=device, timing=run.timing, settings=run.settings(120, 60)
+    ) as m:
+        for c in configs:  # each compiled, checked against the reference and timed, in one worker
+            r = m.measure(c)
+            rows.append(
+                {
+                    "config": c,
+                    "status": r.status,
+                    "error": r.error,
+                    "median_ms": r.median,
+                    "max_abs_error": r.max_abs_error,
+                }
+            )
     ok = all(r["status"] == "ok" for r in rows)
     return {
         "kernel": spec.name,
@@ -198,312 +432,342 @@ def check_kernel(spec: Any, backend: str, device: Any, jobs: int, timing: Any) -
     }
 
 
-def check_all_kernels(device: Any, jobs: int, timing: Any, report: dict[str, Any]) -> None:
+def phase_checks(run: Run, phase: Phase) -> None:
     from tuner.kernels import all_kernels
 
-    jax_gpu = False
+    from tuner.measure import detect_device
+
+    checks = run.report["checks"]
+    jax_reason = None
     try:
         import jax
 
-        jax_gpu = jax.default_backend() in ("gpu", "cuda")
-    except Exception:
-        pass
-    tasks = []
-    for spec in all_kernels():
-        for backend in spec.backends:
-            if backend == "pallas" and not jax_gpu:
-                report["checks"].append(
-                    {
-                        "kernel": spec.name,
-                        "backend": backend,
-                        "status": "skipped",
-                        "reason": "jax has no GPU backend on this machine",
-                    }
-                )
-                continue
-            tasks.append((spec, backend))
+        backend = jax.default_backend()
+        if run.gpu and backend not in ("gpu", "cuda"):
+            jax_reason = f"jax has no GPU backend here (default backend {backend!r})"
+    except Exception as exc:
+        jax_reason = f"jax is not usable: {type(exc).__name__}: {exc}"[:300]
+    tasks = [(spec, backend) for spec in all_kernels() for backend in spec.backends]
 
     def one(task: tuple[Any, str]) -> dict[str, Any]:
         spec, backend = task
+        row: dict[str, Any] = {"kernel": spec.name, "backend": backend}
+        if phase.left() <= 0:
+            return {**row, "status": "skipped", "reason": "the phase's time share ran out"}
+        if backend == "pallas" and jax_reason:
+            return {**row, "status": "skipped", "reason": jax_reason}
         try:
-            return check_kernel(spec, backend, device, max(1, jobs // 4), timing)
+            device = detect_device(backend)
+            why = _unsupported(spec, backend, device)
+            if why:
+                return {**row, "status": "skipped", "reason": f"not supported by design: {why}"}
+            return check_kernel(spec, backend, run, device, 3 if run.gpu else 1)
         except Exception as exc:
             return {
-                "kernel": spec.name,
-                "backend": backend,
+                **row,
                 "status": "error",
-                "reason": f"{type(exc).__name__}: {exc}",
+                "reason": f"{type(exc).__name__}: {exc}"[:500],
                 "traceback": traceback.format_exc()[-2000:],
             }
 
-    with ThreadPoolExecutor(max_workers=4) as ex:
-        report["checks"].extend(ex.map(one, tasks))
-    for c in report["checks"]:
-        print(
-            f"  check {c['kernel']:<22} {c['backend']:<7} {c['status']:<8} "
-            f"{c.get('reason') or ', '.join(r['status'] for r in c.get('configs', []))}",
-            flush=True,
-        )
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=4 if run.gpu else 2) as ex:
+        for c in ex.map(one, tasks):
+            checks.append(c)
+            detail = c.get("reason") or ", ".join(r["status"] for r in c.get("configs", []))
+            print(f"  check {c['kernel']:<16} {c['backend']:<7} {c['status']:<8} {detail}"[:300], flush=True)
 
 
-def time_torch(fn: Any, timing: Any) -> Any:
-    """Time a torch callable with the same CUDA-event timer as the kernels."""
-    from tuner.measure import summarize
-    from tuner.measure._cuda import CudaTimer
-
-    timer = CudaTimer(timing)
-    fn()
-    times, _, how = timer.time(fn, lambda: None)
-    return summarize(times, backend="cuda", extra={"timer": how})
-
-
-def cuda_graph_probe(timing: Any, report: dict[str, Any]) -> None:
-    """Time a small torch matmul with eager launches and with CUDA-graph replay (the measurer's
-    short-kernel path), so that path runs on every validation."""
+def phase_graph_probe(run: Run, phase: Phase) -> None:
+    """A short torch matmul timed eagerly, with CUDA-graph replay, and with the timer's own choice."""
     import dataclasses
 
     import torch
 
+    from tuner.measure import summarize
+    from tuner.measure._cuda import CudaTimer
+
+    if not run.gpu:
+        run.report["cuda_graph_probe"] = {"skipped": "no CUDA device (CPU self-test)"}
+        return
     a = torch.randn(256, 256, device="cuda", dtype=torch.float16)
     b = torch.randn(256, 256, device="cuda", dtype=torch.float16)
     row = {}
-    for graph in (False, True):
-        r = time_torch(lambda: torch.matmul(a, b), dataclasses.replace(timing, cuda_graph=graph))
-        row["graph" if graph else "eager"] = {"median_ms": r.median, "timer": r.extra.get("timer")}
-    report["cuda_graph_probe"] = row
+    for mode in (False, True, "auto"):
+        timer = CudaTimer(dataclasses.replace(run.timing, cuda_graph=mode))
+        times, _, how = timer.time(lambda: torch.matmul(a, b), lambda: None)
+        r = summarize(times, backend="cuda")
+        row[str(mode).lower()] = {"median_ms": r.median, "timer": how}
+    run.report["cuda_graph_probe"] = row
     print(
-        f"  cuda graph probe (256^3 fp16 matmul): eager {row['eager']['median_ms'] * 1e3:.1f} us "
-        f"[{row['eager']['timer']}], graph {row['graph']['median_ms'] * 1e3:.1f} us [{row['graph']['timer']}]",
+        "  cuda graph probe (256^3 fp16 matmul): "
+        + ", ".join(f"{k} {v['median_ms'] * 1e3:.1f} us [{v['timer']}]" for k, v in row.items()),
         flush=True,
     )
 
 
-def tune_matmul(
-    device: Any, args: argparse.Namespace, timing: Any, clock: Clock, report: dict[str, Any], out: Path
-) -> None:
+def _tuned_section(res: Any, budget: int, seconds: float) -> dict[str, Any]:
+    compile_s = sorted(t.result.compile_s for t in res.trials if t.result.compile_s is not None)
+    return {
+        "config": res.best_config,
+        "median_ms": res.best_time_ms if res.best is not None else None,
+        "tflops": res.tflops,
+        "trials": len(res.trials),
+        "status_counts": res.status_counts(),
+        "strategy": "auto",
+        "budget": budget,
+        "seconds": seconds,
+        "first_call_s_median": compile_s[len(compile_s) // 2] if compile_s else None,
+        "stats": res.best.stats() if res.best else None,
+        "failures": [
+            {"config": t.config, "status": t.status, "error": (t.result.error or "")[:300]}
+            for t in res.trials
+            if not t.result.ok
+        ][:10],
+    }
+
+
+def _compare(
+    run: Run,
+    spec: Any,
+    problem: Mapping[str, Any],
+    configs: Sequence[tuple[str, Mapping[str, Any]]],
+    baseline: tuple[str, Callable[[dict[str, Any]], Any]],
+    flops: float,
+) -> dict[str, Any]:
+    """The finalists and the library baseline, re-measured together (`interleaved`)."""
+    inputs = spec.make_inputs(problem, "triton", 0)
+    seen: set[str] = set()
+    contestants: list[tuple[str, Callable[[], Any]]] = []
+    names: dict[str, Any] = {}
+    for label, cfg in configs:
+        key = json.dumps(dict(cfg), sort_keys=True, default=str)
+        if key in seen:
+            names[label] = next(
+                n for n, c in names.items() if json.dumps(c, sort_keys=True, default=str) == key
+            )
+            continue
+        seen.add(key)
+        names[label] = dict(cfg)
+        contestants.append((label, lambda cfg=dict(cfg): spec.run(problem, "triton", inputs, cfg)))
+    base_name, base_fn = baseline
+    contestants.append((base_name, lambda: base_fn(inputs)))
+    results = interleaved(contestants, run.timing, run.gpu)
+    out: dict[str, Any] = {}
+    for label, r in results.items():
+        out[label] = {
+            "config": names.get(label) if isinstance(names.get(label), dict) else None,
+            "status": r.status,
+            "median_ms": r.median,
+            "iqr_ms": r.iqr,
+            "n": r.n,
+            "tflops": tflops(flops, r.median),
+            "error": r.error,
+        }
+    for label, same in names.items():
+        if isinstance(same, str):
+            out[label] = {**out[same], "same_as": same}
+    base = out.get(base_name, {}).get("median_ms")
+    for row in out.values():
+        if base and row.get("median_ms"):
+            row["speed_vs_baseline"] = base / row["median_ms"]
+    return out
+
+
+def phase_matmul(run: Run, phase: Phase) -> None:
     import torch
-    from _gpu_refs import matmul_reference_gpu
     from tuner.kernels import get_kernel
     from tuner.search_spaces import SearchSpace
 
-    from tuner.measure import KernelMeasurer, WorkerSettings, choose_winner
+    from tuner.measure import KernelMeasurer, write_kernel_tuner_cache
     from tuner.tune import tune_kernel
 
+    args = run.args
     spec = get_kernel("matmul")
-    problem = dict(MATMUL_PROBLEM)
-    full = spec.space(problem, device, "triton")
-    configs = sized_configs(full, args.sweep_limit, MATMUL_GRID)
-    space = SearchSpace.from_configs(configs, name="matmul-4096-bf16-sweep")
-    sec: dict[str, Any] = {
-        "problem": problem,
-        "space_full": len(full.enumerate()) if full.is_enumerable else None,
-        "space": len(configs),
-        "grid": MATMUL_GRID,
-    }
-    report["matmul"] = sec
-    settings = WorkerSettings(compile_timeout_s=180, run_timeout_s=60, preload=("torch",))
+    problem = run.matmul_problem
+    full = spec.space(problem, run.device, "triton")
+    configs = sized_configs(full, args.sweep_limit, run.matmul_grid)
+    space = SearchSpace.from_configs(configs, name="matmul-sweep")
     flops = float(spec.flops(problem))
+    sec: dict[str, Any] = {"problem": problem, "space": len(configs), "grid": run.matmul_grid}
+    run.report["matmul"] = sec
     with KernelMeasurer(
         spec,
         problem,
         "triton",
-        device=device,
-        timing=timing,
-        settings=settings,
-        reference_fn=matmul_reference_gpu,
+        device=run.device,
+        timing=run.timing,
+        settings=run.settings(180, 60),
+        reference_fn=run.reference("matmul_reference_gpu"),
     ) as m:
         t0 = time.perf_counter()
-        fails = m.precompile(configs, jobs=args.jobs)
-        sec["precompile_s"] = time.perf_counter() - t0
-        sec["precompile_failures"] = len(fails)
+        fails = m.precompile(configs, jobs=run.jobs)
+        sec["precompile"] = {
+            "seconds": time.perf_counter() - t0,
+            "jobs": run.jobs,
+            "failures": {k: f.status for k, f in fails.items()},
+            "compile_only": bool(getattr(m, "compile_only", None)),
+        }
         print(
-            f"  matmul: compiled {len(configs)} configs on {args.jobs} processes in {sec['precompile_s']:.1f} s "
-            f"({len(fails)} failed)",
+            f"  matmul: precompiled {len(configs)} configs in {sec['precompile']['seconds']:.1f} s "
+            f"on {run.jobs} processes ({len(fails)} rejected by the compiler)",
             flush=True,
         )
-
         t0 = time.perf_counter()
         res = tune_kernel(
             spec,
             problem,
             backend="triton",
-            device=device,
+            device=run.device,
             budget=args.budget,
             strategy="auto",
             seed=args.seed,
             measurer=m,
             space=space,
             finalists=3,
+            time_budget_s=max(1.0, 0.35 * phase.left()),
         )
-        sec["tuned"] = {
-            "config": res.best_config,
-            "median_ms": res.best_time_ms,
-            "tflops": res.tflops,
-            "trials": len(res.trials),
-            "status_counts": res.status_counts(),
-            "strategy": "auto",
-            "budget": args.budget,
-            "seconds": time.perf_counter() - t0,
-            "stats": res.best.stats() if res.best else None,
-        }
+        sec["tuned"] = _tuned_section(res, args.budget, time.perf_counter() - t0)
         print(
-            f"  matmul: tuned ({args.budget} trials) {res.best_config} {fmt(res.tflops)} TFLOP/s", flush=True
+            f"  matmul: tuned ({len(res.trials)} trials, {sec['tuned']['seconds']:.0f} s) {res.best_config}",
+            flush=True,
         )
+        write_json(run.out / "gpu_validate.json", run.report)
 
         t0 = time.perf_counter()
+        reserve = 0.25 * phase.budget_s
         rows = []
         for c in configs:
-            if clock.left() < args.reserve_s:
-                sec["sweep_stopped_early"] = f"time limit: {len(rows)} of {len(configs)} measured"
+            if phase.left() < reserve:
+                sec["sweep_stopped_early"] = f"phase time share: {len(rows)} of {len(configs)} measured"
                 break
             rows.append((c, m.measure(c)))
         sec["sweep_s"] = time.perf_counter() - t0
         sec["sweep_measured"] = len(rows)
-        ok = [(c, r) for c, r in rows if r.ok]
-        if ok:
-            # the sweep's best, confirmed interleaved against the tuned winner
-            top = sorted(ok, key=lambda cr: cr[1].median)[:3]
-            cands = [c for c, _ in top]
-            if res.best_config is not None and res.best_config not in cands:
-                cands.append(res.best_config)
-            again = m.remeasure(cands)
-            sel = choose_winner(cands, again)
-            best_c, best_r = top[0]
-            sec["sweep_best"] = {
-                "config": best_c,
-                "median_ms": best_r.median,
-                "tflops": tflops(flops, best_r.median),
-            }
-            sec["final_interleaved"] = [
-                {"config": c, "median_ms": r.median, "status": r.status, "tflops": tflops(flops, r.median)}
-                for c, r in zip(cands, again, strict=True)
-            ]
-            sec["final_winner"] = cands[sel.winner] if sel.winner is not None else None
         statuses: dict[str, int] = {}
         for _, r in rows:
             statuses[r.status] = statuses.get(r.status, 0) + 1
         sec["sweep_status_counts"] = statuses
+        ok = sorted(((c, r) for c, r in rows if r.ok), key=lambda cr: cr[1].median)
         if rows:
             doc = sweep_cache(
                 rows,
-                device_name=report["device"]["name"],
+                device_name=run.report["device"]["name"],
                 problem=problem,
                 keys=space.names,
-                extra={"problem": problem, "arch": device.arch, "versions": report["versions"]},
+                extra={"problem": problem, "arch": run.device.arch, "versions": run.report["versions"]},
             )
-            from tuner.measure import write_kernel_tuner_cache
-
-            path = write_kernel_tuner_cache(out / f"matmul_sweep_{device.arch}.json", doc)
-            sec["cache_file"] = str(path)
-
-        a, b = _matmul_operands(spec, problem)
-        tr = time_torch(lambda: torch.matmul(a, b), timing)
-        sec["torch"] = {
-            "median_ms": tr.median,
-            "tflops": tflops(flops, tr.median),
-            "timer": tr.extra.get("timer"),
-        }
-
-
-def _matmul_operands(spec: Any, problem: Mapping[str, Any]) -> tuple[Any, Any]:
-    inputs = spec.make_inputs(problem, "triton", 0)
-    return inputs["a"], inputs["b"]
+            sec["cache_file"] = str(
+                write_kernel_tuner_cache(run.out / f"matmul_sweep_{run.device.arch}.json", doc)
+            )
+    finals: list[tuple[str, Mapping[str, Any]]] = []
+    if res.best_config is not None:
+        finals.append(("tuned", res.best_config))
+    for i, (c, _) in enumerate(ok[:2]):
+        finals.append((f"sweep_best_{i + 1}", c))
+    sec["final"] = _compare(
+        run, spec, problem, finals, ("torch.matmul", lambda inp: torch.matmul(inp["a"], inp["b"])), flops
+    )
+    sec["configs_timed"] = len(res.trials) + len(rows)
 
 
-def tune_attention(device: Any, args: argparse.Namespace, timing: Any, report: dict[str, Any]) -> None:
+def phase_attention(run: Run, phase: Phase) -> None:
     import torch
-    from _gpu_refs import attention_reference_gpu
     from tuner.kernels import get_kernel
     from tuner.search_spaces import SearchSpace
 
-    from tuner.measure import KernelMeasurer, WorkerSettings
+    from tuner.measure import KernelMeasurer
     from tuner.tune import tune_kernel
 
+    args = run.args
     spec = get_kernel("flash_attention")
-    problem = dict(ATTENTION_PROBLEM)
-    full = spec.space(problem, device, "triton")
-    configs = sized_configs(full, args.attn_space_limit, ATTENTION_GRID)
+    problem = run.attention_problem
+    full = spec.space(problem, run.device, "triton")
+    configs = sized_configs(full, args.attn_space_limit, run.attention_grid)
     space = SearchSpace.from_configs(configs, name="flash-attention-sized")
-    sec: dict[str, Any] = {
-        "problem": problem,
-        "space_full": len(full.enumerate()),
-        "space": len(configs),
-        "grid": ATTENTION_GRID,
-    }
-    report["attention"] = sec
     flops = float(spec.flops(problem))
-    settings = WorkerSettings(compile_timeout_s=180, run_timeout_s=120, preload=("torch",))
+    sec: dict[str, Any] = {"problem": problem, "space": len(configs), "grid": run.attention_grid}
+    run.report["attention"] = sec
     with KernelMeasurer(
         spec,
         problem,
         "triton",
-        device=device,
-        timing=timing,
-        settings=settings,
-        reference_fn=attention_reference_gpu,
+        device=run.device,
+        timing=run.timing,
+        settings=run.settings(180, 120),
+        reference_fn=run.reference("attention_reference_gpu"),
     ) as m:
         t0 = time.perf_counter()
-        fails = m.precompile(configs, jobs=args.jobs)
-        sec["precompile_s"] = time.perf_counter() - t0
-        sec["precompile_failures"] = len(fails)
+        fails = m.precompile(configs, jobs=run.jobs)
+        sec["precompile"] = {
+            "seconds": time.perf_counter() - t0,
+            "failures": {k: f.status for k, f in fails.items()},
+        }
         t0 = time.perf_counter()
         res = tune_kernel(
             spec,
             problem,
             backend="triton",
-            device=device,
+            device=run.device,
             budget=args.attn_budget,
             strategy="auto",
             seed=args.seed,
             measurer=m,
             space=space,
             finalists=3,
+            time_budget_s=max(1.0, 0.6 * phase.left()),
         )
-        sec["tuned"] = {
-            "config": res.best_config,
-            "median_ms": res.best_time_ms,
-            "tflops": res.tflops,
-            "trials": len(res.trials),
-            "status_counts": res.status_counts(),
-            "strategy": "auto",
-            "budget": args.attn_budget,
-            "seconds": time.perf_counter() - t0,
-            "stats": res.best.stats() if res.best else None,
-            "failures": [
-                {"config": t.config, "status": t.status, "error": (t.result.error or "")[:300]}
-                for t in res.trials
-                if not t.result.ok
-            ],
-        }
-    inputs = spec.make_inputs(problem, "triton", 0)
-    q, k, v = inputs["q"], inputs["k"], inputs["v"]
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-    tr = time_torch(lambda: sdpa(q, k, v, is_causal=bool(problem["causal"])), timing)
-    sec["torch_sdpa"] = {
-        "median_ms": tr.median,
-        "tflops": tflops(flops, tr.median),
-        "timer": tr.extra.get("timer"),
-    }
+        sec["tuned"] = _tuned_section(res, args.attn_budget, time.perf_counter() - t0)
     print(
-        f"  attention: tuned ({args.attn_budget} trials) {res.best_config} {fmt(res.tflops)} TFLOP/s",
+        f"  attention: tuned ({len(res.trials)} trials, {sec['tuned']['seconds']:.0f} s) {res.best_config}",
         flush=True,
     )
+    finals: list[tuple[str, Mapping[str, Any]]] = []
+    if res.best_config is not None:
+        finals.append(("tuned", res.best_config))
+    runner_up = [c for c, r in res.finalists if r.ok and c != res.best_config][:1]
+    finals += [("runner_up", c) for c in runner_up]
+    causal = bool(problem["causal"])
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    sec["final"] = _compare(
+        run,
+        spec,
+        problem,
+        finals,
+        ("torch_sdpa", lambda inp: sdpa(inp["q"], inp["k"], inp["v"], is_causal=causal)),
+        flops,
+    )
+    sec["configs_timed"] = len(res.trials)
 
 
 def print_summary(report: Mapping[str, Any]) -> None:
-    print("\nresult (TFLOP/s; median times)")
-    mm = report.get("matmul") or {}
+    print(
+        "\nresult (TFLOP/s from medians; tuned, sweep-best and the library re-measured together, interleaved)"
+    )
+    mm = (report.get("matmul") or {}).get("final") or {}
     if mm:
-        print(
-            f"  matmul bf16 4096^3   tuned {fmt((mm.get('tuned') or {}).get('tflops'))}"
-            f" | sweep best of {mm.get('sweep_measured', 0)} {fmt((mm.get('sweep_best') or {}).get('tflops'))}"
-            f" | torch.matmul {fmt((mm.get('torch') or {}).get('tflops'))}"
+        p = report["matmul"]["problem"]
+        line = f"  matmul {p['dtype']} {p['M']}x{p['N']}x{p['K']}  "
+        line += " | ".join(
+            f"{k} {fmt(v.get('tflops'))} ({fmt(v.get('speed_vs_baseline'), '.2f')}x)" for k, v in mm.items()
         )
-    at = report.get("attention") or {}
-    if at:
+        print(line)
+        t = report["matmul"].get("tuned") or {}
         print(
-            f"  flash attn 4x32x4096x128 causal bf16   tuned {fmt((at.get('tuned') or {}).get('tflops'))}"
-            f" | torch SDPA {fmt((at.get('torch_sdpa') or {}).get('tflops'))}"
+            f"    configs timed {report['matmul'].get('configs_timed')}, tuning {fmt(t.get('seconds'), '.0f')} s"
+        )
+    at = (report.get("attention") or {}).get("final") or {}
+    if at:
+        p = report["attention"]["problem"]
+        line = f"  flash attention {p['B']}x{p['H']}x{p['S']}x{p['D']} causal={p['causal']} {p['dtype']}  "
+        line += " | ".join(
+            f"{k} {fmt(v.get('tflops'))} ({fmt(v.get('speed_vs_baseline'), '.2f')}x)" for k, v in at.items()
+        )
+        print(line)
+        t = report["attention"].get("tuned") or {}
+        print(
+            f"    configs timed {report['attention'].get('configs_timed')}, tuning {fmt(t.get('seconds'), '.0f')} s"
         )
     checks = report.get("checks", [])
     print(
@@ -511,84 +775,103 @@ def print_summary(report: Mapping[str, Any]) -> None:
         f"{sum(c['status'] in ('failed', 'error') for c in checks)} failed, "
         f"{sum(c['status'] == 'skipped' for c in checks)} skipped"
     )
+    for c in checks:
+        if c["status"] == "skipped":
+            print(f"    skipped {c['kernel']}/{c['backend']}: {c.get('reason', '')[:160]}")
+
+
+PHASES: dict[str, Callable[[Run, Phase], None]] = {
+    "checks": phase_checks,
+    "graph_probe": phase_graph_probe,
+    "matmul": phase_matmul,
+    "attention": phase_attention,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--out", default=None, help="output directory (default: $OUT, else ./gpu_validate_out)")
-    ap.add_argument("--budget", type=int, default=16, help="matmul tuning trials (default 16)")
-    ap.add_argument("--attn-budget", type=int, default=10, help="flash attention tuning trials (default 10)")
+    ap.add_argument("--max-minutes", type=float, default=8.0, help="total wall-clock limit (default 8)")
+    ap.add_argument("--allow-cpu", action="store_true", help="without a CUDA device: the CPU self-test")
+    ap.add_argument("--budget", type=int, default=None, help="matmul tuning trials (default 16; CPU 4)")
     ap.add_argument(
-        "--sweep-limit", type=int, default=160, help="most configs in the matmul sweep (default 160)"
+        "--attn-budget", type=int, default=None, help="attention tuning trials (default 10; CPU 3)"
+    )
+    ap.add_argument(
+        "--sweep-limit", type=int, default=None, help="most configs in the matmul sweep (160; CPU 4)"
     )
     ap.add_argument("--attn-space-limit", type=int, default=48, help="most attention configs (default 48)")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compile processes")
+    ap.add_argument("--jobs", type=int, default=None, help="compile processes (default: the usable cores)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument(
-        "--time-limit", type=float, default=280.0, help="seconds; the sweep stops early to keep it"
-    )
-    ap.add_argument("--reserve-s", type=float, default=90.0, help="seconds kept for the attention phase")
-    ap.add_argument(
-        "--skip", action="append", default=[], choices=["checks", "graph_probe", "matmul", "attention"]
-    )
+    ap.add_argument("--skip", action="append", default=[], choices=list(PHASES))
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
-    ok, reason = gpu_status()
-    if not ok:
-        print(f"gpu_validate: no CUDA GPU here ({reason}); nothing to validate.")
-        return 0
-    clock = Clock(args.time_limit)
+    vers = versions()
+    print(versions_line(vers), flush=True)
+    gpu, reason = gpu_status()
+    if not gpu and not args.allow_cpu:
+        print(f"gpu_validate: no usable CUDA device ({reason}); --allow-cpu runs the CPU self-test")
+        return 1
+    if not gpu:
+        os.environ["TRITON_INTERPRET"] = "1"  # before any kernel module defines a @triton.jit
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    from tuner.measure._compile import default_jobs
+
+    args.jobs = args.jobs or default_jobs()
+    args.budget = args.budget or (16 if gpu else 4)
+    args.attn_budget = args.attn_budget or (10 if gpu else 3)
+    args.sweep_limit = args.sweep_limit or (160 if gpu else 4)
+    if not gpu:
+        args.attn_space_limit = min(args.attn_space_limit, 2)
+    clock = Clock(args.max_minutes * 60.0, SHARES)
     out = output_dir(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    path = out / "gpu_validate.json"
 
-    import torch
-
-    from tuner.measure import TimingOptions, detect_device
     from tuner.tune import software_versions
 
-    device = detect_device("triton")
-    props = torch.cuda.get_device_properties(0)
     report: dict[str, Any] = {
         "schema": SCHEMA,
+        "mode": "gpu" if gpu else "cpu-self-test",
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "device": {
-            "name": torch.cuda.get_device_name(0),
-            "arch": device.arch,
-            "capability": list(torch.cuda.get_device_capability(0)),
-            "sms": props.multi_processor_count,
-            "memory_gib": round(props.total_memory / 2**30, 1),
-        },
-        "versions": software_versions(),
+        "versions": {**vers, **software_versions()},
         "args": vars(args),
         "checks": [],
         "errors": [],
+        "phase_s": {},
+        "phase_budget_s": {},
     }
-    # Eager launches with device events and an L2 flush before each run; the kernels tuned here run for
-    # 0.1 ms and more, where a CUDA graph would change nothing (the probe phase exercises graphs).
-    timing = TimingOptions(
-        warmup=1,
-        budget_ms=25.0,
-        min_reps=10,
-        max_reps=100,
-        interleave_rounds=5,
-        interleave_reps=5,
-        cuda_graph=False,
+    run = Run(args, gpu, out, report)
+    device: dict[str, Any] = {"name": reason if gpu else "cpu", "arch": run.device.arch}
+    if gpu:
+        import torch
+
+        props = torch.cuda.get_device_properties(0)
+        device |= {
+            "capability": list(torch.cuda.get_device_capability(0)),
+            "sms": props.multi_processor_count,
+            "memory_gib": round(props.total_memory / 2**30, 1),
+        }
+    report["device"] = device
+    print(
+        f"gpu_validate ({report['mode']}) on {device['name']} ({device['arch']}); limit {args.max_minutes:g} min; writing {path}",
+        flush=True,
     )
-    path = out / "gpu_validate.json"
-    print(f"gpu_validate on {report['device']['name']} ({device.arch}); writing {path}", flush=True)
-    phases = [
-        ("checks", lambda: check_all_kernels(device, args.jobs, timing, report)),
-        ("graph_probe", lambda: cuda_graph_probe(timing, report)),
-        ("matmul", lambda: tune_matmul(device, args, timing, clock, report, out)),
-        ("attention", lambda: tune_attention(device, args, timing, report)),
-    ]
-    for name, fn in phases:
-        if name in args.skip:
-            continue
+
+    def on_expire() -> None:
+        report["errors"].append({"phase": "watchdog", "error": f"the {args.max_minutes:g} min limit passed"})
+        write_json(path, report)
+        print(f"gpu_validate: stopped by the wall-clock guard after {clock.elapsed:.0f} s", flush=True)
+
+    start_watchdog(clock, grace_s=60.0, on_expire=on_expire)
+    todo = [p for p in PHASES if p not in args.skip]
+    for i, name in enumerate(todo):
+        budget = clock.phase_budget(name, todo[i:])
+        report["phase_budget_s"][name] = round(budget, 1)
         t0 = time.perf_counter()
         try:
-            fn()
+            PHASES[name](run, Phase(budget))
         except Exception as exc:
             report["errors"].append(
                 {
@@ -597,13 +880,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "traceback": traceback.format_exc()[-4000:],
                 }
             )
-            print(f"  {name}: FAILED: {type(exc).__name__}: {exc}", flush=True)
-        report.setdefault("phase_s", {})[name] = round(time.perf_counter() - t0, 1)
+            print(f"  {name}: FAILED: {type(exc).__name__}: {exc}"[:500], flush=True)
+        report["phase_s"][name] = round(time.perf_counter() - t0, 1)
         report["elapsed_s"] = round(clock.elapsed, 1)
         write_json(path, report)
     print_summary(report)
     print(f"elapsed {clock.elapsed:.0f} s; figures in {path}")
-    return 1 if report["errors"] or any(c["status"] in ("failed", "error") for c in report["checks"]) else 0
+    failed = report["errors"] or any(c["status"] in ("failed", "error") for c in report["checks"])
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

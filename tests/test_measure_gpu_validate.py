@@ -31,7 +31,7 @@ def gv():
 
 
 @pytest.mark.parametrize("interpret", ["1", ""])
-def test_without_a_gpu_it_says_so_and_exits_0(tmp_path, interpret):
+def test_without_a_gpu_it_prints_versions_then_one_line_and_exits_1(tmp_path, interpret):
     env = {
         **os.environ,
         "OUT": str(tmp_path / "out"),
@@ -39,9 +39,50 @@ def test_without_a_gpu_it_says_so_and_exits_0(tmp_path, interpret):
         "CUDA_VISIBLE_DEVICES": "",
     }
     p = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env, timeout=120)
-    assert p.returncode == 0, p.stderr
-    assert "no CUDA GPU here" in p.stdout
+    assert p.returncode == 1, p.stderr
+    lines = p.stdout.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("versions: python=")
+    assert "triton=" in lines[0] and "driver=" in lines[0] and "gpu=" in lines[0]
+    assert lines[1].startswith("gpu_validate: no usable CUDA device") and "--allow-cpu" in lines[1]
     assert not (tmp_path / "out").exists()
+
+
+def test_xla_preallocation_is_off_before_jax_loads(gv):
+    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    src = SCRIPT.read_text()
+    assert src.index("XLA_PYTHON_CLIENT_PREALLOCATE") < src.index("import jax")
+
+
+def test_phase_budgets_share_the_time_left(gv):
+    clock = gv.Clock(100.0, {"a": 0.25, "b": 0.25, "c": 0.5})
+    assert clock.phase_budget("a", ["a", "b", "c"]) == pytest.approx(25.0, abs=0.5)
+    # a phase that ran late leaves less; the rest is shared among the phases still to run
+    clock.t0 -= 40.0
+    assert clock.phase_budget("b", ["b", "c"]) == pytest.approx(60.0 / 3, abs=0.5)
+    assert clock.phase_budget("c", ["c"]) == pytest.approx(60.0, abs=0.5)
+    clock.t0 -= 100.0
+    assert clock.phase_budget("c", ["c"]) == 0.0
+
+
+def test_interleaved_protocol_times_every_contestant_in_rounds(gv):
+    from tuner.measure import TimingOptions
+
+    order = []
+    opts = TimingOptions(warmup=0, min_reps=1, max_reps=3, interleave_rounds=3, interleave_reps=2)
+
+    def make(name):
+        def fn():
+            order.append(name)
+
+        return fn
+
+    def boom():
+        raise RuntimeError("no kernel")
+
+    res = gv.interleaved([("a", make("a")), ("b", make("b")), ("x", boom)], opts, gpu=False)
+    assert res["a"].ok and res["b"].n == 6 and res["x"].status == "crashed"
+    # one warm-up call each, then rounds of (warmup 1 + 2 reps) per contestant: a a a b b b a a a ...
+    assert order[:2] == ["a", "b"] and order[2:5] == ["a"] * 3 and order[5:8] == ["b"] * 3
 
 
 def test_output_dir(gv, monkeypatch):
@@ -140,3 +181,29 @@ def test_report_json_is_written_atomically(gv, tmp_path):
     assert json.loads(p.read_text()) == {"schema": gv.SCHEMA, "x": [3]}
     assert [q.name for q in p.parent.iterdir()] == ["gpu_validate.json"]
     assert gv.tflops(2e12, 1000.0) == pytest.approx(2.0) and gv.tflops(None, 1.0) is None
+
+
+@pytest.mark.slow
+def test_cpu_self_test_runs_the_phases_and_writes_the_report(tmp_path):
+    """The CPU twin of the GPU run: the same phases on tiny problems under the interpreters (kernel
+    checks skipped here for time; `--allow-cpu` alone runs them too)."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("TRITON_INTERPRET", None)
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(SCRIPT), "--allow-cpu", "--out", str(out), "--skip", "checks"]
+    p = subprocess.run([*cmd, "--max-minutes", "6"], capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert p.stdout.startswith("versions: python=")
+    doc = json.loads((out / "gpu_validate.json").read_text())
+    assert doc["schema"] == "tuner.gpu_validate/2" and doc["mode"] == "cpu-self-test" and not doc["errors"]
+    assert set(doc["phase_s"]) == {"graph_probe", "matmul", "attention"}
+    budgets = doc["phase_budget_s"]  # time a phase leaves unused goes to the later ones
+    assert budgets["graph_probe"] < budgets["matmul"] <= budgets["attention"] <= 6 * 60
+    mm = doc["matmul"]["final"]
+    assert mm["torch.matmul"]["status"] == "ok" and mm["torch.matmul"]["speed_vs_baseline"] == 1.0
+    assert mm["tuned"]["status"] == "ok" and mm["tuned"]["n"] == 4  # 2 rounds x 2 reps
+    assert "sweep_best_1" in mm and doc["matmul"]["configs_timed"] >= 4
+    assert (out / "matmul_sweep_cpu.json").exists()
+    at = doc["attention"]["final"]
+    assert at["torch_sdpa"]["status"] == "ok" and at["tuned"]["status"] == "ok"
+    assert "result (TFLOP/s" in p.stdout

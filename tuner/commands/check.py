@@ -1,6 +1,10 @@
 """`tuner check KERNEL`: run random valid configs of a kernel's space against its reference.
 
-Exit 0 when every config matches, 1 when any does not (or fails to run), 2 on bad input.
+`tuner check KERNEL --compile-only --device sm80|sm90 [--configs N | --all]` compiles configs of the
+space for that GPU with Triton's compiler instead (no GPU needed) and prints, per config, compiled or the
+compiler's error, and registers, spill bytes and shared memory.
+
+Exit 0 when every config matches (compiles), 1 when any does not (or fails to run), 2 on bad input.
 """
 
 from __future__ import annotations
@@ -28,6 +32,16 @@ def add_parser(sub: Any) -> None:
         help="backend to check (default: every backend of the kernel)",
     )
     p.add_argument("--configs", type=int, default=8, help="number of random valid configs (default: 8)")
+    p.add_argument(
+        "--compile-only",
+        action="store_true",
+        help="compile the configs for --device (sm80 or sm90) with Triton's compiler, no GPU needed; "
+        "print registers, spills and shared memory per config; exit 1 if one the space accepts fails",
+    )
+    p.add_argument("--all", action="store_true", help="with --compile-only: every config of the space")
+    p.add_argument(
+        "--jobs", type=int, default=None, help="with --compile-only: compile processes (default: the cores)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the configs and of the inputs (default: 0)")
     p.add_argument(
         "--shape",
@@ -89,6 +103,10 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput(f"--configs must be >= 1, got {args.configs}")
     if args.device is not None and args.device not in DEVICES:
         raise BadInput(f"unknown device {args.device!r}; choose one of {', '.join(sorted(DEVICES))}")
+    if args.compile_only:
+        return _compile_only(args)
+    if args.all or args.jobs is not None:
+        raise BadInput("--all and --jobs go with --compile-only")
     prepare_triton()  # before any kernel module defines a @triton.jit
     from tuner.kernels import get_kernel
     from tuner.search_spaces.devices import detect_device
@@ -101,15 +119,7 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput(
             f"kernel {spec.name!r} has no backend {args.backend!r}; it has {', '.join(spec.backends)}"
         )
-    known = set(spec.default_problem) | set(spec.extra.get("optional_fields", {}))
-    problem = dict(spec.default_problem)
-    problem.update(parse_shape([s for group in args.shape for s in group], known))
-    if args.dtype is not None:
-        if args.dtype not in spec.dtypes:
-            raise BadInput(
-                f"kernel {spec.name!r} supports dtypes {', '.join(spec.dtypes)}, not {args.dtype!r}"
-            )
-        problem["dtype"] = args.dtype
+    problem = _problem(spec, args)
     device = get_device(args.device) if args.device else None
     backends = [args.backend] if args.backend else list(spec.backends)
     # Bad problems and devices the backend cannot target are bad input: find out before running anything.
@@ -129,6 +139,110 @@ def run(args: argparse.Namespace) -> int:
         else:
             _print(report)
     return 0 if all_ok else 1
+
+
+def _problem(spec: Any, args: argparse.Namespace) -> dict[str, Any]:
+    from tuner.errors import BadInput
+
+    known = set(spec.default_problem) | set(spec.extra.get("optional_fields", {}))
+    problem = dict(spec.default_problem)
+    problem.update(parse_shape([s for group in args.shape for s in group], known))
+    if args.dtype is not None:
+        if args.dtype not in spec.dtypes:
+            raise BadInput(
+                f"kernel {spec.name!r} supports dtypes {', '.join(spec.dtypes)}, not {args.dtype!r}"
+            )
+        problem["dtype"] = args.dtype
+    return problem
+
+
+def _compile_only(args: argparse.Namespace) -> int:
+    """Compile configs for a GPU target in compile processes of their own (this process may have the
+    Triton interpreter on; they never do)."""
+    from tuner.errors import BadInput
+    from tuner.kernels import get_kernel
+    from tuner.kernels._check import draw_configs
+    from tuner.measure._compile import ARCHS, CompilePool
+    from tuner.search_spaces import get_device
+
+    if args.device not in ARCHS:
+        raise BadInput(f"--compile-only needs --device {' or '.join(sorted(ARCHS))}, got {args.device!r}")
+    if args.backend not in (None, "triton"):
+        raise BadInput(
+            f"--compile-only compiles Triton kernels; --backend {args.backend!r} cannot be compiled"
+        )
+    if args.jobs is not None and args.jobs < 1:
+        raise BadInput(f"--jobs must be >= 1, got {args.jobs}")
+    try:
+        spec = get_kernel(args.kernel)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    if "triton" not in spec.backends:
+        raise BadInput(f"kernel {spec.name!r} has no Triton backend; it has {', '.join(spec.backends)}")
+    problem = _problem(spec, args)
+    try:
+        space = spec.space(problem, get_device(args.device), "triton")
+        configs = space.enumerate() if args.all else draw_configs(space, args.configs, args.seed)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BadInput(f"{spec.name}/triton on {args.device}: {exc}") from None
+    from rich.progress import Progress
+
+    with (
+        Progress(transient=True, disable=args.json or not sys.stderr.isatty()) as bar,
+        CompilePool(jobs=args.jobs) as pool,
+    ):
+        task = bar.add_task(f"compiling {spec.name} for {args.device}", total=len(configs))
+        results = pool.compile(
+            spec.name, problem, configs, args.device, progress=lambda i, r: bar.advance(task)
+        )
+    ok = all(r.ok for r in results)
+    if args.json:
+        doc = {
+            "kernel": spec.name,
+            "backend": "triton",
+            "device": args.device,
+            "problem": problem,
+            "space_size": len(space) if space.is_enumerable else -1,
+            "ok": ok,
+            "rows": [r.to_dict() for r in results],
+        }
+        json.dump(doc, sys.stdout, default=str)
+        sys.stdout.write("\n")
+    else:
+        _print_compiled(spec.name, args.device, problem, results)
+    return 0 if ok else 1
+
+
+def _print_compiled(kernel: str, arch: str, problem: dict[str, Any], results: list[Any]) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    shape = " ".join(f"{k}={v}" for k, v in problem.items())
+    table = Table(title=f"{kernel}/triton compiled for {arch}: {shape}")
+    for col in ("#", "config", "status", "registers", "spill B", "shared B", "s"):
+        table.add_column(col)
+    for i, r in enumerate(results):
+        f = r.features()
+        cfg = " ".join(f"{k}={v}" for k, v in r.config.items())
+        status = (
+            "compiled"
+            if r.ok
+            else f"{r.status}: {(r.error or '').strip().splitlines()[0][:200] if r.error else ''}"
+        )
+        table.add_row(
+            str(i),
+            cfg,
+            escape(status),
+            str(f.get("registers", "-")),
+            str(f.get("spill_bytes", "-")),
+            str(f.get("shared_bytes", "-")),
+            f"{r.compile_s:.1f}",
+        )
+    console = Console(width=max(Console().width, 160))
+    console.print(table)
+    n_ok = sum(r.ok for r in results)
+    console.print(f"{kernel}/triton on {arch}: {n_ok}/{len(results)} configs compiled")
 
 
 def _check_one(

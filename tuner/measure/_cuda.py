@@ -15,7 +15,12 @@ from ._timing import TimingOptions, reps_for
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CudaTimer"]
+__all__ = ["CudaTimer", "estimate_ms"]
+
+
+def estimate_ms(times_ms: list[float]) -> float:
+    """One run's time from a few cold runs, each timed on its own (the flush outside the events)."""
+    return sum(times_ms) / len(times_ms) if times_ms else 0.0
 
 
 class CudaTimer:
@@ -78,16 +83,18 @@ class CudaTimer:
             out = call()
         torch.cuda.synchronize()
         if n is None:
-            # Estimate from 3 back-to-back runs (cold caches), as do_bench does.
-            s, e = self._events(1)
-            s[0].record()
-            for _ in range(3):
+            # Estimate from 3 runs (cold caches, as do_bench), each between its own events so that the
+            # L2 flush before it is not counted: the graph decision and the repeat count are about the
+            # kernel alone (a 256 MiB flush takes longer than the short kernels a graph is for).
+            s, e = self._events(3)
+            for i in range(3):
                 before()
                 self._flush()
+                s[i].record()
                 out = call()
-            e[0].record()
+                e[i].record()
             torch.cuda.synchronize()
-            est = s[0].elapsed_time(e[0]) / 3
+            est = estimate_ms([a.elapsed_time(b) for a, b in zip(s, e, strict=True)])
             n = reps_for(est, opts)
         else:
             est = None

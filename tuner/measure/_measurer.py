@@ -160,7 +160,9 @@ class TargetMeasurer(Measurer):
             self._known_failures.update(failures)
             return failures
         main = self._remote()  # computes the reference once; the pool reuses it
-        jobs = max(1, min(jobs or os.cpu_count() or 1, len(configs)))
+        from ._compile import default_jobs
+
+        jobs = max(1, min(jobs or default_jobs(), len(configs)))
         pool = [Worker(self.target, self.timing, self.settings, name=f"compile{i}") for i in range(jobs)]
         for w in pool:
             w.reference = main.reference
@@ -258,6 +260,9 @@ class KernelMeasurer(TargetMeasurer):
             else:
                 problem = spec.default_problem
         kind = device_kind(device, backend)
+        self.arch = _arch(device, backend)
+        self._resources: dict[str, dict[str, int]] = {}
+        self.compile_only: list[Any] = []  # CompileResults of the last compile-only precompile
         target = KernelTarget(
             spec, dict(problem), backend, device_kind=kind, seed=seed, reference_fn=reference_fn
         )
@@ -265,6 +270,75 @@ class KernelMeasurer(TargetMeasurer):
             # The fork server imports torch once; every fresh worker (also after a crash) starts with it.
             settings = WorkerSettings(preload=("torch",))
         super().__init__(target, isolation=isolation, timing=timing, settings=settings)
+
+    def measure(self, config: Mapping[str, Any]) -> MeasureResult:
+        res = super().measure(config)
+        extra = self._resources.get(config_order_key(config))
+        if extra and res.ok and "registers" not in res.extra:
+            res = res.with_(extra={**extra, **res.extra})
+        return res
+
+    def precompile(
+        self, configs: Sequence[Mapping[str, Any]], jobs: int | None = None
+    ) -> dict[str, MeasureResult]:
+        """Triton on a CUDA device (sm80 / sm90): compile `configs` ahead of time in a pool of compile
+        processes (`jobs`, default: the usable cores) that need no device: Triton's on-disk cache then
+        holds every binary, so measuring loads instead of compiling, and the GPU never waits on the
+        compiler. Configs the compiler rejects (compile_error, out_of_resources) become known failures;
+        the resources of the others (registers, spill_bytes, shared_bytes) join their measurements.
+        Other backends and devices: checked in parallel worker processes (`TargetMeasurer.precompile`)."""
+        from ._compile import ARCHS, CompilePool
+
+        target = self.target
+        assert isinstance(target, KernelTarget)
+        if not (
+            target.backend == "triton"
+            and target.timer == "cuda"
+            and self.arch in ARCHS
+            and self.isolation == "process"
+        ):
+            return super().precompile(configs, jobs)
+        todo = [dict(c) for c in configs if config_order_key(c) not in self._known_failures]
+        if not todo:
+            return {}
+        with CompilePool(jobs=jobs, timeout_s=self.settings.compile_timeout_s) as pool:
+            results = pool.compile(target.name, dict(target.problem), todo, self.arch)
+        self.compile_only = results
+        failures: dict[str, MeasureResult] = {}
+        if results and not any(r.ok for r in results):
+            # Nothing compiled: more likely the compile-only path than every config; let measuring tell.
+            log.warning(
+                "compile-only precompile for %s compiled none of %d configs (first: %s: %s); measuring "
+                "them as usual",
+                self.arch,
+                len(results),
+                results[0].status,
+                (results[0].error or "")[:300],
+            )
+            return failures
+        for r in results:
+            key = config_order_key(r.config)
+            if r.ok:
+                self._resources[key] = r.features()
+            elif r.status in (COMPILE_ERROR, "out_of_resources"):
+                failures[key] = MeasureResult.failed(
+                    r.status,
+                    self.label,
+                    f"compiling for {self.arch} (compile-only precompile): {r.error}",
+                    extra={"phase": "compile", **r.features()},
+                )
+            else:  # the compile process itself failed: measuring will compile and tell
+                log.warning("precompile of %s: %s: %s", r.config, r.status, (r.error or "")[:300])
+        self._known_failures.update(failures)
+        return failures
+
+
+def _arch(device: Device | str | None, backend: str) -> str:
+    if device is None:
+        from ._device import detect_device
+
+        return detect_device(backend).arch
+    return device if isinstance(device, str) else device.arch
 
 
 class CallableMeasurer(TargetMeasurer):

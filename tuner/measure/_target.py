@@ -9,6 +9,7 @@ caller's process (in-process mode); the code is the same.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -67,6 +68,11 @@ class Target(ABC):
 
     def describe(self) -> str:
         return type(self).__name__
+
+    def recording_resources(self) -> contextlib.AbstractContextManager[list[Any] | None]:
+        """Around a config's first call: yields a list that fills with the compiled kernels'
+        resources (`KernelResources`), or None where the backend reports none."""
+        return contextlib.nullcontext(None)
 
 
 def _device_label(device_kind: str) -> str:
@@ -194,7 +200,10 @@ class KernelTarget(Target):
         inputs = spec.make_inputs(self.problem, self.backend, self.seed)
         if not isinstance(inputs, dict):
             inputs = dict(inputs)
-        self._holder = _Holder(inputs, spec.mutated_inputs, spec.output_buffer)
+        # One spec serves both backends: a Pallas launcher returns a new array where the Triton one
+        # writes into the buffer, so the buffer is poisoned only where the inputs hold it.
+        out = spec.output_buffer if spec.output_buffer in inputs else None
+        self._holder = _Holder(inputs, spec.mutated_inputs, out)
 
     @property
     def inputs(self) -> dict[str, Any]:
@@ -219,6 +228,13 @@ class KernelTarget(Target):
     def tolerance(self) -> tuple[float, float]:
         rtol, atol = self._spec().tolerance(str(self.problem.get("dtype", "float32")))
         return float(rtol), float(atol)
+
+    def recording_resources(self) -> contextlib.AbstractContextManager[list[Any] | None]:
+        if self.backend == "triton" and self.timer == "cuda":
+            from ._compile import record_triton_kernels
+
+            return record_triton_kernels()
+        return contextlib.nullcontext(None)
 
 
 @dataclass
@@ -299,6 +315,8 @@ class Session:
         self.reference = reference
         self._cmp_cache: dict[str, Any] = {}
         self._cuda: Any = None
+        # registers / spill_bytes / shared_bytes of the last first run, where the backend reports them
+        self.resources: dict[str, int] = {}
         self.fatal = False  # the device context is unusable: this process must be replaced
         self.ready = False
 
@@ -358,12 +376,18 @@ class Session:
     def first_run(self, config: Mapping[str, Any]) -> tuple[float, float | None]:
         """Compile (the first call) and check. Returns (compile seconds, max abs error); raises _Failed."""
         t0 = time.perf_counter()
+        self.resources = {}
         try:
             self.target.before_run()
-            out = self._sync(self.target.call(config))
+            with self.target.recording_resources() as found:
+                out = self._sync(self.target.call(config))
         except Exception as exc:
             raise self._fail(exc, "compile") from None
         compile_s = time.perf_counter() - t0
+        if found:
+            from ._compile import resource_features
+
+            self.resources = resource_features(found)
         return compile_s, self._verify(out, "first run")
 
     def time_config(
@@ -413,7 +437,7 @@ class Session:
             compile_s=compile_s,
             max_abs_error=max(errs) if errs else None,
             wall_s=time.perf_counter() - t0,
-            extra={"timer": timer},
+            extra={"timer": timer, **self.resources},
         )
 
     def interleave(self, configs: Sequence[Mapping[str, Any]], rounds: int, reps: int) -> list[MeasureResult]:
