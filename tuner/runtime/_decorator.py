@@ -350,9 +350,12 @@ def autotune(
       `configs`, with Triton's semantics (see `_triton_compat`); a Triton kernel with `configs` gets
       `.cache`, `.best_config` and `.configs` as with triton.autotune.
     - `mode`: "online" (tune misses) or "offline" (never tune: nearest cached key, else the cost-model
-      hook, else the space default); None reads $TUNER_MODE (default online).
+      hook, else the space default), or a mode added with `tuner.runtime._resolve.register_mode`; None
+      reads $TUNER_MODE (default online).
     - `storage`: None (the default store, $TUNER_HOME/tuner.db), a URL, a ResultStore or ConfigCache,
-      or False (memory only). `cache`: a shipped file (path or `load_cache(path)`) consulted first.
+      or False (memory only). `cache`: a shipped file (path or `load_cache(path)`) consulted first; a
+      path that cannot be used is skipped with a warning. A store or file fault never fails the call:
+      the call goes on with the other layers (online: tuning in memory), one warning per cause.
     - `bench(call) -> seconds | (median, spread)`; default: the CPU timer for plain callables and the
       interpreters, triton.testing.do_bench for Triton on a GPU, block_until_ready timing for jax.
     - `restore`: names of array arguments the kernel writes in place; they are copied before tuning and

@@ -1,6 +1,7 @@
 """A Triton JIT function under `tuner.autotune`: launched as `kernel[grid](*args)`, as with
 triton.autotune. `kernel[grid]` is the shared hit path (`_hit.py`) around `kernel.run` bound to the grid,
-so the tuner benches exactly the launch the caller makes."""
+so the tuner benches exactly the launch the caller makes; the launcher of each recent grid is kept, so
+`kernel[grid](...)` written on every launch costs one dict lookup more than a launcher indexed once."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._decorator import Autotuned
 
 __all__ = ["AutotunedKernel", "triton_configs_to_dicts"]
+
+_MAX_GRIDS = 64  # launchers kept per kernel, by grid (a tuple, or the grid function)
 
 
 def triton_configs_to_dicts(configs: Sequence[Any]) -> list[dict[str, Any]]:
@@ -57,11 +60,26 @@ class AutotunedKernel:
         self.explain = t.explain
         self.cache_clear = t.cache_clear
         self._jit_run = t.fn.run
-        self._parts = (t.keys.fast, t.mem, t.miss)
+        self._by_grid: dict[Any, Callable[..., Any]] = {}
 
     def __getitem__(self, grid: Any) -> Callable[..., Any]:
-        keys, mem, miss = self._parts
-        return make_hit_path(functools.partial(self._jit_run, grid=grid, warmup=False), keys, mem, miss)
+        try:
+            return self._by_grid[grid]
+        except (KeyError, TypeError):  # a new grid, or an unhashable one
+            pass
+        t = self.tuner
+        hit = make_hit_path(self._target(grid), t.keys.fast, t.mem, t.miss)
+        try:
+            if len(self._by_grid) >= _MAX_GRIDS:  # grids made afresh on every launch (lambdas): bounded
+                self._by_grid.clear()
+            self._by_grid[grid] = hit
+        except TypeError:
+            pass
+        return hit
+
+    def _target(self, grid: Any) -> Callable[..., Any]:
+        """What `kernel[grid]` calls with the config (the triton.autotune drop-in wraps it)."""
+        return functools.partial(self._jit_run, grid=grid, warmup=False)
 
     def run(self, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> Any:
         if warmup:

@@ -32,7 +32,6 @@ stored with its key (source hash, dtypes, device, versions) and reused in later 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import sys
 import threading
@@ -596,9 +595,11 @@ class TritonAutotuner(AutotunedKernel):
         self.configs = t.configs
         self.cache = t.triton_cache
 
-    def __getitem__(self, grid: Any) -> Callable[..., Any]:
-        keys, mem, miss = self._parts
-        run = functools.partial(self._jit_run, grid=grid, warmup=False)
+    def _target(self, grid: Any) -> Callable[..., Any]:
+        """`run` bound to the grid, noting the launch's keyword arguments (for best_config) and running
+        the config's own pre_hook, if any; `.bare` is the launch alone (what tuning times, with the
+        hooks around it) and `.grid` the grid (pruning functions get it, as with Triton)."""
+        run = super()._target(grid)
         t = self.tuner
         if t.has_config_hooks:
 
@@ -606,9 +607,8 @@ class TritonAutotuner(AutotunedKernel):
                 t.last_kw = kw
                 cobj = t.config_obj(t.split_config(kw))
                 if getattr(cobj, "pre_hook", None) is not None:
-                    cobj.pre_hook(
-                        t.full_nargs(args, {k: v for k, v in kw.items() if k not in t._cfg_names}, grid, cobj)
-                    )
+                    user_kw = {k: v for k, v in kw.items() if k not in t._cfg_names}
+                    cobj.pre_hook(t.full_nargs(args, user_kw, grid, cobj))
                 return run(*args, **kw)
         else:
 
@@ -618,7 +618,7 @@ class TritonAutotuner(AutotunedKernel):
 
         target.grid = grid  # type: ignore[attr-defined]
         target.bare = run  # type: ignore[attr-defined]
-        return make_hit_path(target, keys, mem, miss)
+        return target
 
     @property
     def best_config(self) -> Any:
