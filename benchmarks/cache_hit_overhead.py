@@ -10,7 +10,8 @@ and, where it can be measured on CPU, triton.autotune's Autotuner on a pre-popul
   4. Autotuner dispatch around a JIT-function stand-in whose `.run` is a no-op (Autotuner.run's own
      per-call work: key building, cache lookup, config kwargs merging), vs that stand-in launched
      directly, and tuner.autotune(configs=[triton.Config...]) around the same stand-in, with the grid
-     indexed once and indexed on every launch (`kernel[grid](...)` as user code writes it);
+     indexed once, indexed on every launch (`kernel[grid](...)` as user code writes it), and a grid
+     function made afresh on every launch (`kernel[lambda meta: ...](...)` inside a launcher);
   5. a real trivial @triton.jit kernel under the interpreter, direct vs Autotuner vs tuner.autotune
      (the interpreter's own run time, ~ms, buries the overhead; printed for completeness).
 
@@ -148,6 +149,11 @@ def triton_rows(number: int, repeats: int) -> dict[str, float]:
         "stub[grid] per launch": lambda: stub[grid](t, 1024, BLOCK=64, num_warps=4, num_stages=3),
         "triton Autotuner [grid] per launch": lambda: at[grid](t, 1024),
         "tuner.autotune [grid] per launch": lambda: ours[grid](t, 1024),
+        "stub[lambda grid] made per launch": lambda: stub[lambda meta: (1,)](
+            t, 1024, BLOCK=64, num_warps=4, num_stages=3
+        ),
+        "triton Autotuner [lambda grid] made per launch": lambda: at[lambda meta: (1,)](t, 1024),
+        "tuner.autotune [lambda grid] made per launch": lambda: ours[lambda meta: (1,)](t, 1024),
     }
     return interleaved(rows, number, repeats)
 
@@ -172,7 +178,11 @@ def print_triton(med: dict[str, float]) -> None:
     print(f"Triton launch path (triton {triton.__version__}; no-op JIT stand-in, tensor argument):")
     for k, v in med.items():
         print(f"  {k:42s} {v:8.1f} ns")
-    for suffix, base in (("(hit)", "stub[grid](...) direct"), ("[grid] per launch", "stub[grid] per launch")):
+    for suffix, base in (
+        ("(hit)", "stub[grid](...) direct"),
+        ("[grid] per launch", "stub[grid] per launch"),
+        ("[lambda grid] made per launch", "stub[lambda grid] made per launch"),
+    ):
         print(
             f"  overhead {suffix}: triton Autotuner "
             f"{med[f'triton Autotuner {suffix}'] - med[base]:.1f} ns, "

@@ -1,6 +1,6 @@
 """The shared hit path and the resolution chain's extension points: Triton launches through kernel[grid]
-with many grids (the launcher kept per grid), calls of every arity and form reaching one entry, and a
-mode registered from outside the runtime."""
+with grid tuples and grid functions, calls of every arity and form
+reaching one entry, and a mode registered from outside the runtime."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 import tuner
 from tuner import PowerOfTwo, SearchSpace
-from tuner.runtime import ConfigCache, _launcher, _resolve
+from tuner.runtime import ConfigCache, _resolve
 
 SPACE = SearchSpace([PowerOfTwo("block", 16, 256)])
 
@@ -41,18 +41,18 @@ def test_triton_launch_with_many_grids_tunes_once_and_launches_each_grid():
     expect = torch.zeros(64)
     expect[:covered] += 1
     assert torch.equal(x, expect)
-    # a grid made afresh on every launch, a tuple grid, and more grids than the launcher keeps
-    for i in range(_launcher._MAX_GRIDS + 5):
+    # a grid function made afresh on every launch, grid tuples, and run(grid=)
+    for i in range(6):
         add_one[lambda meta: (triton.cdiv(64, meta["BLOCK"]),)](x, 64)
         expect += 1
-        add_one[(64 // block,)](x, 64)
-        expect += 1
+        add_one[(64 // block, 1 + i % 3)](x, 64)  # 2-D: program_id(0) covers x once per row
+        expect += 1 + i % 3
         if i < 3:
             add_one.run(x, 64, grid=(64 // block,))
             expect += 1
     assert torch.equal(x, expect)
     assert add_one.tuner.stats["tuned"] == 1
-    assert len(add_one._by_grid) <= _launcher._MAX_GRIDS
+    assert "hit (in memory)" in add_one.explain(x, 64)
 
 
 def test_positional_keyword_and_default_forms_share_one_entry():

@@ -3,25 +3,69 @@
 
 A positional call costs one fast key (`keys[len(args)](args)`, see `_argkeys.py`), one dict lookup and
 the call: no logging, no locks, no allocation beyond the key tuple, as in Triton's Autotuner, whose hit
-is a dict lookup too. Anything else (keyword arguments, an unhashable key value, a key not in the dict)
-goes to `miss(args, kwargs, fast_key, target)`, which resolves the config (`_resolve.py`), remembers it
-under the fast key and returns it. The config reaches the target as keyword arguments.
+is a dict lookup too. Keyword arguments bound to a launcher (Triton's grid) are passed along. Anything
+else (keyword arguments, an unhashable key value, a key not in the dict) goes to
+`miss(args, kwargs, fast_key, call)`, which resolves the config (`_resolve.py`), remembers it under the
+fast key and returns it. The config reaches the target as keyword arguments.
 
 Extension point: a new front end (a drop-in for another autotuner, a recording wrapper) builds its
-`target` (what to call with the config: the function, a Triton `run` bound to a grid, a kernel
-launcher) and calls `make_hit_path`; it does not write its own lookup.
+`target` (what to call with the config: the function, Triton's `run` with `grid` and `warmup` bound, a
+kernel launcher) and calls `make_hit_path` (or `hit_paths` once, then `make(bound)` per launch); it does
+not write its own lookup.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["make_hit_path", "Miss"]
+__all__ = ["make_hit_path", "hit_paths", "Miss"]
 
-# miss(args, kwargs, fast key or None, target) -> config. `target` is what the hit path calls, so the
-# tuner benches exactly what the caller will run (for Triton: `run` bound to this grid).
+# miss(args, kwargs, fast key or None, call) -> config; `call` is what the hit path calls (the target
+# with its bound keywords), so the tuner benches exactly what the caller will run (for Triton: `run`
+# with this grid).
 Miss = Callable[[tuple, dict, Any, Callable[..., Any]], dict[str, Any]]
+
+
+_NO_KWARGS: dict[str, Any] = {}  # never written to (a plain dict: `**` of a dict is the fast case)
+
+
+def _with(target: Callable[..., Any], bound: Mapping[str, Any]) -> Callable[..., Any]:
+    return functools.partial(target, **bound) if bound else target
+
+
+def hit_paths(
+    target: Callable[..., Any],
+    keys: Sequence[Callable[[tuple], Any] | None],
+    mem: dict[Any, dict[str, Any]],
+    miss: Miss,
+) -> Callable[[Mapping[str, Any]], Callable[..., Any]]:
+    """`make(bound)` -> `hit(*args, **kwargs)`, which calls `target(*args, **bound, **kwargs, **config)`
+    with the config of the call's key.
+
+    `keys` is the fast-key table of a key builder (indexed by the number of positional arguments; None
+    where there are too few), `mem` the dict of fast key -> config that `miss` fills, `bound` keyword
+    arguments of one launcher that are not part of the key (Triton: the grid). `make` allocates what a
+    lambda does (the parts above live in this factory's cells), so Triton's `kernel[grid]` can make a hit
+    path per launch, as Triton's own `kernel[grid]` makes a lambda."""
+
+    def make(b: Mapping[str, Any]) -> Callable[..., Any]:
+        # No annotations on `hit`: they would be built into a dict each time a hit path is made.
+        def hit(*args, **kwargs):  # type: ignore[no-untyped-def]
+            if kwargs:
+                return target(*args, **b, **kwargs, **miss(args, kwargs, None, _with(target, b)))
+            try:
+                cfg = mem[keys[len(args)](args)]
+            except KeyError:
+                cfg = miss(args, kwargs, keys[len(args)](args), _with(target, b))
+            except (TypeError, IndexError, AttributeError):  # unhashable key value, too few or many args
+                cfg = miss(args, kwargs, None, _with(target, b))
+            return target(*args, **b, **cfg)
+
+        return hit
+
+    return make
 
 
 def make_hit_path(
@@ -29,21 +73,7 @@ def make_hit_path(
     keys: Sequence[Callable[[tuple], Any] | None],
     mem: dict[Any, dict[str, Any]],
     miss: Miss,
+    bound: Mapping[str, Any] | None = None,
 ) -> Callable[..., Any]:
-    """`hit(*args, **kwargs)`: `target(*args, **kwargs, **config)` with the config of the call's key.
-
-    `keys` is the fast-key table of a key builder (indexed by the number of positional arguments; None
-    where there are too few), `mem` the dict of fast key -> config that `miss` fills."""
-
-    def hit(*args: Any, **kwargs: Any) -> Any:
-        if kwargs:
-            return target(*args, **kwargs, **miss(args, kwargs, None, target))
-        try:
-            cfg = mem[keys[len(args)](args)]  # type: ignore[misc]
-        except KeyError:
-            cfg = miss(args, kwargs, keys[len(args)](args), target)  # type: ignore[misc]
-        except (TypeError, IndexError, AttributeError):  # unhashable key value, too few or many args
-            cfg = miss(args, kwargs, None, target)
-        return target(*args, **cfg)
-
-    return hit
+    """The hit path of `hit_paths(target, keys, mem, miss)` with `bound` (default: none)."""
+    return hit_paths(target, keys, mem, miss)(_NO_KWARGS if bound is None else bound)

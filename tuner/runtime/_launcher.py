@@ -1,22 +1,19 @@
 """A Triton JIT function under `tuner.autotune`: launched as `kernel[grid](*args)`, as with
-triton.autotune. `kernel[grid]` is the shared hit path (`_hit.py`) around `kernel.run` bound to the grid,
-so the tuner benches exactly the launch the caller makes; the launcher of each recent grid is kept, so
-`kernel[grid](...)` written on every launch costs one dict lookup more than a launcher indexed once."""
+triton.autotune. `kernel[grid]` makes the one hit path (`_hit.py`) around the JIT function's `run` with
+the grid bound (one closure, as Triton's own `kernel[grid]` makes one; no grid is kept past the launch),
+so the tuner benches `run` with the caller's grid."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._hit import make_hit_path
+from ._hit import hit_paths
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._decorator import Autotuned
 
 __all__ = ["AutotunedKernel", "triton_configs_to_dicts"]
-
-_MAX_GRIDS = 64  # launchers kept per kernel, by grid (a tuple, or the grid function)
 
 
 def triton_configs_to_dicts(configs: Sequence[Any]) -> list[dict[str, Any]]:
@@ -59,27 +56,10 @@ class AutotunedKernel:
         self.arg_names = t.arg_names
         self.explain = t.explain
         self.cache_clear = t.cache_clear
-        self._jit_run = t.fn.run
-        self._by_grid: dict[Any, Callable[..., Any]] = {}
+        self._make = hit_paths(t.fn.run, t.keys.fast, t.mem, t.miss)
 
     def __getitem__(self, grid: Any) -> Callable[..., Any]:
-        try:
-            return self._by_grid[grid]
-        except (KeyError, TypeError):  # a new grid, or an unhashable one
-            pass
-        t = self.tuner
-        hit = make_hit_path(self._target(grid), t.keys.fast, t.mem, t.miss)
-        try:
-            if len(self._by_grid) >= _MAX_GRIDS:  # grids made afresh on every launch (lambdas): bounded
-                self._by_grid.clear()
-            self._by_grid[grid] = hit
-        except TypeError:
-            pass
-        return hit
-
-    def _target(self, grid: Any) -> Callable[..., Any]:
-        """What `kernel[grid]` calls with the config (the triton.autotune drop-in wraps it)."""
-        return functools.partial(self._jit_run, grid=grid, warmup=False)
+        return self._make({"grid": grid, "warmup": False})
 
     def run(self, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> Any:
         if warmup:

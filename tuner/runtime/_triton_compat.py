@@ -32,6 +32,7 @@ stored with its key (source hash, dtypes, device, versions) and reused in later 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sys
 import threading
@@ -49,7 +50,7 @@ from ._argkeys import ArgKeys
 from ._bench import BenchFn, cpu_bench, default_bench, normalise_bench_result
 from ._decorator import Autotuned, _attach
 from ._env import array_framework, underlying_function
-from ._hit import make_hit_path
+from ._hit import hit_paths, make_hit_path
 from ._key import canon
 from ._launcher import AutotunedKernel, triton_configs_to_dicts
 from ._restore import Restorer, copy_into, snapshot
@@ -470,7 +471,7 @@ class TritonAutotuned(Autotuned):
         verbose = _print_enabled()
         printed: set[str] = set()
         name = self.base_name
-        target = getattr(target, "bare", target)  # the launch without the hit path's own config hook
+        target = _bare(target)  # the launch without the hit path's own config hook and best_config note
 
         def kernel_call(*a: Any, **kw: Any) -> Any:
             cfg = self.split_config(kw)
@@ -543,7 +544,7 @@ class TritonAutotuned(Autotuned):
             raise ValueError(
                 f"Conflicting meta-parameters: {', '.join(clash)}. Make sure that you don't re-define auto-tuned symbols."
             )
-        grid = getattr(target, "grid", None)
+        grid = target.keywords.get("grid") if isinstance(target, functools.partial) else None
         pruned = self.prune(args, kwargs, grid)
         if len(pruned) == 1:  # nothing to compare: used without timing, not stored
             cfg = _config_dict(pruned[0])
@@ -578,6 +579,18 @@ class TritonAutotuned(Autotuned):
         self.triton_cache.clear()
 
 
+_BOUND = ("grid", "warmup")  # keywords the Triton hit path binds for a launch
+
+
+def _bare(call: Callable[..., Any]) -> Callable[..., Any]:
+    """The hit path's call (`target`, or `partial(target, grid=..., warmup=...)`) with its target
+    replaced by the target's `.bare` launch, when it has one."""
+    if isinstance(call, functools.partial):
+        bare = getattr(call.func, "bare", None)
+        return functools.partial(bare, *call.args, **call.keywords) if bare is not None else call
+    return getattr(call, "bare", call)
+
+
 def _config_dict(c: Any) -> dict[str, Any]:
     return _config_dicts([c])[0]
 
@@ -590,16 +603,17 @@ class TritonAutotuner(AutotunedKernel):
     def __init__(self, t: TritonAutotuned) -> None:
         super().__init__(t)
         self.tuner: TritonAutotuned = t
+        self._make = hit_paths(self._launch_target(), t.keys.fast, t.mem, t.miss)
         self.base_fn = underlying_function(t.fn)
         self.keys = t.key_names
         self.configs = t.configs
         self.cache = t.triton_cache
 
-    def _target(self, grid: Any) -> Callable[..., Any]:
-        """`run` bound to the grid, noting the launch's keyword arguments (for best_config) and running
-        the config's own pre_hook, if any; `.bare` is the launch alone (what tuning times, with the
-        hooks around it) and `.grid` the grid (pruning functions get it, as with Triton)."""
-        run = super()._target(grid)
+    def _launch_target(self) -> Callable[..., Any]:
+        """What the hit path calls with `grid=`, `warmup=` and the config: `run`, noting the launch's
+        keyword arguments (for best_config) and running the config's own pre_hook, if any. `.bare` is
+        `run` alone (what tuning times, with Triton's hooks around it)."""
+        run = self.fn.run
         t = self.tuner
         if t.has_config_hooks:
 
@@ -607,8 +621,8 @@ class TritonAutotuner(AutotunedKernel):
                 t.last_kw = kw
                 cobj = t.config_obj(t.split_config(kw))
                 if getattr(cobj, "pre_hook", None) is not None:
-                    user_kw = {k: v for k, v in kw.items() if k not in t._cfg_names}
-                    cobj.pre_hook(t.full_nargs(args, user_kw, grid, cobj))
+                    user_kw = {k: v for k, v in kw.items() if k not in t._cfg_names and k not in _BOUND}
+                    cobj.pre_hook(t.full_nargs(args, user_kw, kw.get("grid"), cobj))
                 return run(*args, **kw)
         else:
 
@@ -616,7 +630,6 @@ class TritonAutotuner(AutotunedKernel):
                 t.last_kw = kw
                 return run(*args, **kw)
 
-        target.grid = grid  # type: ignore[attr-defined]
         target.bare = run  # type: ignore[attr-defined]
         return target
 
