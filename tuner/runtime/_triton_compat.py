@@ -19,7 +19,7 @@ What Triton does, and so what this does (see triton/runtime/autotuner.py):
   (CUDA graphs timing on a GPU).
 - `cache_results`: the store already keeps every winner across processes (`$TUNER_HOME`); True keeps
   that, an explicit False keeps winners in memory only (Triton's default behaviour).
-- `.cache` (Triton's key tuple -> `triton.Config`), `.best_config` (the config of the last launch),
+- `.cache` (Triton's key tuple -> `triton.Config`), `.best_config` (of the last resolved key),
   `.configs`, `.configs_timings`, `.bench_time`, `.keys`, `.arg_names`, `.fn`, `.base_fn`, `.warmup()`.
 - `TRITON_PRINT_AUTOTUNING=1` prints what Triton prints: each config as it is timed and the choice.
 
@@ -280,7 +280,7 @@ class TritonAutotuned(Autotuned):
         self.triton_cache: dict[tuple, Any] = {}  # `.cache` of the decorated kernel
         self.configs_timings: dict[Any, Any] = {}
         self.bench_time = 0.0
-        self.last_kw: dict[str, Any] | None = None  # the keyword arguments of the last launch
+        self.last_cfg: dict[str, Any] | None = None  # the config of the last resolved key (best_config)
         self.has_config_hooks = any(getattr(c, "pre_hook", None) is not None for c in self.configs)
         self._tl = threading.local()
         super().__init__(
@@ -511,6 +511,7 @@ class TritonAutotuned(Autotuned):
         cfg = self._known(args, kwargs, fast_key)
         if cfg is None:
             cfg = self._resolve_triton(args, kwargs, fast_key, target)
+        self.last_cfg = cfg
         if len(self.configs) > 1:
             with contextlib.suppress(TypeError):  # an unhashable key value: keep serving
                 self.triton_cache[self.triton_key(args, kwargs)] = self.config_obj(cfg)
@@ -603,43 +604,40 @@ class TritonAutotuner(AutotunedKernel):
     def __init__(self, t: TritonAutotuned) -> None:
         super().__init__(t)
         self.tuner: TritonAutotuned = t
-        self._make = hit_paths(self._launch_target(), t.keys.fast, t.mem, t.miss)
+        if t.has_config_hooks:  # else the runtime's hit path as it is: no extra frame per launch
+            self._make = hit_paths(self._launch_target(), t.keys.fast, t.mem, t.miss)
         self.base_fn = underlying_function(t.fn)
         self.keys = t.key_names
         self.configs = t.configs
         self.cache = t.triton_cache
 
     def _launch_target(self) -> Callable[..., Any]:
-        """What the hit path calls with `grid=`, `warmup=` and the config: `run`, noting the launch's
-        keyword arguments (for best_config) and running the config's own pre_hook, if any. `.bare` is
-        `run` alone (what tuning times, with Triton's hooks around it)."""
+        """With configs that have their own pre_hook: what the hit path calls with `grid=`, `warmup=` and
+        the config: the config's pre_hook, then `run`. `.bare` is `run` alone (what tuning times, with
+        Triton's hooks around it)."""
         run = self.fn.run
         t = self.tuner
-        if t.has_config_hooks:
 
-            def target(*args: Any, **kw: Any) -> Any:
-                t.last_kw = kw
-                cobj = t.config_obj(t.split_config(kw))
-                if getattr(cobj, "pre_hook", None) is not None:
-                    user_kw = {k: v for k, v in kw.items() if k not in t._cfg_names and k not in _BOUND}
-                    cobj.pre_hook(t.full_nargs(args, user_kw, kw.get("grid"), cobj))
-                return run(*args, **kw)
-        else:
-
-            def target(*args: Any, **kw: Any) -> Any:
-                t.last_kw = kw
-                return run(*args, **kw)
+        def target(*args: Any, **kw: Any) -> Any:
+            cfg = t.last_cfg = t.split_config(kw)
+            cobj = t.config_obj(cfg)
+            if getattr(cobj, "pre_hook", None) is not None:
+                user_kw = {k: v for k, v in kw.items() if k not in t._cfg_names and k not in _BOUND}
+                cobj.pre_hook(t.full_nargs(args, user_kw, kw.get("grid"), cobj))
+            return run(*args, **kw)
 
         target.bare = run  # type: ignore[attr-defined]
         return target
 
     @property
     def best_config(self) -> Any:
-        """The triton.Config of the last launch (Triton sets it on every call)."""
-        kw = self.tuner.last_kw
-        if kw is None:
+        """The triton.Config chosen for the most recently resolved key (Triton sets it on every launch;
+        the two differ only when launches alternate between keys already resolved: the hit path records
+        nothing, to stay one dict lookup)."""
+        cfg = self.tuner.last_cfg
+        if cfg is None:
             raise AttributeError("best_config is set by the first launch")
-        return self.tuner.config_obj(self.tuner.split_config(kw))
+        return self.tuner.config_obj(cfg)
 
     @property
     def configs_timings(self) -> dict[Any, Any]:
