@@ -106,8 +106,10 @@ class Request:
             self._store_opened = True
         return self._store
 
+    @functools.cached_property
     def kernel_entries(self) -> list[CacheEntry]:
-        """Entries of this kernel in the shipped files and the store (files first; one per key)."""
+        """Entries of this kernel in the shipped files and the store (files first; one per key), read
+        once per request (the miss reason and the nearest-key fallback both use them)."""
         out: dict[str, CacheEntry] = {}
         for fc in self.files():
             for e in fc.for_kernel(self.key.kernel):
@@ -122,9 +124,10 @@ class Request:
 
 @dataclass(frozen=True)
 class Resolution:
-    """A resolved config. `stat`: the counter of `.tuner.stats` to bump (None: none, and the choice is
-    not logged, as for memory); `hit`: where a lookup found it ("in memory", a file, "store"), None for
-    the tail; `quiet`: log the choice at debug level (exact entries, tuning) instead of one warning."""
+    """A resolved config. `stat`: the counter of `.tuner.stats` to bump (None: none); `hit`: where a
+    lookup found it ("in memory": not counted, logged or made the last choice; a file; "store"), None
+    for the tail; `quiet`: log the choice at debug level (exact entries, tuning) instead of one warning
+    per key."""
 
     config: dict[str, Any]
     why: str
@@ -171,7 +174,7 @@ def store_entry(req: Request) -> Resolution | str:
 
 # ---- offline fallbacks -----------------------------------------------------------------------------------
 def nearest_key(req: Request) -> Resolution | str:
-    for d, e in rank_nearest(req.key, req.kernel_entries()):
+    for d, e in rank_nearest(req.key, req.kernel_entries):
         cfg = valid_config(req.space, e.config)
         if cfg is not None:
             why = f"offline: nearest cached key {e.key.fields_dict} (distance {d:.3g})"
@@ -260,7 +263,7 @@ def resolve(req: Request) -> Resolution:
 def miss_reason(req: Request) -> str:
     """Why no stored entry serves the key: the nearest entries that differ, and how."""
     ck = req.key
-    cands = {e.key.hash: e for e in req.kernel_entries()}
+    cands = {e.key.hash: e for e in req.kernel_entries}
     if not cands:
         return f"no cached entry for kernel {ck.kernel!r}"
     exact = cands.get(ck.hash)
