@@ -19,7 +19,7 @@ What Triton does, and so what this does (see triton/runtime/autotuner.py):
   (CUDA graphs timing on a GPU).
 - `cache_results`: the store already keeps every winner across processes (`$TUNER_HOME`); True keeps
   that, an explicit False keeps winners in memory only (Triton's default behaviour).
-- `.cache` (Triton's key tuple -> `triton.Config`), `.best_config` (the config of the last launch),
+- `.cache` (Triton's key tuple -> `triton.Config`), `.best_config` (of the last resolved key),
   `.configs`, `.configs_timings`, `.bench_time`, `.keys`, `.arg_names`, `.fn`, `.base_fn`, `.warmup()`.
 - `TRITON_PRINT_AUTOTUNING=1` prints what Triton prints: each config as it is timed and the choice.
 
@@ -51,7 +51,7 @@ from ._argkeys import ArgKeys
 from ._bench import BenchFn, cpu_bench, default_bench, normalise_bench_result
 from ._decorator import Autotuned, _attach
 from ._env import array_framework, underlying_function
-from ._hit import make_hit_path
+from ._hit import hit_paths, make_hit_path
 from ._key import canon
 from ._launcher import AutotunedKernel, triton_configs_to_dicts
 from ._restore import Restorer, copy_into, snapshot
@@ -281,7 +281,7 @@ class TritonAutotuned(Autotuned):
         self.triton_cache: dict[tuple, Any] = {}  # `.cache` of the decorated kernel
         self.configs_timings: dict[Any, Any] = {}
         self.bench_time = 0.0
-        self.last_kw: dict[str, Any] | None = None  # the keyword arguments of the last launch
+        self.last_cfg: dict[str, Any] | None = None  # the config of the last resolved key (best_config)
         self.has_config_hooks = any(getattr(c, "pre_hook", None) is not None for c in self.configs)
         self._tl = threading.local()
         super().__init__(
@@ -472,7 +472,7 @@ class TritonAutotuned(Autotuned):
         verbose = _print_enabled()
         printed: set[str] = set()
         name = self.base_name
-        target = getattr(target, "bare", target)  # the launch without the hit path's own config hook
+        target = _bare(target)  # the launch without the hit path's own config hook and best_config note
 
         def kernel_call(*a: Any, **kw: Any) -> Any:
             cfg = self.split_config(kw)
@@ -512,6 +512,7 @@ class TritonAutotuned(Autotuned):
         cfg = self._known(args, kwargs, fast_key)
         if cfg is None:
             cfg = self._resolve_triton(args, kwargs, fast_key, target)
+        self.last_cfg = cfg
         if len(self.configs) > 1:
             with contextlib.suppress(TypeError):  # an unhashable key value: keep serving
                 self.triton_cache[self.triton_key(args, kwargs)] = self.config_obj(cfg)
@@ -545,7 +546,7 @@ class TritonAutotuned(Autotuned):
             raise ValueError(
                 f"Conflicting meta-parameters: {', '.join(clash)}. Make sure that you don't re-define auto-tuned symbols."
             )
-        grid = getattr(target, "grid", None)
+        grid = target.keywords.get("grid") if isinstance(target, functools.partial) else None
         pruned = self.prune(args, kwargs, grid)
         if len(pruned) == 1:  # nothing to compare: used without timing, not stored
             cfg = _config_dict(pruned[0])
@@ -580,6 +581,18 @@ class TritonAutotuned(Autotuned):
         self.triton_cache.clear()
 
 
+_BOUND = ("grid", "warmup")  # keywords the Triton hit path binds for a launch
+
+
+def _bare(call: Callable[..., Any]) -> Callable[..., Any]:
+    """The hit path's call (`target`, or `partial(target, grid=..., warmup=...)`) with its target
+    replaced by the target's `.bare` launch, when it has one."""
+    if isinstance(call, functools.partial):
+        bare = getattr(call.func, "bare", None)
+        return functools.partial(bare, *call.args, **call.keywords) if bare is not None else call
+    return getattr(call, "bare", call)
+
+
 def _config_dict(c: Any) -> dict[str, Any]:
     return _config_dicts([c])[0]
 
@@ -592,42 +605,40 @@ class TritonAutotuner(AutotunedKernel):
     def __init__(self, t: TritonAutotuned) -> None:
         super().__init__(t)
         self.tuner: TritonAutotuned = t
+        if t.has_config_hooks:  # else the runtime's hit path as it is: no extra frame per launch
+            self._make = hit_paths(self._launch_target(), t.keys.fast, t.mem, t.miss)
         self.base_fn = underlying_function(t.fn)
         self.keys = t.key_names
         self.configs = t.configs
         self.cache = t.triton_cache
 
-    def __getitem__(self, grid: Any) -> Callable[..., Any]:
-        keys, mem, miss = self.tuner.keys.fast, self.tuner.mem, self.tuner.miss
-        run = functools.partial(self.fn.run, grid=grid, warmup=False)
+    def _launch_target(self) -> Callable[..., Any]:
+        """With configs that have their own pre_hook: what the hit path calls with `grid=`, `warmup=` and
+        the config: the config's pre_hook, then `run`. `.bare` is `run` alone (what tuning times, with
+        Triton's hooks around it)."""
+        run = self.fn.run
         t = self.tuner
-        if t.has_config_hooks:
 
-            def target(*args: Any, **kw: Any) -> Any:
-                t.last_kw = kw
-                cobj = t.config_obj(t.split_config(kw))
-                if getattr(cobj, "pre_hook", None) is not None:
-                    cobj.pre_hook(
-                        t.full_nargs(args, {k: v for k, v in kw.items() if k not in t._cfg_names}, grid, cobj)
-                    )
-                return run(*args, **kw)
-        else:
+        def target(*args: Any, **kw: Any) -> Any:
+            cfg = t.last_cfg = t.split_config(kw)
+            cobj = t.config_obj(cfg)
+            if getattr(cobj, "pre_hook", None) is not None:
+                user_kw = {k: v for k, v in kw.items() if k not in t._cfg_names and k not in _BOUND}
+                cobj.pre_hook(t.full_nargs(args, user_kw, kw.get("grid"), cobj))
+            return run(*args, **kw)
 
-            def target(*args: Any, **kw: Any) -> Any:
-                t.last_kw = kw
-                return run(*args, **kw)
-
-        target.grid = grid  # type: ignore[attr-defined]
         target.bare = run  # type: ignore[attr-defined]
-        return make_hit_path(target, keys, mem, miss)
+        return target
 
     @property
     def best_config(self) -> Any:
-        """The triton.Config of the last launch (Triton sets it on every call)."""
-        kw = self.tuner.last_kw
-        if kw is None:
+        """The triton.Config chosen for the most recently resolved key (Triton sets it on every launch;
+        the two differ only when launches alternate between keys already resolved: the hit path records
+        nothing, to stay one dict lookup)."""
+        cfg = self.tuner.last_cfg
+        if cfg is None:
             raise AttributeError("best_config is set by the first launch")
-        return self.tuner.config_obj(self.tuner.split_config(kw))
+        return self.tuner.config_obj(cfg)
 
     @property
     def configs_timings(self) -> dict[Any, Any]:
