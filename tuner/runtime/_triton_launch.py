@@ -1,0 +1,82 @@
+"""The Triton kernel object of the `triton.autotune` drop-in: `kernel[grid](...)` through the runtime's
+shared hit path, with Triton's `.cache`, `.best_config`, `.configs`, `.warmup()`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ._env import underlying_function
+from ._hit import hit_paths
+from ._launcher import AutotunedKernel
+from ._triton_support import _BOUND, _all_kwargs
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._triton_compat import TritonAutotuned
+
+
+class TritonAutotuner(AutotunedKernel):
+    """A @triton.jit kernel under `tuner.autotune` with `configs`: launch as `kernel[grid](*args)`;
+    `.cache`, `.best_config`, `.configs`, `.configs_timings`, `.tuner`, `.explain(*args)`. The launch is
+    the shared hit path around `run` bound to the grid (and the configs' own pre_hooks, if any)."""
+
+    def __init__(self, t: TritonAutotuned) -> None:
+        super().__init__(t)
+        self.tuner: TritonAutotuned = t
+        if t.has_config_hooks:  # else the runtime's hit path as it is: no extra frame per launch
+            self._make = hit_paths(self._launch_target(), t.keys.fast, t.mem, t.miss)
+        self.base_fn = underlying_function(t.fn)
+        self.keys = t.key_names
+        self.configs = t.configs
+        self.cache = t.triton_cache
+
+    def _launch_target(self) -> Callable[..., Any]:
+        """With configs that have their own pre_hook: what the hit path calls with `grid=`, `warmup=` and
+        the config: the config's pre_hook, then `run`. `.bare` is `run` alone (what tuning times, with
+        Triton's hooks around it)."""
+        run = self.fn.run
+        t = self.tuner
+
+        def target(*args: Any, **kw: Any) -> Any:
+            cfg = t.last_cfg = t.split_config(kw)
+            cobj = t.config_obj(cfg)
+            if getattr(cobj, "pre_hook", None) is not None:
+                user_kw = {k: v for k, v in kw.items() if k not in t._cfg_names and k not in _BOUND}
+                cobj.pre_hook(t.full_nargs(args, user_kw, kw.get("grid"), cobj))
+            return run(*args, **kw)
+
+        target.bare = run  # type: ignore[attr-defined]
+        return target
+
+    @property
+    def best_config(self) -> Any:
+        """The triton.Config chosen for the most recently resolved key (Triton sets it on every launch;
+        the two differ only when launches alternate between keys already resolved: the hit path records
+        nothing, to stay one dict lookup)."""
+        cfg = self.tuner.last_cfg
+        if cfg is None:
+            raise AttributeError("best_config is set by the first launch")
+        return self.tuner.config_obj(cfg)
+
+    @property
+    def configs_timings(self) -> dict[Any, Any]:
+        return self.tuner.configs_timings
+
+    @property
+    def bench_time(self) -> float:
+        return self.tuner.bench_time
+
+    def warmup(self, *args: Any, grid: Any = None, **kwargs: Any) -> list[Any]:
+        """Compile every config left after pruning (Triton's Autotuner.warmup)."""
+        return [
+            self.fn.run(*args, grid=grid, warmup=True, **kwargs, **_all_kwargs(c))
+            for c in self.tuner.prune(args, kwargs, grid)
+        ]
+
+    def run(self, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> Any:
+        if warmup:
+            return self.warmup(*args, grid=grid, **kwargs)
+        return self[grid](*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"TritonAutotuner({self.tuner.name})"

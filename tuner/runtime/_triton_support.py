@@ -1,0 +1,171 @@
+"""Pieces of the `triton.autotune` drop-in (`_triton_compat.py`) that do not hold its state: the keyword
+list, triton.Config conversion, `TRITON_PRINT_AUTOTUNING` output, Triton's error type, the timers Triton's
+`warmup`/`rep` and `do_bench` describe, the in-order strategy and the key builder."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+from tuner._units import ms_to_s
+from tuner.search_spaces import Config, SearchSpace
+from tuner.strategies import Strategy
+
+from ._argkeys import ArgKeys
+from ._bench import cpu_bench, normalise_bench_result
+from ._launcher import triton_configs_to_dicts
+
+# The keywords of triton.autotune beyond configs and key.
+TRITON_KEYWORDS = (
+    "prune_configs_by",
+    "reset_to_zero",
+    "restore_value",
+    "pre_hook",
+    "post_hook",
+    "warmup",
+    "rep",
+    "use_cuda_graph",
+    "do_bench",
+    "cache_results",
+)
+_QUANTILES = (0.5, 0.2, 0.8)
+
+
+def _all_kwargs(c: Any) -> dict[str, Any]:
+    if isinstance(c, Mapping):
+        return dict(c)
+    return dict(c.all_kwargs())
+
+
+def _config_dicts(configs: Sequence[Any]) -> list[dict[str, Any]]:
+    """The runtime's dicts for triton.Configs (kwargs + num_warps + num_stages [+ num_ctas/maxnreg where
+    they vary]); a config's own pre_hook is run by this module, so it is not refused here."""
+    proxies = [
+        c
+        if isinstance(c, Mapping)
+        else SimpleNamespace(
+            kwargs=c.kwargs,
+            num_warps=c.num_warps,
+            num_stages=c.num_stages,
+            num_ctas=getattr(c, "num_ctas", 1),
+            maxnreg=getattr(c, "maxnreg", None),
+            pre_hook=None,
+        )
+        for c in configs
+    ]
+    return triton_configs_to_dicts(proxies)
+
+
+def _to_triton_config(d: Mapping[str, Any]) -> Any:
+    import triton
+
+    d = dict(d)
+    opts = {k: d.pop(k) for k in ("num_warps", "num_stages", "num_ctas", "maxnreg") if k in d}
+    return triton.Config(d, **opts)
+
+
+def _ms_result_to_s(res: Any) -> tuple[float, float]:
+    """A do_bench result (ms: a number, or [median, p20, p80]) -> (median s, spread s)."""
+    if isinstance(res, (list, tuple)):
+        return normalise_bench_result([ms_to_s(float(x)) for x in res])
+    return ms_to_s(float(res)), 0.0
+
+
+def _zero(v: Any) -> None:
+    if hasattr(v, "zero_"):
+        v.zero_()
+    else:
+        v.fill(0)
+
+
+def _print_enabled() -> bool:
+    try:
+        from triton import knobs
+
+        return bool(knobs.autotuning.print)
+    except Exception:  # noqa: BLE001 - no triton: read the variable ourselves
+        from tuner._settings import flag
+
+        return flag("TRITON_PRINT_AUTOTUNING")
+
+
+def _emit(text: str) -> None:
+    """TRITON_PRINT_AUTOTUNING output: to stdout, as Triton prints it (only when the user asks for it)."""
+    sys.stdout.write(text + "\n")
+
+
+def _autotuner_error(msg: str) -> Exception:
+    try:
+        from triton.runtime.errors import AutotunerError
+
+        return AutotunerError(msg)
+    except ImportError:
+        return RuntimeError(f"Autotuner error: {msg}")
+
+
+def _budgeted_cpu_bench(call: Callable[[], Any], warmup_s: float, rep_s: float) -> tuple[float, float]:
+    """cpu_bench with Triton's warmup/rep meaning: about `warmup_s` of warm-up and `rep_s` of timed runs."""
+    t0 = time.perf_counter()
+    call()
+    est = max(time.perf_counter() - t0, 1e-6)
+    return cpu_bench(
+        call,
+        warmup=max(1, min(1000, int(warmup_s / est))),
+        repeats=max(1, min(1000, int(rep_s / est))),
+        min_sample_s=0.0,
+    )
+
+
+class InOrder(Strategy):
+    """Every config, in the order the user listed them (Triton times them in that order)."""
+
+    name = "all_configs"
+
+    def __init__(self, space: SearchSpace, order: Sequence[Mapping[str, Any]], **kw: Any) -> None:
+        super().__init__(space, **kw)
+        self.order = [dict(c) for c in order]
+
+    def propose(self) -> Config | None:
+        for c in self.order:
+            if not self.pool.is_seen(c):
+                return dict(c)
+        return None
+
+
+class _TritonKeys(ArgKeys):
+    """ArgKeys that, as Triton, accept any key value: one that is not a JSON scalar (a tl.dtype
+    constexpr, say) is keyed by its str()."""
+
+    def raw_values(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        out = {}
+        for k, v in super().raw_values(args, kwargs).items():
+            if v is None or isinstance(v, (bool, int, float, str)) or hasattr(v, "shape"):
+                out[k] = v
+                continue
+            try:
+                import operator
+
+                out[k] = operator.index(v)
+            except TypeError:
+                out[k] = str(v)
+        return out
+
+
+_BOUND = ("grid", "warmup")  # keywords the Triton hit path binds for a launch
+
+
+def _bare(call: Callable[..., Any]) -> Callable[..., Any]:
+    """The hit path's call (`target`, or `partial(target, grid=..., warmup=...)`) with its target
+    replaced by the target's `.bare` launch, when it has one."""
+    if isinstance(call, functools.partial):
+        bare = getattr(call.func, "bare", None)
+        return functools.partial(bare, *call.args, **call.keywords) if bare is not None else call
+    return getattr(call, "bare", call)
+
+
+def _config_dict(c: Any) -> dict[str, Any]:
+    return _config_dicts([c])[0]
