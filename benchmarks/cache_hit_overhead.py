@@ -18,8 +18,12 @@ Before/after in one run: `--before DIR` names another checkout of tuner (e.g. th
 `git archive <rev> | tar -x -C DIR`); the script then measures rows 1-4 in child processes, alternating
 the two trees for `--rounds` rounds, and prints each row's median for both trees and their ratio.
 
+`--stat min` reports the fastest sample of each row instead of the median: on a loaded machine the median
+of a nanosecond-scale row moves with the load, the minimum much less.
+
 Run: TRITON_INTERPRET=1 PYTHONPATH=. python benchmarks/cache_hit_overhead.py [--repeats R] [--number N]
      TRITON_INTERPRET=1 PYTHONPATH=. python benchmarks/cache_hit_overhead.py --before DIR [--rounds K]
+         [--stat min]
 """
 
 from __future__ import annotations
@@ -43,13 +47,19 @@ def per_call_ns(fn, number: int, repeats: int) -> float:
     return statistics.median(times) / number * 1e9
 
 
+STAT = statistics.median  # --stat min: the fastest sample, which a loaded machine disturbs least
+
+
+STATS = {"median": statistics.median, "min": min}
+
+
 def interleaved(rows: dict, number: int, repeats: int) -> dict[str, float]:
-    """Median per-call ns of each row's callable, the rows measured in turn `repeats` times."""
+    """Per-call ns of each row's callable (STAT over `repeats` samples), the rows measured in turn."""
     got: dict[str, list[float]] = {k: [] for k in rows}
     for _ in range(repeats):
         for k, f in rows.items():
             got[k].append(per_call_ns(f, number, 1))
-    return {k: statistics.median(v) for k, v in got.items()}
+    return {k: STAT(v) for k, v in got.items()}
 
 
 def python_rows(number: int, repeats: int) -> dict[str, float]:
@@ -143,7 +153,7 @@ def triton_rows(number: int, repeats: int) -> dict[str, float]:
 
 
 def print_python(med: dict[str, float], number: int, repeats: int) -> None:
-    print(f"python {sys.version.split()[0]}, {repeats} repeats x {number} calls, median per call:")
+    print(f"python {sys.version.split()[0]}, {repeats} repeats x {number} calls, {STAT.__name__} per call:")
     for k, v in med.items():
         print(f"  {k:42s} {v:8.1f} ns")
     for arg in ("", "tensor: "):
@@ -216,6 +226,7 @@ def compare(before: Path, a: argparse.Namespace) -> int:
         for name, tree in trees.items():
             env = {**os.environ, "PYTHONPATH": str(tree)}
             cmd = [sys.executable, __file__, "--json", "--repeats", str(a.repeats), "--number", str(a.number)]
+            cmd += ["--stat", a.stat]
             if a.skip_triton:
                 cmd.append("--skip-triton")
             out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
@@ -224,15 +235,16 @@ def compare(before: Path, a: argparse.Namespace) -> int:
     print(
         f"before: {trees['before']}\nafter:  {trees['after']}\n"
         f"{a.rounds} rounds, the trees alternating; each round {a.repeats} repeats x {a.number} calls; "
-        "median over rounds of each round's median per call:"
+        f"{a.stat} over rounds of each round's {a.stat} per call:"
     )
     print(f"  {'row':52s} {'before':>9s} {'after':>9s} {'after/before':>12s}")
+    stat = STATS[a.stat]
     for k in got["after"]:
-        b = statistics.median(got["before"][k])
-        f = statistics.median(got["after"][k])
+        b = stat(got["before"][k])
+        f = stat(got["after"][k])
         print(f"  {k:52s} {b:7.1f}ns {f:7.1f}ns {f / b:12.2f}")
     for name in ("before", "after"):
-        m = {k: statistics.median(v) for k, v in got[name].items()}
+        m = {k: stat(v) for k, v in got[name].items()}
         for arg in ("py: ", "py: tensor: "):
             over = m[f"{arg}tuner.autotune (hit)"] - m[f"{arg}undecorated"]
             print(f"  {name} {arg}tuner.autotune (hit) overhead over undecorated: {over:.1f} ns")
@@ -246,8 +258,11 @@ def main() -> int:
     ap.add_argument("--skip-triton", action="store_true")
     ap.add_argument("--before", type=Path, help="another checkout of tuner to compare with, in one run")
     ap.add_argument("--rounds", type=int, default=6, help="with --before: alternating rounds")
+    ap.add_argument("--stat", choices=sorted(STATS), default="median", help="per-call figure of the samples")
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # child mode of --before
     a = ap.parse_args()
+    global STAT
+    STAT = STATS[a.stat]
     if a.before is not None:
         return compare(a.before, a)
 

@@ -257,7 +257,7 @@ class Autotuned:
         self._logged.clear()
 
 
-def _source_hash(fn: Any, depends: Sequence[Any]) -> str:
+def _source_hash(fn: Any, depends: Sequence[Any]) -> str:  # (Autotuned's parameter shadows the name)
     return source_hash(fn, tuple(depends))
 
 
@@ -317,10 +317,13 @@ def autotune(
     - `budget` evaluations and/or `time_budget_s` seconds per key, with `strategy` (default "auto") warm-
       started from what the store already knows about this kernel.
     - `mode`: "online" (tune misses), "offline" (never tune: nearest cached key, else the cost-model
-      hook, else the zero-shot predictor, else the space default) or "record" (offline, and each miss is
-      recorded for `tuner misses`; docs/production.md); None reads $TUNER_MODE (default online).
+      hook, else the zero-shot predictor, else the space default), "record" (offline, and each miss is
+      recorded for `tuner misses`; docs/production.md), or a mode added with
+      `tuner.runtime._resolve.register_mode`; None reads $TUNER_MODE (default online).
     - `storage`: None (the default store, $TUNER_HOME/tuner.db), a URL, a ResultStore or ConfigCache,
-      or False (memory only). `cache`: a shipped file (path or `load_cache(path)`) consulted first.
+      or False (memory only). `cache`: a shipped file (path or `load_cache(path)`) consulted first; a
+      path that cannot be used is skipped with a warning. A store or file fault never fails the call:
+      the call goes on with the other layers (online: tuning in memory), one warning per cause.
     - `bench(call) -> seconds | (median, spread)`; default: the CPU timer for plain callables and the
       interpreters, triton.testing.do_bench for Triton on a GPU, block_until_ready timing for jax.
     - `restore`: names of array arguments the kernel writes in place; they are copied before tuning and

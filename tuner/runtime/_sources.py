@@ -36,6 +36,7 @@ __all__ = [
     "env_cache",
     "file_caches",
     "open_store",
+    "close_stores",
     "guarded",
     "warn_once",
     "STORE_RETRY_S",
@@ -163,6 +164,16 @@ def open_store(storage: Any, *, create: bool) -> ConfigCache | None:
         _failed_opens.pop(url, None)
         _dbs[url] = c
         return c
+
+
+def close_stores() -> None:
+    """Dispose of every store the runtime opened and forget failed opens (after a fork, or when a test
+    pulls the filesystem from under them); the next miss opens them again."""
+    with _dbs_lock:
+        for c in _dbs.values():
+            c.store.engine.dispose()
+        _dbs.clear()
+        _failed_opens.clear()
 
 
 def guarded(db: ConfigCache, op: str, what: str, fn: Callable[[], T], default: T) -> T:
