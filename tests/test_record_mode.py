@@ -233,6 +233,7 @@ def test_a_broken_miss_log_folder_does_not_stop_the_recorder_class(tmp_path: Pat
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # the child only calls and flushes
 def test_a_forked_child_does_not_write_the_parents_counts_again(tmp_path: Path):
     k, _ = _fn(storage=False)
     k(11)
