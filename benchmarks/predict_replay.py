@@ -117,7 +117,11 @@ _T975 = {
 
 
 def evaluate(
-    tables: dict[str, list[Path]], seeds: list[int], params: dict[str, Any], max_rows: int | None = None
+    tables: dict[str, list[Path]],
+    seeds: list[int],
+    params: dict[str, Any],
+    max_rows: int | None = None,
+    risk: float = 0.0,
 ) -> dict[str, Any]:
     from tuner.cost_models.zero_shot import ZeroShotPredictor, ZeroShotTask, fit_zero_shot
 
@@ -156,7 +160,7 @@ def evaluate(
                     **({"max_rows_per_task": max_rows} if max_rows else {}),
                 )
                 c1, t1 = time.process_time(), time.perf_counter()
-                pick = fitted.predict_best(target.space, task_features_of(target))
+                pick = fitted.predict_best(target.space, task_features_of(target), risk=risk)
                 c2, t2 = time.process_time(), time.perf_counter()
                 configs, scores = fitted.rank_space(target.space, task_features_of(target))  # whole ensemble
                 full = configs[int(scores.argmin())]
@@ -259,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--rows", type=int, default=None, help="rows per related table (default: fit_zero_shot's)"
     )
+    ap.add_argument("--risk", type=float, default=0.0, help="rank by mean + RISK x ensemble spread")
     ap.add_argument("--only", default=None, help="comma-separated kernel folders to run")
     ap.add_argument("--json", type=Path, default=None, help="write the per-table figures here")
     args = ap.parse_args(argv)
@@ -277,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     seeds = list(range(args.seeds))
     params = {k: v for k, v in (("n_models", args.models), ("n_estimators", args.trees)) if v is not None}
-    result = evaluate(tables, seeds, params, args.rows)
+    result = evaluate(tables, seeds, params, args.rows, args.risk)
     s = summarise(result)
     print_summary(s, len(result["rows"]), len(seeds))
     if args.json:

@@ -210,23 +210,27 @@ class FittedZeroShot:
         *,
         max_candidates: int = 20_000,
         prescreen: float = PRESCREEN,
+        risk: float = 0.0,
     ) -> ZeroShotPick:
         """The best-ranked config. With `prescreen` < 1, the first ensemble member scores every candidate
         and only its best share `prescreen` (at least 256) is scored by the whole ensemble: the same pick
-        whenever the ensemble's best is in the first member's top share, at a fraction of the cost."""
+        whenever the ensemble's best is in the first member's top share, at a fraction of the cost.
+        `risk` > 0 ranks by the ensemble's mean plus `risk` times its members' spread (prefer configs
+        every member rates well)."""
         configs, X = self._candidates(space, task, max_candidates)
         members = self.model.ensemble_.members_
         if prescreen < 1 and len(members) > 1 and len(configs) > 256:
             first = members[0].predict(X)
             keep = max(256, int(prescreen * len(configs)))
             idx = np.argpartition(first, keep - 1)[:keep]
-            scores = self.model.predict(X[idx])
-            i = int(idx[int(np.argmin(scores))])
-            best = float(scores.min())
         else:
-            scores = self.model.predict(X)
-            i = int(np.argmin(scores))
-            best = float(scores[i])
+            idx = np.arange(len(configs))
+        allm = self.model.ensemble_.predict_all(X[idx])
+        scores = allm.mean(axis=0)
+        rank = scores + risk * allm.std(axis=0) if risk else scores
+        j = int(np.argmin(rank))
+        i = int(idx[j])
+        best = float(scores[j])
         return ZeroShotPick(configs[i], best, len(configs), self.tasks, self.rows)
 
 

@@ -29,7 +29,7 @@ def _log(folder: Path, calls: dict[tuple[str, int, int], int], device: str = "cp
             cfg = rec.note(ck, {"block": 16}, "offline: space default")
         for _ in range(c):
             dict(**cfg)
-    assert rec.flush() == len(calls)
+    rec.flush()
 
 
 @pytest.fixture

@@ -52,7 +52,7 @@ def test_record_mode_never_tunes_and_counts_each_call(tmp_path: Path):
     k(200)
     assert k.tuner.stats["tuned"] == 0
     assert k.tuner.last_choice["why"].startswith("record: offline: space default")
-    assert recorder().flush() == 2
+    recorder().flush()  # (the writer thread may have written some lines already)
     rows = {r.key.fields_dict["n"]: r for r in read_misses()}
     assert rows[100].calls == 3 and rows[200].calls == 1
     r = rows[100]
@@ -83,9 +83,10 @@ def test_recording_never_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     k, calls = _fn(storage=False)
     assert k(8) == SPACE.default()["block"]
     rec = recorder()
-    assert rec.flush() == 0 and rec.write_errors >= 1
+    rec.flush()
+    assert rec.write_errors >= 1
     monkeypatch.setenv("TUNER_MISSES_DIR", str(tmp_path / "ok"))
-    assert rec.flush() == 1  # the counts were kept for the next try
+    rec.flush()  # the counts were kept for the next try
     assert read_misses(tmp_path / "ok")[0].calls == 1
 
 
@@ -228,11 +229,12 @@ def test_a_broken_miss_log_folder_does_not_stop_the_recorder_class(tmp_path: Pat
     ck = CacheKey.make("x", "0" * 32, {"n": 1}, [], "cpu", {})
     cfg = rec.note(ck, {"block": 16}, "offline: space default")
     dict(**cfg)
-    assert rec.flush() == 1
+    rec.flush()
     assert read_misses(tmp_path / "r")[0].calls == 1
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # the child only calls and flushes
 def test_a_forked_child_does_not_write_the_parents_counts_again(tmp_path: Path):
     k, _ = _fn(storage=False)
     k(11)

@@ -351,7 +351,7 @@ def autotune(
       `configs`, with Triton's semantics (see `_triton_compat`); a Triton kernel with `configs` gets
       `.cache`, `.best_config` and `.configs` as with triton.autotune.
     - `mode`: "online" (tune misses), "offline" (never tune: nearest cached key, else the cost-model
-      hook, else the zero-shot predictor, else the space default) or "record" (offline, and each miss is
+      hook, else the zero-shot predictor, else the space default), "record" (offline, and each miss is
       recorded for `tuner misses`; docs/production.md), or a mode added with
       `tuner.runtime._resolve.register_mode`; None reads $TUNER_MODE (default online).
     - `storage`: None (the default store, $TUNER_HOME/tuner.db), a URL, a ResultStore or ConfigCache,
