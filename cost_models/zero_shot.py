@@ -308,7 +308,7 @@ def related_winners(
     out: dict[tuple, dict[str, Any]] = {}
     total: dict[tuple, float] = {}
     count: dict[tuple, int] = {}
-    first: dict[tuple, dict[str, Any]] = {}
+    first: dict[tuple, Mapping[str, Any]] = {}
     for t in tasks:
         ok = [
             (c, float(v))
