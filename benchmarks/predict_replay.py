@@ -8,8 +8,11 @@ table's slowest valid time). Printed per table and overall: the geometric mean o
 of tables whose pick is within 1.10x of the optimum, for
 
 - `predictor`: `tuner.cost_models.ZeroShotPredictor` (what offline and record mode use by default),
-  trained on the other GPUs' tables, ranking the table's space; run with `--seeds` seeds (the ensemble's
-  row subsampling), reported as the mean over seeds with a 95% t-interval;
+  trained on the other GPUs' tables, ranking the table's space and the other GPUs' winners
+  (`FittedZeroShot.predict_best`); run with `--seeds` seeds (the ensemble's row subsampling), reported
+  as the mean over seeds with a 95% t-interval;
+- `model_only`: the same ensemble's own best-ranked config, without the other GPUs' winners
+  (`predict_best(anchors=False)`), same seeds;
 - `nearest_key`: the runtime's nearest-key fallback, lifted across GPUs: the cached winner of another
   GPU. The key distance does not tell GPUs apart (every other GPU is equally near), so the figure is the
   expectation over which GPU's winner it takes (the geometric mean over the other GPUs' winners, and
@@ -149,7 +152,7 @@ def evaluate(
             )
             row["transfer_best"] = ratio_of(target, res.trials[0].config)
             row["default"] = ratio_of(target, target.space.default())
-            preds, fits, ranks, agree, fit_cpu, rank_cpu = [], [], [], [], [], []
+            preds, only, fits, ranks, agree, fit_cpu, rank_cpu = [], [], [], [], [], [], []
             for s in seeds:
                 c0, t0 = time.process_time(), time.perf_counter()
                 fitted = fit_zero_shot(
@@ -162,15 +165,18 @@ def evaluate(
                 c1, t1 = time.process_time(), time.perf_counter()
                 pick = fitted.predict_best(target.space, task_features_of(target), risk=risk)
                 c2, t2 = time.process_time(), time.perf_counter()
+                alone = fitted.predict_best(target.space, task_features_of(target), risk=risk, anchors=False)
                 configs, scores = fitted.rank_space(target.space, task_features_of(target))  # whole ensemble
                 full = configs[int(scores.argmin())]
                 preds.append(ratio_of(target, pick.config))
-                agree.append(ratio_of(target, full) == preds[-1])
+                only.append(ratio_of(target, alone.config))
+                agree.append(ratio_of(target, full) == only[-1])
                 fits.append(t1 - t0)
                 ranks.append(t2 - t1)
                 fit_cpu.append(c1 - c0)
                 rank_cpu.append(c2 - c1)
             row["predictor_by_seed"] = preds
+            row["model_only_by_seed"] = only
             row["prescreen_agrees"] = agree
             row["fit_s"] = statistics.median(fits)
             row["rank_ms"] = 1000 * statistics.median(ranks)
@@ -179,6 +185,7 @@ def evaluate(
             rows.append(row)
             print(
                 f"{name:28s} {row['configs']:6d} configs  predictor {geo(preds):6.3f}  "
+                f"model_only {geo(only):6.3f}  "
                 f"nearest_key {row['nearest_key']:6.3f}  transfer_best {row['transfer_best']:6.3f}  "
                 f"default {row['default']:6.3f}   fit {row['fit_s']:.2f}s (cpu {row['fit_cpu_s']:.2f}s) "
                 f"rank {row['rank_ms']:.0f} ms (cpu {row['rank_cpu_ms']:.0f} ms)",
@@ -190,16 +197,17 @@ def evaluate(
 def summarise(result: dict[str, Any]) -> dict[str, Any]:
     rows, seeds = result["rows"], result["seeds"]
     out: dict[str, Any] = {}
-    per_seed_geo = [geo([r["predictor_by_seed"][i] for r in rows]) for i in range(len(seeds))]
-    per_seed_within = [
-        sum(r["predictor_by_seed"][i] <= WITHIN for r in rows) / len(rows) for i in range(len(seeds))
-    ]
-    out["predictor"] = {
-        "geo_mean": t_interval(per_seed_geo),
-        "within": t_interval(per_seed_within),
-        "per_seed_geo_mean": per_seed_geo,
-        "per_seed_within": per_seed_within,
-    }
+    for m in ("predictor", "model_only"):
+        per_seed_geo = [geo([r[f"{m}_by_seed"][i] for r in rows]) for i in range(len(seeds))]
+        per_seed_within = [
+            sum(r[f"{m}_by_seed"][i] <= WITHIN for r in rows) / len(rows) for i in range(len(seeds))
+        ]
+        out[m] = {
+            "geo_mean": t_interval(per_seed_geo),
+            "within": t_interval(per_seed_within),
+            "per_seed_geo_mean": per_seed_geo,
+            "per_seed_within": per_seed_within,
+        }
     out["nearest_key"] = {
         "geo_mean": geo([r["nearest_key"] for r in rows]),
         "within": statistics.fmean(r["nearest_key_within"] for r in rows),
@@ -220,6 +228,7 @@ def summarise(result: dict[str, Any]) -> dict[str, Any]:
     out["folders"] = {
         f: {
             "predictor": geo([geo(r["predictor_by_seed"]) for r in rs]),
+            "model_only": geo([geo(r["model_only_by_seed"]) for r in rs]),
             "nearest_key": geo([r["nearest_key"] for r in rs]),
             "transfer_best": geo([r["transfer_best"] for r in rs]),
             "default": geo([r["default"] for r in rs]),
@@ -234,14 +243,20 @@ def print_summary(s: dict[str, Any], n_tables: int, n_seeds: int) -> None:
     print(f"ALL ({n_tables} tables, leave one GPU out, one evaluation; ratio = picked time / optimum)")
     for f, d in s["folders"].items():
         print(
-            f"  {f:14s} geo-mean: predictor {d['predictor']:.3f}  nearest_key {d['nearest_key']:.3f}  "
+            f"  {f:14s} geo-mean: predictor {d['predictor']:.3f}  model_only {d['model_only']:.3f}  "
+            f"nearest_key {d['nearest_key']:.3f}  "
             f"transfer_best {d['transfer_best']:.3f}  default {d['default']:.3f}"
         )
-    pg, pw = s["predictor"]["geo_mean"], s["predictor"]["within"]
-    print(
-        f"  predictor      geo-mean {pg[0]:.3f} +- {pg[1]:.3f}   within {WITHIN:.2f}x {pw[0]:.2f} +- {pw[1]:.2f}"
-        f"   (mean over {n_seeds} seeds, 95% t-interval)"
-    )
+    for m in ("predictor", "model_only"):
+        pg, pw = s[m]["geo_mean"], s[m]["within"]
+        print(
+            f"  {m:14s} geo-mean {pg[0]:.3f} +- {pg[1]:.3f}   within {WITHIN:.2f}x {pw[0]:.2f} +- {pw[1]:.2f}"
+            f"   (mean over {n_seeds} seeds, 95% t-interval; per seed "
+            + " / ".join(f"{g:.3f}" for g in s[m]["per_seed_geo_mean"])
+            + ", "
+            + " / ".join(f"{w:.2f}" for w in s[m]["per_seed_within"])
+            + ")"
+        )
     for m in ("nearest_key", "transfer_best", "default"):
         print(
             f"  {m:14s} geo-mean {s[m]['geo_mean']:.3f}           within {WITHIN:.2f}x {s[m]['within']:.2f}"
@@ -249,8 +264,8 @@ def print_summary(s: dict[str, Any], n_tables: int, n_seeds: int) -> None:
     print(
         f"  predictor time (wall, and this process's CPU time): fit {s['fit_s_median']:.2f} s "
         f"(cpu {s['fit_cpu_s_median']:.2f} s) per family, rank {s['rank_ms_per_10k']:.1f} ms "
-        f"(cpu {s['rank_cpu_ms_per_10k']:.1f} ms) per 10k configs, medians; the prescreened pick is as good as "
-        f"the whole ensemble's on all candidates in {100 * s['prescreen_agrees']:.0f}% of runs"
+        f"(cpu {s['rank_cpu_ms_per_10k']:.1f} ms) per 10k configs, medians; the prescreened model pick is as good "
+        f"as the whole ensemble's on all candidates in {100 * s['prescreen_agrees']:.0f}% of runs"
     )
 
 

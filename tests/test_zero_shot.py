@@ -13,6 +13,7 @@ from tuner.cost_models.zero_shot import (
     ZeroShotTask,
     fit_zero_shot,
     regret_targets,
+    related_winners,
 )
 
 from tuner import PowerOfTwo, SearchSpace
@@ -71,3 +72,41 @@ def test_picks_the_best_config_of_an_unseen_shape():
 def test_no_usable_task_is_a_clear_error():
     with pytest.raises(ValueError, match="no related task"):
         fit_zero_shot(SPACE, [ZeroShotTask([({"block": 8, "warps": 1}, None)])])
+
+
+def test_related_winners_are_each_tasks_best_then_their_consensus():
+    a = {"block": 8, "warps": 1}
+    b = {"block": 16, "warps": 1}
+    c = {"block": 32, "warps": 1}
+    tasks = [
+        # task 0: a best, c 1.1x; task 1: b best, c 1.1x, a 3x; c is best on average (a failed-free mean)
+        ZeroShotTask([(a, 1.0), (b, 2.0), (c, 1.1), ({"block": 64}, 0.5)]),
+        ZeroShotTask([(a, 3.0), (b, 1.0), (c, 1.1), ({"block": 64, "warps": 1}, None)]),
+        ZeroShotTask([(a, None)]),  # nothing measured successfully: contributes nothing
+    ]
+    # the config missing "warps" is skipped though it is the fastest row of task 0
+    assert related_winners(SPACE.names, tasks) == [a, b, c]
+    assert related_winners(SPACE.names, tasks, per_task=2) == [a, c, b]
+
+
+def test_predict_best_keeps_a_related_winner_unless_every_member_prefers_its_own_pick():
+    tasks = [
+        ZeroShotTask([(c, _time(n, c)) for c in SPACE.enumerate()], {"log2_n": math.log2(n)})
+        for n in (256, 1024, 4096, 16384)
+    ]
+    fitted = fit_zero_shot(SPACE, tasks)
+    assert fitted.anchors[:4] == [{"block": b, "warps": 4} for b in (16, 64, 256, 1024)]
+    task = {"log2_n": math.log2(2048)}
+    own = fitted.predict_best(SPACE, task, anchors=False, prescreen=1)
+    pick = fitted.predict_best(SPACE, task, prescreen=1)
+    X = fitted.schema.transform([own.config, *fitted.anchors], task)
+    per_member = fitted.model.ensemble_.predict_all(X)  # members x (own pick, anchors...)
+    best_anchor = fitted.anchors[int(np.argmin(per_member[:, 1:].mean(axis=0)))]
+    if (per_member[:, 0] < per_member[:, 1 + fitted.anchors.index(best_anchor)]).all():
+        assert pick.config == own.config and pick.source == "model"
+    else:
+        assert pick.config == best_anchor and pick.source == "related task"
+    # winners not valid in the new space are never returned: here no related winner is
+    small = SearchSpace([PowerOfTwo("block", 8, 1024), PowerOfTwo("warps", 1, 2)])
+    alone = fitted.predict_best(small, task)
+    assert alone.source == "model" and alone.config["warps"] <= 2

@@ -161,10 +161,11 @@ def predict_for_key(req: Request) -> tuple[dict[str, Any], str] | str:
                     _models.popitem(last=False)
     feats = _task_features(ck.fields_dict, ck.device, ck.dtypes, ck)
     pick = fitted.predict_best(space, feats)
+    winner = ", a related task's winner" if pick.source == "related task" else ""
     why = (
         f"offline: zero-shot prediction from {len(store_tasks)} measured tasks and {len(entry_tasks)} "
         f"cache entries of kernel {ck.kernel!r} ({rows} rows; predicted within "
-        f"{math.exp(pick.score):.2f}x of their best, {pick.candidates} configs ranked)"
+        f"{math.exp(pick.score):.2f}x of their best, {pick.candidates} configs ranked{winner})"
     )
     return pick.config, why
 
