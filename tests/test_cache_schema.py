@@ -83,8 +83,12 @@ def test_files_written_by_the_library_and_the_cli_validate(tmp_path: Path, seede
     assert main(["cache", "export", "--out", str(cli)]) == 0
     validate(load(cli))
     empty = tmp_path / f"empty-{name}"
-    assert main(["cache", "export", "--out", str(empty), "--kernel", "none"]) == 0
+    write_cache_file(empty, [])  # an empty file is still a valid one
     validate(load(empty))
+    # ... but a CLI export with nothing to export is work that did not happen: exit 1, no file
+    nothing = tmp_path / f"nothing-{name}"
+    assert main(["cache", "export", "--out", str(nothing), "--kernel", "none"]) == 1
+    assert not nothing.exists()
 
 
 def test_gzip_export_is_deterministic_and_round_trips(tmp_path: Path, seeded: ConfigCache, capsys):

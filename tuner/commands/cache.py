@@ -69,6 +69,13 @@ def run_export(args: argparse.Namespace) -> int:
     if not out.parent.exists():
         raise BadInput(f"--out {out}: folder {out.parent} does not exist")
     entries = _cache(args.storage).entries(args.kernel)
+    if not entries:  # nothing to export is work that did not happen: exit 1, and write no empty file
+        what = f"of kernel {args.kernel!r} " if args.kernel else ""
+        msg = f"nothing to export: the store holds no cache entry {what}(tune or import first); {out} not written"
+        if args.json:
+            _print_json({"ok": False, "error": msg, "path": str(out), "entries": 0})
+        print(f"tuner: {msg}", file=sys.stderr)
+        return 1
     n = write_cache_file(out, entries)
     if args.json:
         _print_json({"path": str(out), "entries": n})
