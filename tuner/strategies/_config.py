@@ -100,6 +100,16 @@ class ModelStrategyConfig:
     (Hamming) from every measured config."""
     n_basins: int = 6
     """Stagnant: local steps rotate over this many distinct good configs (basins)."""
+    partition_every: int = 2
+    """Stagnant: every n-th proposal goes to the partition portfolio (a sustained search inside another
+    combination of the two-valued parameters than the incumbent's); 0 turns it off."""
+    partition_every_early: int = 6
+    """Before the search is stagnant: every n-th proposal goes to the partition portfolio; 0: none."""
+    partition_streak: int = 6
+    """Partition portfolio: proposals a partition gets before its progress is judged (it keeps the
+    focus while its own best improves)."""
+    max_partitions: int = 32
+    """Partition portfolio: at most this many partitions (two-valued parameters beyond are ignored)."""
 
     # ---- transfer from a prior ----------------------------------------------------------------------
     prior_min_corr: float = 0.15
@@ -122,8 +132,10 @@ class ModelStrategyConfig:
     """The sweep goes around this many of the best measured portfolio picks."""
     restart_cold: bool = True
     """With a prior, once stagnant: hand over to a fresh search without the prior (TuRBO's restarts)."""
-    restart_seed: int = 7777
-    """Seed offset of the fresh search after a restart (its seed is the run's seed plus this)."""
+    restart_seed: int = 0
+    """Extra seed offset of the fresh search after a restart. Its seed is the run's seed plus the number
+    of results at the restart (a rule from the run's own history) plus this; vary it to check that a
+    figure does not hinge on one random stream (docs/benchmarks.md)."""
     restart_keep_every: int = 3
     """After the restart, every n-th proposal still comes from the prior-guided search; 0: none do."""
 
@@ -142,6 +154,8 @@ class ModelStrategyConfig:
                 "n_children",
                 "patience",
                 "n_basins",
+                "partition_streak",
+                "max_partitions",
                 "portfolio_horizon",
                 "portfolio_cap",
                 "n_anchors",
@@ -157,6 +171,8 @@ class ModelStrategyConfig:
                 "portfolio_tol",
                 "anchor_every",
                 "anchor_start",
+                "partition_every",
+                "partition_every_early",
                 "restart_keep_every",
             ),
         )

@@ -175,6 +175,13 @@ class ModelStrategy(Strategy):
         self._best = math.inf  # the incumbent's value at the last improvement that counted
         self._last_improve = 0  # number of results at the last improvement of the incumbent
         self._last_mu: tuple[np.ndarray, np.ndarray]
+        self._part: np.ndarray | None = None  # partition id per pool config (see `_partition_ids`)
+        self._in_restart = False  # the restarted search inside another: the outer one runs the portfolio
+        self._focus: int | None = None  # the partition the portfolio searches now
+        self._focus_n = 0  # proposals it got since its progress was last judged
+        self._focus_ref = math.inf  # its best value when its progress was last judged
+        self._focus_tried: set[int] = set()  # partitions that had a streak without progress
+        self._focus_streaks = 0  # streaks the focus partition has had in a row
 
     # ---- setup (lazily, inside the first propose, so that its time counts as strategy time) ---------
     def _setup(self) -> None:
@@ -255,7 +262,7 @@ class ModelStrategy(Strategy):
         cold = type(self).__new__(type(self))
         cold.space, cold.seed, cold.prior, cold.history = (
             self.space,
-            self.seed + self.config.restart_seed,
+            self.seed + len(self._obs_idx) + self.config.restart_seed,
             None,
             [],
         )
@@ -263,6 +270,7 @@ class ModelStrategy(Strategy):
         cold.rng, cold.pool = self.rng, self.pool
         cold._init_state()
         cold._ready = True
+        cold._in_restart = True
         cold.schema, cold.F, cold.P = self.schema, self.F, np.zeros((0, self.F.shape[0]))
         self._cold = cold
         self.restarted_at = len(self._obs_idx)
@@ -285,11 +293,14 @@ class ModelStrategy(Strategy):
         if not self.pool.enumerable:
             return self._propose_large()
         self._n_proposed += 1
+        n = len(self._obs_idx)
         if self._cold is not None:
             self._n_after_restart += 1
+            cfg = self._partition_slot(n)  # one portfolio over all results, not one per search
+            if cfg is not None:
+                return cfg
             if not self.config.restart_keep_every or self._n_after_restart % self.config.restart_keep_every:
                 return self._cold.propose()
-        n = len(self._obs_idx)
         has_prior = len(self.P) > 0
         if not has_prior and n < self.config.n_init:
             return self._space_filling()
@@ -304,6 +315,10 @@ class ModelStrategy(Strategy):
             and self._n_proposed % self.config.anchor_every == 2 % self.config.anchor_every
         ):  # off the local steps' phase (0)
             cfg = self._anchor_pick()
+            if cfg is not None:
+                return cfg
+        if self._cold is None:
+            cfg = self._partition_slot(n)
             if cfg is not None:
                 return cfg
         if self.rng.random() < self.config.epsilon:
@@ -432,6 +447,116 @@ class ModelStrategy(Strategy):
         if not anchors:
             anchors = list(dict.fromkeys(int(obs[np.argmin(row[obs])]) for row in self.P))
         return sorted(anchors, key=lambda j: value[j])
+
+    def _partition_slot(self, n: int) -> Config | None:
+        """The partition portfolio's pick when this proposal is its turn (`partition_every` once
+        stagnant, `partition_every_early` before), else None."""
+        every = self.config.partition_every if self.stagnant else self.config.partition_every_early
+        if self._in_restart or not every or n < self.config.n_init:
+            return None
+        if self._n_proposed % every != every - 1:
+            return None
+        return self._partition_pick()
+
+    def _partition_ids(self) -> np.ndarray | None:
+        """Partition id of every pool config: which values its two-valued parameters take (at most
+        `max_partitions` partitions); None when the space has no such parameter. Two-valued parameters
+        are switches between code paths (shared memory or not, a transposed layout or not), and the
+        paths' best configs are often far apart in the other parameters."""
+        if self._part is not None:
+            return self._part
+        keys = self.pool.keys
+        ids = np.zeros(len(keys), dtype=np.int64)
+        radix = 1
+        for t, p in enumerate(self.space.params):
+            if len(p.values) != 2:
+                continue
+            if radix * 2 > self.config.max_partitions:
+                break
+            second = p.values[1]
+            ids += radix * np.fromiter((k[t] == second for k in keys), dtype=bool, count=len(keys))
+            radix *= 2
+        if radix == 1:
+            return None
+        self._part = ids
+        return ids
+
+    def _partition_pick(self) -> Config | None:
+        """Stagnant: the partition portfolio, a sustained search inside one other partition than the
+        incumbent's (a combination of the two-valued parameters, see `_partition_ids`). A needle's
+        partition can be best overall while its configs near the incumbent's other values are slow, so
+        neither the model (trained where the measurements are) nor local steps from the incumbent cross
+        over; inside the partition, steps climb from the partition's own best. The focus partition keeps
+        its proposals while its own best improves (by `stagnation_tol`, at least 0.1%) within
+        `partition_streak` proposals, else the next one gets them, in order of the last model's best
+        prediction inside each; a partition that becomes the incumbent's ends the stagnant phase."""
+        part = self._partition_ids()
+        if part is None or not hasattr(self, "_last_mu"):
+            return None
+        vals = np.asarray(self._obs_val, dtype=np.float64)
+        obs = np.asarray(self._obs_idx, dtype=np.int64)
+        ok = np.isfinite(vals)
+        if not ok.any():
+            return None
+        inc = int(part[obs[ok][int(np.argmin(vals[ok]))]])
+
+        def part_best(q: int) -> float:
+            m = ok & (part[obs] == q)
+            return float(vals[m].min()) if m.any() else math.inf
+
+        tol = max(self.config.stagnation_tol, 1e-3)
+        if self._focus is not None:
+            cur = part_best(self._focus)
+            if self._focus == inc or not self.pool.unseen_mask[part == self._focus].any():
+                self._focus = None
+            elif self._focus_n >= self.config.partition_streak:
+                inc_val = float(vals[ok].min())
+                self._focus_streaks += 1
+                gain = math.log(self._focus_ref / cur) if math.isfinite(self._focus_ref) else math.inf
+                if cur < self._focus_ref * (1.0 - tol) and gain * self._focus_streaks >= math.log(
+                    cur / inc_val
+                ):
+                    # progress fast enough: at this streak's rate it would reach the incumbent within
+                    # as many streaks as it has had; keep the focus and judge again later
+                    self._focus_n, self._focus_ref = 0, cur
+                else:
+                    self._focus_tried.add(self._focus)
+                    self._focus = None
+        unseen, mu = self._last_mu
+        score = np.full(len(self.pool.keys), math.inf)  # the last refit's prediction; inf: not scored
+        score[unseen] = mu
+        score[~self.pool.unseen_mask] = math.inf
+        if self._focus is None:
+            best_pred = np.full(int(part.max()) + 1, math.inf)
+            np.minimum.at(best_pred, part, score)
+            best_pred[inc] = math.inf
+            live = [int(q) for q in np.flatnonzero(np.isfinite(best_pred))]
+            if not live:
+                return None
+            fresh = [q for q in live if q not in self._focus_tried]
+            if not fresh:  # every partition had its streak: start the rotation again
+                self._focus_tried.clear()
+                fresh = live
+            counts = np.bincount(part[obs], minlength=len(best_pred))
+            self._focus = min(fresh, key=lambda q: (counts[q], best_pred[q]))
+            self._focus_n, self._focus_ref, self._focus_streaks = 0, part_best(self._focus), 0
+        q = self._focus
+        self._focus_n += 1
+        inside = ok & (part[obs] == q)
+        if inside.any() and self._focus_n % 2 == 0:  # a local step from the partition's best configs
+            order = obs[inside][np.argsort(vals[inside], kind="stable")]
+            for j in order[:3]:
+                nbs = [k for k in self._unseen_neighbours(int(j)) if part[k] == q]
+                if nbs:
+                    return self.pool.config_at(min(nbs, key=lambda k: score[k]))
+        in_q = np.where(part == q, score, math.inf)
+        i = int(np.argmin(in_q))
+        if math.isfinite(in_q[i]):
+            return self.pool.config_at(i)
+        cand = np.flatnonzero(self.pool.unseen_mask & (part == q))  # none scored (large spaces)
+        if cand.size == 0:
+            return None
+        return self.pool.config_at(int(cand[int(self.rng.integers(cand.size))]))
 
     def _novel_pick(self) -> Config | None:
         """Stagnant: the best-ranked config among the unseen ones farthest (Hamming distance) from every
@@ -631,6 +756,22 @@ class ModelStrategy(Strategy):
         ]
         return [k for k in nbs if self.pool.unseen_mask[k]]
 
+    def _key_matrix(self) -> np.ndarray:
+        """Value index of every parameter for every pool config (for exact Hamming distances)."""
+        if getattr(self, "_K", None) is None:
+            cols = []
+            for t, p in enumerate(self.space.params):
+                pos = {self.space._hkey((v,)): j for j, v in enumerate(p.values)}
+                cols.append([pos[self.space._hkey((k[t],))] for k in self.pool.keys])
+            self._K = np.asarray(cols, dtype=np.int32).T
+        return self._K
+
+    def _unseen_at_distance(self, i: int, d: int) -> list[int]:
+        """Pool indices of the unseen configs that differ from pool config i in exactly d parameters."""
+        K = self._key_matrix()
+        hit = ((K[i] != K).sum(axis=1) == d) & self.pool.unseen_mask
+        return np.flatnonzero(hit).tolist()
+
     def _local_step(self) -> Config | None:
         """The unseen neighbour of the incumbent (or of the next best) that the last model ranks best."""
         vals = np.asarray(self._obs_val, dtype=np.float64)
@@ -649,8 +790,12 @@ class ModelStrategy(Strategy):
                         break
             r = (self._n_proposed // self.config.local_every) % len(basins)
             order = np.asarray(basins[r:] + basins[:r], dtype=np.int64)
-        for j in order[:3]:
+        for rank, j in enumerate(order[:3]):
             nbs = self._unseen_neighbours(self._obs_idx[int(j)])
+            if not nbs and rank == 0 and self.stagnant and order[0] == ok[np.argmin(vals[ok])]:
+                # the incumbent's one-parameter neighbourhood is exhausted: two parameters at once
+                # (coupled parameters, a block reshaped: a runner-up can be two changes away)
+                nbs = self._unseen_at_distance(self._obs_idx[int(j)], 2)
             if nbs:
                 if score:
                     i = min(nbs, key=lambda k: score.get(k, math.inf))
