@@ -11,10 +11,12 @@ from tuner.cost_models.zero_shot import (
     REGRET_CLIP,
     ZeroShotPredictor,
     ZeroShotTask,
+    device_features,
     fit_zero_shot,
     regret_targets,
     related_winners,
 )
+from tuner.search_spaces.devices import device_family
 
 from tuner import PowerOfTwo, SearchSpace
 
@@ -110,3 +112,44 @@ def test_predict_best_keeps_a_related_winner_unless_every_member_prefers_its_own
     small = SearchSpace([PowerOfTwo("block", 8, 1024), PowerOfTwo("warps", 1, 2)])
     alone = fitted.predict_best(small, task)
     assert alone.source == "model" and alone.config["warps"] <= 2
+
+
+def _vendor_time(device: str, cfg: dict) -> float:
+    """Block 64 is best everywhere; 4 warps on the NVIDIA GPUs, 1 on the AMD ones."""
+    warps = 1 if device_family(device).vendor == "amd" else 4
+    return 1e-3 * 1.3 ** (abs(math.log2(cfg["block"]) - 6) + abs(math.log2(cfg["warps"]) - math.log2(warps)))
+
+
+def test_device_features_name_the_vendor_and_isa_version_or_nothing():
+    f = device_features("NVIDIA GeForce RTX 3090")
+    assert f["dev_vendor_nvidia"] == 1.0 and f["dev_vendor_amd"] == 0.0 and f["dev_isa_version"] == 8.6
+    assert device_features("AMD Instinct MI250X")["dev_isa_version"] == 9.0
+    assert device_features("a device nobody knows") == {} and device_features(None) == {}
+
+
+def test_a_new_device_follows_its_vendors_tasks():
+    devices = ["NVIDIA RTX A4000", "NVIDIA A100-PCIE-40GB", "AMD Radeon PRO W6600", "AMD Instinct MI250X"]
+    tasks = [
+        ZeroShotTask([(c, _vendor_time(d, c)) for c in SPACE.enumerate()], name=d, device=d) for d in devices
+    ]
+    fitted = fit_zero_shot(SPACE, tasks)
+    nv, amd = {"block": 64, "warps": 4}, {"block": 64, "warps": 1}
+    assert [c for c in fitted.anchors if c in (nv, amd)] == [nv, amd]
+    # each winner knows the devices whose task it won; the consensus (if another config) won none
+    won = {tuple(sorted(d.arch for d in ds)) for ds in fitted.anchor_devices}
+    assert ("sm80", "sm86") in won and ("gfx1030", "gfx90a") in won
+    # the vendor's winners are the anchors of a key on its devices; every winner for an unknown device
+    assert [fitted.anchors[i] for i in fitted.similar_anchors(device_family("AMD Radeon RX 7900 XTX"))] == [
+        amd
+    ]
+    assert [fitted.anchors[i] for i in fitted.similar_anchors(device_family("Tesla T4"))] == [nv]
+    assert fitted.similar_anchors(device_family("?")) == list(range(len(fitted.anchors)))
+    assert fitted.similar_anchors(device_family("Intel Arc A770")) == list(range(len(fitted.anchors)))
+    # the picks: the vendor's best, from the model's own ranking too (device features), not only anchors
+    for device, best in (("AMD Radeon RX 7900 XTX", amd), ("NVIDIA GeForce RTX 3090", nv)):
+        assert fitted.predict_best(SPACE, device=device).config == best
+        assert fitted.predict_best(SPACE, device=device, anchors=False).config == best
+        configs, scores = fitted.rank_space(SPACE, device=device)
+        assert configs[int(np.argmin(scores))] == best
+    # an unknown device still gets a pick (one of the vendors' bests), from every winner
+    assert fitted.predict_best(SPACE, device="a device nobody knows").config in (nv, amd)
