@@ -171,15 +171,16 @@ class ZeroShotTask:
 
 
 def device_features(device: str | DeviceFamily | None) -> dict[str, float]:
-    """Task features of a device's family: one indicator per vendor of `VENDORS` and the instruction-set
-    version (compute capability, gfx target: `DeviceFamily.version`). Nothing for an unknown device (the
-    model then sees them as missing)."""
+    """Task features of a device's family: one indicator per vendor of `VENDORS` and the vendor's own
+    instruction-set version (`dev_<vendor>_isa`: the compute capability, the gfx target; one feature per
+    vendor, missing for the others, as one vendor's numbers say nothing about another's). Nothing for an
+    unknown device (the model then sees them as missing)."""
     fam = device if isinstance(device, DeviceFamily) else device_family(device or "")
     if not fam.known:
         return {}
     out = {f"dev_vendor_{v}": float(fam.vendor == v) for v in VENDORS}
     if fam.version == fam.version:  # not NaN
-        out["dev_isa_version"] = float(fam.version)
+        out[f"dev_{fam.vendor}_isa"] = float(fam.version)
     return out
 
 
@@ -260,8 +261,10 @@ class FittedZeroShot:
         too: the one the ensemble scores best is returned, unless every member scores the model's own
         pick lower (a rule with no threshold: the model overrides measured winners only unanimously).
         `device`: the new key's device label; its family's features (`device_features`) join `task`, and
-        when some related tasks ran on the same vendor's devices, only their winners are anchors
-        (`similar_anchors`). An unknown device: no device features, every winner an anchor."""
+        the anchors are the winners of the related tasks most like it (`similar_anchors`): on the same
+        architecture (then the ensemble only chooses among them, its own pick never overrides a winner
+        measured on the same architecture), else of the same vendor, else every winner (an unknown
+        device: no device features, every winner an anchor, as without `device`)."""
         fam = device_family(device or "")
         task = _with_device(task, fam)
         configs, X = self._candidates(space, task, max_candidates)
@@ -272,8 +275,8 @@ class FittedZeroShot:
             idx = np.argpartition(first, keep - 1)[:keep]
         else:
             idx = np.arange(len(configs))
-        valid = [self.anchors[i] for i in self.similar_anchors(fam) if space.contains(self.anchors[i])]
-        valid = valid if anchors else []
+        near, level = self.similar_anchors(fam)
+        valid = [self.anchors[i] for i in near if space.contains(self.anchors[i])] if anchors else []
         Xs = X[idx]
         if valid:  # the anchors ride along in the same ensemble call (one call per member, not two)
             Xs = np.vstack([Xs, self.schema.transform(valid, task)])
@@ -286,7 +289,7 @@ class FittedZeroShot:
         best = float(scores[j])
         if valid:
             a = int(np.argmin(am.mean(axis=0)))
-            if not bool((allm[:, j] < am[:, a]).all()):
+            if level == "arch" or not bool((allm[:, j] < am[:, a]).all()):
                 return ZeroShotPick(
                     dict(valid[a]),
                     float(am[:, a].mean()),
@@ -297,16 +300,25 @@ class FittedZeroShot:
                 )
         return ZeroShotPick(configs[i], best, len(configs), self.tasks, self.rows)
 
-    def similar_anchors(self, family: DeviceFamily | None = None) -> list[int]:
-        """Indices of the anchors `predict_best` weighs for a key on a device of `family`: the winners
-        of the related tasks measured on the same vendor's devices where there are any (a winner on
-        another vendor's hardware transfers worst: docs/benchmarks.md, "Zero-shot prediction"), else
-        every anchor (an unknown device, or no related task of its vendor)."""
+    def similar_anchors(self, family: DeviceFamily | None = None) -> tuple[list[int], str]:
+        """(indices of the anchors `predict_best` weighs for a key on a device of `family`, how alike):
+        the winners of the related tasks measured on the same architecture ("arch": sm86 and sm86, gfx90a
+        and gfx90a) where there are any, else on the same vendor's devices ("vendor"), else every anchor
+        ("any": an unknown device, or no related task of its vendor). Winners transfer best between
+        devices of one architecture and worst across vendors (docs/benchmarks.md, "Zero-shot
+        prediction")."""
         every = list(range(len(self.anchors)))
         if family is None or not family.known or len(self.anchor_devices) != len(self.anchors):
-            return every
+            return every, "any"
+        arch = [
+            i
+            for i, ds in enumerate(self.anchor_devices)
+            if family.arch and any(d.vendor == family.vendor and d.arch == family.arch for d in ds)
+        ]
+        if arch:
+            return arch, "arch"
         same = [i for i, ds in enumerate(self.anchor_devices) if any(d.vendor == family.vendor for d in ds)]
-        return same or every
+        return (same, "vendor") if same else (every, "any")
 
 
 def _with_device(task: Mapping[str, float] | None, family: DeviceFamily) -> Mapping[str, float] | None:
