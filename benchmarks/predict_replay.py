@@ -8,9 +8,10 @@ table's slowest valid time). Printed per table and overall: the geometric mean o
 of tables whose pick is within 1.10x of the optimum, for
 
 - `predictor`: `tuner.cost_models.ZeroShotPredictor` (what offline and record mode use by default),
-  trained on the other GPUs' tables, ranking the table's space and the other GPUs' winners
-  (`FittedZeroShot.predict_best`); run with `--seeds` seeds (the ensemble's row subsampling), reported
-  as the mean over seeds with a 95% t-interval;
+  trained on the other GPUs' tables, ranking the table's space and the winners of the other GPUs most
+  like this one (`FittedZeroShot.predict_best(..., device=)`; each table's device is its `device_name`,
+  else its file name, read by `tuner.search_spaces.devices.device_family`); run with `--seeds` seeds
+  (the ensemble's row subsampling), reported as the mean over seeds with a 95% t-interval;
 - `model_only`: the same ensemble's own best-ranked config, without the other GPUs' winners
   (`predict_best(anchors=False)`), same seeds;
 - `nearest_key`: the runtime's nearest-key fallback, lifted across GPUs: the cached winner of another

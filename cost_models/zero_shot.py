@@ -11,14 +11,20 @@ predicted best, so the model's capacity goes there rather than into how slow the
 A small bagged ensemble (row subsampling, several seeds) averages away the pick-to-pick noise of a
 single boosted model.
 
+The device a task ran on counts through its family (`ZeroShotTask.device`, read by
+`tuner.search_spaces.devices.device_family`): a vendor indicator and the vendor's instruction-set version
+join the task features (`device_features`), and nothing where the label is not recognised.
+
 `rank_space` scores every valid config of a new task's space (or a sample of a space too big to
 enumerate). `predict_best` returns one config with its score: by default the ensemble chooses among
 the related tasks' own winners (each task's best measured config, and the config with the best mean
-regret over the tasks that measured it: what `transfer_best` measures first), and its own best-ranked
-config replaces that choice only when every ensemble member scores it better. The related tasks'
-winners are measured near-optimal configs; the model alone ranks better on average but misses more
-often by a little (docs/benchmarks.md, "Zero-shot prediction"). Measured against the baselines
-(nearest key, `transfer_best`'s first pick, the space default) by `benchmarks/predict_replay.py`.
+regret over the tasks that measured it: what `transfer_best` measures first), restricted to the tasks
+most like the new key's device (`FittedZeroShot.similar_anchors`: the same architecture, else the same
+vendor, else all). Its own best-ranked config replaces that choice only when every ensemble member
+scores it better, and never a winner measured on the same architecture. The related tasks' winners are
+measured near-optimal configs; the model alone ranks better on average but misses more often by a
+little (docs/benchmarks.md, "Zero-shot prediction"). Measured against the baselines (nearest key,
+`transfer_best`'s first pick, the space default) by `benchmarks/predict_replay.py`.
 """
 
 from __future__ import annotations
