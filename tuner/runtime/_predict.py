@@ -10,10 +10,12 @@ Task features: log2 of the numeric key fields, whether the task ran on the same 
 the new key (so the model can lean on same-device data when it has some), and the family of the device
 it ran on (vendor, compute capability or gfx target, read from the device label by
 `tuner.search_spaces.devices.device_family`; nothing where the label is not recognised). The related
-tasks' winners the model weighs beside its own pick are those of the new key's vendor where there are
-any (`FittedZeroShot.similar_anchors`).
+tasks' winners the model weighs beside its own pick are those measured on the new key's architecture
+where there are any (then never overridden by the model), else on its vendor's devices, else all
+(`FittedZeroShot.similar_anchors`).
 
-The model (`tuner.cost_models.zero_shot.ZeroShotPredictor`) is fitted once per kernel and data state
+The model (`tuner.cost_models.zero_shot.ZeroShotPredictor`) is fitted once per kernel, device, dtypes
+and data state
 (cached in this process) and ranks the space once per key (cached); the reason logged with the choice
 names how many tasks and measurements it learned from. One switch turns it off: `TUNER_PREDICT=0` in
 the environment (or `tuner.runtime.set_zero_shot(False)` in code); the chain then goes on to the space
