@@ -15,8 +15,7 @@ where there are any (then never overridden by the model), else on its vendor's d
 (`FittedZeroShot.similar_anchors`).
 
 The model (`tuner.cost_models.zero_shot.ZeroShotPredictor`) is fitted once per kernel, device, dtypes
-and data state
-(cached in this process) and ranks the space once per key (cached); the reason logged with the choice
+and data state (cached in this process) and ranks the space once per key (cached); the reason logged with the choice
 names how many tasks and measurements it learned from. One switch turns it off: `TUNER_PREDICT=0` in
 the environment (or `tuner.runtime.set_zero_shot(False)` in code); the chain then goes on to the space
 default.
