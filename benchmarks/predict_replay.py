@@ -8,9 +8,10 @@ table's slowest valid time). Printed per table and overall: the geometric mean o
 of tables whose pick is within 1.10x of the optimum, for
 
 - `predictor`: `tuner.cost_models.ZeroShotPredictor` (what offline and record mode use by default),
-  trained on the other GPUs' tables, ranking the table's space and the other GPUs' winners
-  (`FittedZeroShot.predict_best`); run with `--seeds` seeds (the ensemble's row subsampling), reported
-  as the mean over seeds with a 95% t-interval;
+  trained on the other GPUs' tables, ranking the table's space and the winners of the other GPUs most
+  like this one (`FittedZeroShot.predict_best(..., device=)`; each table's device is its `device_name`,
+  else its file name, read by `tuner.search_spaces.devices.device_family`); run with `--seeds` seeds
+  (the ensemble's row subsampling), reported as the mean over seeds with a 95% t-interval;
 - `model_only`: the same ensemble's own best-ranked config, without the other GPUs' winners
   (`predict_best(anchors=False)`), same seeds;
 - `nearest_key`: the runtime's nearest-key fallback, lifted across GPUs: the cached winner of another
@@ -88,6 +89,12 @@ def task_features_of(table: Any) -> dict[str, float]:
     }
 
 
+def device_of(table: Any) -> str:
+    """The table's device as the store would label it: the recorded `device_name`, else the table's file
+    name (the GPU's name in the hub's layout; two hub tables record an empty `device_name`)."""
+    return table.device_name or (Path(table.path).name.split(".")[0] if table.path else "")
+
+
 def geo(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
@@ -157,16 +164,22 @@ def evaluate(
                 c0, t0 = time.process_time(), time.perf_counter()
                 fitted = fit_zero_shot(
                     target.space,
-                    [ZeroShotTask(o.as_prior(), task_features_of(o), name=o.name) for o in others],
+                    [
+                        ZeroShotTask(o.as_prior(), task_features_of(o), name=o.name, device=device_of(o))
+                        for o in others
+                    ],
                     predictor=ZeroShotPredictor(seed=s, **params),
                     seed=s,
                     **({"max_rows_per_task": max_rows} if max_rows else {}),
                 )
                 c1, t1 = time.process_time(), time.perf_counter()
-                pick = fitted.predict_best(target.space, task_features_of(target), risk=risk)
+                dev = device_of(target)
+                pick = fitted.predict_best(target.space, task_features_of(target), risk=risk, device=dev)
                 c2, t2 = time.process_time(), time.perf_counter()
-                alone = fitted.predict_best(target.space, task_features_of(target), risk=risk, anchors=False)
-                configs, scores = fitted.rank_space(target.space, task_features_of(target))  # whole ensemble
+                alone = fitted.predict_best(
+                    target.space, task_features_of(target), risk=risk, anchors=False, device=dev
+                )
+                configs, scores = fitted.rank_space(target.space, task_features_of(target), device=dev)
                 full = configs[int(scores.argmin())]
                 preds.append(ratio_of(target, pick.config))
                 only.append(ratio_of(target, alone.config))

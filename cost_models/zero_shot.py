@@ -11,14 +11,20 @@ predicted best, so the model's capacity goes there rather than into how slow the
 A small bagged ensemble (row subsampling, several seeds) averages away the pick-to-pick noise of a
 single boosted model.
 
+The device a task ran on counts through its family (`ZeroShotTask.device`, read by
+`tuner.search_spaces.devices.device_family`): a vendor indicator and the vendor's instruction-set version
+join the task features (`device_features`), and nothing where the label is not recognised.
+
 `rank_space` scores every valid config of a new task's space (or a sample of a space too big to
 enumerate). `predict_best` returns one config with its score: by default the ensemble chooses among
 the related tasks' own winners (each task's best measured config, and the config with the best mean
-regret over the tasks that measured it: what `transfer_best` measures first), and its own best-ranked
-config replaces that choice only when every ensemble member scores it better. The related tasks'
-winners are measured near-optimal configs; the model alone ranks better on average but misses more
-often by a little (docs/benchmarks.md, "Zero-shot prediction"). Measured against the baselines
-(nearest key, `transfer_best`'s first pick, the space default) by `benchmarks/predict_replay.py`.
+regret over the tasks that measured it: what `transfer_best` measures first), restricted to the tasks
+most like the new key's device (`FittedZeroShot.similar_anchors`: the same architecture, else the same
+vendor, else all). Its own best-ranked config replaces that choice only when every ensemble member
+scores it better, and never a winner measured on the same architecture. The related tasks' winners are
+measured near-optimal configs; the model alone ranks better on average but misses more often by a
+little (docs/benchmarks.md, "Zero-shot prediction"). Measured against the baselines (nearest key,
+`transfer_best`'s first pick, the space default) by `benchmarks/predict_replay.py`.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from tuner.search_spaces.devices import DeviceFamily, device_family
 
 from .features import FeatureSchema, schema_for_space
 from .models import CostModel, XGBEnsemble, _check_xy
@@ -46,6 +53,8 @@ __all__ = [
     "regret_targets",
     "related_winners",
     "fit_zero_shot",
+    "device_features",
+    "VENDORS",
 ]
 
 log = logging.getLogger(__name__)
@@ -61,6 +70,8 @@ MAX_ROWS_PER_TASK = 20_000
 # `predict_best` considers each related task's best this many measured configs as anchors (1 to 5 gave
 # the same share within 1.10x in the replay, docs/benchmarks.md, "Zero-shot prediction").
 ANCHORS_PER_TASK = 1
+# Vendors a device's family is told apart by (one indicator each, `device_features`).
+VENDORS = ("nvidia", "amd", "intel", "google", "cpu")
 # `predict_best` scores every candidate with one ensemble member and the best 5% with all of them.
 PRESCREEN = 0.05
 
@@ -156,11 +167,27 @@ class ZeroShotPredictor(CostModel):
 
 @dataclass(frozen=True)
 class ZeroShotTask:
-    """One related task: its measured configs and times (None = failed) and its task features."""
+    """One related task: its measured configs and times (None = failed), its task features and the
+    device it was measured on (a label `tuner.search_spaces.devices.device_family` reads; "" = unknown)."""
 
     rows: Sequence[tuple[Mapping[str, Any], float | None]]
     features: Mapping[str, float] = field(default_factory=dict)
     name: str = ""
+    device: str = ""
+
+
+def device_features(device: str | DeviceFamily | None) -> dict[str, float]:
+    """Task features of a device's family: one indicator per vendor of `VENDORS` and the vendor's own
+    instruction-set version (`dev_<vendor>_isa`: the compute capability, the gfx target; one feature per
+    vendor, missing for the others, as one vendor's numbers say nothing about another's). Nothing for an
+    unknown device (the model then sees them as missing)."""
+    fam = device if isinstance(device, DeviceFamily) else device_family(device or "")
+    if not fam.known:
+        return {}
+    out = {f"dev_vendor_{v}": float(fam.vendor == v) for v in VENDORS}
+    if fam.version == fam.version:  # not NaN
+        out[f"dev_{fam.vendor}_isa"] = float(fam.version)
+    return out
 
 
 @dataclass(frozen=True)
@@ -183,6 +210,8 @@ class FittedZeroShot:
     rows: int
     # the related tasks' winners (each task's best measured configs, then their consensus best)
     anchors: list[dict[str, Any]] = field(default_factory=list)
+    # per anchor, the device families of the related tasks it won (none for the consensus alone)
+    anchor_devices: list[tuple[DeviceFamily, ...]] = field(default_factory=list)
 
     def rank_space(
         self,
@@ -191,10 +220,13 @@ class FittedZeroShot:
         *,
         max_candidates: int = 20_000,
         seed: int = 0,
+        device: str | None = None,
     ) -> tuple[list[dict[str, Any]], np.ndarray]:
         """(candidate configs, predicted regret per candidate): every valid config of an enumerable
-        space, else `max_candidates` uniform samples (deduplicated)."""
-        configs, X = self._candidates(space, task, max_candidates, seed)
+        space, else `max_candidates` uniform samples (deduplicated). `device` as in `predict_best`."""
+        configs, X = self._candidates(
+            space, _with_device(task, device_family(device or "")), max_candidates, seed
+        )
         return configs, self.model.predict(X)
 
     def _candidates(
@@ -225,6 +257,7 @@ class FittedZeroShot:
         prescreen: float = PRESCREEN,
         risk: float = 0.0,
         anchors: bool = True,
+        device: str | None = None,
     ) -> ZeroShotPick:
         """The best-ranked config. With `prescreen` < 1, the first ensemble member scores every candidate
         and only its best share `prescreen` (at least 256) is scored by the whole ensemble: the same pick
@@ -232,7 +265,14 @@ class FittedZeroShot:
         `risk` > 0 ranks by the ensemble's mean plus `risk` times its members' spread (prefer configs
         every member rates well). With `anchors`, the related tasks' winners valid in `space` are scored
         too: the one the ensemble scores best is returned, unless every member scores the model's own
-        pick lower (a rule with no threshold: the model overrides measured winners only unanimously)."""
+        pick lower (a rule with no threshold: the model overrides measured winners only unanimously).
+        `device`: the new key's device label; its family's features (`device_features`) join `task`, and
+        the anchors are the winners of the related tasks most like it (`similar_anchors`): on the same
+        architecture (then the ensemble only chooses among them, its own pick never overrides a winner
+        measured on the same architecture), else of the same vendor, else every winner (an unknown
+        device: no device features, every winner an anchor, as without `device`)."""
+        fam = device_family(device or "")
+        task = _with_device(task, fam)
         configs, X = self._candidates(space, task, max_candidates)
         members = self.model.ensemble_.members_
         if prescreen < 1 and len(members) > 1 and len(configs) > 256:
@@ -241,7 +281,8 @@ class FittedZeroShot:
             idx = np.argpartition(first, keep - 1)[:keep]
         else:
             idx = np.arange(len(configs))
-        valid = [c for c in self.anchors if space.contains(c)] if anchors else []
+        near, level = self.similar_anchors(fam)
+        valid = [self.anchors[i] for i in near if space.contains(self.anchors[i])] if anchors else []
         Xs = X[idx]
         if valid:  # the anchors ride along in the same ensemble call (one call per member, not two)
             Xs = np.vstack([Xs, self.schema.transform(valid, task)])
@@ -254,7 +295,7 @@ class FittedZeroShot:
         best = float(scores[j])
         if valid:
             a = int(np.argmin(am.mean(axis=0)))
-            if not bool((allm[:, j] < am[:, a]).all()):
+            if level == "arch" or not bool((allm[:, j] < am[:, a]).all()):
                 return ZeroShotPick(
                     dict(valid[a]),
                     float(am[:, a].mean()),
@@ -264,6 +305,30 @@ class FittedZeroShot:
                     "related task",
                 )
         return ZeroShotPick(configs[i], best, len(configs), self.tasks, self.rows)
+
+    def similar_anchors(self, family: DeviceFamily | None = None) -> tuple[list[int], str]:
+        """(indices of the anchors `predict_best` weighs for a key on a device of `family`, how alike):
+        the winners of the related tasks measured on the same architecture ("arch": sm86 and sm86, gfx90a
+        and gfx90a) where there are any, else on the same vendor's devices ("vendor"), else every anchor
+        ("any": an unknown device, or no related task of its vendor). Winners transfer best between
+        devices of one architecture and worst across vendors (docs/benchmarks.md, "Zero-shot
+        prediction")."""
+        every = list(range(len(self.anchors)))
+        if family is None or not family.known or len(self.anchor_devices) != len(self.anchors):
+            return every, "any"
+        arch = [
+            i
+            for i, ds in enumerate(self.anchor_devices)
+            if family.arch and any(d.vendor == family.vendor and d.arch == family.arch for d in ds)
+        ]
+        if arch:
+            return arch, "arch"
+        same = [i for i, ds in enumerate(self.anchor_devices) if any(d.vendor == family.vendor for d in ds)]
+        return (same, "vendor") if same else (every, "any")
+
+
+def _with_device(task: Mapping[str, float] | None, family: DeviceFamily) -> Mapping[str, float] | None:
+    return {**(task or {}), **device_features(family)} if family.known else task
 
 
 def fit_zero_shot(
@@ -280,6 +345,12 @@ def fit_zero_shot(
     usable = [t for t in tasks if any(v is not None and math.isfinite(v) and v > 0 for _, v in t.rows)]
     if not usable:
         raise ValueError("no related task with a successful measurement to learn from")
+    families = [device_family(t.device) for t in usable]
+    # the device's family (vendor, instruction-set version) joins each task's features
+    usable = [
+        ZeroShotTask(t.rows, {**t.features, **device_features(f)}, t.name, t.device) if f.known else t
+        for t, f in zip(usable, families, strict=True)
+    ]
     # A task feature with one value over every related task tells them nothing apart: left out.
     task_names = sorted(
         k for k in {k for t in usable for k in t.features} if len({t.features.get(k) for t in usable}) > 1
@@ -296,7 +367,9 @@ def fit_zero_shot(
         gs.append(np.full(len(rows), gi))
     X, y, g = np.vstack(xs), np.concatenate(ys), np.concatenate(gs)
     model = (predictor or ZeroShotPredictor(seed=seed)).fit(X, y, g)
-    return FittedZeroShot(model, schema, len(usable), int(len(y)), related_winners(space.names, usable))
+    winners, sources = _related_winners(space.names, usable, ANCHORS_PER_TASK)
+    devices = [tuple(families[i] for i in won) for won in sources]
+    return FittedZeroShot(model, schema, len(usable), int(len(y)), winners, devices)
 
 
 def related_winners(
@@ -305,11 +378,19 @@ def related_winners(
     """Each task's `per_task` fastest measured configs, then the config with the lowest mean log time
     over its task's best among the tasks that measured it successfully (`transfer_best`'s first pick);
     deduplicated, in that order. Configs missing one of `names` are skipped."""
+    return _related_winners(names, tasks, per_task)[0]
+
+
+def _related_winners(
+    names: Sequence[str], tasks: Sequence[ZeroShotTask], per_task: int
+) -> tuple[list[dict[str, Any]], list[tuple[int, ...]]]:
+    """`related_winners`, and for each winner the indices of the tasks it won (none: the consensus)."""
     out: dict[tuple, dict[str, Any]] = {}
+    source: dict[tuple, tuple[int, ...]] = {}
     total: dict[tuple, float] = {}
     count: dict[tuple, int] = {}
     first: dict[tuple, Mapping[str, Any]] = {}
-    for t in tasks:
+    for ti, t in enumerate(tasks):
         ok = [
             (c, float(v))
             for c, v in t.rows
@@ -320,7 +401,10 @@ def related_winners(
         ok.sort(key=lambda cv: cv[1])
         lbest = math.log(ok[0][1])
         for c, _ in ok[:per_task]:
-            out.setdefault(_hkey(c, names), {n: c[n] for n in names})
+            k = _hkey(c, names)
+            if k not in out:
+                out[k] = {n: c[n] for n in names}
+            source[k] = (*source.get(k, ()), ti)
         for c, v in ok:
             k = _hkey(c, names)
             total[k] = total.get(k, 0.0) + math.log(v) - lbest
@@ -328,8 +412,9 @@ def related_winners(
             first.setdefault(k, c)
     if total:
         k = min(total, key=lambda k: total[k] / count[k])
-        out.setdefault(k, {n: first[k][n] for n in names})
-    return list(out.values())
+        if k not in out:
+            out[k], source[k] = {n: first[k][n] for n in names}, ()
+    return list(out.values()), [source[k] for k in out]
 
 
 def _hkey(config: Mapping[str, Any], names: Sequence[str]) -> tuple:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -42,6 +43,8 @@ __all__ = [
     "on_gpu",
     "triton_interpreted",
     "pallas_interpret",
+    "DeviceFamily",
+    "device_family",
 ]
 
 
@@ -173,6 +176,109 @@ def get_device(arch: str) -> Device:
         return DEVICES[arch]
     except KeyError:
         raise ValueError(f"unknown device arch {arch!r}; known: {sorted(DEVICES)}") from None
+
+
+# ---- families: what a device label says about the hardware --------------------------------------------
+@dataclass(frozen=True)
+class DeviceFamily:
+    """What a device's name tells about its hardware, for comparing devices: the vendor and the
+    instruction-set version (NVIDIA's compute capability, AMD's gfx target, as `major + minor / 10`:
+    sm86 -> 8.6, gfx90a -> 9.0, gfx1030 -> 10.3). Empty vendor / NaN version = not known."""
+
+    vendor: str = ""  # "nvidia", "amd", "intel", "google", "cpu"
+    arch: str = ""  # "sm86", "gfx90a", "tpu_v5e", "cpu"
+    version: float = float("nan")
+
+    @property
+    def known(self) -> bool:
+        return bool(self.vendor)
+
+    def distance(self, other: DeviceFamily) -> float:
+        """0 for the same arch, the instruction-set versions apart within a vendor (inf where either
+        is unknown), inf across vendors or when either device is unknown."""
+        if not (self.known and other.known) or self.vendor != other.vendor:
+            return float("inf")
+        if self.arch and self.arch == other.arch:
+            return 0.0
+        d = abs(self.version - other.version)
+        return d if d == d else float("inf")  # NaN (a version unknown): as far as another vendor
+
+
+# Public model names -> compute capability (CUDA C Programming Guide, "CUDA-Enabled GPUs") and gfx target
+# (ROCm documentation, "GPU hardware specifications"); the first pattern that matches a lower-cased label.
+_NVIDIA_NAMES: tuple[tuple[str, str], ...] = (
+    (r"\b(gb|b)(100|200)\b|\bb300\b", "sm100"),
+    (r"\b(gh|h)(100|200|800)\b", "sm90"),
+    (r"\bl4\b|\bl40|rtx 40\d\d|\bada\b|rtx [2-6]000 ada", "sm89"),
+    (r"\ba(100|30|800)\b", "sm80"),
+    (r"\ba(2|10|10g|16|40)\b|rtx a\d{4}|rtx 30\d\d|\ba[2-6]\d00\b", "sm86"),
+    (r"\bt4\b|rtx 20\d\d|titan rtx|quadro rtx|gtx 16\d\d", "sm75"),
+    (r"\bv100\b|titan v\b", "sm70"),
+    (r"\bp100\b", "sm60"),
+    (r"\bp(4|40)\b|gtx 10\d\d|titan xp?\b", "sm61"),
+)
+_AMD_NAMES: tuple[tuple[str, str], ...] = (
+    (r"\bmi3\d\d", "gfx942"),
+    (r"\bmi2\d\d", "gfx90a"),
+    (r"\bmi100\b", "gfx908"),
+    (r"\bmi(50|60)\b|radeon vii", "gfx906"),
+    (r"\b(rx|w) ?9\d{3}", "gfx1200"),
+    (r"\b(rx|w) ?7\d{3}", "gfx1100"),
+    (r"\b(rx|w) ?6\d{3}", "gfx1030"),
+    (r"\b(rx|w) ?5\d{3}", "gfx1010"),
+)
+_NVIDIA_WORDS = re.compile(r"nvidia|geforce|quadro|tesla|titan|\brtx\b|\bgtx\b|\bcuda\b")
+_AMD_WORDS = re.compile(r"\bamd\b|radeon|instinct|\brocm\b|\bhip\b|gfx\d")
+
+
+def _sm_version(arch: str) -> float:
+    digits = arch[2:]
+    return int(digits[:-1]) + int(digits[-1]) / 10
+
+
+def _gfx_version(arch: str) -> float:
+    # gfx<major><minor><stepping>, the stepping one hex digit, the minor one digit (gfx90a, gfx1030)
+    digits = arch[3:]
+    return int(digits[:-2]) + int(digits[-2], 16) / 10
+
+
+@functools.lru_cache(maxsize=256)
+def device_family(label: str) -> DeviceFamily:
+    """The family of a device as a label names it (the runtime's keys: "NVIDIA A100-SXM4-40GB (sm80)",
+    "gpu:NVIDIA H100", "tpu:TPU v5 lite", "cpu"; or a bare model name, "MI250X", "RTX_3090"): a compute
+    capability or gfx target in the label wins, then the model names above. A label none of this
+    recognises gives the unknown family (vendor "")."""
+    s = re.sub(r"[_\-]+", " ", str(label).lower()).strip()
+    if not s:
+        return DeviceFamily()
+    if s == "cpu" or s.startswith("cpu:") or "interpreter" in s:
+        return DeviceFamily("cpu", "cpu", 0.0)
+    if "tpu" in s:
+        for tag, arch in _TPU_KINDS:
+            if tag in s:
+                return DeviceFamily("google", arch, float(arch[5]))
+        return DeviceFamily("google", "", float("nan"))
+    m = re.search(r"\bsm ?(\d{2,3})\b", s)
+    if m:
+        arch = f"sm{m.group(1)}"
+        return DeviceFamily("nvidia", arch, _sm_version(arch))
+    m = re.search(r"\bgfx(\d{1,2}[0-9a-f]{2})\b", s)
+    if m:
+        arch = f"gfx{m.group(1)}"
+        return DeviceFamily("amd", arch, _gfx_version(arch))
+    for pattern, arch in _AMD_NAMES:
+        if re.search(pattern, s):
+            return DeviceFamily("amd", arch, _gfx_version(arch))
+    for pattern, arch in _NVIDIA_NAMES:
+        if re.search(pattern, s):
+            return DeviceFamily("nvidia", arch, _sm_version(arch))
+    if _AMD_WORDS.search(s):
+        return DeviceFamily("amd", "", float("nan"))
+    if _NVIDIA_WORDS.search(s):
+        return DeviceFamily("nvidia", "", float("nan"))
+    if re.search(r"\bintel\b|\barc\b|data center gpu", s):
+        return DeviceFamily("intel", "", float("nan"))
+    return DeviceFamily()
 
 
 # ---- detection -----------------------------------------------------------------------------------------

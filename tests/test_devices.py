@@ -72,3 +72,40 @@ def test_cuda_label_names_the_gpu_and_its_capability(monkeypatch: pytest.MonkeyP
     major, minor = torch.cuda.get_device_capability(0)
     assert dv.device_label("triton") == f"{torch.cuda.get_device_name(0)} (sm{major}{minor})"
     assert dv.detect_device("triton").kind == "cuda"
+
+
+@pytest.mark.parametrize(
+    ("label", "vendor", "arch", "version"),
+    [
+        ("NVIDIA A100-SXM4-40GB (sm80)", "nvidia", "sm80", 8.0),  # the runtime's Triton label
+        ("NVIDIA H100 80GB HBM3 (sm90)", "nvidia", "sm90", 9.0),
+        ("gpu:NVIDIA H100 80GB HBM3", "nvidia", "sm90", 9.0),  # jax's label: the model name
+        ("NVIDIA GeForce RTX 3090", "nvidia", "sm86", 8.6),
+        ("RTX_2080_Ti", "nvidia", "sm75", 7.5),
+        ("NVIDIA TITAN RTX", "nvidia", "sm75", 7.5),
+        ("Tesla V100-SXM2-16GB", "nvidia", "sm70", 7.0),
+        ("NVIDIA L4", "nvidia", "sm89", 8.9),
+        ("AMD Instinct MI250X", "amd", "gfx90a", 9.0),
+        ("MI300X", "amd", "gfx942", 9.4),
+        ("AMD Radeon PRO W6600", "amd", "gfx1030", 10.3),
+        ("AMD Radeon RX 7900 XTX", "amd", "gfx1100", 11.0),
+        ("gfx90a:sramecc+:xnack-", "amd", "gfx90a", 9.0),  # a gfx target in the label wins
+        ("tpu:TPU v5 lite", "google", "tpu_v5e", 5.0),
+        ("cpu", "cpu", "cpu", 0.0),
+    ],
+)
+def test_device_family_from_labels(label: str, vendor: str, arch: str, version: float) -> None:
+    fam = dv.device_family(label)
+    assert (fam.vendor, fam.arch, fam.version) == (vendor, arch, version)
+
+
+def test_device_family_distance_and_unknown_labels() -> None:
+    a4000, a6000, a100 = (dv.device_family(x) for x in ("NVIDIA RTX A4000", "NVIDIA RTX A6000", "A100"))
+    assert a4000.distance(a6000) == 0.0 and a4000.distance(a100) == pytest.approx(0.6)
+    assert a4000.distance(dv.device_family("AMD Radeon PRO W7800")) == float("inf")
+    for label in ("", "some accelerator", "xyz-9000"):
+        fam = dv.device_family(label)
+        assert not fam.known and fam.distance(fam) == float("inf")
+    # a vendor without a model the table knows: the vendor, no arch
+    amd = dv.device_family("AMD Radeon Graphics")
+    assert amd.vendor == "amd" and amd.arch == "" and amd.distance(dv.device_family("MI250X")) == float("inf")

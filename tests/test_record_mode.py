@@ -251,3 +251,31 @@ def test_a_forked_child_does_not_write_the_parents_counts_again(tmp_path: Path):
     (row,) = read_misses()
     # the parent counted 2 calls and the child 1; the child's copy of the parent's 2 is not written again
     assert row.calls == 3 and row.processes == 2
+
+
+def test_the_predictor_is_told_each_tasks_device_and_the_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The device labels reach the predictor: each task's (for its family's features and the anchor
+    tiers) and the missing key's."""
+    from tuner.cost_models.zero_shot import FittedZeroShot
+
+    seen: list[tuple[str | None, list[set[str]]]] = []
+    real = FittedZeroShot.predict_best
+
+    def spy(self, space, task=None, **kw):
+        seen.append((kw.get("device"), [{d.vendor for d in ds} for ds in self.anchor_devices]))
+        return real(self, space, task, **kw)
+
+    monkeypatch.setattr(FittedZeroShot, "predict_best", spy)
+    k0, _ = _fn(storage=False)
+    entries = []
+    for n, label, block in ((64, "NVIDIA RTX A6000 (sm86)", 128), (64, "AMD Radeon PRO W7800", 32)):
+        ck0 = k0.tuner.full_key((n,), {})
+        ck = CacheKey.make(ck0.kernel, ck0.source_hash, {"n": n}, list(ck0.dtypes), label, ck0.versions_dict)
+        entries.append(CacheEntry(ck, {"block": block}, 1e-3, 0.0, "2026-01-01T00:00:00Z"))
+    k, _ = _fn(mode="offline", storage=False, cache=ReadOnlyCache(entries))
+    assert k(100) in (32, 128)
+    ((device, vendors),) = seen
+    assert device == k.tuner.full_key((100,), {}).device
+    assert {"nvidia"} in vendors and {"amd"} in vendors

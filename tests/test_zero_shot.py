@@ -11,10 +11,12 @@ from tuner.cost_models.zero_shot import (
     REGRET_CLIP,
     ZeroShotPredictor,
     ZeroShotTask,
+    device_features,
     fit_zero_shot,
     regret_targets,
     related_winners,
 )
+from tuner.search_spaces.devices import device_family
 
 from tuner import PowerOfTwo, SearchSpace
 
@@ -110,3 +112,70 @@ def test_predict_best_keeps_a_related_winner_unless_every_member_prefers_its_own
     small = SearchSpace([PowerOfTwo("block", 8, 1024), PowerOfTwo("warps", 1, 2)])
     alone = fitted.predict_best(small, task)
     assert alone.source == "model" and alone.config["warps"] <= 2
+
+
+def _vendor_time(device: str, cfg: dict) -> float:
+    """Block 64 is best everywhere; 4 warps on the NVIDIA GPUs, 1 on the AMD ones."""
+    warps = 1 if device_family(device).vendor == "amd" else 4
+    return 1e-3 * 1.3 ** (abs(math.log2(cfg["block"]) - 6) + abs(math.log2(cfg["warps"]) - math.log2(warps)))
+
+
+def test_device_features_name_the_vendor_and_isa_version_or_nothing():
+    f = device_features("NVIDIA GeForce RTX 3090")
+    assert f["dev_vendor_nvidia"] == 1.0 and f["dev_vendor_amd"] == 0.0 and f["dev_nvidia_isa"] == 8.6
+    assert "dev_amd_isa" not in f  # one vendor's version numbers are not another's
+    assert device_features("AMD Instinct MI250X")["dev_amd_isa"] == 9.0
+    assert device_features("a device nobody knows") == {} and device_features(None) == {}
+
+
+def test_a_new_device_follows_its_vendors_tasks():
+    devices = ["NVIDIA RTX A4000", "NVIDIA A100-PCIE-40GB", "AMD Radeon PRO W6600", "AMD Instinct MI250X"]
+    tasks = [
+        ZeroShotTask([(c, _vendor_time(d, c)) for c in SPACE.enumerate()], name=d, device=d) for d in devices
+    ]
+    fitted = fit_zero_shot(SPACE, tasks)
+    nv, amd = {"block": 64, "warps": 4}, {"block": 64, "warps": 1}
+    assert [c for c in fitted.anchors if c in (nv, amd)] == [nv, amd]
+    # each winner knows the devices whose task it won; the consensus (if another config) won none
+    won = {tuple(sorted(d.arch for d in ds)) for ds in fitted.anchor_devices}
+    assert ("sm80", "sm86") in won and ("gfx1030", "gfx90a") in won
+
+    # the anchors of a key: the winners on its architecture, else on its vendor's devices, else all
+    def near(label: str) -> tuple[list[dict], str]:
+        idx, level = fitted.similar_anchors(device_family(label))
+        return [fitted.anchors[i] for i in idx], level
+
+    assert near("AMD Radeon RX 7900 XTX") == ([amd], "vendor")
+    assert near("AMD Instinct MI210") == ([amd], "arch")
+    assert near("Tesla T4") == ([nv], "vendor")
+    assert near("NVIDIA GeForce RTX 3090") == ([nv], "arch")
+    every = (fitted.anchors, "any")
+    assert near("?") == every and near("Intel Arc A770") == every
+    # the picks: the vendor's best, from the model's own ranking too (device features), not only anchors
+    for device, best in (("AMD Radeon RX 7900 XTX", amd), ("NVIDIA GeForce RTX 3090", nv)):
+        assert fitted.predict_best(SPACE, device=device).config == best
+        assert fitted.predict_best(SPACE, device=device, anchors=False).config == best
+        configs, scores = fitted.rank_space(SPACE, device=device)
+        assert configs[int(np.argmin(scores))] == best
+    # an unknown device still gets a pick (one of the vendors' bests), from every winner
+    assert fitted.predict_best(SPACE, device="a device nobody knows").config in (nv, amd)
+
+
+def test_a_winner_on_the_same_architecture_is_never_overridden():
+    # three sm80 tasks agree on block 64, 4 warps; one sm86 task measured two configs only, its winner
+    # block 8, 1 warp: for a new sm86 key that winner is returned, whatever the model ranks first
+    good = [
+        ZeroShotTask([(c, _vendor_time("A100", c)) for c in SPACE.enumerate()], device="NVIDIA A100")
+        for _ in range(3)
+    ]
+    odd = ZeroShotTask(
+        [({"block": 8, "warps": 1}, 1e-3), ({"block": 1024, "warps": 8}, 2e-3)], device="NVIDIA RTX A4000"
+    )
+    fitted = fit_zero_shot(SPACE, [*good, odd])
+    pick = fitted.predict_best(SPACE, device="NVIDIA GeForce RTX 3090")
+    assert pick.config == {"block": 8, "warps": 1} and pick.source == "related task"
+    # on another NVIDIA architecture (vendor level) every NVIDIA winner is an anchor, and the ensemble
+    # prefers the A100s' one (it has learnt that from three tasks against one of two configs)
+    own = fitted.predict_best(SPACE, device="Tesla V100", anchors=False)
+    assert own.config == {"block": 64, "warps": 4}
+    assert fitted.predict_best(SPACE, device="Tesla V100").config == own.config

@@ -6,11 +6,16 @@ Data, for the kernel's name (any shape, device, dtype, versions):
 - the cache entries (shipped files, the store's cache table): each is only a winner, so each becomes a
   small task of the winner and `NEGATIVES` configs drawn from the new key's space counted as bad (a
   winners-versus-the-rest signal: where in the space, for which shapes, the winners lie).
-Task features: log2 of the numeric key fields, and whether the task ran on the same device and dtypes
-as the new key (so the model can lean on same-device data when it has some).
+Task features: log2 of the numeric key fields, whether the task ran on the same device and dtypes as
+the new key (so the model can lean on same-device data when it has some), and the family of the device
+it ran on (vendor, compute capability or gfx target, read from the device label by
+`tuner.search_spaces.devices.device_family`; nothing where the label is not recognised). The related
+tasks' winners the model weighs beside its own pick are those measured on the new key's architecture
+where there are any (then never overridden by the model), else on its vendor's devices, else all
+(`FittedZeroShot.similar_anchors`).
 
-The model (`tuner.cost_models.zero_shot.ZeroShotPredictor`) is fitted once per kernel and data state
-(cached in this process) and ranks the space once per key (cached); the reason logged with the choice
+The model (`tuner.cost_models.zero_shot.ZeroShotPredictor`) is fitted once per kernel, device, dtypes
+and data state (cached in this process) and ranks the space once per key (cached); the reason logged with the choice
 names how many tasks and measurements it learned from. One switch turns it off: `TUNER_PREDICT=0` in
 the environment (or `tuner.runtime.set_zero_shot(False)` in code); the chain then goes on to the space
 default.
@@ -112,7 +117,11 @@ def _store_tasks(req: Request, ck: CacheKey) -> list[Any]:
         m0 = rows[0]
         dts = [d for d in str(m0.dtype).split(",") if d]
         feats = _task_features(dict(m0.problem), m0.device, dts, ck)
-        tasks.append(ZeroShotTask([(m.config, m.value) for m in rows], feats, name=f"store task {tid}"))
+        tasks.append(
+            ZeroShotTask(
+                [(m.config, m.value) for m in rows], feats, name=f"store task {tid}", device=m0.device
+            )
+        )
     return tasks
 
 
@@ -129,7 +138,7 @@ def _entry_tasks(req: Request, ck: CacheKey, space: SearchSpace) -> list[Any]:
         neg = space.sample(rng, n=NEGATIVES) if NEGATIVES else []
         rows = [(dict(e.config), float(e.time_s))] + [(c, None) for c in neg if c != dict(e.config)]
         feats = _task_features(e.key.fields_dict, e.key.device, e.key.dtypes, ck)
-        tasks.append(ZeroShotTask(rows, feats, name=f"cache entry {e.key.hash[:12]}"))
+        tasks.append(ZeroShotTask(rows, feats, name=f"cache entry {e.key.hash[:12]}", device=e.key.device))
     return tasks
 
 
@@ -145,7 +154,17 @@ def predict_for_key(req: Request) -> tuple[dict[str, Any], str] | str:
     if not tasks:
         return f"no measurement or cache entry of kernel {ck.kernel!r} to predict from"
     rows = sum(len(t.rows) for t in tasks)
-    state = (ck.kernel, tuple(space.names), len(store_tasks), len(entry_tasks), rows)
+    # the task features `same_device` / `same_dtypes` are relative to the key: its device and dtypes are
+    # part of the state a fitted model serves
+    state = (
+        ck.kernel,
+        tuple(space.names),
+        ck.device,
+        tuple(ck.dtypes),
+        len(store_tasks),
+        len(entry_tasks),
+        rows,
+    )
     with _lock:
         klock = _kernel_locks.setdefault(ck.kernel, threading.Lock())
     with klock:  # one fit per kernel and data state, even with many keys missing at once
@@ -160,7 +179,7 @@ def predict_for_key(req: Request) -> tuple[dict[str, Any], str] | str:
                 while len(_models) > 16:
                     _models.popitem(last=False)
     feats = _task_features(ck.fields_dict, ck.device, ck.dtypes, ck)
-    pick = fitted.predict_best(space, feats)
+    pick = fitted.predict_best(space, feats, device=ck.device)
     winner = ", a related task's winner" if pick.source == "related task" else ""
     why = (
         f"offline: zero-shot prediction from {len(store_tasks)} measured tasks and {len(entry_tasks)} "
