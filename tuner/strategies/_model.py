@@ -47,7 +47,22 @@ Each round:
    measures the best-ranked config among the unseen ones farthest (Hamming distance) from every
    measured config (a boosted ensemble has no spread where it has no data, so its confidence bound
    alone never leaves the measured region), and the local steps rotate over several distinct good
-   configs (basins) instead of the best one. An improvement ends the stagnant phase.
+   configs (basins) instead of the best one. An improvement ends the stagnant phase. The restarted
+   search's seed is the run's seed plus the number of results at the restart (plus `restart_seed`, 0,
+   which a benchmark varies to check that no figure hinges on one random stream).
+   Partition portfolio (for needles): the two-valued parameters split the space into partitions (code
+   paths: shared memory or not, a transposed layout or not; at most `max_partitions`). A needle's
+   partition can hold the best configs while its configs near the incumbent's other values are slow, so
+   neither the model, trained where the measurements are, nor local steps from the incumbent cross over
+   (convolution/A100: the one config within 1.05x lies in the partition whose configs climb best, while
+   the search settles on a 1.47x plateau in another). Every `partition_every_early`-th proposal (6th), and
+   once stagnant every `partition_every`-th (2nd), goes to a sustained search inside one partition other
+   than the incumbent's, alternating the last model's best config in it and a local step, inside it, from
+   its own best measured configs. The partition measured least goes first; it keeps the focus after
+   `partition_streak` proposals only while its own best improves fast enough to reach the incumbent's
+   value at that rate within as many streaks as it has had (a rule from the run's own progress), else the
+   next partition takes over. A partition whose best becomes the incumbent ends the stagnant phase; once
+   the incumbent's one-parameter neighbourhood is measured, its local steps change two parameters.
 6. Overhead: the model is refit after each result early on, and every few results later, with the best
    few configs of one refit queued.
 
