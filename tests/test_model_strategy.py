@@ -300,3 +300,71 @@ def test_settings_are_one_frozen_config_given_at_construction(table) -> None:  #
     by_name = _keys(tuner.optimize(table.space, table.objective_fn(), budget=15, seed=0, strategy="auto"))
     assert run(None) == by_name
     assert run(ModelStrategyConfig(n_init=3)) != by_name
+
+
+def _switch_space() -> SearchSpace:
+    from tuner.search_spaces import Boolean, IntRange
+
+    return SearchSpace([IntRange("x", 0, 7), IntRange("y", 0, 7), Boolean("s1"), Boolean("s2")])
+
+
+def test_partitions_are_the_combinations_of_the_two_valued_parameters() -> None:
+    from tuner.search_spaces import IntRange
+
+    space = _switch_space()
+    strat = ModelStrategy(space, seed=0)
+    strat._setup()
+    part = strat._partition_ids()
+    assert part is not None and sorted(set(part.tolist())) == [0, 1, 2, 3]
+    for k, q in zip(strat.pool.keys, part.tolist(), strict=True):  # one id per (s1, s2)
+        same = [p for kk, p in zip(strat.pool.keys, part.tolist(), strict=True) if kk[2:] == k[2:]]
+        assert set(same) == {q}
+    capped = ModelStrategy(space, seed=0, config=ModelStrategyConfig(max_partitions=2))
+    capped._setup()
+    capped_part = capped._partition_ids()
+    assert capped_part is not None and len(set(capped_part.tolist())) == 2
+    plain = ModelStrategy(SearchSpace([IntRange("x", 0, 7)]), seed=0)
+    plain._setup()
+    assert plain._partition_ids() is None
+
+
+@pytest.mark.parametrize("improving", [False, True])
+def test_partition_portfolio_searches_other_switch_combinations(improving: bool) -> None:
+    """Once the search is stagnant in one combination of the switches, the portfolio's picks lie in the
+    others. A partition that does not improve loses the focus after its streak; one whose best keeps
+    improving fast keeps it."""
+    space = _switch_space()
+    order: list[dict] = []
+
+    def obj(c: dict) -> float:
+        order.append(c)
+        if not c["s1"] and not c["s2"]:
+            return 1.0  # the incumbent's partition: a flat plateau, so the search stagnates
+        if improving and c["s1"] and c["s2"]:
+            return 1.0 + 4.0 / (1.0 + sum(1 for o in order if o["s1"] and o["s2"]))  # better each time
+        return 3.0 + 0.001 * c["x"]
+
+    strat = ModelStrategy(space, seed=0, config=ModelStrategyConfig(patience=6, n_init=4))
+    picks: list[tuple[int, int]] = []  # (partition of the pick, incumbent's partition)
+    inner = strat._partition_pick
+
+    def spy() -> Any:
+        cfg = inner()
+        if cfg is not None:
+            part = strat._partition_ids()
+            assert part is not None
+            vals = np.asarray(strat._obs_val)
+            inc = strat._obs_idx[int(np.nanargmin(vals))]
+            picks.append((int(part[strat.pool.index[strat.pool.hkey(cfg)]]), int(part[inc])))
+        return cfg
+
+    strat._partition_pick = spy  # type: ignore[method-assign]
+    tuner.optimize(space, obj, budget=90, seed=0, strategy=strat)
+    assert len(picks) >= 15
+    assert all(p != inc for p, inc in picks)
+    focus = [p for p, _ in picks]
+    if improving:  # the improving partition (s1 and s2: id 3) keeps the focus once it has it
+        first = focus.index(3)
+        assert focus[first:].count(3) >= 0.8 * len(focus[first:])
+    else:  # no partition improves: the focus rotates over all three others
+        assert set(focus) == {1, 2, 3}
