@@ -68,9 +68,12 @@ class Derived:
     log2_scale: float = 0.0
 
 
-def _num_col(values: Sequence[Any]) -> np.ndarray:
-    """Floats; NaN for anything that is not a (non-bool) number."""
-    if all(type(v) is int or type(v) is float for v in values):
+def _num_col(values: Sequence[Any], types: set[type] | None = None) -> np.ndarray:
+    """Floats; NaN for anything that is not a (non-bool) number. `types`: the set of the values' types,
+    if the caller has it (`set(map(type, values))` runs in C, a per-value check in Python)."""
+    if types is None:
+        types = set(map(type, values))
+    if types <= {int, float}:
         return np.asarray(values, dtype=np.float64)
     return np.array(
         [float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan for v in values]
@@ -183,11 +186,12 @@ class FeatureSchema:
         logs: dict[str, np.ndarray] = {}
         for p in self.params:
             col = columns.get(p.name)
-            if col is None or all(v is None for v in col):
+            types = set(map(type, col)) if col is not None else set()
+            if col is None or types <= {type(None)}:
                 out.append(np.full((n, len(p.columns())), np.nan))
                 continue
             if p.kind == "num":
-                x = _num_col(col)
+                x = _num_col(col, types)
                 out.append(x[:, None])
                 lg = _log2_col(col, x)
                 logs[p.name] = lg

@@ -224,14 +224,16 @@ class FittedZeroShot:
     ) -> tuple[list[dict[str, Any]], np.ndarray]:
         """(candidate configs, predicted regret per candidate): every valid config of an enumerable
         space, else `max_candidates` uniform samples (deduplicated). `device` as in `predict_best`."""
-        configs, X = self._candidates(
+        names, keys, X = self._candidates(
             space, _with_device(task, device_family(device or "")), max_candidates, seed
         )
-        return configs, self.model.predict(X)
+        return [dict(zip(names, k, strict=True)) for k in keys], self.model.predict(X)
 
     def _candidates(
         self, space: Any, task: Mapping[str, float] | None, max_candidates: int, seed: int = 0
-    ) -> tuple[list[dict[str, Any]], np.ndarray]:
+    ) -> tuple[list[str], list[tuple], np.ndarray]:
+        """(parameter names, candidate keys in that order, their feature matrix); configs are built
+        only for what is returned (a dict per candidate costs more than scoring it)."""
         names = list(space.names)
         if space.is_enumerable:
             keys = list(space.iter_keys())
@@ -246,7 +248,7 @@ class FittedZeroShot:
         if not keys:
             raise ValueError(f"space {getattr(space, 'name', '')!r} has no valid config")
         X = self.schema.transform_keys(names, keys, task)
-        return [dict(zip(names, k, strict=True)) for k in keys], X
+        return names, keys, X
 
     def predict_best(
         self,
@@ -273,7 +275,7 @@ class FittedZeroShot:
         device: no device features, every winner an anchor, as without `device`)."""
         fam = device_family(device or "")
         task = _with_device(task, fam)
-        configs, X = self._candidates(space, task, max_candidates)
+        names, configs, X = self._candidates(space, task, max_candidates)
         members = self.model.ensemble_.members_
         if prescreen < 1 and len(members) > 1 and len(configs) > 256:
             first = members[0].predict(X)
@@ -304,7 +306,9 @@ class FittedZeroShot:
                     self.rows,
                     "related task",
                 )
-        return ZeroShotPick(configs[i], best, len(configs), self.tasks, self.rows)
+        return ZeroShotPick(
+            dict(zip(names, configs[i], strict=True)), best, len(configs), self.tasks, self.rows
+        )
 
     def similar_anchors(self, family: DeviceFamily | None = None) -> tuple[list[int], str]:
         """(indices of the anchors `predict_best` weighs for a key on a device of `family`, how alike):
