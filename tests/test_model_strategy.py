@@ -302,7 +302,7 @@ def test_settings_are_one_frozen_config_given_at_construction(table) -> None:  #
     assert run(ModelStrategyConfig(n_init=3)) != by_name
 
 
-def _switch_space() -> SearchSpace:
+def _two_switch_space() -> SearchSpace:
     from tuner.search_spaces import Boolean, IntRange
 
     return SearchSpace([IntRange("x", 0, 7), IntRange("y", 0, 7), Boolean("s1"), Boolean("s2")])
@@ -311,7 +311,7 @@ def _switch_space() -> SearchSpace:
 def test_partitions_are_the_combinations_of_the_two_valued_parameters() -> None:
     from tuner.search_spaces import IntRange
 
-    space = _switch_space()
+    space = _two_switch_space()
     strat = ModelStrategy(space, seed=0)
     strat._setup()
     part = strat._partition_ids()
@@ -333,7 +333,7 @@ def test_partition_portfolio_searches_other_switch_combinations(improving: bool)
     """Once the search is stagnant in one combination of the switches, the portfolio's picks lie in the
     others. A partition that does not improve loses the focus after its streak; one whose best keeps
     improving fast keeps it."""
-    space = _switch_space()
+    space = _two_switch_space()
     order: list[dict] = []
 
     def obj(c: dict) -> float:
