@@ -101,13 +101,14 @@ def test_prior_warm_start_finds_the_optimum_first(table) -> None:  # type: ignor
 def test_misleading_prior_is_noticed(table) -> None:  # type: ignore[no-untyped-def]
     # A prior that ranks the space backwards: the strategy must notice and explore on its own.
     ok = sorted(v for v in table.values.values() if v is not None)
+    # (over seeds 0-19 both allocations find it in 17 runs; 8 seeds keep one unlucky seed from deciding)
     found = 0
-    for seed in range(4):
+    for seed in range(8):
         strat = ModelStrategy(table.space, seed=seed, prior=[_prior_from(table, flip=True)])
         res = tuner.optimize(table.space, table.objective_fn(), budget=40, seed=seed, strategy=strat)
         assert strat.prior_state == "dropped"
         found += res.best_value <= ok[len(ok) // 20]  # within the best 5% of the space despite the prior
-    assert found >= 3
+    assert found >= 6
 
 
 def test_stagnant_prior_search_restarts_cold(table) -> None:  # type: ignore[no-untyped-def]
@@ -368,3 +369,41 @@ def test_partition_portfolio_searches_other_switch_combinations(improving: bool)
         assert focus[first:].count(3) >= 0.8 * len(focus[first:])
     else:  # no partition improves: the focus rotates over all three others
         assert set(focus) == {1, 2, 3}
+
+
+def test_progress_allocation_credits_the_component_that_improved() -> None:
+    # allocation="progress": every proposal after the space-filling draws goes to a component drawn from
+    # its record; the record counts each result of that component, and a win exactly when it beat the
+    # incumbent by more than 0.1%
+    space = _two_switch_space()
+
+    def f(c: dict) -> float:
+        return 1.0 + (c["x"] - 5) ** 2 + (c["y"] - 2) ** 2 + 3.0 * c["s1"] + 0.5 * c["s2"]
+
+    strat = ModelStrategy(space, seed=1, config=ModelStrategyConfig(allocation="progress", n_init=5))
+    res = tuner.optimize(space, f, budget=60, seed=1, strategy=strat)
+    vals = [t.value for t in res.trials]
+    improving = sum(1 for k in range(1, len(vals)) if vals[k] < min(vals[:k]) * (1 - 1e-3))
+    assert sum(strat._arm_n.values()) >= len(vals) - 5 - 10  # all but the draws and epsilon's share
+    assert set(strat._arm_n) <= {"model", "local", "explore", "partition"}
+    assert 0 < sum(strat._arm_w.values()) <= improving
+    assert res.best_value == 1.0
+
+
+def test_progress_allocation_follows_the_components_record() -> None:
+    # a component with many wins gets most proposals; with none, the least-tried ones gain by their
+    # uncertainty
+    space = _two_switch_space()
+    strat = ModelStrategy(space, seed=0, config=ModelStrategyConfig(allocation="progress"))
+    tuner.optimize(space, lambda c: float(c["x"] + c["y"]), budget=12, seed=0, strategy=strat)
+    picked = []
+    for _ in range(200):
+        strat._arm_n = {"model": 40, "local": 40, "explore": 40, "partition": 40}
+        strat._arm_w = {"model": 1.0, "local": 30.0, "explore": 1.0, "partition": 1.0}
+        before = set(strat._arm_of)
+        strat._allocated_pick(has_prior=False)
+        picked += [strat._arm_of[i] for i in set(strat._arm_of) - before]
+        strat._arm_of.clear()
+    assert picked.count("local") > 0.9 * len(picked)
+    with pytest.raises(ValueError, match="allocation='sometimes'"):
+        ModelStrategyConfig(allocation="sometimes")

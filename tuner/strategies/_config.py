@@ -89,6 +89,13 @@ class ModelStrategyConfig:
     mutation: float = 0.1
     """Per-parameter chance that a child's value is drawn at random."""
 
+    allocation: str = "progress"
+    """How proposals are shared between the model's ranking, local steps, the exploration slot and the
+    partition portfolio: "fixed", the every-n-th turns of `local_every`, `explore_every`,
+    `partition_every_early` and `partition_every`; "progress", each proposal drawn by each component's
+    record of improvements in this run (Thompson sampling; those fields then set nothing but the pace at
+    which stagnant local steps rotate over the basins, `local_every`)."""
+
     # ---- stagnation ---------------------------------------------------------------------------------
     patience: int = 20
     """Results without a better incumbent after which the search counts as stagnant."""
@@ -182,6 +189,10 @@ class ModelStrategyConfig:
         if self.target_clip is not None and not 0 < self.target_clip <= 1:
             raise ValueError(
                 f"ModelStrategyConfig: target_clip={self.target_clip!r} must be in (0, 1] or None"
+            )
+        if self.allocation not in ("fixed", "progress"):
+            raise ValueError(
+                f"ModelStrategyConfig: allocation={self.allocation!r} must be 'fixed' or 'progress'"
             )
         if not -1 <= self.prior_min_corr <= 1:
             raise ValueError(

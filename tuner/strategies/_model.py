@@ -63,7 +63,17 @@ Each round:
    value at that rate within as many streaks as it has had (a rule from the run's own progress), else the
    next partition takes over. A partition whose best becomes the incumbent ends the stagnant phase; once
    the incumbent's one-parameter neighbourhood is measured, its local steps change two parameters.
-6. Overhead: the model is refit after each result early on, and every few results later, with the best
+6. Allocation (`allocation`): with "fixed", the components above take fixed turns (every
+   `local_every`-th proposal a local step, every `explore_every`-th the exploration slot, every
+   `partition_every_early`-th / `partition_every`-th the partition portfolio, the rest the model's
+   ranking). With "progress" (the default), each proposal after the space-filling draws goes to one
+   component drawn by Thompson sampling from its record in this run, Beta(1 + wins, 1 + results - wins),
+   a win being a result that beats the incumbent by more than 0.1% (adaptive operator selection; GP-Hedge
+   allocates acquisition functions the same way): on a table where local steps keep improving they get
+   most of the budget, once nothing improves the mix evens out, so the partition portfolio and the
+   exploration slot get their share without a schedule tied to `patience`. The portfolio start, the
+   anchor sweep and the share of the search after a restart keep their turns.
+7. Overhead: the model is refit after each result early on, and every few results later, with the best
    few configs of one refit queued.
 
 Ideas from AutoTVM's XGBoost tuner (rank the whole space with a boosted model, epsilon-greedy batches),
@@ -197,6 +207,10 @@ class ModelStrategy(Strategy):
         self._focus_ref = math.inf  # its best value when its progress was last judged
         self._focus_tried: set[int] = set()  # partitions that had a streak without progress
         self._focus_streaks = 0  # streaks the focus partition has had in a row
+        self._inc = math.inf  # the best value measured
+        self._arm_of: dict[int, str] = {}  # pool index -> component that proposed it
+        self._arm_n: dict[str, int] = {}  # results per component (allocation="progress")
+        self._arm_w: dict[str, float] = {}  # their wins
 
     # ---- setup (lazily, inside the first propose, so that its time counts as strategy time) ---------
     def _setup(self) -> None:
@@ -247,8 +261,13 @@ class ModelStrategy(Strategy):
         i = self.pool.index.get(self.pool.hkey(config))
         if i is None:
             return
+        inc_before = self._inc
         self._obs_idx.append(i)
         self._obs_val.append(np.nan if value is None else float(value))
+        if value is not None and math.isfinite(value):
+            self._inc = min(self._inc, float(value))
+        if self._arm_of:
+            self._credit(i, value, inc_before)
         self._since_fit += 1
         tol = self.config.stagnation_tol if len(self.P) else 1e-3
         if value is not None and math.isfinite(value) and value < self._best * (1.0 - tol):
@@ -332,12 +351,15 @@ class ModelStrategy(Strategy):
             cfg = self._anchor_pick()
             if cfg is not None:
                 return cfg
-        if self._cold is None:
+        progress = self.config.allocation == "progress" and n >= self.config.n_init
+        if self._cold is None and not progress:
             cfg = self._partition_slot(n)
             if cfg is not None:
                 return cfg
         if self.rng.random() < self.config.epsilon:
             return self.pool.random_unseen()
+        if progress:
+            return self._allocated_pick(has_prior)
         if n > 0 and self._n_proposed % self.config.local_every == 0:
             cfg = self._local_step()
             if cfg is not None:
@@ -346,16 +368,14 @@ class ModelStrategy(Strategy):
             # exploration slot: with a prior, the task's own-data model alone (a prior that ranks the
             # near-best configs low must not hide them); cold, an optimistic pick of the last ensemble
             # away from the explored basins once the search is stagnant
-            if self.stagnant:
-                cfg = self._novel_pick()
-            elif has_prior:
-                cfg = self._own_model_pick()
-            elif self.config.crossover:
-                cfg = self._crossover_pick()
-            else:
-                cfg = None
+            cfg = self._explore_pick(has_prior)
             if cfg is not None:
                 return cfg
+        return self._model_pick()
+
+    def _model_pick(self) -> Config | None:
+        """The next config of the model's ranking (refit when due)."""
+        n = len(self._obs_idx)
         self._queue = [i for i in self._queue if self.pool.unseen_mask[i]]
         if not self._queue or self._since_fit >= self._refit_every(n):
             self._refit_and_rank()
@@ -364,6 +384,57 @@ class ModelStrategy(Strategy):
             if self.pool.unseen_mask[i]:
                 return self.pool.config_at(i)
         return self.pool.random_unseen()
+
+    def _explore_pick(self, has_prior: bool) -> Config | None:
+        """The exploration slot: stagnant, a novel config; with a prior, the own-data model's pick; cold,
+        a crossover child (None when `crossover` is off)."""
+        if self.stagnant:
+            return self._novel_pick()
+        if has_prior:
+            return self._own_model_pick()
+        return self._crossover_pick() if self.config.crossover else None
+
+    def _allocated_pick(self, has_prior: bool) -> Config | None:
+        """`allocation="progress"`: the proposal goes to one of the components (the model's ranking,
+        a local step, the exploration slot, the partition portfolio) drawn by Thompson sampling from
+        each one's record in this run: Beta(1 + wins, 1 + proposals - wins), a win being a result that
+        improves the incumbent. Components that have found better configs get more of
+        the budget; one that stops finding them loses its share, and the least-tried gain by their
+        uncertainty, so no fixed schedule decides the mix."""
+        arms = ["model", "local", "explore"]
+        if not self._in_restart and self._cold is None and self._partition_ids() is not None:
+            arms.append("partition")
+        draw = {
+            a: self.rng.beta(
+                1.0 + self._arm_w.get(a, 0.0), 1.0 + self._arm_n.get(a, 0) - self._arm_w.get(a, 0.0)
+            )
+            for a in arms
+        }
+        for a in sorted(arms, key=lambda a: -draw[a]):
+            if a == "model":
+                cfg = self._model_pick()
+            elif a == "local":
+                cfg = self._local_step()
+            elif a == "explore":
+                cfg = self._explore_pick(has_prior)
+            else:
+                cfg = self._partition_pick()
+            if cfg is not None:
+                i = self.pool.index.get(self.pool.hkey(cfg))
+                if i is not None:
+                    self._arm_of[i] = a
+                return cfg
+        return self.pool.random_unseen()
+
+    def _credit(self, i: int, value: float | None, inc_before: float) -> None:
+        """Record the result of pool config i for the component that proposed it (see _allocated_pick):
+        a win when it beats the incumbent by more than 0.1%."""
+        a = self._arm_of.pop(i, None)
+        if a is None:
+            return
+        self._arm_n[a] = self._arm_n.get(a, 0) + 1
+        win = value is not None and math.isfinite(value) and value < inc_before * (1.0 - 1e-3)
+        self._arm_w[a] = self._arm_w.get(a, 0.0) + float(win)
 
     def _greedy_portfolio(
         self, R: np.ndarray, w: np.ndarray, chosen: Sequence[int] | np.ndarray, k: int
