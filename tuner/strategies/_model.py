@@ -72,7 +72,8 @@ Each round:
    allocates acquisition functions the same way): on a table where local steps keep improving they get
    most of the budget, once nothing improves the mix evens out, so the partition portfolio and the
    exploration slot get their share without a schedule tied to `patience`. The portfolio start, the
-   anchor sweep and the share of the search after a restart keep their turns.
+   anchor sweep and the shares after a restart (the partition portfolio every `partition_every`-th
+   proposal, the prior-guided search every `restart_keep_every`-th) keep their turns.
 7. Overhead: the model is refit after each result early on, and every few results later, with the best
    few configs of one refit queued.
 
@@ -397,7 +398,7 @@ class ModelStrategy(Strategy):
     def _allocated_pick(self, has_prior: bool) -> Config | None:
         """`allocation="progress"`: the proposal goes to one of the components (the model's ranking,
         a local step, the exploration slot, the partition portfolio) drawn by Thompson sampling from
-        each one's record in this run: Beta(1 + wins, 1 + proposals - wins), a win being a result that
+        each one's record in this run: Beta(1 + wins, 1 + results - wins), a win being a result that
         improves the incumbent. Components that have found better configs get more of
         the budget; one that stops finding them loses its share, and the least-tried gain by their
         uncertainty, so no fixed schedule decides the mix."""
