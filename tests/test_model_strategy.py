@@ -407,3 +407,37 @@ def test_progress_allocation_follows_the_components_record() -> None:
     assert picked.count("local") > 0.9 * len(picked)
     with pytest.raises(ValueError, match="allocation='sometimes'"):
         ModelStrategyConfig(allocation="sometimes")
+
+
+def _partition_picks(cfg: ModelStrategyConfig) -> list[bool]:
+    """Run a search on a plateau (stagnant after 34 results) and return, for every partition-portfolio
+    pick, whether the search was stagnant at that pick."""
+    space = _two_switch_space()
+
+    def f(c: dict) -> float:
+        return 1.0 + 0.1 * (c["x"] + c["y"] > 100) + c["s1"] + c["s2"]
+
+    strat = ModelStrategy(space, seed=0, config=cfg)
+    picks: list[bool] = []
+    orig = strat._partition_pick
+
+    def spy() -> Any:
+        picks.append(strat.stagnant)
+        return orig()
+
+    strat._partition_pick = spy  # type: ignore[method-assign]
+    tuner.optimize(space, f, budget=70, seed=0, strategy=strat)
+    assert strat.stagnant
+    return picks
+
+
+def test_zero_partition_turns_keep_the_portfolio_out_under_progress() -> None:
+    # partition_every_early / partition_every = 0 turn the portfolio off before / once stagnant under
+    # allocation="progress" too (as under "fixed"); with the defaults it is drawn in both phases
+    base = {"n_init": 5, "patience": 30}
+    default = _partition_picks(ModelStrategyConfig(**base))
+    assert any(default) and not all(default)
+    no_early = _partition_picks(ModelStrategyConfig(partition_every_early=0, **base))
+    assert no_early and all(no_early)
+    no_stagnant = _partition_picks(ModelStrategyConfig(partition_every=0, **base))
+    assert no_stagnant and not any(no_stagnant)

@@ -93,10 +93,10 @@ class ModelStrategyConfig:
     """How proposals are shared between the model's ranking, local steps, the exploration slot and the
     partition portfolio: "fixed", the every-n-th turns of `local_every`, `explore_every`,
     `partition_every_early` and `partition_every`; "progress", each proposal drawn by each component's
-    record of improvements in this run (Thompson sampling). Under "progress" those fields keep two uses
-    only: `local_every` paces the stagnant local steps' rotation over the basins, and `partition_every`
-    the partition portfolio's turns after a restart (with a prior); `partition_every_early = 0` does not
-    turn the portfolio off there."""
+    record of improvements in this run (Thompson sampling). Under "progress" those fields keep these uses
+    only: `local_every` paces the stagnant local steps' rotation over the basins, `partition_every` the
+    partition portfolio's turns after a restart (with a prior), and `partition_every_early` /
+    `partition_every` set to 0 keep the portfolio out of the draw before / once the search is stagnant."""
 
     # ---- stagnation ---------------------------------------------------------------------------------
     patience: int = 20
@@ -112,10 +112,11 @@ class ModelStrategyConfig:
     partition_every: int = 2
     """Stagnant: every n-th proposal goes to the partition portfolio (a sustained search inside another
     combination of the two-valued parameters than the incumbent's); 0 turns it off. With
-    `allocation="progress"` it sets only the turns after a restart (see `allocation`)."""
+    `allocation="progress"` its value sets only the turns after a restart, and 0 keeps the portfolio
+    out of the draw once stagnant (see `allocation`)."""
     partition_every_early: int = 6
     """Before the search is stagnant: every n-th proposal goes to the partition portfolio; 0: none.
-    Unused with `allocation="progress"`."""
+    With `allocation="progress"` only 0 matters: the portfolio stays out of the draw before stagnation."""
     partition_streak: int = 6
     """Partition portfolio: proposals a partition gets before its progress is judged (it keeps the
     focus while its own best improves)."""

@@ -73,7 +73,9 @@ Each round:
    most of the budget, once nothing improves the mix evens out, so the partition portfolio and the
    exploration slot get their share without a schedule tied to `patience`. The portfolio start, the
    anchor sweep and the shares after a restart (the partition portfolio every `partition_every`-th
-   proposal, the prior-guided search every `restart_keep_every`-th) keep their turns.
+   proposal, the prior-guided search every `restart_keep_every`-th) keep their turns. Under both,
+   `partition_every_early = 0` / `partition_every = 0` keep the partition portfolio out before / once
+   the search is stagnant.
 7. Overhead: the model is refit after each result early on, and every few results later, with the best
    few configs of one refit queued.
 
@@ -403,8 +405,9 @@ class ModelStrategy(Strategy):
         the budget; one that stops finding them loses its share, and the least-tried gain by their
         uncertainty, so no fixed schedule decides the mix."""
         arms = ["model", "local", "explore"]
-        if not self._in_restart and self._cold is None and self._partition_ids() is not None:
-            arms.append("partition")
+        every = self.config.partition_every if self.stagnant else self.config.partition_every_early
+        if every and not self._in_restart and self._cold is None and self._partition_ids() is not None:
+            arms.append("partition")  # 0 turns the portfolio off here too (before / once stagnant)
         draw = {
             a: self.rng.beta(
                 1.0 + self._arm_w.get(a, 0.0), 1.0 + self._arm_n.get(a, 0) - self._arm_w.get(a, 0.0)
