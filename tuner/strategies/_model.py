@@ -405,7 +405,7 @@ class ModelStrategy(Strategy):
         the budget; one that stops finding them loses its share, and the least-tried gain by their
         uncertainty, so no fixed schedule decides the mix."""
         arms = ["model", "local", "explore"]
-        every = self.config.partition_every if self.stagnant else self.config.partition_every_early
+        every = self._partition_every()
         if every and not self._in_restart and self._cold is None and self._partition_ids() is not None:
             arms.append("partition")  # 0 turns the portfolio off here too (before / once stagnant)
         draw = {
@@ -538,10 +538,15 @@ class ModelStrategy(Strategy):
             anchors = list(dict.fromkeys(int(obs[np.argmin(row[obs])]) for row in self.P))
         return sorted(anchors, key=lambda j: value[j])
 
+    def _partition_every(self) -> int:
+        """The partition portfolio's turn setting for the current phase: `partition_every` once stagnant,
+        `partition_every_early` before (0: the portfolio is off in this phase)."""
+        return self.config.partition_every if self.stagnant else self.config.partition_every_early
+
     def _partition_slot(self, n: int) -> Config | None:
         """The partition portfolio's pick when this proposal is its turn (`partition_every` once
         stagnant, `partition_every_early` before), else None."""
-        every = self.config.partition_every if self.stagnant else self.config.partition_every_early
+        every = self._partition_every()
         if self._in_restart or not every or n < self.config.n_init:
             return None
         if self._n_proposed % every != every - 1:
