@@ -475,3 +475,26 @@ def test_pallas_block_sizes_as_static_args():
     [e] = ConfigCache().entries()
     assert e.key.fields_dict == {"n": 64} and e.key.dtypes == ("float32",)
     assert set(e.key.versions_dict) == {"jax", "jaxlib"}
+
+
+def test_runtime_device_check_script_runs_on_the_interpreter(tmp_path: Path) -> None:
+    """benchmarks/runtime_device_check.py is the runtime's check for a GPU session; it had drifted from the
+    decorator's internals (an attribute that no longer existed) and broke on the first H200 run. Its CPU
+    path runs the same steps, so running it here keeps it in step with the code."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "TUNER_HOME": str(tmp_path), "PYTHONPATH": str(repo), "CUDA_VISIBLE_DEVICES": ""}
+    p = subprocess.run(
+        [sys.executable, str(repo / "benchmarks" / "runtime_device_check.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "default timer: cpu_bench" in p.stdout
+    assert "result correct: True; second call did not tune: True, correct: True" in p.stdout
+    assert "offline from shipped file: True" in p.stdout
