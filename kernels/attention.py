@@ -116,21 +116,26 @@ def _triton_kernel() -> Any:
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
         CAUSAL: tl.constexpr,
+        EVEN_M: tl.constexpr,
         UPCAST: tl.constexpr,
         PRECISION: tl.constexpr,
     ):
-        start_m = tl.program_id(0)
+        # heaviest query blocks first when causal, so the launch does not end on a tail of long programs
+        if CAUSAL:  # noqa: SIM108 (a constexpr branch reads clearer to Triton's frontend)
+            start_m = tl.num_programs(0) - 1 - tl.program_id(0)
+        else:
+            start_m = tl.program_id(0)
         bh = tl.program_id(1)
         b = bh // H
         h = bh % H
         offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = tl.arange(0, BLOCK_N)
         offs_d = tl.arange(0, D)
-        q = tl.load(
-            q_ptr + b * sqb + h * sqh + offs_m[:, None] * sqs + offs_d[None, :],
-            mask=offs_m[:, None] < S,
-            other=0.0,
-        )
+        q_ptrs = q_ptr + b * sqb + h * sqh + offs_m[:, None] * sqs + offs_d[None, :]
+        if EVEN_M:  # noqa: SIM108
+            q = tl.load(q_ptrs)
+        else:
+            q = tl.load(q_ptrs, mask=offs_m[:, None] < S, other=0.0)
         if UPCAST:
             q = q.to(tl.float32)
         k_base = k_ptr + b * skb + h * skh
@@ -138,11 +143,29 @@ def _triton_kernel() -> Any:
         m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, D], tl.float32)
-        if CAUSAL:  # noqa: SIM108 (a constexpr branch reads clearer to Triton's frontend)
+        # Keys [0, n_full) need no mask: below the block's first query row when causal, inside S when not.
+        # Keys [n_full, hi) (the diagonal blocks, the partial last block) are masked.
+        if CAUSAL:
+            n_full = (start_m * BLOCK_M) // BLOCK_N * BLOCK_N
             hi = tl.minimum(S, (start_m + 1) * BLOCK_M)
         else:
+            n_full = (S // BLOCK_N) * BLOCK_N
             hi = S
-        for start_n in range(0, hi, BLOCK_N):
+        for start_n in range(0, n_full, BLOCK_N):
+            cols = start_n + offs_n
+            k = tl.load(k_base + cols[:, None] * sks + offs_d[None, :])
+            v = tl.load(v_base + cols[:, None] * svs + offs_d[None, :])
+            if UPCAST:
+                k = k.to(tl.float32)
+                v = v.to(tl.float32)
+            qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            p = tl.exp2(qk * qk_scale - m_new[:, None])
+            alpha = tl.exp2(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+            m_i = m_new
+        for start_n in range(n_full, hi, BLOCK_N):
             cols = start_n + offs_n
             kmask = cols < S
             k = tl.load(k_base + cols[:, None] * sks + offs_d[None, :], mask=kmask[:, None], other=0.0)
@@ -162,11 +185,11 @@ def _triton_kernel() -> Any:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
             m_i = m_new
         acc = acc / l_i[:, None]
-        tl.store(
-            o_ptr + b * sob + h * soh + offs_m[:, None] * sos + offs_d[None, :],
-            acc.to(o_ptr.dtype.element_ty),
-            mask=offs_m[:, None] < S,
-        )
+        o_ptrs = o_ptr + b * sob + h * soh + offs_m[:, None] * sos + offs_d[None, :]
+        if EVEN_M:
+            tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty))
+        else:
+            tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty), mask=offs_m[:, None] < S)
 
     return attn_fwd
 
@@ -226,6 +249,7 @@ def flash_attention_triton(
         BLOCK_M=BLOCK_M,
         BLOCK_N=BLOCK_N,
         CAUSAL=bool(causal),
+        EVEN_M=seq % BLOCK_M == 0,
         UPCAST=triton_interpreted(),
         PRECISION=precision,
         num_warps=num_warps,
