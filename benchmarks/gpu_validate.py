@@ -17,10 +17,12 @@ time limit (time a phase leaves unused goes to the next ones), writing the JSON 
    same configs (written as a Kernel Tuner cache file, replayable with `tuner replay`), then the tuned
    config, the sweep's best two and torch.matmul re-measured together, interleaved, in one process
    with one timer;
-4. attention: causal flash attention (batch 4, heads 32, seq 4096, head dim 128, bf16) tuned the same
-   way, then the tuned config, the runner-up and torch SDPA re-measured together, interleaved.
+4. attention: causal flash attention (batch 4, heads 32, seq 4096, head dim 128, bf16) tuned and swept
+   the same way, then the tuned config, the sweep's best two and torch SDPA re-measured together,
+   interleaved.
 
-Writes `gpu_validate.json` (all figures) and `matmul_sweep_<arch>.json` into --out, else $OUT, else
+Writes `gpu_validate.json` (all figures), `matmul_sweep_<arch>.json` and `flash_attention_sweep_<arch>.json`
+into --out, else $OUT, else
 ./gpu_validate_out. Exit 0 when every phase ran and every check passed or was skipped by design.
 """
 
@@ -231,14 +233,16 @@ def sweep_cache(
     problem: Mapping[str, Any],
     keys: Sequence[str],
     extra: Mapping[str, Any],
+    kernel: str = "matmul",
 ) -> dict[str, Any]:
     from tuner.measure import kernel_tuner_cache
 
+    dims = ("M", "N", "K") if kernel == "matmul" else ("B", "H", "S", "D")
     return kernel_tuner_cache(
         rows,
         device_name=device_name,
-        kernel_name="tuner/matmul/triton",
-        problem_size=[problem["M"], problem["N"], problem["K"]],
+        kernel_name=f"tuner/{kernel}/triton",
+        problem_size=[problem[d] for d in dims],
         tune_params_keys=keys,
         extra=extra,
     )
@@ -575,12 +579,62 @@ def _compare(
     return out
 
 
+def _sweep(
+    run: Run,
+    phase: Phase,
+    m: Any,
+    configs: Sequence[Mapping[str, Any]],
+    keys: Sequence[str],
+    problem: Mapping[str, Any],
+    sec: dict[str, Any],
+    name: str,
+) -> tuple[list[tuple[Mapping[str, Any], Any]], list[tuple[Mapping[str, Any], Any]]]:
+    """Measure every config of the sized grid (stopping at a quarter of the phase's share left), write
+    the table as `<name>_sweep_<arch>.json` (Kernel Tuner's cache format) and return (rows, ok rows by
+    median)."""
+    from tuner.measure import write_kernel_tuner_cache
+
+    t0 = time.perf_counter()
+    reserve = 0.25 * phase.budget_s
+    rows: list[tuple[Mapping[str, Any], Any]] = []
+    for c in configs:
+        if phase.left() < reserve:
+            sec["sweep_stopped_early"] = f"phase time share: {len(rows)} of {len(configs)} measured"
+            break
+        rows.append((c, m.measure(c)))
+    sec["sweep_s"] = time.perf_counter() - t0
+    sec["sweep_measured"] = len(rows)
+    statuses: dict[str, int] = {}
+    for _, r in rows:
+        statuses[r.status] = statuses.get(r.status, 0) + 1
+    sec["sweep_status_counts"] = statuses
+    ok = sorted(((c, r) for c, r in rows if r.ok), key=lambda cr: cr[1].median)
+    if rows:
+        doc = sweep_cache(
+            rows,
+            device_name=run.report["device"]["name"],
+            problem=problem,
+            keys=keys,
+            extra={"problem": problem, "arch": run.device.arch, "versions": run.report["versions"]},
+            kernel=name,
+        )
+        sec["cache_file"] = str(
+            write_kernel_tuner_cache(run.out / f"{name}_sweep_{run.device.arch}.json", doc)
+        )
+    print(
+        f"  {name}: swept {len(rows)} of {len(configs)} configs in {sec['sweep_s']:.0f} s "
+        f"({', '.join(f'{k} {v}' for k, v in sorted(statuses.items()))})",
+        flush=True,
+    )
+    return rows, ok
+
+
 def phase_matmul(run: Run, phase: Phase) -> None:
     import torch
     from tuner.kernels import get_kernel
     from tuner.search_spaces import SearchSpace
 
-    from tuner.measure import KernelMeasurer, write_kernel_tuner_cache
+    from tuner.measure import KernelMeasurer
     from tuner.tune import tune_kernel
 
     args = run.args
@@ -635,32 +689,7 @@ def phase_matmul(run: Run, phase: Phase) -> None:
         )
         write_json(run.out / "gpu_validate.json", run.report)
 
-        t0 = time.perf_counter()
-        reserve = 0.25 * phase.budget_s
-        rows = []
-        for c in configs:
-            if phase.left() < reserve:
-                sec["sweep_stopped_early"] = f"phase time share: {len(rows)} of {len(configs)} measured"
-                break
-            rows.append((c, m.measure(c)))
-        sec["sweep_s"] = time.perf_counter() - t0
-        sec["sweep_measured"] = len(rows)
-        statuses: dict[str, int] = {}
-        for _, r in rows:
-            statuses[r.status] = statuses.get(r.status, 0) + 1
-        sec["sweep_status_counts"] = statuses
-        ok = sorted(((c, r) for c, r in rows if r.ok), key=lambda cr: cr[1].median)
-        if rows:
-            doc = sweep_cache(
-                rows,
-                device_name=run.report["device"]["name"],
-                problem=problem,
-                keys=space.names,
-                extra={"problem": problem, "arch": run.device.arch, "versions": run.report["versions"]},
-            )
-            sec["cache_file"] = str(
-                write_kernel_tuner_cache(run.out / f"matmul_sweep_{run.device.arch}.json", doc)
-            )
+        rows, ok = _sweep(run, phase, m, configs, space.names, problem, sec, "matmul")
     finals: list[tuple[str, Mapping[str, Any]]] = []
     if res.best_config is not None:
         finals.append(("tuned", res.best_config))
@@ -716,18 +745,20 @@ def phase_attention(run: Run, phase: Phase) -> None:
             measurer=m,
             space=space,
             finalists=3,
-            time_budget_s=max(1.0, 0.6 * phase.left()),
+            time_budget_s=max(1.0, 0.35 * phase.left()),
         )
         sec["tuned"] = _tuned_section(res, args.attn_budget, time.perf_counter() - t0)
-    print(
-        f"  attention: tuned ({len(res.trials)} trials, {sec['tuned']['seconds']:.0f} s) {res.best_config}",
-        flush=True,
-    )
+        print(
+            f"  attention: tuned ({len(res.trials)} trials, {sec['tuned']['seconds']:.0f} s) {res.best_config}",
+            flush=True,
+        )
+        write_json(run.out / "gpu_validate.json", run.report)
+        rows, ok = _sweep(run, phase, m, configs, space.names, problem, sec, "flash_attention")
     finals: list[tuple[str, Mapping[str, Any]]] = []
     if res.best_config is not None:
         finals.append(("tuned", res.best_config))
-    runner_up = [c for c, r in res.finalists if r.ok and c != res.best_config][:1]
-    finals += [("runner_up", c) for c in runner_up]
+    for i, (c, _) in enumerate(ok[:2]):
+        finals.append((f"sweep_best_{i + 1}", c))
     causal = bool(problem["causal"])
     sdpa = torch.nn.functional.scaled_dot_product_attention
     sec["final"] = _compare(
@@ -738,7 +769,7 @@ def phase_attention(run: Run, phase: Phase) -> None:
         ("torch_sdpa", lambda inp: sdpa(inp["q"], inp["k"], inp["v"], is_causal=causal)),
         flops,
     )
-    sec["configs_timed"] = len(res.trials)
+    sec["configs_timed"] = len(res.trials) + len(rows)
 
 
 def print_summary(report: Mapping[str, Any]) -> None:

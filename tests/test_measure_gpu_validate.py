@@ -206,4 +206,6 @@ def test_cpu_self_test_runs_the_phases_and_writes_the_report(tmp_path):
     assert (out / "matmul_sweep_cpu.json").exists()
     at = doc["attention"]["final"]
     assert at["torch_sdpa"]["status"] == "ok" and at["tuned"]["status"] == "ok"
+    assert "sweep_best_1" in at and doc["attention"]["sweep_measured"] == doc["attention"]["space"]
+    assert (out / "flash_attention_sweep_cpu.json").exists()
     assert "result (TFLOP/s" in p.stdout
