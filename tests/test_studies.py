@@ -246,6 +246,42 @@ def test_interrupt_and_kill_then_resume_repeats_no_finished_trial(tmp_path: Path
     assert sum(n - 1 for n in evals.values() if n > 1) <= 2
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the lost interrupt itself
+def test_an_interrupt_lost_in_a_finaliser_still_stops_the_worker(tmp_path: Path) -> None:
+    """A KeyboardInterrupt raised while Python runs a finaliser (here a __del__) is printed as "Exception
+    ignored" and lost; once, a worker under Ctrl-C finished its study and exited 0. The worker must
+    still stop at the next trial and hand its task back."""
+    from tests import _study_fake
+    from tuner.studies import DONE, PENDING, TaskBoard, load_study, run_study
+
+    spec = load_study(write_study(tmp_path, n_m=2, budget=6), check_kernels=False)
+    calls = {"n": 0}
+
+    class SwallowsTheInterrupt:
+        def __del__(self) -> None:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10_000):  # the handler runs here, inside __del__, and its exception is lost
+                pass
+
+    def executor(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
+        def cb(*a: Any, **k: Any) -> None:
+            calls["n"] += 1
+            if calls["n"] == 2:
+                SwallowsTheInterrupt()
+            if callback is not None:
+                callback(*a, **k)
+
+        return _study_fake.executor(task, prior=prior, callback=cb)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_study(spec, executor=executor)
+    assert calls["n"] == 2
+    board = TaskBoard(spec.storage)
+    rows = board.rows(spec.name)
+    board.close()
+    assert all(r.status in (PENDING, DONE) for r in rows) and any(r.status == PENDING for r in rows)
+
+
 # ---- reduced quickstart --------------------------------------------------------------------------------
 def _real_executor_available() -> bool:
     try:

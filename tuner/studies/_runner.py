@@ -332,8 +332,10 @@ class _Lease:
         trials_done: int,
         best: tuple[float | None, dict[str, Any] | None],
         on_progress: Callable[[Claim, int, float | None], None] | None,
+        interrupt: threading.Event | None = None,
     ) -> None:
         self.board, self.claim, self.lease_s = board, claim, lease_s
+        self.interrupt = interrupt
         self.trials_done = trials_done
         self.best_value, self.best_config = best
         self.on_progress = on_progress
@@ -404,6 +406,7 @@ class _Lease:
             self.on_progress(self.claim, self.trials_done, self.best_value)
         if self.lost.is_set():
             raise LeaseLost(f"lease of task {self.claim.task.key} lost")
+        _raise_if_interrupted(self.interrupt)  # an interrupt that a finaliser swallowed
 
 
 # SIGTERM (kill, a scheduler's stop) and SIGHUP (the terminal closed) hand the task back as Ctrl-C does.
@@ -411,26 +414,43 @@ _HANDBACK_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if h
 
 
 @contextlib.contextmanager
-def _signals_as_interrupt() -> Iterator[None]:
+def _signals_as_interrupt() -> Iterator[threading.Event | None]:
     """While inside, SIGTERM and SIGHUP raise KeyboardInterrupt (main thread only; elsewhere nothing
-    changes), so the running task is handed back to the board at once, as after SIGINT."""
+    changes), so the running task is handed back to the board at once, as after SIGINT.
+
+    Yields an event that every one of these signals, SIGINT included (unless a program installed its own
+    SIGINT handler), sets before raising. A KeyboardInterrupt raised while Python runs a finaliser or a
+    callback from C is printed as "Exception ignored" and lost; the worker checks the event after each
+    trial and between tasks, so such an interrupt still stops it (seen once: a worker finished its
+    study and exited 0 after Ctrl-C). None outside the main thread."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield None
         return
+    seen = threading.Event()
 
     def handler(signum: int, _frame: Any) -> None:
-        log.warning("received %s: handing the task back", signal.Signals(signum).name)
+        seen.set()
+        if signum != signal.SIGINT:
+            log.warning("received %s: handing the task back", signal.Signals(signum).name)
         raise KeyboardInterrupt
 
+    sigs = list(_HANDBACK_SIGNALS)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        sigs.append(signal.SIGINT)
     old: dict[Any, Any] = {}
-    for sig in _HANDBACK_SIGNALS:
+    for sig in sigs:
         with contextlib.suppress(ValueError, OSError):  # not settable here: leave it
             old[sig] = signal.signal(sig, handler)
     try:
-        yield
+        yield seen
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
+
+
+def _raise_if_interrupted(seen: threading.Event | None) -> None:
+    if seen is not None and seen.is_set():
+        raise KeyboardInterrupt
 
 
 class StudyWorker:
@@ -456,6 +476,7 @@ class StudyWorker:
         self.on_progress = on_progress
         self._storage: Any = None
         self._keys = {t.key for t in spec.tasks}
+        self._interrupt: threading.Event | None = None  # set by a signal while `run` is inside
 
     @property
     def storage(self) -> Any:
@@ -466,13 +487,18 @@ class StudyWorker:
         return self._storage
 
     def run(self, *, max_tasks: int | None = None) -> WorkerSummary:
-        with _signals_as_interrupt():
-            return self._run(max_tasks)
+        with _signals_as_interrupt() as seen:
+            self._interrupt = seen
+            try:
+                return self._run(max_tasks)
+            finally:
+                self._interrupt = None
 
     def _run(self, max_tasks: int | None) -> WorkerSummary:
         summary = WorkerSummary(self.worker_id)
         n = 0
         while max_tasks is None or n < max_tasks:
+            _raise_if_interrupted(self._interrupt)
             claim = self.board.claim(self.spec.name, self.worker_id, self.lease_s)
             if claim is None:
                 counts = summarize(self.board.rows(self.spec.name))
@@ -510,7 +536,9 @@ class StudyWorker:
             len(before),
             len(prior),
         )
-        lease = _Lease(self.board, claim, self.lease_s, len(before), _best(before), self.on_progress)
+        lease = _Lease(
+            self.board, claim, self.lease_s, len(before), _best(before), self.on_progress, self._interrupt
+        )
         try:
             with lease:
                 res = self.executor(task, prior=prior, callback=lease.callback)
