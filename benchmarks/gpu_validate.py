@@ -372,8 +372,9 @@ class Run:
             )
         self.matmul_problem = dict(MATMUL_PROBLEM if gpu else CPU_MATMUL_PROBLEM)
         self.attention_problem = dict(ATTENTION_PROBLEM if gpu else CPU_ATTENTION_PROBLEM)
-        self.matmul_grid = MATMUL_GRID if gpu else CPU_MATMUL_GRID
-        self.attention_grid = ATTENTION_GRID if gpu else CPU_ATTENTION_GRID
+        full = getattr(args, "grid", "sized") == "full"  # the whole space (a seeded sample past the limit)
+        self.matmul_grid = None if full else MATMUL_GRID if gpu else CPU_MATMUL_GRID
+        self.attention_grid = None if full else ATTENTION_GRID if gpu else CPU_ATTENTION_GRID
 
     def settings(self, compile_s: float, run_s: float) -> Any:
         from tuner.measure import WorkerSettings
@@ -832,6 +833,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--sweep-limit", type=int, default=None, help="most configs in the matmul sweep (160; CPU 4)"
     )
     ap.add_argument("--attn-space-limit", type=int, default=48, help="most attention configs (default 48)")
+    ap.add_argument(
+        "--grid",
+        choices=("sized", "full"),
+        default="sized",
+        help="sized: the fixed sub-grids of the spaces (default); full: each kernel's whole space for the "
+        "device, a seeded sample of --sweep-limit / --attn-space-limit configs where it is larger",
+    )
     ap.add_argument("--jobs", type=int, default=None, help="compile processes (default: the usable cores)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip", action="append", default=[], choices=list(PHASES))

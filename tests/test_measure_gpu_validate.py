@@ -209,3 +209,24 @@ def test_cpu_self_test_runs_the_phases_and_writes_the_report(tmp_path):
     assert "sweep_best_1" in at and doc["attention"]["sweep_measured"] == doc["attention"]["space"]
     assert (out / "flash_attention_sweep_cpu.json").exists()
     assert "result (TFLOP/s" in p.stdout
+
+
+def test_full_grid_sweeps_the_whole_space_or_a_seeded_sample(gv, tmp_path):
+    """--grid full (run 3 on the H200): no sized grid, so the whole space where it fits the limit and a
+    seeded, repeatable sample where it does not."""
+    import argparse
+
+    from tuner.kernels import get_kernel
+    from tuner.search_spaces import get_device
+
+    run = gv.Run(argparse.Namespace(jobs=1, grid="full"), False, tmp_path, {})
+    assert run.matmul_grid is None and run.attention_grid is None
+    sized = gv.Run(argparse.Namespace(jobs=1, grid="sized"), False, tmp_path, {})
+    assert sized.matmul_grid is not None and sized.attention_grid is not None
+    prob = {"B": 4, "H": 32, "S": 4096, "D": 128, "causal": True, "dtype": "bfloat16"}
+    space = get_kernel("flash_attention").space(prob, get_device("sm90"), "triton")
+    whole = gv.sized_configs(space, 10_000, None)
+    assert len(whole) == len(space.enumerate())
+    part = gv.sized_configs(space, 50, None)
+    assert len(part) == 50 and part == gv.sized_configs(space, 50, None)
+    assert all(space.contains(c) for c in part)
