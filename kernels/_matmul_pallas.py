@@ -59,10 +59,10 @@ def gelu(x: jax.Array) -> jax.Array:
     """
     z = jnp.abs(x) * 0.7071067811865476
     t = 1.0 / (1.0 + _AS_P * z)
-    poly = _AS_A[4]
+    poly = t * _AS_A[4]  # Horner: t (a1 + t (a2 + t (a3 + t (a4 + t a5))))
     for a in _AS_A[3::-1]:
-        poly = a + t * poly
-    erfc = t * poly * jnp.exp(-z * z)
+        poly = t * (a + poly)
+    erfc = poly * jnp.exp(-z * z)
     return 0.5 * x * jnp.where(x < 0, erfc, 2.0 - erfc)
 
 
