@@ -114,8 +114,11 @@ def poison(x: Any) -> Any:
     raise TypeError(f"cannot poison an output buffer of type {type(x).__name__}")
 
 
-def compare(out: Any, ref: np.ndarray, rtol: float, atol: float) -> tuple[float, float, bool, int]:
-    """(max abs error, max relative error, ok, elements out of tolerance or not finite)."""
+def compare(
+    out: Any, ref: np.ndarray, rtol: float, atol: float | np.ndarray
+) -> tuple[float, float, bool, int]:
+    """(max abs error, max relative error, ok, elements out of tolerance or not finite). `atol` may be
+    elementwise (the spec's atol plus its `error_bound`)."""
     o = np.asarray(to_numpy(out), dtype=np.float64)
     r = np.asarray(ref, dtype=np.float64)
     if o.shape != r.shape:
@@ -181,6 +184,8 @@ def check_kernel(
     rtol, atol = spec.tolerance(str(prob.get("dtype", "float32")))
     inputs = spec.make_inputs(prob, backend, seed)
     ref = np.asarray(spec.reference(prob, inputs), dtype=np.float64)
+    bound = spec.error_bound(prob, inputs) if spec.error_bound is not None else None
+    atol_eff = atol if bound is None else atol + np.asarray(to_numpy(bound), dtype=np.float64)
     size = len(space) if space.is_enumerable else -1
     rows: list[CheckRow] = []
     for i, cfg in enumerate(chosen):
@@ -192,7 +197,7 @@ def check_kernel(
             out = spec.run(prob, backend, inputs, cfg)
             if hasattr(out, "block_until_ready"):
                 out.block_until_ready()
-            mae, mre, ok, n_bad = compare(out, ref, rtol, atol)
+            mae, mre, ok, n_bad = compare(out, ref, rtol, atol_eff)
             row = CheckRow(dict(cfg), mae, mre, ok, n_bad)
         except Exception as exc:  # a failing config is a result, not a crash
             logger.debug("config %s failed", cfg, exc_info=True)

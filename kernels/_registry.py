@@ -55,6 +55,10 @@ class KernelSpec:
     # check_problem(problem) raises ValueError naming a value the kernel cannot take (e.g. a head dim it
     # has no code for); `validate_problem` calls it after its generic checks.
     check_problem: Callable[[Problem], Any] | None = None
+    # error_bound(problem, inputs) -> an elementwise allowance (broadcastable to the output; a numpy
+    # array, or a torch / jax array on the inputs' device) added to atol, for the rounding error of long
+    # fp32 reductions that a fixed atol cannot cover (kernels._common.fp32_sum_bound); None: atol alone.
+    error_bound: Callable[[Problem, Inputs], Any] | None = None
 
 
 REGISTRY: dict[str, KernelSpec] = {}

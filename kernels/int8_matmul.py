@@ -26,11 +26,14 @@ from tuner.search_spaces import Device, SearchSpace
 from tuner.search_spaces.int8_matmul import int8_matmul_space
 
 from ._common import (
+    ACTIVATION_SLOPE,
     ACTIVATIONS,
     DTYPES,
     HOSTILE_LARGE,
+    abs_product,
     activation_np,
     default_tolerance,
+    fp32_sum_bound,
     hostile_rows,
     jnp_dtype,
     prepare_triton,
@@ -109,6 +112,14 @@ def _reference(problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> np.ndar
     return activation_np(acc, p["activation"])
 
 
+def _error_bound(problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> Any:
+    p = _check(problem)
+    scale = inputs["scale"]
+    scale = scale.abs() if hasattr(scale, "detach") else abs(scale)
+    abs_sum = abs_product(inputs["x"], inputs["w"]) * scale[None, :]
+    return fp32_sum_bound(abs_sum, p["K"], ACTIVATION_SLOPE[p["activation"]])
+
+
 def int8_matmul_triton(
     x: Any, w: Any, scale: Any, bias: Any = None, activation: str = "none", out: Any = None, **config: Any
 ) -> Any:
@@ -169,6 +180,7 @@ SPEC = register(
         bytes_moved=_bytes,
         tolerance=default_tolerance,
         check_problem=_check,
+        error_bound=_error_bound,
         output_buffer="out",
         extra={"flags": {"bias": [False, True], "activation": list(ACTIVATIONS)}, "weight_dtype": "int8"},
     )

@@ -28,11 +28,14 @@ from tuner.search_spaces import Device, SearchSpace
 from tuner.search_spaces.matmul import matmul_space
 
 from ._common import (
+    ACTIVATION_SLOPE,
     ACTIVATIONS,
     DTYPES,
     HOSTILE_LARGE,
+    abs_product,
     activation_np,
     default_tolerance,
+    fp32_sum_bound,
     hostile_rows,
     jnp_dtype,
     prepare_triton,
@@ -98,6 +101,11 @@ def _reference(problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> np.ndar
     return activation_np(acc, p["activation"])
 
 
+def _error_bound(problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> Any:
+    p = check_problem(problem)
+    return fp32_sum_bound(abs_product(inputs["a"], inputs["b"]), p["K"], ACTIVATION_SLOPE[p["activation"]])
+
+
 def matmul_triton(
     a: Any, b: Any, bias: Any = None, activation: str = "none", out: Any = None, **config: Any
 ) -> Any:
@@ -157,6 +165,7 @@ SPEC = register(
         bytes_moved=_bytes,
         tolerance=default_tolerance,
         check_problem=check_problem,
+        error_bound=_error_bound,
         output_buffer="out",
         extra={"flags": {"bias": [False, True], "activation": list(ACTIVATIONS)}},
     )

@@ -29,7 +29,9 @@ from tuner.search_spaces.moe_gemm import moe_gemm_space
 from ._common import (
     DTYPES,
     HOSTILE_LARGE,
+    abs_product,
     default_tolerance,
+    fp32_sum_bound,
     hostile_rows,
     jnp_dtype,
     prepare_triton,
@@ -115,6 +117,28 @@ def _reference(problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> np.ndar
     return out
 
 
+def _error_bound(problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> Any:
+    p = check_problem(problem)
+    x, w = inputs["x"], inputs["w"]
+    parts: list[Any] = []
+    start = 0
+    abs_sum: Any
+    for e, n in enumerate(int(v) for v in to_numpy(inputs["group_sizes"])):
+        parts.append(abs_product(x[start : start + n], w[e]))
+        start += n
+    if hasattr(x, "detach"):
+        import torch
+
+        abs_sum = torch.cat(parts)
+    elif type(x).__module__.startswith("jax"):
+        import jax.numpy as jnp
+
+        abs_sum = jnp.concatenate(parts)
+    else:
+        abs_sum = np.concatenate(parts)
+    return fp32_sum_bound(abs_sum, p["K"])
+
+
 def moe_gemm_triton(x: Any, w: Any, group_sizes: Any, out: Any = None, **config: Any) -> Any:
     """The Triton launcher (kernels._moe_triton.moe_gemm); config = the space's parameters."""
     prepare_triton()
@@ -168,6 +192,7 @@ SPEC = register(
         bytes_moved=_bytes,
         tolerance=default_tolerance,
         check_problem=check_problem,
+        error_bound=_error_bound,
         output_buffer="out",
         extra={"optional_fields": {"group_sizes": "list of E ints summing to T"}},
     )

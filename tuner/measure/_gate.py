@@ -139,7 +139,13 @@ def _first_output(output: Any, reference: Any) -> list[tuple[Any, Any]]:
     return [(output, reference)]
 
 
-def _compare_torch(out: Any, ref: Any, rtol: float, atol: float, cache: dict[str, Any]) -> Check:
+def _bound_text(bound: Any) -> str:
+    return "" if bound is None else " + the accumulation bound"
+
+
+def _compare_torch(
+    out: Any, ref: Any, rtol: float, atol: float, cache: dict[str, Any], bound: Any = None
+) -> Check:
     import torch
 
     key = f"ref{id(ref)}"
@@ -151,7 +157,16 @@ def _compare_torch(out: Any, ref: Any, rtol: float, atol: float, cache: dict[str
     if tuple(o.shape) != tuple(r.shape):
         return Check(False, None, f"output shape {tuple(o.shape)} != reference shape {tuple(r.shape)}")
     diff = (o - r).abs()
-    bad = ~(diff <= atol + rtol * r.abs())  # NaN anywhere is bad
+    allowed = atol + rtol * r.abs()
+    if bound is not None:
+        bkey = f"bound{id(bound)}"
+        b = cache.get(bkey)
+        if b is None or b.device != out.device:
+            b = bound.detach() if hasattr(bound, "detach") else torch.as_tensor(to_numpy(bound))
+            b = b.to(device=out.device, dtype=torch.float32)
+            cache[bkey] = b
+        allowed = allowed + b
+    bad = ~(diff <= allowed)  # NaN anywhere is bad
     nbad = int(bad.sum().item())
     finite = torch.nan_to_num(diff, nan=math.inf)
     max_err = float(finite.max().item()) if finite.numel() else 0.0
@@ -160,35 +175,44 @@ def _compare_torch(out: Any, ref: Any, rtol: float, atol: float, cache: dict[str
         return Check(
             False,
             max_err,
-            f"{nbad} of {o.numel()} elements outside rtol={rtol}, atol={atol} "
+            f"{nbad} of {o.numel()} elements outside rtol={rtol}, atol={atol}{_bound_text(bound)} "
             f"({nnan} NaN; max abs error {max_err:.3g})",
         )
     return Check(True, max_err)
 
 
 def compare(
-    output: Any, reference: Any, rtol: float, atol: float, cache: dict[str, Any] | None = None
+    output: Any,
+    reference: Any,
+    rtol: float,
+    atol: float,
+    cache: dict[str, Any] | None = None,
+    bound: Any = None,
 ) -> Check:
-    """Compare a kernel's output with its reference: every element within `atol + rtol * |ref|`.
+    """Compare a kernel's output with its reference: every element within `atol + rtol * |ref|`, plus
+    `bound` (elementwise, the first output only) where the kernel's spec gives one for the rounding of
+    long fp32 reductions (`KernelSpec.error_bound`).
 
     NaN or inf in the output where the reference is finite fails (a poisoned element the kernel did not
     write stays NaN). CUDA tensors are compared on the device, against a cached device copy of the
     reference."""
     cache = {} if cache is None else cache
     worst = 0.0
-    for out, ref in _first_output(output, reference):
+    for i, (out, ref) in enumerate(_first_output(output, reference)):
+        b = bound if i == 0 else None
         if out is None:
             return Check(False, None, "the kernel returned no output")
         if is_torch(out) and out.device.type != "cpu":
-            c = _compare_torch(out, ref, rtol, atol, cache)
+            c = _compare_torch(out, ref, rtol, atol, cache, b)
         else:
             o = to_numpy(out).astype(np.float64, copy=False)
             r = np.asarray(ref, dtype=np.float64)
             if o.shape != r.shape:
                 return Check(False, None, f"output shape {o.shape} != reference shape {r.shape}")
+            extra = 0.0 if b is None else np.asarray(to_numpy(b), dtype=np.float64)
             with np.errstate(invalid="ignore", over="ignore"):
                 diff = np.abs(o - r)
-                good = diff <= atol + rtol * np.abs(r)
+                good = diff <= atol + extra + rtol * np.abs(r)
                 both_nan = np.isnan(o) & np.isnan(r)
             good |= both_nan
             fin = np.where(np.isfinite(diff), diff, np.inf)
@@ -200,7 +224,7 @@ def compare(
                 c = Check(
                     False,
                     max_err,
-                    f"{nbad} of {o.size} elements outside rtol={rtol}, atol={atol} "
+                    f"{nbad} of {o.size} elements outside rtol={rtol}, atol={atol}{_bound_text(b)} "
                     f"({nnan} NaN; max abs error {max_err:.3g})",
                 )
             else:
