@@ -36,7 +36,7 @@ def pg_url():
 
 def _hold(url: str, key_hash: str) -> subprocess.Popen:
     """A process that claims `key_hash` with a 600 s lease and then hangs (until it is killed)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     p = subprocess.Popen(
         [sys.executable, "-c", HOLDER, url, key_hash], env=env, stdout=subprocess.PIPE, text=True
     )
@@ -134,7 +134,12 @@ def test_sigterm_and_sighup_hand_the_study_task_back(sig: int, tmp_path: Path) -
     path = write_study(tmp_path, n_m=2, budget=40, lease_seconds=600)
     spec = load_study(path, check_kernels=False)
     log_file = tmp_path / "evals.jsonl"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_TRIAL_SLEEP": "0.1", "FAKE_EVAL_LOG": str(log_file)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "FAKE_TRIAL_SLEEP": "0.1",
+        "FAKE_EVAL_LOG": str(log_file),
+    }
     proc = subprocess.Popen(_worker_cmd(path), cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
@@ -162,7 +167,12 @@ def test_study_task_of_a_killed_worker_on_this_host_is_taken_over_at_once(tmp_pa
     path = write_study(tmp_path, n_m=2, budget=4, lease_seconds=600)
     spec = load_study(path, check_kernels=False)
     log_file = tmp_path / "evals.jsonl"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_TRIAL_SLEEP": "0.2", "FAKE_EVAL_LOG": str(log_file)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "FAKE_TRIAL_SLEEP": "0.2",
+        "FAKE_EVAL_LOG": str(log_file),
+    }
     proc = subprocess.Popen(_worker_cmd(path), cwd=REPO, env=env, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while not (log_file.exists() and len(log_file.read_text().splitlines()) >= 2):

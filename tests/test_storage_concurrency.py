@@ -26,7 +26,11 @@ def pg_url():
 def _race(url: str, tmp_path: Path, *, n_runtime: int = 4, n_study: int = 4, calls: int = 6) -> list[dict]:
     study = write_study(tmp_path, name="race", n_m=3, n_k=2, budget=3)
     go = tmp_path / "go"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TUNER_HOME": str(tmp_path / "home")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "TUNER_HOME": str(tmp_path / "home"),
+    }
     env.pop("TUNER_STORAGE", None)
     roles = [("runtime", str(calls))] * n_runtime + [("study", str(study))] * n_study
     procs = [

@@ -197,7 +197,12 @@ def test_interrupt_and_kill_then_resume_repeats_no_finished_trial(tmp_path: Path
     path = write_study(tmp_path, n_m=3, budget=budget, lease_seconds=2)
     spec = load_study(path, check_kernels=False)
     log_file = tmp_path / "evals.jsonl"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_TRIAL_SLEEP": "0.1", "FAKE_EVAL_LOG": str(log_file)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "FAKE_TRIAL_SLEEP": "0.1",
+        "FAKE_EVAL_LOG": str(log_file),
+    }
 
     def run_until(trials: int, sig: int) -> tuple[int, list[Any]]:
         proc = subprocess.Popen(_worker_cmd(path), cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)

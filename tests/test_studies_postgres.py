@@ -71,7 +71,7 @@ def test_four_workers_one_killed_every_task_finishes_once(pg_url: str, tmp_path:
     log_file = tmp_path / "evals.jsonl"
     env = {
         **os.environ,
-        "PYTHONPATH": str(REPO),
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
         "FAKE_TRIAL_SLEEP": "0.15",
         "FAKE_EVAL_LOG": str(log_file),
         "TUNER_STUDY_STORAGE": pg_url,

@@ -584,7 +584,11 @@ def test_cache_results_across_processes(impl, tmp_path, _tuner_home):
         pytest.skip("triton turns cache_results off under the interpreter (knobs.runtime.interpret)")
     script = tmp_path / "worker.py"
     script.write_text(_WORKER)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TUNER_HOME": str(_tuner_home)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "TUNER_HOME": str(_tuner_home),
+    }
     runs = []
     for _ in range(2):
         p = subprocess.run(
@@ -675,7 +679,12 @@ def test_gpu_timing_paths(impl, opts, tmp_path, _tuner_home):
     """On a GPU (compiled, not interpreted): Triton's default do_bench, warmup/rep and CUDA-graph timing."""
     script = tmp_path / "gpu_worker.py"
     script.write_text(_GPU_WORKER)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TUNER_HOME": str(_tuner_home), "TRITON_INTERPRET": "0"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "TUNER_HOME": str(_tuner_home),
+        "TRITON_INTERPRET": "0",
+    }
     p = subprocess.run(
         [sys.executable, str(script), impl, json.dumps(opts)],
         env=env,

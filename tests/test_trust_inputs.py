@@ -394,7 +394,7 @@ def test_measuring_from_a_script_without_a_main_guard_fails_with_one_clear_line(
     script.write_text(SCRIPT.format(body=body))
     proc = subprocess.run(
         [sys.executable, str(script)],
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")},
         capture_output=True,
         text=True,
         timeout=300,
