@@ -235,14 +235,15 @@ def sweep_cache(
     extra: Mapping[str, Any],
     kernel: str = "matmul",
 ) -> dict[str, Any]:
+    from tuner.kernels import get_kernel
+
     from tuner.measure import kernel_tuner_cache
 
-    dims = ("M", "N", "K") if kernel == "matmul" else ("B", "H", "S", "D")
     return kernel_tuner_cache(
         rows,
         device_name=device_name,
         kernel_name=f"tuner/{kernel}/triton",
-        problem_size=[problem[d] for d in dims],
+        problem_size=[problem[d] for d in get_kernel(kernel).shape_fields],
         tune_params_keys=keys,
         extra=extra,
     )
