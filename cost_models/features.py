@@ -8,6 +8,14 @@ A schema lists, in order:
   log2, so a product is a sum): threads per block (block_size_x*y*z, MDIMC*NDIMC, num_warps*32),
   the elements a thread computes (tile_size_x*y*z), the block's extent per axis and its area
   (block_size_a*tile_size_a), the work-group tile (MWG*NWG, BLOCK_M*BLOCK_N) and the work per thread;
+- alignment: for an integer parameter whose domain mixes powers of two with other values, the log2 of its
+  odd part (x / the largest power of two dividing x: 0 for 32, log2(3) for 48 and 96), and the same for
+  the threads per block and the block's extent per axis. Whether a block's extent is a power of two
+  decides coalescing, bank conflicts and wavefront occupancy, and a size's log2 alone mixes 32, 48, 64 and
+  96 into one ordered axis that trees split only with many data (the convolution table of an RDNA2 GPU,
+  W6600: around its optimum, block widths 32, 64, 128 and 256 run within 1.01x of it and every other
+  width from 48 to 240 78-106x slower; with these features the cost model ranks a held-out GPU's space
+  better, docs/benchmarks.md, "Cost-model report");
 - task features (problem dims, dtype size, device descriptor), constant within a task, given by the
   caller (`task_features`).
 
@@ -36,7 +44,10 @@ __all__ = [
     "SchemaMismatchError",
 ]
 
-FEATURE_SCHEMA_VERSION = 1
+FEATURE_SCHEMA_VERSION = 2
+"""The newest schema version this code reads and writes. A schema without alignment features is written
+as version 1 (what it was before they existed), so models saved for such spaces stay valid; one with them
+is version 2, which older code rejects with a clear message instead of misreading its columns."""
 
 
 class SchemaMismatchError(ValueError):
@@ -49,10 +60,12 @@ class ParamFeature:
     kind: str  # "num", "bool" or "cat"
     log2: bool = False
     values: tuple[Any, ...] = ()  # the one-hot categories for "cat"
+    odd: bool = False  # "num": also the log2 of the value's odd part (alignment)
 
     def columns(self) -> list[str]:
         if self.kind == "num":
-            return [self.name, f"log2_{self.name}"] if self.log2 else [self.name]
+            cols = [self.name, f"log2_{self.name}"] if self.log2 else [self.name]
+            return cols + [f"log2odd_{self.name}"] if self.odd else cols
         if self.kind == "bool":
             return [self.name]
         return [f"{self.name}={v}" for v in self.values]
@@ -60,12 +73,18 @@ class ParamFeature:
 
 @dataclass(frozen=True)
 class Derived:
-    """log2(prod(plus) / prod(minus)) * 1 + log2(scale); NaN when a term is missing or not positive."""
+    """log2(prod(plus) / prod(minus)) * 1 + log2(scale); NaN when a term is missing or not positive.
+    With `odd`, the log2 of the product's odd part (the terms' odd parts; `minus` and the scale unused)."""
 
     name: str
     plus: tuple[str, ...]
     minus: tuple[str, ...] = ()
     log2_scale: float = 0.0
+    odd: bool = False
+
+    @property
+    def column(self) -> str:
+        return f"log2odd_{self.name}" if self.odd else f"log2_{self.name}"
 
 
 def _num_col(values: Sequence[Any], types: set[type] | None = None) -> np.ndarray:
@@ -78,6 +97,15 @@ def _num_col(values: Sequence[Any], types: set[type] | None = None) -> np.ndarra
     return np.array(
         [float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan for v in values]
     )
+
+
+def _log2_odd_col(num: np.ndarray) -> np.ndarray:
+    """log2 of the odd part of each value (x / 2**v, v the largest with 2**v dividing x); NaN where the
+    value is not a positive integer."""
+    ok = (num > 0) & (num == np.floor(num)) & (num < 2.0**53)
+    x = np.where(ok, num, 1.0).astype(np.int64)
+    odd = x // (x & -x)  # x & -x is the largest power of two dividing x
+    return np.where(ok, np.log2(odd.astype(np.float64)), np.nan)
 
 
 def _log2_col(values: Sequence[Any], num: np.ndarray | None = None) -> np.ndarray:
@@ -96,25 +124,34 @@ class FeatureSchema:
     params: tuple[ParamFeature, ...]
     derived: tuple[Derived, ...] = ()
     task: tuple[str, ...] = ()
-    version: int = FEATURE_SCHEMA_VERSION
+    version: int = 0  # 0: by content (2 with alignment features, else 1)
     _names: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.version == 0:
+            odd = any(p.odd for p in self.params) or any(d.odd for d in self.derived)
+            object.__setattr__(self, "version", 2 if odd else 1)
 
     @property
     def names(self) -> list[str]:
         cols = [c for p in self.params for c in p.columns()]
-        cols += [f"log2_{d.name}" for d in self.derived]
+        cols += [d.column for d in self.derived]
         cols += [f"task_{t}" for t in self.task]
         return cols
 
     def to_dict(self) -> dict[str, Any]:
+        # "odd" is written only where set, so a schema without alignment features is the version-1
+        # document it always was (same fingerprint: models saved before stay valid)
         return {
             "version": self.version,
             "params": [
                 {"name": p.name, "kind": p.kind, "log2": p.log2, "values": list(p.values)}
+                | ({"odd": True} if p.odd else {})
                 for p in self.params
             ],
             "derived": [
                 {"name": d.name, "plus": list(d.plus), "minus": list(d.minus), "log2_scale": d.log2_scale}
+                | ({"odd": True} if d.odd else {})
                 for d in self.derived
             ],
             "task": list(self.task),
@@ -125,7 +162,13 @@ class FeatureSchema:
         try:
             return cls(
                 params=tuple(
-                    ParamFeature(p["name"], p["kind"], bool(p.get("log2", False)), tuple(p.get("values", ())))
+                    ParamFeature(
+                        p["name"],
+                        p["kind"],
+                        bool(p.get("log2", False)),
+                        tuple(p.get("values", ())),
+                        bool(p.get("odd", False)),
+                    )
                     for p in d["params"]
                 ),
                 derived=tuple(
@@ -134,6 +177,7 @@ class FeatureSchema:
                         tuple(x["plus"]),
                         tuple(x.get("minus", ())),
                         float(x.get("log2_scale", 0.0)),
+                        bool(x.get("odd", False)),
                     )
                     for x in d.get("derived", ())
                 ),
@@ -151,11 +195,16 @@ class FeatureSchema:
         """Raise SchemaMismatchError, naming the difference, unless `other` is this schema."""
         if self.fingerprint() == other.fingerprint():
             return
-        if self.version != other.version:
+        if other.version > FEATURE_SCHEMA_VERSION:
             raise SchemaMismatchError(
-                f"{what} uses feature schema version {other.version}, this code expects {self.version}; retrain it"
+                f"{what} uses feature schema version {other.version}, newer than this code reads (up to "
+                f"{FEATURE_SCHEMA_VERSION}); upgrade tuner or retrain it"
             )
         mine, theirs = self.names, other.names
+        if mine == theirs and self.version != other.version:
+            raise SchemaMismatchError(
+                f"{what} uses feature schema version {other.version}, this space's is {self.version}; retrain it"
+            )
         missing = [n for n in mine if n not in theirs][:5]
         extra = [n for n in theirs if n not in mine][:5]
         raise SchemaMismatchError(
@@ -184,6 +233,8 @@ class FeatureSchema:
     ) -> np.ndarray:
         out: list[np.ndarray] = []
         logs: dict[str, np.ndarray] = {}
+        odds: dict[str, np.ndarray] = {}
+        odd_derived = any(d.odd for d in self.derived)
         for p in self.params:
             col = columns.get(p.name)
             types = set(map(type, col)) if col is not None else set()
@@ -197,6 +248,11 @@ class FeatureSchema:
                 logs[p.name] = lg
                 if p.log2:
                     out.append(lg[:, None])
+                if p.odd or odd_derived:
+                    od = _log2_odd_col(x)
+                    odds[p.name] = od
+                    if p.odd:
+                        out.append(od[:, None])
             elif p.kind == "bool":
                 out.append(
                     np.array(
@@ -212,6 +268,12 @@ class FeatureSchema:
                         oh[i, j] = 1.0
                 out.append(oh)
         for d in self.derived:
+            if d.odd:
+                acc = np.zeros(n)
+                for name in d.plus:
+                    acc = acc + odds.get(name, np.full(n, np.nan))
+                out.append(acc[:, None])
+                continue
             acc = np.full(n, d.log2_scale)
             for name in d.plus:
                 acc = acc + logs.get(name, np.full(n, np.nan))
@@ -240,13 +302,19 @@ _BLOCK_AXIS = re.compile(r"^block_size_([xyz])$", re.I)
 _WG_TILE = re.compile(r"^([mn]wg|block_(size_)?[mn])$", re.I)
 
 
-def _derived_for(param_names: Sequence[str], positive_numeric: set[str]) -> list[Derived]:
+def _derived_for(
+    param_names: Sequence[str],
+    positive_numeric: set[str],
+    odd: set[str] = frozenset(),  # type: ignore[assignment]
+) -> list[Derived]:
     names = [n for n in param_names if n in positive_numeric]
     out: list[Derived] = []
     threads = [n for n in names if _THREADS.match(n)]
     warps = [n for n in names if _WARPS.match(n)]
     if len(threads) >= 2:
         out.append(Derived("threads_per_block", tuple(threads)))
+        if odd & set(threads):
+            out.append(Derived("threads_per_block", tuple(threads), odd=True))
     elif warps:
         out.append(Derived("threads_per_block", tuple(warps), log2_scale=5.0))
     tiles = {(_TILE.match(n).group(1).lower()): n for n in names if _TILE.match(n)}  # type: ignore[union-attr]
@@ -258,6 +326,8 @@ def _derived_for(param_names: Sequence[str], positive_numeric: set[str]) -> list
         d = Derived(f"block_extent_{ax}", (blocks[ax], tiles[ax]))
         out.append(d)
         extents.append(d)
+        if odd & set(d.plus):
+            out.append(Derived(f"block_extent_{ax}", d.plus, odd=True))
     if len(extents) >= 2:
         out.append(Derived("block_extent_area", tuple(n for d in extents for n in d.plus)))
     wg = [n for n in names if _WG_TILE.match(n)]
@@ -274,18 +344,34 @@ def schema_for_space(space: Any, task_names: Sequence[str] = ()) -> FeatureSchem
     """The feature schema of a `SearchSpace` (parameters, derived features, task feature names)."""
     params: list[ParamFeature] = []
     positive: set[str] = set()
+    odd: set[str] = set()
     for p in space.params:
         vals = list(p.values)
         if p.is_numeric:
             log2 = all(float(v) > 0 for v in vals)
             if log2:
                 positive.add(p.name)
-            params.append(ParamFeature(p.name, "num", log2))
+            o = _mixed_alignment(vals)
+            if o:
+                odd.add(p.name)
+            params.append(ParamFeature(p.name, "num", log2, odd=o))
         elif all(isinstance(v, bool) for v in vals):
             params.append(ParamFeature(p.name, "bool"))
         else:
             params.append(ParamFeature(p.name, "cat", values=tuple(vals)))
-    return FeatureSchema(tuple(params), tuple(_derived_for(space.names, positive)), tuple(task_names))
+    return FeatureSchema(tuple(params), tuple(_derived_for(space.names, positive, odd)), tuple(task_names))
+
+
+def _mixed_alignment(values: Sequence[Any]) -> bool:
+    """Whether a numeric domain is positive integers with at least two distinct odd parts (so the
+    alignment feature is not constant): {16, 32, 48} yes, {16, 32, 64} and {3, 6, 12} no."""
+    parts = set()
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0 or v != int(v):
+            return False
+        x = int(v)
+        parts.add(x // (x & -x))
+    return len(parts) >= 2
 
 
 def task_features(

@@ -16,7 +16,7 @@ from typing import Any
 
 from tuner._atomic import atomic_write
 
-from .features import FeatureSchema
+from .features import FEATURE_SCHEMA_VERSION, FeatureSchema, SchemaMismatchError
 from .models import CostModel, XGBEnsemble, XGBRankerModel, XGBRegressorModel
 
 __all__ = ["save_model", "load_model", "FORMAT_VERSION", "sidecar_path"]
@@ -101,6 +101,11 @@ def load_model(
     if kind not in _KINDS:
         raise ValueError(f"{side}: unknown model kind {kind!r}")
     saved = FeatureSchema.from_dict(meta["feature_schema"])
+    if saved.version > FEATURE_SCHEMA_VERSION:  # its columns may be ones this code cannot compute
+        raise SchemaMismatchError(
+            f"{p}: feature schema version {saved.version}, newer than this tuner reads (up to "
+            f"{FEATURE_SCHEMA_VERSION}); upgrade tuner or retrain the model"
+        )
     if schema is not None:
         schema.check_compatible(saved, what=f"model {p.name}")
     model = _KINDS[kind](**meta["params"])

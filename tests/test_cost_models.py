@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 from tuner.cost_models import (
+    FEATURE_SCHEMA_VERSION,
     FeatureSchema,
     NoModel,
     RandomForestModel,
@@ -115,6 +116,54 @@ def test_schema_features_and_derived() -> None:
     assert np.allclose(schema.transform_keys(table.space.names, keys), F, equal_nan=True)
 
 
+def test_alignment_features() -> None:
+    """A domain that mixes powers of two with other sizes gets the log2 of each value's odd part, also for
+    the threads per block and the block's extent; a power-of-two domain does not, and its schema is the
+    version-1 document it was before alignment features existed."""
+    space = SearchSpace.from_configs(
+        [
+            {"block_size_x": bx, "block_size_y": by, "tile_size_x": tx, "tile_size_y": 1}
+            for bx in (16, 32, 48, 64, 96)
+            for by in (1, 2)
+            for tx in (1, 2, 3)
+        ]
+    )
+    schema = schema_for_space(space)
+    assert schema.version == 2
+    odd = [n for n in schema.names if n.startswith("log2odd_")]
+    assert odd == [
+        "log2odd_block_size_x",
+        "log2odd_tile_size_x",
+        "log2odd_threads_per_block",
+        "log2odd_block_extent_x",
+    ]
+    F = schema.transform(
+        [
+            {"block_size_x": 96, "block_size_y": 2, "tile_size_x": 3, "tile_size_y": 1},
+            {"block_size_x": 64, "block_size_y": 1, "tile_size_x": 2, "tile_size_y": 1},
+            {"block_size_x": 40, "block_size_y": 1, "tile_size_x": 1, "tile_size_y": 1},  # outside the domain
+            {"block_size_y": 1, "tile_size_x": 1, "tile_size_y": 1},  # block_size_x missing
+        ]
+    )
+    rows = [dict(zip(schema.names, r, strict=True)) for r in F]
+    assert rows[0]["log2odd_block_size_x"] == pytest.approx(math.log2(3))
+    assert rows[0]["log2odd_block_extent_x"] == pytest.approx(math.log2(9))  # 96 * 3 = 288 = 32 * 9
+    assert rows[0]["log2odd_threads_per_block"] == pytest.approx(math.log2(3))  # 192 = 64 * 3
+    assert rows[1]["log2odd_block_size_x"] == 0 and rows[1]["log2odd_block_extent_x"] == 0
+    assert rows[2]["log2odd_block_size_x"] == pytest.approx(math.log2(5))
+    assert math.isnan(rows[3]["log2odd_block_size_x"]) and math.isnan(rows[3]["log2odd_block_extent_x"])
+    back = FeatureSchema.from_dict(json.loads(json.dumps(schema.to_dict())))
+    assert back.fingerprint() == schema.fingerprint() and back.names == schema.names
+    # powers of two only (or a constant odd part): no alignment column, version 1 as before
+    plain = schema_for_space(
+        SearchSpace.from_configs(
+            [{"block_size_x": b, "tile_size_x": t} for b in (16, 32) for t in (3, 6, 12)]
+        )
+    )
+    assert plain.version == 1 and not [n for n in plain.names if "odd" in n]
+    assert "odd" not in json.dumps(plain.to_dict())
+
+
 def test_schema_handles_foreign_configs_and_task_features() -> None:
     space = SearchSpace.from_configs([{"block_size_x": b, "kind": k} for b in (32, 64) for k in ("a", "b")])
     schema = schema_for_space(space, task_names=("log2_dim0", "dev_num_sms"))
@@ -162,9 +211,20 @@ def test_mismatched_schema_is_refused(tmp_path) -> None:
     other = schema_for_space(SearchSpace.from_configs([{"MWG": 16, "NWG": 32}, {"MWG": 32, "NWG": 32}]))
     with pytest.raises(SchemaMismatchError, match="another feature schema"):
         load_model(path, schema=other)
-    older = FeatureSchema(schema.params, schema.derived, schema.task, version=0)
-    with pytest.raises(SchemaMismatchError, match="version"):
+    assert schema.version == 2  # the sample's block widths mix 32 and 48: alignment features
+    older = FeatureSchema(schema.params, schema.derived, schema.task, version=1)
+    with pytest.raises(SchemaMismatchError, match="version 2, this space's is 1"):
         load_model(path, schema=older)
+    newer = FeatureSchema(schema.params, schema.derived, schema.task, version=FEATURE_SCHEMA_VERSION + 1)
+    with pytest.raises(SchemaMismatchError, match="newer than this code reads"):
+        schema.check_compatible(newer)
+    # a file from a newer tuner is refused also when no schema is given to check it against
+    side = sidecar_path(path)
+    meta = json.loads(side.read_text())
+    meta["feature_schema"]["version"] = FEATURE_SCHEMA_VERSION + 1
+    side.write_text(json.dumps(meta))
+    with pytest.raises(SchemaMismatchError, match="newer than this tuner reads"):
+        load_model(path)
 
 
 def test_random_forest_is_not_persisted(tmp_path) -> None:
