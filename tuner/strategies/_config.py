@@ -98,6 +98,10 @@ class ModelStrategyConfig:
     partition portfolio's turns after a restart (with a prior), and `partition_every_early` /
     `partition_every` set to 0 keep the portfolio out of the draw before / once the search is stagnant."""
 
+    allocation_prior: float = 1.0
+    """`allocation="progress"`: the pseudo-count c of each component's Beta(c + wins, c + results - wins);
+    1 is the uniform prior (not tuned; 0.5 and 2 measured in docs/benchmarks.md)."""
+
     # ---- stagnation ---------------------------------------------------------------------------------
     patience: int = 20
     """Results without a better incumbent after which the search counts as stagnant."""
@@ -171,6 +175,7 @@ class ModelStrategyConfig:
                 "portfolio_horizon",
                 "portfolio_cap",
                 "n_anchors",
+                "allocation_prior",
             ),
             non_negative=(
                 "kappa",

@@ -67,8 +67,8 @@ Each round:
    `local_every`-th proposal a local step, every `explore_every`-th the exploration slot, every
    `partition_every_early`-th / `partition_every`-th the partition portfolio, the rest the model's
    ranking). With "progress" (the default), each proposal after the space-filling draws goes to one
-   component drawn by Thompson sampling from its record in this run, Beta(1 + wins, 1 + results - wins),
-   a win being a result that beats the incumbent by more than 0.1% (adaptive operator selection; GP-Hedge
+   component drawn by Thompson sampling from its record in this run, Beta(c + wins, c + results - wins)
+   with c = `allocation_prior` (1: a uniform prior), a win being a result that beats the incumbent by more than 0.1% (adaptive operator selection; GP-Hedge
    allocates acquisition functions the same way): on a table where local steps keep improving they get
    most of the budget, once nothing improves the mix evens out, so the partition portfolio and the
    exploration slot get their share without a schedule tied to `patience`. The portfolio start, the
@@ -400,18 +400,17 @@ class ModelStrategy(Strategy):
     def _allocated_pick(self, has_prior: bool) -> Config | None:
         """`allocation="progress"`: the proposal goes to one of the components (the model's ranking,
         a local step, the exploration slot, the partition portfolio) drawn by Thompson sampling from
-        each one's record in this run: Beta(1 + wins, 1 + results - wins), a win being a result that
-        improves the incumbent. Components that have found better configs get more of
+        each one's record in this run: Beta(c + wins, c + results - wins), c = `allocation_prior`, a win
+        being a result that improves the incumbent. Components that have found better configs get more of
         the budget; one that stops finding them loses its share, and the least-tried gain by their
         uncertainty, so no fixed schedule decides the mix."""
         arms = ["model", "local", "explore"]
         every = self._partition_every()
         if every and not self._in_restart and self._cold is None and self._partition_ids() is not None:
             arms.append("partition")  # 0 turns the portfolio off here too (before / once stagnant)
+        c = self.config.allocation_prior
         draw = {
-            a: self.rng.beta(
-                1.0 + self._arm_w.get(a, 0.0), 1.0 + self._arm_n.get(a, 0) - self._arm_w.get(a, 0.0)
-            )
+            a: self.rng.beta(c + self._arm_w.get(a, 0.0), c + self._arm_n.get(a, 0) - self._arm_w.get(a, 0.0))
             for a in arms
         }
         for a in sorted(arms, key=lambda a: -draw[a]):
