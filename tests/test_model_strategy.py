@@ -202,6 +202,26 @@ def test_own_targets_clipped_at_the_median() -> None:
     assert raw[3] < raw[4] < raw[5]
 
 
+def test_targets_unclipped_once_stagnant() -> None:
+    """Once no result has beaten the incumbent for `patience` results, the model sees the slow configs'
+    differences again (`stagnant_clip` None); with `stagnant_clip=0.5` they stay clipped."""
+    space = SearchSpace.from_configs([{"a": a} for a in range(10)])
+    for clip, flat in ((None, False), (0.5, True), ("same", True)):
+        strat = ModelStrategy(space, seed=0, config=ModelStrategyConfig(patience=4, stagnant_clip=clip))
+        strat._setup()
+        for a, v in enumerate([1.0, 2.0, 4.0, 8.0, 100.0]):
+            strat.tell({"a": a}, v)
+            if a == 3:  # three results after the incumbent: not stagnant yet, clipped at the median
+                assert not strat.stagnant
+                _, y = strat._targets()
+                assert y[1] < y[2] and np.isclose(y[2], y[3])
+        assert strat.stagnant
+        _, y = strat._targets()
+        assert np.isclose(y[3], y[4]) == flat
+        if not flat:
+            assert y[0] < y[1] < y[2] < y[3] < y[4]
+
+
 def _switch_space() -> tuple[SearchSpace, list[dict], Any]:
     """Three smooth parameters and two switches; `f(c, new)`: on the prior tasks switch s = 0 is fast and s = 1
     3x slower; on the new task s = 1 is fast (s = 0 1.5x slower), so its optimum is the prior tasks' best with
@@ -287,6 +307,10 @@ def test_settings_are_one_frozen_config_given_at_construction(table) -> None:  #
         ModelStrategyConfig(patience=0, epsilon=-0.1)
     with pytest.raises(ValueError, match="target_clip=2"):
         ModelStrategyConfig(target_clip=2.0)
+    with pytest.raises(ValueError, match="stagnant_clip=0 must be in"):
+        ModelStrategyConfig(stagnant_clip=0)
+    with pytest.raises(ValueError, match="stagnant_clip='half'"):
+        ModelStrategyConfig(stagnant_clip="half")
     with pytest.raises(TypeError, match="ModelStrategyConfig"):
         ModelStrategy(table.space, config=TPEConfig())  # type: ignore[arg-type]
     assert TPEStrategy(table.space, config=TPEConfig(n_startup_trials=3)).config.n_startup_trials == 3

@@ -741,13 +741,17 @@ class ModelStrategy(Strategy):
 
     def _targets(self, clip: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """(pool indices, targets) of the measured configs: normalised log time, clipped for the model fit
-        (`clip=False` for rank statistics such as the prior tasks' agreement)."""
+        at `target_clip`, once stagnant at `stagnant_clip` (`clip=False` for rank statistics such as the
+        prior tasks' agreement)."""
         idx = np.asarray(self._obs_idx, dtype=np.int64)
         y = _normalise(np.asarray(self._obs_val, dtype=np.float64))
-        if clip and self.config.target_clip is not None and len(y) >= 4:
+        q = self.config.target_clip
+        if self.config.stagnant_clip != "same" and self.stagnant:
+            q = self.config.stagnant_clip  # type: ignore[assignment]  # a float or None after validation
+        if clip and q is not None and len(y) >= 4:
             # the model's job is to rank the good configs: above the quantile, differences are shrunk
             # (slowdowns of 2x and 100x matter equally little, and would otherwise dominate the fit)
-            m = np.quantile(y, self.config.target_clip)
+            m = np.quantile(y, q)
             y = np.minimum(y, m)
         return idx, y
 
