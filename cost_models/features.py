@@ -29,6 +29,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -303,9 +304,7 @@ _WG_TILE = re.compile(r"^([mn]wg|block_(size_)?[mn])$", re.I)
 
 
 def _derived_for(
-    param_names: Sequence[str],
-    positive_numeric: set[str],
-    odd: set[str] = frozenset(),  # type: ignore[assignment]
+    param_names: Sequence[str], positive_numeric: AbstractSet[str], odd: AbstractSet[str] = frozenset()
 ) -> list[Derived]:
     names = [n for n in param_names if n in positive_numeric]
     out: list[Derived] = []
@@ -365,13 +364,10 @@ def schema_for_space(space: Any, task_names: Sequence[str] = ()) -> FeatureSchem
 def _mixed_alignment(values: Sequence[Any]) -> bool:
     """Whether a numeric domain is positive integers with at least two distinct odd parts (so the
     alignment feature is not constant): {16, 32, 48} yes, {16, 32, 64} and {3, 6, 12} no."""
-    parts = set()
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0 or v != int(v):
-            return False
-        x = int(v)
-        parts.add(x // (x & -x))
-    return len(parts) >= 2
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
+        return False
+    parts = _log2_odd_col(np.asarray(values, dtype=np.float64))
+    return bool(np.isfinite(parts).all()) and len(np.unique(parts)) >= 2
 
 
 def task_features(
