@@ -204,10 +204,12 @@ def test_own_targets_clipped_at_the_median() -> None:
 
 def test_targets_unclipped_once_stagnant() -> None:
     """Once no result has beaten the incumbent for `patience` results, the model sees the slow configs'
-    differences again (`stagnant_clip` None); with `stagnant_clip=0.5` they stay clipped."""
+    differences again (`stagnant_clip` None, the default); with `stagnant_clip=0.5` or "same" (`target_clip`'s
+    0.5) they stay clipped."""
     space = SearchSpace.from_configs([{"a": a} for a in range(10)])
-    for clip, flat in ((None, False), (0.5, True), ("same", True)):
-        strat = ModelStrategy(space, seed=0, config=ModelStrategyConfig(patience=4, stagnant_clip=clip))
+    for clip, flat in (("default", False), (None, False), (0.5, True), ("same", True)):
+        kw = {} if clip == "default" else {"stagnant_clip": clip}
+        strat = ModelStrategy(space, seed=0, config=ModelStrategyConfig(patience=4, **kw))
         strat._setup()
         for a, v in enumerate([1.0, 2.0, 4.0, 8.0, 100.0]):
             strat.tell({"a": a}, v)

@@ -65,13 +65,13 @@ class ModelStrategyConfig:
     """Own targets above this quantile of the measured values are clipped to it (the model's job is to
     rank the good configs; the slow half's spread would dominate the fit). None: no clipping."""
 
-    stagnant_clip: float | str | None = "same"
-    """Once the search is stagnant: the quantile at which own targets are clipped; "same" (the default):
-    `target_clip`'s; None: not clipped. While a basin improves, the model ranks the good configs in it;
+    stagnant_clip: float | str | None = None
+    """Once the search is stagnant: the quantile at which own targets are clipped; None (the default):
+    not clipped; "same": `target_clip`'s. While a basin improves, the model ranks the good configs in it;
     once it is exhausted, its job is to find another, and the slow configs' differences (which parameters
-    make a config 2x and which 100x slower) are the map it would need. Measured on the replay tables, cold: 0.75 and None reach 1.05x in 0.94 of
-    runs against 0.92 with "same" (0.5; docs/benchmarks.md); not yet the default, as the other constants
-    are not yet varied around it on every table."""
+    make a config 2x and which 100x slower) are the map it would need. Measured on the replay tables,
+    cold, 20 seeds: reached 1.05x 0.94 against 0.92 with "same" (0.5), and 0.91-0.95 with each other
+    constant varied around it (docs/benchmarks.md)."""
 
     # ---- acquisition --------------------------------------------------------------------------------
     kappa: float = 0.5

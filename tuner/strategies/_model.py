@@ -9,7 +9,9 @@ Each round:
 2. Model: a bootstrap ensemble of small XGBoost regressors on the task's per-task normalised log time
    (failures count as the worst plus a margin), clipped at the median of the measured: the model's job is
    to rank the good configs, and the slow half's spread (on some GPUs 2x to 100x) would otherwise take most
-   of the fit (measured: reached 1.05x 0.86 -> 0.90 cold, with item 3's recombination). With a `prior`
+   of the fit (measured: reached 1.05x 0.86 -> 0.90 cold, with item 3's recombination). Once the search
+   is stagnant (item 5) the targets are not clipped (`stagnant_clip`): the basin it ranked is exhausted,
+   and the slow configs' differences are the map to another one. With a `prior`
    the model is warm-started: each prior task
    gives a prediction for every candidate (its measured value where the config was measured there, else
    a model fitted on that task), normalised the same way; their weighted mean is the prior mean. The
