@@ -172,7 +172,13 @@ def prior_predictions(
 
 class ModelStrategy(Strategy):
     """Model-guided search (see the module docstring). `config` holds its settings
-    (`ModelStrategyConfig`; the defaults are `"auto"`'s)."""
+    (`ModelStrategyConfig`; the defaults are `"auto"`'s).
+
+    Each proposal's origin is recorded: `last_source` names the component that chose the last proposed
+    config and `sources` lists them in order, one per `propose` call: "space_filling", "portfolio",
+    "anchor", "partition", "random" (the `epsilon` share), "model", "local", "explore", "large_space"
+    (spaces too large to enumerate), and after a restart "restart:" plus the restarted search's own
+    component. `benchmarks/trace_search.py` prints them beside each new incumbent."""
 
     name = "model"
     config_class = ModelStrategyConfig
@@ -216,6 +222,8 @@ class ModelStrategy(Strategy):
         self._arm_of: dict[int, str] = {}  # pool index -> component that proposed it
         self._arm_n: dict[str, int] = {}  # results per component (allocation="progress")
         self._arm_w: dict[str, float] = {}  # their wins
+        self.sources: list[str] = []  # the component behind each proposal, in order (see `propose`)
+        self.last_source = ""
 
     # ---- setup (lazily, inside the first propose, so that its time counts as strategy time) ---------
     def _setup(self) -> None:
@@ -327,26 +335,34 @@ class ModelStrategy(Strategy):
 
     # ---- proposals ---------------------------------------------------------------------------------
     def propose(self) -> Config | None:
+        cfg, source = self._propose()
+        self.last_source = source
+        self.sources.append(source)
+        return cfg
+
+    def _propose(self) -> tuple[Config | None, str]:
+        """The next config and the component that chose it (see `sources`)."""
         if not self._ready:
             self._setup()
         if not self.pool.enumerable:
-            return self._propose_large()
+            return self._propose_large(), "large_space"
         self._n_proposed += 1
         n = len(self._obs_idx)
         if self._cold is not None:
             self._n_after_restart += 1
             cfg = self._partition_slot(n)  # one portfolio over all results, not one per search
             if cfg is not None:
-                return cfg
+                return cfg, "partition"
             if not self.config.restart_keep_every or self._n_after_restart % self.config.restart_keep_every:
-                return self._cold.propose()
+                cfg = self._cold.propose()
+                return cfg, "restart:" + self._cold.last_source
         has_prior = len(self.P) > 0
         if not has_prior and n < self.config.n_init:
-            return self._space_filling()
+            return self._space_filling(), "space_filling"
         if has_prior and self._n_portfolio < self.portfolio_size:
             cfg = self._portfolio_pick()
             if cfg is not None:
-                return cfg
+                return cfg, "portfolio"
         if (
             has_prior
             and self.config.anchor_every
@@ -355,28 +371,28 @@ class ModelStrategy(Strategy):
         ):  # off the local steps' phase (0)
             cfg = self._anchor_pick()
             if cfg is not None:
-                return cfg
+                return cfg, "anchor"
         progress = self.config.allocation == "progress" and n >= self.config.n_init
         if self._cold is None and not progress:
             cfg = self._partition_slot(n)
             if cfg is not None:
-                return cfg
+                return cfg, "partition"
         if self.rng.random() < self.config.epsilon:
-            return self.pool.random_unseen()
+            return self.pool.random_unseen(), "random"
         if progress:
             return self._allocated_pick(has_prior)
         if n > 0 and self._n_proposed % self.config.local_every == 0:
             cfg = self._local_step()
             if cfg is not None:
-                return cfg
+                return cfg, "local"
         if n >= self.config.n_init and self._n_proposed % self.config.explore_every == 1:
             # exploration slot: with a prior, the task's own-data model alone (a prior that ranks the
             # near-best configs low must not hide them); cold, an optimistic pick of the last ensemble
             # away from the explored basins once the search is stagnant
             cfg = self._explore_pick(has_prior)
             if cfg is not None:
-                return cfg
-        return self._model_pick()
+                return cfg, "explore"
+        return self._model_pick(), "model"
 
     def _model_pick(self) -> Config | None:
         """The next config of the model's ranking (refit when due)."""
@@ -399,7 +415,7 @@ class ModelStrategy(Strategy):
             return self._own_model_pick()
         return self._crossover_pick() if self.config.crossover else None
 
-    def _allocated_pick(self, has_prior: bool) -> Config | None:
+    def _allocated_pick(self, has_prior: bool) -> tuple[Config | None, str]:
         """`allocation="progress"`: the proposal goes to one of the components (the model's ranking,
         a local step, the exploration slot, the partition portfolio) drawn by Thompson sampling from
         each one's record in this run: Beta(c + wins, c + results - wins), c = `allocation_prior`, a win
@@ -428,8 +444,8 @@ class ModelStrategy(Strategy):
                 i = self.pool.index.get(self.pool.hkey(cfg))
                 if i is not None:
                     self._arm_of[i] = a
-                return cfg
-        return self.pool.random_unseen()
+                return cfg, a
+        return self.pool.random_unseen(), "random"
 
     def _credit(self, i: int, value: float | None, inc_before: float) -> None:
         """Record the result of pool config i for the component that proposed it (see _allocated_pick):

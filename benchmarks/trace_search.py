@@ -1,0 +1,218 @@
+"""Trace single replay runs of the model-guided strategy: where each new incumbent came from.
+
+`replay_search.py` prints how fast a strategy reaches the optimum; this script shows why a run is slow or
+misses. For each seed it replays one table (a Kernel Tuner cache file, as in `replay_search.py`) with
+`auto` or a variant (`auto@FIELD=VALUE`, the fields of `ModelStrategyConfig`) and prints:
+
+- the evaluations to 1.05x and 1.01x of the table's optimum, and where the search restarted (with a prior);
+- per component (space-filling draws, the model's ranking, local steps, the exploration slot, the
+  partition portfolio, ...; `ModelStrategy.sources`): its proposals and how many became a new incumbent;
+- the incumbent path: result number, component, time / optimum, config;
+- with `--region PARAM=VALUE,...`: when the run first measured a config of that region, and how many of
+  its configs it measured before reaching 1.05x and by the end (is the optimum's region found but not
+  searched, or never found?);
+- with `--all`: every result, not only the new incumbents.
+
+    python benchmarks/trace_search.py convolution/A4000 --seeds 0,1
+    python benchmarks/trace_search.py convolution/A100 --prior loo --seeds 0-9 \\
+        --region tile_size_x=1,tile_size_y=3,read_only=1,use_padding=0,use_shmem=1
+    python benchmarks/trace_search.py gemm/RTX_2080_Ti --strategy auto@patience=25 --seeds 3 --all
+
+A table is a path or a name under `benchmarks/data/` (`convolution/A100` for
+`benchmarks/data/convolution/A100.json.gz`). The replay is deterministic per seed, so a seed's figures
+here are the ones `replay_search.py` counts for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import replay_search as rs  # noqa: E402  (the sibling script: tables, priors, variants)
+
+
+def resolve_table(name: str, data: Path = rs.DEFAULT_DATA) -> str:
+    """A table's path: `name` itself if it is a file, else `data/NAME.json.gz` or `data/NAME.json`."""
+    p = Path(name)
+    if p.is_file():
+        return str(p)
+    for cand in (data / f"{name}.json.gz", data / f"{name}.json", data / name):
+        if cand.is_file():
+            return str(cand)
+    known = sorted(str(q.relative_to(data)).split(".json")[0] for q in data.glob("*/*.json*"))
+    raise SystemExit(f"no table {name!r}; the tables under {data.name}/: {', '.join(known)}")
+
+
+def parse_seeds(text: str) -> list[int]:
+    """'0,3,5-7' -> [0, 3, 5, 6, 7]."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            out += list(range(int(lo), int(hi) + 1)) if sep else [int(lo)]
+        except ValueError:
+            raise SystemExit(f"--seeds: {part!r} is not a seed or a range like 0-9") from None
+    if not out:
+        raise SystemExit("--seeds: no seed given")
+    return out
+
+
+def parse_region(text: str | None, names: Sequence[str]) -> dict[str, Any]:
+    """'tile_size_x=1,use_shmem=1' -> {'tile_size_x': 1, 'use_shmem': 1} (values read as JSON)."""
+    if not text:
+        return {}
+    out: dict[str, Any] = {}
+    for item in text.split(","):
+        key, sep, raw = item.partition("=")
+        if not sep or key not in names:
+            raise SystemExit(f"--region: {item!r} is not PARAM=VALUE with PARAM one of {', '.join(names)}")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def build_strategy(spec: str, space: Any, seed: int, prior: Any) -> Any:
+    """A `ModelStrategy` instance for `auto` / `model` or a variant of them (its `sources` are read)."""
+    from tuner.strategies import ModelStrategy, ModelStrategyConfig
+
+    name, sets = rs.parse_variant(spec)
+    if name not in ("auto", "model"):
+        raise SystemExit(f"--strategy: only auto and model (and their variants) are traced, not {name!r}")
+    try:
+        config = ModelStrategyConfig(**sets)
+    except (TypeError, ValueError) as exc:
+        raise SystemExit(f"--strategy {spec}: {exc}") from None
+    return ModelStrategy(space, seed=seed, prior=prior, config=config)
+
+
+def trace_run(
+    path: str, spec: str, seed: int, budget: int, prior_mode: str, region: dict[str, Any]
+) -> dict[str, Any]:
+    """One replay run: per result its config, value, component; plus the figures printed for it."""
+    import tuner
+
+    table = rs._table(path)
+    prior = rs._loo_prior(path) if prior_mode == "loo" else None
+    strat = build_strategy(spec, table.space, seed, prior)
+    res = tuner.optimize(
+        table.space, table.objective_fn(), budget=budget, seed=seed, strategy=strat, prior=prior
+    )
+    opt = min(v for v in table.values.values() if v is not None)
+    sources = list(strat.sources)
+    rows = []
+    for k, t in enumerate(res.trials):
+        src = sources[k] if k < len(sources) else "?"  # a proposal the loop had to project counts as one
+        rows.append({"n": k + 1, "source": src, "value": t.value, "config": dict(t.config)})
+    trace = res.best_so_far()
+    reach = {
+        thr: next((k + 1 for k, x in enumerate(trace) if math.isfinite(x) and x <= thr * opt), None)
+        for thr in rs.THRESHOLDS
+    }
+    out: dict[str, Any] = {
+        "seed": seed,
+        "opt": opt,
+        "rows": rows,
+        "reach": reach,
+        "restart": strat.restarted_at,
+    }
+    if region:
+        inside = [r["n"] for r in rows if all(r["config"].get(k) == v for k, v in region.items())]
+        hit = reach[rs.THRESHOLDS[0]]
+        out["region"] = {
+            "first": inside[0] if inside else None,
+            "before": sum(1 for n in inside if hit is None or n < hit),
+            "total": len(inside),
+        }
+    return out
+
+
+def _cfg(config: dict[str, Any], names: Sequence[str]) -> str:
+    return ",".join(str(config[n]) for n in names)
+
+
+def print_run(run: dict[str, Any], names: Sequence[str], show_all: bool) -> None:
+    r05, r01 = (run["reach"][t] for t in rs.THRESHOLDS)
+    restart = f", restarted cold after {run['restart']} results" if run["restart"] is not None else ""
+    print(f"## seed {run['seed']}: 1.05x at {r05 or 'not reached'}, 1.01x at {r01 or 'not reached'}{restart}")
+    if "region" in run:
+        g = run["region"]
+        print(
+            f"   region: first measured at {g['first'] or 'never'}; {g['before']} of its configs measured "
+            f"before 1.05x (or by the end), {g['total']} by the end"
+        )
+    props, wins = Counter(), Counter()
+    best = math.inf
+    lines = []
+    for r in run["rows"]:
+        props[r["source"]] += 1
+        v = r["value"]
+        new = v is not None and math.isfinite(v) and v < best
+        if new:
+            best = v
+            wins[r["source"]] += 1
+        if new or show_all:
+            shown = "failed" if v is None else f"{v / run['opt']:.3f}x"
+            mark = " *" if new and show_all else ""
+            lines.append(f"   {r['n']:>4}  {r['source']:<22} {shown:>9}  {_cfg(r['config'], names)}{mark}")
+    print(
+        "   components (proposals / new incumbents): " + ", ".join(f"{s} {props[s]}/{wins[s]}" for s in props)
+    )
+    print(f"   {'n':>4}  {'component':<22} {'/ optimum':>9}  {','.join(names)}")
+    print("\n".join(lines))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "table", help="a Kernel Tuner cache file, or a name under benchmarks/data/ (convolution/A100)"
+    )
+    ap.add_argument("--seeds", default="0", help="seeds: 0,3,5-7 (default 0)")
+    ap.add_argument("--strategy", default="auto", help="auto or a variant, auto@FIELD=VALUE (default auto)")
+    ap.add_argument("--budget", type=int, default=200)
+    ap.add_argument("--prior", choices=("none", "loo"), default="none", help="loo: the other GPUs' tables")
+    ap.add_argument("--region", help="PARAM=VALUE,...: count the results inside this region")
+    ap.add_argument("--all", action="store_true", help="print every result, not only the new incumbents")
+    ap.add_argument(
+        "--data", default=str(rs.DEFAULT_DATA), help="folder of the tables (default benchmarks/data)"
+    )
+    args = ap.parse_args(argv)
+    if args.budget < 1:
+        raise SystemExit("--budget must be >= 1")
+    logging.disable(logging.WARNING)
+    path = resolve_table(args.table, Path(args.data))
+    table = rs._table(path)
+    names = list(table.space.names)
+    region = parse_region(args.region, names)
+    seeds = parse_seeds(args.seeds)
+    opt = min(v for v in table.values.values() if v is not None)
+    shown = Path(path).resolve()
+    shown_path = shown.relative_to(rs.REPO) if shown.is_relative_to(rs.REPO) else shown
+    print(
+        f"# trace: {shown_path}, {args.strategy}, budget {args.budget}, prior {args.prior}; optimum {opt:.6g}"
+    )
+    if region:
+        n_region = sum(
+            1 for c, v in table.as_prior() if v is not None and all(c[p] == x for p, x in region.items())
+        )
+        print(f"# region {args.region}: {n_region} valid configs measured in the table")
+    for seed in seeds:
+        print_run(trace_run(path, args.strategy, seed, args.budget, args.prior, region), names, args.all)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

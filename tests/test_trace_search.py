@@ -1,0 +1,101 @@
+"""benchmarks/trace_search.py and `ModelStrategy.sources`: which component proposed each config."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from tuner.search_spaces import Param, SearchSpace
+
+import tuner
+from tuner.strategies import ModelStrategy, ModelStrategyConfig
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE = Path(__file__).parent / "data" / "convolution_A100_sample.json"
+COMPONENTS = {"space_filling", "portfolio", "anchor", "partition", "random", "model", "local", "explore"}
+
+
+def _script(name: str) -> ModuleType:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    return mod
+
+
+ts = _script("trace_search")
+
+
+def test_every_proposal_names_its_component() -> None:
+    space = SearchSpace(
+        [Param("x", list(range(12))), Param("y", list(range(6))), Param("s", [False, True])], name="toy"
+    )
+    strat = ModelStrategy(space, seed=1, config=ModelStrategyConfig(n_init=5))
+    res = tuner.optimize(
+        space,
+        lambda c: 1.0 + abs(c["x"] - 7) + abs(c["y"] - 2) + 3 * c["s"],
+        budget=30,
+        seed=1,
+        strategy=strat,
+    )
+    assert len(strat.sources) == res.evaluations == 30
+    assert strat.sources[:5] == ["space_filling"] * 5
+    assert set(strat.sources) <= COMPONENTS
+    assert set(strat.sources[5:]) - {"random"}, "after the space-filling draws the components take over"
+    assert strat.last_source == strat.sources[-1]
+
+
+def test_trace_matches_the_replay_and_prints_the_incumbent_path(capsys: pytest.CaptureFixture[str]) -> None:
+    budget = 40
+    run = ts.trace_run(str(SAMPLE), "auto", 2, budget, "none", {"use_shmem": 1})
+    assert len(run["rows"]) == budget
+    # the same seed in replay_search.py: the same results in the same order, so the same figures
+    ref = ts.rs.run_one((str(SAMPLE), "auto", 2, budget, "none"))
+    assert [r["value"] for r in run["rows"]] == ref["values"]
+    opt = run["opt"]
+    hit = next((k + 1 for k, x in enumerate(ref["trace"]) if x is not None and x <= 1.05 * opt), None)
+    assert run["reach"][1.05] == hit
+    inside = [r for r in run["rows"] if r["config"]["use_shmem"] == 1]
+    assert run["region"]["total"] == len(inside)
+    assert run["region"]["first"] == (inside[0]["n"] if inside else None)
+
+    ts.print_run(run, ["block_size_x", "block_size_y", "use_shmem"], show_all=False)
+    out = capsys.readouterr().out
+    assert out.startswith("## seed 2: 1.05x at ")
+    counts = re.search(r"components \(proposals / new incumbents\): (.*)", out)
+    assert counts is not None
+    pairs = [tuple(int(x) for x in part.rsplit(" ", 1)[1].split("/")) for part in counts.group(1).split(", ")]
+    assert sum(p for p, _ in pairs) == budget
+    ratios = [float(m) for m in re.findall(r" (\d+\.\d{3})x ", out)]
+    assert ratios == sorted(ratios, reverse=True) and len(ratios) == sum(w for _, w in pairs)
+    best = min(r["value"] for r in run["rows"] if r["value"] is not None)
+    assert math.isclose(ratios[-1], round(best / opt, 3))
+
+
+def test_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    args = [str(SAMPLE), "--seeds", "0,3", "--budget", "12", "--region", "use_shmem=1,tile_size_y=3"]
+    assert ts.main(args) == 0
+    out = capsys.readouterr().out
+    assert "## seed 0:" in out and "## seed 3:" in out
+    assert re.search(r"# region use_shmem=1,tile_size_y=3: \d+ valid configs", out)
+    assert ts.parse_seeds("0,3,5-7") == [0, 3, 5, 6, 7]
+    for bad in (
+        ["--region", "warps=4"],
+        ["--seeds", "a-b"],
+        ["--strategy", "random"],
+        ["--strategy", "auto@n_init=0"],
+    ):
+        with pytest.raises(SystemExit):
+            ts.main([str(SAMPLE), "--budget", "5", *bad])
+    with pytest.raises(SystemExit, match="no table"):
+        ts.main(["convolution/NOPE"])
+    assert ts.resolve_table("convolution/A100").endswith("A100.json.gz")
