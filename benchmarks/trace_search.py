@@ -115,7 +115,7 @@ def trace_run(
     sources = list(strat.sources)
     rows = []
     for k, t in enumerate(res.trials):
-        src = sources[k] if k < len(sources) else "?"  # a proposal the loop had to project counts as one
+        src = sources[k] if k < len(sources) else "?"  # one proposal per result (a projected one too)
         rows.append({"n": k + 1, "source": src, "value": t.value, "config": dict(t.config)})
     trace = res.best_so_far()
     reach = {

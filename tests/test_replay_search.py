@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from tests._scripts import benchmark_script
 from tuner.strategies import ModelStrategy, ModelStrategyConfig
 
-REPO = Path(__file__).resolve().parent.parent
 SAMPLE = Path(__file__).parent / "data" / "convolution_A100_sample.json"
 
 
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("replay_search", REPO / "benchmarks" / "replay_search.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-rs = _script()
+rs = benchmark_script("replay_search")
 
 
 def test_variants_change_fields_of_the_config_object() -> None:

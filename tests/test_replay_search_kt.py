@@ -9,25 +9,16 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from tests._scripts import benchmark_script
 from tuner.replay import load_table
 
-REPO = Path(__file__).resolve().parent.parent
 SAMPLE = Path(__file__).parent / "data" / "convolution_A100_sample.json"
 
 
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("replay_search", REPO / "benchmarks" / "replay_search.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-rs = _script()
+rs = benchmark_script("replay_search")
 kt_missing = importlib.util.find_spec("kernel_tuner") is None
 needs_kt = pytest.mark.skipif(
     kt_missing, reason="kernel_tuner is not installed (the bench extra; CI skips it)"

@@ -3,28 +3,18 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from tests._scripts import benchmark_script
 from tuner.replay import load_table
 
-REPO = Path(__file__).resolve().parent.parent
 SAMPLE = Path(__file__).parent / "data" / "convolution_A100_sample.json"
 
 
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sub_tables", REPO / "benchmarks" / "sub_tables.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-st = _script()
+st = benchmark_script("sub_tables")
 
 
 def _run(out: Path, *extra: str) -> int:

@@ -2,37 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from tuner.search_spaces import Param, SearchSpace
 
 import tuner
+from tests._scripts import benchmark_script
 from tuner.strategies import ModelStrategy, ModelStrategyConfig
 
-REPO = Path(__file__).resolve().parent.parent
 SAMPLE = Path(__file__).parent / "data" / "convolution_A100_sample.json"
 COMPONENTS = {"space_filling", "portfolio", "anchor", "partition", "random", "model", "local", "explore"}
 
 
-def _script(name: str) -> ModuleType:
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
-    return mod
-
-
-ts = _script("trace_search")
+ts = benchmark_script("trace_search")  # it imports replay_search from beside itself
 
 
 def test_every_proposal_names_its_component() -> None:

@@ -223,7 +223,6 @@ class ModelStrategy(Strategy):
         self._arm_n: dict[str, int] = {}  # results per component (allocation="progress")
         self._arm_w: dict[str, float] = {}  # their wins
         self.sources: list[str] = []  # the component behind each proposal, in order (see `propose`)
-        self.last_source = ""
 
     # ---- setup (lazily, inside the first propose, so that its time counts as strategy time) ---------
     def _setup(self) -> None:
@@ -334,9 +333,13 @@ class ModelStrategy(Strategy):
         return len(self._obs_idx) - self._last_improve >= self.config.patience
 
     # ---- proposals ---------------------------------------------------------------------------------
+    @property
+    def last_source(self) -> str:
+        """The component that chose the last proposed config ("" before the first proposal)."""
+        return self.sources[-1] if self.sources else ""
+
     def propose(self) -> Config | None:
         cfg, source = self._propose()
-        self.last_source = source
         self.sources.append(source)
         return cfg
 
@@ -421,7 +424,7 @@ class ModelStrategy(Strategy):
         each one's record in this run: Beta(c + wins, c + results - wins), c = `allocation_prior`, a win
         being a result that improves the incumbent. Components that have found better configs get more of
         the budget; one that stops finding them loses its share, and the least-tried gain by their
-        uncertainty, so no fixed schedule decides the mix."""
+        uncertainty, so no fixed schedule decides the mix. Returns the config and the component's name."""
         arms = ["model", "local", "explore"]
         every = self._partition_every()
         if every and not self._in_restart and self._cold is None and self._partition_ids() is not None:
