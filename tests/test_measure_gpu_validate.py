@@ -5,7 +5,6 @@ The GPU phases themselves only run on a CUDA machine."""
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 from tuner.search_spaces import Constraint, IntRange, PowerOfTwo, SearchSpace
 
+from tests._scripts import benchmark_script
 from tuner.measure import MeasureResult, summarize, write_kernel_tuner_cache
 from tuner.replay import load_table
 
@@ -24,10 +24,7 @@ SCRIPT = REPO / "benchmarks" / "gpu_validate.py"
 
 @pytest.fixture(scope="module")
 def gv():
-    spec = importlib.util.spec_from_file_location("gpu_validate_under_test", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark_script("gpu_validate")
 
 
 @pytest.mark.parametrize("interpret", ["1", ""])

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._scripts import benchmark_script
 from tuner.cli import main
 from tuner.replay import ReplayFormatError, load_table
 
@@ -136,12 +137,7 @@ def test_every_committed_table_replays(path: Path, capsys: pytest.CaptureFixture
 
 def test_slim_tables_replay_like_the_original(tmp_path: Path) -> None:
     """benchmarks/slim_tables.py (how benchmarks/data was made) keeps every config, value and failure."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("slim_tables", REPO / "benchmarks" / "slim_tables.py")
-    assert spec is not None and spec.loader is not None
-    slim_tables = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(slim_tables)
+    slim_tables = benchmark_script("slim_tables")
     src = tmp_path / "src" / "convolution"
     src.mkdir(parents=True)
     doc = json.loads(SAMPLE.read_text())
