@@ -1,0 +1,55 @@
+"""benchmarks/surrogate_screen.py: the surrogate candidates ranked on random training sets of a table."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests._scripts import benchmark_script
+
+SAMPLE = Path(__file__).parent / "data" / "convolution_A100_sample.json"
+
+ss = benchmark_script("surrogate_screen")
+
+
+def test_screen_figures_are_ratios_to_the_optimum_and_share_the_training_set() -> None:
+    res = ss.screen_table(str(SAMPLE), ["xgb", "random"], [8], seeds=3, top=4)
+    xgb, rnd = res[("xgb", 8)], res[("random", 8)]
+    assert len(xgb["log2"]) == len(rnd["log2"]) == 3
+    for a in xgb["log2"] + rnd["log2"]:
+        assert a >= 0.0 and math.isfinite(a)  # never better than the optimum
+    # both candidates see the same training set: the figure is at most its best, which is the same
+    from tuner.replay import load_table
+
+    table = load_table(str(SAMPLE))
+    n = len(table.values)
+    for s in range(3):
+        idx = np.random.default_rng([s, 8]).choice(n, size=8, replace=False)
+        vals = [v for v in np.array(list(table.values.values()), dtype=object)[idx] if v is not None]
+        bound = math.log2(min(vals) / table.optimum)
+        assert xgb["log2"][s] <= bound + 1e-12 and rnd["log2"][s] <= bound + 1e-12
+    again = ss.screen_table(str(SAMPLE), ["xgb"], [8], seeds=3, top=4)
+    assert again[("xgb", 8)]["log2"] == xgb["log2"]  # deterministic per seed
+
+
+def test_targets_are_the_strategys() -> None:
+    y = ss.strategy_targets(np.array([1.0, 2.0, 4.0, 8.0, np.nan]))
+    assert y[0] < y[1] and y[2] == y[3] == y[4] == pytest.approx(np.quantile(y, 0.5))
+
+
+def test_main_prints_each_model_beside_random(capsys: pytest.CaptureFixture[str]) -> None:
+    data = str(SAMPLE.parent)
+    rc = ss.main(
+        ["--data", data, "--files", SAMPLE.name, "--models", "xgb1,random", "--sizes", "6", "--seeds", "2"]
+    )
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "convolution_A100_sample" in out
+    assert "\nxgb1     n=6: " in out and "\nrandom   n=6: " in out
+    with pytest.raises(SystemExit):
+        ss.main(["--data", data, "--files", SAMPLE.name, "--models", "nope"])
+    with pytest.raises(SystemExit):
+        ss.main(["--data", data, "--files", "missing*.json"])
