@@ -11,12 +11,18 @@ misses. For each seed it replays one table (a Kernel Tuner cache file, as in `re
 - with `--region PARAM=VALUE,...`: when the run first measured a config of that region, and how many of
   its configs it measured before reaching 1.05x and by the end (is the optimum's region found but not
   searched, or never found?);
-- with `--all`: every result, not only the new incumbents.
+- with `--all`: every result, not only the new incumbents;
+- with `--summary`: instead of the paths, one summary over every table and seed given, of the results
+  before each run reached 1.05x: per component its proposals, new incumbents and value per proposal (the
+  summed log of the incumbent's improvements it made, divided by its proposals), in the first
+  `--early` results and after; and the share of proposals that became a new incumbent by their Hamming
+  distance from the incumbent (1, 2, 3, 4 or more parameters; the space-filling draws left out).
 
     python benchmarks/trace_search.py convolution/A4000 --seeds 0,1
     python benchmarks/trace_search.py convolution/A100 --prior loo --seeds 0-9 \\
         --region tile_size_x=1,tile_size_y=3,read_only=1,use_padding=0,use_shmem=1
     python benchmarks/trace_search.py gemm/RTX_2080_Ti --strategy auto@patience=25 --seeds 3 --all
+    python benchmarks/trace_search.py convolution/A4000 gemm/RTX_3090 --seeds 0-7 --summary
 
 A table is a path or a name under `benchmarks/data/` (`convolution/A100` for
 `benchmarks/data/convolution/A100.json.gz`). The replay is deterministic per seed, so a seed's figures
@@ -175,10 +181,66 @@ def print_run(run: dict[str, Any], names: Sequence[str], show_all: bool) -> None
     print("\n".join(lines))
 
 
+DISTANCES = ("1", "2", "3", "4+")
+
+
+def summarise(runs: Sequence[dict[str, Any]], early: int = 40) -> dict[str, Any]:
+    """Over the results of `runs` (from `trace_run`) before each reached 1.05x (all of a run that did not):
+    per component and phase ("early": result n <= `early`, else "late") its proposals, new incumbents and
+    summed log improvement of the incumbent; per Hamming distance from the incumbent (a proposal's, at the
+    time it was made; the space-filling draws and the first result left out) the proposals and new
+    incumbents. A new incumbent is a result better than every earlier one by more than 0.1%."""
+    comp: dict[tuple[str, str], Counter] = {}
+    dist = {d: Counter() for d in DISTANCES}
+    for run in runs:
+        hit = run["reach"][rs.THRESHOLDS[0]]
+        inc: dict[str, Any] | None = None
+        best = math.inf
+        for r in run["rows"]:
+            if hit is not None and r["n"] > hit:
+                break
+            v = r["value"]
+            win = v is not None and math.isfinite(v) and v < best * (1.0 - 1e-3)
+            gain = math.log(best / v) if win and math.isfinite(best) else 0.0
+            phase = "early" if r["n"] <= early else "late"
+            c = comp.setdefault((r["source"], phase), Counter())
+            c["proposals"] += 1
+            c["wins"] += int(win)
+            c["gain"] += gain
+            if inc is not None and r["source"] != "space_filling":
+                d = sum(r["config"][k] != inc[k] for k in inc)
+                key = DISTANCES[min(d, 4) - 1] if d >= 1 else DISTANCES[0]
+                dist[key]["proposals"] += 1
+                dist[key]["wins"] += int(win)
+            if v is not None and math.isfinite(v) and v < best:
+                best, inc = v, r["config"]
+    return {"components": comp, "distance": dist, "runs": len(runs), "early": early}
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    early = summary["early"]
+    print(f"## summary over {summary['runs']} runs, results before 1.05x")
+    print(f"   {'component':<24} {'phase':<6} {'proposals':>9} {'new inc.':>8} {'value/proposal':>15}")
+    for (src, phase), c in sorted(summary["components"].items()):
+        per = c["gain"] / max(1, c["proposals"])
+        label = f"<= {early}" if phase == "early" else f"> {early}"
+        print(f"   {src:<24} {label:<6} {c['proposals']:>9} {c['wins']:>8} {per:>15.4f}")
+    print("   by Hamming distance from the incumbent (space-filling draws left out):")
+    for d in DISTANCES:
+        c = summary["distance"][d]
+        share = c["wins"] / c["proposals"] if c["proposals"] else float("nan")
+        print(
+            f"   {d:>3} parameters: {c['proposals']:>6} proposals, {c['wins']:>5} new incumbents ({share:.3f})"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
-        "table", help="a Kernel Tuner cache file, or a name under benchmarks/data/ (convolution/A100)"
+        "table",
+        nargs="+",
+        help="a Kernel Tuner cache file, or a name under benchmarks/data/ (convolution/A100); several with "
+        "--summary",
     )
     ap.add_argument("--seeds", default="0", help="seeds: 0,3,5-7 (default 0)")
     ap.add_argument("--strategy", default="auto", help="auto or a variant, auto@FIELD=VALUE (default auto)")
@@ -189,11 +251,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--data", default=str(rs.DEFAULT_DATA), help="folder of the tables (default benchmarks/data)"
     )
+    ap.add_argument(
+        "--summary", action="store_true", help="one summary over every table and seed instead of the paths"
+    )
+    ap.add_argument("--early", type=int, default=40, help="--summary: results counted as early (default 40)")
     args = ap.parse_args(argv)
     if args.budget < 1:
         raise SystemExit("--budget must be >= 1")
     logging.disable(logging.WARNING)
-    path = resolve_table(args.table, Path(args.data))
+    if args.summary:
+        if args.region or args.all:
+            raise SystemExit("--summary takes neither --region nor --all")
+        runs = []
+        for name in args.table:
+            p = resolve_table(name, Path(args.data))
+            runs += [
+                trace_run(p, args.strategy, s, args.budget, args.prior, {}) for s in parse_seeds(args.seeds)
+            ]
+        print(
+            f"# trace summary: {', '.join(args.table)}, {args.strategy}, budget {args.budget}, prior {args.prior}"
+        )
+        print_summary(summarise(runs, args.early))
+        return 0
+    if len(args.table) > 1:
+        raise SystemExit("several tables only with --summary")
+    path = resolve_table(args.table[0], Path(args.data))
     table = rs._table(path)
     names = list(table.space.names)
     region = parse_region(args.region, names)

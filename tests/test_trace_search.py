@@ -84,3 +84,57 @@ def test_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit, match="no table"):
         ts.main(["convolution/NOPE"])
     assert ts.resolve_table("convolution/A100").endswith("A100.json.gz")
+
+
+def test_summary_counts_the_results_before_the_threshold(capsys: pytest.CaptureFixture[str]) -> None:
+    budget = 40
+    runs = [ts.trace_run(str(SAMPLE), "auto", seed, budget, "none", {}) for seed in (0, 1)]
+    summary = ts.summarise(runs, early=10)
+    before = []
+    for run in runs:
+        hit = run["reach"][1.05]
+        before += [r for r in run["rows"] if hit is None or r["n"] <= hit]
+    comp = summary["components"]
+    assert sum(c["proposals"] for c in comp.values()) == len(before)
+    assert {src for src, _ in comp} == {r["source"] for r in before}
+    assert all(phase in ("early", "late") for _, phase in comp)
+    assert sum(c["proposals"] for (_, phase), c in comp.items() if phase == "early") == sum(
+        1 for r in before if r["n"] <= 10
+    )
+    # the gains add up to the incumbent's improvement from the first result to the last counted one
+    for run in runs:
+        hit = run["reach"][1.05]
+        rows = [r for r in run["rows"] if hit is None or r["n"] <= hit]
+        vals = [r["value"] for r in rows if r["value"] is not None]
+        single = ts.summarise([{**run, "rows": rows}], early=10)
+        total = sum(c["gain"] for c in single["components"].values())
+        assert total == pytest.approx(math.log(vals[0] / min(vals)), abs=2e-3 * len(rows))
+    # every counted proposal that is not a space-filling draw and comes after a valid result has a distance
+    expected = 0
+    for run in runs:
+        hit = run["reach"][1.05]
+        seen_valid = False
+        for r in run["rows"]:
+            if hit is not None and r["n"] > hit:
+                break
+            expected += seen_valid and r["source"] != "space_filling"
+            seen_valid = seen_valid or r["value"] is not None
+    dist = summary["distance"]
+    assert sum(c["proposals"] for c in dist.values()) == expected
+    assert sum(c["wins"] for c in dist.values()) <= sum(c["wins"] for c in comp.values())
+
+    ts.print_summary(summary)
+    out = capsys.readouterr().out
+    assert out.startswith("## summary over 2 runs, results before 1.05x")
+    assert "by Hamming distance from the incumbent" in out and "4+ parameters" in out
+
+
+def test_summary_cli_takes_several_tables_and_refuses_them_without_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert ts.main([str(SAMPLE), str(SAMPLE), "--seeds", "0", "--budget", "15", "--summary"]) == 0
+    assert "## summary over 2 runs" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="several tables only with --summary"):
+        ts.main([str(SAMPLE), str(SAMPLE), "--seeds", "0", "--budget", "15"])
+    with pytest.raises(SystemExit, match="--summary takes neither"):
+        ts.main([str(SAMPLE), "--summary", "--all"])
