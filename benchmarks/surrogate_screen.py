@@ -54,8 +54,19 @@ def strategy_targets(values: np.ndarray) -> np.ndarray:
     return np.minimum(y, np.quantile(y, 0.5)) if len(y) >= 4 else y
 
 
-def fit_ranker(name: str, F: np.ndarray, idx: np.ndarray, y: np.ndarray, seed: int) -> Ranker:
-    """Fit candidate `name` on the rows `idx` of the feature matrix `F` with targets `y`."""
+def standardised(F: np.ndarray) -> np.ndarray:
+    """The non-constant feature columns, NaN as -1, each scaled to mean 0 and unit variance (for the GP and
+    the random forest, which take no NaN)."""
+    keep = np.flatnonzero(np.nanstd(F, axis=0) > 0)
+    Z = np.nan_to_num(F[:, keep], nan=-1.0)
+    return (Z - Z.mean(axis=0)) / (Z.std(axis=0) + 1e-12)
+
+
+def fit_ranker(
+    name: str, F: np.ndarray, idx: np.ndarray, y: np.ndarray, seed: int, Z: np.ndarray | None = None
+) -> Ranker:
+    """Fit candidate `name` on the rows `idx` of the feature matrix `F` with targets `y`; `Z`, the
+    table's `standardised(F)`, computed once per table by the caller (else here)."""
     if name in ("xgb", "xgb1"):
         from tuner.cost_models import XGBEnsemble
 
@@ -63,9 +74,11 @@ def fit_ranker(name: str, F: np.ndarray, idx: np.ndarray, y: np.ndarray, seed: i
             n_models=3 if name == "xgb" else 1, bootstrap=name == "xgb", normalise=False, seed=seed
         ).fit(F[idx], y)
         return lambda rows: m.predict(F[rows])
-    keep = np.flatnonzero(np.nanstd(F, axis=0) > 0)
-    Z = np.nan_to_num(F[:, keep], nan=-1.0)
-    Z = (Z - Z.mean(axis=0)) / (Z.std(axis=0) + 1e-12)
+    if name == "random":
+        rng = np.random.default_rng(seed)
+        return lambda rows: rng.random(len(rows))
+    if Z is None:
+        Z = standardised(F)
     if name == "gp":
         from sklearn.gaussian_process import GaussianProcessRegressor
         from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
@@ -83,9 +96,6 @@ def fit_ranker(name: str, F: np.ndarray, idx: np.ndarray, y: np.ndarray, seed: i
         rf = RandomForestRegressor(n_estimators=30, max_features=0.8, random_state=seed, n_jobs=1)
         rf.fit(Z[idx], y)
         return lambda rows: rf.predict(Z[rows])
-    if name == "random":
-        rng = np.random.default_rng(seed)
-        return lambda rows: rng.random(len(rows))
     raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
 
 
@@ -98,26 +108,27 @@ def screen_table(
     from tuner.replay import load_table
 
     table = load_table(path)
-    keys = list(table.values)
-    names = table.space.names
-    F = schema_for_space(table.space).transform_keys(names, [tuple(v for v, _ in k) for k in keys])
-    raw = np.array([np.nan if v is None else v for v in table.values.values()], dtype=np.float64)
+    rows = table.as_prior()  # (config, value) for every config of the table
+    size = len(rows)
+    F = schema_for_space(table.space).transform([c for c, _ in rows])
+    Z = standardised(F) if {"gp", "rf"} & set(models) else None
+    raw = np.array([np.nan if v is None else v for _, v in rows], dtype=np.float64)
     worst = np.nanmax(raw)
     true = np.where(np.isfinite(raw), raw, worst)  # a failed config counts as the worst valid one
     out: dict[tuple[str, int], dict[str, Any]] = {}
     for n in sizes:
-        if n + top > len(keys):
-            raise SystemExit(f"{path}: --sizes {n} plus --top {top} exceeds its {len(keys)} configs")
+        if n + top > size:
+            raise SystemExit(f"{path}: --sizes {n} plus --top {top} exceeds its {size} configs")
         for name in models:
             out[(name, n)] = {"log2": [], "ms": []}
         for s in range(seeds):
             rng = np.random.default_rng([s, n])  # the same training set for every model
-            idx = rng.choice(len(keys), size=n, replace=False)
-            unseen = np.setdiff1d(np.arange(len(keys)), idx)
+            idx = rng.choice(size, size=n, replace=False)
+            unseen = np.setdiff1d(np.arange(size), idx)
             y = strategy_targets(raw[idx])
             for name in models:
                 t0 = time.perf_counter()
-                score = fit_ranker(name, F, idx, y, s)(unseen)
+                score = fit_ranker(name, F, idx, y, s, Z)(unseen)
                 picks = unseen[np.argsort(score, kind="stable")[:top]]
                 ms = 1000.0 * (time.perf_counter() - t0)
                 best = min(float(true[idx].min()), float(true[picks].min()))

@@ -208,8 +208,8 @@ def summarise(runs: Sequence[dict[str, Any]], early: int = 40) -> dict[str, Any]
             c["wins"] += int(win)
             c["gain"] += gain
             if inc is not None and r["source"] != "space_filling":
-                d = sum(r["config"][k] != inc[k] for k in inc)
-                key = DISTANCES[min(d, 4) - 1] if d >= 1 else DISTANCES[0]
+                d = sum(r["config"][k] != inc[k] for k in inc)  # >= 1: no config is measured twice
+                key = DISTANCES[min(d, len(DISTANCES)) - 1]
                 dist[key]["proposals"] += 1
                 dist[key]["wins"] += int(win)
             if v is not None and math.isfinite(v) and v < best:
@@ -219,7 +219,10 @@ def summarise(runs: Sequence[dict[str, Any]], early: int = 40) -> dict[str, Any]
 
 def print_summary(summary: dict[str, Any]) -> None:
     early = summary["early"]
-    print(f"## summary over {summary['runs']} runs, results before 1.05x")
+    print(
+        f"## summary over {summary['runs']} runs, results before 1.05x "
+        "(a new incumbent: more than 0.1% better than every earlier result)"
+    )
     print(f"   {'component':<24} {'phase':<6} {'proposals':>9} {'new inc.':>8} {'value/proposal':>15}")
     for (src, phase), c in sorted(summary["components"].items()):
         per = c["gain"] / max(1, c["proposals"])
@@ -258,6 +261,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.budget < 1:
         raise SystemExit("--budget must be >= 1")
+    if args.early < 1:
+        raise SystemExit("--early must be >= 1")
     logging.disable(logging.WARNING)
     if args.summary:
         if args.region or args.all:
