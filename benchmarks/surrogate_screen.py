@@ -1,7 +1,7 @@
 """Screen cost-model candidates for the search in minutes: how well each ranks a table from few results.
 
-A search replay (`replay_search.py`, 10 minutes for 20 seeds on 2 cores) mixes the surrogate with
-everything else the strategy does. This script isolates the surrogate. For every table, training-set size
+A search replay (`replay_search.py`: about 5 minutes for one variant, 20 seeds, `--jobs 2` on 2 cores)
+mixes the surrogate with everything else the strategy does. This script isolates the surrogate. For every table, training-set size
 n (`--sizes`) and seed, it draws n configs of the table uniformly at random, fits each candidate on their
 targets (as `auto` fits them: per-task normalised log time, clipped at the median) and ranks the unseen
 configs. The figure is the best time among the n training configs and the candidate's `--top` best-ranked
