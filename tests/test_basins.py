@@ -39,7 +39,7 @@ def test_two_basins_are_counted_and_the_climb_is_measured(tmp_path: Path) -> Non
     times.update({(1, 1): 1.0, (3, 3): 2.0, (1, 2): 5.0, (2, 1): 5.0, (3, 1): 12.0, (1, 3): 12.0})
     r = bs.landscape(_table(tmp_path, times), starts=50)
     assert r["configs"] == 9 and r["minima"] == 2 and r["good_minima"] == 1
-    vals, nbrs = bs.neighbourhoods(_table(tmp_path, times))
+    _, nbrs = bs.neighbourhoods(_table(tmp_path, times))
     assert sorted(len(nb) for nb in nbrs) == [4] * 9  # 2 other values of each of 2 parameters
     assert 0 < r["good_share"] < 1
     assert r["moves"] >= 0 and r["descent_evals"] >= 1
