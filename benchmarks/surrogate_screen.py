@@ -12,7 +12,10 @@ in-run baseline) and the median time of one fit and ranking.
 
 Candidates: `xgb` (the bootstrap XGBoost ensemble `auto` uses: 3 members, 40 rounds, depth 4), `xgb1`
 (one member, no bootstrap), `gp` (scikit-learn's Gaussian process, an ARD Matern 5/2 kernel plus a
-white-noise term on the standardised features), `rf` (scikit-learn's random forest), `random`.
+white-noise term on the standardised features), `rf` (scikit-learn's random forest), `ridge` (an additive
+model: ridge regression, alpha 1, on one 0/1 column per parameter value), `ridge_xgb` (the ensemble boosted
+from the ridge fit's predictions as its base margin: additive effects plus the trees' interactions),
+`random`.
 
 Random training sets are not the search's own (a search's results cluster near its incumbents), so a
 candidate that wins here is a candidate to replay, not a result; one that loses here by a wide margin is
@@ -41,7 +44,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 DEFAULT_DATA = Path(__file__).resolve().parent / "data"
-MODELS = ("xgb", "xgb1", "gp", "rf", "random")
+MODELS = ("xgb", "xgb1", "gp", "rf", "random", "ridge", "ridge_xgb")
 
 Ranker = Callable[[np.ndarray], np.ndarray]  # pool indices -> scores, lower is better
 
@@ -62,11 +65,30 @@ def standardised(F: np.ndarray) -> np.ndarray:
     return (Z - Z.mean(axis=0)) / (Z.std(axis=0) + 1e-12)
 
 
+def one_hot(configs: Sequence[dict[str, Any]], names: Sequence[str]) -> np.ndarray:
+    """One 0/1 column per value of each parameter (for the additive `ridge` candidates)."""
+    cols = []
+    for name in names:
+        vals = [repr(c[name]) for c in configs]
+        pos = {v: i for i, v in enumerate(sorted(set(vals)))}
+        oh = np.zeros((len(configs), len(pos)))
+        oh[np.arange(len(configs)), [pos[v] for v in vals]] = 1.0
+        cols.append(oh)
+    return np.hstack(cols)
+
+
 def fit_ranker(
-    name: str, F: np.ndarray, idx: np.ndarray, y: np.ndarray, seed: int, Z: np.ndarray | None = None
+    name: str,
+    F: np.ndarray,
+    idx: np.ndarray,
+    y: np.ndarray,
+    seed: int,
+    Z: np.ndarray | None = None,
+    H: np.ndarray | None = None,
 ) -> Ranker:
     """Fit candidate `name` on the rows `idx` of the feature matrix `F` with targets `y`; `Z`, the
-    table's `standardised(F)`, computed once per table by the caller (else here)."""
+    table's `standardised(F)`, computed once per table by the caller (else here); `H`, its `one_hot`
+    matrix (needed by the ridge candidates)."""
     if name in ("xgb", "xgb1"):
         from tuner.cost_models import XGBEnsemble
 
@@ -74,6 +96,20 @@ def fit_ranker(
             n_models=3 if name == "xgb" else 1, bootstrap=name == "xgb", normalise=False, seed=seed
         ).fit(F[idx], y)
         return lambda rows: m.predict(F[rows])
+    if name in ("ridge", "ridge_xgb"):
+        from sklearn.linear_model import Ridge
+
+        if H is None:
+            raise ValueError("ridge candidates need H, the table's one-hot matrix (one_hot)")
+        r = Ridge(alpha=1.0).fit(H[idx], y)
+        if name == "ridge":
+            return lambda rows: r.predict(H[rows])
+        from tuner.cost_models import XGBEnsemble
+
+        base = r.predict(H)
+        m = XGBEnsemble(n_models=3, bootstrap=True, normalise=False, seed=seed)
+        m.fit(F[idx], y, base_margin=base[idx])  # the trees fit what the additive model leaves
+        return lambda rows: m.predict(F[rows]) + base[rows]
     if name == "random":
         rng = np.random.default_rng(seed)
         return lambda rows: rng.random(len(rows))
@@ -111,6 +147,9 @@ def screen_table(
     rows = table.as_prior()  # (config, value) for every config of the table
     size = len(rows)
     F = schema_for_space(table.space).transform([c for c, _ in rows])
+    H = None
+    if {"ridge", "ridge_xgb"} & set(models):
+        H = one_hot([c for c, _ in rows], [p.name for p in table.space.params])
     Z = standardised(F) if {"gp", "rf"} & set(models) else None
     raw = np.array([np.nan if v is None else v for _, v in rows], dtype=np.float64)
     worst = np.nanmax(raw)
@@ -128,7 +167,7 @@ def screen_table(
             y = strategy_targets(raw[idx])
             for name in models:
                 t0 = time.perf_counter()
-                score = fit_ranker(name, F, idx, y, s, Z)(unseen)
+                score = fit_ranker(name, F, idx, y, s, Z, H)(unseen)
                 picks = unseen[np.argsort(score, kind="stable")[:top]]
                 ms = 1000.0 * (time.perf_counter() - t0)
                 best = min(float(true[idx].min()), float(true[picks].min()))

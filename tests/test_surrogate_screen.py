@@ -53,3 +53,28 @@ def test_main_prints_each_model_beside_random(capsys: pytest.CaptureFixture[str]
         ss.main(["--data", data, "--files", SAMPLE.name, "--models", "nope"])
     with pytest.raises(SystemExit):
         ss.main(["--data", data, "--files", "missing*.json"])
+
+
+def test_one_hot_has_one_column_per_value_and_one_hit_per_parameter() -> None:
+    H = ss.one_hot([{"a": 1, "b": "x"}, {"a": 2, "b": "x"}, {"a": 1, "b": "y"}], ["a", "b"])
+    assert H.shape == (3, 4)
+    assert (H.sum(axis=1) == 2).all()  # one value of each of the two parameters
+    assert (H[0] == H[2]).sum() == 2 and (H[0] == H[1]).sum() == 2  # they share one value
+
+
+def test_ridge_candidates_rank_an_additive_table_right() -> None:
+    # log time additive in two parameters: the ridge fit must put the best unseen config first
+    configs = [{"a": a, "b": b} for a in range(6) for b in range(6)]
+    y = np.array([0.3 * abs(c["a"] - 4) + 0.2 * abs(c["b"] - 1) for c in configs])
+    H = ss.one_hot(configs, ["a", "b"])
+    F = H.copy()
+    best = next(i for i, c in enumerate(configs) if (c["a"], c["b"]) == (4, 1))
+    others = np.array([i for i in range(len(configs)) if i != best])
+    train = np.random.default_rng(0).choice(others, size=20, replace=False)
+    assert H[train].sum(axis=0).min() > 0  # every value measured somewhere, never together as the best
+    rest = np.setdiff1d(np.arange(len(configs)), train)
+    for name in ("ridge", "ridge_xgb"):
+        score = ss.fit_ranker(name, F, train, y[train], 0, H=H)(rest)
+        assert rest[int(np.argmin(score))] == best, name
+    with pytest.raises(ValueError, match="one-hot"):
+        ss.fit_ranker("ridge", F, train, y[train], 0)
