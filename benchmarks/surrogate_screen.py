@@ -67,14 +67,10 @@ def standardised(F: np.ndarray) -> np.ndarray:
 
 def one_hot(configs: Sequence[dict[str, Any]], names: Sequence[str]) -> np.ndarray:
     """One 0/1 column per value of each parameter (for the additive `ridge` candidates)."""
-    cols = []
-    for name in names:
-        vals = [repr(c[name]) for c in configs]
-        pos = {v: i for i, v in enumerate(sorted(set(vals)))}
-        oh = np.zeros((len(configs), len(pos)))
-        oh[np.arange(len(configs)), [pos[v] for v in vals]] = 1.0
-        cols.append(oh)
-    return np.hstack(cols)
+    from sklearn.preprocessing import OneHotEncoder
+
+    values = np.array([[repr(c[name]) for name in names] for c in configs], dtype=object)
+    return OneHotEncoder(sparse_output=False).fit_transform(values)
 
 
 def fit_ranker(

@@ -71,7 +71,7 @@ def test_ridge_candidates_rank_an_additive_table_right() -> None:
     best = next(i for i, c in enumerate(configs) if (c["a"], c["b"]) == (4, 1))
     others = np.array([i for i in range(len(configs)) if i != best])
     train = np.random.default_rng(0).choice(others, size=20, replace=False)
-    assert H[train].sum(axis=0).min() > 0  # every value measured somewhere, never together as the best
+    assert H[train].sum(axis=0).min() > 0  # every value is measured; the best config itself is not
     rest = np.setdiff1d(np.arange(len(configs)), train)
     for name in ("ridge", "ridge_xgb"):
         score = ss.fit_ranker(name, F, train, y[train], 0, H=H)(rest)
