@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ._env import underlying_function
 from ._hit import hit_paths
 from ._launcher import AutotunedKernel
-from ._triton_support import _BOUND, _all_kwargs
+from ._triton_support import _BOUND, _all_kwargs, launch_kwargs
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._triton_compat import TritonAutotuned
@@ -23,7 +23,7 @@ class TritonAutotuner(AutotunedKernel):
     def __init__(self, t: TritonAutotuned) -> None:
         super().__init__(t)
         self.tuner: TritonAutotuned = t
-        if t.has_config_hooks:  # else the runtime's hit path as it is: no extra frame per launch
+        if t.has_config_hooks or t.irregular:  # else the runtime's hit path as is: no extra frame
             self._make = hit_paths(self._launch_target(), t.keys.fast, t.mem, t.miss)
         self.base_fn = underlying_function(t.fn)
         self.keys = t.key_names
@@ -31,11 +31,13 @@ class TritonAutotuner(AutotunedKernel):
         self.cache = t.triton_cache
 
     def _launch_target(self) -> Callable[..., Any]:
-        """With configs that have their own pre_hook: what the hit path calls with `grid=`, `warmup=` and
-        the config: the config's pre_hook, then `run`. `.bare` is `run` alone (what tuning times, with
-        Triton's hooks around it)."""
-        run = self.fn.run
+        """With configs that have their own pre_hook, or that set different keys: what the hit path
+        calls with `grid=`, `warmup=` and the config: the config's pre_hook, then `run` without the keys
+        the config leaves UNSET. `.bare` is `run` alone (what tuning times, with Triton's hooks around
+        it, and the UNSET keys dropped)."""
         t = self.tuner
+        jit_run = self.fn.run
+        run = (lambda *a, **kw: jit_run(*a, **launch_kwargs(kw))) if t.irregular else jit_run
 
         def target(*args: Any, **kw: Any) -> Any:
             cfg = t.last_cfg = t.split_config(kw)
