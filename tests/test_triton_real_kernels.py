@@ -600,3 +600,38 @@ def test_import_tuner_before_triton():
     p = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.split() == ["100.0", "True"]
+
+
+# ---- tools that read the autotuner's attributes (tuning-stats printers, AOT exporters) -----------------
+@pytest.mark.parametrize("impl", IMPLS)
+def test_the_attributes_of_triton_autotuner_read_back(impl):
+    def perf_model(**kw):
+        return kw["BLOCK"]
+
+    @autotune_of(impl)(
+        configs=[triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})],
+        key=["N"],
+        reset_to_zero=["x"],
+        restore_value=["y"],
+        prune_configs_by={"perf_model": perf_model, "top_k": 2},
+        do_bench=Bench(times=[2.0, 1.0]),
+    )
+    @triton.jit
+    def k(x, y, N, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x + offs, tl.load(y + offs, mask=offs < N), mask=offs < N)
+
+    x, y = torch.zeros(64), torch.randn(64)
+    k[lambda m: (triton.cdiv(64, m["BLOCK"]),)](x, y, 64)
+    assert torch.equal(x, y)
+    assert (k.reset_to_zero, k.restore_value) == (["x"], ["y"])
+    assert k.perf_model is perf_model and k.configs_top_k == 2 and k.early_config_prune is None
+    assert not k.user_defined_pre_hook and not k.user_defined_post_hook
+    assert (k.num_warmups, k.num_reps, k.use_cuda_graph, k.nargs) == (None, None, False, None)
+    assert k.arg_names == ["x", "y", "N", "BLOCK"] and k.keys == ["N"]
+    assert k.base_fn.__name__ == "k" and k.best_config.kwargs == {"BLOCK": 64}
+    assert [c.kwargs["BLOCK"] for c in k.configs_timings] == [32, 64]
+    # winners persist in tuner's store by default; Triton's cache_results is off under the interpreter
+    assert k.cache_results is (impl == "tuner")
+    with pytest.raises(AttributeError):
+        k.no_such_attribute  # noqa: B018

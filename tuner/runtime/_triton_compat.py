@@ -164,6 +164,8 @@ class TritonAutotuned(Autotuned):
         self.triton_cache: dict[tuple, Any] = {}  # `.cache` of the decorated kernel
         self.configs_timings: dict[Any, Any] = {}
         self.bench_time = 0.0
+        self.cache_results = storage is not False  # winners kept in the store (Triton: on disk)
+        self.nargs: dict[str, Any] | None = None  # Triton's is set only while a launch runs
         self.last_cfg: dict[str, Any] | None = None  # the config of the last resolved key (best_config)
         self.has_config_hooks = any(getattr(c, "pre_hook", None) is not None for c in self.configs)
         self._tl = threading.local()

@@ -15,6 +15,27 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._triton_compat import TritonAutotuned
 
 
+# Attributes of triton.runtime.autotuner.Autotuner that TritonAutotuned keeps under the same name.
+_AUTOTUNER_ATTRS = frozenset(
+    {
+        "reset_to_zero",
+        "restore_value",
+        "pre_hook",
+        "post_hook",
+        "user_defined_pre_hook",
+        "user_defined_post_hook",
+        "perf_model",
+        "configs_top_k",
+        "early_config_prune",
+        "num_warmups",
+        "num_reps",
+        "use_cuda_graph",
+        "cache_results",
+        "nargs",
+    }
+)
+
+
 class TritonAutotuner(AutotunedKernel):
     """A @triton.jit kernel under `tuner.autotune` with `configs`: launch as `kernel[grid](*args)`;
     `.cache`, `.best_config`, `.configs`, `.configs_timings`, `.tuner`, `.explain(*args)`. The launch is
@@ -49,6 +70,13 @@ class TritonAutotuner(AutotunedKernel):
 
         target.bare = run  # type: ignore[attr-defined]
         return target
+
+    def __getattr__(self, name: str) -> Any:
+        """The other attributes of Triton's Autotuner that code reads (`reset_to_zero`, `pre_hook`,
+        `perf_model`, `cache_results`, `nargs`, ...), from the tuner's state."""
+        if name in _AUTOTUNER_ATTRS:
+            return getattr(self.__dict__["tuner"], name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def best_config(self) -> Any:
