@@ -635,3 +635,42 @@ def test_the_attributes_of_triton_autotuner_read_back(impl):
     assert k.cache_results is (impl == "tuner")
     with pytest.raises(AttributeError):
         k.no_such_attribute  # noqa: B018
+
+
+# ---- Triton tutorial 06 (fused attention): a Config pre_hook that shapes host TensorDescriptors -------
+@pytest.mark.parametrize("impl", IMPLS)
+def test_config_pre_hook_sets_descriptor_block_shapes(impl):
+    tensor_descriptor = pytest.importorskip("triton.tools.tensor_descriptor")
+    TensorDescriptor = tensor_descriptor.TensorDescriptor
+
+    def set_block_shapes(nargs):
+        for name in ("desc_x", "desc_y"):
+            nargs[name].block_shape = [nargs["BM"], nargs["BN"]]
+
+    cfgs = [
+        triton.Config({"BM": bm, "BN": bn}, pre_hook=set_block_shapes) for bm in (16, 32) for bn in (16, 32)
+    ]
+
+    def keep(configs, named_args, **kwargs):  # a flag passed by keyword rules out the tall blocks
+        return [c for c in configs if not (kwargs["SMALL"] and c.kwargs["BM"] == 32)]
+
+    bench = Bench(times=[4.0, 3.0, 1.0, 2.0, 1.0, 2.0])
+
+    @autotune_of(impl)(
+        configs=cfgs, key=["M", "N", "SMALL"], prune_configs_by={"early_config_prune": keep}, do_bench=bench
+    )
+    @triton.jit
+    def double(desc_x, desc_y, M, N, BM: tl.constexpr, BN: tl.constexpr, SMALL: tl.constexpr):
+        pm, pn = tl.program_id(0), tl.program_id(1)
+        desc_y.store([pm * BM, pn * BN], desc_x.load([pm * BM, pn * BN]) * 2)
+
+    got = []
+    for small in (False, True, False):
+        x, y = torch.randn(64, 64), torch.zeros(64, 64)
+        dx, dy = TensorDescriptor.from_tensor(x, [1, 1]), TensorDescriptor.from_tensor(y, [1, 1])
+        double[lambda META: (triton.cdiv(64, META["BM"]), triton.cdiv(64, META["BN"]))](
+            dx, dy, 64, 64, SMALL=small
+        )
+        torch.testing.assert_close(y, 2 * x)
+        got.append((bench.calls, double.best_config.kwargs["BM"], list(dx.block_shape)))
+    assert got == [(4, 32, [32, 16]), (6, 16, [16, 16]), (6, 32, [32, 16])]
