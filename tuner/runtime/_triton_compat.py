@@ -2,8 +2,9 @@
 with Triton's semantics, on top of the runtime's cache, store and key.
 
 What Triton does, and so what this does (see triton/runtime/autotuner.py):
-- `configs` (an empty list means one default config), `key` (argument names whose values, plus the
-  dtypes of all array arguments, select an entry of `.cache`).
+- `configs` (an empty list means one default config; a config listed twice is timed once; a key that
+  only some configs set is passed only by them), `key` (argument names whose values, plus the dtypes of
+  all array arguments, select an entry of `.cache`; names that no call passes are left out).
 - `prune_configs_by={"early_config_prune": f(configs, named_args, **kwargs), "perf_model": g(**args,
   **config), "top_k": int | float <= 1.0}`, applied on a miss: the early prune first (an empty result is
   an `AutotunerError` that names `early_config_prune`), then the perf model keeps its `top_k` best
@@ -24,7 +25,8 @@ What Triton does, and so what this does (see triton/runtime/autotuner.py):
 - `TRITON_PRINT_AUTOTUNING=1` prints what Triton prints: each config as it is timed and the choice.
 
 Where tuner differs on purpose: a config whose launch raises any exception is a failed candidate (Triton
-only skips out-of-resource and compile-time-assertion errors and re-raises the rest); the winner is
+only skips out-of-resource and compile-time-assertion errors and re-raises the rest), and only when every
+config failed is the first one's error raised (with a note); the winner is
 stored with its key (source hash, dtypes, device, versions) and reused in later processes; an explicit
 `budget=k` smaller than the number of configs times only k of them, chosen by the cost model.
 """
@@ -46,7 +48,7 @@ from tuner.search_spaces import SearchSpace
 from . import _jax
 from ._bench import BenchFn, default_bench, normalise_bench_result
 from ._decorator import Autotuned, _attach
-from ._env import array_framework, underlying_function
+from ._env import array_framework, signature_names, underlying_function
 from ._hit import make_hit_path
 from ._key import canon
 from ._restore import Restorer, copy_into, snapshot
@@ -59,7 +61,6 @@ from ._triton_support import (
     _autotuner_error,
     _bare,
     _budgeted_cpu_bench,
-    _config_dict,
     _config_dicts,
     _emit,
     _ms_result_to_s,
@@ -67,7 +68,10 @@ from ._triton_support import (
     _to_triton_config,
     _TritonKeys,
     _zero,
+    launch_kwargs,
+    unique_dicts,
 )
+from ._tuning import AllConfigsFailedError
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +117,8 @@ class TritonAutotuned(Autotuned):
         for c, d in zip(self.configs, self._dicts, strict=True):
             self._obj_by_canon.setdefault(canon(d), c)
         self._cfg_names = frozenset().union(*(d.keys() for d in self._dicts))
+        # some config leaves out a key another sets: launches drop the UNSET keys (see _triton_support)
+        self.irregular = any(d != launch_kwargs(d) for d in self._dicts)
         if cache_results is False:
             if storage not in (None, False):
                 raise ValueError(
@@ -151,7 +157,6 @@ class TritonAutotuned(Autotuned):
         self.restore_value = list(restore_value or []) + [
             r for r in restore if r not in (restore_value or [])
         ]
-        self._restore_copies: dict[str, Any] = {}
         self.user_defined_pre_hook = pre_hook is not None
         self.user_defined_post_hook = post_hook is not None
         self.pre_hook: Callable[..., Any] = pre_hook or self._default_pre_hook
@@ -159,9 +164,13 @@ class TritonAutotuned(Autotuned):
         self.triton_cache: dict[tuple, Any] = {}  # `.cache` of the decorated kernel
         self.configs_timings: dict[Any, Any] = {}
         self.bench_time = 0.0
+        self.cache_results = storage is not False  # winners kept in the store (Triton: on disk)
+        self.nargs: dict[str, Any] | None = None  # Triton's is set only while a launch runs
         self.last_cfg: dict[str, Any] | None = None  # the config of the last resolved key (best_config)
         self.has_config_hooks = any(getattr(c, "pre_hook", None) is not None for c in self.configs)
         self._tl = threading.local()
+        if not callable(key):
+            key = _keyed_names(fn, (key,) if isinstance(key, str) else tuple(key), self.configs)
         super().__init__(
             fn,
             self._pruned_space,
@@ -209,7 +218,7 @@ class TritonAutotuned(Autotuned):
         pruned = getattr(self._tl, "pruned", None)
         if pruned is None or (self.user_budget is not None and self.user_budget < len(pruned)):
             return self._strategy  # opt-in: the strategy (cost model) picks which configs to time
-        order = [_config_dict(c) for c in pruned]
+        order = unique_dicts(self.dicts_of(pruned))
         return InOrder(SearchSpace.from_configs(order), order, seed=self.seed)
 
     @strategy.setter
@@ -222,15 +231,15 @@ class TritonAutotuned(Autotuned):
             v = kwargs.get(name)
             if v is not None:
                 _zero(v)
-        if not reset_only:
-            self._restore_copies = {
+        if not reset_only:  # per thread: two threads may tune two keys at once
+            self._tl.restore_copies = {
                 n: snapshot(kwargs[n]) for n in self.restore_value if kwargs.get(n) is not None
             }
 
     def _default_post_hook(self, kwargs: dict[str, Any], exception: BaseException | None = None) -> None:
-        for name, saved in self._restore_copies.items():
+        for name, saved in getattr(self._tl, "restore_copies", {}).items():
             copy_into(kwargs[name], saved)
-        self._restore_copies = {}
+        self._tl.restore_copies = {}
 
     def meta(self, kwargs: dict, grid: Any) -> dict[str, Any]:
         """The keyword arguments Triton's Autotuner sees (it gets grid= and warmup= among them)."""
@@ -290,25 +299,36 @@ class TritonAutotuned(Autotuned):
                 est = [self.perf_model(**nargs, **kw, **_all_kwargs(c)) for c in pruned]
                 order = sorted(range(len(pruned)), key=lambda i: est[i])
                 pruned = [pruned[i] for i in order[: max(1, top_k)]]
-        for c in pruned:
-            self._obj_by_canon.setdefault(canon(_config_dict(c)), c)
+        for c, d in zip(pruned, self.dicts_of(pruned), strict=True):
+            self._obj_by_canon.setdefault(canon(d), c)
         return pruned
+
+    def dicts_of(self, configs: Sequence[Any]) -> list[dict[str, Any]]:
+        """The runtime dicts of `configs` (some of `self.configs`, or configs an early prune made), with
+        the keys of `self.configs`' dicts."""
+        return _config_dicts(list(self.configs) + list(configs))[len(self.configs) :]
 
     def _pruned_space(self, *args: Any, **kwargs: Any) -> SearchSpace:
         pruned = getattr(self._tl, "pruned", None) or self.configs
-        return SearchSpace.from_configs([_config_dict(c) for c in pruned])
+        return SearchSpace.from_configs(unique_dicts(self.dicts_of(pruned)))
 
     # ---- the injected timer, the benched target ------------------------------------------------------
     def _timer(self, args: tuple, kwargs: dict, device: str) -> BenchFn:
         bench = self._raw_timer(args, kwargs, device)
-        timings = self.configs_timings
+        timings = self._tl.timings  # this tuning's; `.configs_timings` once it ends, as Triton's
 
         def timed(call: Callable[[], Any]) -> Any:
-            res = bench(call)
+            try:
+                res = bench(call)
+            except Exception as exc:
+                if getattr(self._tl, "first_error", None) is None:
+                    self._tl.first_error = exc
+                raise
             cur = getattr(self._tl, "current", None)
             if cur is not None:
                 med, spread = normalise_bench_result(res)
-                timings[self.config_obj(cur)] = [
+                obj = self.config_obj(cur)  # a triton.Config; a dict config is keyed by its items
+                timings[tuple(obj.items()) if isinstance(obj, Mapping) else obj] = [
                     s_to_ms(med),
                     s_to_ms(med - spread / 2),
                     s_to_ms(med + spread / 2),
@@ -366,7 +386,7 @@ class TritonAutotuned(Autotuned):
                 hook(full)
             self.pre_hook(full)
             try:
-                out = target(*a, **kw)
+                out = target(*a, **(launch_kwargs(kw) if self.irregular else kw))
             except Exception as exc:
                 if verbose:
                     _emit(f"Autotuning failed with {exc}")
@@ -427,17 +447,26 @@ class TritonAutotuned(Autotuned):
         grid = target.keywords.get("grid") if isinstance(target, functools.partial) else None
         pruned = self.prune(args, kwargs, grid)
         if len(pruned) == 1:  # nothing to compare: used without timing, not stored
-            cfg = _config_dict(pruned[0])
+            cfg = self.dicts_of(pruned)[0]
             self._remember(args, kwargs, fast_key, cfg)
             return cfg
         self._tl.pruned, self._tl.benched, self._tl.current = pruned, False, None
+        self._tl.first_error, self._tl.timings = None, {}
         t0 = time.time()
         try:
             cfg = super().miss(args, kwargs, fast_key, self._bench_target(args, kwargs, grid, target))
+        except AllConfigsFailedError as exc:
+            first = self._tl.first_error
+            if first is None:
+                raise
+            # Triton raises the first config's error; so does the drop-in once no config is left
+            first.add_note(f"tuner: {exc}")
+            raise first from None
         finally:
-            self._tl.pruned = None
+            self._tl.pruned = self._tl.first_error = None
         if self._tl.benched:  # tuned here: Triton resets once more, and prints the choice
             self.bench_time = time.time() - t0
+            self.configs_timings = self._tl.timings
             cobj = self.config_obj(cfg)
             self.pre_hook(self.full_nargs(args, kwargs, grid, cobj), reset_only=True)
             if _print_enabled():
@@ -459,13 +488,44 @@ class TritonAutotuned(Autotuned):
         self.triton_cache.clear()
 
 
+def _keyed_names(fn: Any, key: tuple[str, ...], configs: Sequence[Any]) -> list[str]:
+    """The names of `key` that Triton's key can hold: a name that is no parameter of the kernel is
+    ignored with a warning (Triton ignores it silently), and so is a parameter that the configs or a
+    `@triton.heuristics` beneath the autotuner supply, which no call passes (Triton skips them too)."""
+    arg_names, _ = signature_names(fn)
+    supplied: set[str] = set()
+    for c in configs:
+        supplied.update(c.keys() if isinstance(c, Mapping) else getattr(c, "kwargs", {}))
+    inner, depth = fn, 0
+    while inner is not None and depth < 10:  # Heuristics(values=...) -> ... -> JITFunction -> function
+        values = getattr(inner, "values", None)
+        if isinstance(values, Mapping):
+            supplied.update(values)
+        inner, depth = getattr(inner, "fn", None), depth + 1
+    unknown = [n for n in key if n not in arg_names]
+    if unknown:
+        warnings.warn(
+            f"autotune key names {unknown} are not parameters of {getattr(fn, '__name__', fn)} "
+            f"({arg_names}); they are ignored, as triton.autotune ignores them",
+            UserWarning,
+            stacklevel=5,
+        )
+    return [n for n in key if n in arg_names and n not in supplied]
+
+
 def build(fn: Any, triton_kw: dict[str, Any], **opts: Any) -> Any:
     """The decorated object for `fn`: a TritonAutotuner for a Triton kernel, else the shared hit path as a
     function with `.cache`, `.configs` and `.tuner` attached."""
     t = TritonAutotuned(fn, **triton_kw, **opts)
     if t.kind == "triton":
         return TritonAutotuner(t)
-    w = _attach(make_hit_path(t.fn, t.keys.fast, t.mem, t.miss), t)
+    fn = t.fn
+    if t.irregular:
+
+        def fn(*args: Any, **kw: Any) -> Any:
+            return t.fn(*args, **launch_kwargs(kw))
+
+    w = _attach(make_hit_path(fn, t.keys.fast, t.mem, t.miss), t)
     w.cache = t.triton_cache
     w.configs = t.configs
     return w

@@ -9,10 +9,31 @@ from typing import TYPE_CHECKING, Any
 from ._env import underlying_function
 from ._hit import hit_paths
 from ._launcher import AutotunedKernel
-from ._triton_support import _BOUND, _all_kwargs
+from ._triton_support import _BOUND, _all_kwargs, launch_kwargs
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._triton_compat import TritonAutotuned
+
+
+# Attributes of triton.runtime.autotuner.Autotuner that TritonAutotuned keeps under the same name.
+_AUTOTUNER_ATTRS = frozenset(
+    {
+        "reset_to_zero",
+        "restore_value",
+        "pre_hook",
+        "post_hook",
+        "user_defined_pre_hook",
+        "user_defined_post_hook",
+        "perf_model",
+        "configs_top_k",
+        "early_config_prune",
+        "num_warmups",
+        "num_reps",
+        "use_cuda_graph",
+        "cache_results",
+        "nargs",
+    }
+)
 
 
 class TritonAutotuner(AutotunedKernel):
@@ -23,7 +44,7 @@ class TritonAutotuner(AutotunedKernel):
     def __init__(self, t: TritonAutotuned) -> None:
         super().__init__(t)
         self.tuner: TritonAutotuned = t
-        if t.has_config_hooks:  # else the runtime's hit path as it is: no extra frame per launch
+        if t.has_config_hooks or t.irregular:  # else the runtime's hit path as is: no extra frame
             self._make = hit_paths(self._launch_target(), t.keys.fast, t.mem, t.miss)
         self.base_fn = underlying_function(t.fn)
         self.keys = t.key_names
@@ -31,11 +52,13 @@ class TritonAutotuner(AutotunedKernel):
         self.cache = t.triton_cache
 
     def _launch_target(self) -> Callable[..., Any]:
-        """With configs that have their own pre_hook: what the hit path calls with `grid=`, `warmup=` and
-        the config: the config's pre_hook, then `run`. `.bare` is `run` alone (what tuning times, with
-        Triton's hooks around it)."""
-        run = self.fn.run
+        """With configs that have their own pre_hook, or that set different keys: what the hit path
+        calls with `grid=`, `warmup=` and the config: the config's pre_hook, then `run` without the keys
+        the config leaves UNSET. `.bare` is `run` alone (what tuning times, with Triton's hooks around
+        it, and the UNSET keys dropped)."""
         t = self.tuner
+        jit_run = self.fn.run
+        run = (lambda *a, **kw: jit_run(*a, **launch_kwargs(kw))) if t.irregular else jit_run
 
         def target(*args: Any, **kw: Any) -> Any:
             cfg = t.last_cfg = t.split_config(kw)
@@ -47,6 +70,13 @@ class TritonAutotuner(AutotunedKernel):
 
         target.bare = run  # type: ignore[attr-defined]
         return target
+
+    def __getattr__(self, name: str) -> Any:
+        """The other attributes of Triton's Autotuner that code reads (`reset_to_zero`, `pre_hook`,
+        `perf_model`, `cache_results`, `nargs`, ...), from the tuner's state."""
+        if name in _AUTOTUNER_ATTRS:
+            return getattr(self.__dict__["tuner"], name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def best_config(self) -> Any:

@@ -41,9 +41,26 @@ def _all_kwargs(c: Any) -> dict[str, Any]:
     return dict(c.all_kwargs())
 
 
+# The value a config holds for a launch option or meta-parameter that it does not set while another
+# config of the same list does (AMD lists that set `waves_per_eu` or `kpack` on some configs only, a
+# `maxnreg` on one): SearchSpace needs one set of keys, and the launch leaves such keys out, as Triton's
+# `Config.all_kwargs()` does.
+UNSET = "<unset>"
+
+
+def _is_unset(v: Any) -> bool:
+    return isinstance(v, str) and v == UNSET
+
+
+def launch_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """A runtime config dict as the keyword arguments of the launch (UNSET keys left out)."""
+    return {k: v for k, v in cfg.items() if not _is_unset(v)}
+
+
 def _config_dicts(configs: Sequence[Any]) -> list[dict[str, Any]]:
     """The runtime's dicts for triton.Configs (kwargs + num_warps + num_stages [+ num_ctas/maxnreg where
-    they vary]); a config's own pre_hook is run by this module, so it is not refused here."""
+    they vary]), all with the same keys: a key that only some configs set is UNSET in the others (a
+    maxnreg of None too). A config's own pre_hook is run by this module, so it is not refused here."""
     proxies = [
         c
         if isinstance(c, Mapping)
@@ -57,13 +74,31 @@ def _config_dicts(configs: Sequence[Any]) -> list[dict[str, Any]]:
         )
         for c in configs
     ]
-    return triton_configs_to_dicts(proxies)
+    dicts = triton_configs_to_dicts(proxies)
+    names: dict[str, None] = {}
+    for d in dicts:
+        names.update(dict.fromkeys(d))
+    return [{k: UNSET if d.get(k) is None else d[k] for k in names} for d in dicts]
+
+
+def unique_dicts(dicts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """`dicts` without repeats, in order (Triton accepts a config listed twice; a space does not)."""
+    from ._key import canon
+
+    seen: set[str] = set()
+    out = []
+    for d in dicts:
+        k = canon(dict(d))
+        if k not in seen:
+            seen.add(k)
+            out.append(dict(d))
+    return out
 
 
 def _to_triton_config(d: Mapping[str, Any]) -> Any:
     import triton
 
-    d = dict(d)
+    d = launch_kwargs(d)
     opts = {k: d.pop(k) for k in ("num_warps", "num_stages", "num_ctas", "maxnreg") if k in d}
     return triton.Config(d, **opts)
 
@@ -165,7 +200,3 @@ def _bare(call: Callable[..., Any]) -> Callable[..., Any]:
         bare = getattr(call.func, "bare", None)
         return functools.partial(bare, *call.args, **call.keywords) if bare is not None else call
     return getattr(call, "bare", call)
-
-
-def _config_dict(c: Any) -> dict[str, Any]:
-    return _config_dicts([c])[0]

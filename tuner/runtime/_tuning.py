@@ -27,7 +27,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-__all__ = ["tune_once"]
+__all__ = ["tune_once", "AllConfigsFailedError"]
+
+
+class AllConfigsFailedError(RuntimeError):
+    """Tuning a key found no config that runs: every timed config raised (or timed inf/NaN)."""
 
 
 def _waited(cfg: dict[str, Any]) -> Resolution:
@@ -157,7 +161,7 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
         guarded(db, "write", "record the trials", record, None)
     if res.best_config is None:
         errs = {tr.error for tr in res.trials if tr.error}
-        raise RuntimeError(
+        raise AllConfigsFailedError(
             f"{t.name} {ck.fields_dict}: every one of {len(res.trials)} configs failed; "
             f"first error: {sorted(errs)[0] if errs else 'unknown'}"
         )
