@@ -46,7 +46,7 @@ from tuner.search_spaces import SearchSpace
 from . import _jax
 from ._bench import BenchFn, default_bench, normalise_bench_result
 from ._decorator import Autotuned, _attach
-from ._env import array_framework, flat_args, underlying_function
+from ._env import array_framework, underlying_function
 from ._hit import make_hit_path
 from ._key import canon
 from ._restore import Restorer, copy_into, snapshot
@@ -341,7 +341,7 @@ class TritonAutotuned(Autotuned):
             log.info("%s: use_cuda_graph needs a CUDA device; timing with the default timer", self.name)
         if self.bench is not None:
             return self.bench
-        return default_bench(self.kind, array_framework(flat_args(list(args) + list(kwargs.values()))), device)
+        return default_bench(self.kind, array_framework(list(args) + list(kwargs.values())), device)
 
     def _bench_target(
         self, args: tuple, kwargs: dict, grid: Any, target: Callable[..., Any]
