@@ -229,7 +229,9 @@ class Autotuned:
             if isinstance(self.keys, ArgKeys):  # a key value only known at run time cannot select
                 _jax.refuse_traced_key(self.name, self.keys.raw_values(args, kwargs))
             return _jax.resolve_on_concrete(self.miss, self.name, args, kwargs, fast_key, target)
-        positional = fast_key is not None  # a key of the fast-key table (else the general key)
+        # A fast key of the table (else the general key): its function, to see whether building the
+        # stored key switched the table (`ArgKeys`, on the first pytree of arrays).
+        table_fn = self.keys.fast[len(args)] if fast_key is not None else None
         if fast_key is None:
             try:
                 fast_key = self.keys.general(args, kwargs)
@@ -240,7 +242,7 @@ class Autotuned:
                 if cfg is not None:
                     return cfg
         ck = self.keys.full(args, kwargs)
-        if positional:  # building the stored key may have switched the table (`ArgKeys`: pytrees)
+        if table_fn is not None and self.keys.fast[len(args)] is not table_fn:
             fast_key = self.keys.fast[len(args)](args)  # type: ignore[misc]
         mode = self.current_mode()
         with self._guard:

@@ -95,9 +95,8 @@ def arg_leaves(v: Any) -> list[Any]:
     arrays of the call (their dtypes in the key; their device, framework and versions the call's)."""
     if hasattr(v, "dtype"):
         return [v]
-    if "jax" in sys.modules:
-        import jax
-
+    jax = sys.modules.get("jax")
+    if jax is not None:
         return list(jax.tree_util.tree_leaves(v))
     if isinstance(v, dict):
         return [x for item in v.values() for x in arg_leaves(item)]
@@ -111,17 +110,23 @@ def flat_args(values: Iterable[Any]) -> list[Any]:
     return [x for v in values for x in arg_leaves(v)]
 
 
+_NOT_CONTAINERS = frozenset({str, bytes, int, float, complex, bool, type(None)})
+
+
 def arg_dtype(v: Any) -> Any:
     """The dtype of an array argument; for a container holding arrays, the tuple of its leaves' dtypes
-    (None for leaves without one); else None."""
+    (None for leaves without one); else None. (On the hit path of a function called with pytrees.)"""
     d = getattr(v, "dtype", None)
-    if d is not None or isinstance(v, (str, bytes, int, float, complex, bool)) or v is None:
+    if d is not None or type(v) in _NOT_CONTAINERS:
         return d
     leaves = arg_leaves(v)
     if len(leaves) == 1 and leaves[0] is v:
         return None
-    dts = tuple(getattr(x, "dtype", None) for x in leaves)
-    return dts if any(d is not None for d in dts) else None
+    dts = tuple([getattr(x, "dtype", None) for x in leaves])
+    for d in dts:
+        if d is not None:
+            return dts
+    return None
 
 
 def device_of(kind: str, values: Iterable[Any]) -> str:
