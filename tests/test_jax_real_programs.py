@@ -372,3 +372,56 @@ def test_every_config_failing_raises_with_the_first_error_under_jit():
     with pytest.raises(RuntimeError, match=r"every one of 2 configs failed; first error: .*block=7"):
         jax.jit(scale)(jnp.ones(32))
     assert ConfigCache().entries() == []
+
+
+# ---- the cache persists across processes (TUNER_HOME), for a jitted call with a pytree argument -----
+_SCRIPT = """
+import json, sys
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+import tuner
+
+def kernel(x_ref, w_ref, o_ref):
+    o_ref[...] = x_ref[...] * w_ref[...]
+
+seen = []
+
+def once(call):  # one run per config: interpret mode is slow
+    jax.block_until_ready(call())
+    return 1e-3 * len(seen)
+
+@tuner.autotune(configs=[{"block": 8}, {"block": 16}], key=lambda x, params: {"n": x.shape[0]}, bench=once)
+def scale(x, params, *, block):
+    seen.append(block)
+    spec = pl.BlockSpec((block,), lambda i: (i,))
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // block,),
+                          in_specs=[spec, spec], out_specs=spec, interpret=True)(x, params["w"].astype(x.dtype))
+
+y = jax.jit(scale)(jnp.ones(32), {"w": jnp.full(32, 3.0, jnp.bfloat16)})
+assert float(y.sum()) == 96.0
+print(json.dumps({"stats": scale.tuner.stats, "calls": len(seen)}))
+"""
+
+
+def test_second_process_reads_the_store_under_jit(tmp_path, _tuner_home):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "model.py"
+    script.write_text(_SCRIPT)
+    env = {**os.environ, "TUNER_HOME": str(_tuner_home), "JAX_PLATFORMS": "cpu"}
+
+    def run() -> dict:
+        out = subprocess.run(
+            [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first, second = run(), run()
+    assert first["stats"]["tuned"] == 1 and first["calls"] == 3  # two timed, one real
+    assert second["stats"]["from_store"] == 1 and second["stats"]["tuned"] == 0 and second["calls"] == 1
+    [entry] = ConfigCache().entries()
+    assert entry.key.dtypes == ("float32", "bfloat16")
