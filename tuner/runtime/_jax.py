@@ -16,7 +16,8 @@ on every call, so tuning it on the caller's arrays would leave every config afte
 caller's own call, with deleted arrays. `donation_guard` gives the first call of each config copies
 of the jax arrays among the arguments; if the launcher deleted them, every later call of that config
 gets fresh copies (made inside the timed call, as Triton's `restore_value` restores inside its timed
-call), else it gets the caller's arrays. The caller's arrays are never donated while tuning.
+call), else it gets the caller's arrays. The caller's arrays are never donated while tuning. (Where
+there is no memory for the first copy, the call gets the caller's arrays, as it would without this.)
 
 Nothing here imports jax unless jax is already imported by the caller.
 """
@@ -169,7 +170,14 @@ def donation_guard(
 
         def call() -> Any:
             if state["first"] or state["donates"]:
-                a, k, fresh = copies()
+                try:
+                    a, k, fresh = copies()
+                except Exception as exc:  # noqa: BLE001 - no memory for a copy on the first call:
+                    if not state["first"]:  # the caller's arrays, as without the guard
+                        raise
+                    state["first"] = False
+                    log.warning("cannot copy the inputs to check for donation (%s); timing on them", exc)
+                    return run(args, kwargs)
                 out = run(a, k)
                 if state["first"]:
                     state["first"] = False
