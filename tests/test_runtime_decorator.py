@@ -390,10 +390,16 @@ def test_plain_callable_default_cpu_timer():
     assert set(calls[:-1]) == {1, 2, 4, 8} and len(calls) > 8  # warm-up and repeats of every config
 
 
-def test_default_bench_follows_kind_framework_and_device():
+def test_default_bench_follows_kind_framework_and_device(monkeypatch):
+    import sys
+
     from tuner.runtime._bench import cpu_bench, default_bench, jax_bench, triton_bench
 
+    monkeypatch.delitem(sys.modules, "jax", raising=False)
     assert default_bench("python", None, "cpu") is cpu_bench
+    monkeypatch.setitem(sys.modules, "jax", type(sys)("jax"))  # jax imported: the result may be jax arrays
+    assert default_bench("python", None, "cpu") is jax_bench
+    monkeypatch.undo()
     assert default_bench("triton", "torch", "cpu") is cpu_bench  # the interpreter: do_bench does not work
     assert default_bench("triton", "torch", "NVIDIA H100 (sm90)") is triton_bench
     assert default_bench("python", "torch", "NVIDIA H100 (sm90)") is triton_bench  # a launcher of a kernel

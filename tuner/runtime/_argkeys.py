@@ -25,7 +25,7 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from ._env import device_of, dtype_name, framework_versions
+from ._env import arg_dtype, device_of, dtype_name, flat_args, framework_versions
 from ._key import Bucket, CacheKey, make_bucketer
 
 __all__ = ["KeyBuilder", "ArgKeys", "FastKey", "MAX_FAST_ARGS", "scalar_key_value"]
@@ -54,6 +54,12 @@ class KeyBuilder(Protocol):
 def dtypes_of(a: tuple) -> tuple:
     """The dtypes of the positional arguments (None for arguments without one)."""
     return tuple(map(getattr, a, _DTYPE, _NONE))
+
+
+def arg_dtypes(a: tuple) -> tuple:
+    """dtypes_of, reading the dtypes of the arrays inside container arguments (`_env.arg_dtype`): the
+    fast keys of a function once it has been called with a pytree of arrays."""
+    return tuple(map(arg_dtype, a))
 
 
 # One fast key per arity with the dtype getters written out: one Python frame per hit, about 40% cheaper
@@ -115,26 +121,35 @@ def _kn(ig: Callable[[tuple], Any]) -> FastKey:
 _BY_ARITY = (_k0, _k1, _k2, _k3, _k4, _k5, _k6)
 
 
-def positional_fast_keys(ig: Callable[[tuple], Any], need: int, dtypes: bool) -> tuple[FastKey | None, ...]:
+def positional_fast_keys(
+    ig: Callable[[tuple], Any], need: int, dtypes: bool, *, deep: bool = False
+) -> tuple[FastKey | None, ...]:
     """The fast-key table for keys taken from positional arguments by `ig` (which needs `need` of them):
-    with `dtypes`, the key is (values, dtypes of the arguments), else the values alone."""
+    with `dtypes`, the key is (values, dtypes of the arguments), else the values alone; `deep` reads
+    the dtypes inside container arguments too (`arg_dtypes`)."""
     if not dtypes:
         return (None,) * need + (ig,) * (MAX_FAST_ARGS - need)
+    if deep:
+        return (None,) * need + ((lambda a: (ig(a), arg_dtypes(a))),) * (MAX_FAST_ARGS - need)
     table: list[FastKey | None] = [None] * need
     for n in range(need, MAX_FAST_ARGS):
         table.append((_BY_ARITY[n] if n < len(_BY_ARITY) else _kn)(ig))
     return tuple(table)
 
 
-def key_fn_fast_keys(kf: Callable[..., Any], dtypes: bool) -> tuple[FastKey | None, ...]:
-    """The fast-key table for a key function of the positional arguments (a dict result is made hashable)."""
+def key_fn_fast_keys(
+    kf: Callable[..., Any], dtypes: bool, *, deep: bool = False
+) -> tuple[FastKey | None, ...]:
+    """The fast-key table for a key function of the positional arguments (a dict result is made hashable);
+    `deep` reads the dtypes inside container arguments too (`arg_dtypes`)."""
     if dtypes:
+        dts = arg_dtypes if deep else dtypes_of
 
         def key(a: tuple) -> Any:
             r = kf(*a)
             if type(r) is dict:
                 r = tuple(r.items())
-            return (_KEYFN, r, dtypes_of(a))
+            return (_KEYFN, r, dts(a))
     else:
 
         def key(a: tuple) -> Any:
@@ -172,7 +187,13 @@ def scalar_key_value(name: str, v: Any) -> Any:
 
 class ArgKeys:
     """Keys of `@tuner.autotune`: the values of the `key` arguments (or what a key function returns),
-    bucketed, plus the dtypes of array arguments (unless `dtypes=False`), the device and the versions."""
+    bucketed, plus the dtypes of array arguments (unless `dtypes=False`), the device and the versions.
+
+    The arrays inside a container argument (a tuple of arrays, a params dict, any jax pytree) count as
+    array arguments. The fast keys read only the top-level arguments' dtypes (the cheap case) until a
+    stored key is first built for a call with such a container; from then on the fast-key table (a
+    list, shared with the hit path, changed in place) reads the dtypes inside containers too, so that
+    a float32 and a bfloat16 pytree never share an in-memory entry."""
 
     def __init__(
         self,
@@ -193,12 +214,15 @@ class ArgKeys:
         self.defaults = dict(defaults)
         self.use_dtypes = dtypes
         self.bucketer = make_bucketer(bucket)
-        self.fast: Sequence[FastKey | None]
+        self.fast: list[FastKey | None]
         self.key_fn: Callable[..., Any] | None = None
         self.key_names: tuple[str, ...] = ()
+        self._deep = False  # whether the fast keys read dtypes inside containers (see the class doc)
+        self._ig: Callable[[tuple], Any] = lambda args: ()
+        self._need = 0
         if callable(key):
             self.key_fn = key
-            self.fast = key_fn_fast_keys(key, dtypes)
+            self.fast = list(key_fn_fast_keys(key, dtypes))
         else:
             self.key_names = (key,) if isinstance(key, str) else tuple(key)
             unknown = [k for k in self.key_names if k not in self.arg_names]
@@ -206,7 +230,8 @@ class ArgKeys:
                 raise ValueError(f"key names {unknown} are not parameters of {name} ({self.arg_names})")
             pos = [self.arg_names.index(n) for n in self.key_names]
             ig: Callable[[tuple], Any] = operator.itemgetter(*pos) if pos else (lambda args: ())
-            self.fast = positional_fast_keys(ig, max(pos) + 1 if pos else 0, dtypes)
+            self._ig, self._need = ig, max(pos) + 1 if pos else 0
+            self.fast = list(positional_fast_keys(ig, self._need, dtypes))
         self._env: dict[tuple[str, str], tuple[str, dict[str, str]]] = {}
 
     @property
@@ -248,8 +273,8 @@ class ArgKeys:
     def general(self, args: tuple, kwargs: dict) -> Any:
         vals = self.raw_values(args, kwargs)
         items = tuple(sorted(kwargs.items()))
-        dts = tuple(getattr(a, "dtype", None) for a in args) if self.use_dtypes else ()
-        kdts = tuple((k, getattr(v, "dtype", None)) for k, v in items) if self.use_dtypes else ()
+        dts = tuple(arg_dtype(a) for a in args) if self.use_dtypes else ()
+        kdts = tuple((k, arg_dtype(v)) for k, v in items) if self.use_dtypes else ()
         key = (_GENERAL, tuple(vals.items()), dts, kdts)
         hash(key)  # TypeError for an unhashable key value
         return key
@@ -262,15 +287,27 @@ class ArgKeys:
             if self.bucketer is not None:
                 v = scalar_key_value(n, self.bucketer(n, v))
             fields[str(n)] = v
-        values = list(args) + [kwargs[k] for k in sorted(kwargs)]
+        values = flat_args(list(args) + [kwargs[k] for k in sorted(kwargs)])
         dts = []
         if self.use_dtypes:
             for v in values:
                 d = getattr(v, "dtype", None)
                 if d is not None:
                     dts.append(dtype_name(d))
+            if not self._deep:
+                self._read_containers(args)
         device, versions = self._device_versions(values)
         return CacheKey.make(self.name, self.source_hash, fields, dts, device, versions)
+
+    def _read_containers(self, args: tuple) -> None:
+        """Switch the fast keys to `arg_dtypes` once a positional argument is a container of arrays."""
+        if not any(isinstance(arg_dtype(a), tuple) for a in args):
+            return
+        if self.key_fn is not None:
+            self.fast[:] = key_fn_fast_keys(self.key_fn, True, deep=True)
+        else:
+            self.fast[:] = positional_fast_keys(self._ig, self._need, True, deep=True)
+        self._deep = True
 
     def _device_versions(self, values: list[Any]) -> tuple[str, dict[str, str]]:
         device = device_of(self.kind, values)

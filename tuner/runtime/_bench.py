@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -90,13 +91,14 @@ def torch_cuda_bench(call: Callable[[], Any], **kw: Any) -> tuple[float, float]:
 def default_bench(kind: str, framework: str | None, device: str) -> BenchFn:
     """The default timer for a call, from the kind of callable, the framework of its array arguments
     ("torch", "jax" or None) and its device ("cpu" or an accelerator):
-    jax (a jitted function, or jax arrays) -> block_until_ready timing, on any device;
+    jax (a jitted function, jax arrays, or no arrays of another framework while jax is imported) ->
+    block_until_ready timing of the result, on any device;
     CUDA torch tensors (a Triton kernel or a launcher of one) -> triton.testing.do_bench (CUDA events),
     or a synchronising CPU timer when Triton is not installed;
     everything on the CPU (plain callables, the Triton interpreter) -> the CPU timer (do_bench does
     not work under the interpreter)."""
-    if kind == "jax" or framework == "jax":
-        return jax_bench
+    if kind == "jax" or framework == "jax" or (framework is None and "jax" in sys.modules):
+        return jax_bench  # (a launcher may turn numpy inputs into jax arrays: block on its result)
     if device != "cpu" and framework == "torch":
         import importlib.util
 

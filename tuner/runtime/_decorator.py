@@ -27,7 +27,7 @@ from tuner.search_spaces import SearchSpace
 from . import _jax
 from ._argkeys import ArgKeys, KeyBuilder
 from ._bench import BenchFn, default_bench
-from ._env import array_framework, kind_of, signature_names, underlying_function
+from ._env import array_framework, flat_args, kind_of, signature_names, underlying_function
 from ._file import CacheFileError, ReadOnlyCache, load_cache
 from ._hit import make_hit_path
 from ._key import Bucket, CacheKey
@@ -68,7 +68,7 @@ def _default_timer(bench: BenchFn | None, kind: str) -> Timer:
     def timer(args: tuple, kwargs: dict, device: str) -> BenchFn:
         if bench is not None:
             return bench
-        return default_bench(kind, array_framework(list(args) + list(kwargs.values())), device)
+        return default_bench(kind, array_framework(flat_args(list(args) + list(kwargs.values()))), device)
 
     return timer
 
@@ -226,7 +226,12 @@ class Autotuned:
         """The config for a call whose fast key is not in memory: the general key's memo, else the
         resolution chain under a per-key lock. Remembered under the fast key for the hit path."""
         if _jax.has_tracer(args, kwargs):  # inside jax.jit/grad/vmap: resolve on concrete arrays
+            if isinstance(self.keys, ArgKeys):  # a key value only known at run time cannot select
+                _jax.refuse_traced_key(self.name, self.keys.raw_values(args, kwargs))
             return _jax.resolve_on_concrete(self.miss, self.name, args, kwargs, fast_key, target)
+        # A fast key of the table (else the general key): its function, to see whether building the
+        # stored key switched the table (`ArgKeys`, on the first pytree of arrays).
+        table_fn = self.keys.fast[len(args)] if fast_key is not None else None
         if fast_key is None:
             try:
                 fast_key = self.keys.general(args, kwargs)
@@ -237,6 +242,8 @@ class Autotuned:
                 if cfg is not None:
                     return cfg
         ck = self.keys.full(args, kwargs)
+        if table_fn is not None and self.keys.fast[len(args)] is not table_fn:
+            fast_key = self.keys.fast[len(args)](args)  # type: ignore[misc]
         mode = self.current_mode()
         with self._guard:
             lock = self._locks.setdefault(ck.hash, threading.Lock())
@@ -338,8 +345,10 @@ def autotune(
     - `space`: a SearchSpace, or a function of the call's arguments returning one; or give `configs`,
       a list of dicts or `triton.Config`s (kwargs plus num_warps/num_stages) as with triton.autotune.
     - `key`: argument names (their values form the key, as in triton.autotune), or a function of the
-      arguments returning a dict of key fields. The dtypes of array arguments are added (`dtypes=False`
-      turns that off), and the stored key also holds the source hash, the device and the versions.
+      arguments returning a dict of key fields. The dtypes of array arguments, and of the arrays inside
+      pytree arguments (a params dict, a tuple of arrays), are added (`dtypes=False` turns that off),
+      and the stored key also holds the source hash, the device and the versions. Inside jax.jit a key
+      field must be static: one that jit traces is refused with a TypeError.
     - `bucket`: "exact" (default), "pow2" (round positive ints up to a power of two), a callable
       `(name, value) -> value`, or a dict name -> policy.
     - `budget` evaluations and/or `time_budget_s` seconds per key, with `strategy` (default "auto") warm-
@@ -359,9 +368,12 @@ def autotune(
       path that cannot be used is skipped with a warning. A store or file fault never fails the call:
       the call goes on with the other layers (online: tuning in memory), one warning per cause.
     - `bench(call) -> seconds | (median, spread)`; default: the CPU timer for plain callables and the
-      interpreters, triton.testing.do_bench for Triton on a GPU, block_until_ready timing for jax.
+      interpreters, triton.testing.do_bench for Triton on a GPU, block_until_ready timing for jax (and
+      for any call without arrays of another framework once jax is imported). A launcher that donates
+      its jax inputs (`jax.jit(..., donate_argnums=...)`) is timed on copies of them.
     - `restore`: names of array arguments the kernel writes in place; they are copied before tuning and
-      restored before each config is timed and after tuning, so the tuning call's result is right.
+      restored before each config is timed and after tuning, so the tuning call's result is right
+      (jax arrays, immutable, are skipped).
     - `depends`: other functions whose source is part of the kernel's identity (e.g. the @triton.jit
       kernel that a plain-Python launcher calls): editing them makes old entries stale.
     - `lease_s`: how long a claim to tune a key stays valid without renewal (another process takes over

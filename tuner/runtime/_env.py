@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import re
+import sys
 import textwrap
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -15,7 +16,16 @@ from typing import Any
 from tuner._versions import VERSIONS_BY_KIND, package_versions, python_version
 from tuner.search_spaces.devices import cuda_device_label, jax_device_label, triton_interpreted
 
-__all__ = ["kind_of", "source_hash", "device_of", "dtype_name", "framework_versions"]
+__all__ = [
+    "kind_of",
+    "source_hash",
+    "device_of",
+    "dtype_name",
+    "framework_versions",
+    "arg_leaves",
+    "flat_args",
+    "arg_dtype",
+]
 
 
 def kind_of(fn: Any) -> str:
@@ -76,6 +86,47 @@ def source_hash(fn: Any, depends: tuple[Any, ...] = ()) -> str:
             else:
                 text = repr((code.co_code, code.co_consts, code.co_names))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def arg_leaves(v: Any) -> list[Any]:
+    """What one argument holds: itself when it has a dtype (an array) or is not a container; else the
+    leaves of a list, tuple or dict, recursively, or of any jax pytree (a params dict, a dataclass
+    registered with jax) when jax is imported, so that the arrays inside a pytree argument count as
+    arrays of the call (their dtypes in the key; their device, framework and versions the call's)."""
+    if hasattr(v, "dtype"):
+        return [v]
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        return list(jax.tree_util.tree_leaves(v))
+    if isinstance(v, dict):
+        return [x for item in v.values() for x in arg_leaves(item)]
+    if isinstance(v, (list, tuple)):
+        return [x for item in v for x in arg_leaves(item)]
+    return [v]
+
+
+def flat_args(values: Iterable[Any]) -> list[Any]:
+    """The arguments with every container replaced by its leaves (`arg_leaves`)."""
+    return [x for v in values for x in arg_leaves(v)]
+
+
+_NOT_CONTAINERS = frozenset({str, bytes, int, float, complex, bool, type(None)})
+
+
+def arg_dtype(v: Any) -> Any:
+    """The dtype of an array argument; for a container holding arrays, the tuple of its leaves' dtypes
+    (None for leaves without one); else None. (On the hit path of a function called with pytrees.)"""
+    d = getattr(v, "dtype", None)
+    if d is not None or type(v) in _NOT_CONTAINERS:
+        return d
+    leaves = arg_leaves(v)
+    if len(leaves) == 1 and leaves[0] is v:
+        return None
+    dts = tuple([getattr(x, "dtype", None) for x in leaves])
+    for d in dts:
+        if d is not None:
+            return dts
+    return None
 
 
 def device_of(kind: str, values: Iterable[Any]) -> str:

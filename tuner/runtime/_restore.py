@@ -2,6 +2,9 @@
 tuning and put back while it runs, so that the call that triggered the tuning returns what an untuned
 call would.
 
+jax arrays are immutable: a kernel cannot write them in place, so `restore=` skips them (a launcher that
+donates them is given copies while it is tuned, `_jax.donation_guard`).
+
 A `Restorer` says which arrays a call writes (`pick(args, kwargs)`) and whether they are put back before
 every timed call (`every_call=True`: a registered kernel's `mutated_inputs`, as Triton's
 `restore_value`) or before each config is timed; either way they are put back after tuning.
@@ -9,6 +12,7 @@ every timed call (`every_call=True`: a registered kernel's `mutated_inputs`, as 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +37,15 @@ def copy_into(target: Any, saved: Any) -> None:
         np.copyto(target, saved)
 
 
+def _immutable(v: Any) -> bool:
+    """Whether `v` is a jax array (nothing can write it in place)."""
+    if "jax" not in sys.modules:
+        return False
+    import jax
+
+    return isinstance(v, jax.Array)
+
+
 class Restorer:
     """The arrays a call writes in place (`pick(args, kwargs)`, None entries ignored), and when to put
     them back while tuning."""
@@ -44,7 +57,7 @@ class Restorer:
     def take(self, args: tuple, kwargs: dict) -> Callable[[], None] | None:
         """Snapshot the call's written arrays; returns the function that puts them back (None: nothing
         to restore)."""
-        snaps = [(v, snapshot(v)) for v in self.pick(args, kwargs) if v is not None]
+        snaps = [(v, snapshot(v)) for v in self.pick(args, kwargs) if v is not None and not _immutable(v)]
         if not snaps:
             return None
 

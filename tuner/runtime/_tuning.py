@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from . import _jax
 from ._bench import normalise_bench_result
 from ._entry import CacheEntry, EntryError, now_iso
 from ._key import canon
@@ -77,19 +78,30 @@ def tune_once(req: Request) -> Resolution:
 
 def _invoker(req: Request, restore: Callable[[], None] | None) -> Callable[[dict[str, Any]], Any]:
     """config -> a no-argument call of the target with it (putting the inputs back first when the
-    restorer asks for every call)."""
+    restorer asks for every call; giving a launcher that donates its jax inputs copies of them,
+    `_jax.donation_guard`)."""
     target, args, kwargs = req.target, req.args, req.kwargs
-    if restore is not None and req.t.restorer.every_call:
+    guard = _jax.donation_guard(args, kwargs)  # None without jax arrays among the arguments
+    before = restore if restore is not None and req.t.restorer.every_call else None
 
-        def each(cfg: dict[str, Any]) -> Callable[[], Any]:
-            def call() -> Any:
-                restore()
+    def each(cfg: dict[str, Any]) -> Callable[[], Any]:
+        if guard is not None:
+            run = guard(lambda a, k: target(*a, **k, **cfg))
+        else:
+
+            def run() -> Any:
                 return target(*args, **kwargs, **cfg)
 
-            return call
+        if before is None:
+            return run
 
-        return each
-    return lambda cfg: lambda: target(*args, **kwargs, **cfg)
+        def call() -> Any:
+            before()
+            return run()
+
+        return call
+
+    return each
 
 
 def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: bool) -> Resolution:
@@ -160,10 +172,10 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
 
         guarded(db, "write", "record the trials", record, None)
     if res.best_config is None:
-        errs = {tr.error for tr in res.trials if tr.error}
+        first = next((tr.error for tr in res.trials if tr.error), None)
         raise AllConfigsFailedError(
             f"{t.name} {ck.fields_dict}: every one of {len(res.trials)} configs failed; "
-            f"first error: {sorted(errs)[0] if errs else 'unknown'}"
+            f"first error: {first or 'unknown'}"
         )
     cfg = dict(res.best_config)
     entry = CacheEntry(ck, cfg, res.best_value, spreads.get(canon(cfg), 0.0), now_iso(), space.fingerprint())
