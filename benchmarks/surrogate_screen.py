@@ -15,7 +15,8 @@ Candidates: `xgb` (the bootstrap XGBoost ensemble `auto` uses: 3 members, 40 rou
 white-noise term on the standardised features), `rf` (scikit-learn's random forest), `ridge` (an additive
 model: ridge regression, alpha 1, on one 0/1 column per parameter value), `ridge_xgb` (the ensemble boosted
 from the ridge fit's predictions as its base margin: additive effects plus the trees' interactions),
-`random`.
+`gp_overlap` (a Gaussian process on the parameters' value codes with an overlap kernel, one weight per
+parameter: `tuner.cost_models.overlap_gp`), `random`.
 
 Random training sets are not the search's own (a search's results cluster near its incumbents), so a
 candidate that wins here is a candidate to replay, not a result; one that loses here by a wide margin is
@@ -44,7 +45,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 DEFAULT_DATA = Path(__file__).resolve().parent / "data"
-MODELS = ("xgb", "xgb1", "gp", "rf", "random", "ridge", "ridge_xgb")
+MODELS = ("xgb", "xgb1", "gp", "rf", "random", "ridge", "ridge_xgb", "gp_overlap")
 
 Ranker = Callable[[np.ndarray], np.ndarray]  # pool indices -> scores, lower is better
 
@@ -73,6 +74,17 @@ def one_hot(configs: Sequence[dict[str, Any]], names: Sequence[str]) -> np.ndarr
     return OneHotEncoder(sparse_output=False).fit_transform(values)
 
 
+def value_codes(configs: Sequence[dict[str, Any]], params: Sequence[Any]) -> np.ndarray:
+    """One column per parameter that takes more than one value: the index of each config's value (for
+    `gp_overlap`)."""
+    cols = []
+    for p in params:
+        if len(p.values) > 1:
+            pos = {repr(v): j for j, v in enumerate(p.values)}
+            cols.append([pos[repr(c[p.name])] for c in configs])
+    return np.asarray(cols, dtype=np.int64).T
+
+
 def fit_ranker(
     name: str,
     F: np.ndarray,
@@ -81,10 +93,18 @@ def fit_ranker(
     seed: int,
     Z: np.ndarray | None = None,
     H: np.ndarray | None = None,
+    C: np.ndarray | None = None,
 ) -> Ranker:
     """Fit candidate `name` on the rows `idx` of the feature matrix `F` with targets `y`; `Z`, the
     table's `standardised(F)`, computed once per table by the caller (else here); `H`, its `one_hot`
-    matrix (needed by the ridge candidates)."""
+    matrix (needed by the ridge candidates); `C`, its `value_codes` (needed by `gp_overlap`)."""
+    if name == "gp_overlap":
+        from tuner.cost_models.overlap_gp import OverlapGP
+
+        if C is None:
+            raise ValueError("gp_overlap needs C, the table's value codes (value_codes)")
+        g = OverlapGP().fit(C[idx], y)
+        return lambda rows: g.predict(C[rows])[0]
     if name in ("xgb", "xgb1"):
         from tuner.cost_models import XGBEnsemble
 
@@ -147,6 +167,7 @@ def screen_table(
     if {"ridge", "ridge_xgb"} & set(models):
         H = one_hot([c for c, _ in rows], [p.name for p in table.space.params])
     Z = standardised(F) if {"gp", "rf"} & set(models) else None
+    C = value_codes([c for c, _ in rows], table.space.params) if "gp_overlap" in models else None
     raw = np.array([np.nan if v is None else v for _, v in rows], dtype=np.float64)
     worst = np.nanmax(raw)
     true = np.where(np.isfinite(raw), raw, worst)  # a failed config counts as the worst valid one
@@ -163,7 +184,7 @@ def screen_table(
             y = strategy_targets(raw[idx])
             for name in models:
                 t0 = time.perf_counter()
-                score = fit_ranker(name, F, idx, y, s, Z, H)(unseen)
+                score = fit_ranker(name, F, idx, y, s, Z, H, C)(unseen)
                 picks = unseen[np.argsort(score, kind="stable")[:top]]
                 ms = 1000.0 * (time.perf_counter() - t0)
                 best = min(float(true[idx].min()), float(true[picks].min()))

@@ -78,3 +78,17 @@ def test_ridge_candidates_rank_an_additive_table_right() -> None:
         assert rest[int(np.argmin(score))] == best, name
     with pytest.raises(ValueError, match="one-hot"):
         ss.fit_ranker("ridge", F, train, y[train], 0)
+
+
+def test_value_codes_index_each_varied_parameter_and_feed_the_overlap_gp() -> None:
+    from tuner.replay import load_table
+
+    table = load_table(str(SAMPLE))
+    rows = table.as_prior()
+    C = ss.value_codes([c for c, _ in rows], table.space.params)
+    varied = [p for p in table.space.params if len(p.values) > 1]
+    assert C.shape == (len(rows), len(varied))
+    for j, p in enumerate(varied):
+        assert [p.values[k] for k in C[:, j]] == [c[p.name] for c, _ in rows]
+    res = ss.screen_table(str(SAMPLE), ["gp_overlap"], [8], seeds=2, top=4)
+    assert all(a >= 0.0 and math.isfinite(a) for a in res[("gp_overlap", 8)]["log2"])
