@@ -279,3 +279,39 @@ def test_unreachable_server(caplog):
         check_calls(f, (1, 2))
     msgs = store_warnings(caplog)
     assert len(msgs) == 1 and "cannot be opened" in msgs[0], msgs
+
+
+def test_server_that_never_answers(caplog, monkeypatch):
+    """A PostgreSQL URL whose server accepts the TCP connection but never answers (a hung server, a proxy
+    whose backend is gone): libpq would wait for ever; the call takes the fallback after the connect
+    timeout instead."""
+    import socket
+    import threading
+
+    import tuner.storage._engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "PG_CONNECT_TIMEOUT_S", 1, raising=False)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)  # the kernel completes the handshakes; nobody ever reads or answers
+    port = listener.getsockname()[1]
+    caplog.set_level(logging.WARNING)
+    done: list[str] = []
+
+    def calls() -> None:
+        for mode in ("offline", "online"):
+            close_stores()
+            f, _ = make(mode=mode, storage=f"postgresql://postgres@127.0.0.1:{port}/test")
+            check_calls(f, (1, 2))
+            done.append(mode)
+
+    worker = threading.Thread(target=calls, daemon=True)
+    try:
+        worker.start()
+        worker.join(timeout=30)
+        assert not worker.is_alive(), "a decorated call hung on a server that does not answer"
+    finally:
+        listener.close()
+    assert done == ["offline", "online"]
+    msgs = store_warnings(caplog)
+    assert msgs and all("timeout expired" in m for m in msgs), msgs
