@@ -8,11 +8,20 @@ import importlib.util
 import os
 import threading
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine, make_url
 
-__all__ = ["StoreError", "engine_for", "engine_kwargs", "normalize_url", "redact", "sqlite_path"]
+__all__ = [
+    "StoreError",
+    "engine_for",
+    "engine_kwargs",
+    "normalize_url",
+    "read_only_url",
+    "redact",
+    "sqlite_path",
+]
 
 SQLITE_TIMEOUT_S = 60
 # libpq waits for ever by default for a server that accepted the TCP connection but does not answer (a hung
@@ -57,6 +66,22 @@ def sqlite_path(url: str) -> str | None:
     if not path or path == ":memory:" or path.startswith("file::memory:"):
         return None
     return path
+
+
+def read_only_url(url: str) -> str | None:
+    """The URL that opens an existing SQLite store read-only when its folder cannot be written (a
+    read-only mount, a store shipped in a container image), else None.
+
+    SQLite cannot open a WAL database there otherwise: it would create the `-shm` file beside it. Opened
+    immutable, it reads the file as it is (a checkpointed store: what tuner leaves when its last
+    connection closes) and every write fails, as a read-only store's should."""
+    path = sqlite_path(url)
+    if path is None or path.startswith("file:") or not os.path.isfile(path):
+        return None
+    path = os.path.abspath(path)
+    if os.access(os.path.dirname(path), os.W_OK):
+        return None
+    return f"sqlite:///file:{quote(path)}?mode=ro&immutable=1&uri=true"
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

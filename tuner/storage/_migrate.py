@@ -32,7 +32,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ensure_schema", "schema_lock", "schema_revision", "optuna_storage", "MIGRATIONS_DIR"]
+__all__ = [
+    "check_schema",
+    "ensure_schema",
+    "schema_lock",
+    "schema_revision",
+    "optuna_storage",
+    "MIGRATIONS_DIR",
+]
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # pg_advisory_lock key: the first 8 bytes of sha256("tuner schema"), as a signed 64-bit integer.
@@ -139,6 +146,21 @@ def _check_known(conn: Connection, rev: str | None, url: str) -> None:
         raise StoreError(
             f"store {redact(url)} has schema revision {rev}, newer than this tuner's "
             f"({SCHEMA_REVISION}, schema version {SCHEMA_VERSION}); upgrade tuner"
+        )
+
+
+def check_schema(engine: Engine, url: str) -> None:
+    """Refuse a store that cannot be migrated (opened read-only) unless it is at this tuner's schema."""
+    try:
+        with engine.connect() as conn:
+            rev = schema_revision(conn)
+    except SQLAlchemyError as exc:
+        raise StoreError(f"cannot open store {redact(url)}: {exc.__class__.__name__}: {exc}") from exc
+    if rev != SCHEMA_REVISION:
+        raise StoreError(
+            f"store {redact(url)} is read-only (its folder cannot be written) and not at this tuner's "
+            f"schema revision ({rev or 'no tuner schema'}, this tuner needs {SCHEMA_REVISION}), so it "
+            "cannot be migrated in place: open it once where it can be written"
         )
 
 
