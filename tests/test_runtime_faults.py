@@ -123,7 +123,7 @@ def _both_modes(caplog) -> None:
     assert len(msgs) == len(set(msgs)), msgs  # one warning per cause
 
 
-def test_read_only_home(tmp_path: Path, monkeypatch, caplog, mount):
+def test_read_only_home(tmp_path: Path, monkeypatch, caplog, capsys, mount):
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("TUNER_HOME", str(home))
@@ -136,6 +136,18 @@ def test_read_only_home(tmp_path: Path, monkeypatch, caplog, mount):
     _both_modes(caplog)
     assert store_warnings(caplog), "a store that cannot be written is worth one warning"
     assert (home / "tuner.db").read_bytes() == before
+    # an empty read-only home: no store can be created there, and the CLI says why in one line (exit 1)
+    from tuner.cli import main
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    mount("--bind", str(empty), target=empty)
+    mount("-o", "remount,ro,bind", target=empty)
+    monkeypatch.setenv("TUNER_HOME", str(empty))
+    capsys.readouterr()
+    assert main(["cache", "show"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"folder {empty} cannot be written" in err, err
     # a home that does not exist yet under a read-only directory cannot even be created
     monkeypatch.setenv("TUNER_HOME", str(home / "missing" / "home"))
     f, _ = make()

@@ -205,7 +205,10 @@ def ensure_schema(engine: Engine) -> None:
     except StoreError:
         raise
     except SQLAlchemyError as exc:
-        raise StoreError(f"cannot open store {redact(url)}: {exc.__class__.__name__}: {exc}") from exc
+        path = sqlite_path(url)
+        folder = os.path.dirname(os.path.abspath(path)) if path else None
+        why = f" (folder {folder} cannot be written)" if folder and not os.access(folder, os.W_OK) else ""
+        raise StoreError(f"cannot open store {redact(url)}{why}: {exc.__class__.__name__}: {exc}") from exc
 
 
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:
