@@ -96,6 +96,22 @@ def test_every_imported_distribution_is_declared():
         )
 
 
+def test_a_missing_kernel_backend_names_the_extra():
+    """A trial (or `tuner check`) on a tuner installed without `[kernels]` fails saying how to fix it."""
+    from tuner.measure._gate import _BACKEND_MODULES, describe_exception
+
+    extra = {canonicalize_name(r.name) for r in _requirements("kernels")} - {
+        canonicalize_name(r.name) for r in _requirements()
+    }
+    assert {"torch", "triton", "jax", "jaxlib"} == extra == _BACKEND_MODULES
+    try:
+        import torch_is_not_here  # noqa: F401
+    except ModuleNotFoundError as exc:
+        assert "tuner[kernels]" not in describe_exception(exc)
+    exc = ModuleNotFoundError("No module named 'torch'", name="torch")
+    assert "pip install 'tuner[kernels]'" in describe_exception(exc)
+
+
 def test_one_xgboost_distribution():
     names = {canonicalize_name(r.name) for r in _requirements("kernels", "dev")}
     assert "xgboost" in names and "xgboost-cpu" not in names
