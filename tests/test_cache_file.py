@@ -188,6 +188,7 @@ def test_bad_input_exits_2_and_changes_nothing(name: str, seeded: ConfigCache, t
     assert main(["cache", "import", str(f)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("tuner: error: ") and err.count("\n") == 1, err
+    assert str(f) in err, err  # which file, when an import names several in a script
     assert len(err) < 400
     assert snapshot(seeded) == before
     with pytest.raises(CacheFileError):

@@ -58,6 +58,60 @@ def test_library_dependencies_are_ranges_not_pins():
         assert "==" not in ops and "===" not in ops, f"{r}: an exact pin belongs in constraints.txt"
 
 
+def _third_party_imports() -> dict[str, str]:
+    """Top-level module -> a file of the installed code (tuner/, kernels/, search_spaces/, cost_models/)
+    that imports it, for every module outside the standard library and tuner."""
+    import ast
+
+    found: dict[str, str] = {}
+    for root in ("tuner", "kernels", "search_spaces", "cost_models"):
+        for path in sorted((REPO / root).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                for name in names:
+                    top = name.split(".")[0]
+                    if top not in sys.stdlib_module_names and top not in ("tuner", "__future__"):
+                        found.setdefault(top, str(path.relative_to(REPO)))
+    return found
+
+
+def test_every_imported_distribution_is_declared():
+    """A module tuner imports must come from a distribution it declares (the library's, or the kernels
+    extra's), not from one that another dependency happens to pull in (alembic came with optuna)."""
+    from importlib.metadata import packages_distributions
+
+    owners = packages_distributions()
+    declared = {canonicalize_name(r.name) for r in _requirements("kernels")}
+    for module, where in _third_party_imports().items():
+        dists = owners.get(module)
+        if not dists:  # not installed here (a platform's module); nothing to map it to
+            continue
+        assert {canonicalize_name(d) for d in dists} & declared, (
+            f"{where} imports {module} (distribution {dists[0]}), which pyproject.toml does not declare"
+        )
+
+
+def test_a_missing_kernel_backend_names_the_extra():
+    """A trial (or `tuner check`) on a tuner installed without `[kernels]` fails saying how to fix it."""
+    from tuner.measure._gate import _BACKEND_MODULES, describe_exception
+
+    extra = {canonicalize_name(r.name) for r in _requirements("kernels")} - {
+        canonicalize_name(r.name) for r in _requirements()
+    }
+    assert {"torch", "triton", "jax", "jaxlib"} == extra == _BACKEND_MODULES
+    try:
+        import torch_is_not_here  # noqa: F401
+    except ModuleNotFoundError as exc:
+        assert "tuner[kernels]" not in describe_exception(exc)
+    exc = ModuleNotFoundError("No module named 'torch'", name="torch")
+    assert "pip install 'tuner[kernels]'" in describe_exception(exc)
+
+
 def test_one_xgboost_distribution():
     names = {canonicalize_name(r.name) for r in _requirements("kernels", "dev")}
     assert "xgboost" in names and "xgboost-cpu" not in names
@@ -137,8 +191,16 @@ def test_wheel_contents(wheel: Path):
         "tuner/cost_models/__init__.py",
         "tuner/data/cache-schema.json",
         "tuner/__main__.py",
+        "tuner/storage/migrations/env.py",
     ):
         assert need in names, need
+    # every migration script of the checkout, so an installed tuner can upgrade an older store
+    for script in (REPO / "tuner" / "storage" / "migrations" / "versions").glob("*.py"):
+        assert f"tuner/storage/migrations/versions/{script.name}" in names, script.name
+    # no tests or benchmark data: only the package and its own data files
+    assert not [n for n in names if re.search(r"(^|/)(tests|benchmarks)/", n)], names
+    data = {n for n in names if not n.endswith(".py") and not n.startswith(f"tuner-{tuner.__version__}.dist")}
+    assert data == {"tuner/data/cache-schema.json"}, data
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert "Requires-Python: >=3.11" in meta
     assert "License-Expression: Apache-2.0" in meta
@@ -200,3 +262,58 @@ def test_wheel_installs_beside_the_kernels_distribution(wheel: Path, tmp_path: P
     assert got["kernels"].startswith(site) and got["tuner.kernels"].startswith(site), got
     assert "/tuner/kernels/" in got["tuner.kernels"].replace(os.sep, "/")
     assert got["tuner_dist"] == tuner.__version__
+
+
+_USE = """
+import json, sys
+import tuner
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "jax", "jaxlib", "triton", "xgboost"))
+print(json.dumps({"version": tuner.__version__, "file": tuner.__file__, "heavy": heavy}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("TUNER_TEST_WHEEL_DEPS") != "1",
+    reason="installs the wheel with its dependencies from the package index (minutes, ~1 GB): "
+    "set TUNER_TEST_WHEEL_DEPS=1",
+)
+def test_wheel_with_its_dependencies_works_without_the_kernel_backends(wheel: Path, tmp_path: Path):
+    """What a user gets from `pip install tuner` (no `[kernels]`): the import, the CLI, a replay of a
+    recorded table and the store work, torch / jax / triton are not installed, `pip check` is clean; and
+    beside a stack that pins older allowed releases (numpy 1.26, SQLAlchemy 2.0) pip keeps those pins."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    py = str(venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python"))
+    pins = ["numpy==1.26.4", "sqlalchemy==2.0.0"]  # a neighbour's pins, inside pyproject's ranges
+    r = subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel), *pins],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["TUNER_HOME"] = str(tmp_path / "home")
+
+    def run(*args: str) -> str:
+        out = subprocess.run([*args], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+        assert out.returncode == 0, (args, out.stderr[-3000:])
+        return out.stdout
+
+    import json
+
+    got = json.loads(run(py, "-c", _USE).strip().splitlines()[-1])
+    assert got["file"].startswith(str(venv)) and got["heavy"] == [], got
+    tuner_exe = str(Path(py).parent / "tuner")
+    assert run(tuner_exe, "--version").strip() == f"tuner {tuner.__version__}"
+    assert run(py, "-m", "tuner", "--version").strip() == f"tuner {tuner.__version__}"
+    table = REPO / "tests" / "data" / "convolution_A100_sample.json"
+    doc = json.loads(run(tuner_exe, "replay", str(table), "--budget", "20", "--json"))
+    assert doc["evaluations"] == 20 and doc["best_value"] >= doc["optimum"] > 0
+    assert "no cached entries" in run(tuner_exe, "cache", "show")  # creates and migrates a fresh store
+    listing = run(py, "-m", "pip", "list", "--format=json", "--disable-pip-version-check")
+    installed = {canonicalize_name(d["name"]): d["version"] for d in json.loads(listing)}
+    assert not {"torch", "jax", "jaxlib", "triton"} & set(installed), sorted(installed)
+    assert installed["numpy"] == "1.26.4" and installed["sqlalchemy"] == "2.0.0"
+    run(py, "-m", "pip", "check", "--disable-pip-version-check")

@@ -1,6 +1,7 @@
 """Store and cache-file faults never reach the caller: a read-only home, a corrupt, truncated or locked
 database, a full disk and an unusable cache file each degrade to memory and the other layers, with one
-warning per cause, and the decorated call returns the right output every time. And a stored entry that
+warning per cause, and the decorated call returns the right output every time (a store that is readable
+but cannot be written is read: its entries still hit). And a stored entry that
 the current space rules out is replaced by the new winner, so a narrowed space is re-tuned once.
 
 The read-only and full-disk cases need mount (root); they skip, saying so, where it is not permitted.
@@ -122,7 +123,7 @@ def _both_modes(caplog) -> None:
     assert len(msgs) == len(set(msgs)), msgs  # one warning per cause
 
 
-def test_read_only_home(tmp_path: Path, monkeypatch, caplog, mount):
+def test_read_only_home(tmp_path: Path, monkeypatch, caplog, capsys, mount):
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("TUNER_HOME", str(home))
@@ -131,14 +132,67 @@ def test_read_only_home(tmp_path: Path, monkeypatch, caplog, mount):
     mount("--bind", str(home), target=home)
     mount("-o", "remount,ro,bind", target=home)
     caplog.set_level(logging.WARNING)
+    _stored_key_hits_read_only()
     _both_modes(caplog)
-    assert store_warnings(caplog), "an unusable store is worth one warning"
+    assert store_warnings(caplog), "a store that cannot be written is worth one warning"
     assert (home / "tuner.db").read_bytes() == before
+    # an empty read-only home: no store can be created there, and the CLI says why in one line (exit 1)
+    from tuner.cli import main
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    mount("--bind", str(empty), target=empty)
+    mount("-o", "remount,ro,bind", target=empty)
+    monkeypatch.setenv("TUNER_HOME", str(empty))
+    capsys.readouterr()
+    assert main(["cache", "show"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"folder {empty} cannot be written" in err, err
     # a home that does not exist yet under a read-only directory cannot even be created
     monkeypatch.setenv("TUNER_HOME", str(home / "missing" / "home"))
     f, _ = make()
     check_calls(f, (100, 200))
     assert any("home cannot be used" in m or "cannot be opened" in m for m in store_warnings(caplog))
+
+
+def _stored_key_hits_read_only() -> None:
+    """The entries of a store that cannot be written (a read-only mount, a store shipped in an image)
+    still hit, in every mode; a new key is tuned in memory."""
+    for mode in ("offline", "record", "online"):
+        close_stores()
+        f, bench = make(mode=mode)
+        check_calls(f, (100,))
+        assert f.tuner.stats["from_store"] == 1 and bench.calls == 0, (mode, f.tuner.stats)
+    check_calls(f, (200,))
+    assert f.tuner.stats["tuned"] == 1
+    close_stores()
+
+
+def test_store_in_a_folder_that_cannot_be_written(_tuner_home: Path, monkeypatch, caplog):
+    """What a read-only mount does, without mount(8): the folder reports itself not writable and SQLite
+    cannot create its WAL files beside the database (here: a folder in the way of the `-wal` file)."""
+    _populate(_tuner_home)
+    db = _tuner_home / "tuner.db"
+    before = db.read_bytes()
+    (_tuner_home / "tuner.db-wal").mkdir()  # SQLite cannot open the WAL database in the usual way now
+    real_access = os.access
+    home = str(_tuner_home)
+    monkeypatch.setattr(
+        "tuner.storage._engine.os.access",
+        lambda p, mode, **kw: False if str(p) == home else real_access(p, mode, **kw),
+    )
+    caplog.set_level(logging.WARNING)
+    _stored_key_hits_read_only()
+    assert db.read_bytes() == before
+    msgs = store_warnings(caplog)
+    assert len(msgs) == 1 and "readonly database" in msgs[0], msgs
+    # the CLI reads it too; a write is refused as a failure (exit 1), the store unchanged
+    from tuner.cli import main
+
+    out = _tuner_home.parent / "exported.json"
+    assert main(["cache", "export", "--out", str(out)]) == 0
+    assert main(["cache", "import", str(out), "--prefer-import"]) == 1
+    assert db.read_bytes() == before
 
 
 def test_corrupt_db(_tuner_home: Path, caplog):
@@ -279,3 +333,39 @@ def test_unreachable_server(caplog):
         check_calls(f, (1, 2))
     msgs = store_warnings(caplog)
     assert len(msgs) == 1 and "cannot be opened" in msgs[0], msgs
+
+
+def test_server_that_never_answers(caplog, monkeypatch):
+    """A PostgreSQL URL whose server accepts the TCP connection but never answers (a hung server, a proxy
+    whose backend is gone): libpq would wait for ever; the call takes the fallback after the connect
+    timeout instead."""
+    import socket
+    import threading
+
+    import tuner.storage._engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "PG_CONNECT_TIMEOUT_S", 1, raising=False)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)  # the kernel completes the handshakes; nobody ever reads or answers
+    port = listener.getsockname()[1]
+    caplog.set_level(logging.WARNING)
+    done: list[str] = []
+
+    def calls() -> None:
+        for mode in ("offline", "online"):
+            close_stores()
+            f, _ = make(mode=mode, storage=f"postgresql://postgres@127.0.0.1:{port}/test")
+            check_calls(f, (1, 2))
+            done.append(mode)
+
+    worker = threading.Thread(target=calls, daemon=True)
+    try:
+        worker.start()
+        worker.join(timeout=30)
+        assert not worker.is_alive(), "a decorated call hung on a server that does not answer"
+    finally:
+        listener.close()
+    assert done == ["offline", "online"]
+    msgs = store_warnings(caplog)
+    assert msgs and all("timeout expired" in m for m in msgs), msgs

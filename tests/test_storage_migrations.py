@@ -3,6 +3,7 @@ revision, and a newer store refused. The fresh-store races are in tests/test_sto
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -203,3 +204,21 @@ def test_in_memory_store_gets_the_schema() -> None:
     assert [m.config for m in store.measurements(kernel="mem")] == [{"a": 1}]
     with store.engine.connect() as conn:
         assert schema_revision(conn) == SCHEMA_REVISION
+
+
+def test_read_only_release1_store_is_refused_not_migrated(tmp_path: Path, monkeypatch) -> None:
+    """A store in a folder that cannot be written is opened read-only, so an older one cannot be migrated:
+    a StoreError that says so (the runtime then leaves the store out), and the file is left as it was."""
+    from tuner.storage import StoreError
+    from tuner.store import ResultStore
+
+    url = _release1_store(tmp_path)
+    before = (tmp_path / "release1.db").read_bytes()
+    real_access = os.access
+    monkeypatch.setattr(
+        "tuner.storage._engine.os.access",
+        lambda p, mode, **kw: False if str(p) == str(tmp_path) else real_access(p, mode, **kw),
+    )
+    with pytest.raises(StoreError, match="read-only .* cannot be migrated in place"):
+        ResultStore(url)
+    assert (tmp_path / "release1.db").read_bytes() == before

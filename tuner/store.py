@@ -23,7 +23,16 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tuner._settings import text
 
-from .storage import SCHEMA_VERSION, StoreError, engine_for, ensure_schema, normalize_url, redact
+from .storage import (
+    SCHEMA_VERSION,
+    StoreError,
+    check_schema,
+    engine_for,
+    ensure_schema,
+    normalize_url,
+    read_only_url,
+    redact,
+)
 from .storage import optuna_storage as _optuna_storage
 from .storage._schema import MeasurementRow
 
@@ -120,14 +129,21 @@ class ResultStore:
 
     def __init__(self, url: str | None = None, *, create: bool = True) -> None:
         self.url = normalize_url(url or default_storage_url())
+        # A SQLite store in a folder that cannot be written is opened read-only: its entries still hit,
+        # and a write fails with a StoreError (the runtime then keeps the result in memory).
+        ro_url = read_only_url(self.url)
+        self.read_only = ro_url is not None
         try:
-            self.engine = engine_for(self.url)
+            self.engine = engine_for(ro_url or self.url)
             self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         except SQLAlchemyError as exc:
             raise StoreError(
                 f"cannot open store {self._redacted()}: {exc.__class__.__name__}: {exc}"
             ) from exc
-        if create:
+        if self.read_only:
+            check_schema(self.engine, self.url)
+            log.info("store %s: its folder cannot be written; opened read-only", self._redacted())
+        elif create:
             ensure_schema(self.engine)
         self._optuna_storage: optuna.storages.BaseStorage | None = None
 

@@ -291,10 +291,16 @@ def classify_exception(exc: BaseException, phase: str) -> tuple[str, bool]:
     return CRASHED, False
 
 
+# The modules of pyproject's `kernels` extra: a trial that needs one of them and lacks it says how to get it.
+_BACKEND_MODULES = frozenset({"torch", "triton", "jax", "jaxlib"})
+
+
 def describe_exception(exc: BaseException, limit: int = 2000) -> str:
     import traceback
 
     tb = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in _BACKEND_MODULES:
+        tb += " (a kernel backend, not installed by plain `pip install tuner`: pip install 'tuner[kernels]')"
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" (at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
     return (tb + where)[:limit]

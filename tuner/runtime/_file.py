@@ -75,8 +75,8 @@ def parse_cache_bytes(data: bytes, source: str = "cache file") -> list[CacheEntr
         raise CacheFileError(f"{source} is not UTF-8 text (byte {exc.start})") from None
     try:
         doc = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_names)
-    except CacheFileError:
-        raise
+    except CacheFileError as exc:  # NaN / Infinity, a duplicate name: say which file
+        raise CacheFileError(f"{source}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise CacheFileError(
             f"{source} is not valid JSON (truncated or corrupt): {exc.msg} at line {exc.lineno} "

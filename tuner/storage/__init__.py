@@ -2,14 +2,24 @@
 
 - `engine_for(url)`: the engine of this process for a database URL (SQLite file or PostgreSQL).
 - `ensure_schema(engine)`: create or migrate tuner's tables (Alembic, scripts in `migrations/`), safe when
-  many processes start at once on a fresh database.
+  many processes start at once on a fresh database; `check_schema(engine)` for a store opened read-only
+  (`read_only_url(url)`: a SQLite file in a folder that cannot be written), which is read, never migrated.
 - `optuna_storage(url)`: Optuna's RDBStorage on the same database, created under the same lock.
 """
 
 from __future__ import annotations
 
-from ._engine import StoreError, engine_for, engine_kwargs, make_engine, normalize_url, redact, sqlite_path
-from ._migrate import ensure_schema, optuna_storage, schema_lock, schema_revision
+from ._engine import (
+    StoreError,
+    engine_for,
+    engine_kwargs,
+    make_engine,
+    normalize_url,
+    read_only_url,
+    redact,
+    sqlite_path,
+)
+from ._migrate import check_schema, ensure_schema, optuna_storage, schema_lock, schema_revision
 from ._schema import SCHEMA_REVISION, SCHEMA_VERSION, VERSION_TABLE
 
 __all__ = [
@@ -17,12 +27,14 @@ __all__ = [
     "SCHEMA_VERSION",
     "VERSION_TABLE",
     "StoreError",
+    "check_schema",
     "engine_for",
     "engine_kwargs",
     "ensure_schema",
     "make_engine",
     "normalize_url",
     "optuna_storage",
+    "read_only_url",
     "redact",
     "schema_lock",
     "schema_revision",

@@ -8,13 +8,27 @@ import importlib.util
 import os
 import threading
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 
-__all__ = ["StoreError", "engine_for", "engine_kwargs", "normalize_url", "redact", "sqlite_path"]
+__all__ = [
+    "StoreError",
+    "engine_for",
+    "engine_kwargs",
+    "normalize_url",
+    "read_only_url",
+    "redact",
+    "sqlite_path",
+]
 
 SQLITE_TIMEOUT_S = 60
+# libpq waits for ever by default for a server that accepted the TCP connection but does not answer (a hung
+# server, a proxy whose backend is gone), and that would hang a decorated call's miss; a URL's own
+# `?connect_timeout=N` wins. Keepalives notice a connection whose peer vanished while it sat idle in the pool.
+PG_CONNECT_TIMEOUT_S = 10
+_PG_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
 
 
 class StoreError(RuntimeError):
@@ -54,6 +68,22 @@ def sqlite_path(url: str) -> str | None:
     return path
 
 
+def read_only_url(url: str) -> str | None:
+    """The URL that opens an existing SQLite store read-only when its folder cannot be written (a
+    read-only mount, a store shipped in a container image), else None.
+
+    SQLite cannot open a WAL database there otherwise: it would create the `-shm` file beside it. Opened
+    immutable, it reads the file as it is (a checkpointed store: what tuner leaves when its last
+    connection closes) and every write fails, as a read-only store's should."""
+    path = sqlite_path(url)
+    if path is None or path.startswith("file:") or not os.path.isfile(path):
+        return None
+    path = os.path.abspath(path)
+    if os.access(os.path.dirname(path), os.W_OK):
+        return None
+    return f"sqlite:///file:{quote(path)}?mode=ro&immutable=1&uri=true"
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     try:
@@ -68,7 +98,13 @@ def engine_kwargs(url: str) -> dict[str, Any]:
     """The keyword arguments of `create_engine` for `url` (also given to Optuna's RDBStorage)."""
     if url.startswith("sqlite"):
         return {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
-    return {"pool_pre_ping": True, "pool_size": 4, "max_overflow": 4}
+    kw: dict[str, Any] = {"pool_pre_ping": True, "pool_size": 4, "max_overflow": 4}
+    parsed = make_url(normalize_url(url))
+    if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() in ("psycopg2", "psycopg"):
+        # libpq's own connection parameters; those the URL names are left to it
+        args = {"connect_timeout": PG_CONNECT_TIMEOUT_S, **_PG_KEEPALIVES}
+        kw["connect_args"] = {k: v for k, v in args.items() if k not in parsed.query}
+    return kw
 
 
 def make_engine(url: str) -> Engine:

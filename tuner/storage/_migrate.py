@@ -32,7 +32,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ensure_schema", "schema_lock", "schema_revision", "optuna_storage", "MIGRATIONS_DIR"]
+__all__ = [
+    "check_schema",
+    "ensure_schema",
+    "schema_lock",
+    "schema_revision",
+    "optuna_storage",
+    "MIGRATIONS_DIR",
+]
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # pg_advisory_lock key: the first 8 bytes of sha256("tuner schema"), as a signed 64-bit integer.
@@ -142,6 +149,21 @@ def _check_known(conn: Connection, rev: str | None, url: str) -> None:
         )
 
 
+def check_schema(engine: Engine, url: str) -> None:
+    """Refuse a store that cannot be migrated (opened read-only) unless it is at this tuner's schema."""
+    try:
+        with engine.connect() as conn:
+            rev = schema_revision(conn)
+    except SQLAlchemyError as exc:
+        raise StoreError(f"cannot open store {redact(url)}: {exc.__class__.__name__}: {exc}") from exc
+    if rev != SCHEMA_REVISION:
+        raise StoreError(
+            f"store {redact(url)} is read-only (its folder cannot be written) and not at this tuner's "
+            f"schema revision ({rev or 'no tuner schema'}, this tuner needs {SCHEMA_REVISION}), so it "
+            "cannot be migrated in place: open it once where it can be written"
+        )
+
+
 def ensure_schema(engine: Engine) -> None:
     """Bring `engine`'s database to the current schema (creating it if empty, migrating an older one).
     Safe when many processes call it at once on a fresh database; cheap when the schema is current."""
@@ -183,7 +205,10 @@ def ensure_schema(engine: Engine) -> None:
     except StoreError:
         raise
     except SQLAlchemyError as exc:
-        raise StoreError(f"cannot open store {redact(url)}: {exc.__class__.__name__}: {exc}") from exc
+        path = sqlite_path(url)
+        folder = os.path.dirname(os.path.abspath(path)) if path else None
+        why = f" (folder {folder} cannot be written)" if folder and not os.access(folder, os.W_OK) else ""
+        raise StoreError(f"cannot open store {redact(url)}{why}: {exc.__class__.__name__}: {exc}") from exc
 
 
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:
