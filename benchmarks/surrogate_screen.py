@@ -16,7 +16,7 @@ white-noise term on the standardised features), `rf` (scikit-learn's random fore
 model: ridge regression, alpha 1, on one 0/1 column per parameter value), `ridge_xgb` (the ensemble boosted
 from the ridge fit's predictions as its base margin: additive effects plus the trees' interactions),
 `gp_overlap` (a Gaussian process on the parameters' value codes with an overlap kernel, one weight per
-parameter: `tuner.cost_models.overlap_gp`), `random`.
+parameter: `benchmarks/_overlap_gp.py`), `random`.
 
 Random training sets are not the search's own (a search's results cluster near its incumbents), so a
 candidate that wins here is a candidate to replay, not a result; one that loses here by a wide margin is
@@ -74,6 +74,17 @@ def one_hot(configs: Sequence[dict[str, Any]], names: Sequence[str]) -> np.ndarr
     return OneHotEncoder(sparse_output=False).fit_transform(values)
 
 
+def overlap_gp_module() -> Any:
+    """benchmarks/_overlap_gp.py as a module (this folder is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_overlap_gp", Path(__file__).with_name("_overlap_gp.py"))
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def value_codes(configs: Sequence[dict[str, Any]], params: Sequence[Any]) -> np.ndarray:
     """One column per parameter that takes more than one value: the index of each config's value (for
     `gp_overlap`)."""
@@ -99,11 +110,9 @@ def fit_ranker(
     table's `standardised(F)`, computed once per table by the caller (else here); `H`, its `one_hot`
     matrix (needed by the ridge candidates); `C`, its `value_codes` (needed by `gp_overlap`)."""
     if name == "gp_overlap":
-        from tuner.cost_models.overlap_gp import OverlapGP
-
         if C is None:
             raise ValueError("gp_overlap needs C, the table's value codes (value_codes)")
-        g = OverlapGP().fit(C[idx], y)
+        g = overlap_gp_module().OverlapGP().fit(C[idx], y)
         return lambda rows: g.predict(C[rows])[0]
     if name in ("xgb", "xgb1"):
         from tuner.cost_models import XGBEnsemble

@@ -1,11 +1,15 @@
-"""tuner.cost_models.overlap_gp: the categorical overlap-kernel GP used as a surrogate-screen candidate."""
+"""benchmarks/_overlap_gp.py: the categorical overlap-kernel GP used as a surrogate-screen candidate."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from scipy.optimize import approx_fprime
-from tuner.cost_models.overlap_gp import OverlapGP, overlap_nll
+
+from tests._scripts import benchmark_script
+
+og = benchmark_script("_overlap_gp")
+OverlapGP, overlap_nll = og.OverlapGP, og.overlap_nll
 
 
 def test_gradient_matches_finite_differences() -> None:

@@ -11,7 +11,8 @@ everything else with a fast one.
 
 Hyperparameters (log s2, log noise, log theta_p) maximise the marginal likelihood (L-BFGS-B, analytic
 gradient) of the standardised targets. numpy and scipy only; fitting costs O(n^3) in the number of
-results, so it is meant for the few hundred results of one search.
+results, so it is meant for the few hundred results of one search. A candidate of
+`surrogate_screen.py` (search-notes.md, cold item 32), not part of the installed package.
 """
 
 from __future__ import annotations
