@@ -18,13 +18,13 @@ or "sm80"/"sm90" from a "<GPU name> (sm80)" device), else "auto" (tune on the ma
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner._units import s_to_ms
 from tuner.errors import BadInput
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "run_decorated",
     "render_study",
     "device_arch",
+    "load_factory",
 ]
 
 _ARCH = re.compile(r"\((sm\d+)\)\s*$")
@@ -109,7 +110,11 @@ def study_from_misses(
     if not reg:
         raise BadInput(
             f"no recorded miss of a registered kernel with at least {min_calls} calls "
-            f"({len(rows)} misses recorded, {len(other)} of decorated functions)"
+            f"({len(rows)} misses recorded, {len(other)} of them of decorated functions with at least "
+            f"{min_calls} calls: give --factory MODULE:FUNCTION to tune those, see docs/production.md)"
+            if other
+            else f"no recorded miss of a registered kernel with at least {min_calls} calls "
+            f"({len(rows)} misses recorded)"
         )
     arch = device
     if arch is None:
@@ -183,13 +188,31 @@ def render_study(result: FromMisses, out: str | Path, *, check_kernels: bool = T
 
     path = Path(out)
     parse_study(tomllib.loads(result.text), path=path.resolve(), check_kernels=check_kernels)
-    atomic_write(path, result.text)
+    atomic_write(path, result.text, mkdir=True)
     return path
 
 
 # ---- decorated functions of the user's own: an input factory ----------------------------------------------
 FACTORY_FIELD = "factory"  # the problem field of a decorated-function task that names its input factory
+KEY_FIELD = "key"  # the problem field that holds the recorded key fields, as one JSON object
+DTYPES_FIELD = "dtypes"  # the recorded dtypes, comma-separated
 DECORATED_EXECUTOR = "tuner.studies._from_misses:run_decorated"
+
+
+def load_factory(ref: str) -> Any:
+    """The input factory named by "module:function"; BadInput (one line) when it cannot be loaded."""
+    import importlib
+
+    mod, _, attr = ref.partition(":")
+    if not mod or not attr:
+        raise BadInput(f"--factory must be given as module:function, got {ref!r}")
+    try:
+        fn = getattr(importlib.import_module(mod), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise BadInput(f"cannot load the input factory {ref!r}: {type(exc).__name__}: {exc}") from None
+    if not callable(fn):
+        raise BadInput(f"the input factory {ref!r} is not callable")
+    return fn
 
 
 def decorated_study(
@@ -203,13 +226,17 @@ def decorated_study(
     strategy: str = "auto",
     output: str | None = None,
 ) -> FromMisses:
-    """A study of the misses of decorated functions (not registered kernels): one task per key, the
-    problem being the recorded key fields, the dtypes (`dtypes`, comma-separated) and `factory`, the
-    `module:function` that builds the call: `factory(kernel, fields, dtypes) -> (fn, args, kwargs)`.
-    Run it with `--executor tuner.studies._from_misses:run_decorated`."""
-    mod, _, attr = factory.partition(":")
-    if not mod or not attr:
-        raise BadInput(f"--factory must be given as module:function, got {factory!r}")
+    """A study of the misses of decorated functions (not registered kernels): one task per key, its
+    problem being the recorded key fields (`key`, one JSON object, so that any field name and value of
+    the key survives: `dtype`, 0, None, quotes), the recorded dtypes (`dtypes`, comma-separated) and
+    `factory`, the `module:function` that builds the call: `factory(kernel, fields, dtypes) -> (fn, args,
+    kwargs)`. Each task's dtype is the key's first dtype. Run it with
+    `--executor tuner.studies._from_misses:run_decorated`."""
+    if min_calls < 1:
+        raise BadInput(f"--min-calls must be >= 1, got {min_calls}")
+    if trials < 1:
+        raise BadInput(f"--trials must be >= 1, got {trials}")
+    load_factory(factory)  # a factory that cannot be loaded would fail every task: refuse it now
     kept = [r for r in rows if r.calls >= min_calls and not (r.registered or _is_registered(r.kernel))]
     skipped = sum(r.calls for r in rows if r.calls < min_calls)
     if not kept:
@@ -220,7 +247,7 @@ def decorated_study(
         f"# Written by `tuner study from-misses --factory {factory}` from {len(kept)} recorded misses of",
         "# decorated functions. Tune with (the factory builds each call's inputs from its recorded key):",
         f"#   tuner study run FILE --executor {DECORATED_EXECUTOR}",
-        "# The winners go to the functions' own store; ship them with `tuner cache export --out FILE`.",
+        "# then ship the winners with `tuner study export FILE --out cache.json` (docs/production.md).",
         "",
         "[study]",
         f"name = {_toml_value(name)}",
@@ -232,13 +259,11 @@ def decorated_study(
     if output:
         lines.append(f"output = {_toml_value(output)}")
     for r in sorted(kept, key=lambda r: (-r.calls, r.kernel, r.key.hash)):
-        problem = {**r.key.fields_dict, "dtypes": ",".join(r.key.dtypes), FACTORY_FIELD: factory}
-        bad = [k for k, v in problem.items() if v is None or (isinstance(v, int) and v < 1)]
-        if bad:
-            lines.append(
-                f"# skipped {r.kernel} {r.key.fields_dict}: key fields {bad} do not fit a study file"
-            )
-            continue
+        problem = {
+            KEY_FIELD: json.dumps(r.key.fields_dict, sort_keys=True, separators=(", ", ": ")),
+            DTYPES_FIELD: ",".join(r.key.dtypes),
+            FACTORY_FIELD: factory,
+        }
         n = max(max(1, trials // 4), min(trials * 2, round(trials * r.calls / even)))
         lines += [
             "",
@@ -246,47 +271,70 @@ def decorated_study(
             "[[tasks]]",
             f"kernel = {_toml_value(r.kernel)}",
             'backends = ["python"]',
-            f"problems = [{_inline(problem)}]",
-            f"budget = {_inline({'trials': n})}",
         ]
+        if r.key.dtypes:
+            lines.append(f"dtypes = [{_toml_value(r.key.dtypes[0])}]")
+        lines += [f"problems = [{_inline(problem)}]", f"budget = {_inline({'trials': n})}"]
     return FromMisses("\n".join(lines) + "\n", len(kept), tuple(sorted({r.kernel for r in kept})), skipped, 0)
+
+
+def _recorded_call(problem: dict[str, Any]) -> tuple[str, dict[str, Any], list[str]]:
+    """(factory, key fields, dtypes) of a decorated-function task. Files written before the key fields
+    were kept as one JSON object held them inline beside `dtypes` and `factory` (and the study's
+    `dtype`)."""
+    ref = str(problem.pop(FACTORY_FIELD, ""))
+    dtypes = [d for d in str(problem.pop(DTYPES_FIELD, "")).split(",") if d]
+    raw = problem.get(KEY_FIELD)
+    if isinstance(raw, str) and raw.startswith("{"):
+        try:
+            fields = json.loads(raw)
+        except ValueError:
+            fields = None
+        if isinstance(fields, dict):
+            return ref, fields, dtypes
+    problem.pop("dtype", None)
+    return ref, problem, dtypes
 
 
 def run_decorated(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
     """Study executor for decorated functions: builds the call with the task's input factory, then
     calls the function in online mode with the task's budget, so it tunes the recorded key and stores
-    the winner in its own store (as production would have, had it been allowed to tune)."""
-    import importlib
+    the winner in its own store (as production would have, had it been allowed to tune). The trials are
+    kept in the task's Optuna study (`task.study_name` in `task.storage`), so a task whose worker died
+    resumes without measuring them again, and `callback` sees each one. The result carries the key
+    production looks up (`cache_key`), which `tuner study export` writes."""
     from types import SimpleNamespace
 
     from tuner.runtime._sources import open_store
 
-    problem = dict(task.problem)
-    ref = str(problem.pop(FACTORY_FIELD, ""))
-    dtypes = [d for d in str(problem.pop("dtypes", "")).split(",") if d]
-    problem.pop("dtype", None)
-    mod, _, attr = ref.partition(":")
+    ref, fields, dtypes = _recorded_call(dict(task.problem))
     try:
-        factory = getattr(importlib.import_module(mod), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise BadInput(f"task {task.key}: cannot load the input factory {ref!r}: {exc}") from None
-    fn, args, kwargs = factory(task.kernel, problem, dtypes)
+        factory = load_factory(ref)
+    except BadInput as exc:
+        raise BadInput(f"task {task.key}: {exc}") from None
+    fn, args, kwargs = factory(task.kernel, dict(fields), list(dtypes))
     t = getattr(fn, "tuner", None)
     if t is None:
         raise BadInput(f"task {task.key}: the factory returned {fn!r}, not a function decorated by tuner")
     ck = t.full_key(tuple(args), dict(kwargs))
-    if ck.kernel != task.kernel or ck.fields_dict != problem or list(ck.dtypes) != dtypes:
+    if ck.kernel != task.kernel or ck.fields_dict != fields or list(ck.dtypes) != dtypes:
         raise BadInput(
             f"task {task.key}: the factory's call has key {ck.kernel} {ck.fields_dict} {list(ck.dtypes)}, "
-            f"not the recorded {task.kernel} {problem} {dtypes}"
+            f"not the recorded {task.kernel} {fields} {dtypes}"
         )
-    saved = (t.mode, t.budget, t.time_budget_s)
+    saved = (t.mode, t.budget, t.time_budget_s, t.study_run)
     t.mode, t.budget, t.time_budget_s = "online", task.budget or t.budget, task.time_budget_s
+    t.study_run = {
+        "storage": task.storage or None,
+        "study_name": task.study_name if task.storage else None,
+        "callback": callback,
+        "prior": prior,
+    }
     try:
         t.cache_clear()  # forget what this process resolved before: tune unless the store has the key
         fn(*args, **kwargs)
     finally:
-        t.mode, t.budget, t.time_budget_s = saved
+        t.mode, t.budget, t.time_budget_s, t.study_run = saved
     db = open_store(t.storage, create=True)
     entry = db.get(ck) if db is not None else None
     if entry is None:
@@ -294,4 +342,12 @@ def run_decorated(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
             f"task {task.key}: {task.kernel} ran but its store ({t.storage or 'the default store'}) holds no "
             "entry for the key (storage=False?); nothing to ship"
         )
-    return SimpleNamespace(best_config=dict(entry.config), best_value=s_to_ms(entry.time_s), unit="ms")
+    return SimpleNamespace(
+        best_config=dict(entry.config),
+        best_value=entry.time_s,
+        unit="s",  # the unit of the trials the decorator's timer kept in the task's Optuna study
+        cache_key=ck.to_json(),
+        spread_s=entry.spread_s,
+        space=entry.space,
+        date=entry.date,
+    )
