@@ -268,7 +268,12 @@ class Autotuned:
         if ck.hash not in self._logged:
             self._logged.add(ck.hash)
             (log.debug if res.quiet else log.warning)(
-                "%s %s: using %s (%s)", self.name, ck.fields_dict, res.config, res.why
+                "%s %s: using %s (%s)%s",
+                self.name,
+                ck.fields_dict,
+                res.config,
+                res.why,
+                f"; not used: {res.unused}" if res.unused else "",
             )
 
     # ---- introspection -------------------------------------------------------------------------------
