@@ -413,3 +413,21 @@ def test_decorated_winner_is_re_timed_before_export(
     assert e["config"] == {"block": 64} and e["time_s"] == pytest.approx(1e-3)  # not the lucky 0.5e-3
     assert cli(["regress", "--baseline", str(shipped), "--factory", "lucky_user_mod:make_inputs"]) == 0
     sys.modules.pop("lucky_user_mod", None)
+
+
+def test_a_study_served_by_a_shipped_file_says_so(
+    keyed: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A study run where the shipped file already holds the keys tunes nothing; each task's error says
+    which file served the call (was: "its store holds no entry for the key (storage=False?)")."""
+    shipped = _shipped(tmp_path)
+    monkeypatch.setenv("TUNER_MISSES_DIR", str(tmp_path / "home" / "misses"))
+    monkeypatch.setenv("TUNER_HOME", str(tmp_path / "other"))  # a store that holds nothing
+    monkeypatch.setenv("TUNER_CACHE_FILE", str(shipped))
+    study = tmp_path / "again.toml"
+    fac = ["--factory", "keyed_user_mod:make_inputs", "--output", str(tmp_path / "out2")]
+    assert cli(["study", "from-misses", *fac, "--out", str(study)]) == 0
+    capsys.readouterr()
+    run = ["study", "run", str(study), "--quiet", "--no-report"]
+    assert cli([*run, "--executor", "tuner.studies._from_misses:run_decorated"]) == 1
+    assert f"nothing tuned: the call was served by an exact entry in {shipped}" in capsys.readouterr().err

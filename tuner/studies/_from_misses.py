@@ -418,6 +418,12 @@ def run_decorated(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
     db = open_store(t.storage, create=True)
     entry = db.get(ck) if db is not None else None
     if entry is None:
+        why = str((t.last_choice or {}).get("why", ""))
+        if why.startswith("exact entry in") and why != "exact entry in the store":  # a shipped file's
+            raise RuntimeError(
+                f"task {task.key}: nothing tuned: the call was served by an {why} (TUNER_CACHE_FILE, "
+                "cache= or set_global_cache); run the study without that file"
+            )
         raise RuntimeError(
             f"task {task.key}: {task.kernel} ran but its store ({t.storage or 'the default store'}) holds no "
             "entry for the key (storage=False?); nothing to ship"
