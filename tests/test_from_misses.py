@@ -1,5 +1,7 @@
 """`tuner misses` and `tuner study from-misses` on hand-made miss logs (no tuning): filtering, call
-weights, the study's device, decorated functions listed and not dropped, bad input exits 2."""
+weights, the study's device, decorated functions listed and not dropped, bad input exits 2; and the loop
+of a decorated function of the user's own (--factory): any key fields, the study's export as exact hits,
+resuming a task, `tuner regress --factory`, a fleet of workers on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from tuner.runtime import CacheKey
 from tuner.runtime._kernel import kernel_cache_key
 from tuner.runtime._misses import MissRecorder
 from tuner.studies._from_misses import device_arch
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def _log(folder: Path, calls: dict[tuple[str, int, int], int], device: str = "cpu") -> None:
@@ -431,3 +435,50 @@ def test_a_study_served_by_a_shipped_file_says_so(
     run = ["study", "run", str(study), "--quiet", "--no-report"]
     assert cli([*run, "--executor", "tuner.studies._from_misses:run_decorated"]) == 1
     assert f"nothing tuned: the call was served by an exact entry in {shipped}" in capsys.readouterr().err
+
+
+@pytest.mark.postgres
+def test_fleet_of_workers_on_postgres_exports_every_winner(
+    keyed: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two workers as two machines (each its own $TUNER_HOME, so each function store holds only the keys
+    that worker tuned) share a study on PostgreSQL; `tuner study export` from the study database ships
+    every winner, which `tuner cache export` on any one machine cannot."""
+    import os
+    import subprocess
+
+    from tests.pg import fresh_database
+
+    gen = fresh_database()
+    url = next(gen)
+    try:
+        study = tmp_path / "s.toml"
+        fac = ["--factory", "keyed_user_mod:make_inputs", "--strategy", "random", "--trials", "4"]
+        assert (
+            cli(["study", "from-misses", *fac, "--output", str(tmp_path / "out"), "--out", str(study)]) == 0
+        )
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]), "TUNER_MODE": ""}
+        cmd = [sys.executable, "-m", "tuner", "study", "run", str(study), "--storage", url, "--quiet"]
+        cmd += ["--no-report", "--executor", "tuner.studies._from_misses:run_decorated"]
+        procs = [
+            subprocess.Popen(cmd, env={**env, "TUNER_HOME": str(tmp_path / f"machine{i}")}, cwd=tmp_path)
+            for i in range(2)
+        ]
+        assert [p.wait(timeout=300) for p in procs] == [0, 0]
+        shipped = tmp_path / "shipped.json"
+        assert cli(["study", "export", str(study), "--storage", url, "--out", str(shipped)]) == 0
+        keys = sorted(
+            json.dumps(e["key"], sort_keys=True) for e in json.loads(shipped.read_text())["entries"]
+        )
+        assert len(keys) == 3
+        per_machine = []
+        for i in range(2):
+            monkeypatch.setenv("TUNER_HOME", str(tmp_path / f"machine{i}"))
+            out = tmp_path / f"m{i}.json"
+            if cli(["cache", "export", "--out", str(out)]) == 0:
+                per_machine += [
+                    json.dumps(e["key"], sort_keys=True) for e in json.loads(out.read_text())["entries"]
+                ]
+        assert sorted(per_machine) == keys  # each key tuned once, on one machine or the other
+    finally:
+        next(gen, None)
