@@ -303,3 +303,23 @@ def test_a_stale_shipped_entry_is_named_in_the_warning(tmp_path: Path, caplog: p
     with caplog.at_level(logging.WARNING, logger="tuner.runtime._decorator"):
         k(300)  # no entry for these key fields at all: nothing to say about one
     assert all("not used" not in r.getMessage() for r in caplog.records)
+
+
+def test_the_choice_warning_names_the_dtypes(caplog: pytest.LogCaptureFixture):
+    """One shape in two dtypes is two keys: their two warnings differ (were the same line twice)."""
+    import logging
+
+    import numpy as np
+
+    @tuner.autotune(SPACE, key=["n"], mode="record", storage=False, name="dt_kernel")
+    def k(x, n, *, block):
+        return block
+
+    with caplog.at_level(logging.WARNING, logger="tuner.runtime._decorator"):
+        k(np.ones(8, np.float32), 8)
+        k(np.ones(8, np.float64), 8)
+    lines = [r.getMessage() for r in caplog.records if "dt_kernel" in r.getMessage()]
+    assert [line.split(": using")[0] for line in lines] == [
+        "dt_kernel {'n': 8} ['float32']",
+        "dt_kernel {'n': 8} ['float64']",
+    ]

@@ -268,9 +268,10 @@ class Autotuned:
         if ck.hash not in self._logged:
             self._logged.add(ck.hash)
             (log.debug if res.quiet else log.warning)(
-                "%s %s: using %s (%s)%s",
+                "%s %s%s: using %s (%s)%s",
                 self.name,
                 ck.fields_dict,
+                f" {list(ck.dtypes)}" if ck.dtypes else "",  # two dtypes of one shape: two lines that differ
                 res.config,
                 res.why,
                 f"; not used: {res.unused}" if res.unused else "",
