@@ -1,11 +1,15 @@
 """`tuner misses` and `tuner study from-misses` on hand-made miss logs (no tuning): filtering, call
-weights, the study's device, decorated functions listed and not dropped, bad input exits 2."""
+weights, the study's device, decorated functions listed and not dropped, bad input exits 2; and the loop
+of a decorated function of the user's own (--factory): any key fields, the study's export as exact hits,
+resuming a task, `tuner regress --factory`, a fleet of workers on PostgreSQL."""
 
 from __future__ import annotations
 
 import json
+import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +18,8 @@ from tuner.runtime import CacheKey
 from tuner.runtime._kernel import kernel_cache_key
 from tuner.runtime._misses import MissRecorder
 from tuner.studies._from_misses import device_arch
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def _log(folder: Path, calls: dict[tuple[str, int, int], int], device: str = "cpu") -> None:
@@ -95,3 +101,385 @@ def test_mixed_devices_give_an_auto_study(tmp_path: Path, monkeypatch: pytest.Mo
     assert cli(["study", "from-misses", "--out", str(out)]) == 0
     doc = tomllib.loads(out.read_text())
     assert doc["study"]["device"] == "auto" and len(doc["tasks"]) == 1  # one problem, tuned once
+
+
+# ---- decorated functions (--factory): any key fields, the study's own export, resuming, bad input ---------
+KEYED_MODULE = """
+import numpy as np
+
+import tuner
+from tuner import PowerOfTwo, SearchSpace
+
+CALLS = []  # (fields, block) of every timed call
+SLOWER = [1.0]  # a factor on every time (a regression, for `tuner regress`)
+
+
+def _bench(call):  # deterministic: block 64 is the fastest
+    block = call()
+    return 1e-3 * (1 + abs(block.bit_length() - 7)) * SLOWER[0]
+
+
+def _key(x, tag, off):  # a key function returning a dict with a `dtype` field, 0, a negative, None, quotes
+    return {"n": x.shape[0], "dtype": str(x.dtype), "tag": tag, "off": off}
+
+
+@tuner.autotune(SearchSpace([PowerOfTwo("block", 8, 128)]), key=_key, name="keyed_op", bench=_bench)
+def op(x, tag, off, *, block):
+    CALLS.append((x.shape[0], block))
+    return block
+
+
+def make_inputs(kernel, fields, dtypes):
+    assert kernel == "keyed_op" and dtypes == [fields["dtype"]]
+    return op, (np.ones(fields["n"], dtype=fields["dtype"]), fields["tag"], fields["off"]), {}
+"""
+
+KEYED_CALLS = [(100, "float16", 'say "hi"\\', 0), (100, "float32", None, -3), (7, "float64", "x", 1)]
+
+
+def _keyed_calls(m: Any) -> list[tuple[Any, ...]]:
+    import numpy as np
+
+    return [(np.ones(n, dtype=dt), tag, off) for n, dt, tag, off in KEYED_CALLS]
+
+
+@pytest.fixture
+def keyed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The user module, called in record mode (one miss per call of KEYED_CALLS)."""
+    import importlib
+
+    from tuner.runtime._misses import recorder
+
+    (tmp_path / "keyed_user_mod.py").write_text(KEYED_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("TUNER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("TUNER_MISSES_DIR", raising=False)
+    monkeypatch.delenv("TUNER_CACHE_FILE", raising=False)
+    monkeypatch.setenv("TUNER_MODE", "record")
+    recorder().reset()
+    sys.modules.pop("keyed_user_mod", None)
+    m = importlib.import_module("keyed_user_mod")
+    for args in _keyed_calls(m):
+        assert m.op(*args) == 32  # the space default
+    recorder().flush()
+    yield m
+    sys.modules.pop("keyed_user_mod", None)
+
+
+def test_decorated_study_exports_exact_hits_for_any_key_fields(
+    keyed: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Key fields named `dtype`, values 0, negative or None, strings with quotes: each recorded key is a
+    task, tuned, and `tuner study export` writes the key production looks up (was: a KeyError for the
+    `dtype` field, keys with 0/None/negatives left out, and an export under made-up keys that never hit)."""
+    study = tmp_path / "s.toml"
+    fac = ["--factory", "keyed_user_mod:make_inputs", "--strategy", "random", "--trials", "4"]
+    assert cli(["study", "from-misses", *fac, "--output", str(tmp_path / "out"), "--out", str(study)]) == 0
+    doc = tomllib.loads(study.read_text())
+    assert len(doc["tasks"]) == 3
+    assert {t["dtypes"][0] for t in doc["tasks"]} == {"float16", "float32", "float64"}  # the real dtypes
+    run = ["study", "run", str(study), "--quiet", "--executor", "tuner.studies._from_misses:run_decorated"]
+    assert cli(run) == 0, capsys.readouterr().err
+    shipped = tmp_path / "shipped.json"
+    assert cli(["study", "export", str(study), "--out", str(shipped)]) == 0
+    entries = json.loads(shipped.read_text())["entries"]
+    assert sorted((e["key"]["n"], e["key"]["dtype"], e["key"]["off"]) for e in entries) == [
+        (7, "float64", 1),
+        (100, "float16", 0),
+        (100, "float32", -3),
+    ]
+    assert all("factory" not in e["key"] and e["config"] == {"block": 64} for e in entries)
+    # the report counts the trials the decorator kept in each task's Optuna study
+    md = (tmp_path / "out" / "report" / "report.md").read_text()
+    assert "| done | 4/4 |" in md, md
+    assert "n/a (no FLOP/byte counts: not a registered kernel)" in md  # (was: a cut "unknown kernel" list)
+
+    # production elsewhere (a fresh home, nothing tuned there) with the shipped file: exact hits
+    from tuner.runtime._misses import recorder
+
+    monkeypatch.setenv("TUNER_HOME", str(tmp_path / "prod"))
+    monkeypatch.setenv("TUNER_CACHE_FILE", str(shipped))
+    recorder().reset()
+    keyed.op.tuner.cache_clear()
+    for args in _keyed_calls(keyed):
+        assert keyed.op.explain(*args).startswith("hit ("), keyed.op.explain(*args)
+        assert keyed.op(*args) == 64
+        assert keyed.op.tuner.last_choice["why"] == f"exact entry in {shipped}"
+    assert recorder().flush() == 0  # nothing missed, nothing recorded
+
+
+def test_decorated_task_keeps_its_trials_and_resumes(keyed: Any, tmp_path: Path) -> None:
+    """A worker that dies mid-task (here: its lease lost after 2 trials) leaves those trials in the
+    task's Optuna study; the worker that takes the task over measures only the configs left."""
+    from tuner.runtime import read_misses
+    from tuner.studies import LeaseLost, load_study, task_trials
+    from tuner.studies._from_misses import REMEASURE, decorated_study, render_study, run_decorated
+    from tuner.studies._runner import _optuna_storage, prepare_study
+
+    study = tmp_path / "s.toml"
+    res = decorated_study(read_misses(), "keyed_user_mod:make_inputs", trials=5, strategy="random")
+    render_study(res, study, check_kernels=False)
+    spec = prepare_study(load_study(study, check_kernels=False))
+    task = next(t for t in spec.tasks if '"n": 7' in t.problem["key"])
+    seen: list[Any] = []
+
+    def dies_after_two(trial: Any, *_: Any) -> None:
+        seen.append(trial)
+        if len(seen) == 2:
+            raise LeaseLost("taken over")
+
+    keyed.CALLS.clear()
+    with pytest.raises(LeaseLost):
+        run_decorated(task, callback=dies_after_two)
+    first = {b for n, b in keyed.CALLS if n == 7}
+    assert len(first) == 2
+    assert len(task_trials(_optuna_storage(spec.storage), task.study_name)) == 2
+    keyed.CALLS.clear()
+    out = run_decorated(task, callback=lambda *a: None)
+    calls = [b for n, b in keyed.CALLS if n == 7]
+    again, after = calls[:3], calls[3:]  # the search's timed calls; then the real call, the re-timings
+    assert not first & set(again), (first, again)
+    assert after == [64] * (1 + REMEASURE), after
+    assert len(task_trials(_optuna_storage(spec.storage), task.study_name)) == 5
+    assert out.best_config == {"block": 64} and out.unit == "s" and out.cache_key["key"]["n"] == 7
+
+
+def test_from_misses_bad_input_with_a_factory_exits_2(
+    keyed: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bad input is refused before anything is written (was: a study whose every task failed for a
+    factory that cannot be loaded, --device silently ignored, a traceback line for --out a folder)."""
+    out = tmp_path / "s.toml"
+    for factory, why in (
+        ("no_such_module_xyz:make", "cannot load the input factory 'no_such_module_xyz:make'"),
+        ("keyed_user_mod:nope", "cannot load the input factory 'keyed_user_mod:nope'"),
+        ("keyed_user_mod:CALLS", "is not callable"),
+    ):
+        assert cli(["study", "from-misses", "--factory", factory, "--out", str(out)]) == 2
+        assert why in capsys.readouterr().err
+    fac = ["--factory", "keyed_user_mod:make_inputs"]
+    assert cli(["study", "from-misses", *fac, "--device", "sm90", "--out", str(out)]) == 2
+    assert "--device do not apply with --factory" in capsys.readouterr().err
+    assert cli(["study", "from-misses", *fac, "--out", str(tmp_path)]) == 2
+    assert f"--out {tmp_path} is a folder" in capsys.readouterr().err
+    assert not out.exists()
+    # without --factory: the decorated functions' misses are named, and so is the option that tunes them
+    assert cli(["study", "from-misses", "--out", str(out)]) == 2
+    assert "give --factory MODULE:FUNCTION" in capsys.readouterr().err
+    # a missing parent folder is created, as `tuner study export` does
+    deep = tmp_path / "a" / "b" / "s.toml"
+    assert cli(["study", "from-misses", *fac, "--out", str(deep)]) == 0 and deep.is_file()
+    capsys.readouterr()
+    # running it without the decorated executor names the executor
+    assert cli(["study", "run", str(deep), "--quiet"]) == 2
+    assert "--executor tuner.studies._from_misses:run_decorated" in capsys.readouterr().err
+
+
+def test_two_services_in_one_misses_folder(misses: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """`--kernel` repeats: the study of one service's functions leaves the other service's out."""
+    _log(misses, {("other.svc_fn", 3, 0): 5})
+    assert cli(["misses", "--kernel", "mine.launch", "--kernel", "other.svc_fn", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted(r["kernel"] for r in rows) == ["mine.launch", "other.svc_fn"]
+    out = tmp_path / "s.toml"
+    args = ["study", "from-misses", "--kernel", "rmsnorm", "--kernel", "mine.launch", "--out", str(out)]
+    assert cli(args) == 0
+    text = out.read_text()
+    assert "mine.launch key" in text and "other.svc_fn" not in text
+
+
+def _no_key_executor(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(best_config={"block": 8}, best_value=1.0, unit="ms")  # no cache_key
+
+
+def test_export_refuses_a_decorated_task_without_its_runtime_key(
+    keyed: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A decorated function's task whose result holds no runtime key (an executor, or a tuner, that did
+    not record it) is not exported under a made-up key that would never hit: nothing to export, exit 1."""
+    study = tmp_path / "s.toml"
+    fac = ["--factory", "keyed_user_mod:make_inputs", "--output", str(tmp_path / "out")]
+    assert cli(["study", "from-misses", *fac, "--out", str(study)]) == 0
+    run = ["study", "run", str(study), "--quiet", "--no-report"]
+    assert cli([*run, "--executor", "tests.test_from_misses:_no_key_executor"]) == 0
+    capsys.readouterr()
+    assert cli(["study", "export", str(study), "--out", str(tmp_path / "c.json")]) == 1
+    assert "nothing to export" in capsys.readouterr().err
+    assert not (tmp_path / "c.json").exists()
+
+
+def _shipped(tmp_path: Path) -> Path:
+    study = tmp_path / "s.toml"
+    fac = ["--factory", "keyed_user_mod:make_inputs", "--strategy", "random", "--trials", "4"]
+    assert cli(["study", "from-misses", *fac, "--output", str(tmp_path / "out"), "--out", str(study)]) == 0
+    run = ["study", "run", str(study), "--quiet", "--no-report"]
+    assert cli([*run, "--executor", "tuner.studies._from_misses:run_decorated"]) == 0
+    shipped = tmp_path / "shipped.json"
+    assert cli(["study", "export", str(study), "--out", str(shipped)]) == 0
+    return shipped
+
+
+def test_regress_times_decorated_functions_with_the_factory(
+    keyed: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tuner regress --factory`: the entries of decorated functions are re-timed through the factory
+    (was: exit 2, "unknown kernel", for every file a decorated function's study exports)."""
+    shipped = _shipped(tmp_path)
+    capsys.readouterr()
+    assert cli(["regress", "--baseline", str(shipped)]) == 2
+    assert "give --factory MODULE:FUNCTION" in capsys.readouterr().err
+    args = ["regress", "--baseline", str(shipped), "--factory", "keyed_user_mod:make_inputs", "--json"]
+    assert cli([*args, "--repeats", "4"]) == 0
+    checks = json.loads(capsys.readouterr().out)["checks"]
+    assert [c["verdict"] for c in checks] == ["unchanged"] * 3
+    keyed.SLOWER[0] = 1.5
+    try:
+        assert cli([*args, "--repeats", "4"]) == 1
+    finally:
+        keyed.SLOWER[0] = 1.0
+    checks = json.loads(capsys.readouterr().out)["checks"]
+    assert [c["verdict"] for c in checks] == ["regressed"] * 3
+    assert all(abs(c["ratio"] - 1.5) < 1e-9 for c in checks)
+
+    # bad entries are refused before anything is timed: a config outside the space, another key
+    doc = json.loads(shipped.read_text())
+    doc["entries"][0]["config"] = {"block": 4096}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    keyed.CALLS.clear()
+    assert cli(["regress", "--baseline", str(bad), "--factory", "keyed_user_mod:make_inputs"]) == 2
+    assert "is not in the function's search space" in capsys.readouterr().err and not keyed.CALLS
+    doc["entries"][0]["config"] = {"block": 64}
+    doc["entries"][0]["kernel"] = "other_op"
+    bad.write_text(json.dumps(doc))
+    assert cli(["regress", "--baseline", str(bad), "--factory", "keyed_user_mod:make_inputs"]) == 2
+    assert (
+        "(other_op): the factory 'keyed_user_mod:make_inputs' raised AssertionError"
+        in capsys.readouterr().err
+    )
+    assert cli(["regress", "--baseline", str(bad), "--factory", "nope_mod:f"]) == 2
+
+
+LUCKY_MODULE = """
+import tuner
+from tuner import PowerOfTwo, SearchSpace
+
+SEEN = set()
+
+
+def _bench(call):  # each config's first timing is a lucky 2x too fast; every later one is the truth
+    block = call()
+    t = 1e-3 * (1 + abs(block.bit_length() - 7))
+    if block not in SEEN:
+        SEEN.add(block)
+        return t / 2
+    return t
+
+
+@tuner.autotune(SearchSpace([PowerOfTwo("block", 8, 128)]), key=["n"], name="lucky_op", bench=_bench)
+def op(n, *, block):
+    return block
+
+
+def make_inputs(kernel, fields, dtypes):
+    return op, (fields["n"],), {}
+"""
+
+
+def test_decorated_winner_is_re_timed_before_export(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The exported time of a decorated function's winner is the median of its re-timings, not the
+    search's best single timing (the least of several noisy ones: biased low, so that `tuner regress`
+    later flagged an unchanged function as slower)."""
+    from tuner.runtime._misses import recorder
+
+    (tmp_path / "lucky_user_mod.py").write_text(LUCKY_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("TUNER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("TUNER_MISSES_DIR", raising=False)
+    monkeypatch.delenv("TUNER_CACHE_FILE", raising=False)
+    monkeypatch.setenv("TUNER_MODE", "record")
+    recorder().reset()
+    import lucky_user_mod as m
+
+    m.op(1000)
+    recorder().flush()
+    study = tmp_path / "s.toml"
+    fac = ["--factory", "lucky_user_mod:make_inputs", "--strategy", "random", "--trials", "5"]
+    assert cli(["study", "from-misses", *fac, "--output", str(tmp_path / "out"), "--out", str(study)]) == 0
+    run = ["study", "run", str(study), "--quiet", "--no-report"]
+    assert cli([*run, "--executor", "tuner.studies._from_misses:run_decorated"]) == 0
+    shipped = tmp_path / "c.json"
+    assert cli(["study", "export", str(study), "--out", str(shipped)]) == 0
+    (e,) = json.loads(shipped.read_text())["entries"]
+    assert e["config"] == {"block": 64} and e["time_s"] == pytest.approx(1e-3)  # not the lucky 0.5e-3
+    assert cli(["regress", "--baseline", str(shipped), "--factory", "lucky_user_mod:make_inputs"]) == 0
+    sys.modules.pop("lucky_user_mod", None)
+
+
+def test_a_study_served_by_a_shipped_file_says_so(
+    keyed: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A study run where the shipped file already holds the keys tunes nothing; each task's error says
+    which file served the call (was: "its store holds no entry for the key (storage=False?)")."""
+    shipped = _shipped(tmp_path)
+    monkeypatch.setenv("TUNER_MISSES_DIR", str(tmp_path / "home" / "misses"))
+    monkeypatch.setenv("TUNER_HOME", str(tmp_path / "other"))  # a store that holds nothing
+    monkeypatch.setenv("TUNER_CACHE_FILE", str(shipped))
+    study = tmp_path / "again.toml"
+    fac = ["--factory", "keyed_user_mod:make_inputs", "--output", str(tmp_path / "out2")]
+    assert cli(["study", "from-misses", *fac, "--out", str(study)]) == 0
+    capsys.readouterr()
+    run = ["study", "run", str(study), "--quiet", "--no-report"]
+    assert cli([*run, "--executor", "tuner.studies._from_misses:run_decorated"]) == 1
+    assert f"nothing tuned: the call was served by an exact entry in {shipped}" in capsys.readouterr().err
+
+
+@pytest.mark.postgres
+def test_fleet_of_workers_on_postgres_exports_every_winner(
+    keyed: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two workers as two machines (each its own $TUNER_HOME, so each function store holds only the keys
+    that worker tuned) share a study on PostgreSQL; `tuner study export` from the study database ships
+    every winner, which `tuner cache export` on any one machine cannot."""
+    import os
+    import subprocess
+
+    from tests.pg import fresh_database
+
+    gen = fresh_database()
+    url = next(gen)
+    try:
+        study = tmp_path / "s.toml"
+        fac = ["--factory", "keyed_user_mod:make_inputs", "--strategy", "random", "--trials", "4"]
+        assert (
+            cli(["study", "from-misses", *fac, "--output", str(tmp_path / "out"), "--out", str(study)]) == 0
+        )
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]), "TUNER_MODE": ""}
+        cmd = [sys.executable, "-m", "tuner", "study", "run", str(study), "--storage", url, "--quiet"]
+        cmd += ["--no-report", "--executor", "tuner.studies._from_misses:run_decorated"]
+        procs = [
+            subprocess.Popen(cmd, env={**env, "TUNER_HOME": str(tmp_path / f"machine{i}")}, cwd=tmp_path)
+            for i in range(2)
+        ]
+        assert [p.wait(timeout=300) for p in procs] == [0, 0]
+        shipped = tmp_path / "shipped.json"
+        assert cli(["study", "export", str(study), "--storage", url, "--out", str(shipped)]) == 0
+        keys = sorted(
+            json.dumps(e["key"], sort_keys=True) for e in json.loads(shipped.read_text())["entries"]
+        )
+        assert len(keys) == 3
+        per_machine = []
+        for i in range(2):
+            monkeypatch.setenv("TUNER_HOME", str(tmp_path / f"machine{i}"))
+            out = tmp_path / f"m{i}.json"
+            if cli(["cache", "export", "--out", str(out)]) == 0:
+                per_machine += [
+                    json.dumps(e["key"], sort_keys=True) for e in json.loads(out.read_text())["entries"]
+                ]
+        assert sorted(per_machine) == keys  # each key tuned once, on one machine or the other
+    finally:
+        next(gen, None)

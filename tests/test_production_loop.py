@@ -5,6 +5,7 @@ same calls are then exact hits and record nothing more."""
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 
@@ -135,7 +136,10 @@ def test_decorated_function_loop_with_an_input_factory(
     run = ["study", "run", str(study), "--quiet", "--no-report"]
     assert cli([*run, "--executor", "tuner.studies._from_misses:run_decorated"]) == 0
     shipped = tmp_path / "user-cache.json"
-    assert cli(["cache", "export", "--kernel", "user_scale", "--out", str(shipped)]) == 0
+    assert cli(["study", "export", str(study), "--out", str(shipped)]) == 0  # as docs/production.md says
+    from_store = tmp_path / "user-store.json"
+    assert cli(["cache", "export", "--kernel", "user_scale", "--out", str(from_store)]) == 0
+    assert json.loads(shipped.read_text())["entries"] == json.loads(from_store.read_text())["entries"]
 
     # production elsewhere (a fresh home) with the shipped file: exact hits, nothing recorded
     monkeypatch.setenv("TUNER_HOME", str(tmp_path / "prod"))

@@ -279,3 +279,47 @@ def test_the_predictor_is_told_each_tasks_device_and_the_keys(
     ((device, vendors),) = seen
     assert device == k.tuner.full_key((100,), {}).device
     assert {"nvidia"} in vendors and {"amd"} in vendors
+
+
+def test_a_stale_shipped_entry_is_named_in_the_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    """A shipped entry whose kernel source changed since it was tuned is not used, and the one warning
+    production sees says so and why (was: only the fallback, the cause left to `explain`)."""
+    import logging
+
+    online, _ = _fn("online")
+    online(100)  # tuned and stored in $TUNER_HOME/tuner.db
+    shipped = tmp_path / "shipped.json"
+    from tuner.cli import main as cli
+
+    assert cli(["cache", "export", "--out", str(shipped)]) == 0
+    k, _ = _fn(storage=False, cache=str(shipped))
+    k.tuner.source_hash = "0" * 32  # the kernel was edited after the entry was tuned
+    with caplog.at_level(logging.WARNING, logger="tuner.runtime._decorator"):
+        k(100)
+    (line,) = [r.getMessage() for r in caplog.records if "rec_kernel" in r.getMessage()]
+    assert "not used: entry for these key fields is stale or foreign: kernel source changed" in line, line
+    assert k.tuner.last_choice["why"].startswith("record: offline:")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tuner.runtime._decorator"):
+        k(300)  # no entry for these key fields at all: nothing to say about one
+    assert all("not used" not in r.getMessage() for r in caplog.records)
+
+
+def test_the_choice_warning_names_the_dtypes(caplog: pytest.LogCaptureFixture):
+    """One shape in two dtypes is two keys: their two warnings differ (were the same line twice)."""
+    import logging
+
+    import numpy as np
+
+    @tuner.autotune(SPACE, key=["n"], mode="record", storage=False, name="dt_kernel")
+    def k(x, n, *, block):
+        return block
+
+    with caplog.at_level(logging.WARNING, logger="tuner.runtime._decorator"):
+        k(np.ones(8, np.float32), 8)
+        k(np.ones(8, np.float64), 8)
+    lines = [r.getMessage() for r in caplog.records if "dt_kernel" in r.getMessage()]
+    assert [line.split(": using")[0] for line in lines] == [
+        "dt_kernel {'n': 8} ['float32']",
+        "dt_kernel {'n': 8} ['float64']",
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,9 @@ def add_parser(sub: Any) -> None:
         "$TUNER_MISSES_DIR, default $TUNER_HOME/misses.",
     )
     p.add_argument("--dir", type=Path, default=None, help="the miss-log folder (default: $TUNER_HOME/misses)")
-    p.add_argument("--kernel", default=None, help="only this kernel's misses")
+    p.add_argument(
+        "--kernel", action="append", default=None, help="only this kernel's misses (repeat for more)"
+    )
     p.add_argument("--min-calls", type=int, default=1, metavar="N", help="only keys called at least N times")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.add_argument("--clear", action="store_true", help="delete the miss logs (after listing nothing)")
@@ -34,7 +37,7 @@ def _rows(args: argparse.Namespace) -> list[Any]:
     if args.dir is not None and not args.dir.is_dir():
         raise BadInput(f"--dir {args.dir} is not a folder")
     rows = read_misses(args.dir)
-    return [r for r in rows if r.calls >= args.min_calls and (args.kernel is None or r.kernel == args.kernel)]
+    return [r for r in rows if r.calls >= args.min_calls and (not args.kernel or r.kernel in args.kernel)]
 
 
 def run_misses(args: argparse.Namespace) -> int:
@@ -74,7 +77,13 @@ def add_from_misses_parser(ssub: Any) -> None:
     f.add_argument("--out", required=True, metavar="STUDY.toml", help="the study file to write")
     f.add_argument("--min-calls", type=int, default=1, metavar="N", help="only keys called at least N times")
     f.add_argument("--dir", type=Path, default=None, help="the miss-log folder (default: $TUNER_HOME/misses)")
-    f.add_argument("--kernel", default=None, help="only this kernel's misses")
+    f.add_argument(
+        "--kernel",
+        action="append",
+        default=None,
+        help="only this kernel's misses (repeat for more; e.g. the functions of one service when several "
+        "record into one folder)",
+    )
     f.add_argument("--name", default="from_misses", help="the study's name (default: from_misses)")
     f.add_argument("--trials", type=int, default=20, help="trials per task before weighting (default: 20)")
     f.add_argument("--seconds", type=float, default=None, help="time budget per task, seconds")
@@ -95,6 +104,7 @@ def add_from_misses_parser(ssub: Any) -> None:
 
 
 def run_from_misses(args: argparse.Namespace) -> int:
+    from tuner.errors import BadInput
     from tuner.studies._from_misses import (
         DECORATED_EXECUTOR,
         decorated_study,
@@ -106,10 +116,18 @@ def run_from_misses(args: argparse.Namespace) -> int:
     args.min_calls = 1
     rows = _rows(args)
     if min_calls < 1:
-        from tuner.errors import BadInput
-
         raise BadInput(f"--min-calls must be >= 1, got {min_calls}")
+    if os.path.isdir(args.out):
+        raise BadInput(f"--out {args.out} is a folder; give the study file's path")
     if args.factory:
+        ignored = [
+            o for o, v in (("--device", args.device), ("--finalists", args.finalists)) if v is not None
+        ]
+        if ignored:
+            raise BadInput(
+                f"{' and '.join(ignored)} do not apply with --factory: a decorated function tunes on the "
+                "machine that runs the study, with its own measurement"
+            )
         dec = decorated_study(
             rows,
             args.factory,

@@ -46,6 +46,13 @@ def add_parser(sub: Any) -> None:
         metavar="MODULE:FUNCTION",
         help="measuring function measure(entry, repeats) -> seconds (plugins, tests)",
     )
+    p.add_argument(
+        "--factory",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="the input factory of your decorated functions (as for `tuner study from-misses --factory`): "
+        "their entries are timed with it, the registered kernels' as usual",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -65,6 +72,26 @@ def _load_measure(ref: str | None) -> Any:
     if not callable(fn):
         raise BadInput(f"measure must be given as module:function, got {ref!r}")
     return fn
+
+
+def _registered(kernel: str) -> bool:
+    from tuner.kernels import get_kernel
+
+    try:
+        get_kernel(kernel)
+    except ValueError:
+        return False
+    return True
+
+
+def _either(own: Any) -> Any:
+    """measure(entry, repeats): the registered kernels' default measurement, `own` for the others."""
+    from tuner.studies._regress import default_measure
+
+    def measure(entry: Any, repeats: int) -> Any:
+        return default_measure(entry, repeats) if _registered(entry["kernel"]) else own(entry, repeats)
+
+    return measure
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,11 +129,25 @@ def run(args: argparse.Namespace) -> int:
         for e in entries
         if (not args.kernel or e["kernel"] in args.kernel) and (args.any_device or e.get("device") == here)
     ]
+    if args.factory and measure is not None:
+        raise BadInput("give --factory or --measure, not both")
     if measure is None:  # the real kernels: every entry must be a valid problem and a config of the space
+        registered = [e for e in selected if _registered(e["kernel"])]
+        own = [e for e in selected if not _registered(e["kernel"])]
         try:
-            validate_entries(selected)
+            if own and args.factory:
+                from tuner.studies._from_misses import factory_measure, validate_factory_entries
+
+                validate_factory_entries(args.factory, own)
+                measure = _either(factory_measure(args.factory))
+            validate_entries(registered if args.factory else selected)
         except ValueError as exc:
-            raise BadInput(f"{args.baseline}: {str(exc).splitlines()[0]}") from None
+            hint = (
+                " (an entry of a decorated function: give --factory MODULE:FUNCTION, docs/production.md)"
+                if own and not args.factory and "unknown kernel" in str(exc)
+                else ""
+            )
+            raise BadInput(f"{args.baseline}: {str(exc).splitlines()[0]}{hint}") from None
     checks = check_entries(
         entries,
         measure=measure,

@@ -176,6 +176,10 @@ class Autotuned:
         self.last_miss_reason: str | None = None
         self.last_choice: dict[str, Any] = {}
         self.stats = {"tuned": 0, "from_store": 0, "from_file": 0, "offline_fallback": 0, "waited": 0}
+        # Set by a study executor (`tuner.studies._from_misses.run_decorated`) while it tunes one key:
+        # `storage` and `study_name` keep the trials in the task's Optuna study (so a killed worker's
+        # task resumes without measuring them again), `callback(trial, None)` renews the task's lease.
+        self.study_run: dict[str, Any] | None = None
 
     @property
     def source_hash(self) -> str:
@@ -264,7 +268,13 @@ class Autotuned:
         if ck.hash not in self._logged:
             self._logged.add(ck.hash)
             (log.debug if res.quiet else log.warning)(
-                "%s %s: using %s (%s)", self.name, ck.fields_dict, res.config, res.why
+                "%s %s%s: using %s (%s)%s",
+                self.name,
+                ck.fields_dict,
+                f" {list(ck.dtypes)}" if ck.dtypes else "",  # two dtypes of one shape: two lines that differ
+                res.config,
+                res.why,
+                f"; not used: {res.unused}" if res.unused else "",
             )
 
     # ---- introspection -------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from tuner.search_spaces import SearchSpace
@@ -167,6 +167,7 @@ class Resolution:
     stat: str | None
     hit: str | None = None
     quiet: bool = True
+    unused: str = ""  # why an entry stored for these key fields was not used (logged with the choice)
 
 
 Resolver = Callable[[Request], "Resolution | str"]
@@ -283,14 +284,20 @@ def resolve(req: Request) -> Resolution:
     found = lookup(req)
     if found is not None:
         return found
-    req.t.last_miss_reason = miss_reason(req)
+    reason = req.t.last_miss_reason = miss_reason(req)
     reasons = []
     for r in _MODES[req.mode]:
         res = r(req)
         if isinstance(res, Resolution):
+            if reason.startswith(_UNUSED_ENTRY):  # say so where production sees it: the choice's log line
+                res = replace(res, unused=reason)
             return res
         reasons.append(res)
     raise RuntimeError(f"{req.t.name}: mode {req.mode!r} resolved nothing: {'; '.join(reasons)}")
+
+
+# miss_reason's openings when an entry exists for the key fields but cannot be used
+_UNUSED_ENTRY = ("entry for these key fields is stale or foreign", "cached config ")
 
 
 def miss_reason(req: Request) -> str:

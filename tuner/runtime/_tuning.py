@@ -149,6 +149,14 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
             guarded(db, "write", "renew a claim", lambda: db.renew(ck.hash, owner, t.lease_s), None)
             last_renew[0] = time.monotonic()
 
+    study = dict(t.study_run or {})  # a study executor's task: keep the trials in its Optuna study
+    outer = study.get("callback")
+
+    def progress(trial: Any, res: Any) -> None:
+        renew(trial, res)
+        if outer is not None:
+            outer(trial, res)
+
     t0 = time.perf_counter()
     try:
         res = optimize(
@@ -157,9 +165,12 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
             budget=t.budget,
             seed=t.seed,
             strategy=t.strategy,
-            prior=prior or None,
+            prior=study.get("prior") or prior or None,
             time_budget_s=t.time_budget_s,
-            callback=renew,
+            callback=progress,
+            storage=study.get("storage"),
+            study_name=study.get("study_name"),
+            recorder=(lambda _trial: None) if study.get("storage") else None,
         )
     finally:
         if restore is not None:

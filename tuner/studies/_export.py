@@ -91,10 +91,27 @@ def entry_for(row: TaskRow) -> dict[str, Any] | None:
         spread = to_seconds(float(stats["std"]), unit)
     t: StudyTask = row.task
     finished = dt.datetime.fromtimestamp(row.finished_at or 0, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    device = str(res.get("device_name") or ("cpu" if t.device == "cpu" else t.device))
-    key = kernel_cache_key(t.kernel, t.problem, backend=t.backend, device=device, versions=_versions(row))
+    recorded = res.get("cache_key")
+    if isinstance(recorded, Mapping):  # the executor built the key itself (a decorated function's)
+        key_json: dict[str, Any] = dict(recorded)
+        if isinstance(res.get("spread_s"), (int, float)):
+            spread = float(res["spread_s"])
+        finished = str(res.get("date") or finished)  # when the winner was measured
+    elif "factory" in t.problem:  # a decorated function's task (from-misses --factory) without its key
+        log.warning(
+            "task %s: the result holds no runtime key for %r (tuned by an older tuner?); not exported: "
+            "an entry under a made-up key would never hit (`tuner cache export` ships it from the store "
+            "it was tuned into)",
+            row.key,
+            t.kernel,
+        )
+        return None
+    else:
+        device = str(res.get("device_name") or ("cpu" if t.device == "cpu" else t.device))
+        key = kernel_cache_key(t.kernel, t.problem, backend=t.backend, device=device, versions=_versions(row))
+        key_json = key.to_json()
     return {
-        **key.to_json(),
+        **key_json,
         "config": dict(config),
         "time_s": to_seconds(float(value), unit),
         "spread_s": max(0.0, spread if math.isfinite(spread) else 0.0),

@@ -18,13 +18,13 @@ or "sm80"/"sm90" from a "<GPU name> (sm80)" device), else "auto" (tune on the ma
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner._units import s_to_ms
 from tuner.errors import BadInput
 
 __all__ = [
@@ -34,6 +34,10 @@ __all__ = [
     "run_decorated",
     "render_study",
     "device_arch",
+    "load_factory",
+    "factory_call",
+    "factory_measure",
+    "validate_factory_entries",
 ]
 
 _ARCH = re.compile(r"\((sm\d+)\)\s*$")
@@ -109,7 +113,11 @@ def study_from_misses(
     if not reg:
         raise BadInput(
             f"no recorded miss of a registered kernel with at least {min_calls} calls "
-            f"({len(rows)} misses recorded, {len(other)} of decorated functions)"
+            f"({len(rows)} misses recorded, {len(other)} of them of decorated functions with at least "
+            f"{min_calls} calls: give --factory MODULE:FUNCTION to tune those, see docs/production.md)"
+            if other
+            else f"no recorded miss of a registered kernel with at least {min_calls} calls "
+            f"({len(rows)} misses recorded)"
         )
     arch = device
     if arch is None:
@@ -183,13 +191,32 @@ def render_study(result: FromMisses, out: str | Path, *, check_kernels: bool = T
 
     path = Path(out)
     parse_study(tomllib.loads(result.text), path=path.resolve(), check_kernels=check_kernels)
-    atomic_write(path, result.text)
+    atomic_write(path, result.text, mkdir=True)
     return path
 
 
 # ---- decorated functions of the user's own: an input factory ----------------------------------------------
 FACTORY_FIELD = "factory"  # the problem field of a decorated-function task that names its input factory
+KEY_FIELD = "key"  # the problem field that holds the recorded key fields, as one JSON object
+DTYPES_FIELD = "dtypes"  # the recorded dtypes, comma-separated
 DECORATED_EXECUTOR = "tuner.studies._from_misses:run_decorated"
+REMEASURE = 5  # timings of a decorated task's winner after its search (the exported time is their median)
+
+
+def load_factory(ref: str) -> Any:
+    """The input factory named by "module:function"; BadInput (one line) when it cannot be loaded."""
+    import importlib
+
+    mod, _, attr = ref.partition(":")
+    if not mod or not attr:
+        raise BadInput(f"--factory must be given as module:function, got {ref!r}")
+    try:
+        fn = getattr(importlib.import_module(mod), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise BadInput(f"cannot load the input factory {ref!r}: {type(exc).__name__}: {exc}") from None
+    if not callable(fn):
+        raise BadInput(f"the input factory {ref!r} is not callable")
+    return fn
 
 
 def decorated_study(
@@ -203,13 +230,17 @@ def decorated_study(
     strategy: str = "auto",
     output: str | None = None,
 ) -> FromMisses:
-    """A study of the misses of decorated functions (not registered kernels): one task per key, the
-    problem being the recorded key fields, the dtypes (`dtypes`, comma-separated) and `factory`, the
-    `module:function` that builds the call: `factory(kernel, fields, dtypes) -> (fn, args, kwargs)`.
-    Run it with `--executor tuner.studies._from_misses:run_decorated`."""
-    mod, _, attr = factory.partition(":")
-    if not mod or not attr:
-        raise BadInput(f"--factory must be given as module:function, got {factory!r}")
+    """A study of the misses of decorated functions (not registered kernels): one task per key, its
+    problem being the recorded key fields (`key`, one JSON object, so that any field name and value of
+    the key survives: `dtype`, 0, None, quotes), the recorded dtypes (`dtypes`, comma-separated) and
+    `factory`, the `module:function` that builds the call: `factory(kernel, fields, dtypes) -> (fn, args,
+    kwargs)`. Each task's dtype is the key's first dtype. Run it with
+    `--executor tuner.studies._from_misses:run_decorated`."""
+    if min_calls < 1:
+        raise BadInput(f"--min-calls must be >= 1, got {min_calls}")
+    if trials < 1:
+        raise BadInput(f"--trials must be >= 1, got {trials}")
+    load_factory(factory)  # a factory that cannot be loaded would fail every task: refuse it now
     kept = [r for r in rows if r.calls >= min_calls and not (r.registered or _is_registered(r.kernel))]
     skipped = sum(r.calls for r in rows if r.calls < min_calls)
     if not kept:
@@ -220,7 +251,7 @@ def decorated_study(
         f"# Written by `tuner study from-misses --factory {factory}` from {len(kept)} recorded misses of",
         "# decorated functions. Tune with (the factory builds each call's inputs from its recorded key):",
         f"#   tuner study run FILE --executor {DECORATED_EXECUTOR}",
-        "# The winners go to the functions' own store; ship them with `tuner cache export --out FILE`.",
+        "# then ship the winners with `tuner study export FILE --out cache.json` (docs/production.md).",
         "",
         "[study]",
         f"name = {_toml_value(name)}",
@@ -232,13 +263,11 @@ def decorated_study(
     if output:
         lines.append(f"output = {_toml_value(output)}")
     for r in sorted(kept, key=lambda r: (-r.calls, r.kernel, r.key.hash)):
-        problem = {**r.key.fields_dict, "dtypes": ",".join(r.key.dtypes), FACTORY_FIELD: factory}
-        bad = [k for k, v in problem.items() if v is None or (isinstance(v, int) and v < 1)]
-        if bad:
-            lines.append(
-                f"# skipped {r.kernel} {r.key.fields_dict}: key fields {bad} do not fit a study file"
-            )
-            continue
+        problem = {
+            KEY_FIELD: json.dumps(r.key.fields_dict, sort_keys=True, separators=(", ", ": ")),
+            DTYPES_FIELD: ",".join(r.key.dtypes),
+            FACTORY_FIELD: factory,
+        }
         n = max(max(1, trials // 4), min(trials * 2, round(trials * r.calls / even)))
         lines += [
             "",
@@ -246,52 +275,170 @@ def decorated_study(
             "[[tasks]]",
             f"kernel = {_toml_value(r.kernel)}",
             'backends = ["python"]',
-            f"problems = [{_inline(problem)}]",
-            f"budget = {_inline({'trials': n})}",
         ]
+        if r.key.dtypes:
+            lines.append(f"dtypes = [{_toml_value(r.key.dtypes[0])}]")
+        lines += [f"problems = [{_inline(problem)}]", f"budget = {_inline({'trials': n})}"]
     return FromMisses("\n".join(lines) + "\n", len(kept), tuple(sorted({r.kernel for r in kept})), skipped, 0)
+
+
+def _recorded_call(problem: dict[str, Any]) -> tuple[str, dict[str, Any], list[str]]:
+    """(factory, key fields, dtypes) of a decorated-function task. Files written before the key fields
+    were kept as one JSON object held them inline beside `dtypes` and `factory` (and the study's
+    `dtype`)."""
+    ref = str(problem.pop(FACTORY_FIELD, ""))
+    dtypes = [d for d in str(problem.pop(DTYPES_FIELD, "")).split(",") if d]
+    raw = problem.get(KEY_FIELD)
+    if isinstance(raw, str) and raw.startswith("{"):
+        try:
+            fields = json.loads(raw)
+        except ValueError:
+            fields = None
+        if isinstance(fields, dict):
+            return ref, fields, dtypes
+    problem.pop("dtype", None)
+    return ref, problem, dtypes
+
+
+def factory_call(
+    factory: Any, kernel: str, fields: Mapping[str, Any], dtypes: Sequence[str]
+) -> tuple[Any, tuple[Any, ...], dict[str, Any], Any]:
+    """(decorated function, args, kwargs, its CacheKey) of the call the factory builds for a recorded key;
+    BadInput when the factory returns no decorated function or a call of another key."""
+    fn, args, kwargs = factory(kernel, dict(fields), list(dtypes))
+    t = getattr(fn, "tuner", None)
+    if t is None:
+        raise BadInput(f"the factory returned {fn!r}, not a function decorated by tuner")
+    args, kwargs = tuple(args), dict(kwargs)
+    ck = t.full_key(args, kwargs)
+    if ck.kernel != kernel or ck.fields_dict != dict(fields) or list(ck.dtypes) != list(dtypes):
+        raise BadInput(
+            f"the factory's call has key {ck.kernel} {ck.fields_dict} {list(ck.dtypes)}, "
+            f"not the recorded {kernel} {dict(fields)} {list(dtypes)}"
+        )
+    return fn, args, kwargs, ck
+
+
+def time_config(
+    fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], device: str, config: Mapping[str, Any], n: int
+) -> list[float]:
+    """`n` timings (seconds, the median of each) of the decorated function's call with `config`, with the
+    function's own timer (the one that tuned it), its `restore` arguments put back before each."""
+    from tuner.runtime._bench import normalise_bench_result
+
+    t = fn.tuner
+    bench = t.timer(args, kwargs, device)
+    restore = t.restorer.take(args, kwargs)
+    cfg = dict(config)
+
+    def call() -> Any:
+        return t.fn(*args, **kwargs, **cfg)
+
+    times = []
+    try:
+        for _ in range(n):
+            if restore is not None:
+                restore()
+            times.append(normalise_bench_result(bench(call))[0])
+    finally:
+        if restore is not None:
+            restore()
+    return times
+
+
+def factory_measure(ref: str) -> Any:
+    """`tuner regress --factory`: a `measure(entry, repeats) -> seconds` for the entries of decorated
+    functions: the factory builds the entry's call, `time_config` times its config `repeats` times."""
+    factory = load_factory(ref)
+
+    def measure(entry: Mapping[str, Any], repeats: int) -> list[float]:
+        fn, args, kwargs, ck = factory_call(
+            factory, str(entry["kernel"]), dict(entry["key"]), list(entry.get("dtypes") or [])
+        )
+        return time_config(fn, args, kwargs, ck.device, entry["config"], repeats)
+
+    return measure
+
+
+def validate_factory_entries(ref: str, entries: Sequence[Mapping[str, Any]]) -> None:
+    """Before `tuner regress --factory` times anything: each entry's call is built by the factory with the
+    entry's key, and its config is in the function's space. ValueError (one line, naming the entry)."""
+    factory = load_factory(ref)
+    for i, e in enumerate(entries):
+        where = f"entries[{i}] ({e.get('kernel')})"
+        try:
+            fn, args, kwargs, _ = factory_call(
+                factory, str(e["kernel"]), dict(e["key"]), list(e.get("dtypes") or [])
+            )
+        except BadInput as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - the user's factory: name what it raised
+            said = f": {str(exc).splitlines()[0]}" if str(exc).strip() else ""
+            raise ValueError(f"{where}: the factory {ref!r} raised {type(exc).__name__}{said}") from None
+        space = fn.tuner.space_for(args, kwargs)
+        config = dict(e["config"])
+        if not space.contains(config):
+            why = "; ".join(space.violations(config))
+            raise ValueError(f"{where}: config {config} is not in the function's search space: {why}"[:500])
 
 
 def run_decorated(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
     """Study executor for decorated functions: builds the call with the task's input factory, then
     calls the function in online mode with the task's budget, so it tunes the recorded key and stores
-    the winner in its own store (as production would have, had it been allowed to tune)."""
-    import importlib
+    the winner in its own store (as production would have, had it been allowed to tune). The trials are
+    kept in the task's Optuna study (`task.study_name` in `task.storage`), so a task whose worker died
+    resumes without measuring them again, and `callback` sees each one. The result carries the key
+    production looks up (`cache_key`), which `tuner study export` writes."""
     from types import SimpleNamespace
+
+    import numpy as np
 
     from tuner.runtime._sources import open_store
 
-    problem = dict(task.problem)
-    ref = str(problem.pop(FACTORY_FIELD, ""))
-    dtypes = [d for d in str(problem.pop("dtypes", "")).split(",") if d]
-    problem.pop("dtype", None)
-    mod, _, attr = ref.partition(":")
+    ref, fields, dtypes = _recorded_call(dict(task.problem))
     try:
-        factory = getattr(importlib.import_module(mod), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise BadInput(f"task {task.key}: cannot load the input factory {ref!r}: {exc}") from None
-    fn, args, kwargs = factory(task.kernel, problem, dtypes)
-    t = getattr(fn, "tuner", None)
-    if t is None:
-        raise BadInput(f"task {task.key}: the factory returned {fn!r}, not a function decorated by tuner")
-    ck = t.full_key(tuple(args), dict(kwargs))
-    if ck.kernel != task.kernel or ck.fields_dict != problem or list(ck.dtypes) != dtypes:
-        raise BadInput(
-            f"task {task.key}: the factory's call has key {ck.kernel} {ck.fields_dict} {list(ck.dtypes)}, "
-            f"not the recorded {task.kernel} {problem} {dtypes}"
-        )
-    saved = (t.mode, t.budget, t.time_budget_s)
+        factory = load_factory(ref)
+        fn, args, kwargs, ck = factory_call(factory, task.kernel, fields, dtypes)
+    except BadInput as exc:
+        raise BadInput(f"task {task.key}: {exc}") from None
+    t = fn.tuner
+    saved = (t.mode, t.budget, t.time_budget_s, t.study_run)
     t.mode, t.budget, t.time_budget_s = "online", task.budget or t.budget, task.time_budget_s
+    t.study_run = {
+        "storage": task.storage or None,
+        "study_name": task.study_name if task.storage else None,
+        "callback": callback,
+        "prior": prior,
+    }
     try:
         t.cache_clear()  # forget what this process resolved before: tune unless the store has the key
         fn(*args, **kwargs)
     finally:
-        t.mode, t.budget, t.time_budget_s = saved
+        t.mode, t.budget, t.time_budget_s, t.study_run = saved
     db = open_store(t.storage, create=True)
     entry = db.get(ck) if db is not None else None
     if entry is None:
+        why = str((t.last_choice or {}).get("why", ""))
+        if why.startswith("exact entry in") and why != "exact entry in the store":  # a shipped file's
+            raise RuntimeError(
+                f"task {task.key}: nothing tuned: the call was served by an {why} (TUNER_CACHE_FILE, "
+                "cache= or set_global_cache); run the study without that file"
+            )
         raise RuntimeError(
             f"task {task.key}: {task.kernel} ran but its store ({t.storage or 'the default store'}) holds no "
             "entry for the key (storage=False?); nothing to ship"
         )
-    return SimpleNamespace(best_config=dict(entry.config), best_value=s_to_ms(entry.time_s), unit="ms")
+    # The search's time of its winner is the least of several noisy timings, biased low (by 5-10 % for
+    # microsecond functions on a CPU): re-time the winner, as a study re-measures its finalists, so that
+    # `tuner regress` compares against an unbiased time.
+    again = sorted(time_config(fn, args, kwargs, ck.device, entry.config, REMEASURE))
+    q1, median, q3 = (float(np.quantile(again, q)) for q in (0.25, 0.5, 0.75))
+    return SimpleNamespace(
+        best_config=dict(entry.config),
+        best_value=median,
+        unit="s",  # the unit of the trials the decorator's timer kept in the task's Optuna study
+        cache_key=ck.to_json(),
+        spread_s=max(entry.spread_s, q3 - q1),
+        space=entry.space,
+        date=entry.date,
+    )

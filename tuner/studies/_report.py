@@ -66,7 +66,10 @@ def roofline_fraction(task: StudyTask, time_s: float) -> tuple[float | None, str
     try:
         from tuner.kernels import get_kernel
 
-        spec = get_kernel(task.kernel)
+        try:
+            spec = get_kernel(task.kernel)
+        except ValueError:
+            return None, "no FLOP/byte counts: not a registered kernel"
         flops = float(spec.flops(task.problem))
         nbytes = float(spec.bytes_moved(task.problem))
     except Exception as exc:  # noqa: BLE001 - unregistered kernel (synthetic test tasks)

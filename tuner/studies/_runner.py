@@ -237,6 +237,18 @@ def _result_summary(res: Any) -> dict[str, Any]:
             out["best_stats"] = {
                 k: v for k, v in stats.items() if isinstance(v, (int, float, str)) and _finite_or_str(v)
             }
+    cache_key = getattr(res, "cache_key", None)  # an executor that knows the runtime key of its winner
+    if isinstance(cache_key, Mapping):
+        try:
+            out["cache_key"] = _jsonable(dict(cache_key))
+        except (TypeError, ValueError) as exc:
+            log.warning("the executor's cache_key is not JSON: %s", exc)
+        spread = getattr(res, "spread_s", None)
+        if isinstance(spread, (int, float)) and math.isfinite(spread) and spread >= 0:
+            out["spread_s"] = float(spread)
+        for name in ("space", "date"):  # the fingerprint of the space it was tuned over, when measured
+            if isinstance(getattr(res, name, None), str):
+                out[name] = getattr(res, name)
     counts = getattr(res, "status_counts", None)
     if callable(counts):
         try:

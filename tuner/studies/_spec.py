@@ -235,7 +235,13 @@ def _check_kernel(
     try:
         spec = get_kernel(kernel)
     except ValueError as exc:
-        raise _err(where, str(exc)) from None
+        hint = (
+            " (a study of decorated functions, written by `tuner study from-misses --factory`, runs with "
+            "--executor tuner.studies._from_misses:run_decorated)"
+            if "factory" in problem
+            else ""
+        )
+        raise _err(where, str(exc).splitlines()[0] + hint) from None
     if backend not in spec.backends:
         raise _err(
             where, f"kernel {kernel!r} has no backend {backend!r} (it has: {', '.join(spec.backends)})"
