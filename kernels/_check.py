@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 from tuner.search_spaces import Device, SearchSpace
-from tuner.search_spaces.devices import detect_device
+from tuner.search_spaces.devices import detect_device, interpreter_fault_note
 
 from ._common import to_numpy
 from ._registry import KernelSpec
@@ -208,7 +208,7 @@ def check_kernel(
                 math.nan,
                 False,
                 -1,
-                f"{type(exc).__name__}: {msg[0] if msg else ''}"[:300],
+                f"{type(exc).__name__}: {msg[0] if msg else ''}"[:300] + interpreter_fault_note(exc),
             )
         rows.append(row)
         if progress is not None:

@@ -370,7 +370,8 @@ def flash_attention_pallas(
     args: list[Any] = [q, k, v]
     aliases: dict[int, int] = {}
     if interpret and out is not None:
-        in_specs.append(pl.BlockSpec(memory_space=pl.ANY))
+        # Blocked like the output (jax 0.11's interpreter fails on an unblocked alias of a padded output).
+        in_specs.append(pl.BlockSpec((sq, sq, block_q, d), lambda b, h, i, j: (b, h, i, 0)))
         aliases = {3: 0}
         args.append(out)
     compiler_params = (

@@ -457,7 +457,9 @@ def _launch_pallas(
     aliases: dict[int, int] = {}
     alias = interpret and out is not None
     if alias:  # write into the caller's (poisoned) buffer so unwritten elements stay NaN
-        in_specs.append(pl.BlockSpec(memory_space=pl.ANY))
+        # Blocked like the output, not memory_space=pl.ANY: jax 0.11's interpreter pads a blocked output
+        # to whole blocks but not an unblocked alias of it, and fails when M is no multiple of the block.
+        in_specs.append(pl.BlockSpec((block_rows, n), lambda i: (i, 0)))
         aliases = {len(args): 0}
         args.append(out)
     body = _pallas_body(kind, n, block_cols, eps, len(params2d))

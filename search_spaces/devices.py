@@ -42,6 +42,8 @@ __all__ = [
     "jax_device_label",
     "on_gpu",
     "triton_interpreted",
+    "interpreter_fault_note",
+    "split_interpreter_fault_note",
     "pallas_interpret",
     "DeviceFamily",
     "device_family",
@@ -285,6 +287,51 @@ def device_family(label: str) -> DeviceFamily:
 def triton_interpreted() -> bool:
     """Whether `TRITON_INTERPRET` turns Triton's CPU interpreter on."""
     return flag("TRITON_INTERPRET")
+
+
+# numpy 2.4 turned int() of an array with ndim > 0 (deprecated since numpy 1.25) into this TypeError. The
+# Triton interpreter of triton 3.6 and earlier calls it for a scalar kernel argument used as a Python int (a
+# `range(0, N, BLOCK)` bound, say), so there every such kernel fails; triton 3.7.1's interpreter does not.
+_NUMPY_SCALAR_REFUSAL = "only 0-dimensional arrays can be converted to python scalars"
+_FAULT_MARK = "a known fault of the Triton interpreter"
+
+
+def interpreter_fault_note(error: BaseException | str) -> str:
+    """A note that explains `error` (an exception, or the text a failed trial recorded) when the installed
+    Triton interpreter's known fault with numpy >= 2.4 raised it, else "". Told by its message, not by
+    version numbers: the interpreter of triton <= 3.6 refuses every kernel that uses a scalar argument as
+    a Python int once numpy is 2.4 or later, which looks like a fault of the kernel."""
+    texts = [str(error)]
+    cur: BaseException | str | None = error
+    while isinstance(cur, BaseException) and len(texts) < 6:  # the exception and what it was raised from
+        texts.append(type(cur).__name__)
+        cur = cur.__cause__ or cur.__context__
+        if cur is not None:
+            texts.append(str(cur))
+    low = " ".join(texts).lower()
+    if _NUMPY_SCALAR_REFUSAL not in low or _FAULT_MARK.lower() in low:
+        return ""
+    if "interpretererror" not in low:  # the interpreter wraps every error of a kernel in InterpreterError
+        return ""
+    from importlib import metadata
+
+    def version(pkg: str) -> str:
+        try:
+            return metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            return "?"
+
+    # short: a failed run's summary keeps the first 300 characters of the first error
+    return (
+        f" ({_FAULT_MARK} in triton {version('triton')} with numpy {version('numpy')}: "
+        "on the CPU use triton>=3.7.1 or numpy<2.4)"
+    )
+
+
+def split_interpreter_fault_note(text: str) -> tuple[str, str]:
+    """(`text` without the note of `interpreter_fault_note`, the note or "")."""
+    head, sep, rest = text.partition(f" ({_FAULT_MARK}")
+    return head, (sep + rest).strip()
 
 
 def on_gpu() -> bool:

@@ -21,6 +21,15 @@ from tuner.cli import main
 MINE = {"matmul", "int8_matmul", "moe_gemm"}
 
 
+class InterpreterError(RuntimeError):
+    """Stands for triton.runtime.errors.InterpreterError (the interpreter raises it with repr(cause))."""
+
+
+OLD_INTERPRETER_ERROR = InterpreterError(
+    repr(TypeError("only 0-dimensional arrays can be converted to Python scalars"))
+)
+
+
 def _fake_spec(name: str, run: Any, backend: str = "triton", output_buffer: str | None = "out") -> KernelSpec:
     """A numpy 'kernel' over a 4x6 problem whose space is one parameter `mode` with 4 values."""
 
@@ -63,9 +72,19 @@ def fake_kernels() -> Iterator[None]:
     def boom(problem: Any, backend: str, inputs: Any, cfg: Any) -> Any:
         raise RuntimeError("out of resources: shared memory")
 
+    def old_interpreter(problem: Any, backend: str, inputs: Any, cfg: Any) -> Any:
+        """What every kernel with a `range(0, N, BLOCK)` loop raises under triton 3.6's interpreter with
+        numpy >= 2.4."""
+        raise OLD_INTERPRETER_ERROR
+
     added = {
         s.name: s
-        for s in (_fake_spec("fake_lazy", lazy), _fake_spec("fake_half", half), _fake_spec("fake_boom", boom))
+        for s in (
+            _fake_spec("fake_lazy", lazy),
+            _fake_spec("fake_half", half),
+            _fake_spec("fake_boom", boom),
+            _fake_spec("fake_old_interpreter", old_interpreter),
+        )
     }
     REGISTRY.update(added)
     try:
@@ -200,6 +219,24 @@ def test_check_exits_1_on_wrong_results(fake_kernels: None, capsys: pytest.Captu
     out = capsys.readouterr().out
     assert "FAIL" in out and "configs match the reference" in out
     assert main(["check", "fake_boom", "--configs", "1"]) == 1
+
+
+def test_the_old_triton_interpreters_numpy_fault_is_explained_once(
+    fake_kernels: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """triton <= 3.6's interpreter with numpy >= 2.4 fails every kernel with a runtime loop bound: the
+    check says so (once under the table, on every row in --json) instead of blaming the kernel."""
+    assert main(["check", "fake_old_interpreter", "--configs", "3"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("a known fault of the Triton interpreter") == 1
+    assert "triton>=3.7.1 or numpy<2.4" in out.replace("\n", " ")
+    assert out.count("only 0-dimensional arrays") == 3  # each row keeps its own error
+    assert main(["check", "fake_old_interpreter", "--configs", "2", "--json"]) == 1
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert all("a known fault of the Triton interpreter" in r["error"] for r in rows)
+    # any other failure gets no such note
+    assert main(["check", "fake_boom", "--configs", "1", "--json"]) == 1
+    assert "known fault" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

@@ -109,3 +109,50 @@ def test_device_family_distance_and_unknown_labels() -> None:
     # a vendor without a model the table knows: the vendor, no arch
     amd = dv.device_family("AMD Radeon Graphics")
     assert amd.vendor == "amd" and amd.arch == "" and amd.distance(dv.device_family("MI250X")) == float("inf")
+
+
+class InterpreterError(RuntimeError):
+    """Stands for triton.runtime.errors.InterpreterError, which carries repr() of the kernel's error."""
+
+
+_NUMPY_REFUSAL = "only 0-dimensional arrays can be converted to Python scalars"
+
+
+def test_the_old_triton_interpreters_numpy_fault_gets_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    """triton <= 3.6's interpreter calls int() on 1-element arrays, which numpy >= 2.4 refuses: every
+    kernel with a runtime `range` bound fails there. The error is told by its text and explained."""
+    err = InterpreterError(repr(TypeError(_NUMPY_REFUSAL)))
+    note = dv.interpreter_fault_note(err)
+    assert "a known fault of the Triton interpreter" in note and "triton>=3.7.1 or numpy<2.4" in note
+    assert dv.split_interpreter_fault_note(f"{err}{note}") == (str(err), note.strip())
+    assert dv.interpreter_fault_note(f"InterpreterError: {err}") == note  # a trial's recorded text
+    assert dv.interpreter_fault_note(f"InterpreterError: {err}{note}") == ""  # noted once
+    # the numpy refusal outside a kernel (a user's own code, even under TRITON_INTERPRET) is left alone
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert dv.interpreter_fault_note(TypeError(_NUMPY_REFUSAL)) == ""
+    try:  # the interpreter's error as the cause of another (the drop-in re-raises the first config's)
+        try:
+            raise err
+        except InterpreterError as inner:
+            raise RuntimeError("every config failed") from inner
+    except RuntimeError as outer:
+        assert dv.interpreter_fault_note(outer) == note
+    assert dv.interpreter_fault_note(InterpreterError(repr(TypeError("unsupported operand")))) == ""
+
+
+def test_measure_and_optimize_carry_the_interpreter_fault_note() -> None:
+    """A failed trial's error (what tuner.optimize, the decorators and the measurer report) says why."""
+    import tuner
+    from tuner.measure._gate import describe_exception
+
+    err = InterpreterError(repr(TypeError(_NUMPY_REFUSAL)))
+    text = describe_exception(err)
+    assert text.count("a known fault of the Triton interpreter") == 1 and _NUMPY_REFUSAL in text
+
+    def objective(cfg: dict) -> float:
+        raise err
+
+    space = tuner.SearchSpace([tuner.Categorical("b", (1, 2))])
+    with pytest.warns(tuner.AllTrialsFailedWarning, match="triton>=3.7.1 or numpy<2.4"):
+        res = tuner.optimize(space, objective, budget=2, strategy="random")
+    assert all("a known fault of the Triton interpreter" in (t.error or "") for t in res.trials)

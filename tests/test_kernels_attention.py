@@ -229,3 +229,37 @@ def test_pallas_kernel_lowers_for_tpu(causal: bool) -> None:
     f = functools.partial(flash_attention_pallas, causal=causal, interpret=False, **cfg)
     exported = export.export(jax.jit(f), platforms=["tpu"])(q, q, q)
     assert "tpu_custom_call" in exported.mlir_module()
+
+
+def test_pallas_poisoned_output_alias_is_blocked_like_the_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As for the row kernels (test_kernels_norms.py): the aliased poisoned output is blocked like the
+    output, which jax 0.11's interpreter needs when S is no multiple of the query block."""
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from tuner.kernels.attention import flash_attention_pallas
+
+    calls: list[dict[str, Any]] = []
+    real = pl.pallas_call
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pl, "pallas_call", recording)
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.standard_normal((1, 1, 40, 64)), jnp.float32) for _ in range(3))
+    out = flash_attention_pallas(
+        q,
+        k,
+        v,
+        jnp.full(q.shape, jnp.nan, q.dtype),
+        causal=True,
+        block_q=16,
+        block_k_major=16,
+        block_k=16,
+        interpret=True,
+    )
+    (kw,) = calls
+    (alias_in,) = kw["input_output_aliases"]
+    assert kw["in_specs"][alias_in].block_shape == kw["out_specs"].block_shape
+    assert np.isfinite(np.asarray(out)).all()

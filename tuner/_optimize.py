@@ -114,7 +114,9 @@ def _run_objective(
     try:
         raw = objective(dict(config))
     except Exception as exc:  # a failing config is a result, not a crash of the run
-        return None, FAILED, f"{type(exc).__name__}: {exc}"
+        from tuner.search_spaces.devices import interpreter_fault_note
+
+        return None, FAILED, f"{type(exc).__name__}: {exc}{interpreter_fault_note(exc)}"
     try:
         value = float(raw)
     except (TypeError, ValueError):

@@ -273,6 +273,8 @@ def _print(report: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from tuner.search_spaces.devices import split_interpreter_fault_note
+
     shape = " ".join(f"{k}={v}" for k, v in report.problem.items())
     size = report.space_size if report.space_size >= 0 else "?"
     table = Table(
@@ -281,11 +283,17 @@ def _print(report: Any) -> None:
     )
     for col in ("#", "config", "max abs err", "max rel err", "ok"):
         table.add_column(col)
+    notes: dict[str, None] = {}  # a note that explains several rows' errors, printed once below the table
     for i, r in enumerate(report.rows):
         cfg = " ".join(f"{k}={v}" for k, v in r.config.items())
-        status = "ok" if r.ok else (f"FAIL {r.error}" if r.error else f"FAIL ({r.bad_elements} bad)")
+        error, note = split_interpreter_fault_note(r.error or "")
+        if note:
+            notes[note] = None
+        status = "ok" if r.ok else (f"FAIL {error}" if error else f"FAIL ({r.bad_elements} bad)")
         table.add_row(str(i), cfg, _fmt(r.max_abs_err), _fmt(r.max_rel_err), status)
     console = Console(width=max(Console().width, 140))
     console.print(table)
     n_ok = sum(r.ok for r in report.rows)
     console.print(f"{report.kernel}/{report.backend}: {n_ok}/{len(report.rows)} configs match the reference")
+    for note in notes:
+        console.print(note)

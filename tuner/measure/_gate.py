@@ -298,12 +298,15 @@ _BACKEND_MODULES = frozenset({"torch", "triton", "jax", "jaxlib"})
 def describe_exception(exc: BaseException, limit: int = 2000) -> str:
     import traceback
 
+    from tuner.search_spaces.devices import interpreter_fault_note
+
     tb = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in _BACKEND_MODULES:
         tb += " (a kernel backend, not installed by plain `pip install tuner`: pip install 'tuner[kernels]')"
+    note = interpreter_fault_note(exc)
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" (at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
-    return (tb + where)[:limit]
+    return (tb[: max(0, limit - len(note) - len(where))] + note + where)[:limit]
 
 
 def nonfinite_message(output: Any) -> str | None:
