@@ -234,6 +234,30 @@ def test_source_hash_ignores_decorator_options_but_follows_code_and_depends():
     assert source_hash(helper_a) != source_hash(helper_b)
 
 
+def test_a_triton_kernel_in_depends_puts_tritons_version_in_the_key():
+    triton = pytest.importorskip("triton")
+    import triton.language as tl
+
+    @triton.jit
+    def _copy(x_ptr, n, BLOCK: tl.constexpr):
+        pass
+
+    def helper():
+        return 1
+
+    @tuner.autotune(SPACE, key=["n"], depends=[_copy])
+    def with_kernel(n, *, block):
+        return n
+
+    @tuner.autotune(SPACE, key=["n"], depends=[helper])
+    def plain(n, *, block):
+        return n
+
+    versions = with_kernel.tuner.full_key((100,), {}).versions_dict
+    assert versions.get("triton") == triton.__version__ and "python" in versions
+    assert "triton" not in plain.tuner.full_key((100,), {}).versions_dict
+
+
 def test_time_budget_stops_tuning():
     k, bench = make(bench=Counter(delay=0.05), budget=5, time_budget_s=0.08)
     k(None, 5)

@@ -206,9 +206,11 @@ class ArgKeys:
         key: Sequence[str] | str | Callable[..., Any],
         bucket: Bucket,
         dtypes: bool,
+        packages: Sequence[str] = (),
     ) -> None:
         self.name = name
         self.kind = kind
+        self.packages = tuple(packages)  # more packages whose versions the stored key holds (`depends`)
         self._source_hash = source_hash  # a callable is asked on the first stored key, then kept
         self.arg_names = list(arg_names)
         self.defaults = dict(defaults)
@@ -315,5 +317,5 @@ class ArgKeys:
         ck = (device, tops)
         got = self._env.get(ck)
         if got is None:
-            got = self._env[ck] = (device, framework_versions(self.kind, values))
+            got = self._env[ck] = (device, framework_versions(self.kind, values, self.packages))
         return got

@@ -27,7 +27,14 @@ from tuner.search_spaces import SearchSpace
 from . import _jax
 from ._argkeys import ArgKeys, KeyBuilder
 from ._bench import BenchFn, default_bench
-from ._env import array_framework, flat_args, kind_of, signature_names, underlying_function
+from ._env import (
+    array_framework,
+    dependency_packages,
+    flat_args,
+    kind_of,
+    signature_names,
+    underlying_function,
+)
 from ._file import CacheFileError, ReadOnlyCache, load_cache
 from ._hit import make_hit_path
 from ._key import Bucket, CacheKey
@@ -156,6 +163,7 @@ class Autotuned:
                 key=key,
                 bucket=bucket,
                 dtypes=dtypes,
+                packages=dependency_packages(self._depends),
             )
         )
         self.timer: Timer = timer or _default_timer(bench, self.kind)
@@ -385,7 +393,9 @@ def autotune(
       restored before each config is timed and after tuning, so the tuning call's result is right
       (jax arrays, immutable, are skipped).
     - `depends`: other functions whose source is part of the kernel's identity (e.g. the @triton.jit
-      kernel that a plain-Python launcher calls): editing them makes old entries stale.
+      kernel that a plain-Python launcher calls): editing them makes old entries stale, and so does
+      upgrading the compiler of a `@triton.jit` or `jax.jit` function among them (its versions join the
+      key's, as for a decorated Triton kernel).
     - `lease_s`: how long a claim to tune a key stays valid without renewal (another process takes over
       a key whose tuner died after this long).
     The decorated function gets the config's parameters as keyword arguments.

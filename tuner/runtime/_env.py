@@ -22,6 +22,7 @@ __all__ = [
     "device_of",
     "dtype_name",
     "framework_versions",
+    "dependency_packages",
     "arg_leaves",
     "flat_args",
     "arg_dtype",
@@ -166,10 +167,25 @@ def dtype_name(dt: Any) -> str:
     return s.removeprefix("torch.")
 
 
-def framework_versions(kind: str, values: Iterable[Any]) -> dict[str, str]:
+def dependency_packages(depends: Iterable[Any]) -> tuple[str, ...]:
+    """The compilers among the kinds of `depends` (a `@triton.jit` kernel, a `jax.jit` function, ...) whose
+    versions change what they compile to: a plain-Python launcher that names the Triton kernel it calls
+    in `depends` is keyed on triton's version too, as the kernel itself would be."""
+    out: list[str] = []
+    for dep in depends:
+        top = (type(dep).__module__ or "").split(".")[0]
+        kind = "jax" if top in ("jax", "jaxlib") else top
+        for pkg in VERSIONS_BY_KIND.get(kind, ()) if kind in ("triton", "jax") else ():
+            if pkg not in out:
+                out.append(pkg)
+    return tuple(out)
+
+
+def framework_versions(kind: str, values: Iterable[Any], extra: Iterable[str] = ()) -> dict[str, str]:
     """Versions that change what this call compiles to: per kind (triton: triton+torch; jax: jax+jaxlib);
-    for plain callables, the frameworks whose arrays are among the arguments, and the Python minor version."""
-    pkgs: list[str] = list(VERSIONS_BY_KIND.get(kind, ()))
+    for plain callables, the frameworks whose arrays are among the arguments, and the Python minor version;
+    plus the packages `extra` names (`dependency_packages` of the launcher's `depends`)."""
+    pkgs: list[str] = list(VERSIONS_BY_KIND.get(kind, ())) + list(extra)
     out: dict[str, str] = {}
     if kind == "python":
         for v in values:
