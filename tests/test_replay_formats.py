@@ -330,3 +330,24 @@ def test_replay_search_on_a_hub_folder_of_an_unseen_kernel(tmp_path: Path) -> No
         table = load_table(r["file"])
         assert min(v for v in r["trace"] if v is not None) == table.optimum, r["file"]
         assert table.best_config() == BEST
+
+
+def test_slim_tables_on_a_hub_folder_skips_what_is_not_a_cache_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The hub keeps T4 copies and metadata beside its cache files; slimming a GFLOP/s table keeps the
+    failures that Kernel Tuner recorded under the objective."""
+    from tests._scripts import benchmark_script
+
+    slim_tables = benchmark_script("slim_tables")
+    src = tmp_path / "hub" / "hotspot"
+    src.mkdir(parents=True)
+    doc = _doc("GFLOP/s", _gflops)
+    _write(src / "W7800.json.gz", doc)
+    _write(src / "W7800_T4.json.gz", _t4(doc))
+    _write(src / "W7800-metadata.json.gz", {"metadata": {"hardware": {}}, "schema_version": "1.0.0"})
+    assert slim_tables.main([str(tmp_path / "hub"), str(tmp_path / "slim")]) == 0
+    assert capsys.readouterr().out.count("skipped") == 2
+    assert sorted(p.name for p in (tmp_path / "slim" / "hotspot").iterdir()) == ["W7800.json.gz"]
+    a, b = load_table(src / "W7800.json.gz"), load_table(tmp_path / "slim" / "hotspot" / "W7800.json.gz")
+    assert list(a.values.items()) == list(b.values.items()) and b.best_config() == BEST
