@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner._bounded import read_bounded
+from tuner._bounded import InputTooLarge, read_bounded
 from tuner.search_spaces import Config, SearchSpace
 
 __all__ = [
@@ -338,6 +338,11 @@ def load_table(
     try:
         raw = read_bounded(p)  # size-checked, gunzipped with a bound on the expanded size
         text = raw.decode("utf-8")
+    except InputTooLarge as exc:
+        raise ReplayFormatError(
+            f"{where}: cannot read ({exc.__class__.__name__}: {exc}); a table this big replays once slimmed "
+            f"to its parameters and objective (benchmarks/slim_tables.py)"
+        ) from None
     except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise ReplayFormatError(f"{where}: cannot read ({exc.__class__.__name__}: {exc})") from None
     except UnicodeDecodeError:
