@@ -180,6 +180,10 @@ def test_every_failure_string_and_nan_is_a_failure(tmp_path: Path) -> None:
     doc["schema_version"] = "1.1.0"
     table = load_table(_write(tmp_path / "v110.json", doc))
     assert sum(v is None for v in table.values.values()) == len(fails) and table.best_config() == BEST
+    # newer Kernel Tuner marks a failure with "__error__"; whatever else the entry holds, it failed
+    doc["cache"]["64,2,2"]["__error__"] = "RuntimeFailedConfig"
+    table = load_table(_write(tmp_path / "error.json", doc))
+    assert table.lookup(BEST) is None and table.best_config() != BEST
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.5])

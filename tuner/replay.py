@@ -164,7 +164,7 @@ def _direction(objective: str, data: Mapping[str, Any], higher_is_better: bool |
 def _failed_entry(entry: Mapping[str, Any]) -> bool:
     """An entry that records a failure in a field other than the objective (Kernel Tuner records the
     failure under the tuning run's objective, so another recorded column is absent there)."""
-    return any(isinstance(v, str) and v in FAILURE_STRINGS for v in entry.values()) or "__error__" in entry
+    return any(isinstance(v, str) and v in FAILURE_STRINGS for v in entry.values())
 
 
 def _cost(raw: Any, objective: str, higher_is_better: bool, ck: str, where: str) -> float | None:
@@ -295,7 +295,9 @@ def table_from_dict(
                 raise ReplayFormatError(f"{where}: cache entry {ck!r}: {k}={v!r} is not a scalar")
             if isinstance(v, float) and not math.isfinite(v):
                 raise ReplayFormatError(f"{where}: cache entry {ck!r}: {k}={v!r} is not finite")
-        if objective in entry:
+        if entry.get("__error__") in FAILURE_STRINGS:  # newer Kernel Tuner's own failure marker
+            val = None
+        elif objective in entry:
             val = _cost(entry[objective], objective, maximise, str(ck), where)
         elif _failed_entry(entry):
             val = None
