@@ -9,6 +9,8 @@ so the copy is still a Kernel Tuner cache file and replays exactly as the origin
     python benchmarks/slim_tables.py SOURCE_FOLDER benchmarks/data
 
 SOURCE_FOLDER holds `KERNEL/GPU.json.gz` (or `.json`) files; the same layout is written under the target.
+Files in the hub's folders that are not cache files (the T4 copies `GPU_T4.json.gz`, `GPU-results` and
+`GPU-metadata` files) are skipped with a line that says so: the cache file holds the same table.
 """
 
 from __future__ import annotations
@@ -21,15 +23,24 @@ from pathlib import Path
 from typing import Any
 
 from tuner._atomic import atomic_write
+from tuner.replay import FAILURE_STRINGS
+
+
+def _objective_value(e: dict[str, Any], objective: str) -> Any:
+    if objective in e:
+        return e[objective]
+    # a failed entry may record its failure under another field only: keep it as the objective's
+    return next((v for v in e.values() if isinstance(v, str) and v in FAILURE_STRINGS), e.get(objective))
 
 
 def slim(doc: dict[str, Any]) -> dict[str, Any]:
     """The cache document with only the parameters and the objective in each entry."""
-    keys = doc["tune_params_keys"]
+    keys = doc.get("tune_params_keys") or list(doc["tune_params"])
     objective = doc.get("objective") or "time"
     out = {k: v for k, v in doc.items() if k != "cache"}
     out["cache"] = {
-        ck: {**{k: e[k] for k in keys}, objective: e[objective]} for ck, e in doc["cache"].items()
+        ck: {**{k: e[k] for k in keys}, objective: _objective_value(e, objective)}
+        for ck, e in doc["cache"].items()
     }
     return out
 
@@ -47,6 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     for f in files:
         raw = f.read_bytes()
         doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+        if (
+            not isinstance(doc, dict)
+            or "cache" not in doc
+            or not (doc.get("tune_params_keys") or doc.get("tune_params"))
+        ):
+            print(f"{f}: skipped (not a Kernel Tuner cache file with tune_params_keys)")
+            continue
         body = json.dumps(slim(doc), separators=(",", ":")).encode()
         out = dst / f.parent.name / (f.name.split(".")[0] + ".json.gz")
         # mtime=0: the same input gives the same bytes

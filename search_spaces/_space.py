@@ -144,6 +144,32 @@ class SearchSpace:
         space._explicit_set = set(seen)
         return space
 
+    @classmethod
+    def from_kernel_tuner(
+        cls, tune_params: Mapping[str, Sequence[Value]], restrictions: Any = None, *, name: str = ""
+    ) -> SearchSpace:
+        """The space of a Kernel Tuner `tune_params` dict (name -> list of values) and its `restrictions`.
+
+        `restrictions` is what `kernel_tuner.tune_kernel` takes: None, or a list of strings (Python
+        expressions over the parameter names, such as "block_size_x*block_size_y<=1024"), functions of
+        the config dict, and `(function, [names])` pairs whose function takes those values in order.
+        Strings are parsed with `ast` and evaluated by a whitelist interpreter (arithmetic, comparisons,
+        and/or/not, if-else, literals, min/max/abs/int/float/round/len), never by `eval`; a name that is
+        not a parameter, or any other construct, is a ValueError naming the restriction. Numeric values
+        become ordered parameters, others categorical (`param_from_values`)."""
+        from ._restrictions import restriction_constraints
+
+        if not isinstance(tune_params, Mapping) or not tune_params:
+            raise ValueError("tune_params must be a non-empty dict of parameter name -> list of values")
+        params = []
+        for k, vals in tune_params.items():
+            if not isinstance(k, str):
+                raise ValueError(f"tune_params: parameter name {k!r} is not a string")
+            if isinstance(vals, (str, bytes)) or not isinstance(vals, Sequence) or len(vals) == 0:
+                raise ValueError(f"tune_params[{k!r}] must be a non-empty list of values, got {vals!r}")
+            params.append(param_from_values(k, list(vals)))
+        return cls(params, restriction_constraints(restrictions, list(tune_params)), name=name)
+
     # ---- basic properties --------------------------------------------------------------------------
     @property
     def names(self) -> list[str]:

@@ -2,6 +2,15 @@
 
 A table is a complete brute-forced search space measured on a real GPU: tuning "on" it costs a
 dictionary lookup per evaluation, so search strategies can be compared without a GPU.
+
+Read: Kernel Tuner's cache files in every version that writes them (no `schema_version`, 1.0.0, 1.1.0;
+closed, or left open by an interrupted run), and the T4 results files that Kernel Tuner and the FAIR
+Benchmark Hub write beside them (`{"results": [{"configuration", "measurements", "invalidity"}]}`).
+The recorded objective is the file's `objective` (default `time`). Tuning minimises a cost: the value
+itself when lower is better, its reciprocal when higher is better (`GFLOP/s`, `GB/s`, ...: the
+reciprocal is the time per unit of work, so ratios to the optimum keep their meaning). The direction
+comes from the caller, else from the file, else from Kernel Tuner's table of known objectives; an
+objective nobody gave a direction for is refused, as Kernel Tuner refuses it.
 """
 
 from __future__ import annotations
@@ -16,13 +25,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner._bounded import read_bounded
+from tuner._bounded import InputTooLarge, read_bounded
 from tuner.search_spaces import Config, SearchSpace
 
-__all__ = ["ReplayTable", "ReplayFormatError", "load_table", "table_from_dict"]
+__all__ = [
+    "FAILURE_STRINGS",
+    "KNOWN_OBJECTIVES",
+    "ReplayTable",
+    "ReplayFormatError",
+    "load_table",
+    "table_from_dict",
+]
 
 # The cache file's recorded objective; "time" in Kernel Tuner.
 _DEFAULT_OBJECTIVE = "time"
+# Kernel Tuner's objectives of known direction (its `objective_default_map`): True = higher is better.
+KNOWN_OBJECTIVES: dict[str, bool] = {
+    "time": False,
+    "energy": False,
+    "GFLOP/s": True,
+    "TFLOP/s": True,
+    "GB/s": True,
+    "TB/s": True,
+    "GFLOPS/W": True,
+    "TFLOPS/W": True,
+    "GFLOP/J": True,
+    "TFLOP/J": True,
+}
+# The strings Kernel Tuner writes for a config that did not run (str() of its ErrorConfig classes).
+FAILURE_STRINGS = frozenset({"InvalidConfig", "CompilationFailedConfig", "RuntimeFailedConfig"})
+# Kernel Tuner before 0.4 recorded a failed config as this time (ms); no kernel takes 1e20 ms.
+_OLD_FAILURE_TIME = 1e20
 
 
 class ReplayFormatError(ValueError):
@@ -31,7 +64,10 @@ class ReplayFormatError(ValueError):
 
 @dataclass
 class ReplayTable:
-    """A recorded table: the space of its configs and the objective value of each (None = failed)."""
+    """A recorded table: the space of its configs and the cost of each (None = failed).
+
+    `values` and `optimum` are costs, lower is better: the recorded value, or its reciprocal when
+    `higher_is_better`; `recorded(cost)` converts back to the file's unit."""
 
     space: SearchSpace
     values: dict[tuple, float | None]
@@ -41,12 +77,18 @@ class ReplayTable:
     objective: str = _DEFAULT_OBJECTIVE
     path: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    higher_is_better: bool = False
 
     def __post_init__(self) -> None:
         ok = [v for v in self.values.values() if v is not None]
         if not ok:
             raise ReplayFormatError(f"{self.path or 'table'}: every config failed; there is no optimum")
         self.optimum = min(ok)
+
+    def recorded(self, cost: float) -> float:
+        """A cost (what `values`, `optimum` and `objective_fn` hold: lower is better) in the file's own
+        unit: the cost itself, or its reciprocal for a higher-is-better objective such as GFLOP/s."""
+        return 1.0 / cost if self.higher_is_better else cost
 
     def key(self, config: Mapping[str, Any]) -> tuple:
         return self.space._hkey(self.space._key_unchecked(config))
@@ -94,29 +136,148 @@ def _parse_tune_params(raw: Any, where: str) -> dict[str, list[Any]] | None:
     return {str(k): list(v) if isinstance(v, (list, tuple)) else [v] for k, v in raw.items()}
 
 
-def table_from_dict(data: Any, *, where: str = "table", objective: str | None = None) -> ReplayTable:
-    """Build a ReplayTable from a parsed Kernel Tuner cache document."""
+def _not_a_cache_file(data: Mapping[str, Any]) -> str:
+    """Why a JSON object without a 'cache' is not a table, naming what it looks like."""
+    if "Results" in data and "Metadata" in data:
+        return "a KTT (Kernel Tuning Toolkit) output file, not a Kernel Tuner cache file"
+    if "metadata" in data and "results" not in data:
+        return "a T4 metadata file (no results); replay the results file written beside it"
+    if "data" in data and "tunable_parameters" in data:
+        return "a Kernel Tuner results file (store_results: the best config per problem), not a cache file"
+    return "no 'cache' object with the recorded configs (nor a T4 'results' list)"
+
+
+def _direction(objective: str, data: Mapping[str, Any], higher_is_better: bool | None, where: str) -> bool:
+    if higher_is_better is not None:
+        return bool(higher_is_better)
+    recorded = data.get("objective_higher_is_better")
+    if isinstance(recorded, bool):
+        return recorded
+    if objective in KNOWN_OBJECTIVES:
+        return KNOWN_OBJECTIVES[objective]
+    raise ReplayFormatError(
+        f"{where}: objective {objective!r} has no known direction; say whether higher is better "
+        f"(higher_is_better=True/False; CLI: --higher-is-better or --lower-is-better)"
+    )
+
+
+def _failed_entry(entry: Mapping[str, Any]) -> bool:
+    """An entry that records a failure in a field other than the objective (Kernel Tuner records the
+    failure under the tuning run's objective, so another recorded column is absent there)."""
+    return any(isinstance(v, str) and v in FAILURE_STRINGS for v in entry.values())
+
+
+def _cost(raw: Any, objective: str, higher_is_better: bool, ck: str, where: str) -> float | None:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+        raise ReplayFormatError(f"{where}: cache entry {ck!r}: {objective}={raw!r} is not a number")
+    if isinstance(raw, str):
+        return None  # Kernel Tuner records failures as strings ("CompilationFailedConfig", ...)
+    if not math.isfinite(raw):
+        return None  # NaN or infinity: nothing was measured
+    if raw <= 0:
+        raise ReplayFormatError(
+            f"{where}: cache entry {ck!r}: {objective}={raw!r}; replay needs positive values "
+            f"(a failure is recorded as a string such as 'RuntimeFailedConfig')"
+        )
+    if higher_is_better:
+        return 1.0 / float(raw)
+    return None if raw >= _OLD_FAILURE_TIME else float(raw)
+
+
+def _keys_from_cache_key(ck: str, entry: Mapping[str, Any]) -> list[str] | None:
+    """The parameter names of a file without tune_params_keys: Kernel Tuner's key is its parameter
+    values joined with commas, and its entries list the parameters first, in that order."""
+    parts = ck.split(",")
+    names = list(entry)[: len(parts)]
+    if len(names) == len(parts) and all(str(entry[n]) == part for n, part in zip(names, parts, strict=True)):
+        return names
+    return None
+
+
+def _t4_to_cache(data: Mapping[str, Any], objective: str | None, where: str) -> tuple[dict[str, Any], str]:
+    """A T4 results document as cache entries (configuration + the objective's measurement)."""
+    results = data["results"]
+    if not isinstance(results, list):
+        raise ReplayFormatError(f"{where}: 'results' must be a list, got {type(results).__name__}")
+    if objective is None:
+        first = results[0] if results and isinstance(results[0], Mapping) else {}
+        objectives = first.get("objectives")
+        objective = objectives[0] if isinstance(objectives, list) and objectives else _DEFAULT_OBJECTIVE
+        if not isinstance(objective, str):
+            raise ReplayFormatError(f"{where}: objectives must be names, got {objective!r}")
+    cache: dict[str, Any] = {}
+    for i, r in enumerate(results):
+        if not isinstance(r, Mapping) or not isinstance(r.get("configuration"), Mapping):
+            raise ReplayFormatError(f"{where}: result {i} has no 'configuration' object")
+        cfg = dict(r["configuration"])
+        measured = {
+            m.get("name"): m.get("value")
+            for m in r.get("measurements") or []
+            if isinstance(m, Mapping) and isinstance(m.get("name"), str)
+        }
+        entry: dict[str, Any] = dict(cfg)
+        if r.get("invalidity", "correct") != "correct":
+            entry[objective] = f"invalidity:{r.get('invalidity')}"  # a string: failed
+        elif objective in measured:
+            entry[objective] = measured[objective]
+        cache[",".join(str(v) for v in cfg.values()) + f"#{i}"] = entry
+    return cache, objective
+
+
+def table_from_dict(
+    data: Any,
+    *,
+    where: str = "table",
+    objective: str | None = None,
+    higher_is_better: bool | None = None,
+) -> ReplayTable:
+    """Build a ReplayTable from a parsed Kernel Tuner cache document (or a T4 results document).
+
+    `objective` picks the recorded column (default: the file's `objective`, else `time`);
+    `higher_is_better` its direction (default: the file's `objective_higher_is_better`, else Kernel
+    Tuner's known objectives; an objective of unknown direction is refused)."""
     if not isinstance(data, Mapping):
         raise ReplayFormatError(f"{where}: top level must be a JSON object, got {type(data).__name__}")
-    cache = data.get("cache")
-    if not isinstance(cache, Mapping):
-        raise ReplayFormatError(f"{where}: no 'cache' object with the recorded configs")
-    if not cache:
-        raise ReplayFormatError(f"{where}: the 'cache' object has no entries")
-    objective = objective or data.get("objective") or _DEFAULT_OBJECTIVE
+    t4 = "cache" not in data and "results" in data
+    cache: Any
+    if t4:
+        if not data["results"]:
+            raise ReplayFormatError(f"{where}: the 'results' list has no entries")
+        cache, objective = _t4_to_cache(data, objective, where)
+        keys: Any = None
+    else:
+        cache = data.get("cache")
+        if cache is None:
+            raise ReplayFormatError(f"{where}: {_not_a_cache_file(data)}")
+        if not isinstance(cache, Mapping):
+            raise ReplayFormatError(f"{where}: 'cache' must be an object, got {type(cache).__name__}")
+        if not cache:
+            raise ReplayFormatError(f"{where}: the 'cache' object has no entries")
+        objective = objective or data.get("objective") or _DEFAULT_OBJECTIVE
+        keys = data.get("tune_params_keys")
     if not isinstance(objective, str):
         raise ReplayFormatError(f"{where}: objective must be a string, got {objective!r}")
-    keys = data.get("tune_params_keys")
-    tune_params = _parse_tune_params(data.get("tune_params"), where)
+    maximise = _direction(objective, data, higher_is_better, where)
+    tune_params = None if t4 else _parse_tune_params(data.get("tune_params"), where)
     if keys is None and tune_params is not None:
         keys = list(tune_params)
     if keys is None:
-        first = next(iter(cache.values()))
+        ck, first = next(iter(cache.items()))
         if not isinstance(first, Mapping):
             raise ReplayFormatError(f"{where}: cache entries must be objects")
-        keys = [k for k in first if k not in _RESULT_FIELDS and k != objective]
+        if t4:
+            keys = [k for k in first if k != objective]
+        else:
+            keys = _keys_from_cache_key(str(ck), first)
+            if keys is None:
+                raise ReplayFormatError(
+                    f"{where}: no tune_params_keys or tune_params, and the first entry's key {ck!r} does not "
+                    f"spell its first fields: cannot tell the parameters from the measurements"
+                )
     if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
         raise ReplayFormatError(f"{where}: tune_params_keys must be a non-empty list of names")
+    if objective in keys:
+        raise ReplayFormatError(f"{where}: the objective {objective!r} is also a tuning parameter")
 
     configs: list[dict[str, Any]] = []
     values: list[float | None] = []
@@ -134,18 +295,14 @@ def table_from_dict(data: Any, *, where: str = "table", objective: str | None = 
                 raise ReplayFormatError(f"{where}: cache entry {ck!r}: {k}={v!r} is not a scalar")
             if isinstance(v, float) and not math.isfinite(v):
                 raise ReplayFormatError(f"{where}: cache entry {ck!r}: {k}={v!r} is not finite")
-        if objective not in entry:
-            raise ReplayFormatError(f"{where}: cache entry {ck!r} has no {objective!r} field")
-        raw = entry[objective]
-        val: float | None
-        if isinstance(raw, bool):
-            raise ReplayFormatError(f"{where}: cache entry {ck!r}: {objective}={raw!r} is not a number")
-        if isinstance(raw, (int, float)):
-            val = float(raw) if math.isfinite(raw) and raw > 0 else None
-        elif isinstance(raw, str):
-            val = None  # Kernel Tuner records failures as strings ("CompilationFailedConfig", ...)
+        if entry.get("__error__") in FAILURE_STRINGS:  # newer Kernel Tuner's own failure marker
+            val = None
+        elif objective in entry:
+            val = _cost(entry[objective], objective, maximise, str(ck), where)
+        elif _failed_entry(entry):
+            val = None
         else:
-            raise ReplayFormatError(f"{where}: cache entry {ck!r}: {objective}={raw!r} is not a number")
+            raise ReplayFormatError(f"{where}: cache entry {ck!r} has no {objective!r} field")
         configs.append(cfg)
         values.append(val)
     try:
@@ -161,31 +318,19 @@ def table_from_dict(data: Any, *, where: str = "table", objective: str | None = 
         problem_size=data.get("problem_size"),
         objective=objective,
         path=where,
-        extra={"tune_params": tune_params},
+        extra={"tune_params": tune_params, "format": "T4" if t4 else "cache"},
+        higher_is_better=maximise,
     )
 
 
-_RESULT_FIELDS = {
-    "time",
-    "times",
-    "compile_time",
-    "verification_time",
-    "benchmark_time",
-    "strategy_time",
-    "framework_time",
-    "timestamp",
-    "GFLOP/s",
-    "gflops",
-    "energy",
-    "power",
-}
+def load_table(
+    path: str | Path, *, objective: str | None = None, higher_is_better: bool | None = None
+) -> ReplayTable:
+    """Load a Kernel Tuner cache file (`.json`, or gzip-compressed `.json.gz`), or a T4 results file.
 
-
-def load_table(path: str | Path, *, objective: str | None = None) -> ReplayTable:
-    """Load a Kernel Tuner cache file (`.json`, or gzip-compressed `.json.gz`).
-
-    Raises ReplayFormatError (a ValueError) with a one-line reason for a missing file, bad JSON, no
-    entries or inconsistent keys."""
+    `objective` and `higher_is_better` as for `table_from_dict`. Raises ReplayFormatError (a
+    ValueError) with a one-line reason for a missing file, bad JSON, no entries, inconsistent keys,
+    a value that is not a positive number or a failure string, or an objective of unknown direction."""
     p = Path(path)
     where = str(p)
     if not p.exists():
@@ -195,6 +340,11 @@ def load_table(path: str | Path, *, objective: str | None = None) -> ReplayTable
     try:
         raw = read_bounded(p)  # size-checked, gunzipped with a bound on the expanded size
         text = raw.decode("utf-8")
+    except InputTooLarge as exc:
+        raise ReplayFormatError(
+            f"{where}: cannot read ({exc.__class__.__name__}: {exc}); a table this big replays once slimmed "
+            f"to its parameters and objective (benchmarks/slim_tables.py)"
+        ) from None
     except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise ReplayFormatError(f"{where}: cannot read ({exc.__class__.__name__}: {exc})") from None
     except UnicodeDecodeError:
@@ -212,4 +362,4 @@ def load_table(path: str | Path, *, objective: str | None = None) -> ReplayTable
                 data = None
         if data is None:
             raise ReplayFormatError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    return table_from_dict(data, where=where, objective=objective)
+    return table_from_dict(data, where=where, objective=objective, higher_is_better=higher_is_better)

@@ -376,7 +376,8 @@ class CallableMeasurer(TargetMeasurer):
 
 
 class ReplayMeasurer(Measurer):
-    """Recorded times of a `ReplayTable` (milliseconds, as Kernel Tuner records them). A config that
+    """Recorded costs of a `ReplayTable` (times in milliseconds, as Kernel Tuner records them; for a
+    higher-is-better objective such as GFLOP/s, its reciprocal, `ReplayTable.values`). A config that
     the table records as failed gets `compile_error`; one not in the table is a `ValueError` (the
     space and the table disagree)."""
 

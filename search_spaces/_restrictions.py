@@ -1,0 +1,246 @@
+"""Kernel Tuner's `restrictions` as constraints: strings such as "block_size_x*block_size_y<=1024" are
+parsed with `ast` and evaluated by a small interpreter over a whitelist of expression nodes (arithmetic,
+comparisons, `and`/`or`/`not`, `x if c else y`, literals, tuples and lists for `in`, and the functions
+`min`, `max`, `abs`, `int`, `float`, `round`, `len`); they are never passed to `eval`."""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ._space import Constraint
+
+__all__ = ["RestrictionError", "restriction_constraint", "restriction_constraints"]
+
+_MAX_LEN = 1000  # characters in one restriction string
+_MAX_EXPONENT = 256  # 2**256 is plenty for a kernel parameter; 10**10**10 would hang the process
+
+_BINOPS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.BitAnd: operator.and_,
+    ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor,
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
+}
+_UNARY: dict[type, Callable[[Any], Any]] = {
+    ast.Not: operator.not_,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+    ast.Invert: operator.invert,
+}
+_COMPARE: dict[type, Callable[[Any, Any], bool]] = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+    ast.Is: operator.eq,  # `x is None` and the like compare values here
+    ast.IsNot: operator.ne,
+}
+_FUNCS: dict[str, Callable[..., Any]] = {
+    "min": min,
+    "max": max,
+    "abs": abs,
+    "int": int,
+    "float": float,
+    "round": round,
+    "len": len,
+}
+
+
+class RestrictionError(ValueError):
+    """A restriction that cannot be used; the message names it and says why."""
+
+
+def _number(v: Any, text: str) -> Any:
+    if isinstance(v, (int, float)):  # bool is an int, as in Python
+        return v
+    raise ArithmeticError(f"arithmetic on {v!r} (not a number) in {text!r}")
+
+
+class _Expr:
+    """One parsed restriction string: the names it reads and an evaluator over a config."""
+
+    def __init__(self, text: str, names: Sequence[str]) -> None:
+        if not isinstance(text, str) or not text.strip():
+            raise RestrictionError(f"restriction {text!r} is empty")
+        if len(text) > _MAX_LEN:
+            raise RestrictionError(f"restriction of {len(text)} characters is over the limit of {_MAX_LEN}")
+        self.text = text
+        try:
+            self.tree = ast.parse(text.strip(), mode="eval").body
+        except SyntaxError as exc:
+            raise RestrictionError(f"restriction {text!r} is not a Python expression ({exc.msg})") from None
+        self.uses: list[str] = []
+        self._check(self.tree, set(names))
+
+    def _check(self, node: ast.AST, names: set[str]) -> None:
+        if isinstance(node, ast.Name):
+            if node.id in names:
+                if node.id not in self.uses:
+                    self.uses.append(node.id)
+            elif node.id not in ("True", "False", "None") and node.id not in _FUNCS:
+                raise RestrictionError(
+                    f"restriction {self.text!r} uses {node.id!r}, which is not a tunable parameter"
+                )
+            return
+        if isinstance(node, ast.Call):
+            if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCS or node.keywords:
+                raise RestrictionError(
+                    f"restriction {self.text!r}: only calls of {', '.join(_FUNCS)} with plain arguments "
+                    f"are allowed"
+                )
+            for a in node.args:
+                self._check(a, names)
+            return
+        allowed = (
+            ast.Constant,
+            ast.BoolOp,
+            ast.BinOp,
+            ast.UnaryOp,
+            ast.Compare,
+            ast.IfExp,
+            ast.Tuple,
+            ast.List,
+            ast.Set,
+            ast.Load,
+            ast.And,
+            ast.Or,
+            *_BINOPS,
+            *_UNARY,
+            *_COMPARE,
+        )
+        if not isinstance(node, allowed):
+            raise RestrictionError(
+                f"restriction {self.text!r}: {type(node).__name__} is not allowed (arithmetic, comparisons, "
+                f"and/or/not, if-else and literals are)"
+            )
+        if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float, str, bool, type(None))):
+            raise RestrictionError(f"restriction {self.text!r}: constant {node.value!r} is not allowed")
+        for child in ast.iter_child_nodes(node):
+            self._check(child, names)
+
+    def __call__(self, config: Mapping[str, Any]) -> Any:
+        return self._eval(self.tree, config)
+
+    def _eval(self, node: ast.AST, c: Mapping[str, Any]) -> Any:
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id in c:
+                return c[node.id]
+            return {"True": True, "False": False, "None": None}[node.id]
+        if isinstance(node, ast.BoolOp):
+            if isinstance(node.op, ast.And):
+                out: Any = True
+                for v in node.values:
+                    out = self._eval(v, c)
+                    if not out:
+                        return out
+                return out
+            out = False
+            for v in node.values:
+                out = self._eval(v, c)
+                if out:
+                    return out
+            return out
+        if isinstance(node, ast.UnaryOp):
+            v = self._eval(node.operand, c)
+            return _UNARY[type(node.op)](v if isinstance(node.op, ast.Not) else _number(v, self.text))
+        if isinstance(node, ast.BinOp):
+            a = _number(self._eval(node.left, c), self.text)
+            b = _number(self._eval(node.right, c), self.text)
+            if isinstance(node.op, ast.Pow) and (
+                abs(b) > _MAX_EXPONENT or (isinstance(a, int) and a.bit_length() * abs(b) > 1 << 16)
+            ):
+                raise ArithmeticError(f"{a!r} ** {b!r} is too large in {self.text!r}")
+            if isinstance(node.op, ast.LShift) and b > _MAX_EXPONENT:
+                raise ArithmeticError(f"shift {b} over {_MAX_EXPONENT} in {self.text!r}")
+            return _BINOPS[type(node.op)](a, b)
+        if isinstance(node, ast.Compare):
+            left = self._eval(node.left, c)
+            for op, right_node in zip(node.ops, node.comparators, strict=True):
+                right = self._eval(right_node, c)
+                if not _COMPARE[type(op)](left, right):
+                    return False
+                left = right
+            return True
+        if isinstance(node, ast.IfExp):
+            return self._eval(node.body if self._eval(node.test, c) else node.orelse, c)
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return tuple(self._eval(e, c) for e in node.elts)
+        if isinstance(node, ast.Call):
+            assert isinstance(node.func, ast.Name)
+            return _FUNCS[node.func.id](*(self._eval(a, c) for a in node.args))
+        raise RestrictionError(f"restriction {self.text!r}: cannot evaluate {type(node).__name__}")
+
+
+def _from_string(text: str, names: Sequence[str]) -> Constraint:
+    expr = _Expr(text, names)
+
+    def check(config: Mapping[str, Any]) -> bool | str:
+        try:
+            ok = expr(config)
+        except (ArithmeticError, TypeError, ValueError) as exc:  # e.g. x % 0: the config cannot run
+            return f"{type(exc).__name__}: {exc}"
+        if isinstance(ok, float) and math.isnan(ok):
+            return False
+        return bool(ok)
+
+    return Constraint(text.strip(), check, uses=tuple(expr.uses))
+
+
+def restriction_constraint(restriction: Any, names: Sequence[str], index: int = 0) -> Constraint:
+    """One Kernel Tuner restriction as a Constraint: a string expression over the parameter names, a
+    callable taking the config dict, or a `(callable, [names])` pair whose callable takes those
+    parameters' values as positional arguments."""
+    if isinstance(restriction, str):
+        return _from_string(restriction, names)
+    if isinstance(restriction, tuple) and len(restriction) == 2 and callable(restriction[0]):
+        fn, params = restriction
+        if not isinstance(params, (list, tuple)) or not all(isinstance(p, str) for p in params):
+            raise RestrictionError(f"restriction {index}: the second item must be a list of parameter names")
+        unknown = [p for p in params if p not in names]
+        if unknown:
+            raise RestrictionError(f"restriction {index} names {unknown}, which are not tunable parameters")
+        label = getattr(fn, "__name__", "") or "restriction"
+        label = f"restriction {index}" if label == "<lambda>" else label
+        return Constraint(
+            f"{label}({', '.join(params)})", lambda c: bool(fn(*(c[p] for p in params))), uses=tuple(params)
+        )
+    if callable(restriction):
+        label = getattr(restriction, "__name__", "") or "restriction"
+        if label == "<lambda>":
+            label = f"restriction {index}"
+        return Constraint(label, lambda c: bool(restriction(dict(c))))
+    raise RestrictionError(
+        f"restriction {index} is a {type(restriction).__name__}; give a string, a function of the config "
+        f"dict, or a (function, [parameter names]) pair"
+    )
+
+
+def restriction_constraints(restrictions: Any, names: Sequence[str]) -> list[Constraint]:
+    """Kernel Tuner's `restrictions` argument (None, one restriction or a list) as Constraints."""
+    if restrictions is None:
+        return []
+    pair = isinstance(restrictions, tuple) and len(restrictions) == 2 and callable(restrictions[0])
+    if isinstance(restrictions, str) or pair or callable(restrictions):
+        restrictions = [restrictions]
+    if isinstance(restrictions, tuple):
+        restrictions = list(restrictions)
+    if not isinstance(restrictions, list):
+        raise RestrictionError(f"restrictions must be a list, got {type(restrictions).__name__}")
+    return [restriction_constraint(r, names, i) for i, r in enumerate(restrictions)]

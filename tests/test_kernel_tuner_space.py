@@ -1,0 +1,121 @@
+"""SearchSpace.from_kernel_tuner: a Kernel Tuner user's tune_params and restrictions, strings parsed
+safely (docs/api.md)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import pytest
+from tuner.search_spaces import SearchSpace
+
+import tuner
+
+# hotspot's space from the FAIR Benchmark Hub (kernels/hotspot_milo.py), cut down to stay small
+TUNE_PARAMS: dict[str, list[Any]] = {
+    "block_size_x": [1, 2, 4, 8, 16] + [32 * i for i in range(1, 9)],
+    "block_size_y": [2**i for i in range(6)],
+    "tile_size_x": [1, 2, 3],
+    "temporal_tiling_factor": [1, 2, 3, 4],
+    "loop_unroll_factor_t": [1, 2, 3, 4],
+    "sh_power": [0, 1],
+}
+RESTRICTIONS = [
+    "block_size_x*block_size_y >= 32",
+    "temporal_tiling_factor % loop_unroll_factor_t == 0",
+    "block_size_x*block_size_y <= 1024",
+    "(block_size_x*tile_size_x + temporal_tiling_factor * 2) * (block_size_y + temporal_tiling_factor * 2)"
+    " * (2+sh_power) * 4 <= 49152",
+]
+
+
+def _oracle(c: dict[str, Any]) -> bool:
+    """The same restrictions written as Python by hand."""
+    bx, by, tx = c["block_size_x"], c["block_size_y"], c["tile_size_x"]
+    ttf, lu, sh = c["temporal_tiling_factor"], c["loop_unroll_factor_t"], c["sh_power"]
+    return (
+        bx * by >= 32
+        and ttf % lu == 0
+        and bx * by <= 1024
+        and (bx * tx + ttf * 2) * (by + ttf * 2) * (2 + sh) * 4 <= 49152
+    )
+
+
+def test_the_space_is_exactly_the_configs_kernel_tuner_would_keep() -> None:
+    space = tuner.SearchSpace.from_kernel_tuner(TUNE_PARAMS, RESTRICTIONS, name="hotspot")
+    everything = [dict(zip(TUNE_PARAMS, v, strict=True)) for v in itertools.product(*TUNE_PARAMS.values())]
+    expected = [c for c in everything if _oracle(c)]
+    assert 0 < len(expected) < len(everything)
+    assert space.enumerate() == expected
+    assert space.names == list(TUNE_PARAMS) and [p.values for p in space.params][0] == tuple(
+        TUNE_PARAMS["block_size_x"]
+    )
+    why = space.violations({**expected[0], "loop_unroll_factor_t": 3, "temporal_tiling_factor": 4})
+    assert why == [
+        "violates temporal_tiling_factor % loop_unroll_factor_t == 0 "
+        "(temporal_tiling_factor=4, loop_unroll_factor_t=3)"
+    ]
+    result = tuner.optimize(space, lambda c: float(c["block_size_x"] + c["block_size_y"]), budget=10, seed=0)
+    assert all(_oracle(t.config) for t in result.trials)
+
+
+def test_callables_and_name_pairs_as_kernel_tuner_takes_them() -> None:
+    tp = {"bx": [16, 32, 64], "by": [1, 2, 4], "layout": ["row", "col"], "fast": [True, False]}
+    space = SearchSpace.from_kernel_tuner(
+        tp,
+        [
+            lambda p: p["bx"] * p["by"] <= 128,
+            (lambda bx, layout: layout == "row" or bx >= 32, ["bx", "layout"]),
+            "fast or layout in ('col',)",
+            "min(bx, 8*by) != 16 if layout == 'row' else True",
+        ],
+    )
+
+    def keep(c: dict[str, Any]) -> bool:
+        return (
+            c["bx"] * c["by"] <= 128
+            and (c["layout"] == "row" or c["bx"] >= 32)
+            and (c["fast"] or c["layout"] == "col")
+            and (c["layout"] != "row" or min(c["bx"], 8 * c["by"]) != 16)
+        )
+
+    everything = [dict(zip(tp, v, strict=True)) for v in itertools.product(*tp.values())]
+    key = lambda c: json.dumps(c, sort_keys=True)  # noqa: E731  (strings and bools enumerate sorted)
+    assert sorted(map(key, space.enumerate())) == sorted(key(c) for c in everything if keep(c))
+    assert 0 < len(space) < len(everything)
+    single = SearchSpace.from_kernel_tuner({"x": [1, 2, 3]}, lambda p: p["x"] != 2)  # not in a list
+    assert [c["x"] for c in single.enumerate()] == [1, 3]
+    assert len(SearchSpace.from_kernel_tuner({"x": [1.5, 2.5], "y": [0, 1]}, None)) == 4
+
+
+@pytest.mark.parametrize(
+    ("restriction", "says"),
+    [
+        ("__import__('os').system('echo pwned')", "only calls of"),
+        ("block_size_x.__class__", "Attribute is not allowed"),
+        ("[x for x in (1, 2)]", "ListComp is not allowed"),
+        ("(lambda: 1)()", "only calls of"),
+        ("block_size_z > 1", "'block_size_z', which is not a tunable parameter"),
+        ("block_size_x <", "not a Python expression"),
+        ("", "empty"),
+        (b"block_size_x > 1", "give a string, a function"),
+        ((lambda a: a, ["nope"]), "not tunable parameters"),
+    ],
+)
+def test_what_is_not_a_restriction_is_refused_with_its_reason(restriction: Any, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        SearchSpace.from_kernel_tuner({"block_size_x": [16, 32]}, [restriction])
+
+
+def test_a_restriction_that_cannot_be_computed_rejects_the_config() -> None:
+    space = SearchSpace.from_kernel_tuner({"a": [0, 1, 2], "b": [0, 1]}, ["a % b == 0", "2**10**10 > a"])
+    assert space.enumerate() == []
+    assert "ZeroDivisionError" in space.violations({"a": 1, "b": 0})[0]
+    assert "too large" in space.violations({"a": 1, "b": 1})[0]
+
+
+def test_bad_tune_params_are_refused() -> None:
+    for bad in ({}, {"x": []}, {"x": "abc"}, {"x": 3}, {1: [1]}):
+        with pytest.raises(ValueError):
+            SearchSpace.from_kernel_tuner(bad)  # type: ignore[arg-type]
