@@ -18,7 +18,9 @@ file), so a change, or a constant of the strategy varied (`--strategies auto,aut
 
 `--prior loo` gives every run the other GPUs' tables of the same kernel folder as `prior`
 (leave one GPU out) and adds per-folder aggregates. The tables are the ones committed under
-`benchmarks/data/` unless `--data` names another folder.
+`benchmarks/data/` unless `--data` names another folder (laid out as KERNEL/GPU.json[.gz], as the
+hub's; its T4 copies, `-results` and `-metadata` files are skipped with a line on stderr: they are not
+tables of their own). A table whose objective is higher-is-better (GFLOP/s) is maximised.
 
 Kernel Tuner's strategies as peers (needs the `bench` extra, `kernel_tuner`): `--strategies kt` adds
 kt:genetic_algorithm, kt:pso, kt:bayes_opt, kt:simulated_annealing and kt:random_sample; `kt:NAME` adds one
@@ -89,9 +91,21 @@ def _table(path: str) -> Any:
     return _TABLES[path]
 
 
+# Files beside the cache files in the hub's folders that are not tables of their own: the T4 copy of a
+# cache file (the same table again: it would leak a held-out table into its own leave-one-out prior) and
+# Kernel Tuner's results and metadata files.
+_NOT_TABLES = ("_T4", "-results", "-metadata")
+
+
+def is_table_file(path: str | Path) -> bool:
+    """Whether `path` is a table to replay (`KERNEL/GPU.json[.gz]`), not one of `_NOT_TABLES`."""
+    stem = Path(path).name.split(".json")[0]
+    return not stem.endswith(_NOT_TABLES)
+
+
 def _loo_prior(path: str) -> list[list[tuple[dict, float | None]]]:
     folder = Path(path).parent
-    others = sorted(str(p) for p in folder.glob("*.json*") if str(p) != path)
+    others = sorted(str(p) for p in folder.glob("*.json*") if str(p) != path and is_table_file(p))
     return [_table(p).as_prior() for p in others]
 
 
@@ -368,6 +382,8 @@ def run_kt(path: str, name: str, seed: int, budget: int) -> dict[str, Any]:
             strategy=timed,
             strategy_options={"max_fevals": budget},
             cache=cache_file,
+            objective=table.objective,  # a GFLOP/s table is maximised by Kernel Tuner too
+            objective_higher_is_better=table.higher_is_better,
             simulation_mode=True,
             quiet=True,
             seed=seed,
@@ -674,7 +690,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     data = Path(args.data)
     pats = [p for p in args.files.split(",") if p] or ["*/*.json*"]
-    files = sorted({str(Path(f)) for p in pats for f in glob.glob(str(data / p))})
+    found = sorted({str(Path(f)) for p in pats for f in glob.glob(str(data / p))})
+    files = [f for f in found if is_table_file(f)]
+    if len(files) < len(found):
+        print(
+            f"replay_search: skipped {len(found) - len(files)} files that are not tables of their own "
+            f"(names ending in {', '.join(_NOT_TABLES)})",
+            file=sys.stderr,
+        )
     if not files:
         print(f"no tables match {pats} under {data}", file=sys.stderr)
         return 2

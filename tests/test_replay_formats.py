@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests._scripts import benchmark_script
 from tuner.cli import main
 from tuner.replay import ReplayFormatError, load_table
 
@@ -311,6 +312,19 @@ def test_replay_search_on_a_hub_folder_of_an_unseen_kernel(tmp_path: Path) -> No
             return {"time": scale * _time(c), "GFLOP/s": 1000.0 / (scale * _time(c))}
 
         _write(data / "pnpoly" / f"{gpu}.json.gz", _doc(objective, measure))
+    # what the hub keeps beside its cache files: not tables of their own (a T4 copy would also leak the
+    # held-out table into its own leave-one-out prior, and a metadata file does not load)
+    _write(
+        data / "pnpoly" / "RTX_3090_T4.json.gz",
+        _t4(json.loads(gzip.decompress((data / "pnpoly" / "RTX_3090.json.gz").read_bytes()))),
+    )
+    _write(
+        data / "pnpoly" / "RTX_3090-metadata.json.gz",
+        {"metadata": {"hardware": {}}, "schema_version": "1.0.0"},
+    )
+    rs = benchmark_script("replay_search")
+    prior = rs._loo_prior(str(data / "pnpoly" / "RTX_3090.json.gz"))
+    assert len(prior) == 2  # the two other GPUs, not the T4 copy of the held-out one
     out = tmp_path / "runs.json"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(
@@ -327,7 +341,8 @@ def test_replay_search_on_a_hub_folder_of_an_unseen_kernel(tmp_path: Path) -> No
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "pnpoly/RTX_3090" in proc.stdout
+    assert "pnpoly/RTX_3090" in proc.stdout and "RTX_3090_T4" not in proc.stdout
+    assert "skipped 2 files that are not tables" in proc.stderr
     runs = json.loads(out.read_text())["runs"]
     assert len(runs) == 6
     for r in runs:
