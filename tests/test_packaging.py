@@ -192,6 +192,7 @@ def test_wheel_contents(wheel: Path):
         "tuner/data/cache-schema.json",
         "tuner/__main__.py",
         "tuner/storage/migrations/env.py",
+        "tuner/py.typed",  # PEP 561: without it a user's mypy treats all of tuner as Any
     ):
         assert need in names, need
     # every migration script of the checkout, so an installed tuner can upgrade an older store
@@ -200,7 +201,7 @@ def test_wheel_contents(wheel: Path):
     # no tests or benchmark data: only the package and its own data files
     assert not [n for n in names if re.search(r"(^|/)(tests|benchmarks)/", n)], names
     data = {n for n in names if not n.endswith(".py") and not n.startswith(f"tuner-{tuner.__version__}.dist")}
-    assert data == {"tuner/data/cache-schema.json"}, data
+    assert data == {"tuner/data/cache-schema.json", "tuner/py.typed"}, data
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert "Requires-Python: >=3.11" in meta
     assert "License-Expression: Apache-2.0" in meta
@@ -262,6 +263,58 @@ def test_wheel_installs_beside_the_kernels_distribution(wheel: Path, tmp_path: P
     assert got["kernels"].startswith(site) and got["tuner.kernels"].startswith(site), got
     assert "/tuner/kernels/" in got["tuner.kernels"].replace(os.sep, "/")
     assert got["tuner_dist"] == tuner.__version__
+
+
+_TYPED_USER_SCRIPT = """
+import tuner
+from tuner import Constraint, IntRange, PowerOfTwo, SearchSpace, TuneResult
+from tuner.strategies import ModelStrategy, ModelStrategyConfig
+
+space = SearchSpace(
+    [PowerOfTwo("BLOCK", 16, 128), IntRange("stages", 1, 4)],
+    [Constraint("smem", lambda c: c["BLOCK"] * c["stages"] <= 256, uses=("BLOCK", "stages"))],
+)
+ok: TuneResult = tuner.optimize(
+    space, lambda c: 1.0, budget=5, seed=0, prior=[[({"BLOCK": 16}, 1.0), ({"BLOCK": 32}, None)]]
+)
+best: float = ok.best_value
+tuner.optimize(space, lambda c: 1.0, budget=5, strategy=ModelStrategy(space, config=ModelStrategyConfig()))
+tuner.optimize(space, lambda c: 1.0, budget="5")  # E1
+tuner.optimize({"BLOCK": [16]}, lambda c: 1.0, budget=5)  # E2
+tuner.optimize(space, lambda c: 1.0, budget=5, prior=[[{"BLOCK": 16}]])  # E3
+ok.best_config["BLOCK"]  # E4: None when every trial failed
+"""
+
+
+@pytest.mark.slow
+def test_installed_wheel_is_typed_for_a_users_mypy(wheel: Path, tmp_path: Path):
+    """A user's mypy sees tuner's annotations (py.typed): documented calls pass, wrong types are caught."""
+    pytest.importorskip("mypy")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
+    py = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    site = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+    with zipfile.ZipFile(wheel) as z:  # what pip would install, without pip or the dependencies
+        z.extractall(site)
+    script = tmp_path / "user.py"
+    script.write_text(_TYPED_USER_SCRIPT, encoding="utf-8")
+    r = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental", "--python-executable", str(py), str(script)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    errors = [ln for ln in r.stdout.splitlines() if ": error:" in ln]
+    lines = _TYPED_USER_SCRIPT.splitlines()
+    flagged = sorted(lines[int(ln.split(":")[1]) - 1].rsplit("# ", 1)[-1][:2] for ln in errors)
+    assert flagged == ["E1", "E2", "E3", "E4"], r.stdout
 
 
 _USE = """
