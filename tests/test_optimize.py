@@ -249,3 +249,33 @@ def test_one_recorder_per_trial(tmp_path) -> None:
     import optuna
 
     assert len(optuna.load_study(study_name="own", storage=url).trials) >= 6
+
+
+def test_default_study_name_is_per_task_strategy_and_seed(tmp_path) -> None:
+    """With storage and no study_name, another problem (task), strategy or seed gets its own study: it
+    used to resume the first run's study and return that problem's winner without one call."""
+    from tuner.store import TaskContext
+
+    url = f"sqlite:///{tmp_path / 'd.db'}"
+    space = SearchSpace([PowerOfTwo("B", 16, 256), PowerOfTwo("w", 1, 8)])
+
+    def run(n: int, strategy: str = "random", seed: int = 0) -> tuple[int, tuner.TuneResult]:
+        calls: list[dict] = []
+
+        def obj(cfg: dict) -> float:
+            calls.append(cfg)
+            return abs(cfg["B"] - n / 16) + cfg["w"]
+
+        task = TaskContext(kernel="mm", problem={"n": n}, device="cpu")
+        res = tuner.optimize(space, obj, budget=10, seed=seed, strategy=strategy, storage=url, task=task)
+        return len(calls), res
+
+    assert run(1024)[0] == 10
+    calls, res = run(4096)  # another problem size: its own search, not n=1024's trials
+    assert calls == 10 and res.best_config == {"B": 256, "w": 1}
+    assert run(1024, strategy="tpe")[0] == 10 and run(1024, seed=1)[0] == 10
+    calls, res = run(1024)  # the same task, strategy and seed: resumes, nothing measured again
+    assert calls == 0 and res.evaluations == 10
+    assert res.info["study_name"] == tuner._optimize.default_study_name(
+        space, "random", 0, TaskContext(kernel="mm", problem={"n": 1024}, device="cpu")
+    )

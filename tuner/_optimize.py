@@ -159,6 +159,8 @@ def optimize(
     prior_n = validate_prior(prior)
     strat, strategy_name = _make_strategy(strategy, space, seed, prior_n)
     store = _open_store(storage)
+    if store is not None and study_name is None:
+        study_name = default_study_name(space, strategy_name, seed, task)
     study = _open_study(space, strat, seed, store, study_name)
     if recorder is None and store is not None:
         recorder = _store_recorder(store, task, space, study.study_name, strategy_name)
@@ -234,11 +236,19 @@ def _open_study(
     sampler = strat.optuna_sampler() or optuna.samplers.RandomSampler(seed=seed)
     return optuna.create_study(
         storage=store.optuna_storage() if store is not None else None,
-        study_name=study_name or (f"tuner-{space.fingerprint()}-{seed}" if store is not None else None),
+        study_name=study_name,
         sampler=sampler,
         direction="minimize",
         load_if_exists=True,
     )
+
+
+def default_study_name(space: SearchSpace, strategy: str, seed: int, task: TaskContext | None) -> str:
+    """The study that `optimize(..., storage=...)` without a `study_name` keeps its trials in (and resumes):
+    one per space, strategy, seed and task, so that another strategy, seed or problem (a `task` with
+    other shapes) starts its own search instead of taking over that one's trials as its own."""
+    name = f"tuner-{space.fingerprint()}-{strategy}-{seed}"
+    return f"{name}-{task.task_id}" if task is not None else name
 
 
 def _store_recorder(
