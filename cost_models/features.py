@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from tuner.search_spaces._params import native
 
 __all__ = [
     "FEATURE_SCHEMA_VERSION",
@@ -217,8 +218,9 @@ class FeatureSchema:
     def transform(
         self, configs: Sequence[Mapping[str, Any]], task: Mapping[str, float] | None = None
     ) -> np.ndarray:
-        """Feature matrix (len(configs) x len(names)); configs may hold values outside the domains."""
-        columns = {p.name: [c.get(p.name) for c in configs] for p in self.params}
+        """Feature matrix (len(configs) x len(names)); configs may hold values outside the domains, and
+        numpy scalars (np.int64(64) counts as 64)."""
+        columns = {p.name: [native(c.get(p.name)) for c in configs] for p in self.params}
         return self._from_columns(columns, len(configs), task)
 
     def transform_keys(

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 Value = int | float | str | bool
 
 __all__ = ["Param", "PowerOfTwo", "IntRange", "Categorical", "Boolean", "Value", "param_from_values"]
@@ -32,6 +34,9 @@ class Param:
     kind: str = field(default="param", compare=False)
 
     def __post_init__(self) -> None:
+        # numpy scalars (np.arange, a DataFrame column) are stored as the Python values they hold
+        object.__setattr__(self, "values", tuple(native(v) for v in self.values))
+        object.__setattr__(self, "default", native(self.default))
         if not self.name or not isinstance(self.name, str):
             raise ValueError(f"parameter name must be a non-empty string, got {self.name!r}")
         if len(self.values) == 0:
@@ -46,7 +51,9 @@ class Param:
 
     # ---- domain -----------------------------------------------------------------------------------
     def has(self, value: Any) -> bool:
-        """True when `value` is in the domain (with bool and int kept apart: True is not 1)."""
+        """True when `value` is in the domain (with bool and int kept apart: True is not 1; a numpy scalar
+        counts as the Python value it holds)."""
+        value = native(value)
         for v in self.values:
             if type(v) is bool or type(value) is bool:
                 if type(v) is type(value) and v == value:
@@ -63,6 +70,7 @@ class Param:
         return False
 
     def index(self, value: Any) -> int:
+        value = native(value)
         for i, v in enumerate(self.values):
             if _same(v, value):
                 return i
@@ -115,6 +123,11 @@ class Param:
         return {"name": self.name, "kind": self.kind, "values": list(self.values), "ordered": self.ordered}
 
 
+def native(v: Any) -> Any:
+    """A numpy scalar as the Python value it holds (np.int64(32) -> 32, np.bool_ -> bool); else `v`."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
 def _hashable(v: Any) -> tuple[str, Any]:
     return (type(v).__name__ if isinstance(v, bool) else "num" if isinstance(v, (int, float)) else "str", v)
 
@@ -129,6 +142,7 @@ def _same(a: Any, b: Any) -> bool:
 
 def PowerOfTwo(name: str, low: int, high: int, *, default: int | None = None) -> Param:
     """Powers of two from `low` to `high` inclusive (both must be powers of two)."""
+    low, high = native(low), native(high)
     for v, what in ((low, "low"), (high, "high")):
         if not isinstance(v, int) or v < 1 or v & (v - 1):
             raise ValueError(f"PowerOfTwo {name!r}: {what}={v!r} is not a positive power of two")
@@ -144,6 +158,10 @@ def PowerOfTwo(name: str, low: int, high: int, *, default: int | None = None) ->
 
 def IntRange(name: str, low: int, high: int, step: int = 1, *, default: int | None = None) -> Param:
     """Integers low, low+step, ..., up to high inclusive."""
+    low, high, step = native(low), native(high), native(step)
+    for v, what in ((low, "low"), (high, "high"), (step, "step")):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"IntRange {name!r}: {what}={v!r} is not an int")
     if step < 1:
         raise ValueError(f"IntRange {name!r}: {step=} must be >= 1")
     if low > high:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._params import Param, Value, _same, param_from_values
+from ._params import Param, Value, _same, native, param_from_values
 
 if TYPE_CHECKING:  # pragma: no cover
     from optuna.distributions import BaseDistribution
@@ -123,7 +123,7 @@ class SearchSpace:
                     f"config {i} has inconsistent keys (missing {missing}, extra {extra}) compared with config 0"
                 )
             for k in keys:
-                v = c[k]
+                v = native(c[k])
                 if not isinstance(v, (int, float, str, bool)) or (
                     isinstance(v, float) and not math.isfinite(v)
                 ):

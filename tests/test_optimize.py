@@ -279,3 +279,20 @@ def test_default_study_name_is_per_task_strategy_and_seed(tmp_path) -> None:
     assert res.info["study_name"] == tuner._optimize.default_study_name(
         space, "random", 0, TaskContext(kernel="mm", problem={"n": 1024}, device="cpu")
     )
+
+
+def test_prior_with_numpy_values_is_the_prior_with_python_values() -> None:
+    """A prior read with numpy (np.int64 block sizes) warm-starts the model like the same prior in Python
+    ints; the model's features of numpy ints used to be NaN."""
+    import numpy as np
+
+    space = grid_space()
+    task = [(c, bowl(c) * 1.5) for c in space.enumerate()[::2]]
+    as_numpy = [
+        ({k: np.int64(v) if isinstance(v, int) else np.str_(v) for k, v in c.items()}, v) for c, v in task
+    ]
+
+    def run(prior: list) -> list[dict]:
+        return [t.config for t in tuner.optimize(space, bowl, budget=12, prior=prior).trials]
+
+    assert run([as_numpy]) == run([task])

@@ -195,3 +195,23 @@ def test_from_configs_not_cartesian() -> None:
     assert not sp.contains({"a": 1, "b": 1})
     assert "not one of the space's configs" in sp.violations({"a": 1, "b": 1})[0]
     assert sp.neighbors({"a": 1, "b": 2}) == []
+
+
+def test_numpy_scalars_count_as_the_values_they_hold() -> None:
+    """Configs built from numpy (np.arange, a DataFrame column) are in the space: `contains` used to say
+    `B=np.int64(32) is not one of [16, 32, 64]`, and from_configs refused them."""
+    sp = SearchSpace([PowerOfTwo("B", 16, 64), Boolean("f"), Categorical("o", ["a", "b"])])
+    cfg = {"B": np.int64(32), "f": np.bool_(True), "o": np.str_("a")}
+    assert sp.contains(cfg) and sp.violations(cfg) == []
+    got = sp.validate(cfg)
+    assert got == {"B": 32, "f": True, "o": "a"} and [type(v) for v in got.values()] == [int, bool, str]
+    assert not sp.contains({"B": np.int64(48), "f": True, "o": "a"})
+    assert not sp.contains({"B": 32, "f": np.int64(1), "o": "a"})  # still no bool from an int
+    assert sp.neighbors(cfg) and sp.encode(cfg).tolist() == sp.encode(got).tolist()
+    fc = SearchSpace.from_configs([{"x": x, "y": y} for x in np.arange(1, 4) for y in np.array([0.5, 1.0])])
+    assert all(type(c["x"]) is int and type(c["y"]) is float for c in fc.enumerate())
+    assert Categorical("c", list(np.arange(3))).values == (0, 1, 2)
+    assert PowerOfTwo("p", np.int64(16), np.int64(64)).values == (16, 32, 64)
+    assert IntRange("i", np.int64(1), np.int64(3)).values == (1, 2, 3)
+    with pytest.raises(ValueError, match="not an int"):
+        IntRange("i", 1.0, 3)  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tuner.search_spaces import Config, SearchSpace
+from tuner.search_spaces._params import native
 
 from .strategies import PriorTask, Strategy, get_strategy
 
@@ -76,7 +77,8 @@ class TuneResult:
 
 def validate_prior(prior: Any) -> list[list[tuple[dict[str, Any], float | None]]] | None:
     """Check the shape of `prior` (a list of tasks, each a list of (config dict, value or None)) and
-    normalise it (non-finite values become None); ValueError names what is wrong."""
+    normalise it (non-finite values become None, numpy scalars in configs Python values); ValueError
+    names what is wrong."""
     if prior is None:
         return None
     if not isinstance(prior, (list, tuple)):
@@ -103,7 +105,7 @@ def validate_prior(prior: Any) -> list[list[tuple[dict[str, Any], float | None]]
                     ) from None
                 if not math.isfinite(val):
                     val = None
-            rows.append((dict(cfg), val))
+            rows.append(({k: native(v) for k, v in cfg.items()}, val))
         out.append(rows)
     return out
 
