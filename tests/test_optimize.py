@@ -296,3 +296,92 @@ def test_prior_with_numpy_values_is_the_prior_with_python_values() -> None:
         return [t.config for t in tuner.optimize(space, bowl, budget=12, prior=prior).trials]
 
     assert run([as_numpy]) == run([task])
+
+
+def test_objective_values_that_are_not_plain_floats() -> None:
+    """numpy scalars count as numbers; a value float() cannot take (an int past float's range, a
+    3-element array) fails that trial with its repr, instead of ending the run with OverflowError."""
+    import numpy as np
+
+    def obj(cfg: dict) -> object:
+        if cfg["a"] == 0:
+            return 10**400
+        if cfg["a"] == 1:
+            return np.arange(3.0)
+        return np.float32(bowl(cfg)) if cfg["a"] % 2 else np.int64(round(bowl(cfg) * 100))
+
+    res = tuner.optimize(grid_space(), obj, budget=64, strategy="random")  # type: ignore[arg-type]
+    assert res.evaluations == 64
+    failed = [t for t in res.trials if t.value is None]
+    assert {t.config["a"] for t in failed} == {0, 1} and len(failed) == 16
+    assert all("not a number" in (t.error or "") for t in failed)
+    assert all(type(t.value) is float for t in res.trials if t.value is not None)
+
+
+@pytest.mark.parametrize(
+    "kwargs, err, match",
+    [
+        ({"budget": 2.0}, ValueError, "budget must be a positive int"),
+        ({"seed": -1}, ValueError, "seed must be a non-negative int"),
+        ({"seed": 1.5}, ValueError, "seed must be a non-negative int"),
+        ({"time_budget_s": float("nan")}, ValueError, "time_budget_s"),  # NaN would mean no limit
+        ({"time_budget_s": "5"}, ValueError, "time_budget_s"),
+        ({"strategy": None}, TypeError, "name or a Strategy instance"),
+    ],
+)
+def test_arguments_refused_up_front(kwargs: dict, err: type, match: str) -> None:
+    args = {"budget": 3, **kwargs}
+    with pytest.raises(err, match=match):
+        tuner.optimize(grid_space(), bowl, **args)
+
+
+def test_numpy_budget_and_seed_are_ints() -> None:
+    import numpy as np
+
+    res = tuner.optimize(grid_space(), bowl, budget=np.int64(4), seed=np.int64(2))  # type: ignore[arg-type]
+    assert res.evaluations == 4 and type(res.seed) is int and res.seed == 2
+
+
+def test_strategy_instances_that_cannot_serve_the_call_are_refused() -> None:
+    from tuner.strategies import ModelStrategy, RandomStrategy, Strategy
+
+    space = grid_space()
+    with pytest.raises(TypeError, match=r"pass RandomStrategy\(space, seed=...\)"):
+        tuner.optimize(space, bowl, budget=3, strategy=RandomStrategy)  # type: ignore[arg-type]
+
+    class NoInit(Strategy):
+        name = "no_init"
+
+        def __init__(self, space: SearchSpace) -> None:  # forgot super().__init__
+            self.space = space
+
+        def propose(self) -> None:
+            return None
+
+    with pytest.raises(TypeError, match=r"super\(\).__init__"):
+        tuner.optimize(space, bowl, budget=3, strategy=NoInit(space))
+    with pytest.raises(ValueError, match="another space"):
+        tuner.optimize(space, bowl, budget=3, strategy=RandomStrategy(constrained_space()))
+    used = ModelStrategy(space, seed=0)
+    tuner.optimize(space, bowl, budget=3, strategy=used)
+    with pytest.raises(ValueError, match="new instance for each optimize call"):
+        tuner.optimize(space, bowl, budget=3, strategy=used)  # it would skip run 1's configs silently
+    prior = [[({"a": 5, "b": 4, "c": "x"}, 1.0)]]
+    with pytest.raises(ValueError, match="prior= is not used with a strategy instance"):
+        tuner.optimize(space, bowl, budget=3, prior=prior, strategy=ModelStrategy(space))
+    # the same prior given to both is fine (benchmarks/trace_search.py does it)
+    res = tuner.optimize(space, bowl, budget=3, prior=prior, strategy=ModelStrategy(space, prior=prior))
+    assert res.evaluations == 3
+    with pytest.raises(ValueError, match="seed=3 differs"):
+        tuner.optimize(space, bowl, budget=3, seed=3, strategy=ModelStrategy(space, seed=1))
+    res = tuner.optimize(space, bowl, budget=3, strategy=ModelStrategy(space, seed=4))
+    assert res.seed == 4  # the seed that drove the search
+
+    class Rogue(Strategy):
+        name = "rogue"
+
+        def propose(self) -> dict:
+            return {"a": 99, "b": 1, "c": "x"}
+
+    with pytest.raises(tuner.ConfigError, match="strategy 'rogue' proposed a config the space rejects"):
+        tuner.optimize(space, bowl, budget=3, strategy=Rogue(space))

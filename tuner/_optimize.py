@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import logging
 import math
+import numbers
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tuner.search_spaces import Config, SearchSpace
+from tuner.search_spaces import Config, ConfigError, SearchSpace
 from tuner.search_spaces._params import native
 
 from .strategies import PriorTask, Strategy, get_strategy
@@ -121,11 +122,16 @@ def _run_objective(
         return None, FAILED, f"{type(exc).__name__}: {exc}{interpreter_fault_note(exc)}"
     try:
         value = float(raw)
-    except (TypeError, ValueError):
-        return None, FAILED, f"objective returned {raw!r}, not a number"
+    except Exception:  # not a number, an int beyond float's range (OverflowError), a tensor's own error
+        return None, FAILED, f"objective returned {_short_repr(raw)}, not a number"
     if not math.isfinite(value):
         return None, FAILED, f"objective returned {value}"
     return value, OK, None
+
+
+def _short_repr(x: Any, limit: int = 200) -> str:
+    r = repr(x)
+    return r if len(r) <= limit else r[: limit - 3] + "..."
 
 
 def optimize(
@@ -157,9 +163,10 @@ def optimize(
       default with `storage`). `tune_kernel` passes its own, which records the full measurement.
     - `callback(trial, None)` is called after each evaluation (progress bars).
     """
-    _check_arguments(space, objective, budget, time_budget_s)
+    budget, seed = _check_arguments(space, objective, budget, seed, time_budget_s)
     prior_n = validate_prior(prior)
     strat, strategy_name = _make_strategy(strategy, space, seed, prior_n)
+    seed = strat.seed  # an instance's own seed (equal to `seed` for a strategy given by name)
     store = _open_store(storage)
     if store is not None and study_name is None:
         study_name = default_study_name(space, strategy_name, seed, task)
@@ -200,15 +207,26 @@ def _warn_all_failed(trials: Sequence[Trial]) -> None:
 
 
 # ---- the parts of `optimize` -----------------------------------------------------------------------
-def _check_arguments(space: Any, objective: Any, budget: Any, time_budget_s: float | None) -> None:
+def _check_arguments(
+    space: Any, objective: Any, budget: Any, seed: Any, time_budget_s: Any
+) -> tuple[int, int]:
+    """Refuse arguments of the wrong type or range up front, naming them; (budget, seed) as Python ints
+    (a numpy integer is accepted)."""
     if not isinstance(space, SearchSpace):
         raise TypeError(f"space must be a SearchSpace, got {type(space).__name__}")
     if not callable(objective):
         raise TypeError("objective must be callable")
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 1:
         raise ValueError(f"budget must be a positive int, got {budget!r}")
-    if time_budget_s is not None and time_budget_s <= 0:
-        raise ValueError(f"time_budget_s must be positive, got {time_budget_s!r}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    if time_budget_s is not None and (
+        isinstance(time_budget_s, bool)
+        or not isinstance(time_budget_s, numbers.Real)
+        or not time_budget_s > 0  # also refuses NaN, which would mean no limit
+    ):
+        raise ValueError(f"time_budget_s must be a positive number of seconds or None, got {time_budget_s!r}")
+    return int(budget), int(seed)
 
 
 def _make_strategy(
@@ -216,8 +234,46 @@ def _make_strategy(
 ) -> tuple[Strategy, str]:
     """The strategy instance and the name its results are recorded under."""
     if isinstance(strategy, Strategy):
+        _check_instance(strategy, space, seed, prior)
         return strategy, strategy.name
+    if isinstance(strategy, type) and issubclass(strategy, Strategy):
+        raise TypeError(
+            f"strategy must be a name or an instance, got the class {strategy.__name__}: "
+            f"pass {strategy.__name__}(space, seed=...)"
+        )
+    if not isinstance(strategy, str):
+        raise TypeError(f"strategy must be a name or a Strategy instance, got {type(strategy).__name__}")
     return get_strategy(strategy)(space, seed=seed, prior=prior), strategy
+
+
+def _check_instance(
+    strat: Strategy, space: SearchSpace, seed: int, prior: Sequence[PriorTask] | None
+) -> None:
+    """A strategy instance brings its own space, seed and prior: refuse one that cannot serve this call
+    rather than let an argument be ignored or a search run on another space's candidates."""
+    name = type(strat).__name__
+    if not hasattr(strat, "pool") or not hasattr(strat, "history"):
+        raise TypeError(
+            f"{name} was not initialised as a Strategy: its __init__ must call "
+            "super().__init__(space, seed=seed, prior=prior)"
+        )
+    if strat.space is not space and strat.space.fingerprint() != space.fingerprint():
+        raise ValueError(f"the {name} instance was built for another space ({strat.space!r}), not {space!r}")
+    if strat.history:
+        raise ValueError(
+            f"the {name} instance already heard {len(strat.history)} results (it ran before): "
+            "build a new instance for each optimize call"
+        )
+    if prior is not None and prior != validate_prior(strat.prior):
+        raise ValueError(
+            f"prior= is not used with a strategy instance, and the {name} instance holds another one: "
+            f"pass it to the instance, {name}(space, seed=..., prior=...)"
+        )
+    if seed not in (0, strat.seed):
+        raise ValueError(
+            f"seed={seed} differs from the {name} instance's seed={strat.seed}: the instance's seed "
+            "drives the search; pass the seed to it (optimize's seed may be left out)"
+        )
 
 
 def _open_store(storage: str | ResultStore | None) -> ResultStore | None:
@@ -305,7 +361,12 @@ def _ask(study: optuna.Study, strat: Strategy, space: SearchSpace, dists: dict[s
 
     proposed = strat.propose()
     if proposed is not None:
-        cfg = space.validate(proposed)
+        try:
+            cfg = space.validate(proposed)
+        except ConfigError as exc:
+            raise ConfigError(
+                [f"strategy {strat.name!r} proposed a config the space rejects: {proposed!r}", *exc.reasons]
+            ) from None
         if strat.pool.is_seen(cfg):
             raise RuntimeError(f"strategy {strat.name!r} proposed a config twice: {cfg}")
         study.enqueue_trial(cfg, skip_if_exists=False)
