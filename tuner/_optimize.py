@@ -223,7 +223,7 @@ def _check_arguments(
     if time_budget_s is not None and (
         isinstance(time_budget_s, bool)
         or not isinstance(time_budget_s, numbers.Real)
-        or not time_budget_s > 0  # also refuses NaN, which would mean no limit
+        or not float(time_budget_s) > 0  # also refuses NaN, which would mean no limit
     ):
         raise ValueError(f"time_budget_s must be a positive number of seconds or None, got {time_budget_s!r}")
     return int(budget), int(seed)
