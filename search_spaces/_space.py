@@ -48,7 +48,11 @@ class Constraint:
     detail: Callable[[Mapping[str, Any]], str] | None = field(default=None, compare=False)
 
     def violation(self, config: Mapping[str, Any]) -> str | None:
-        ok = self.check(config)
+        try:
+            ok = self.check(config)
+        except Exception as exc:  # a bug in the check (a typo in a name, a division by zero): say where
+            exc.add_note(f"raised by constraint {self.name!r} checking the config {dict(config)}")
+            raise
         if ok is True or (ok is not False and not isinstance(ok, str) and bool(ok)):
             return None
         vals = ", ".join(f"{k}={config.get(k)!r}" for k in self.uses) if self.uses else ""
@@ -285,6 +289,50 @@ class SearchSpace:
             self._valid_cache = keys
         return self._valid_cache
 
+    def _no_valid_config(self, draws: int = 10_000) -> ValueError:
+        """The error for a space whose constraints admit no config, saying which constraints reject how
+        much of the space (over at most `draws` configs before constraints: all of them, or random ones)."""
+        label = repr(self.name) if self.name else "(unnamed)"
+        if self._explicit is not None:
+            keys = self._explicit[:draws]
+        elif self.cartesian_size <= draws:
+            keys = list(itertools.product(*(p.values for p in self.params)))
+        else:
+            gen = np.random.default_rng(0)
+            keys = [
+                tuple(p.values[int(gen.integers(0, len(p.values)))] for p in self.params)
+                for _ in range(draws)
+            ]
+        shares = []
+        for c in self.constraints:
+            bad = sum(c.violation(dict(zip(self.names, k, strict=True))) is not None for k in keys)
+            none = keys and c.check(dict(zip(self.names, keys[0], strict=True))) is None
+            shares.append(
+                f"{c.name!r} rejects {bad} of {len(keys)}"
+                + (" (its check returns None: no return?)" if none else "")
+            )
+        why = "; ".join(shares) or "no constraint"
+        if self.is_enumerable:
+            return ValueError(
+                f"search space {label} has no valid config: the constraints reject all {len(keys)} "
+                f"configs ({why})"
+            )
+        return ValueError(
+            f"search space {label}: none of {len(keys)} random draws from its {self.cartesian_size} configs "
+            f"(before constraints) is valid ({why}). The space is too large to enumerate (over "
+            f"{ENUMERATE_LIMIT}), so valid configs are found by random draws: narrow the domains, or list "
+            "the valid configs with SearchSpace.from_configs"
+        )
+
+    def check_not_empty(self) -> None:
+        """Raise ValueError, saying which constraints reject how much, when no config is valid (an
+        enumerable space: none at all; a larger one: none in 10,000 random draws)."""
+        if self.is_enumerable:
+            if not self._valid_keys():
+                raise self._no_valid_config()
+        else:
+            self.sample(0)
+
     def enumerate(self) -> list[Config]:
         """Every valid config, in a stable order."""
         return [dict(zip(self.names, k, strict=True)) for k in self._valid_keys()]
@@ -301,7 +349,7 @@ class SearchSpace:
         if self.is_enumerable:
             keys = self._valid_keys()
             if not keys:
-                raise ValueError(f"space {self.name!r} has no valid config")
+                raise self._no_valid_config()
             for i in gen.integers(0, len(keys), size=count):
                 out.append(dict(zip(self.names, keys[int(i)], strict=True)))
         else:
@@ -311,8 +359,13 @@ class SearchSpace:
                 tries += 1
                 if self._satisfies(key):
                     out.append(dict(zip(self.names, key, strict=True)))
+                elif not out and tries >= 10_000:
+                    raise self._no_valid_config()
                 elif tries > 10_000 * count:
-                    raise ValueError(f"space {self.name!r}: rejection sampling found no valid config")
+                    raise ValueError(
+                        f"space {self.name!r}: rejection sampling found {len(out)} of {count} valid configs "
+                        f"in {tries} draws"
+                    )
         return out[0] if n is None else out
 
     def default(self) -> Config:
@@ -323,7 +376,7 @@ class SearchSpace:
         if self.is_enumerable:
             keys = self._valid_keys()
             if not keys:
-                raise ValueError(f"space {self.name!r} has no valid config")
+                raise self._no_valid_config()
             x = self.encode(cfg)
             enc = self.encode_keys(keys)
             scale = np.maximum(enc.std(axis=0), 1e-9)

@@ -215,3 +215,34 @@ def test_numpy_scalars_count_as_the_values_they_hold() -> None:
     assert IntRange("i", np.int64(1), np.int64(3)).values == (1, 2, 3)
     with pytest.raises(ValueError, match="not an int"):
         IntRange("i", 1.0, 3)  # type: ignore[arg-type]
+
+
+def test_a_space_without_a_valid_config_says_which_constraint_rejects_it() -> None:
+    import tuner
+
+    calls: list[dict] = []
+    sp = SearchSpace(
+        [PowerOfTwo("B", 16, 64), IntRange("s", 1, 2)],
+        [Constraint("smem", lambda c: c["B"] * c["s"] <= 64), Constraint("fits", lambda c: None)],  # type: ignore[arg-type,return-value]
+        name="mine",
+    )
+    with pytest.raises(ValueError, match=r"'mine' has no valid config: .*all 6 configs") as exc:
+        tuner.optimize(sp, lambda c: calls.append(c) or 1.0, budget=3)
+    assert "'smem' rejects 1 of 6" in str(
+        exc.value
+    ) and "'fits' rejects 6 of 6 (its check returns None" in str(exc.value)
+    assert calls == []
+    huge = SearchSpace(
+        [IntRange(f"p{i}", 0, 9) for i in range(8)], [Constraint("rare", lambda c: sum(c.values()) < 3)]
+    )
+    with pytest.raises(
+        ValueError, match=r"none of 10000 random draws .*'rare' rejects 10000 of 10000.*from_configs"
+    ):
+        tuner.optimize(huge, lambda c: 1.0, budget=3)
+
+
+def test_a_constraint_that_raises_is_named_in_the_error() -> None:
+    sp = SearchSpace([PowerOfTwo("B", 16, 64)], [Constraint("typo", lambda c: c["BLOCK"] > 1)])
+    with pytest.raises(KeyError) as exc:
+        sp.contains({"B": 16})
+    assert exc.value.__notes__ == ["raised by constraint 'typo' checking the config {'B': 16}"]

@@ -164,6 +164,7 @@ def optimize(
     - `callback(trial, None)` is called after each evaluation (progress bars).
     """
     budget, seed = _check_arguments(space, objective, budget, seed, time_budget_s)
+    space.check_not_empty()  # every config violates a constraint: say which, before anything runs
     prior_n = validate_prior(prior)
     strat, strategy_name = _make_strategy(strategy, space, seed, prior_n)
     seed = strat.seed  # an instance's own seed (equal to `seed` for a strategy given by name)
