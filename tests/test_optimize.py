@@ -385,3 +385,32 @@ def test_strategy_instances_that_cannot_serve_the_call_are_refused() -> None:
 
     with pytest.raises(tuner.ConfigError, match="strategy 'rogue' proposed a config the space rejects"):
         tuner.optimize(space, bowl, budget=3, strategy=Rogue(space))
+
+
+@pytest.mark.parametrize(
+    "cls, kwargs, match",
+    [
+        ("ModelStrategyConfig", {"patience": 2.5}, "patience=2.5 is not an int"),
+        ("ModelStrategyConfig", {"kappa": float("nan")}, "kappa=nan is not finite"),
+        ("ModelStrategyConfig", {"epsilon": float("nan")}, "epsilon=nan is not finite"),
+        ("ModelStrategyConfig", {"portfolio_cap": float("inf")}, "portfolio_cap=inf is not finite"),
+        ("ModelStrategyConfig", {"crossover": "no"}, "crossover='no' is not a bool"),  # "no" was True
+        ("TPEConfig", {"multivariate": "yes"}, "multivariate='yes' is not a bool"),
+        ("TPEConfig", {"n_startup_trials": 2.5}, "n_startup_trials=2.5 is not an int"),
+        ("XGBGreedyConfig", {"refit_every": 1.5}, "refit_every=1.5 is not an int"),
+    ],
+)
+def test_strategy_settings_of_the_wrong_type_are_refused(cls: str, kwargs: dict, match: str) -> None:
+    import tuner.strategies as strategies
+
+    with pytest.raises(ValueError, match=match):
+        getattr(strategies, cls)(**kwargs)
+
+
+def test_strategy_settings_take_numpy_and_int_numbers() -> None:
+    import numpy as np
+
+    from tuner.strategies import ModelStrategyConfig
+
+    cfg = ModelStrategyConfig(patience=np.int64(5), kappa=1, epsilon=np.float64(0.1))
+    assert cfg.patience == 5 and cfg.kappa == 1

@@ -12,6 +12,8 @@ message that names them. Nothing here imports a heavy dependency.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
@@ -30,12 +32,19 @@ def settings(config: C | None, cls: type[C]) -> C:
 
 
 def _check(cfg: Any, positive: tuple[str, ...] = (), non_negative: tuple[str, ...] = ()) -> None:
-    """Raise ValueError naming every field of `cfg` that is out of range."""
+    """Raise ValueError naming every field of `cfg` that is out of range or of the wrong type (an `int`
+    field takes no 2.5, a `bool` field no "no", a number is finite)."""
     bad = []
     for f in fields(cfg):
         v = getattr(cfg, f.name)
-        if f.name in positive + non_negative and (isinstance(v, bool) or not isinstance(v, (int, float))):
+        if f.type == "bool" and not isinstance(v, bool):
+            bad.append(f"{f.name}={v!r} is not a bool")
+        elif f.type == "int" and (isinstance(v, bool) or not isinstance(v, numbers.Integral)):
+            bad.append(f"{f.name}={v!r} is not an int")
+        elif f.name in positive + non_negative and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
             bad.append(f"{f.name}={v!r} is not a number")
+        elif f.name in positive + non_negative and not math.isfinite(v):
+            bad.append(f"{f.name}={v!r} is not finite")
         elif f.name in positive and v <= 0:
             bad.append(f"{f.name}={v!r} must be > 0")
         elif f.name in non_negative and v < 0:
