@@ -414,3 +414,16 @@ def test_strategy_settings_take_numpy_and_int_numbers() -> None:
 
     cfg = ModelStrategyConfig(patience=np.int64(5), kappa=1, epsilon=np.float64(0.1))
     assert cfg.patience == 5 and cfg.kappa == 1
+
+
+def test_every_argument_of_optimize_is_documented() -> None:
+    """help(tuner.optimize) and docs/api.md describe every parameter of the signature."""
+    import inspect
+    from pathlib import Path
+
+    api = (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text(encoding="utf-8")
+    entry = api[api.index("`tuner.optimize(") : api.index("`tuner.autotune(")]
+    doc = tuner.optimize.__doc__ or ""
+    for name in inspect.signature(tuner.optimize).parameters:
+        assert f"`{name}" in entry or f"{name}," in entry.splitlines()[0], f"docs/api.md: {name}"
+        assert f"`{name}" in doc, f"docstring: {name}"

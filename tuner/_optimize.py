@@ -151,17 +151,29 @@ def optimize(
 ) -> TuneResult:
     """Minimise `objective` over `space` with at most `budget` calls, never repeating a config.
 
-    - `objective(config) -> float`; an exception, NaN or inf marks the config failed.
-    - `strategy`: a registered name (`tuner.strategies.STRATEGIES`) or a strategy instance, e.g.
-      `ModelStrategy(space, seed=0, config=ModelStrategyConfig(...))` for other settings.
-    - `prior`: measurements of related tasks, a list of tasks, each a list of (config, value | None).
+    - `objective(config) -> float`, lower is better; it is called only with configs `space` contains,
+      never twice with the same one. An exception, or a value that is NaN, inf, None or not a number
+      (`float()` decides: numpy scalars and 0-d tensors count), marks that config failed, and the search
+      goes on. The same seed gives the same sequence of calls.
+    - `strategy`: a registered name (`"auto"`, the default; `"random"`, `"tpe"`, `"model"`,
+      `"transfer_best"`, `"xgb_greedy"`) or a `tuner.strategies.Strategy` instance, e.g.
+      `ModelStrategy(space, seed=0, config=ModelStrategyConfig(...))`. An instance brings its own seed
+      and prior (`seed` left out or equal, `prior` left out or the same) and serves one call.
+    - `prior`: measurements of related tasks, a list of tasks, each a list of (config, value | None);
+      its configs need not be in `space`.
+    - `time_budget_s`: no new trial starts after this many seconds (a running one is not interrupted).
     - `storage`: None keeps everything in memory; a database URL or a `ResultStore` keeps the Optuna
-      study (named `study_name`) and every measurement (with the `task` context) there. Re-running
-      with the same storage and study name resumes: finished trials count towards the budget and are
-      not measured again.
+      study (named `study_name`; by default after the space, strategy, seed and `task`) and every
+      measurement (with the `task` context) there. Re-running with the same storage and study name
+      resumes: finished trials count towards the budget and are not measured again.
     - `recorder(trial)`: where each new trial is recorded, instead of the store's `record_trial` (the
       default with `storage`). `tune_kernel` passes its own, which records the full measurement.
     - `callback(trial, None)` is called after each evaluation (progress bars).
+
+    Returns a `TuneResult`: `best_config` (None when every trial failed, with an
+    `AllTrialsFailedWarning`), `best_value` (inf then), `trials` in evaluation order, `stopped_because`
+    ("budget", "time_budget" or "space_exhausted"). Raises `ValueError` / `TypeError` before any call
+    of `objective` for bad arguments or a space whose constraints admit no config.
     """
     budget, seed = _check_arguments(space, objective, budget, seed, time_budget_s)
     space.check_not_empty()  # every config violates a constraint: say which, before anything runs
