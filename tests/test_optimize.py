@@ -427,3 +427,44 @@ def test_every_argument_of_optimize_is_documented() -> None:
     for name in inspect.signature(tuner.optimize).parameters:
         assert f"`{name}" in entry or f"{name}," in entry.splitlines()[0], f"docs/api.md: {name}"
         assert f"`{name}" in doc, f"docstring: {name}"
+
+
+@pytest.mark.parametrize("strategy", ["auto", "tpe"])
+def test_trials_enqueued_in_a_stored_study_are_measured_first_and_stored_against_their_params(
+    tmp_path, strategy: str
+) -> None:
+    """Optuna's `enqueue_trial` idiom (or a proposal an interrupted run left waiting): those configs are
+    measured first, and every value is stored with the config it was measured for. A waiting trial used
+    to be handed out in place of the next proposal, shifting every stored value onto the previous
+    proposal's parameters, which a resumed run then read back as its results."""
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    space = SearchSpace([PowerOfTwo("B", 16, 256), PowerOfTwo("w", 1, 8)])
+
+    def f(cfg: dict) -> float:
+        return cfg["B"] + cfg["w"]
+
+    study = optuna.create_study(study_name="mm", storage=url, direction="minimize")
+    study.enqueue_trial({"B": 32, "w": 2})
+    study.enqueue_trial({"B": 48, "w": 2})  # not in the space: skipped, not measured
+    study.enqueue_trial({"B": 32, "w": 2})  # a duplicate: skipped
+    calls: list[dict] = []
+    res = tuner.optimize(
+        space,
+        lambda c: calls.append(dict(c)) or f(c),
+        budget=6,
+        storage=url,
+        study_name="mm",
+        strategy=strategy,
+    )
+    assert calls[0] == {"B": 32, "w": 2} and len(calls) == 6 and len({tuple(c.values()) for c in calls}) == 6
+    assert [t.config for t in res.trials] == calls
+    measured = [
+        t
+        for t in optuna.load_study(study_name="mm", storage=url).trials
+        if not t.user_attrs.get("tuner_skip")
+    ]
+    assert len(measured) == 6 and all(t.value == f(t.params) for t in measured)
+    resumed = tuner.optimize(space, f, budget=6, storage=url, study_name="mm", strategy=strategy)
+    assert [(t.config, t.value) for t in resumed.trials] == [(c, f(c)) for c in calls]

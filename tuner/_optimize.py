@@ -402,6 +402,31 @@ def _ask(study: optuna.Study, strat: Strategy, space: SearchSpace, dists: dict[s
     return _Asked(measured, space.validate(measured.params), proxy=otrial)
 
 
+def _take_enqueued(
+    study: optuna.Study, strat: Strategy, space: SearchSpace, dists: dict[str, Any]
+) -> _Asked | None:
+    """The oldest trial waiting in the study (a user's `study.enqueue_trial`, or an interrupted run's
+    proposal), as Optuna's `ask` hands it out; None, after marking it skipped, when it is invalid or
+    already measured. Taken before any new proposal: `ask` pops the oldest waiting trial, so one left
+    waiting would be handed out in place of each proposal after it, and every result would be stored
+    against the previous proposal's parameters."""
+    import optuna
+
+    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    fixed = (waiting[0].system_attrs.get("fixed_params") or {}) if waiting else {}
+    # Optuna refuses (and leaves running) an enqueued value outside a distribution: ask without them then
+    in_domains = all(n in space.names and space[n].has(v) for n, v in fixed.items())
+    trial = study.ask(dists if in_domains else None)
+    params = dict(trial.params)
+    if in_domains and not space.violations(params):
+        cfg = space.validate(params)
+        if not strat.pool.is_seen(cfg):
+            return _Asked(trial, cfg)
+    trial.set_user_attr("tuner_skip", "enqueued_invalid_or_duplicate")
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    return None
+
+
 def _tell(study: optuna.Study, asked: _Asked, value: float | None, status: str, error: str | None) -> None:
     """Finish the measured trial (and the replaced proposal, with the same value) in the study."""
     import optuna
@@ -433,16 +458,24 @@ def _search(
 ) -> tuple[str, float]:
     """Ask, measure, tell until the budget, the time budget or the space runs out; appends to `trials`.
     Returns (why it stopped, strategy time in seconds: everything but the objective and the recorder)."""
+    import optuna
+
     dists = space.to_optuna()
     t_start = time.perf_counter()
     strategy_time = 0.0
+    waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
     while len(trials) < budget:
         if time_budget_s is not None and time.perf_counter() - t_start >= time_budget_s:
             return "time_budget", strategy_time
         if strat.pool.exhausted():
             return "space_exhausted", strategy_time
         t0 = time.perf_counter()
-        asked = _ask(study, strat, space, dists)
+        asked = None
+        while waiting > 0 and asked is None:
+            waiting -= 1
+            asked = _take_enqueued(study, strat, space, dists)
+        if asked is None:
+            asked = _ask(study, strat, space, dists)
         strategy_time += time.perf_counter() - t0
         if asked is None:
             return "space_exhausted", strategy_time
