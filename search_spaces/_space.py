@@ -465,7 +465,8 @@ class SearchSpace:
     # ---- Optuna ------------------------------------------------------------------------------------
     def to_optuna(self) -> dict[str, BaseDistribution]:
         """Optuna distributions: ordered numeric parameters as IntDistribution where the domain is a
-        full integer range, else CategoricalDistribution over the values."""
+        full integer range, else CategoricalDistribution over the values. The constraints are not in
+        them: check `contains(trial.params)` before measuring."""
         from optuna.distributions import CategoricalDistribution, IntDistribution
 
         out: dict[str, BaseDistribution] = {}
