@@ -468,3 +468,25 @@ def test_trials_enqueued_in_a_stored_study_are_measured_first_and_stored_against
     assert len(measured) == 6 and all(t.value == f(t.params) for t in measured)
     resumed = tuner.optimize(space, f, budget=6, storage=url, study_name="mm", strategy=strategy)
     assert [(t.config, t.value) for t in resumed.trials] == [(c, f(c)) for c in calls]
+
+
+@pytest.mark.parametrize("strategy", ["auto", "tpe"])
+def test_optuna_verbosity_of_the_caller_is_left_as_it_was(strategy: str) -> None:
+    """optimize keeps Optuna quiet while it runs, but an Optuna user's own studies log as before after it
+    (it used to set Optuna's verbosity to WARNING for the rest of the process)."""
+    import optuna
+
+    before = optuna.logging.get_verbosity()
+    try:
+        optuna.logging.set_verbosity(optuna.logging.INFO)
+        tuner.optimize(grid_space(), bowl, budget=3, strategy=strategy)
+        assert optuna.logging.get_verbosity() == optuna.logging.INFO
+
+        def interrupted(cfg: dict) -> float:
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            tuner.optimize(grid_space(), interrupted, budget=3, strategy=strategy)
+        assert optuna.logging.get_verbosity() == optuna.logging.INFO
+    finally:
+        optuna.logging.set_verbosity(before)

@@ -8,13 +8,15 @@ store's by default, or the caller's (`tune_kernel` records the full measurement 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import numbers
+import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -178,18 +180,19 @@ def optimize(
     budget, seed = _check_arguments(space, objective, budget, seed, time_budget_s)
     space.check_not_empty()  # every config violates a constraint: say which, before anything runs
     prior_n = validate_prior(prior)
-    strat, strategy_name = _make_strategy(strategy, space, seed, prior_n)
-    seed = strat.seed  # an instance's own seed (equal to `seed` for a strategy given by name)
-    store = _open_store(storage)
-    if store is not None and study_name is None:
-        study_name = default_study_name(space, strategy_name, seed, task)
-    study = _open_study(space, strat, seed, store, study_name)
-    if recorder is None and store is not None:
-        recorder = _store_recorder(store, task, space, study.study_name, strategy_name)
-    trials = _resume(study, space, strat)
-    stopped, strategy_time = _search(
-        space, objective, strat, study, trials, budget, time_budget_s, recorder, callback
-    )
+    with _optuna_quiet():
+        strat, strategy_name = _make_strategy(strategy, space, seed, prior_n)
+        seed = strat.seed  # an instance's own seed (equal to `seed` for a strategy given by name)
+        store = _open_store(storage)
+        if store is not None and study_name is None:
+            study_name = default_study_name(space, strategy_name, seed, task)
+        study = _open_study(space, strat, seed, store, study_name)
+        if recorder is None and store is not None:
+            recorder = _store_recorder(store, task, space, study.study_name, strategy_name)
+        trials = _resume(study, space, strat)
+        stopped, strategy_time = _search(
+            space, objective, strat, study, trials, budget, time_budget_s, recorder, callback
+        )
     ok_trials = [t for t in trials if t.value is not None]
     best = min(ok_trials, key=lambda t: (t.value, t.number)) if ok_trials else None
     if trials and best is None:
@@ -205,6 +208,32 @@ def optimize(
         strategy_time_s=strategy_time,
         info={"study_name": study.study_name},
     )
+
+
+_quiet_lock = threading.Lock()
+_quiet_depth = 0  # optimize calls running (in any thread)
+_quiet_saved: int | None = None  # Optuna's verbosity before the first of them
+
+
+@contextlib.contextmanager
+def _optuna_quiet() -> Iterator[None]:
+    """Optuna logs each study and trial at INFO: while `optimize` runs, only its warnings; the caller's
+    verbosity comes back after the last running call (their own studies log as they did before)."""
+    import optuna
+
+    global _quiet_depth, _quiet_saved
+    with _quiet_lock:
+        if _quiet_depth == 0:
+            _quiet_saved = optuna.logging.get_verbosity()
+            optuna.logging.set_verbosity(max(_quiet_saved, optuna.logging.WARNING))
+        _quiet_depth += 1
+    try:
+        yield
+    finally:
+        with _quiet_lock:
+            _quiet_depth -= 1
+            if _quiet_depth == 0 and _quiet_saved is not None:
+                optuna.logging.set_verbosity(_quiet_saved)
 
 
 class AllTrialsFailedWarning(RuntimeWarning):
@@ -303,7 +332,6 @@ def _open_study(
     """The Optuna study: in memory, or created (or loaded, to resume) in the store's database."""
     import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = strat.optuna_sampler() or optuna.samplers.RandomSampler(seed=seed)
     return optuna.create_study(
         storage=store.optuna_storage() if store is not None else None,
