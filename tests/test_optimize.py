@@ -490,3 +490,27 @@ def test_optuna_verbosity_of_the_caller_is_left_as_it_was(strategy: str) -> None
         assert optuna.logging.get_verbosity() == optuna.logging.INFO
     finally:
         optuna.logging.set_verbosity(before)
+
+
+def test_a_study_enqueued_into_by_someone_else_meanwhile_fails_loudly(tmp_path) -> None:
+    """Two optimize calls on one study (or another worker enqueueing into it while it runs) would hand one
+    call's trial to the other, storing values against the wrong parameters: the call stops with an error
+    that says so, and what is stored stays right."""
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    space = SearchSpace([PowerOfTwo("B", 16, 256), PowerOfTwo("w", 1, 8)])
+
+    def f(cfg: dict) -> float:
+        if len(calls) == 2:  # another worker enqueues into the study meanwhile
+            optuna.load_study(study_name="shared", storage=url).enqueue_trial({"B": 256, "w": 8})
+        calls.append(cfg)
+        return cfg["B"] + cfg["w"]
+
+    calls: list[dict] = []
+    with pytest.raises(RuntimeError, match="two optimize calls at once"):
+        tuner.optimize(space, f, budget=10, storage=url, study_name="shared", strategy="random")
+    done = optuna.load_study(study_name="shared", storage=url).get_trials(
+        states=(optuna.trial.TrialState.COMPLETE,)
+    )
+    assert done and all(t.value == t.params["B"] + t.params["w"] for t in done)

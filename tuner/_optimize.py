@@ -411,7 +411,14 @@ def _ask(study: optuna.Study, strat: Strategy, space: SearchSpace, dists: dict[s
         if strat.pool.is_seen(cfg):
             raise RuntimeError(f"strategy {strat.name!r} proposed a config twice: {cfg}")
         study.enqueue_trial(cfg, skip_if_exists=False)
-        return _Asked(study.ask(dists), cfg)
+        trial = study.ask(dists)
+        if trial.params != cfg:  # `ask` handed out a trial someone else enqueued meanwhile
+            raise RuntimeError(
+                f"study {study.study_name!r}: asked for {cfg}, Optuna handed out trial {trial.number} with "
+                f"{trial.params}; the study is being run by two optimize calls at once (one call per study; "
+                "a fleet of workers: tuner study run)"
+            )
+        return _Asked(trial, cfg)
     otrial = study.ask(dists)
     proposal = dict(otrial.params)
     if not space.violations(proposal) and not strat.pool.is_seen(space.validate(proposal)):
@@ -513,7 +520,14 @@ def _search(
         dur = time.perf_counter() - t1
 
         t0 = time.perf_counter()
-        _tell(study, asked, value, status, error)
+        try:
+            _tell(study, asked, value, status, error)
+        except optuna.exceptions.UpdateFinishedTrialError as exc:
+            raise RuntimeError(
+                f"trial {asked.trial.number} of study {study.study_name!r} was finished by another process "
+                "or thread: the study is being run by two optimize calls at once (one call per study; a "
+                f"fleet of workers: tuner study run). {len(trials)} trials of this call are stored."
+            ) from exc
         trial = Trial(len(trials), asked.config, value, status, dur, error)
         trials.append(trial)
         strat.tell(asked.config, value)
