@@ -369,6 +369,8 @@ def test_strategy_instances_that_cannot_serve_the_call_are_refused() -> None:
     prior = [[({"a": 5, "b": 4, "c": "x"}, 1.0)]]
     with pytest.raises(ValueError, match="prior= is not used with a strategy instance"):
         tuner.optimize(space, bowl, budget=3, prior=prior, strategy=ModelStrategy(space))
+    # a strategy that declares it reads no prior ignores one, as by name (the runtime passes the store's)
+    assert tuner.optimize(space, bowl, budget=3, prior=prior, strategy=RandomStrategy(space)).evaluations == 3
     # the same prior given to both is fine (benchmarks/trace_search.py does it)
     res = tuner.optimize(space, bowl, budget=3, prior=prior, strategy=ModelStrategy(space, prior=prior))
     assert res.evaluations == 3

@@ -306,7 +306,7 @@ def _check_instance(
             f"the {name} instance already heard {len(strat.history)} results (it ran before): "
             "build a new instance for each optimize call"
         )
-    if prior is not None and prior != validate_prior(strat.prior):
+    if prior is not None and strat.uses_prior and prior != validate_prior(strat.prior):
         raise ValueError(
             f"prior= is not used with a strategy instance, and the {name} instance holds another one: "
             f"pass it to the instance, {name}(space, seed=..., prior=...)"

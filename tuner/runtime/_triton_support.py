@@ -159,6 +159,7 @@ class InOrder(Strategy):
     """Every config, in the order the user listed them (Triton times them in that order)."""
 
     name = "all_configs"
+    uses_prior = False  # the order is the user's: no prior is read for it
 
     def __init__(self, space: SearchSpace, order: Sequence[Mapping[str, Any]], **kw: Any) -> None:
         super().__init__(space, **kw)
