@@ -494,6 +494,20 @@ def test_optuna_verbosity_of_the_caller_is_left_as_it_was(strategy: str) -> None
         optuna.logging.set_verbosity(before)
 
 
+def test_building_a_tpe_strategy_leaves_optunas_verbosity_as_it_was() -> None:
+    import optuna
+
+    from tuner.strategies import TPEStrategy
+
+    before = optuna.logging.get_verbosity()
+    try:
+        optuna.logging.set_verbosity(optuna.logging.INFO)
+        TPEStrategy(grid_space(), seed=0)
+        assert optuna.logging.get_verbosity() == optuna.logging.INFO
+    finally:
+        optuna.logging.set_verbosity(before)
+
+
 def test_a_study_enqueued_into_by_someone_else_meanwhile_fails_loudly(tmp_path) -> None:
     """Two optimize calls on one study (or another worker enqueueing into it while it runs) would hand one
     call's trial to the other, storing values against the wrong parameters: the call stops with an error

@@ -59,11 +59,17 @@ class TPEStrategy(Strategy):
             else:
                 self._dists[p.name] = CategoricalDistribution(vals)
         self._index = {n: {v: i for i, v in enumerate(vs)} for n, vs in self._values.items()}
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
         sampler = optuna.samplers.TPESampler(
             seed=seed, multivariate=self.config.multivariate, n_startup_trials=self.config.n_startup_trials
         )
-        self._study = optuna.create_study(sampler=sampler, direction="minimize")
+        # without Optuna's INFO line for the in-memory study, and without changing the caller's
+        # verbosity for the rest of the process (`optimize` quiets Optuna while it runs)
+        before = optuna.logging.get_verbosity()
+        optuna.logging.set_verbosity(max(before, optuna.logging.WARNING))
+        try:
+            self._study = optuna.create_study(sampler=sampler, direction="minimize")
+        finally:
+            optuna.logging.set_verbosity(before)
         self._pending: tuple[Any, bool] | None = None  # (TPE's trial, whether its proposal was replaced)
 
     def _config(self, params: dict[str, Any]) -> dict[str, Any]:
