@@ -467,3 +467,53 @@ def test_zero_partition_turns_keep_the_portfolio_out_under_progress() -> None:
     assert no_early and all(no_early)
     no_stagnant = _partition_picks(ModelStrategyConfig(partition_every=0, **base))
     assert no_stagnant and not any(no_stagnant)
+
+
+def _large_space_and_prior(sign: float = 1.0, n: int = 400) -> tuple[SearchSpace, list]:
+    """A space of 16**6 configs (too large to enumerate) and one prior task sampled from it whose
+    objective has the same optimum (sign 1) or the opposite order (sign -1)."""
+    from tuner.search_spaces import IntRange
+
+    space = SearchSpace([IntRange(f"p{i}", 0, 15) for i in range(6)])
+    rng = np.random.default_rng(5)
+    task = []
+    for c in space.sample(rng, n=n):
+        d = float(sum((v - 7) ** 2 for v in c.values()))
+        task.append((c, math.exp(sign * d / 40.0)))
+    return space, [task]
+
+
+def test_prior_is_used_on_a_space_too_large_to_enumerate() -> None:
+    """A prior steers the search on a space it cannot enumerate: the first proposal is the prior
+    task's best measured config, and the search ends nearer the optimum than without the prior."""
+    space, prior = _large_space_and_prior()
+    assert not space.is_enumerable
+    strat = ModelStrategy(space, seed=0, prior=prior)
+    first = strat.propose()
+    best_prior = min(prior[0], key=lambda cv: cv[1])[0]
+    assert first == best_prior and strat.last_source == "large_space"
+
+    def obj(c: dict) -> float:
+        return 1.0 + float(sum((v - 7) ** 2 for v in c.values()))
+
+    with_prior, cold = [], []
+    for seed in range(3):
+        with_prior.append(
+            tuner.optimize(space, obj, budget=20, seed=seed, strategy="auto", prior=prior).best_value
+        )
+        cold.append(tuner.optimize(space, obj, budget=20, seed=seed, strategy="auto").best_value)
+    assert max(with_prior) < min(cold), (with_prior, cold)
+
+
+def test_a_contrary_prior_is_dropped_on_a_large_space() -> None:
+    space, prior = _large_space_and_prior(sign=-1.0)
+    strat = ModelStrategy(space, seed=0, prior=prior)
+
+    def obj(c: dict) -> float:
+        return 1.0 + float(sum((v - 7) ** 2 for v in c.values()))
+
+    for _ in range(14):
+        c = strat.propose()
+        assert c is not None
+        strat.tell(c, obj(c))
+    assert strat.prior_state == "dropped"

@@ -90,7 +90,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -111,6 +111,39 @@ def _normalise(vals: np.ndarray) -> np.ndarray:
     return normalise_targets(vals)
 
 
+def _usable_prior_tasks(
+    names: Sequence[str], prior: Sequence[PriorTask]
+) -> Iterator[tuple[int, list[Mapping[str, Any]], np.ndarray, np.ndarray]]:
+    """(task index, configs, raw values, normalised log times) of each prior task that shares at least
+    half the space's parameters and holds a successful result."""
+    for ti, task in enumerate(prior):
+        if not task:
+            continue
+        configs = [c for c, _ in task]
+        if len(set(configs[0]) & set(names)) < max(1, len(names) // 2):
+            log.info("prior task %d shares too few parameters with the space; ignored", ti)
+            continue
+        vals = np.array([np.nan if v is None else v for _, v in task], dtype=np.float64)
+        if np.isfinite(vals).any():
+            yield ti, configs, vals, _normalise(vals)
+
+
+def _prior_task_model(
+    schema: Any, configs: list[Mapping[str, Any]], t: np.ndarray, max_rows: int, seed: int
+) -> Any:
+    """A model of one prior task's normalised log times (on at most `max_rows` of its results: the best
+    third, and a random share of the rest)."""
+    from tuner.cost_models import XGBRegressorModel
+
+    X = schema.transform(configs)
+    order = np.argsort(t, kind="stable")
+    if len(order) > max_rows:
+        top = order[: max_rows // 3]
+        rest = np.random.default_rng(seed).choice(order[max_rows // 3 :], max_rows - len(top), replace=False)
+        order = np.concatenate([top, rest])
+    return XGBRegressorModel(n_estimators=60, max_depth=6, normalise=False, seed=seed).fit(X[order], t[order])
+
+
 def prior_predictions(
     space: SearchSpace,
     keys_index: Mapping[tuple, int],
@@ -123,25 +156,12 @@ def prior_predictions(
 ) -> tuple[np.ndarray, list[int]]:
     """One row per usable prior task: its normalised log time for each pool config (measured value where
     the task holds the config, else a model fitted on the task). Returns (matrix, used task indices)."""
-    from tuner.cost_models import XGBRegressorModel
-
     names = space.names
     plain = not any(isinstance(v, bool) for p in space.params for v in p.values)
     if plain:  # no booleans: a plain tuple identifies a config (much faster than the tagged key)
         plain_index = {tuple(v for v, _ in h): i for h, i in keys_index.items()}
     rows, used = [], []
-    for ti, task in enumerate(prior):
-        if not task:
-            continue
-        configs = [c for c, _ in task]
-        common = set(configs[0]) & set(names)
-        if len(common) < max(1, len(names) // 2):
-            log.info("prior task %d shares too few parameters with the space; ignored", ti)
-            continue
-        vals = np.array([np.nan if v is None else v for _, v in task], dtype=np.float64)
-        if not np.isfinite(vals).any():
-            continue
-        t = _normalise(vals)
+    for ti, configs, _, t in _usable_prior_tasks(names, prior):
         pred = np.full(F.shape[0], np.nan)
         for c, tv in zip(configs, t, strict=True):
             try:
@@ -153,18 +173,7 @@ def prior_predictions(
                 pred[i] = tv
         missing = np.isnan(pred)
         if missing.any():
-            X = schema.transform(configs)
-            order = np.argsort(t, kind="stable")
-            if len(order) > max_rows:  # keep the best third, and a random share of the rest
-                top = order[: max_rows // 3]
-                rest = np.random.default_rng(seed).choice(
-                    order[max_rows // 3 :], max_rows - len(top), replace=False
-                )
-                order = np.concatenate([top, rest])
-            m = XGBRegressorModel(n_estimators=60, max_depth=6, normalise=False, seed=seed).fit(
-                X[order], t[order]
-            )
-            pred[missing] = m.predict(F[missing])
+            pred[missing] = _prior_task_model(schema, configs, t, max_rows, seed).predict(F[missing])
         rows.append(pred)
         used.append(ti)
     return (np.vstack(rows) if rows else np.zeros((0, F.shape[0]))), used
@@ -208,6 +217,8 @@ class ModelStrategy(Strategy):
         self._n_portfolio = 0  # portfolio picks made
         self._portfolio_picks: list[int] = []  # their pool indices
         self.prior_state = "none"
+        self._large_prior: list[Any] = []  # per prior task, a model (spaces too large to enumerate)
+        self._large_portfolio: list[Config] = []  # the prior tasks' best valid configs, not yet proposed
         self._best = math.inf  # the incumbent's value at the last improvement that counted
         self._last_improve = 0  # number of results at the last improvement of the incumbent
         self._last_mu: tuple[np.ndarray, np.ndarray]
@@ -233,6 +244,8 @@ class ModelStrategy(Strategy):
         if not self.pool.enumerable:
             self.F = np.zeros((0, len(self.schema.names)))
             self.P = np.zeros((0, 0))
+            if self.prior:
+                self._setup_large_prior()
             return
         self.F = self.schema.transform_keys(self.space.names, self.pool.keys)
         self.P = np.zeros((0, self.F.shape[0]))
@@ -923,13 +936,73 @@ class ModelStrategy(Strategy):
                 return self.pool.config_at(i)
         return None
 
+    def _setup_large_prior(self) -> None:
+        """A prior on a space too large to enumerate: one model per usable prior task (fitted on its
+        normalised log times, as `prior_predictions` does for a pool) to rank candidates, and each task's
+        best configs that are valid here, interleaved, as the portfolio the first proposals take."""
+        names = self.space.names
+        models: list[Any] = []
+        ranked: list[list[Config]] = []
+        used: list[int] = []
+        for ti, configs, vals, t in _usable_prior_tasks(names, self.prior or []):
+            best: list[Config] = []
+            for k in np.argsort(t, kind="stable")[: 4 * max(1, self.config.n_portfolio)]:
+                c = configs[int(k)]
+                if not np.isfinite(vals[int(k)]) or any(n not in c for n in names):
+                    continue
+                cfg = {n: c[n] for n in names}
+                if self.space.contains(cfg):
+                    best.append(cfg)
+            models.append(_prior_task_model(self.schema, configs, t, 3000, self.seed))
+            ranked.append(best)
+            used.append(ti)
+        self._large_prior = models
+        self.prior_used = used
+        if not models:
+            return
+        self.prior_state = "trusted"
+        queue: list[Config] = []
+        seen: set[tuple] = set()
+        for r in range(max((len(b) for b in ranked), default=0)):  # each task's best, then second, ...
+            for b in ranked:
+                if r < len(b) and (h := self.pool.hkey(b[r])) not in seen:
+                    seen.add(h)
+                    queue.append(b[r])
+        self._large_portfolio = queue[: self.config.n_portfolio]
+
+    def _large_prior_mean(self, configs: Sequence[Config]) -> np.ndarray:
+        """The prior tasks' mean normalised log time for each config (large spaces)."""
+        X = self.schema.transform(list(configs))
+        return np.mean([m.predict(X) for m in self._large_prior], axis=0)
+
     def _propose_large(self) -> Config | None:
-        """Spaces too large to enumerate: model-ranked random draws and neighbours of the incumbents."""
+        """Spaces too large to enumerate: model-ranked random draws and neighbours of the incumbents.
+        With a prior: the prior tasks' best valid configs first (the portfolio), then candidates ranked
+        by the prior mean (as the ensemble's base margin, calibrated on the task's own results) until the
+        task's results disagree with the prior (rank correlation <= 0 over 5 or more), then as cold."""
         from tuner.cost_models import XGBEnsemble
 
+        prior = bool(self._large_prior)
+        while prior and self._large_portfolio:
+            c = self._large_portfolio.pop(0)
+            if not self.pool.is_seen(c):
+                self._n_portfolio += 1
+                return c
         hist = [(c, v) for c, v in self.history]
         ok = [(c, v) for c, v in hist if v is not None]
-        if len(hist) < self.config.n_init or len(ok) < 3:
+        good = np.array([v is not None and math.isfinite(v) and v > 0 for _, v in hist], dtype=bool)
+        if prior and good.sum() >= 5:
+            from tuner.cost_models import spearman
+
+            rho = spearman(
+                np.log(np.array([v for (_, v), g in zip(hist, good, strict=True) if g], dtype=np.float64)),
+                self._large_prior_mean([c for (c, _), g in zip(hist, good, strict=True) if g]),
+            )
+            if not rho > 0:
+                prior, self.prior_state = False, "dropped"
+            else:
+                self.prior_state = "trusted"
+        if not prior and (len(hist) < self.config.n_init or len(ok) < 3):
             return self.pool.random_unseen()
         cands: list[Config] = []
         for c, _ in sorted(ok, key=lambda cv: cv[1])[:3]:
@@ -939,15 +1012,29 @@ class ModelStrategy(Strategy):
                 cands.append(c)
         if not cands:
             return self.pool.random_unseen()
+        if prior and good.sum() < 3:
+            return cands[int(np.argmin(self._large_prior_mean(cands)))]
         X = self.schema.transform([c for c, _ in hist])
         y = _normalise(np.array([np.nan if v is None else v for _, v in hist]))
+        Xc = self.schema.transform(cands)
+        base = base_c = None
+        if prior:
+            pm = self._large_prior_mean([c for c, _ in hist])
+            x = pm[good]
+            a, _ = np.polyfit(x, y[good], 1) if np.ptp(x) > 0 else (0.0, 0.0)
+            a = max(float(a), 0.1)
+            b = float(np.mean(y[good]) - a * np.mean(x))
+            base, base_c = a * pm + b, a * self._large_prior_mean(cands) + b
+            X, Xc = np.hstack([X, base[:, None]]), np.hstack([Xc, base_c[:, None]])
         model = XGBEnsemble(
             n_models=self.config.n_models,
             n_estimators=self.config.n_estimators,
             max_depth=self.config.max_depth,
             normalise=False,
             seed=self.seed + len(hist),
-        ).fit(X, y)
-        p = model.predict_all(self.schema.transform(cands))
+        ).fit(X, y, base_margin=base)
+        p = model.predict_all(Xc)
+        if base_c is not None:
+            p = p + base_c[None, :]
         acq = p.mean(axis=0) - self.config.kappa * p.std(axis=0)
         return cands[int(np.argmin(acq))]
