@@ -17,7 +17,6 @@ Failed configs count as twice the slowest valid time.
 from __future__ import annotations
 
 import argparse
-import glob
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +27,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+_BENCH = str(Path(__file__).resolve().parent)
+if _BENCH not in sys.path:
+    sys.path.insert(0, _BENCH)
+from _tables import table_files  # noqa: E402  (benchmarks/ is not a package)
 
 DEFAULT_DATA = Path(__file__).resolve().parent / "data"
 
@@ -107,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.starts < 1 or args.within < 1:
         ap.error("--starts must be >= 1 and --within >= 1")
-    paths = sorted({p for g in args.files.split(",") for p in glob.glob(str(Path(args.data) / g))})
+    paths = table_files(args.data, args.files.split(","), script="basins")
     if not paths:
         ap.error(f"no table matches {args.files!r} under {args.data}")
     print(f"# one-parameter landscape: within {args.within}x of the optimum, {args.starts} starts per table")

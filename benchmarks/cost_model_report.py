@@ -17,7 +17,6 @@ measured values ("transfer mean", what transfer_best replays), scikit-learn rand
 from __future__ import annotations
 
 import argparse
-import glob
 import sys
 import time
 from collections import defaultdict
@@ -30,6 +29,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+_BENCH = str(Path(__file__).resolve().parent)
+if _BENCH not in sys.path:
+    sys.path.insert(0, _BENCH)
+from _tables import table_files  # noqa: E402  (benchmarks/ is not a package)
 
 DEFAULT_DATA = Path(__file__).resolve().parent / "data"  # the committed tables (benchmarks/data/README.md)
 
@@ -75,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[tuple[str, str, dict[str, float]]] = []
     t0 = time.perf_counter()
     for folder in folders:
-        files = sorted(glob.glob(str(folder / "*.json*")))
+        files = table_files(folder, ["*.json*"], script="cost_model_report")
         if len(files) < 2:
             continue
         tables = [load_table(f) for f in files]

@@ -20,7 +20,6 @@ kernels' tables of the held-out table's GPU, where there are any).
 from __future__ import annotations
 
 import argparse
-import glob
 import math
 import sys
 from collections.abc import Sequence
@@ -31,6 +30,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+_BENCH = str(Path(__file__).resolve().parent)
+if _BENCH not in sys.path:
+    sys.path.insert(0, _BENCH)
+from _tables import table_files  # noqa: E402  (benchmarks/ is not a package)
 
 DEFAULT_DATA = Path(__file__).resolve().parent / "data"
 # a shared name -> the derived feature names that carry it in one kernel or another (first present wins)
@@ -103,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tuner.cost_models import XGBEnsemble
 
     ks = [int(k) for k in args.k.split(",")]
-    paths = sorted(glob.glob(str(Path(args.data) / "*" / "*.json*")))
+    paths = table_files(args.data, ["*/*.json*"], script="cross_kernel_screen")
     paths = [p for p in paths if Path(p).parent.name != "gpu_validate"]
     if not paths:
         raise SystemExit(f"no tables under {args.data}")

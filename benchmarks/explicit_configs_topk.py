@@ -35,12 +35,18 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+
+_BENCH = str(Path(__file__).resolve().parent)
+if _BENCH not in sys.path:
+    sys.path.insert(0, _BENCH)
+from _tables import table_files  # noqa: E402  (benchmarks/ is not a package)
+
 # The tables: the repository's compressed copies (benchmarks/data/README.md).
 DEFAULT_DATA = REPO / "benchmarks" / "data"
 
 
 def _tables(data: Path) -> list[Path]:
-    files = sorted(p for p in data.glob("*/*.json*") if p.is_file())
+    files = [Path(f) for f in table_files(data, script="explicit_configs_topk")]
     if not files:
         raise SystemExit(
             f"no tables (<kernel>/<gpu>.json[.gz]) under {data}; pass --data DIR, a folder of Kernel Tuner "

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import glob
 import gzip
 import inspect
 import io
@@ -73,8 +72,11 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for _p in (REPO, REPO / "benchmarks"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+from _tables import is_table_file, table_files  # noqa: E402  (benchmarks/ is not a package)
 
 DEFAULT_DATA = Path(__file__).resolve().parent / "data"  # the committed tables (benchmarks/data/README.md)
 
@@ -89,18 +91,6 @@ def _table(path: str) -> Any:
     if path not in _TABLES:
         _TABLES[path] = load_table(path)
     return _TABLES[path]
-
-
-# Files beside the cache files in the hub's folders that are not tables of their own: the T4 copy of a
-# cache file (the same table again: it would leak a held-out table into its own leave-one-out prior) and
-# Kernel Tuner's results and metadata files.
-_NOT_TABLES = ("_T4", "-results", "-metadata")
-
-
-def is_table_file(path: str | Path) -> bool:
-    """Whether `path` is a table to replay (`KERNEL/GPU.json[.gz]`), not one of `_NOT_TABLES`."""
-    stem = Path(path).name.split(".json")[0]
-    return not stem.endswith(_NOT_TABLES)
 
 
 def _loo_prior(path: str) -> list[list[tuple[dict, float | None]]]:
@@ -690,14 +680,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     data = Path(args.data)
     pats = [p for p in args.files.split(",") if p] or ["*/*.json*"]
-    found = sorted({str(Path(f)) for p in pats for f in glob.glob(str(data / p))})
-    files = [f for f in found if is_table_file(f)]
-    if len(files) < len(found):
-        print(
-            f"replay_search: skipped {len(found) - len(files)} files that are not tables of their own "
-            f"(names ending in {', '.join(_NOT_TABLES)})",
-            file=sys.stderr,
-        )
+    files = table_files(data, pats, script="replay_search")
     if not files:
         print(f"no tables match {pats} under {data}", file=sys.stderr)
         return 2

@@ -22,8 +22,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tuner._atomic import atomic_write
-from tuner.replay import FAILURE_STRINGS
+_BENCH = str(Path(__file__).resolve().parent)
+if _BENCH not in sys.path:
+    sys.path.insert(0, _BENCH)
+from _tables import table_files  # noqa: E402  (benchmarks/ is not a package)
+
+from tuner._atomic import atomic_write  # noqa: E402
+from tuner.replay import FAILURE_STRINGS  # noqa: E402
 
 
 def _objective_value(e: dict[str, Any], objective: str) -> Any:
@@ -51,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("target", help="folder to write the slim KERNEL/GPU.json.gz copies to")
     args = ap.parse_args(argv)
     src, dst = Path(args.source), Path(args.target)
-    files = sorted(src.glob("*/*.json*"))
+    files = [Path(f) for f in table_files(src, script="slim_tables")]
     if not files:
         print(f"no tables under {src}", file=sys.stderr)
         return 2

@@ -29,6 +29,11 @@ from typing import Any
 
 import numpy as np
 
+_BENCH = str(Path(__file__).resolve().parent)
+if _BENCH not in sys.path:
+    sys.path.insert(0, _BENCH)
+from _tables import table_files  # noqa: E402  (benchmarks/ is not a package)
+
 DEFAULT_DATA = Path(__file__).resolve().parent / "data"
 
 
@@ -83,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("sub_tables: --per-table must be >= 1", file=sys.stderr)
         return 2
     data, out = Path(args.data), Path(args.out)
-    paths = sorted(data.glob(args.files))
+    paths = [Path(f) for f in table_files(data, [args.files], script="sub_tables")]
     if not paths:
         print(f"sub_tables: no table matches {args.files!r} under {data}", file=sys.stderr)
         return 2

@@ -29,7 +29,6 @@ unlikely to win there.
 from __future__ import annotations
 
 import argparse
-import glob
 import math
 import sys
 import time
@@ -43,6 +42,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+_BENCH = str(Path(__file__).resolve().parent)
+if _BENCH not in sys.path:
+    sys.path.insert(0, _BENCH)
+from _tables import table_files  # noqa: E402  (benchmarks/ is not a package)
 
 DEFAULT_DATA = Path(__file__).resolve().parent / "data"
 MODELS = ("xgb", "xgb1", "gp", "rf", "random", "ridge", "ridge_xgb", "gp_overlap")
@@ -232,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"--sizes {args.sizes!r}: comma-separated integers")
     if not sizes or min(sizes) < 4 or args.seeds < 1 or args.top < 1:
         ap.error("--sizes must be integers >= 4, --seeds and --top >= 1")
-    files = sorted({p for g in args.files.split(",") for p in glob.glob(str(Path(args.data) / g))})
+    files = table_files(args.data, args.files.split(","), script="surrogate_screen")
     if not files:
         ap.error(f"no table matches {args.files!r} under {args.data}")
     print(

@@ -54,7 +54,7 @@ def resolve_table(name: str, data: Path = rs.DEFAULT_DATA) -> str:
     for cand in (data / f"{name}.json.gz", data / f"{name}.json", data / name):
         if cand.is_file():
             return str(cand)
-    known = sorted(str(q.relative_to(data)).split(".json")[0] for q in data.glob("*/*.json*"))
+    known = sorted(str(Path(q).relative_to(data)).split(".json")[0] for q in rs.table_files(data))
     raise SystemExit(f"no table {name!r}; the tables under {data.name}/: {', '.join(known)}")
 
 
