@@ -350,3 +350,16 @@ def test_hooks_assigned_after_decoration_take_effect(impl):
     dst = torch.full((32,), 7.0)
     k[grid_of(32)](dst, 32)
     assert calls == [("pre", False), ("post", 16.0 * 32), ("pre", False), ("post", 32.0 * 32), ("pre", True)]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_config_put_in_cache_is_used_for_its_key(impl):
+    bench = Bench()
+    k = fill_kernel(impl, bench)
+    k.cache[(100, "torch.float32")] = triton.Config({"BLOCK": 64})
+    dst = torch.zeros(100)
+    k[grid_of(100)](dst, 100)
+    assert bench.calls == 0 and k.best_config.kwargs == {"BLOCK": 64}
+    assert torch.equal(dst, torch.full((100,), 64.0))
+    k[grid_of(30)](torch.zeros(30), 30)  # another key is tuned
+    assert bench.calls == 3 and len(k.cache) == 2

@@ -20,8 +20,11 @@ What Triton does, and so what this does (see triton/runtime/autotuner.py):
   (CUDA graphs timing on a GPU).
 - `cache_results`: the store already keeps every winner across processes (`$TUNER_HOME`); True keeps
   that, an explicit False keeps winners in memory only (Triton's default behaviour).
-- `.cache` (Triton's key tuple -> `triton.Config`), `.best_config` (of the last resolved key),
-  `.configs`, `.configs_timings`, `.bench_time`, `.keys`, `.arg_names`, `.fn`, `.base_fn`, `.warmup()`.
+- The kernel object is an instance of `triton.runtime.Autotuner` (`_triton_launch.py`), with
+  `.cache` (Triton's key tuple -> `triton.Config`; an entry put there is used for its key, emptying it
+  tunes again), `.best_config` (of the last launch), `.configs` and `.keys` (assigning them acts on the
+  next misses), `.configs_timings`, `.bench_time`, `.arg_names`, `.fn`, `.base_fn`, `.warmup()`, `.run()`,
+  `.prune_configs()`.
 - `TRITON_PRINT_AUTOTUNING=1` prints what Triton prints: each config as it is timed and the choice.
 
 Where tuner differs on purpose: a config whose launch raises any exception is a failed candidate (Triton
