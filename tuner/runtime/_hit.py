@@ -1,9 +1,9 @@
 """The hit path, written once: shared by `@tuner.autotune` on a plain function, the Triton launcher
 (`kernel[grid](...)`) and `tuner.kernel`.
 
-A positional call costs one fast key (`keys[len(args)](args)`, see `_argkeys.py`), one dict lookup and
-the call: no logging, no locks, no allocation beyond the key tuple, as in Triton's Autotuner, whose hit
-is a dict lookup too. Keyword arguments bound to a launcher (Triton's grid) are passed along. Anything
+A positional call costs one fast key (`keys[len(args)](args)`, see `_argkeys.py`), one dict lookup, one
+store of the config into `last[0]` (the drop-in's `best_config`) and the call: no logging, no locks, no
+allocation beyond the key tuple, as in Triton's Autotuner, whose hit is a dict lookup too. Keyword arguments bound to a launcher (Triton's grid) are passed along. Anything
 else (keyword arguments, an unhashable key value, a key not in the dict) goes to
 `miss(args, kwargs, fast_key, call)`, which resolves the config (`_resolve.py`), remembers it under the
 fast key and returns it. The config reaches the target as keyword arguments.
