@@ -20,8 +20,11 @@ What Triton does, and so what this does (see triton/runtime/autotuner.py):
   (CUDA graphs timing on a GPU).
 - `cache_results`: the store already keeps every winner across processes (`$TUNER_HOME`); True keeps
   that, an explicit False keeps winners in memory only (Triton's default behaviour).
-- `.cache` (Triton's key tuple -> `triton.Config`), `.best_config` (of the last resolved key),
-  `.configs`, `.configs_timings`, `.bench_time`, `.keys`, `.arg_names`, `.fn`, `.base_fn`, `.warmup()`.
+- The kernel object is an instance of `triton.runtime.Autotuner` (`_triton_launch.py`), with
+  `.cache` (Triton's key tuple -> `triton.Config`; an entry put there is used for its key, emptying it
+  tunes again), `.best_config` (of the last launch), `.configs` and `.keys` (assigning them acts on the
+  next misses), `.configs_timings`, `.bench_time`, `.arg_names`, `.fn`, `.base_fn`, `.warmup()`, `.run()`,
+  `.prune_configs()`.
 - `TRITON_PRINT_AUTOTUNING=1` prints what Triton prints: each config as it is timed and the choice.
 
 Where tuner differs on purpose: a config whose launch raises any exception is a failed candidate (Triton
@@ -52,11 +55,11 @@ from ._env import array_framework, signature_names, underlying_function
 from ._hit import make_hit_path
 from ._key import canon
 from ._restore import Restorer, copy_into, snapshot
-from ._triton_launch import TritonAutotuner
 from ._triton_support import (
     _QUANTILES,
     TRITON_KEYWORDS,
     InOrder,
+    TritonCache,
     _all_kwargs,
     _autotuner_error,
     _bare,
@@ -75,7 +78,7 @@ from ._tuning import AllConfigsFailedError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TRITON_KEYWORDS", "TritonAutotuned", "TritonAutotuner", "build"]
+__all__ = ["TRITON_KEYWORDS", "TritonAutotuned", "build"]
 
 
 class TritonAutotuned(Autotuned):
@@ -107,18 +110,7 @@ class TritonAutotuned(Autotuned):
         cache_results: bool | None = None,
         **opts: Any,
     ) -> None:
-        if not configs:
-            import triton
-
-            configs = [triton.Config({}, num_warps=4, num_stages=3, num_ctas=1)]
-        self.configs: list[Any] = list(configs)
-        self._dicts = _config_dicts(self.configs)
-        self._obj_by_canon: dict[str, Any] = {}
-        for c, d in zip(self.configs, self._dicts, strict=True):
-            self._obj_by_canon.setdefault(canon(d), c)
-        self._cfg_names = frozenset().union(*(d.keys() for d in self._dicts))
-        # some config leaves out a key another sets: launches drop the UNSET keys (see _triton_support)
-        self.irregular = any(d != launch_kwargs(d) for d in self._dicts)
+        self._set_configs(configs)
         if cache_results is False:
             if storage not in (None, False):
                 raise ValueError(
@@ -161,16 +153,22 @@ class TritonAutotuned(Autotuned):
         self.user_defined_post_hook = post_hook is not None
         self.pre_hook: Callable[..., Any] = pre_hook or self._default_pre_hook
         self.post_hook: Callable[..., Any] = post_hook or self._default_post_hook
-        self.triton_cache: dict[tuple, Any] = {}  # `.cache` of the decorated kernel
+        # `.cache` of the decorated kernel: Triton's key tuple -> triton.Config, consulted on a miss
+        self.triton_cache = TritonCache(self.forget)
         self.configs_timings: dict[Any, Any] = {}
         self.bench_time = 0.0
         self.cache_results = storage is not False  # winners kept in the store (Triton: on disk)
         self.nargs: dict[str, Any] | None = None  # Triton's is set only while a launch runs
-        self.last_cfg: dict[str, Any] | None = None  # the config of the last resolved key (best_config)
-        self.has_config_hooks = any(getattr(c, "pre_hook", None) is not None for c in self.configs)
+        # [the config of the last launch] (`best_config`): the hit path stores into it on every call
+        self.last: list[dict[str, Any] | None] = [None]
+        self._obj_of: dict[int, tuple[dict[str, Any], Any]] = {}  # id(config dict) -> (it, its Config)
         self._tl = threading.local()
+        self.named_key = not callable(key)  # Triton's key (names): `.keys`, and `.cache` is consulted
+        self.key_request: tuple[str, ...] = ()
         if not callable(key):
-            key = _keyed_names(fn, (key,) if isinstance(key, str) else tuple(key), self.configs)
+            self.key_request = (key,) if isinstance(key, str) else tuple(key)
+            key = _keyed_names(fn, self.key_request, self.configs)
+        self._bucket, self._dtypes = bucket, dtypes
         super().__init__(
             fn,
             self._pruned_space,
@@ -184,6 +182,30 @@ class TritonAutotuned(Autotuned):
             restorer=Restorer(lambda a, k: []),
             **opts,
         )
+        self._set_key(key)
+        bad = [n for n in self.reset_to_zero + self.restore_value if n not in self.arg_names]
+        if bad:
+            raise ValueError(
+                f"reset_to_zero/restore_value names {bad} are not parameters of {self.name} ({self.arg_names})"
+            )
+
+    # ---- configs and key: set at decoration, and again when code assigns `.configs` / `.keys` ---------
+    def _set_configs(self, configs: Sequence[Any]) -> None:
+        if not configs:
+            import triton
+
+            configs = [triton.Config({}, num_warps=4, num_stages=3, num_ctas=1)]
+        self.configs: list[Any] = list(configs)
+        self._dicts = _config_dicts(self.configs)
+        self._obj_by_canon: dict[str, Any] = {}
+        for c, d in zip(self.configs, self._dicts, strict=True):
+            self._obj_by_canon.setdefault(canon(d), c)
+        self._cfg_names = frozenset().union(*(d.keys() for d in self._dicts))
+        # some config leaves out a key another sets: launches drop the UNSET keys (see _triton_support)
+        self.irregular = any(d != launch_kwargs(d) for d in self._dicts)
+        self.has_config_hooks = any(getattr(c, "pre_hook", None) is not None for c in self.configs)
+
+    def _set_key(self, key: Sequence[str] | Callable[..., Any]) -> None:
         self.keys = _TritonKeys(
             name=self.name,
             kind=self.kind,
@@ -191,15 +213,35 @@ class TritonAutotuned(Autotuned):
             arg_names=self.arg_names,
             defaults=self.defaults,
             key=key,
-            bucket=bucket,
-            dtypes=dtypes,
+            bucket=self._bucket,
+            dtypes=self._dtypes,
         )
-        bad = [n for n in self.reset_to_zero + self.restore_value if n not in self.arg_names]
-        if bad:
-            raise ValueError(
-                f"reset_to_zero/restore_value names {bad} are not parameters of {self.name} ({self.arg_names})"
-            )
         self.key_names = list(self.keys.key_names)
+
+    def reconfigure(self, configs: Sequence[Any]) -> None:
+        """`kernel.configs = [...]`: the next misses prune and time these. As Triton, a key already
+        resolved keeps its config (in memory and in `.cache`), except that a single config is used for
+        every key; a stored winner that is not among these is not used (the store validates it)."""
+        self._set_configs(configs)
+        self._obj_of.clear()
+        if self.user_budget is None:
+            self._budget = len(self.configs)
+        if self.named_key:
+            self._set_key(_keyed_names(self.fn, self.key_request, self.configs))
+        if len(self.configs) == 1:
+            self.forget()
+
+    def rekey(self, names: Sequence[str] | str) -> None:
+        """`kernel.keys = [...]`: later calls are keyed by these argument names (Triton's `.keys`)."""
+        if not self.named_key:
+            raise TypeError(f"{self.name} is keyed by a function; its key names cannot be assigned")
+        self.key_request = (names,) if isinstance(names, str) else tuple(names)
+        self._set_key(_keyed_names(self.fn, self.key_request, self.configs))
+        self.forget()
+
+    def forget(self) -> None:
+        """Forget the configs resolved in memory (the hit path's and the general key's), not `.cache`."""
+        Autotuned.cache_clear(self)
 
     # ---- what the chain's tuning reads: budget and strategy of this thread's request -----------------
     @property  # type: ignore[override]
@@ -278,8 +320,11 @@ class TritonAutotuned(Autotuned):
     def prune(self, args: tuple, kwargs: dict, grid: Any) -> list[Any]:
         """Triton's prune_configs: early_config_prune, then the perf model's top_k (a fraction counts the
         configs left by the early prune; at least one is kept)."""
-        nargs = dict(zip(self.arg_names, args, strict=False))
-        kw = self.meta(kwargs, grid)
+        return self.prune_named(dict(zip(self.arg_names, args, strict=False)), self.meta(kwargs, grid))
+
+    def prune_named(self, nargs: dict[str, Any], kw: dict[str, Any]) -> list[Any]:
+        """`prune` with the positional arguments by name and the keywords as the prune functions get them
+        (Triton's `Autotuner.prune_configs(kwargs)` with `nargs`)."""
         pruned = list(self.configs)
         if self.early_config_prune is not None:
             pruned = list(self.early_config_prune(self.configs, nargs, **kw) or [])
@@ -410,14 +455,15 @@ class TritonAutotuned(Autotuned):
         cfg = self._known(args, kwargs, fast_key)
         if cfg is None:
             cfg = self._resolve_triton(args, kwargs, fast_key, target)
-        self.last_cfg = cfg
+        self.last[0] = cfg
         if len(self.configs) > 1:
             with contextlib.suppress(TypeError):  # an unhashable key value: keep serving
-                self.triton_cache[self.triton_key(args, kwargs)] = self.config_obj(cfg)
+                self.triton_cache.put(self.triton_key(args, kwargs), self.config_obj(cfg))
         return cfg
 
     def _known(self, args: tuple, kwargs: dict, fast_key: Any) -> dict[str, Any] | None:
-        """A config this process already chose for the call's key (no pruning, as Triton's cache)."""
+        """A config this process already chose for the call's key, or one that code put in `.cache`
+        (no pruning, as Triton's cache)."""
         if fast_key is None:
             try:
                 gk = self.keys.general(args, kwargs)
@@ -427,10 +473,31 @@ class TritonAutotuned(Autotuned):
                 return self.mem[gk]
         if len(self.configs) == 1:
             return None
+        cfg = None
+        if self.named_key and self.triton_cache:
+            with contextlib.suppress(TypeError):
+                obj = self.triton_cache.get(self.triton_key(args, kwargs))
+                if obj is not None:
+                    cfg = self.dicts_of([obj])[0]
+                    self._obj_by_canon.setdefault(canon(cfg), obj)
+                    self._remember(args, kwargs, fast_key, cfg)
+                    return cfg
         cfg = self.by_hash.get(self.keys.full(args, kwargs).hash)
         if cfg is not None and fast_key is not None:
             self.mem[fast_key] = cfg
         return cfg
+
+    def best_config(self) -> Any:
+        """The triton.Config of the last launch (None before the first)."""
+        cfg = self.last[0]
+        if cfg is None:
+            return None
+        seen = self._obj_of.get(id(cfg))
+        if seen is not None and seen[0] is cfg:
+            return seen[1]
+        obj = self.config_obj(cfg)
+        self._obj_of[id(cfg)] = (cfg, obj)
+        return obj
 
     def _resolve_triton(
         self, args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]
@@ -484,8 +551,7 @@ class TritonAutotuned(Autotuned):
             self.mem[fast_key] = cfg
 
     def cache_clear(self) -> None:
-        super().cache_clear()
-        self.triton_cache.clear()
+        self.triton_cache.clear()  # and the configs in memory (TritonCache.clear)
 
 
 def _keyed_names(fn: Any, key: tuple[str, ...], configs: Sequence[Any]) -> list[str]:
@@ -517,7 +583,9 @@ def build(fn: Any, triton_kw: dict[str, Any], **opts: Any) -> Any:
     """The decorated object for `fn`: a TritonAutotuner for a Triton kernel, else the shared hit path as a
     function with `.cache`, `.configs` and `.tuner` attached."""
     t = TritonAutotuned(fn, **triton_kw, **opts)
-    if t.kind == "triton":
+    if t.kind == "triton":  # triton is imported: the kernel object subclasses its Autotuner
+        from ._triton_launch import TritonAutotuner
+
         return TritonAutotuner(t)
     fn = t.fn
     if t.irregular:

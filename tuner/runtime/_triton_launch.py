@@ -1,15 +1,21 @@
-"""The Triton kernel object of the `triton.autotune` drop-in: `kernel[grid](...)` through the runtime's
-shared hit path, with Triton's `.cache`, `.best_config`, `.configs`, `.warmup()`."""
+"""The Triton kernel object of the `triton.autotune` drop-in: an instance of Triton's own
+`triton.runtime.Autotuner` (code written for Triton checks `isinstance(fn, Autotuner)` to unwrap it, read
+`best_config` or refuse anything else), launched by `kernel[grid](...)` through the runtime's shared hit
+path, with Triton's attributes. Triton's `Autotuner.__init__` is never called (it would set up Triton's own
+tuning state); every method of it that a launch or a tool uses is defined here. This module imports
+triton: `_triton_compat.build` imports it only for a Triton kernel, when triton is already loaded."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
+
+from triton.runtime.autotuner import Autotuner
 
 from ._env import underlying_function
 from ._hit import hit_paths
 from ._launcher import AutotunedKernel
-from ._triton_support import _BOUND, _all_kwargs, launch_kwargs
+from ._triton_support import _BOUND, TritonCache, _all_kwargs, launch_kwargs
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._triton_compat import TritonAutotuned
@@ -36,20 +42,26 @@ _AUTOTUNER_ATTRS = frozenset(
 )
 
 
-class TritonAutotuner(AutotunedKernel):
-    """A @triton.jit kernel under `tuner.autotune` with `configs`: launch as `kernel[grid](*args)`;
-    `.cache`, `.best_config`, `.configs`, `.configs_timings`, `.tuner`, `.explain(*args)`. The launch is
-    the shared hit path around `run` bound to the grid (and the configs' own pre_hooks, if any)."""
+class TritonAutotuner(AutotunedKernel, Autotuner):
+    """A @triton.jit kernel under `tuner.autotune` with `configs`, and an instance of Triton's
+    `Autotuner`: launch as `kernel[grid](*args)` (or `.run(*args, grid=..., warmup=False)`); `.cache`,
+    `.best_config`, `.configs`, `.keys`, `.configs_timings`, `.warmup()`, `.prune_configs()`, `.tuner`,
+    `.explain(*args)`. The launch is the shared hit path around `run` bound to the grid (and the
+    configs' own pre_hooks, if any). Assigning `.configs`, `.keys` or `.cache`, or the hooks, acts as it
+    does on Triton's."""
 
-    def __init__(self, t: TritonAutotuned) -> None:
+    def __init__(self, t: TritonAutotuned) -> None:  # Autotuner.__init__ is not called (see the module)
         super().__init__(t)
         self.tuner: TritonAutotuned = t
-        if t.has_config_hooks or t.irregular:  # else the runtime's hit path as is: no extra frame
-            self._make = hit_paths(self._launch_target(), t.keys.fast, t.mem, t.miss)
         self.base_fn = underlying_function(t.fn)
-        self.keys = t.key_names
-        self.configs = t.configs
-        self.cache = t.triton_cache
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        """The hit path for the tuner's current key and configs (again after `.keys`/`.configs` change)."""
+        t = self.tuner
+        # configs with pre_hooks or UNSET keys need the launch target; else `run` as is: no extra frame
+        target = self._launch_target() if t.has_config_hooks or t.irregular else t.fn.run
+        self._make = hit_paths(target, t.keys.fast, t.mem, t.miss, t.last)
 
     def _launch_target(self) -> Callable[..., Any]:
         """With configs that have their own pre_hook, or that set different keys: what the hit path
@@ -61,7 +73,7 @@ class TritonAutotuner(AutotunedKernel):
         run = (lambda *a, **kw: jit_run(*a, **launch_kwargs(kw))) if t.irregular else jit_run
 
         def target(*args: Any, **kw: Any) -> Any:
-            cfg = t.last_cfg = t.split_config(kw)
+            cfg = t.split_config(kw)
             cobj = t.config_obj(cfg)
             if getattr(cobj, "pre_hook", None) is not None:
                 user_kw = {k: v for k, v in kw.items() if k not in t._cfg_names and k not in _BOUND}
@@ -78,15 +90,51 @@ class TritonAutotuner(AutotunedKernel):
             return getattr(self.__dict__["tuner"], name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Writes to those attributes go to the tuner, which reads them on the next tuning (as Triton's
+        Autotuner reads its own `pre_hook`, `perf_model`, ...)."""
+        if name in _AUTOTUNER_ATTRS:
+            setattr(self.tuner, name, value)
+        else:
+            object.__setattr__(self, name, value)
+
+    # ---- what code reads and writes -----------------------------------------------------------------
+    @property
+    def configs(self) -> list[Any]:
+        return self.tuner.configs
+
+    @configs.setter
+    def configs(self, value: Sequence[Any]) -> None:
+        self.tuner.reconfigure(value)
+        self._rebuild()
+
+    @property
+    def keys(self) -> list[str]:
+        """The argument names of the key (Triton's `.keys`; names no call passes are left out)."""
+        return self.tuner.key_names
+
+    @keys.setter
+    def keys(self, value: Sequence[str]) -> None:
+        self.tuner.rekey(value)
+        self._rebuild()
+
+    @property
+    def cache(self) -> TritonCache:
+        return self.tuner.triton_cache
+
+    @cache.setter
+    def cache(self, value: dict[tuple, Any]) -> None:
+        t = self.tuner
+        t.triton_cache = TritonCache(t.forget, value)
+        t.forget()
+
     @property
     def best_config(self) -> Any:
-        """The triton.Config chosen for the most recently resolved key (Triton sets it on every launch;
-        the two differ only when launches alternate between keys already resolved: the hit path records
-        nothing, to stay one dict lookup)."""
-        cfg = self.tuner.last_cfg
+        """The triton.Config of the last launch (as Triton's; set by the first)."""
+        cfg = self.tuner.best_config()
         if cfg is None:
             raise AttributeError("best_config is set by the first launch")
-        return self.tuner.config_obj(cfg)
+        return cfg
 
     @property
     def configs_timings(self) -> dict[Any, Any]:
@@ -96,17 +144,32 @@ class TritonAutotuner(AutotunedKernel):
     def bench_time(self) -> float:
         return self.tuner.bench_time
 
-    def warmup(self, *args: Any, grid: Any = None, **kwargs: Any) -> list[Any]:
-        """Compile every config left after pruning (Triton's Autotuner.warmup)."""
-        return [
-            self.fn.run(*args, grid=grid, warmup=True, **kwargs, **_all_kwargs(c))
-            for c in self.tuner.prune(args, kwargs, grid)
-        ]
+    @property
+    def do_bench(self) -> Callable[..., Any]:
+        """The timer of a `do_bench=` given, else Triton's default benchmarker (as Triton's)."""
+        if self.tuner.user_do_bench is not None:
+            return self.tuner.user_do_bench
+        from triton.runtime.driver import driver
+
+        return driver.active.get_benchmarker()
+
+    # ---- launches ---------------------------------------------------------------------------------------
+    def prune_configs(self, kwargs: dict[str, Any]) -> list[Any]:
+        """Triton's: the configs left by `early_config_prune` and `perf_model`/`top_k`, for the positional
+        arguments in `.nargs` and these keyword arguments."""
+        return self.tuner.prune_named(dict(self.tuner.nargs or {}), dict(kwargs))
+
+    def warmup(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """Compile every config left after pruning, without launching or timing (Triton's
+        `Autotuner.warmup`: `fn.warmup` per config, so a torch dtype stands for a tensor)."""
+        pruned = self.tuner.prune_named(dict(zip(self.arg_names, args, strict=False)), dict(kwargs))
+        return [self.fn.warmup(*args, **kwargs, **_all_kwargs(c)) for c in pruned]
 
     def run(self, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> Any:
+        """Triton's `run` (what a `@triton.heuristics` above, or a library's wrapper, calls)."""
         if warmup:
             return self.warmup(*args, grid=grid, **kwargs)
-        return self[grid](*args, **kwargs)
+        return self._make({"grid": grid, "warmup": False})(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"TritonAutotuner({self.tuner.name})"

@@ -191,6 +191,47 @@ class _TritonKeys(ArgKeys):
         return out
 
 
+class TritonCache(dict):
+    """`.cache` of the drop-in: Triton's key tuple -> triton.Config. The runtime keeps its own index of
+    the configs in memory for the hit path; code that empties or edits this dict (as code written for
+    Triton does, to tune again) makes it forget that index, so the next calls read this dict (an entry
+    put in it is used for its key, as in Triton) and tune the keys no longer in it."""
+
+    def __init__(self, forget: Callable[[], None], *args: Any) -> None:
+        super().__init__(*args)
+        self._forget = forget
+
+    def put(self, key: tuple, config: Any) -> None:
+        """The runtime's own write (a key it resolved): nothing to forget."""
+        dict.__setitem__(self, key, config)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        self._forget()
+
+    def __delitem__(self, key: Any) -> None:
+        super().__delitem__(key)
+        self._forget()
+
+    def pop(self, *args: Any) -> Any:
+        out = super().pop(*args)
+        self._forget()
+        return out
+
+    def popitem(self) -> tuple[Any, Any]:
+        out = super().popitem()
+        self._forget()
+        return out
+
+    def clear(self) -> None:
+        super().clear()
+        self._forget()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        super().update(*args, **kwargs)
+        self._forget()
+
+
 _BOUND = ("grid", "warmup")  # keywords the Triton hit path binds for a launch
 
 

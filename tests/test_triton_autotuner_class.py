@@ -1,0 +1,365 @@
+"""The drop-in's kernel object as code written for Triton sees it: an instance of Triton's `Autotuner`,
+with its attributes and their meaning, under and over `@triton.heuristics`, launched by `[grid]`, `.run`
+and `.warmup`. Each case runs against `triton.autotune` and `tuner.autotune` under the interpreter.
+
+The callers are this project's own code in the style of public ones: torch's `wrap_triton` and its TTIR
+unwrap (`isinstance(kernel, Autotuner)`, then `.configs[0].kwargs` and `.fn`), a FlagGems-style library
+entry that walks `.fn` and reads `best_config` of each `Autotuner` and `values` of each `Heuristics`, an
+fla-style patch that drops a name from `.keys`, a vLLM-style test that narrows `.configs` (and empties
+`.cache` to tune again), and mamba-style code that sizes its host-side reduction by `best_config`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+triton = pytest.importorskip("triton")
+tl = pytest.importorskip("triton.language")
+
+from triton.runtime import Autotuner, Heuristics, KernelInterface  # noqa: E402
+
+import tuner  # noqa: E402
+
+IMPLS = ["triton", "tuner"]
+
+
+def autotune_of(impl: str):
+    return triton.autotune if impl == "triton" else tuner.autotune
+
+
+class Bench:
+    """A fake do_bench: runs the call once and returns the next of `times` (ms)."""
+
+    def __init__(self, times=()):
+        self.times = list(times)
+        self.calls = 0
+
+    def __call__(self, kernel_call, quantiles):
+        kernel_call()
+        t = self.times[self.calls] if self.calls < len(self.times) else 10.0 + self.calls
+        self.calls += 1
+        return [t, t, t]
+
+
+def blocks(*bs, **opts):
+    return [triton.Config({"BLOCK": b}, **opts) for b in bs]
+
+
+def grid_of(n):
+    return lambda meta: (triton.cdiv(n, meta["BLOCK"]),)
+
+
+def fill_kernel(impl, bench, cfgs=None, **kw):
+    """dst[i] = BLOCK for i < N (so the output says which config ran)."""
+
+    @autotune_of(impl)(configs=cfgs or blocks(16, 32, 64), key=["N"], do_bench=bench, **kw)
+    @triton.jit
+    def fill(dst, N, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(dst + offs, tl.full([BLOCK], BLOCK, tl.float32), mask=offs < N)
+
+    return fill
+
+
+def jit_function_types():
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return (triton.runtime.JITFunction, InterpretedFunction)
+
+
+# ---- the class ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("impl", IMPLS)
+def test_the_kernel_is_an_instance_of_tritons_autotuner(impl):
+    k = fill_kernel(impl, Bench())
+    assert isinstance(k, Autotuner) and isinstance(k, triton.runtime.autotuner.Autotuner)
+    assert isinstance(k, KernelInterface) and not isinstance(k, Heuristics)
+    assert issubclass(type(k), Autotuner)
+    assert isinstance(k.fn, jit_function_types()) and k.base_fn.__name__ == "fill"
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_heuristics_over_and_under_wrap_an_autotuner(impl):
+    bench = Bench(times=[3.0, 1.0, 2.0, 3.0, 1.0, 2.0])
+
+    @triton.heuristics({"SCALE": lambda a: 2.0 if a["N"] > 50 else 1.0})
+    @autotune_of(impl)(configs=blocks(16, 32, 64), key=["N"], do_bench=bench)
+    @triton.heuristics({"EVEN": lambda a: a["N"] % a["BLOCK"] == 0})
+    @triton.jit
+    def fill(dst, N, SCALE: tl.constexpr, EVEN: tl.constexpr, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        v = tl.full([BLOCK], BLOCK, tl.float32) * SCALE + (1000.0 if EVEN else 0.0)
+        tl.store(dst + offs, v, mask=offs < N)
+
+    assert isinstance(fill, Heuristics) and isinstance(fill.fn, Autotuner)
+    assert isinstance(fill.fn.fn, Heuristics) and isinstance(fill.fn.fn.fn, jit_function_types())
+    for n, want in [(100, 64.0), (32, 32.0 + 1000.0)]:
+        dst = torch.zeros(n)
+        fill[grid_of(n)](dst, n)
+        assert torch.equal(dst, torch.full((n,), want))
+        assert fill.fn.best_config.kwargs == {"BLOCK": 32}
+    assert bench.calls == 6
+
+
+# ---- launches: [grid], .run, .warmup -------------------------------------------------------------------
+@pytest.mark.parametrize("impl", IMPLS)
+def test_run_and_grid_launch_alike(impl):
+    bench = Bench(times=[2.0, 1.0, 3.0])
+    k = fill_kernel(impl, bench)
+    a, b = torch.zeros(100), torch.zeros(100)
+    k.run(a, 100, grid=grid_of(100), warmup=False)
+    k[grid_of(100)](b, 100)
+    assert torch.equal(a, torch.full((100,), 32.0)) and torch.equal(a, b)
+    assert bench.calls == 3 and k.best_config.kwargs == {"BLOCK": 32}
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_warmup_compiles_the_pruned_configs_without_tuning_or_writing(impl):
+    bench = Bench()
+    seen = []
+
+    def keep_small(configs, named_args, **kwargs):
+        seen.append(sorted(named_args))
+        return [c for c in configs if c.kwargs["BLOCK"] <= 32]
+
+    k = fill_kernel(impl, bench, prune_configs_by={"early_config_prune": keep_small})
+    dst = torch.zeros(100)
+    out = k.warmup(dst, 100, grid=(1,))
+    assert len(out) == 2  # one per config left after pruning
+    assert bench.calls == 0 and not dst.any()  # nothing timed, nothing launched
+    assert seen == [["N", "dst"]]
+    # a torch dtype in place of a tensor, as Triton's warmup takes it
+    assert len(k.warmup(torch.float32, 100, grid=(1,))) == 2
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_warmup_through_heuristics_above(request, impl):
+    if impl == "triton":
+        why = "Heuristics.warmup calls Autotuner.run(warmup=True), which times the no-op warm-up launches"
+        request.applymarker(pytest.mark.xfail(strict=True, reason=f"triton {triton.__version__}: {why}"))
+    bench = Bench()
+
+    @triton.heuristics({"SCALE": lambda a: 2.0})
+    @autotune_of(impl)(configs=blocks(16, 32), key=["N"], do_bench=bench)
+    @triton.jit
+    def fill(dst, N, SCALE: tl.constexpr, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(dst + offs, tl.full([BLOCK], BLOCK, tl.float32) * SCALE, mask=offs < N)
+
+    dst = torch.zeros(64)
+    fill.warmup(dst, 64, grid=(1,))
+    assert bench.calls == 0 and not dst.any()
+
+
+# ---- torch: wrap_triton and the TTIR unwrap ------------------------------------------------------------
+@pytest.mark.parametrize("impl", IMPLS)
+def test_torch_wrap_triton_accepts_the_kernel(impl):
+    wrap_triton = pytest.importorskip("torch.library").wrap_triton
+    k = fill_kernel(impl, Bench(times=[1.0, 2.0, 3.0]))
+    w = wrap_triton(k)  # refused ("only works on functions annotated with triton.jit or triton.autotune")
+    dst = torch.zeros(40)
+    w[grid_of(40)](dst, 40)
+    assert torch.equal(dst, torch.full((40,), 16.0))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_inductor_style_unwrap_launches_the_first_config(impl):
+    """What torch's TTIR generation does with an autotuned user kernel: the first config, then `.fn`."""
+    k = fill_kernel(impl, Bench())
+    kernel, kwargs = k, {}
+    if isinstance(kernel, Autotuner):
+        if len(kernel.configs) > 0:
+            kwargs = {**kwargs, **kernel.configs[0].kwargs}
+        name = kernel.base_fn.__name__
+        kernel = kernel.fn
+    assert isinstance(kernel, jit_function_types()) and name == "fill"
+    dst = torch.zeros(40)
+    kernel[(3,)](dst, 40, **kwargs)
+    assert torch.equal(dst, torch.full((40,), 16.0))
+    # the other attributes torch checks before it accepts an autotuned kernel
+    assert (k.num_warmups, k.num_reps, k.use_cuda_graph) == (None, None, False)
+    assert k.user_defined_pre_hook is False and k.user_defined_post_hook is False
+    assert k.perf_model is None and k.early_config_prune is None and k.configs_top_k == 1.0
+
+
+# ---- a FlagGems-style library entry -------------------------------------------------------------------
+class LibEntry(KernelInterface):
+    """Launches through `fn.run`, then walks the wrappers down to the JIT function, collecting the
+    constexprs each one supplied: `best_config` of an Autotuner, `values` of a Heuristics. Anything else
+    in the chain is refused, as the library refuses it."""
+
+    def __init__(self, fn):
+        self.fn, self.arg_names = fn, fn.arg_names
+
+    def run(self, *args, **kwargs):
+        self.fn.run(*args, **kwargs)
+        fn, constexprs = self.fn, {}
+        while not isinstance(fn, jit_function_types()):
+            if isinstance(fn, Autotuner):
+                cfg = fn.best_config
+                constexprs.update(num_warps=cfg.num_warps, num_stages=cfg.num_stages, **cfg.kwargs)
+            elif isinstance(fn, Heuristics):
+                named = dict(zip(fn.arg_names, args, strict=False))
+                for name, heur in fn.values.items():
+                    constexprs[name] = heur({**named, **kwargs, **constexprs})
+            else:
+                raise RuntimeError("Invalid Runtime Function")
+            fn = fn.fn
+        return constexprs
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("heuristics_above", [False, True])
+def test_a_library_entry_reads_the_config_that_ran(impl, heuristics_above):
+    bench = Bench(times=[3.0, 1.0, 2.0, 1.0, 2.0, 3.0])
+
+    @autotune_of(impl)(configs=blocks(16, 32, 64, num_warps=2), key=["N"], do_bench=bench)
+    @triton.jit
+    def fill(dst, N, BLOCK: tl.constexpr, HALF: tl.constexpr = 0):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(dst + offs, tl.full([BLOCK], BLOCK + HALF * 0, tl.float32), mask=offs < N)
+
+    k = triton.heuristics({"HALF": lambda a: a["N"] // 2})(fill) if heuristics_above else fill
+    entry = LibEntry(k)
+    got = []
+    for n in (100, 30, 100):
+        dst = torch.zeros(n)
+        c = entry.run(dst, n, grid=grid_of(n), warmup=False)
+        assert torch.equal(dst, torch.full((n,), float(c["BLOCK"])))  # the config read is the one that ran
+        got.append((c["BLOCK"], c["num_warps"], c.get("HALF")))
+    half = [50, 15, 50] if heuristics_above else [None] * 3
+    assert got == [(32, 2, half[0]), (16, 2, half[1]), (32, 2, half[2])]
+
+
+# ---- best_config is the config of the last launch (mamba-style host code reads it) ---------------------
+@pytest.mark.parametrize("impl", IMPLS)
+def test_best_config_follows_every_launch(impl):
+    bench = Bench(times=[3.0, 1.0, 2.0, 1.0, 2.0, 3.0])
+    k = fill_kernel(impl, bench)
+    got = []
+    for n in (100, 30, 100, 30, 100):
+        dst = torch.zeros(n)
+        k[grid_of(n)](dst, n)
+        block = k.best_config.kwargs["BLOCK"]
+        n_blocks = triton.cdiv(n, block)  # how many partial results the launch left, as mamba sums them
+        assert torch.equal(dst, torch.full((n,), float(block)))
+        got.append((block, n_blocks))
+    assert got == [(32, 4), (16, 2), (32, 4), (16, 2), (32, 4)]
+    assert bench.calls == 6
+
+
+# ---- code that patches the autotuner: .keys (fla), .configs and .cache (vLLM) ----------------------
+@pytest.mark.parametrize("impl", IMPLS)
+def test_dropping_a_name_from_keys_stops_retuning_on_it(impl):
+    bench = Bench()
+
+    @triton.heuristics({"NB": lambda a: triton.cdiv(a["T"], 16)})
+    @autotune_of(impl)(configs=blocks(16, 32), key=["D", "NB"], do_bench=bench)
+    @triton.jit
+    def k(dst, T, D, NB, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(dst + offs, tl.full([BLOCK], BLOCK, tl.float32), mask=offs < T)
+
+    kernel = k.fn if isinstance(k, Heuristics) else k
+    assert isinstance(kernel, Autotuner) and list(kernel.keys) == ["D", "NB"]
+    kernel.keys = [name for name in kernel.keys if name != "NB"]
+    assert list(kernel.keys) == ["D"]
+    for t in (40, 80, 120):
+        dst = torch.zeros(t)
+        k[grid_of(t)](dst, t, 8)
+        assert dst.all()
+    assert bench.calls == 2  # one tuning for D=8, whatever NB is
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_narrowed_configs_are_the_ones_timed(impl):
+    bench = Bench(times=[2.0, 1.0])
+    k = fill_kernel(impl, bench, cfgs=blocks(8, 16, 32, 64))
+    k.configs = [c for c in k.configs if c.kwargs["BLOCK"] >= 32]
+    dst = torch.zeros(100)
+    k[grid_of(100)](dst, 100)
+    assert bench.calls == 2 and k.best_config.kwargs == {"BLOCK": 64}
+    assert torch.equal(dst, torch.full((100,), 64.0))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_single_config_assigned_is_used_for_every_key(impl):
+    bench = Bench(times=[2.0, 1.0, 3.0])
+    k = fill_kernel(impl, bench)
+    dst = torch.zeros(100)
+    k[grid_of(100)](dst, 100)
+    assert k.best_config.kwargs == {"BLOCK": 32}
+    k.configs = [triton.Config({"BLOCK": 8})]
+    for n in (100, 30):
+        dst = torch.zeros(n)
+        k[grid_of(n)](dst, n)
+        assert torch.equal(dst, torch.full((n,), 8.0)) and k.best_config.kwargs == {"BLOCK": 8}
+    assert bench.calls == 3
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("how", ["assign", "clear"])
+def test_an_emptied_cache_tunes_again_over_the_configs_left(impl, how):
+    bench = Bench(times=[2.0, 1.0, 3.0, 1.0, 2.0])
+    k = fill_kernel(impl, bench, cache_results=False)  # winners in memory only, as Triton's default
+    dst = torch.zeros(100)
+    k[grid_of(100)](dst, 100)
+    assert k.best_config.kwargs == {"BLOCK": 32} and len(k.cache) == 1
+    k.configs = [c for c in k.configs if c.kwargs["BLOCK"] <= 32]
+    k[grid_of(100)](dst, 100)
+    assert k.best_config.kwargs == {"BLOCK": 32} and bench.calls == 3  # a tuned key keeps its config
+    if how == "assign":
+        k.cache = {}
+    else:
+        k.cache.clear()
+    dst.zero_()
+    k[grid_of(100)](dst, 100)
+    assert k.best_config.kwargs == {"BLOCK": 16} and bench.calls == 5
+    assert torch.equal(dst, torch.full((100,), 16.0)) and len(k.cache) == 1
+
+
+def test_an_emptied_cache_still_finds_the_stored_winner():
+    """tuner's difference: emptying `.cache` forgets the winners in memory; the store still holds them
+    (validated against the configs now listed), so the key is not timed again."""
+    bench = Bench(times=[2.0, 1.0, 3.0])
+    k = fill_kernel("tuner", bench)
+    dst = torch.zeros(100)
+    k[grid_of(100)](dst, 100)
+    k.cache.clear()
+    k[grid_of(100)](dst, 100)
+    assert bench.calls == 3 and k.best_config.kwargs == {"BLOCK": 32}
+    k.configs = [c for c in k.configs if c.kwargs["BLOCK"] != 32]  # the stored winner is no longer listed
+    k.cache.clear()
+    k[grid_of(100)](dst, 100)
+    assert bench.calls == 5 and k.best_config.kwargs == {"BLOCK": 16}
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_hooks_assigned_after_decoration_take_effect(impl):
+    bench = Bench(times=[2.0, 1.0])
+    k = fill_kernel(impl, bench, cfgs=blocks(16, 32))
+    calls = []
+
+    def pre(nargs, reset_only=False):
+        calls.append(("pre", reset_only))
+        nargs["dst"].zero_()
+
+    k.pre_hook = pre
+    k.post_hook = lambda nargs, exception: calls.append(("post", float(nargs["dst"].sum())))
+    assert k.pre_hook is pre
+    dst = torch.full((32,), 7.0)
+    k[grid_of(32)](dst, 32)
+    assert calls == [("pre", False), ("post", 16.0 * 32), ("pre", False), ("post", 32.0 * 32), ("pre", True)]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_config_put_in_cache_is_used_for_its_key(impl):
+    bench = Bench()
+    k = fill_kernel(impl, bench)
+    k.cache[(100, "torch.float32")] = triton.Config({"BLOCK": 64})
+    dst = torch.zeros(100)
+    k[grid_of(100)](dst, 100)
+    assert bench.calls == 0 and k.best_config.kwargs == {"BLOCK": 64}
+    assert torch.equal(dst, torch.full((100,), 64.0))
+    k[grid_of(30)](torch.zeros(30), 30)  # another key is tuned
+    assert bench.calls == 3 and len(k.cache) == 2
