@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import importlib.util
+import logging
 import math
 import os
 import re
@@ -35,6 +36,8 @@ __all__ = [
     "redact",
     "sqlite_path",
 ]
+
+log = logging.getLogger(__name__)
 
 SQLITE_TIMEOUT_S = 60
 # libpq waits for ever by default for a server that accepted the TCP connection but does not answer (a hung
@@ -209,6 +212,9 @@ def sqlite_path(url: str) -> str | None:
     return path
 
 
+_wal_warned: set[str] = set()
+
+
 def read_only_url(url: str) -> str | None:
     """The URL that opens an existing SQLite store read-only when its folder cannot be written (a
     read-only mount, a store shipped in a container image), else None.
@@ -222,6 +228,15 @@ def read_only_url(url: str) -> str | None:
     path = os.path.abspath(path)
     if os.access(os.path.dirname(path), os.W_OK):
         return None
+    wal = path + "-wal"
+    if os.path.isfile(wal) and os.path.getsize(wal) > 0 and wal not in _wal_warned:
+        _wal_warned.add(wal)
+        log.warning(
+            "store %s is read-only and its write-ahead log %s is not empty (its last writer did not close "
+            "it): what is only in the log is not read",
+            path,
+            wal,
+        )
     return f"sqlite:///file:{quote(path)}?mode=ro&immutable=1&uri=true"
 
 

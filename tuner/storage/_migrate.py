@@ -33,6 +33,7 @@ from ._engine import (
     install_timeout_errors,
     operation,
     pg_timeout_s,
+    read_only_url,
     redact,
     sqlite_path,
 )
@@ -235,11 +236,17 @@ def ensure_schema(engine: Engine) -> None:
 
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:
     """Optuna's RDBStorage on `url`, created under the schema lock (Optuna creates its tables and stamps
-    its version check-then-create; concurrent first opens would race)."""
+    its version check-then-create; concurrent first opens would race). A SQLite store whose folder cannot
+    be written (`read_only_url`) is opened read-only, creating nothing."""
     import optuna
 
     from ._engine import engine_for
 
+    ro_url = read_only_url(url)
+    if ro_url is not None:  # a SQLite store in a folder that cannot be written: read as it is, no lock file
+        return optuna.storages.RDBStorage(
+            ro_url, engine_kwargs=engine_kwargs(ro_url), skip_table_creation=True
+        )
     eng = engine_for(url)
     with schema_lock(eng):
         storage = optuna.storages.RDBStorage(

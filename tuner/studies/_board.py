@@ -26,7 +26,7 @@ from sqlalchemy import func, select, text, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..storage import engine_for, ensure_schema, normalize_url, operation
+from ..storage import check_schema, engine_for, ensure_schema, normalize_url, operation, read_only_url
 from ..storage._owner import HOST, local_dead_pid
 from ..storage._schema import tasks_table
 from ._spec import StudyTask
@@ -94,9 +94,16 @@ class TaskBoard:
 
     def __init__(self, url: str) -> None:
         self.url = normalize_url(url)
-        self.engine = engine_for(self.url)
+        # A SQLite store in a folder that cannot be written (a read-only mount, an archived study) is opened
+        # read-only, as the results store opens it: `rows` and `studies` read it, every write fails.
+        ro_url = read_only_url(self.url)
+        self.read_only = ro_url is not None
+        self.engine = engine_for(ro_url or self.url)
         with operation("opening the task board"):
-            ensure_schema(self.engine)  # the board is one table of the store's schema, migrated with it
+            if ro_url is not None:
+                check_schema(self.engine, self.url)
+            else:
+                ensure_schema(self.engine)  # the board is one table of the store's schema, migrated with it
 
     def close(self) -> None:
         """Nothing to free: the engine is this process's shared engine of the URL (`tuner.storage`)."""

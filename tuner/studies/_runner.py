@@ -644,6 +644,13 @@ def prepare_study(spec: StudySpec, *, retry_failed: bool = False) -> StudySpec:
         if path and path != ":memory:":
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     board = TaskBoard(spec.storage)
+    if board.read_only:
+        from ..storage import StoreError, redact
+
+        raise StoreError(
+            f"study {spec.name}: store {redact(board.url)} is read-only (its folder cannot be written): "
+            "`tuner study run` writes it; `tuner study report` and `tuner study export` only read it"
+        )
     try:
         _optuna_storage(spec.storage)
         counts = board.ensure(spec.tasks)
