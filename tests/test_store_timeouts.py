@@ -83,8 +83,8 @@ def bounded(fn: Callable[[], Any]) -> tuple[BaseException | None, float]:
 def test_a_locked_table_fails_a_write_with_a_clear_error(
     pg_url: str, lock_table: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tuner.store import ResultStore, TaskContext
     from tuner.storage import StoreTimeout
+    from tuner.store import ResultStore, TaskContext
 
     monkeypatch.setenv("TUNER_PG_TIMEOUT", "1")
     store = ResultStore(pg_url)
@@ -111,8 +111,8 @@ def test_a_statement_the_server_does_not_answer_is_cut_off(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A query in flight that the server does not answer (pg_sleep stands in for a stuck backend)."""
-    from tuner.store import ResultStore
     from tuner.storage import StoreTimeout
+    from tuner.store import ResultStore
 
     monkeypatch.setenv("TUNER_PG_TIMEOUT", "1")
     store = ResultStore(pg_url)
@@ -161,8 +161,8 @@ def test_optuna_storage_gets_the_same_timeout(
 ) -> None:
     import optuna
 
-    from tuner.store import ResultStore
     from tuner.storage import StoreTimeout
+    from tuner.store import ResultStore
 
     monkeypatch.setenv("TUNER_PG_TIMEOUT", "1")
     storage = ResultStore(pg_url).optuna_storage()

@@ -26,6 +26,7 @@ from tuner._settings import text
 from .storage import (
     SCHEMA_VERSION,
     StoreError,
+    StoreTimeout,
     check_schema,
     engine_for,
     ensure_schema,
@@ -54,6 +55,7 @@ DEFAULT_PRIOR_TASKS = 8
 __all__ = [
     "ResultStore",
     "StoreError",
+    "StoreTimeout",
     "TaskContext",
     "Measurement",
     "MeasurementRow",
