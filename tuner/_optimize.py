@@ -495,6 +495,8 @@ def _search(
     Returns (why it stopped, strategy time in seconds: everything but the objective and the recorder)."""
     import optuna
 
+    from .storage import operation
+
     dists = space.to_optuna()
     t_start = time.perf_counter()
     strategy_time = 0.0
@@ -506,11 +508,12 @@ def _search(
             return "space_exhausted", strategy_time
         t0 = time.perf_counter()
         asked = None
-        while waiting > 0 and asked is None:
-            waiting -= 1
-            asked = _take_enqueued(study, strat, space, dists)
-        if asked is None:
-            asked = _ask(study, strat, space, dists)
+        with operation(f"asking study {study.study_name!r} for trial {len(trials)}"):
+            while waiting > 0 and asked is None:
+                waiting -= 1
+                asked = _take_enqueued(study, strat, space, dists)
+            if asked is None:
+                asked = _ask(study, strat, space, dists)
         strategy_time += time.perf_counter() - t0
         if asked is None:
             return "space_exhausted", strategy_time
@@ -521,7 +524,8 @@ def _search(
 
         t0 = time.perf_counter()
         try:
-            _tell(study, asked, value, status, error)
+            with operation(f"storing trial {asked.trial.number} of study {study.study_name!r}"):
+                _tell(study, asked, value, status, error)
         except optuna.exceptions.UpdateFinishedTrialError as exc:
             raise RuntimeError(
                 f"trial {asked.trial.number} of study {study.study_name!r} was finished by another process "

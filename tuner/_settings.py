@@ -61,6 +61,14 @@ SETTINGS: dict[str, Setting] = {
             "`sqlite:///$TUNER_HOME/tuner.db`",
         ),
         Setting(
+            "TUNER_PG_TIMEOUT",
+            "str",
+            None,
+            "seconds one PostgreSQL statement of the store (its lock waits included) may run before it fails "
+            "with a `StoreTimeout` naming the store, the operation and the limit; `0`: no limit",
+            "`60`",
+        ),
+        Setting(
             "TUNER_MODE",
             "str",
             None,

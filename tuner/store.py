@@ -26,10 +26,12 @@ from tuner._settings import text
 from .storage import (
     SCHEMA_VERSION,
     StoreError,
+    StoreTimeout,
     check_schema,
     engine_for,
     ensure_schema,
     normalize_url,
+    operation,
     read_only_url,
     redact,
 )
@@ -53,6 +55,7 @@ DEFAULT_PRIOR_TASKS = 8
 __all__ = [
     "ResultStore",
     "StoreError",
+    "StoreTimeout",
     "TaskContext",
     "Measurement",
     "MeasurementRow",
@@ -140,11 +143,12 @@ class ResultStore:
             raise StoreError(
                 f"cannot open store {self._redacted()}: {exc.__class__.__name__}: {exc}"
             ) from exc
-        if self.read_only:
-            check_schema(self.engine, self.url)
-            log.info("store %s: its folder cannot be written; opened read-only", self._redacted())
-        elif create:
-            ensure_schema(self.engine)
+        with operation("opening the store"):
+            if self.read_only:
+                check_schema(self.engine, self.url)
+                log.info("store %s: its folder cannot be written; opened read-only", self._redacted())
+            elif create:
+                ensure_schema(self.engine)
         self._optuna_storage: optuna.storages.BaseStorage | None = None
 
     def _redacted(self) -> str:
@@ -219,7 +223,8 @@ class ResultStore:
             worker=worker,
             created_at=dt.datetime.now(dt.timezone.utc),
         )
-        with self.session() as s:
+        what = f"recording a measurement of {task.kernel}" + (f" (study {study_name})" if study_name else "")
+        with operation(what), self.session() as s:
             s.add(row)
             s.flush()
             return int(row.id)
@@ -271,7 +276,7 @@ class ResultStore:
             q = q.where(MeasurementRow.device == device)
         if study_name is not None:
             q = q.where(MeasurementRow.study_name == study_name)
-        with self.session() as s:
+        with operation("reading measurements"), self.session() as s:
             rows = list(s.scalars(q).all())
             if newest is not None:
                 rows.reverse()
@@ -312,7 +317,7 @@ class ResultStore:
         n_rows = 0
         before: int | None = None
         page = 256
-        with self.session() as s:
+        with operation(f"reading the prior of {kernel}"), self.session() as s:
             while max_rows is None or n_rows < max_rows:
                 q = (
                     select(

@@ -194,7 +194,7 @@ def run_cmd(args: argparse.Namespace) -> int:
 def report_cmd(args: argparse.Namespace) -> int:
     from tuner.errors import BadInput
     from tuner.studies import write_report
-    from tuner.studies._export import NothingToDo
+    from tuner.studies._export import NothingToDo, OutputNotWritable
 
     if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
         raise BadInput(f"--out {args.out} is a file; give the report's folder")
@@ -202,7 +202,7 @@ def report_cmd(args: argparse.Namespace) -> int:
     try:
         _require_database(spec)
         rep = write_report(spec, args.out or spec.output_dir / "report")
-    except NothingToDo as exc:
+    except (NothingToDo, OutputNotWritable) as exc:
         return _fail(args, "study report", str(exc), {"study": spec.name})
     if args.json:
         _emit(

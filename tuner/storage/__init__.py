@@ -5,16 +5,22 @@
   many processes start at once on a fresh database; `check_schema(engine)` for a store opened read-only
   (`read_only_url(url)`: a SQLite file in a folder that cannot be written), which is read, never migrated.
 - `optuna_storage(url)`: Optuna's RDBStorage on the same database, created under the same lock.
+- On PostgreSQL every connection has a statement timeout (`TUNER_PG_TIMEOUT`, `pg_timeout_s()`); a statement
+  that runs past it raises `StoreTimeout`, naming the store, the `operation(...)` and the limit.
 """
 
 from __future__ import annotations
 
 from ._engine import (
+    PG_TIMEOUT_S,
     StoreError,
+    StoreTimeout,
     engine_for,
     engine_kwargs,
     make_engine,
     normalize_url,
+    operation,
+    pg_timeout_s,
     read_only_url,
     redact,
     sqlite_path,
@@ -23,17 +29,21 @@ from ._migrate import check_schema, ensure_schema, optuna_storage, schema_lock, 
 from ._schema import SCHEMA_REVISION, SCHEMA_VERSION, VERSION_TABLE
 
 __all__ = [
+    "PG_TIMEOUT_S",
     "SCHEMA_REVISION",
     "SCHEMA_VERSION",
     "VERSION_TABLE",
     "StoreError",
+    "StoreTimeout",
     "check_schema",
     "engine_for",
     "engine_kwargs",
     "ensure_schema",
     "make_engine",
     "normalize_url",
+    "operation",
     "optuna_storage",
+    "pg_timeout_s",
     "read_only_url",
     "redact",
     "schema_lock",

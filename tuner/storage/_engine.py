@@ -4,24 +4,40 @@ database through `engine_for(url)`, and Optuna's RDBStorage gets the same engine
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib.util
+import logging
+import math
 import os
+import re
 import threading
+import weakref
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Engine, ExceptionContext, make_url
+
+from tuner._settings import text as _setting_text
 
 __all__ = [
+    "PG_TIMEOUT_S",
     "StoreError",
+    "StoreTimeout",
     "engine_for",
     "engine_kwargs",
+    "install_timeout_errors",
     "normalize_url",
+    "operation",
+    "pg_timeout_s",
     "read_only_url",
     "redact",
     "sqlite_path",
 ]
+
+log = logging.getLogger(__name__)
 
 SQLITE_TIMEOUT_S = 60
 # libpq waits for ever by default for a server that accepted the TCP connection but does not answer (a hung
@@ -29,10 +45,138 @@ SQLITE_TIMEOUT_S = 60
 # `?connect_timeout=N` wins. Keepalives notice a connection whose peer vanished while it sat idle in the pool.
 PG_CONNECT_TIMEOUT_S = 10
 _PG_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
+# Once connected, libpq also waits for ever for the answer to a query: a server that stops answering (an
+# overloaded or stuck backend, a lock another worker's open transaction holds) would block a worker without
+# end. Every PostgreSQL connection of tuner (and of Optuna's RDBStorage on the same store) starts with
+# `statement_timeout` (one statement, its lock waits included) and `idle_in_transaction_session_timeout`
+# (the server ends a session of a stuck process that sits inside a transaction, so its row locks do not
+# block the fleet) set to this many seconds; `TUNER_PG_TIMEOUT` changes it, `0` sets none, and a URL's own
+# `?options=-c statement_timeout=...` wins. tuner's statements take milliseconds and no transaction of tuner
+# waits on user code, so a minute is far past any healthy wait and short enough for a worker to fail, and
+# its lease to be taken over, well within a study.
+PG_TIMEOUT_S = 60.0
+# Creating or upgrading the schema may rewrite or index a large table, and the processes that start meanwhile
+# wait for its lock: those statements get this longer limit (or none where the timeout is 0).
+PG_MIGRATION_TIMEOUT_S = 600.0
+_PG_TIMEOUT_PARAMS = ("statement_timeout", "idle_in_transaction_session_timeout")
 
 
 class StoreError(RuntimeError):
     """A storage failure (driver error, schema mismatch), with the database URL's scheme named."""
+
+
+class StoreTimeout(StoreError):
+    """A PostgreSQL statement ran past the store's timeout (`TUNER_PG_TIMEOUT`): the server did not answer
+    in time, or another transaction held a lock it needed. Its transaction was rolled back. The message
+    names the store (without user and password), the operation and the limit."""
+
+
+_operation: contextvars.ContextVar[str | None] = contextvars.ContextVar("tuner_store_operation", default=None)
+
+
+@contextlib.contextmanager
+def operation(what: str) -> Iterator[None]:
+    """Name the store operation that runs inside (for the message of a `StoreTimeout`)."""
+    token = _operation.set(what)
+    try:
+        yield
+    finally:
+        _operation.reset(token)
+
+
+def pg_timeout_s() -> float:
+    """`TUNER_PG_TIMEOUT` in seconds (default `PG_TIMEOUT_S`); 0: no limit."""
+    raw = _setting_text("TUNER_PG_TIMEOUT")
+    if raw is None:
+        return PG_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        from tuner.errors import BadInput
+
+        raise BadInput(f"TUNER_PG_TIMEOUT must be a number of seconds >= 0 (0: no limit), got {raw!r}")
+    return value
+
+
+def _pg_options(url_options: str | None, timeout_s: float) -> str | None:
+    """libpq's `options` for a connection: the URL's, plus `-c NAME=ms` for each timeout it does not set."""
+    parts = [url_options] if url_options else []
+    if timeout_s > 0:
+        ms = max(1, round(timeout_s * 1000))
+        parts += [f"-c {n}={ms}" for n in _PG_TIMEOUT_PARAMS if n not in (url_options or "")]
+    return " ".join(parts) or None
+
+
+def _limit_text(url_options: str | None, timeout_s: float) -> str:
+    named = re.search(r"statement_timeout\s*=\s*(\S+)", url_options or "")
+    if named:
+        return f"statement_timeout={named.group(1)} (the URL's options)"
+    if timeout_s > 0:
+        return f"{timeout_s:g} s (TUNER_PG_TIMEOUT; default {PG_TIMEOUT_S:g})"
+    return "the server's own timeout (TUNER_PG_TIMEOUT=0 sets none)"
+
+
+_STATEMENT_TARGET = re.compile(r"\b(?:FROM|INTO|UPDATE|TABLE)\s+\"?([A-Za-z_][\w.]*)", re.IGNORECASE)
+
+
+def _describe(statement: str | None) -> str:
+    if not statement:
+        return "a commit"
+    verb = statement.split(None, 1)[0].upper() if statement.strip() else "a statement"
+    target = _STATEMENT_TARGET.search(statement)
+    return f"a {verb} on {target.group(1)}" if target else f"a {verb}"
+
+
+def _timeout_kind(exc: BaseException | None) -> str | None:
+    """Which timeout of the server ended the statement (None: the error is not a timeout)."""
+    code = getattr(exc, "pgcode", None) or getattr(exc, "sqlstate", None)
+    msg = str(exc)
+    if code == "57014" and "statement timeout" in msg:
+        return "statement_timeout"
+    if code == "55P03" and "lock timeout" in msg:
+        return "lock_timeout"
+    if code == "25P03" or "idle-in-transaction timeout" in msg:
+        return "idle_in_transaction_session_timeout"
+    return None
+
+
+_with_timeout_errors: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def install_timeout_errors(engine: Engine, url: str) -> None:
+    """Turn the timeout errors of a PostgreSQL engine's statements into a `StoreTimeout` that names the
+    store, the operation and the limit (the rest of SQLAlchemy's handling, the rollback, is unchanged)."""
+    if engine.dialect.name != "postgresql" or engine in _with_timeout_errors:
+        return
+    _with_timeout_errors.add(engine)
+    parsed = make_url(normalize_url(url))
+    url_options = parsed.query.get("options")
+    limit = _limit_text(url_options if isinstance(url_options, str) else None, pg_timeout_s())
+    where = redact(parsed.render_as_string(hide_password=True))
+
+    def _on_error(ctx: ExceptionContext) -> None:
+        kind = _timeout_kind(ctx.original_exception)
+        if kind is None:
+            return
+        what = _operation.get() or _describe(ctx.statement)
+        if kind == "idle_in_transaction_session_timeout":
+            why = (
+                "the server ended the session: it sat inside a transaction past "
+                "idle_in_transaction_session_timeout (the process stalled between two statements)"
+            )
+        else:
+            why = (
+                f"no answer within {kind} (the server did not answer in time, or another transaction "
+                "held a lock it needed)"
+            )
+        raise StoreTimeout(
+            f"store {where}: {what} gave up after {limit}: {why}; its transaction was rolled back, "
+            "nothing of it was written"
+        )
+
+    event.listen(engine, "handle_error", _on_error)
 
 
 def normalize_url(url: str) -> str:
@@ -68,6 +212,9 @@ def sqlite_path(url: str) -> str | None:
     return path
 
 
+_wal_warned: set[str] = set()
+
+
 def read_only_url(url: str) -> str | None:
     """The URL that opens an existing SQLite store read-only when its folder cannot be written (a
     read-only mount, a store shipped in a container image), else None.
@@ -81,6 +228,15 @@ def read_only_url(url: str) -> str | None:
     path = os.path.abspath(path)
     if os.access(os.path.dirname(path), os.W_OK):
         return None
+    wal = path + "-wal"
+    if os.path.isfile(wal) and os.path.getsize(wal) > 0 and wal not in _wal_warned:
+        _wal_warned.add(wal)
+        log.warning(
+            "store %s is read-only and its write-ahead log %s is not empty (its last writer did not close "
+            "it): what is only in the log is not read",
+            path,
+            wal,
+        )
     return f"sqlite:///file:{quote(path)}?mode=ro&immutable=1&uri=true"
 
 
@@ -104,6 +260,10 @@ def engine_kwargs(url: str) -> dict[str, Any]:
         # libpq's own connection parameters; those the URL names are left to it
         args = {"connect_timeout": PG_CONNECT_TIMEOUT_S, **_PG_KEEPALIVES}
         kw["connect_args"] = {k: v for k, v in args.items() if k not in parsed.query}
+        url_options = parsed.query.get("options")
+        options = _pg_options(url_options if isinstance(url_options, str) else None, pg_timeout_s())
+        if options:
+            kw["connect_args"]["options"] = options
     return kw
 
 
@@ -114,6 +274,7 @@ def make_engine(url: str) -> Engine:
     eng = create_engine(url, **engine_kwargs(url))
     if url.startswith("sqlite"):
         event.listen(eng, "connect", _sqlite_pragmas)
+    install_timeout_errors(eng, url)
     return eng
 
 

@@ -24,7 +24,19 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
-from ._engine import SQLITE_TIMEOUT_S, StoreError, _sqlite_pragmas, engine_kwargs, redact, sqlite_path
+from ._engine import (
+    PG_MIGRATION_TIMEOUT_S,
+    SQLITE_TIMEOUT_S,
+    StoreError,
+    _sqlite_pragmas,
+    engine_kwargs,
+    install_timeout_errors,
+    operation,
+    pg_timeout_s,
+    read_only_url,
+    redact,
+    sqlite_path,
+)
 from ._schema import SCHEMA_REVISION, SCHEMA_VERSION, VERSION_TABLE
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -86,7 +98,14 @@ def schema_lock(engine: Engine) -> Iterator[Connection | None]:
     with _thread_lock:
         if engine.dialect.name == "postgresql":
             with engine.connect() as conn:
-                conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_LOCK_KEY})
+                # waiting for another process's migration, and a migration itself, may take longer than
+                # one of tuner's statements: this connection gets the migration limit until it is returned
+                limit = pg_timeout_s() and max(pg_timeout_s(), PG_MIGRATION_TIMEOUT_S)
+                conn.execute(text(f"SET statement_timeout = {round(limit * 1000)}"))
+                with operation(
+                    "waiting for the schema lock (another process creates or upgrades the schema)"
+                ):
+                    conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_LOCK_KEY})
                 conn.commit()
                 try:
                     yield conn
@@ -94,6 +113,7 @@ def schema_lock(engine: Engine) -> Iterator[Connection | None]:
                     with contextlib.suppress(SQLAlchemyError):
                         conn.rollback()
                         conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_LOCK_KEY})
+                        conn.execute(text("RESET statement_timeout"))
                         conn.commit()
             return
         path = sqlite_path(str(engine.url)) if engine.dialect.name == "sqlite" else None
@@ -181,7 +201,10 @@ def ensure_schema(engine: Engine) -> None:
                 if rev == SCHEMA_REVISION:
                     return
                 _check_known(locked, rev, url)
-                with locked.begin():
+                with (
+                    operation(f"upgrading the schema from {rev or 'empty'} to {SCHEMA_REVISION}"),
+                    locked.begin(),
+                ):
                     _upgrade(locked)
                 log.info("store %s: schema migrated from %s to %s", redact(url), rev, SCHEMA_REVISION)
                 return
@@ -213,13 +236,21 @@ def ensure_schema(engine: Engine) -> None:
 
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:
     """Optuna's RDBStorage on `url`, created under the schema lock (Optuna creates its tables and stamps
-    its version check-then-create; concurrent first opens would race)."""
+    its version check-then-create; concurrent first opens would race). A SQLite store whose folder cannot
+    be written (`read_only_url`) is opened read-only, creating nothing."""
     import optuna
 
     from ._engine import engine_for
 
+    ro_url = read_only_url(url)
+    if ro_url is not None:  # a SQLite store in a folder that cannot be written: read as it is, no lock file
+        return optuna.storages.RDBStorage(
+            ro_url, engine_kwargs=engine_kwargs(ro_url), skip_table_creation=True
+        )
     eng = engine_for(url)
     with schema_lock(eng):
-        return optuna.storages.RDBStorage(
+        storage = optuna.storages.RDBStorage(
             str(eng.url.render_as_string(hide_password=False)), engine_kwargs=engine_kwargs(url)
         )
+    install_timeout_errors(storage.engine, url)  # same timeouts (engine_kwargs), same clear error
+    return storage

@@ -26,7 +26,7 @@ from sqlalchemy import func, select, text, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..storage import engine_for, ensure_schema, normalize_url
+from ..storage import check_schema, engine_for, ensure_schema, normalize_url, operation, read_only_url
 from ..storage._owner import HOST, local_dead_pid
 from ..storage._schema import tasks_table
 from ._spec import StudyTask
@@ -94,8 +94,16 @@ class TaskBoard:
 
     def __init__(self, url: str) -> None:
         self.url = normalize_url(url)
-        self.engine = engine_for(self.url)
-        ensure_schema(self.engine)  # the board is one table of the store's schema, migrated with it
+        # A SQLite store in a folder that cannot be written (a read-only mount, an archived study) is opened
+        # read-only, as the results store opens it: `rows` and `studies` read it, every write fails.
+        ro_url = read_only_url(self.url)
+        self.read_only = ro_url is not None
+        self.engine = engine_for(ro_url or self.url)
+        with operation("opening the task board"):
+            if ro_url is not None:
+                check_schema(self.engine, self.url)
+            else:
+                ensure_schema(self.engine)  # the board is one table of the store's schema, migrated with it
 
     def close(self) -> None:
         """Nothing to free: the engine is this process's shared engine of the URL (`tuner.storage`)."""
@@ -117,7 +125,8 @@ class TaskBoard:
     def ensure(self, tasks: Sequence[StudyTask]) -> dict[str, int]:
         """Insert the tasks that are not on the board yet (concurrent callers are fine). A task whose
         description changed is updated; if its trial budget grew past what it has done, it is reopened."""
-        return retry(lambda: self._ensure(tasks), what="registering tasks")
+        with operation(f"registering the tasks of study {tasks[0].study if tasks else ''}"):
+            return retry(lambda: self._ensure(tasks), what="registering tasks")
 
     def _ensure(self, tasks: Sequence[StudyTask]) -> dict[str, int]:
         counts = {"added": 0, "updated": 0, "reopened": 0}
@@ -171,7 +180,7 @@ class TaskBoard:
         return tasks_table.insert()
 
     def retry_failed(self, study: str) -> int:
-        with self.engine.begin() as conn:
+        with operation(f"putting the failed tasks of study {study} back"), self.engine.begin() as conn:
             res = conn.execute(
                 update(tasks_table)
                 .where((tasks_table.c.study == study) & (tasks_table.c.status == FAILED))
@@ -182,7 +191,8 @@ class TaskBoard:
     # ---- leases ------------------------------------------------------------------------------------
     def claim(self, study: str, worker: str, lease_s: float) -> Claim | None:
         """Take the first task (in run order) that is pending or whose lease has expired; None if none."""
-        return retry(lambda: self._claim(study, worker, lease_s), what="claiming a task")
+        with operation(f"claiming a task of study {study}"):
+            return retry(lambda: self._claim(study, worker, lease_s), what="claiming a task")
 
     def _claim(self, study: str, worker: str, lease_s: float) -> Claim | None:
         c = tasks_table.c
@@ -259,7 +269,7 @@ class TaskBoard:
     ) -> bool:
         """Extend the lease (and record progress). False: the lease is no longer ours."""
         c = tasks_table.c
-        with self.engine.begin() as conn:
+        with operation(f"renewing the lease of task {claim.task.key}"), self.engine.begin() as conn:
             now = self._now(conn)
             values: dict[str, Any] = {
                 "lease_expires_at": now + lease_s,
@@ -290,7 +300,7 @@ class TaskBoard:
     ) -> bool:
         """Mark the held task done / failed (or `pending` to hand it back). False: it was not ours any more."""
         c = tasks_table.c
-        with self.engine.begin() as conn:
+        with operation(f"marking task {claim.task.key} {status}"), self.engine.begin() as conn:
             now = self._now(conn)
             values: dict[str, Any] = {
                 "status": status,
@@ -317,7 +327,7 @@ class TaskBoard:
     # ---- reading -----------------------------------------------------------------------------------
     def rows(self, study: str) -> list[TaskRow]:
         c = tasks_table.c
-        with self.engine.connect() as conn:
+        with operation(f"reading the task board of study {study}"), self.engine.connect() as conn:
             rs = conn.execute(select(tasks_table).where(c.study == study).order_by(c.seq)).all()
         return [_row(r) for r in rs]
 

@@ -124,6 +124,11 @@ class NothingToDo(RuntimeError):
     """The study has nothing of what was asked (no finished task to report or export): exit 1, one line."""
 
 
+class OutputNotWritable(RuntimeError):
+    """The folder a report goes to cannot be written (a read-only study folder): exit 1, one line that
+    names it and says to give another (`--out`). Nothing is written."""
+
+
 class ExportRefused(RuntimeError):
     """The file the study would export is one `tuner cache import` would refuse: nothing is written."""
 

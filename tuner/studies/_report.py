@@ -249,7 +249,17 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
             f"study {spec.name} has no task that ran: nothing to report "
             f"({c['pending']} pending, {c['running']} running; run `tuner study run` first)"
         )
-    img_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        img_dir.mkdir(parents=True, exist_ok=True)
+        if not os.access(img_dir, os.W_OK):
+            raise PermissionError(13, "Permission denied", str(img_dir))
+    except OSError as exc:
+        from ._export import OutputNotWritable
+
+        raise OutputNotWritable(
+            f"cannot write the report of study {spec.name} into {out}: {exc.strerror or exc}; "
+            "give a folder that can be written with --out DIR (the study's database is only read)"
+        ) from exc
     storage = _optuna_storage(spec.storage)
     counts = summarize(rows)
     redacted = spec.storage.split("@")[-1] if "@" in spec.storage else spec.storage

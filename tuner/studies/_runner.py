@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..storage import StoreTimeout
 from ._board import DONE, FAILED, PENDING, RUNNING, Claim, TaskBoard, TaskRow, retry, summarize
 from ._spec import StudySpec, StudyTask, task_distance
 
@@ -524,7 +525,19 @@ class StudyWorker:
                     self.board.finish(claim, FAILED, error="removed from the study file")
                 log.info("task %s is no longer in the study file; not run", claim.task.key)
                 continue
-            outcome = self.run_task(claim)
+            try:
+                outcome = self.run_task(claim)
+            except StoreTimeout as exc:
+                # The store did not answer in time: not the task's failure. Its finished trials are stored
+                # (each trial is its own transaction); the task goes back to the queue, and this worker
+                # stops with the error. Where the hand-back cannot be written either, the lease runs out
+                # and another worker takes the task over.
+                log.error(
+                    "worker %s: %s; task %s goes back to the queue", self.worker_id, exc, claim.task.key
+                )
+                with contextlib.suppress(Exception):
+                    self.board.finish(claim, PENDING)
+                raise
             getattr(summary, outcome).append(claim.task.key)
         return summary
 
@@ -556,6 +569,8 @@ class StudyWorker:
                 res = self.executor(task, prior=prior, callback=lease.callback)
         except LeaseLost:
             return "lost"
+        except StoreTimeout:
+            raise  # the store's failure, not the task's (`_run` hands the task back)
         except KeyboardInterrupt:
             with lease.lock:
                 self.board.finish(claim, PENDING, spent_add=lease.spent())
@@ -629,6 +644,13 @@ def prepare_study(spec: StudySpec, *, retry_failed: bool = False) -> StudySpec:
         if path and path != ":memory:":
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     board = TaskBoard(spec.storage)
+    if board.read_only:
+        from ..storage import StoreError, redact
+
+        raise StoreError(
+            f"study {spec.name}: store {redact(board.url)} is read-only (its folder cannot be written): "
+            "`tuner study run` writes it; `tuner study report` and `tuner study export` only read it"
+        )
     try:
         _optuna_storage(spec.storage)
         counts = board.ensure(spec.tasks)

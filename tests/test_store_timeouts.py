@@ -1,0 +1,241 @@
+"""A PostgreSQL store that stops answering fails a worker within a bounded time, with an error that names
+the store (without its password), the operation and the limit, and leaves the store consistent.
+
+Real server (127.0.0.1:5432, trust auth; tests/pg.py): another connection holds `LOCK TABLE ... IN ACCESS
+EXCLUSIVE MODE` inside an open transaction (what another worker's open transaction, or a stuck server,
+looks like from the waiting side), or a statement sleeps on the server. Every blocking call runs in a
+thread joined with a hard limit, or in a subprocess with a timeout, so a regression fails instead of
+hanging the suite."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from tests.pg import fresh_database
+from tests.test_studies import FAKE, REPO, finished_configs, write_study
+
+pytestmark = pytest.mark.postgres
+
+HARD_LIMIT_S = 30.0  # far past the 1 s store timeout of these tests; a hang fails here
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh database, reached through a URL with a password (trust auth ignores it) that no message
+    may show."""
+    for url in fresh_database():
+        yield url.replace("postgres@", "postgres:s3cret-pw@", 1)
+
+
+@pytest.fixture
+def lock_table(pg_url: str) -> Iterator[Callable[[str], None]]:
+    """lock_table(name): another connection takes an ACCESS EXCLUSIVE lock on the table and keeps its
+    transaction open until the test ends (or calls `lock_table.release()`)."""
+    eng = create_engine(pg_url)
+    conns: list[Any] = []
+
+    def lock(table: str) -> None:
+        conn = eng.connect()
+        conn.execute(text(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"))
+        conns.append(conn)
+
+    def release() -> None:
+        while conns:
+            c = conns.pop()
+            c.rollback()
+            c.close()
+
+    lock.release = release  # type: ignore[attr-defined]
+    yield lock
+    release()
+    eng.dispose()
+
+
+def bounded(fn: Callable[[], Any]) -> tuple[BaseException | None, float]:
+    """Run fn in a thread; return (its exception, seconds taken); fail if it is still blocked after
+    HARD_LIMIT_S (the thread ends when the test releases its locks)."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            box["exc"] = exc
+
+    t0 = time.monotonic()
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    th.join(HARD_LIMIT_S)
+    assert not th.is_alive(), f"the store call still blocks after {HARD_LIMIT_S} s"
+    return box.get("exc"), time.monotonic() - t0
+
+
+def test_a_locked_table_fails_a_write_with_a_clear_error(
+    pg_url: str, lock_table: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tuner.storage import StoreTimeout
+    from tuner.store import ResultStore, TaskContext
+
+    monkeypatch.setenv("TUNER_PG_TIMEOUT", "1")
+    store = ResultStore(pg_url)
+    task = TaskContext(kernel="k")
+    store.record(task, "fp", {"a": 1}, 1.0, "ok")
+    lock_table("tuner_measurements")
+    exc, took = bounded(lambda: store.record(task, "fp", {"a": 2}, 2.0, "ok", study_name="s1"))
+    assert isinstance(exc, StoreTimeout), exc
+    assert took < 15, took
+    msg = str(exc)
+    host_db = pg_url.split("@", 1)[1]
+    assert f"store postgresql+psycopg2://{host_db}:" in msg, msg
+    assert "s3cret-pw" not in msg and "postgres@" not in msg, msg
+    assert "recording a measurement of k (study s1)" in msg, msg
+    assert "gave up after 1 s (TUNER_PG_TIMEOUT" in msg and "rolled back" in msg, msg
+    lock_table.release()
+    # the failed write was rolled back, the earlier one kept, and the store works again
+    assert [(m.config, m.value) for m in store.measurements()] == [({"a": 1}, 1.0)]
+    store.record(task, "fp", {"a": 3}, 3.0, "ok")
+    assert store.count() == 2
+
+
+def test_a_statement_the_server_does_not_answer_is_cut_off(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query in flight that the server does not answer (pg_sleep stands in for a stuck backend)."""
+    from tuner.storage import StoreTimeout
+    from tuner.store import ResultStore
+
+    monkeypatch.setenv("TUNER_PG_TIMEOUT", "1")
+    store = ResultStore(pg_url)
+
+    def slow() -> None:
+        with store.session() as s:
+            s.execute(text("SELECT pg_sleep(20)"))
+
+    exc, took = bounded(slow)
+    assert isinstance(exc, StoreTimeout) and took < 15, (exc, took)
+    assert "a SELECT gave up after 1 s" in str(exc), exc
+    assert store.count() == 0  # the pooled connection is usable again
+
+
+def test_timeout_setting_and_url_options(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tuner.errors import BadInput
+    from tuner.storage import engine_kwargs, make_engine
+
+    def shown(url: str) -> tuple[str, str]:
+        eng = make_engine(url)
+        try:
+            with eng.connect() as c:
+                return (
+                    c.execute(text("SHOW statement_timeout")).scalar_one(),
+                    c.execute(text("SHOW idle_in_transaction_session_timeout")).scalar_one(),
+                )
+        finally:
+            eng.dispose()
+
+    monkeypatch.delenv("TUNER_PG_TIMEOUT", raising=False)
+    assert shown(pg_url) == ("1min", "1min")  # the default, PG_TIMEOUT_S
+    monkeypatch.setenv("TUNER_PG_TIMEOUT", "2.5")
+    assert shown(pg_url) == ("2500ms", "2500ms")
+    # the URL's own options win for what they set, and keep the rest
+    assert shown(pg_url + "?options=-c%20statement_timeout%3D7s") == ("7s", "2500ms")
+    monkeypatch.setenv("TUNER_PG_TIMEOUT", "0")
+    assert shown(pg_url) == ("0", "0")
+    assert "options" not in engine_kwargs(pg_url)["connect_args"]  # nothing sent (e.g. behind PgBouncer)
+    monkeypatch.setenv("TUNER_PG_TIMEOUT", "soon")
+    with pytest.raises(BadInput, match="TUNER_PG_TIMEOUT must be a number of seconds >= 0"):
+        engine_kwargs(pg_url)
+
+
+def test_optuna_storage_gets_the_same_timeout(
+    pg_url: str, lock_table: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import optuna
+
+    from tuner.storage import StoreTimeout
+    from tuner.store import ResultStore
+
+    monkeypatch.setenv("TUNER_PG_TIMEOUT", "1")
+    storage = ResultStore(pg_url).optuna_storage()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(storage=storage, study_name="o")
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    lock_table("trials")
+    exc, took = bounded(lambda: study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1))
+    assert isinstance(exc, StoreTimeout) and took < 60, (exc, took)
+    assert "s3cret-pw" not in str(exc) and "gave up after 1 s" in str(exc), exc
+    lock_table.release()
+    assert len(optuna.load_study(study_name="o", storage=storage).get_trials()) >= 2
+
+
+def _complete_trials(url: str) -> int:
+    eng = create_engine(url)
+    try:
+        with eng.connect() as c:
+            return int(
+                c.execute(text("SELECT count(*) FROM trials WHERE state = 'COMPLETE'")).scalar_one() or 0
+            )
+    except Exception:  # noqa: BLE001 - Optuna's tables do not exist yet
+        return 0
+    finally:
+        eng.dispose()
+
+
+def test_a_study_worker_fails_within_bounded_time_and_its_task_is_claimable(
+    pg_url: str, lock_table: Any, tmp_path: Path
+) -> None:
+    """A `tuner study run` worker whose store stops answering mid-task (another transaction holds a lock
+    on the measurements) exits 1 within a bounded time with the clear error; the trials it finished are
+    kept, its task is back in the queue, and a rerun finishes the study without repeating a trial."""
+    from tuner.studies import PENDING, TaskBoard, load_study, run_study
+
+    path = write_study(tmp_path, n_m=1, budget=12)
+    env = {
+        **os.environ,
+        "TUNER_PG_TIMEOUT": "1",
+        "FAKE_TRIAL_SLEEP": "0.2",
+        "PYTHONPATH": str(REPO),
+    }
+    cmd = [sys.executable, "-m", "tuner.cli", "study", "run", str(path), "--storage", pg_url]
+    cmd += ["--executor", FAKE, "--quiet", "--no-report"]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while _complete_trials(pg_url) < 3:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the worker finished no trial in 60 s"
+            time.sleep(0.05)
+        lock_table("tuner_measurements")
+        kept = _complete_trials(pg_url)
+        out, err = proc.communicate(timeout=HARD_LIMIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, (out, err)
+    assert "StoreTimeout" in err and "gave up after 1 s (TUNER_PG_TIMEOUT" in err, err
+    assert "recording a measurement of fakemm (study " in err, err
+    assert pg_url.split("@", 1)[1] in err and "s3cret-pw" not in err, err
+    lock_table.release()
+
+    spec = load_study(path, storage=pg_url, check_kernels=False)
+    board = TaskBoard(pg_url)
+    [row] = board.rows(spec.name)
+    assert row.status == PENDING and row.worker is None, row  # handed back: claimable at once
+    [task] = spec.tasks
+    before = finished_configs(pg_url, task)
+    assert len(before) >= kept  # the finished trials are kept
+    summary = run_study(spec, executor=FAKE)
+    assert summary.complete and not summary.failed
+    after = finished_configs(pg_url, task)
+    assert after[: len(before)] == before and len(after) == 12
+    assert len({tuple(sorted(c.items())) for c in after}) == 12  # no trial repeated
