@@ -26,19 +26,21 @@ def _in_helper() -> bool:
     return threading.current_thread().name.startswith("tuner-concrete-")
 
 
-def _tuned(read, seen: list):
-    """A decorated launcher that records read() whenever it runs in the helper thread; a bench that
-    runs each config once."""
+def _once(call):
+    """A bench that runs a config once."""
+    jax.block_until_ready(call())
+    return 1e-3
 
-    def bench(call):
-        jax.block_until_ready(call())
-        return 1e-3
+
+def _tuned(in_helper, bench=_once, body=lambda x, b: x * b):
+    """A decorated launcher `body(x, b)` over two configs that calls `in_helper(x)` whenever it runs in
+    the helper thread."""
 
     @tuner.autotune(configs=[{"b": 1}, {"b": 2}], key=lambda x: {"n": x.shape[0]}, bench=bench)
     def scale(x, *, b):
         if _in_helper():
-            seen.append(read())
-        return x * b
+            in_helper(x)
+        return body(x, b)
 
     return scale
 
@@ -73,7 +75,7 @@ SETTINGS = {
 def test_jax_context_setting_reaches_the_helper_thread(name):
     enter, read, expected = SETTINGS[name]
     seen: list = []
-    scale = _tuned(read, seen)
+    scale = _tuned(lambda x: seen.append(read()))
     before = read()
     with enter():
         out = jax.jit(lambda x: scale(x) + 1.0)(jnp.ones(8))
@@ -94,7 +96,7 @@ def test_public_fallback_carries_the_setting(name, monkeypatch):
     monkeypatch.setattr(rjax, "_private_jax_settings", unavailable)
     enter, read, expected = SETTINGS[name]
     seen: list = []
-    scale = _tuned(read, seen)
+    scale = _tuned(lambda x: seen.append(read()))
     with enter():
         jax.jit(lambda x: scale(x) * 2.0)(jnp.ones(8))
     assert seen and all(v == expected() for v in seen), (name, seen)
@@ -104,17 +106,7 @@ def test_x64_stand_ins_and_key_keep_the_traced_dtype():
     """Under `jax.enable_x64`, a float64 tracer gets a float64 stand-in, and the entry is stored under
     float64 (without x64 in the helper, jax makes a float32 stand-in: another key, another kernel)."""
     dtypes: list = []
-
-    def bench(call):
-        jax.block_until_ready(call())
-        return 1e-3
-
-    @tuner.autotune(configs=[{"b": 1}, {"b": 2}], key=lambda x: {"n": x.shape[0]}, bench=bench)
-    def scale(x, *, b):
-        if _in_helper():
-            dtypes.append(x.dtype)
-        return x * b
-
+    scale = _tuned(lambda x: dtypes.append(x.dtype))
     with jax.enable_x64(True):
         x = jnp.ones(8, dtype=jnp.float64)
         out = jax.jit(lambda x: scale(x) + 1.0)(x)
@@ -127,15 +119,7 @@ def test_x64_stand_ins_and_key_keep_the_traced_dtype():
 def test_rank_promotion_raise_applies_to_the_launcher_in_the_helper():
     """`numpy_rank_promotion("raise")` makes an implicit rank promotion in the launcher fail while it is
     tuned, as it would in the caller's thread; every config failing is reported with its first error."""
-
-    def bench(call):
-        jax.block_until_ready(call())
-        return 1e-3
-
-    @tuner.autotune(configs=[{"b": 1}, {"b": 2}], key=lambda x: {"n": x.shape[0]}, bench=bench)
-    def add_row(x, *, b):
-        return x + jnp.ones((1,)) * b  # (8, 4) + (1,): a rank promotion
-
+    add_row = _tuned(lambda x: None, body=lambda x, b: x + jnp.ones((1,)) * b)  # (8, 4) + (1,): promoted
     x = jnp.ones((8, 4))
     with (
         jax.numpy_rank_promotion("raise"),
@@ -156,15 +140,9 @@ def test_contextvars_reach_the_launcher_and_the_bench():
 
     def bench(call):
         benched.append(_user_setting.get())
-        jax.block_until_ready(call())
-        return 1e-3
+        return _once(call)
 
-    @tuner.autotune(configs=[{"b": 1}, {"b": 2}], key=lambda x: {"n": x.shape[0]}, bench=bench)
-    def scale(x, *, b):
-        if _in_helper():
-            seen.append(_user_setting.get())
-        return x * b
-
+    scale = _tuned(lambda x: seen.append(_user_setting.get()), bench=bench)
     token = _user_setting.set("caller")
     try:
         jax.jit(lambda x: scale(x) + 1.0)(jnp.ones(8))
@@ -179,17 +157,11 @@ def test_helper_sets_nothing_back_into_the_caller():
     """A launcher that sets a contextvar or enters a jax setting while it is tuned leaves the caller's
     thread as it was."""
 
-    def bench(call):
-        jax.block_until_ready(call())
-        return 1e-3
+    def meddle(x):
+        _user_setting.set("helper")
+        jax.default_matmul_precision("bfloat16").__enter__()  # never exited: the helper's own
 
-    @tuner.autotune(configs=[{"b": 1}, {"b": 2}], key=lambda x: {"n": x.shape[0]}, bench=bench)
-    def scale(x, *, b):
-        if _in_helper():
-            _user_setting.set("helper")
-            jax.default_matmul_precision("bfloat16").__enter__()  # never exited: the helper's own
-        return x * b
-
+    scale = _tuned(meddle)
     prec = jax.config.jax_default_matmul_precision
     jax.jit(lambda x: scale(x) + 1.0)(jnp.ones(8))
     assert _user_setting.get() == "unset"
@@ -202,7 +174,7 @@ def test_trace_state_is_not_carried():
     from jax.sharding import PartitionSpec as P
 
     meshes: list = []
-    scale = _tuned(lambda: jax.sharding.get_abstract_mesh(), meshes)
+    scale = _tuned(lambda x: meshes.append(jax.sharding.get_abstract_mesh()))
     mesh = jax.make_mesh((1,), ("x",))
     sharded = jax.shard_map(lambda x: scale(x) + 1.0, mesh=mesh, in_specs=P(), out_specs=P())
     with jax.ensure_compile_time_eval():
@@ -223,7 +195,7 @@ def test_pallas_tpu_interpret_mode_reaches_the_helper_thread():
 
     mode = jc.pallas_tpu_interpret_mode_context_manager
     seen: list = []
-    scale = _tuned(lambda: mode.value, seen)
+    scale = _tuned(lambda x: seen.append(mode.value))
     with pltpu.force_tpu_interpret_mode():
         jax.jit(lambda x: scale(x) + 1.0)(jnp.ones(8))
     assert len(seen) == 2 and all(v is not None for v in seen), seen
