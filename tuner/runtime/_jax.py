@@ -174,7 +174,7 @@ def resolve_on_concrete(
 _NOT_CARRIED = frozenset(
     {
         "check_vma",  # shard_map, while it traces its body
-        "eager_constant_folding",  # ensure_compile_time_eval (it breaks the Pallas interpreter's tracing)
+        "eager_constant_folding",  # ensure_compile_time_eval: the helper is eager already (module doc)
     }
 )
 # Thread-local contexts that are not jax_* options but settings of the caller: carried too.
