@@ -4,7 +4,9 @@ once with one config. Injectable (like Triton's `do_bench`) so tests run without
 - `cpu_bench`: warm-up, then a few repeats timed with time.perf_counter (calls batched so each sample
   lasts at least ~1 ms), median and p80 - p20 spread. Honest for plain callables and the interpreters.
 - `triton_bench`: triton.testing.do_bench (CUDA events, L2 flush), milliseconds converted to seconds.
-- `jax_bench`: `cpu_bench` over `jax.block_until_ready(call())`, so asynchronous dispatch is waited for.
+- `jax_bench`: one untimed call first (jax traces and compiles the launcher there), then `cpu_bench` over
+  `jax.block_until_ready(call())` (every leaf of the output waited for, not just dispatched), so neither
+  the warm-up that sizes the batches nor the timed repeats include compiling.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ __all__ = [
     "jax_bench",
     "torch_cuda_bench",
     "default_bench",
+    "is_jax_call",
     "normalise_bench_result",
 ]
 
@@ -63,10 +66,15 @@ def cpu_bench(
 
 
 def jax_bench(call: Callable[[], Any], **kw: Any) -> tuple[float, float]:
-    """cpu_bench, blocking until the jax result is ready (the first, warm-up call also compiles)."""
+    """cpu_bench, blocking until every leaf of the jax result is ready; the launcher is compiled first,
+    by a call outside cpu_bench's clock (compiling in the warm-up would size the batches on it)."""
     import jax
 
-    return cpu_bench(lambda: jax.block_until_ready(call()), **kw)
+    def synced() -> Any:
+        return jax.block_until_ready(call())
+
+    synced()  # traces and compiles (jax caches the executable for the calls that follow)
+    return cpu_bench(synced, **kw)
 
 
 def triton_bench(call: Callable[[], Any]) -> tuple[float, float]:
@@ -88,6 +96,12 @@ def torch_cuda_bench(call: Callable[[], Any], **kw: Any) -> tuple[float, float]:
     return cpu_bench(synced, **kw)
 
 
+def is_jax_call(kind: str, framework: str | None) -> bool:
+    """Whether a call is timed as jax's (blocking on its result): a jitted function, jax arrays among its
+    arguments, or no arrays of another framework while jax is imported."""
+    return kind == "jax" or framework == "jax" or (framework is None and "jax" in sys.modules)
+
+
 def default_bench(kind: str, framework: str | None, device: str) -> BenchFn:
     """The default timer for a call, from the kind of callable, the framework of its array arguments
     ("torch", "jax" or None) and its device ("cpu" or an accelerator):
@@ -97,7 +111,7 @@ def default_bench(kind: str, framework: str | None, device: str) -> BenchFn:
     or a synchronising CPU timer when Triton is not installed;
     everything on the CPU (plain callables, the Triton interpreter) -> the CPU timer (do_bench does
     not work under the interpreter)."""
-    if kind == "jax" or framework == "jax" or (framework is None and "jax" in sys.modules):
+    if is_jax_call(kind, framework):
         return jax_bench  # (a launcher may turn numpy inputs into jax arrays: block on its result)
     if device != "cpu" and framework == "torch":
         import importlib.util

@@ -3,9 +3,19 @@ sees tracers, not arrays, and timing it would time tracing. On a miss with trace
 the runtime resolves the config on concrete arrays of the same shapes and dtypes instead (random normal
 values for floating dtypes, zeros otherwise), in a helper thread: jax's trace state is per thread, so
 there the launcher runs eagerly, as it would outside any transformation (`ensure_compile_time_eval` is
-not enough: it also leaks into the Pallas interpreter's own tracing). The key, the store lookup and, if needed, the tuning are exactly those of an eager call with such
-arrays, so the stored entry is the one the eager path stores. The traced call then runs with the chosen
-config. Hits never get here (the in-memory key is built from shapes and dtypes, which tracers have).
+not enough: it also leaks into the Pallas interpreter's own tracing). The key, the store lookup and, if
+needed, the tuning are exactly those of an eager call with such arrays, so the stored entry is the one
+the eager path stores. The traced call then runs with the chosen config. Hits never get here (the
+in-memory key is built from shapes and dtypes, which tracers have).
+
+The helper thread runs with the caller's thread-local settings, as an eager call in the caller's thread
+would: its contextvars (a copy of the caller's context: what the helper sets stays there) and jax's
+thread-local config, i.e. every `jax.config` option the caller set with its context manager
+(`jax.enable_x64`, `jax.default_matmul_precision`, `jax.default_device`, `jax.numpy_rank_promotion`,
+`jax.debug_nans`, ...; under `enable_x64` a float64 tracer gets a float64 stand-in and key) and Pallas'
+TPU interpret mode. Not carried: what jax sets while it traces (the trace itself, shard_map's mesh and
+its vma check, `ensure_compile_time_eval`) and the scopes of the traced program (meshes, `compute_on`,
+XLA metadata): the stand-ins are unsharded arrays of the traced shapes, outside any transformation.
 
 A key value that is itself traced (`key=["n"]` with `n` a jit argument that is not static) has no
 value at trace time: it is refused with a message saying to make it static, rather than keyed on the
@@ -24,15 +34,24 @@ Nothing here imports jax unless jax is already imported by the caller.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 log = logging.getLogger(__name__)
 
-__all__ = ["has_tracer", "concrete_like", "resolve_on_concrete", "refuse_traced_key", "donation_guard"]
+__all__ = [
+    "has_tracer",
+    "concrete_like",
+    "resolve_on_concrete",
+    "refuse_traced_key",
+    "donation_guard",
+    "caller_jax_settings",
+]
 
 
 def has_tracer(args: tuple, kwargs: dict) -> bool:
@@ -127,20 +146,116 @@ def resolve_on_concrete(
     sargs, skwargs = _shapes_of(args, kwargs)
     log.debug("%s: called with tracers; resolving the config on concrete arrays of the same shapes", name)
     box: dict[str, Any] = {}
+    settings = caller_jax_settings()  # read here: they are this thread's
+    context = contextvars.copy_context()
 
     def work() -> None:
         try:
-            cargs, ckwargs = _materialise(sargs, skwargs)
-            box["cfg"] = miss(cargs, ckwargs, fast_key, target)
+            with settings():
+                cargs, ckwargs = _materialise(sargs, skwargs)
+                box["cfg"] = miss(cargs, ckwargs, fast_key, target)
         except BaseException as exc:  # re-raised in the caller's thread
             box["exc"] = exc
 
-    t = threading.Thread(target=work, name=f"tuner-concrete-{name}"[:60], daemon=True)
+    t = threading.Thread(target=context.run, args=(work,), name=f"tuner-concrete-{name}"[:60], daemon=True)
     t.start()
     t.join()
     if "exc" in box:
         raise box["exc"]
     return box["cfg"]
+
+
+# ---- the caller's jax settings, for the helper thread ---------------------------------------------------
+# jax keeps the values its config context managers set in thread-local storage, and has no public API
+# that reads that layer apart from the global one. The jax_* options (`jax._src.config.config_states`)
+# each hold it as `get_local()` (`config_ext.unset` where the thread set nothing); re-entered in the
+# helper through the option's own context manager (which also runs the option's thread-local hook).
+# jax sets some options itself while it traces; those are not the caller's settings:
+_NOT_CARRIED = frozenset(
+    {
+        "check_vma",  # shard_map, while it traces its body
+        "eager_constant_folding",  # ensure_compile_time_eval: the helper is eager already (module doc)
+    }
+)
+# Thread-local contexts that are not jax_* options but settings of the caller: carried too.
+_CARRIED_CONTEXTS = ("pallas_tpu_interpret_mode_context_manager",)  # pltpu.force_tpu_interpret_mode()
+# Where the private state cannot be read (a jax that moved it), these public context managers are
+# re-entered with the values the caller's thread sees (`jax.config.<option>`, local or global).
+_PUBLIC_FALLBACK = (
+    ("jax_enable_x64", "enable_x64"),
+    ("jax_default_matmul_precision", "default_matmul_precision"),
+    ("jax_default_device", "default_device"),
+    ("jax_numpy_rank_promotion", "numpy_rank_promotion"),
+    ("jax_numpy_dtype_promotion", "numpy_dtype_promotion"),
+    ("jax_default_prng_impl", "default_prng_impl"),
+    ("jax_debug_nans", "debug_nans"),
+    ("jax_debug_infs", "debug_infs"),
+)
+
+
+def _private_jax_settings() -> list[tuple[Any, Any, bool]]:
+    """(option, value, is a jax_* option with a context manager) of every jax option this thread set
+    locally (private jax API: may raise)."""
+    from jax._src import config as jc
+
+    unset = jc.config_ext.unset
+    options = [s for s in jc.config_states.values() if s.name not in _NOT_CARRIED]
+    options += [getattr(jc, n) for n in _CARRIED_CONTEXTS if hasattr(jc, n)]
+    out = []
+    for opt in options:
+        value = opt.get_local()
+        if value is not unset:
+            out.append((opt, value, isinstance(opt, jc.State)))
+    return out
+
+
+@contextlib.contextmanager
+def _private_entered(settings: list[tuple[Any, Any, bool]]) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for opt, value, is_option in settings:
+            if is_option:
+                stack.enter_context(opt(value))
+            else:  # a bare thread-local context
+                prev = opt.swap_local(value)
+                stack.callback(opt.set_local, prev)
+        yield
+
+
+def _public_settings() -> list[tuple[Callable[[Any], Any], Any]]:
+    import jax
+
+    out = []
+    for option, manager in _PUBLIC_FALLBACK:
+        enter = getattr(jax, manager, None)
+        if enter is None:
+            continue
+        try:
+            out.append((enter, getattr(jax.config, option)))
+        except AttributeError:
+            continue
+    return out
+
+
+@contextlib.contextmanager
+def _public_entered(pairs: list[tuple[Callable[[Any], Any], Any]]) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for enter, value in pairs:
+            stack.enter_context(enter(value))
+        yield
+
+
+def caller_jax_settings() -> Callable[[], contextlib.AbstractContextManager[None]]:
+    """The jax settings local to this thread, read now; the result enters them in another thread
+    (a no-op when jax is not imported). See the module docstring for what is carried."""
+    if "jax" not in sys.modules:
+        return contextlib.nullcontext
+    try:
+        local = _private_jax_settings()
+    except Exception as exc:  # noqa: BLE001 - private jax API moved: the public context managers
+        log.debug("jax's thread-local config is not readable (%s); carrying the public options", exc)
+        public = _public_settings()
+        return lambda: _public_entered(public)
+    return lambda: _private_entered(local)
 
 
 def donation_guard(

@@ -49,7 +49,7 @@ from tuner._units import ms_to_s, s_to_ms
 from tuner.search_spaces import SearchSpace
 
 from . import _jax
-from ._bench import BenchFn, default_bench, normalise_bench_result
+from ._bench import BenchFn, default_bench, is_jax_call, normalise_bench_result
 from ._decorator import Autotuned, _attach
 from ._env import array_framework, signature_names, underlying_function
 from ._hit import make_hit_path
@@ -395,6 +395,9 @@ class TritonAutotuned(Autotuned):
         if self.num_warmups is not None or self.num_reps is not None:
             warm = self.num_warmups if self.num_warmups is not None else 25
             rep = self.num_reps if self.num_reps is not None else 100
+            if is_jax_call(self.kind, array_framework(list(args) + list(kwargs.values()))):
+                # on any device: do_bench's CUDA events time torch's stream, not jax's
+                return lambda call: _budgeted_cpu_bench(call, ms_to_s(warm), ms_to_s(rep), jax=True)
             if gpu:
                 from triton.testing import do_bench
 

@@ -142,13 +142,25 @@ def _autotuner_error(msg: str) -> Exception:
         return RuntimeError(f"Autotuner error: {msg}")
 
 
-def _budgeted_cpu_bench(call: Callable[[], Any], warmup_s: float, rep_s: float) -> tuple[float, float]:
-    """cpu_bench with Triton's warmup/rep meaning: about `warmup_s` of warm-up and `rep_s` of timed runs."""
+def _budgeted_cpu_bench(
+    call: Callable[[], Any], warmup_s: float, rep_s: float, *, jax: bool = False
+) -> tuple[float, float]:
+    """cpu_bench with Triton's warmup/rep meaning: about `warmup_s` of warm-up and `rep_s` of timed runs,
+    counted from one run's time. `jax`: every run waits for its whole result (jax.block_until_ready),
+    and a first untimed call compiles the launcher, so the counts are not sized on compiling."""
+    run = call
+    if jax:
+        import jax as jax_mod
+
+        def run() -> Any:
+            return jax_mod.block_until_ready(call())
+
+        run()  # traces and compiles
     t0 = time.perf_counter()
-    call()
+    run()
     est = max(time.perf_counter() - t0, 1e-6)
     return cpu_bench(
-        call,
+        run,
         warmup=max(1, min(1000, int(warmup_s / est))),
         repeats=max(1, min(1000, int(rep_s / est))),
         min_sample_s=0.0,

@@ -1,0 +1,202 @@
+"""A decorated function called with tracers (inside jax.jit) is tuned in a helper thread, on concrete
+stand-ins (tuner/runtime/_jax.py). The caller's thread-local settings go with it: jax's config context
+managers (`jax.enable_x64`, `jax.default_matmul_precision`, `jax.default_device`,
+`jax.numpy_rank_promotion`, ...) and the caller's contextvars, so the launcher, the stand-ins, the key
+and the timer see what an eager call in the caller's thread would see. State that jax sets while it
+traces (shard_map's mesh, `ensure_compile_time_eval`) is not carried: the helper runs eagerly."""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+
+import pytest
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+
+import numpy as np  # noqa: E402
+
+import tuner  # noqa: E402
+from tuner.runtime import ConfigCache  # noqa: E402
+from tuner.runtime import _jax as rjax  # noqa: E402
+
+
+def _in_helper() -> bool:
+    return threading.current_thread().name.startswith("tuner-concrete-")
+
+
+def _once(call):
+    """A bench that runs a config once."""
+    jax.block_until_ready(call())
+    return 1e-3
+
+
+def _tuned(in_helper, bench=_once, body=lambda x, b: x * b):
+    """A decorated launcher `body(x, b)` over two configs that calls `in_helper(x)` whenever it runs in
+    the helper thread."""
+
+    @tuner.autotune(configs=[{"b": 1}, {"b": 2}], key=lambda x: {"n": x.shape[0]}, bench=bench)
+    def scale(x, *, b):
+        if _in_helper():
+            in_helper(x)
+        return body(x, b)
+
+    return scale
+
+
+def _cpu0():
+    return jax.devices("cpu")[0]
+
+
+SETTINGS = {
+    "enable_x64": (lambda: jax.enable_x64(True), lambda: jax.config.jax_enable_x64, lambda: True),
+    "default_matmul_precision": (
+        lambda: jax.default_matmul_precision("highest"),
+        lambda: jax.config.jax_default_matmul_precision,
+        lambda: "highest",
+    ),
+    "numpy_rank_promotion": (
+        lambda: jax.numpy_rank_promotion("raise"),
+        lambda: jax.config.jax_numpy_rank_promotion,
+        lambda: "raise",
+    ),
+    "numpy_dtype_promotion": (
+        lambda: jax.numpy_dtype_promotion("strict"),
+        lambda: jax.config.jax_numpy_dtype_promotion,
+        lambda: "strict",
+    ),
+    "default_device": (lambda: jax.default_device(_cpu0()), lambda: jax.config.jax_default_device, _cpu0),
+    "debug_infs": (lambda: jax.debug_infs(True), lambda: jax.config.jax_debug_infs, lambda: True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_jax_context_setting_reaches_the_helper_thread(name):
+    enter, read, expected = SETTINGS[name]
+    seen: list = []
+    scale = _tuned(lambda x: seen.append(read()))
+    before = read()
+    with enter():
+        out = jax.jit(lambda x: scale(x) + 1.0)(jnp.ones(8))
+    assert seen and all(v == expected() for v in seen), (name, seen)
+    np.testing.assert_allclose(np.asarray(out), 2.0)
+    assert scale.tuner.stats["tuned"] == 1
+    assert read() == before  # nothing leaked into the caller's thread or made global
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_public_fallback_carries_the_setting(name, monkeypatch):
+    """Where jax's private thread-local state cannot be read, the public context managers are
+    re-entered with the caller's values."""
+
+    def unavailable():
+        raise AttributeError("no config_states in this jax")
+
+    monkeypatch.setattr(rjax, "_private_jax_settings", unavailable)
+    enter, read, expected = SETTINGS[name]
+    seen: list = []
+    scale = _tuned(lambda x: seen.append(read()))
+    with enter():
+        jax.jit(lambda x: scale(x) * 2.0)(jnp.ones(8))
+    assert seen and all(v == expected() for v in seen), (name, seen)
+
+
+def test_x64_stand_ins_and_key_keep_the_traced_dtype():
+    """Under `jax.enable_x64`, a float64 tracer gets a float64 stand-in, and the entry is stored under
+    float64 (without x64 in the helper, jax makes a float32 stand-in: another key, another kernel)."""
+    dtypes: list = []
+    scale = _tuned(lambda x: dtypes.append(x.dtype))
+    with jax.enable_x64(True):
+        x = jnp.ones(8, dtype=jnp.float64)
+        out = jax.jit(lambda x: scale(x) + 1.0)(x)
+        assert out.dtype == jnp.float64
+    [entry] = ConfigCache().entries()
+    assert "float64" in entry.key.dtypes, entry.key.dtypes
+    assert dtypes == [np.dtype("float64")] * 2, dtypes
+
+
+def test_rank_promotion_raise_applies_to_the_launcher_in_the_helper():
+    """`numpy_rank_promotion("raise")` makes an implicit rank promotion in the launcher fail while it is
+    tuned, as it would in the caller's thread; every config failing is reported with its first error."""
+    add_row = _tuned(lambda x: None, body=lambda x, b: x + jnp.ones((1,)) * b)  # (8, 4) + (1,): promoted
+    x = jnp.ones((8, 4))
+    with (
+        jax.numpy_rank_promotion("raise"),
+        pytest.warns(tuner.AllTrialsFailedWarning, match="rank_promotion"),
+        pytest.raises(Exception, match="rank"),
+    ):
+        jax.jit(add_row)(x)
+    # the tuning failed (in the helper), rather than storing a winner the caller's call cannot run
+    assert ConfigCache().entries() == []
+
+
+_user_setting: contextvars.ContextVar[str] = contextvars.ContextVar("user_setting", default="unset")
+
+
+def test_contextvars_reach_the_launcher_and_the_bench():
+    seen: list = []
+    benched: list = []
+
+    def bench(call):
+        benched.append(_user_setting.get())
+        return _once(call)
+
+    scale = _tuned(lambda x: seen.append(_user_setting.get()), bench=bench)
+    token = _user_setting.set("caller")
+    try:
+        jax.jit(lambda x: scale(x) + 1.0)(jnp.ones(8))
+    finally:
+        _user_setting.reset(token)
+    assert seen == ["caller", "caller"] and benched == ["caller", "caller"]
+    # a variable the helper sets stays in the helper
+    assert _user_setting.get() == "unset"
+
+
+def test_helper_sets_nothing_back_into_the_caller():
+    """A launcher that sets a contextvar or enters a jax setting while it is tuned leaves the caller's
+    thread as it was."""
+
+    def meddle(x):
+        _user_setting.set("helper")
+        jax.default_matmul_precision("bfloat16").__enter__()  # never exited: the helper's own
+
+    scale = _tuned(meddle)
+    prec = jax.config.jax_default_matmul_precision
+    jax.jit(lambda x: scale(x) + 1.0)(jnp.ones(8))
+    assert _user_setting.get() == "unset"
+    assert jax.config.jax_default_matmul_precision == prec
+
+
+def test_trace_state_is_not_carried():
+    """What jax sets while it traces is left behind: under `ensure_compile_time_eval` and inside
+    `shard_map` the helper still runs an eager call outside any mesh."""
+    from jax.sharding import PartitionSpec as P
+
+    meshes: list = []
+    scale = _tuned(lambda x: meshes.append(jax.sharding.get_abstract_mesh()))
+    mesh = jax.make_mesh((1,), ("x",))
+    sharded = jax.shard_map(lambda x: scale(x) + 1.0, mesh=mesh, in_specs=P(), out_specs=P())
+    with jax.ensure_compile_time_eval():
+        out = jax.jit(sharded)(jnp.ones(8))
+    np.testing.assert_allclose(np.asarray(out), 2.0)
+    assert meshes and all(m.empty for m in meshes), meshes
+    assert rjax._private_jax_settings() == []  # nothing set in this thread now
+    with jax.ensure_compile_time_eval():
+        names = {opt.name for opt, _, _ in rjax._private_jax_settings()}
+    assert "eager_constant_folding" not in names
+
+
+def test_pallas_tpu_interpret_mode_reaches_the_helper_thread():
+    """`pltpu.force_tpu_interpret_mode()` (a thread-local context, not a jax_* option) is carried: the
+    kernels tuned in the helper run interpreted, as the caller asked."""
+    pltpu = pytest.importorskip("jax.experimental.pallas.tpu")
+    from jax._src import config as jc  # the context's value has no public reader
+
+    mode = jc.pallas_tpu_interpret_mode_context_manager
+    seen: list = []
+    scale = _tuned(lambda x: seen.append(mode.value))
+    with pltpu.force_tpu_interpret_mode():
+        jax.jit(lambda x: scale(x) + 1.0)(jnp.ones(8))
+    assert len(seen) == 2 and all(v is not None for v in seen), seen
+    assert mode.value is None
