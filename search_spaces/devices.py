@@ -260,7 +260,9 @@ def device_family(label: str) -> DeviceFamily:
             if tag in s:
                 return DeviceFamily("google", arch, float(arch[5]))
         return DeviceFamily("google", "", float("nan"))
-    m = re.search(r"\bsm ?(\d{2,3})\b", s)
+    # torch on ROCm reports an AMD GPU's gfx version as its "compute capability", so the runtime's label
+    # of an MI300X is "AMD Instinct MI300X (sm94)": the vendor's words win over an "smNN" tag
+    m = None if _AMD_WORDS.search(s) else re.search(r"\bsm ?(\d{2,3})\b", s)
     if m:
         arch = f"sm{m.group(1)}"
         return DeviceFamily("nvidia", arch, _sm_version(arch))

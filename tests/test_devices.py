@@ -87,6 +87,9 @@ def test_cuda_label_names_the_gpu_and_its_capability(monkeypatch: pytest.MonkeyP
         ("NVIDIA L4", "nvidia", "sm89", 8.9),
         ("AMD Instinct MI250X", "amd", "gfx90a", 9.0),
         ("MI300X", "amd", "gfx942", 9.4),
+        # torch on ROCm: get_device_capability() is the gfx version, so the runtime's label says "(sm94)"
+        ("AMD Instinct MI300X (sm94)", "amd", "gfx942", 9.4),
+        ("AMD Instinct MI250X (sm90)", "amd", "gfx90a", 9.0),
         ("AMD Radeon PRO W6600", "amd", "gfx1030", 10.3),
         ("AMD Radeon RX 7900 XTX", "amd", "gfx1100", 11.0),
         ("gfx90a:sramecc+:xnack-", "amd", "gfx90a", 9.0),  # a gfx target in the label wins

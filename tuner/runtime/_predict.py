@@ -84,6 +84,13 @@ def _task_features(fields: Mapping[str, Any], device: str, dtypes: Any, ck: Cach
     return out
 
 
+def _same_names(config: Mapping[str, Any], names: frozenset[str]) -> bool:
+    """Whether a stored config has exactly the space's parameters: one tuned before a parameter was renamed,
+    added or removed says nothing about the current space (its missing features would be read as unknown
+    values), so the predictor leaves it out; nearest-key and exact lookups refuse it the same way."""
+    return len(config) == len(names) and all(k in names for k in config)
+
+
 def _measurements(db: Any, kernel: str) -> list[Any]:
     """The store's measurements of `kernel` (the newest `_MAX_ROWS`), re-read at most every `DATA_TTL_S`."""
     store = db.store
@@ -109,9 +116,11 @@ def _store_tasks(req: Request, ck: CacheKey) -> list[Any]:
     if db is None:
         return []
     ms = _measurements(db, ck.kernel)
+    names = frozenset(req.space.names)
     groups: dict[str, list[Any]] = {}
     for m in ms:
-        groups.setdefault(m.task_id, []).append(m)
+        if isinstance(m.config, Mapping) and _same_names(m.config, names):
+            groups.setdefault(m.task_id, []).append(m)
     tasks = []
     for tid, rows in groups.items():
         m0 = rows[0]
@@ -132,8 +141,9 @@ def _entry_tasks(req: Request, ck: CacheKey, space: SearchSpace) -> list[Any]:
 
     tasks = []
     rng = np.random.default_rng(0)
+    names = frozenset(space.names)
     for e in req.kernel_entries(limit=_MAX_ENTRIES):
-        if e.key.hash == ck.hash:
+        if e.key.hash == ck.hash or not _same_names(e.config, names):
             continue
         neg = space.sample(rng, n=NEGATIVES) if NEGATIVES else []
         rows = [(dict(e.config), float(e.time_s))] + [(c, None) for c in neg if c != dict(e.config)]

@@ -296,8 +296,32 @@ def resolve(req: Request) -> Resolution:
     raise RuntimeError(f"{req.t.name}: mode {req.mode!r} resolved nothing: {'; '.join(reasons)}")
 
 
-# miss_reason's openings when an entry exists for the key fields but cannot be used
-_UNUSED_ENTRY = ("entry for these key fields is stale or foreign", "cached config ")
+# miss_reason's openings when an entry exists for the key fields but cannot be used, or when the shipped
+# files hold the kernel only for other machines (logged with the fallback's choice)
+_UNUSED_ENTRY = (
+    "entry for these key fields is stale or foreign",
+    "cached config ",
+    "the shipped files hold ",
+)
+TUNE_HINT = (
+    "to tune for this machine, run with TUNER_MODE=record, then `tuner study from-misses`, `tuner study run` "
+    "here and ship what `tuner study export` writes (docs/production.md)"
+)
+
+
+def _likeness(ck: CacheKey, stored: CacheKey) -> tuple[int, float, str]:
+    """Sort key of the entries that could explain a miss: fewest differences, then the nearest device
+    (same architecture, then same vendor: `device_family`), then the key hash."""
+    from tuner.search_spaces.devices import device_family
+
+    dist = (
+        0.0 if stored.device == ck.device else device_family(ck.device).distance(device_family(stored.device))
+    )
+    return (len(ck.mismatches(stored)), dist, stored.hash)
+
+
+def _machine_differs(ck: CacheKey, stored: CacheKey) -> bool:
+    return stored.device != ck.device or stored.versions != ck.versions
 
 
 def miss_reason(req: Request) -> str:
@@ -314,8 +338,16 @@ def miss_reason(req: Request) -> str:
         )
     same_fields = [e for e in cands.values() if e.key.fields == ck.fields]
     if same_fields:
-        return "entry for these key fields is stale or foreign: " + "; ".join(
-            ck.mismatches(same_fields[0].key)
+        best = min(same_fields, key=lambda e: _likeness(ck, e.key))
+        hint = f"; {TUNE_HINT}" if _machine_differs(ck, best.key) else ""
+        return "entry for these key fields is stale or foreign: " + "; ".join(ck.mismatches(best.key)) + hint
+    shipped = [e for e in req._file_entries().values() if e.key.source_hash == ck.source_hash]
+    if shipped and all(_machine_differs(ck, e.key) for e in shipped):
+        best = min(shipped, key=lambda e: _likeness(ck, e.key))
+        what = [m for m in ck.mismatches(best.key) if m.startswith(("device", "versions"))]
+        return (
+            f"the shipped files hold {len(shipped)} entries of kernel {ck.kernel!r}, none for this device and "
+            f"these versions (the nearest: {'; '.join(what)}); {TUNE_HINT}"
         )
     return (
         f"no entry for key {ck.fields_dict}; {n_kernel} entries of kernel {ck.kernel!r} have other key fields"
