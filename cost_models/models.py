@@ -143,8 +143,15 @@ def _xgb_params(
         "seed": seed,
         "tree_method": "hist",
         "max_bin": 64,
-        "verbosity": 0,
     }
+
+
+def _xgb_quiet() -> Any:
+    """XGBoost's warnings off for one fit or predict. Not a `verbosity` in the booster's params: XGBoost
+    keeps that in its global (per-thread) config, so it stayed 0 for the caller's own XGBoost afterwards."""
+    import xgboost as xgb
+
+    return xgb.config_context(verbosity=0)
 
 
 class XGBRegressorModel(CostModel):
@@ -194,7 +201,8 @@ class XGBRegressorModel(CostModel):
             "reg:squarederror",
         )
         params["base_score"] = 0.0
-        self.booster_ = xgb.train(params, d, self.n_estimators)
+        with _xgb_quiet():
+            self.booster_ = xgb.train(params, d, self.n_estimators)
         self.n_features_in_ = Xa.shape[1]
         self.training_summary_ = {
             "rows": int(len(ya)),
@@ -206,7 +214,8 @@ class XGBRegressorModel(CostModel):
     def predict(self, X: Any, base_margin: Any = None) -> np.ndarray:
         Xa, _ = _check_xy(X)
         self._check_width(Xa)
-        out = self.booster_.inplace_predict(Xa, base_margin=base_margin)
+        with _xgb_quiet():
+            out = self.booster_.inplace_predict(Xa, base_margin=base_margin)
         return np.asarray(out, dtype=np.float64)
 
     def boosters(self) -> list[Any]:
@@ -276,7 +285,8 @@ class XGBRankerModel(CostModel):
             self.seed,
             self.objective,
         )
-        self.booster_ = xgb.train(params, d, self.n_estimators)
+        with _xgb_quiet():
+            self.booster_ = xgb.train(params, d, self.n_estimators)
         self.n_features_in_ = Xa.shape[1]
         self.training_summary_ = {"rows": int(len(ya)), "tasks": int(len(np.unique(g)))}
         return self
@@ -284,7 +294,8 @@ class XGBRankerModel(CostModel):
     def predict(self, X: Any) -> np.ndarray:
         Xa, _ = _check_xy(X)
         self._check_width(Xa)
-        return -np.asarray(self.booster_.inplace_predict(Xa), dtype=np.float64)
+        with _xgb_quiet():
+            return -np.asarray(self.booster_.inplace_predict(Xa), dtype=np.float64)
 
     def boosters(self) -> list[Any]:
         self._check_fitted()

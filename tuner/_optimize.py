@@ -8,21 +8,20 @@ store's by default, or the caller's (`tune_kernel` records the full measurement 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
 import numbers
-import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tuner.search_spaces import Config, ConfigError, SearchSpace
 from tuner.search_spaces._params import native
 
+from ._scoped import SharedOverride
 from .strategies import PriorTask, Strategy, get_strategy
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -210,30 +209,21 @@ def optimize(
     )
 
 
-_quiet_lock = threading.Lock()
-_quiet_depth = 0  # optimize calls running (in any thread)
-_quiet_saved: int | None = None  # Optuna's verbosity before the first of them
-
-
-@contextlib.contextmanager
-def _optuna_quiet() -> Iterator[None]:
-    """Optuna logs each study and trial at INFO: while `optimize` runs, only its warnings; the caller's
-    verbosity comes back after the last running call (their own studies log as they did before)."""
+def _optuna_verbosity() -> int:
     import optuna
 
-    global _quiet_depth, _quiet_saved
-    with _quiet_lock:
-        if _quiet_depth == 0:
-            _quiet_saved = optuna.logging.get_verbosity()
-            optuna.logging.set_verbosity(max(_quiet_saved, optuna.logging.WARNING))
-        _quiet_depth += 1
-    try:
-        yield
-    finally:
-        with _quiet_lock:
-            _quiet_depth -= 1
-            if _quiet_depth == 0 and _quiet_saved is not None:
-                optuna.logging.set_verbosity(_quiet_saved)
+    return int(optuna.logging.get_verbosity())
+
+
+def _set_optuna_verbosity(v: int) -> None:
+    import optuna
+
+    optuna.logging.set_verbosity(v)
+
+
+# Optuna logs each study and trial at INFO: while `optimize` runs, only its warnings; the caller's verbosity
+# comes back after the last running call (their own studies log as they did before).
+_optuna_quiet = SharedOverride(_optuna_verbosity, _set_optuna_verbosity, lambda v: max(v, logging.WARNING))
 
 
 class AllTrialsFailedWarning(RuntimeWarning):

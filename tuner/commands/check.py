@@ -185,10 +185,13 @@ def _compile_only(args: argparse.Namespace) -> int:
         configs = space.enumerate() if args.all else draw_configs(space, args.configs, args.seed)
     except (ValueError, KeyError, TypeError) as exc:
         raise BadInput(f"{spec.name}/triton on {args.device}: {exc}") from None
+    from rich.console import Console
     from rich.progress import Progress
 
     with (
-        Progress(transient=True, disable=args.json or not sys.stderr.isatty()) as bar,
+        Progress(
+            console=Console(stderr=True), transient=True, disable=args.json or not sys.stderr.isatty()
+        ) as bar,
         CompilePool(jobs=args.jobs) as pool,
     ):
         task = bar.add_task(f"compiling {spec.name} for {args.device}", total=len(configs))
@@ -248,11 +251,14 @@ def _print_compiled(kernel: str, arch: str, problem: dict[str, Any], results: li
 def _check_one(
     spec: Any, backend: str, problem: dict[str, Any], device: Any, args: argparse.Namespace
 ) -> Any:
+    from rich.console import Console
     from rich.progress import Progress
 
     from tuner.kernels._check import check_kernel
 
-    with Progress(transient=True, disable=args.json or not sys.stderr.isatty()) as bar:
+    with Progress(
+        console=Console(stderr=True), transient=True, disable=args.json or not sys.stderr.isatty()
+    ) as bar:
         task = bar.add_task(f"{spec.name}/{backend}", total=args.configs)
         return check_kernel(
             spec,

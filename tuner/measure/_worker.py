@@ -43,6 +43,17 @@ def default_start_method() -> str:
     return "forkserver" if sys.platform.startswith("linux") else "spawn"
 
 
+def _start_keeping_default_context(proc: Any) -> None:
+    """`proc.start()`, leaving multiprocessing's default start method unset if it was. Starting a forkserver
+    or spawn process calls `multiprocessing.get_start_method()`, which fixes the default context for good:
+    the user's own `multiprocessing.set_start_method(...)` then raised "context has already been set"."""
+    unset = mp.get_start_method(allow_none=True) is None
+    proc.start()
+    default = getattr(mp.context, "_default_context", None)
+    if unset and default is not None and getattr(default, "_actual_context", None) is not None:
+        default._actual_context = None  # as before the start (CPython keeps the choice here)
+
+
 @dataclass(frozen=True)
 class WorkerSettings:
     """Timeouts (seconds) and the start method of worker processes.
@@ -260,7 +271,7 @@ class Worker:
             daemon=True,
             name=f"tuner-{self.name}",
         )
-        self.proc.start()
+        _start_keeping_default_context(self.proc)
         child.close()
         self.conn = parent
         self.starts += 1

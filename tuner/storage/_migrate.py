@@ -24,6 +24,8 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
+from tuner._scoped import SharedOverride
+
 from ._engine import (
     PG_MIGRATION_TIMEOUT_S,
     SQLITE_TIMEOUT_S,
@@ -141,15 +143,30 @@ def _sqlite_migration_engine(url: str) -> Engine:
     return eng
 
 
+def _quiet_level(level: int) -> int:
+    return logging.WARNING if level == logging.NOTSET else level  # a level the user set holds
+
+
+def _set_alembic_level(level: int) -> None:
+    logging.getLogger("alembic").setLevel(level)
+
+
+# Alembic logs each migration step at INFO: while tuner migrates or opens Optuna's storage, only its warnings
+# (unless the user set the "alembic" logger's level). The level the logger had comes back after the last of
+# them ends. It used to stay at WARNING for the rest of the process, hiding the user's own migrations (and
+# Optuna's RDBStorage sets WARNING itself each time it is opened: the level is put back after that too).
+_alembic_quiet = SharedOverride(lambda: logging.getLogger("alembic").level, _set_alembic_level, _quiet_level)
+
+
 def _upgrade(conn: Connection) -> None:
     from alembic import command
     from alembic.config import Config
 
-    logging.getLogger("alembic").setLevel(logging.WARNING)
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
     cfg.attributes["connection"] = conn
-    command.upgrade(cfg, "head")
+    with _alembic_quiet():
+        command.upgrade(cfg, "head")
 
 
 def _check_known(conn: Connection, rev: str | None, url: str) -> None:
@@ -244,11 +261,12 @@ def optuna_storage(url: str) -> optuna.storages.RDBStorage:
 
     ro_url = read_only_url(url)
     if ro_url is not None:  # a SQLite store in a folder that cannot be written: read as it is, no lock file
-        return optuna.storages.RDBStorage(
-            ro_url, engine_kwargs=engine_kwargs(ro_url), skip_table_creation=True
-        )
+        with _alembic_quiet():
+            return optuna.storages.RDBStorage(
+                ro_url, engine_kwargs=engine_kwargs(ro_url), skip_table_creation=True
+            )
     eng = engine_for(url)
-    with schema_lock(eng):
+    with schema_lock(eng), _alembic_quiet():
         storage = optuna.storages.RDBStorage(
             str(eng.url.render_as_string(hide_password=False)), engine_kwargs=engine_kwargs(url)
         )

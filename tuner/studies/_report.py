@@ -101,10 +101,9 @@ def _fmt_time(v: float | None, unit: str) -> str:
 
 
 def _plot_convergence(path: Path, title: str, trials: Sequence[Any], unit: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    # A Figure of its own, not pyplot: the user's backend (matplotlib.use) and their open figures stay as they
+    # were (this used to force the "Agg" backend on the whole process).
+    from matplotlib.figure import Figure
 
     xs, vals, best_curve, fail_x = [], [], [], []
     best = math.inf
@@ -116,7 +115,8 @@ def _plot_convergence(path: Path, title: str, trials: Sequence[Any], unit: str) 
         else:
             fail_x.append(i)
         best_curve.append(best if math.isfinite(best) else float("nan"))
-    fig, ax = plt.subplots(figsize=(5.0, 3.0), dpi=100)
+    fig = Figure(figsize=(5.0, 3.0), dpi=100)
+    ax = fig.subplots()
     ax.scatter(xs, vals, s=14, color="#9ab", label="trial", zorder=2)
     ax.step(
         range(1, len(trials) + 1), best_curve, where="post", color="#c33", lw=2, label="best so far", zorder=3
@@ -134,7 +134,6 @@ def _plot_convergence(path: Path, title: str, trials: Sequence[Any], unit: str) 
     fig.tight_layout()
     png = io.BytesIO()
     fig.savefig(png, format="png")
-    plt.close(fig)
     atomic_write(path, png.getvalue())
 
 

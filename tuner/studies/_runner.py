@@ -758,6 +758,7 @@ class _Monitor:
         self._lines: dict[str, Any] = {}
 
     def start(self) -> None:
+        from rich.console import Console
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -781,6 +782,7 @@ class _Monitor:
             TimeElapsedColumn(),
             TextColumn("{task.fields[eta]}"),
             _OverallOnly(),
+            console=Console(stderr=True),  # a display, not output: stdout stays the caller's (and --json's)
             transient=False,
         )
         self._overall = self._progress.add_task("trials", total=None, extra="trials", overall=True, eta="ETA")

@@ -1,0 +1,41 @@
+"""A process-wide setting that tuner changes only while it works, and puts back.
+
+`SharedOverride(get, set, choose)` is a context manager factory: the first of any number of concurrent scopes
+(in any thread) saves `get()` and sets `choose(saved)`; the last one to end sets `saved` back. Nested or
+overlapping scopes therefore never restore each other's value, and the caller's own value comes back once
+tuner is done (a value the caller sets meanwhile is overwritten then, as with any such setting).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+__all__ = ["SharedOverride"]
+
+
+class SharedOverride(Generic[T]):
+    def __init__(self, get: Callable[[], T], set: Callable[[T], object], choose: Callable[[T], T]) -> None:
+        self._get, self._set, self._choose = get, set, choose
+        self._lock = threading.Lock()
+        self._depth = 0  # scopes running
+        self._saved: T | None = None  # the value before the first of them
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self._lock:
+            if self._depth == 0:
+                self._saved = saved = self._get()
+                self._set(self._choose(saved))
+            self._depth += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._set(self._saved)  # type: ignore[arg-type]  # set at depth 0 above
