@@ -312,6 +312,17 @@ def test_offline_fallbacks_in_order(caplog, monkeypatch):
     monkeypatch.setenv("TUNER_PREDICT", "0")
     off(np.zeros(2, np.float64), 64)
     assert off.tuner.last_choice["config"] == SPACE.default()
+    # its reason says why each fallback before it passed, not a fixed text
+    assert off.tuner.last_choice["why"] == (
+        "offline: space default (no cached key of this family; no cost model; zero-shot predictor off "
+        "($TUNER_PREDICT))"
+    )
+    set_cost_model_hook(lambda kernel, key, space: 1 / 0)
+    try:
+        off(np.zeros(2, np.complex64), 64)
+    finally:
+        set_cost_model_hook(None)
+    assert "the cost model failed" in off.tuner.last_choice["why"]
     assert bench.calls == 0 and off.tuner.stats["tuned"] == 0
 
 

@@ -14,7 +14,16 @@ import logging
 
 from ._misses import recorder
 from ._predict import zero_shot
-from ._resolve import Request, Resolution, Resolver, cost_model, nearest_key, register_mode, space_default
+from ._resolve import (
+    Request,
+    Resolution,
+    Resolver,
+    cost_model,
+    nearest_key,
+    register_mode,
+    run_tail,
+    space_default,
+)
 
 log = logging.getLogger(__name__)
 
@@ -26,13 +35,8 @@ OFFLINE_TAIL: tuple[Resolver, ...] = (nearest_key, cost_model, zero_shot, space_
 def record(req: Request) -> Resolution | str:
     """Resolve as offline mode does, then note the miss (kernel, key, dtypes, device, versions, the
     fallback) in this process's miss log."""
-    reasons = []
-    for r in OFFLINE_TAIL:
-        res = r(req)
-        if isinstance(res, Resolution):
-            break
-        reasons.append(res)
-    else:  # pragma: no cover - space_default always resolves
+    res, reasons = run_tail(req, OFFLINE_TAIL)
+    if res is None:  # pragma: no cover - space_default always resolves
         return "; ".join(reasons)
     try:
         backend = getattr(req.t.keys, "backend", None)  # tuner.kernel's ProblemKeys; None for autotune

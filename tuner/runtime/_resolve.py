@@ -46,6 +46,7 @@ __all__ = [
     "ONLINE",
     "OFFLINE",
     "register_mode",
+    "run_tail",
     "mode_names",
     "resolve",
     "lookup",
@@ -237,6 +238,8 @@ def cost_model(req: Request) -> Resolution | str:
 
 
 def space_default(req: Request) -> Resolution | str:
+    """The space's default config. In a mode's chain (`run_tail`), its reason lists why each fallback
+    before it passed."""
     why = "offline: space default (no cached key of this family, no cost model)"
     return Resolution(req.space.default(), why, "offline_fallback", quiet=False)
 
@@ -285,15 +288,26 @@ def resolve(req: Request) -> Resolution:
     if found is not None:
         return found
     reason = req.t.last_miss_reason = miss_reason(req)
-    reasons = []
-    for r in _MODES[req.mode]:
+    res, reasons = run_tail(req, _MODES[req.mode])
+    if res is None:
+        raise RuntimeError(f"{req.t.name}: mode {req.mode!r} resolved nothing: {'; '.join(reasons)}")
+    if reason.startswith(_UNUSED_ENTRY):  # say so where production sees it: the choice's log line
+        res = replace(res, unused=reason)
+    return res
+
+
+def run_tail(req: Request, tail: Sequence[Resolver]) -> tuple[Resolution | None, list[str]]:
+    """The first resolution of `tail` (None if none resolves) and why each resolver before it passed. The
+    space default's reason lists those, so its log line says why nothing better was used."""
+    reasons: list[str] = []
+    for r in tail:
         res = r(req)
         if isinstance(res, Resolution):
-            if reason.startswith(_UNUSED_ENTRY):  # say so where production sees it: the choice's log line
-                res = replace(res, unused=reason)
-            return res
+            if r is space_default and reasons:
+                res = replace(res, why=f"offline: space default ({'; '.join(reasons)})")
+            return res, reasons
         reasons.append(res)
-    raise RuntimeError(f"{req.t.name}: mode {req.mode!r} resolved nothing: {'; '.join(reasons)}")
+    return None, reasons
 
 
 # miss_reason's openings when an entry exists for the key fields but cannot be used, or when the shipped
