@@ -1,9 +1,10 @@
-"""The hit path, written once: shared by `@tuner.autotune` on a plain function, the Triton launcher
-(`kernel[grid](...)`) and `tuner.kernel`.
+"""The hit path (in two variants that differ by one store, see `hit_paths`): shared by `@tuner.autotune` on a
+plain function, the Triton launcher (`kernel[grid](...)`) and `tuner.kernel`.
 
-A positional call costs one fast key (`keys[len(args)](args)`, see `_argkeys.py`), one dict lookup, one
-store of the config into `last[0]` (the drop-in's `best_config`) and the call: no logging, no locks, no
-allocation beyond the key tuple, as in Triton's Autotuner, whose hit is a dict lookup too. Keyword arguments bound to a launcher (Triton's grid) are passed along. Anything
+A positional call costs one fast key (`keys[len(args)](args)`, see `_argkeys.py`), one dict lookup (and for
+the Triton drop-in one store of the config, its `best_config`) and the call: no logging, no locks, no
+allocation beyond the key tuple, as in Triton's Autotuner, whose hit is a dict lookup too. Keyword
+arguments bound to a launcher (Triton's grid) are passed along. Anything
 else (keyword arguments, an unhashable key value, a key not in the dict) goes to
 `miss(args, kwargs, fast_key, call)`, which resolves the config (`_resolve.py`), remembers it under the
 fast key and returns it. The config reaches the target as keyword arguments.
@@ -43,35 +44,53 @@ def hit_paths(
     last: list[Any] | None = None,
 ) -> Callable[[Mapping[str, Any]], Callable[..., Any]]:
     """`make(bound)` -> `hit(*args, **kwargs)`, which calls `target(*args, **bound, **kwargs, **config)`
-    with the config of the call's key, after putting it in `last[0]` (one store: Triton's `best_config`
-    is the config of the last launch).
+    with the config of the call's key. With `last`, each call first puts its config in `last[0]` (one
+    store: Triton's `best_config` is the config of the last launch); without, nothing is stored (the
+    plain decorators need no record, so their hit does not pay for it: docs/benchmarks.md).
 
     `keys` is the fast-key table of a key builder (indexed by the number of positional arguments; None
     where there are too few), `mem` the dict of fast key -> config that `miss` fills, `bound` keyword
     arguments of one launcher that are not part of the key (Triton: the grid). `make` allocates what a
     lambda does (the parts above live in this factory's cells), so Triton's `kernel[grid]` can make a hit
-    path per launch, as Triton's own `kernel[grid]` makes a lambda."""
+    path per launch, as Triton's own `kernel[grid]` makes a lambda. The two bodies below differ only in
+    that store: a shared helper or a flag would cost the hit a call or a branch."""
     if last is None:
-        last = [None]
 
-    def make(b: Mapping[str, Any]) -> Callable[..., Any]:
-        # No annotations on `hit`: they would be built into a dict each time a hit path is made.
+        def make(b: Mapping[str, Any]) -> Callable[..., Any]:
+            # No annotations on `hit`: they would be built into a dict each time a hit path is made.
+            def hit(*args, **kwargs):  # type: ignore[no-untyped-def]
+                if kwargs:
+                    return target(*args, **b, **kwargs, **miss(args, kwargs, None, _with(target, b)))
+                try:
+                    cfg = mem[keys[len(args)](args)]
+                except KeyError:
+                    cfg = miss(args, kwargs, keys[len(args)](args), _with(target, b))
+                except (TypeError, IndexError, AttributeError):  # unhashable key value, too few or many args
+                    cfg = miss(args, kwargs, None, _with(target, b))
+                return target(*args, **b, **cfg)
+
+            return hit
+
+        return make
+    noted = last
+
+    def make_noting(b: Mapping[str, Any]) -> Callable[..., Any]:
         def hit(*args, **kwargs):  # type: ignore[no-untyped-def]
             if kwargs:
-                cfg = last[0] = miss(args, kwargs, None, _with(target, b))
+                cfg = noted[0] = miss(args, kwargs, None, _with(target, b))
                 return target(*args, **b, **kwargs, **cfg)
             try:
                 cfg = mem[keys[len(args)](args)]
             except KeyError:
                 cfg = miss(args, kwargs, keys[len(args)](args), _with(target, b))
-            except (TypeError, IndexError, AttributeError):  # unhashable key value, too few or many args
+            except (TypeError, IndexError, AttributeError):
                 cfg = miss(args, kwargs, None, _with(target, b))
-            last[0] = cfg
+            noted[0] = cfg
             return target(*args, **b, **cfg)
 
         return hit
 
-    return make
+    return make_noting
 
 
 def make_hit_path(
