@@ -275,6 +275,82 @@ def test_from_misses_bad_input_with_a_factory_exits_2(
     assert "--executor tuner.studies._from_misses:run_decorated" in capsys.readouterr().err
 
 
+def _rebuilt_factory_probe(kernel: str, fields: Any, dtypes: Any) -> Any:
+    return None
+
+
+def _rewrite_user_module(m: Any, old: str, new: str) -> None:
+    """Edit the user module's source (a rename, a bug) as a later deployment would; the next import
+    (a worker's, or the next `tuner study run`) sees the new source."""
+    path = Path(m.__file__)
+    path.write_text(path.read_text().replace(old, new))
+    sys.modules.pop(m.__name__, None)
+
+
+def test_a_task_whose_factory_cannot_be_rebuilt_is_refused_and_not_retried(
+    keyed: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A study whose task names an input factory that a worker cannot rebuild (here: renamed since the
+    study was written) is refused by `tuner study run` with one line naming the task and why, before
+    anything runs (was: every task claimed, run and failed late); `--retry-failed` does not put such a
+    task back to fail again, and says so."""
+    from tuner.studies import FAILED, load_study
+    from tuner.studies._runner import study_rows
+
+    study = tmp_path / "s.toml"
+    fac = ["--factory", "keyed_user_mod:make_inputs", "--strategy", "random", "--trials", "2"]
+    assert cli(["study", "from-misses", *fac, "--output", str(tmp_path / "out"), "--out", str(study)]) == 0
+    run = ["study", "run", str(study), "--quiet", "--no-report"]
+    run += ["--executor", "tuner.studies._from_misses:run_decorated"]
+    # a factory that loads but whose calls fail: the tasks fail when they run
+    _rewrite_user_module(keyed, 'assert kernel == "keyed_op"', 'assert kernel == "renamed_op"')
+    assert cli(run) == 1
+    capsys.readouterr()
+    spec = load_study(study, check_kernels=False)
+    assert {r.status for r in study_rows(spec)} == {FAILED}
+    before = {r.key: r.error for r in study_rows(spec)}
+    # then the factory is renamed: no worker can rebuild it; the run and the retry are refused
+    _rewrite_user_module(keyed, "def make_inputs(", "def build_inputs(")
+    for extra in ([], ["--retry-failed"]):
+        assert cli(run + extra) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        assert "task keyed_op/" in err and "can never run" in err, err
+        assert "cannot load the input factory 'keyed_user_mod:make_inputs'" in err, err
+        assert "nothing was run or retried" in err, err
+        assert {r.key: r.error for r in study_rows(spec)} == before  # not put back, not run again
+
+
+def test_a_factory_given_as_a_function_must_be_importable_by_name(keyed: Any) -> None:
+    """`decorated_study` takes the factory as a function too, recorded as module:qualname; one that a
+    worker could not rebuild by that name is refused at once, saying why."""
+    from tuner.errors import BadInput
+    from tuner.runtime import read_misses
+    from tuner.studies._from_misses import decorated_study
+
+    rows = read_misses()
+    res = decorated_study(rows, keyed.make_inputs, trials=2)
+    assert 'factory = "keyed_user_mod:make_inputs"' in res.text
+
+    def local_factory(kernel, fields, dtypes):
+        return keyed.make_inputs(kernel, fields, dtypes)
+
+    renamed = keyed.make_inputs
+    keyed.make_inputs = lambda *a: renamed(*a)  # rebound since: the name now holds another function
+    main_fn = _rebuilt_factory_probe
+    main_fn.__module__, main_fn.__qualname__ = "__main__", "f"  # as if defined in the running script
+    cases = [
+        (lambda k, f, d: None, "is a lambda"),
+        (local_factory, "is a function defined inside another function"),
+        (renamed, "was renamed or rebound"),
+        (main_fn, "__main__ of the program"),
+    ]
+    for factory, why in cases:
+        with pytest.raises(BadInput, match=why) as exc:
+            decorated_study(rows, factory, trials=2)
+        assert "\n" not in str(exc.value)
+
+
 def test_two_services_in_one_misses_folder(misses: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     """`--kernel` repeats: the study of one service's functions leaves the other service's out."""
     _log(misses, {("other.svc_fn", 3, 0): 5})

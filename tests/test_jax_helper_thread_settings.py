@@ -200,3 +200,53 @@ def test_pallas_tpu_interpret_mode_reaches_the_helper_thread():
         jax.jit(lambda x: scale(x) + 1.0)(jnp.ones(8))
     assert len(seen) == 2 and all(v is not None for v in seen), seen
     assert mode.value is None
+
+
+def test_user_context_reaches_the_helper_thread():
+    """A context made by `jax.make_user_context` (part of jax's jit key) that the caller entered is
+    entered in the helper too: the launcher and the key see the caller's value, so the stored entry is
+    the one an eager call in the caller's thread would store."""
+    flavour = jax.make_user_context("plain")
+    seen: list = []
+
+    @tuner.autotune(
+        configs=[{"b": 1}, {"b": 2}],
+        key=lambda x: {"n": x.shape[0], "flavour": flavour.value},
+        bench=_once,
+    )
+    def scale(x, *, b):
+        if _in_helper():
+            seen.append(flavour.value)
+        return x * b * (10.0 if flavour.value == "spicy" else 1.0)
+
+    with flavour("spicy"):
+        out = jax.jit(lambda x: scale(x))(jnp.ones(8))
+    assert seen == ["spicy", "spicy"], seen
+    [entry] = ConfigCache().entries()
+    assert entry.key.fields_dict["flavour"] == "spicy", entry.key.fields_dict
+    assert float(out[0]) in (10.0, 20.0)
+    assert flavour.value == "plain"  # nothing leaked into the caller's thread or made global
+
+    # a context made after the first traced miss is found too
+    later = jax.make_user_context(0)
+    seen_later: list = []
+    scale2 = _tuned(lambda x: seen_later.append(later.value))
+    with later(7):
+        jax.jit(lambda x: scale2(x) + 1.0)(jnp.ones(4))
+    assert seen_later == [7, 7], seen_later
+
+
+def test_user_contexts_not_listable_are_not_carried(monkeypatch):
+    """Where jax's internals cannot list the user contexts, the helper runs without them (and still
+    carries the jax options)."""
+
+    def unavailable():
+        raise AttributeError("no trace_context_names in this jax")
+
+    monkeypatch.setattr(rjax, "_live_user_contexts", unavailable)
+    flavour = jax.make_user_context("plain")
+    seen: list = []
+    scale = _tuned(lambda x: seen.append((flavour.value, jax.config.jax_enable_x64)))
+    with flavour("spicy"), jax.enable_x64(True):
+        jax.jit(lambda x: scale(x) + 1.0)(jnp.ones(8))
+    assert seen == [("plain", True), ("plain", True)], seen

@@ -444,3 +444,44 @@ def test_tune_kernel_resumes_from_the_store(tmp_path):
     rows = [r for r in ResultStore(url).measurements(kernel="toy_blocks") if r.stats.get("phase") != "final"]
     assert len(rows) == 7 and len({json.dumps(r.config, sort_keys=True) for r in rows}) == 7
     m.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux's default here")
+def test_worker_preload_keeps_the_users_forkserver_preload(tmp_path):
+    """`WorkerSettings.preload` adds to the fork server's preload list for the server tuner starts; the
+    list the user set (`multiprocessing.set_forkserver_preload`) is theirs again afterwards, and their
+    modules are preloaded too."""
+    script = tmp_path / "preload.py"
+    script.write_text(
+        textwrap.dedent("""
+        import json, multiprocessing, sys
+        from multiprocessing import forkserver
+        from tuner.measure import CallableMeasurer, TimingOptions, WorkerSettings
+
+        def probe(*, k):
+            return [m in sys.modules for m in ("colorsys", "netrc")]
+
+        if __name__ == "__main__":
+            multiprocessing.set_forkserver_preload(["__main__", "colorsys"])  # the user's
+            settings = WorkerSettings(start_method="forkserver", preload=("netrc",))
+            timing = TimingOptions(warmup=0, budget_ms=1.0, min_reps=1, max_reps=2, interleave_rounds=1,
+                                   interleave_reps=1)
+            m = CallableMeasurer(probe, timing=timing, settings=settings)
+            w = m._remote()
+            w.ensure()
+            with multiprocessing.get_context("forkserver").Pool(1) as pool:  # forked from that server
+                loaded = pool.apply(probe, (), {"k": 1})
+            print(json.dumps({"preload": forkserver._forkserver._preload_modules, "loaded": loaded}))
+    """)
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.getcwd(), "TMPDIR": str(tmp_path)},
+    )
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["preload"] == ["__main__", "colorsys"]  # the user's setting, as they left it
+    assert got["loaded"] == [True, True]  # the server tuner started preloaded both

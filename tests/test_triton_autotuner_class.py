@@ -318,20 +318,86 @@ def test_an_emptied_cache_tunes_again_over_the_configs_left(impl, how):
     assert torch.equal(dst, torch.full((100,), 16.0)) and len(k.cache) == 1
 
 
-def test_an_emptied_cache_still_finds_the_stored_winner():
-    """tuner's difference: emptying `.cache` forgets the winners in memory; the store still holds them
-    (validated against the configs now listed), so the key is not timed again."""
-    bench = Bench(times=[2.0, 1.0, 3.0])
+K100, K30 = (100, "torch.float32"), (30, "torch.float32")  # Triton's keys of fill(dst, N) for N=100, 30
+CFG64 = triton.Config({"BLOCK": 64})
+
+# code's mutation of `.cache` -> (what N=100 runs next, the keys tuned again); before it, N=100 was tuned
+# to BLOCK 32 and N=30 to BLOCK 16; a key tuned again picks BLOCK 16 (the fake timer's times grow)
+CACHE_MUTATIONS = {
+    "setitem": (lambda c: c.__setitem__(K100, CFG64), 64, set()),
+    "ior": (lambda c: c.__ior__({K100: CFG64}), 64, set()),
+    "update": (lambda c: c.update({K100: CFG64}), 64, set()),
+    "update_pairs": (lambda c: c.update([(K100, CFG64)]), 64, set()),
+    "setdefault_present": (lambda c: c.setdefault(K100, CFG64), 32, set()),
+    "pop_then_setdefault": (lambda c: (c.pop(K100), c.setdefault(K100, CFG64)), 64, set()),
+    "pop": (lambda c: c.pop(K100), 16, {100}),
+    "pop_missing_with_default": (lambda c: c.pop((7, "torch.float32"), None), 32, set()),
+    "del": (lambda c: c.__delitem__(K100), 16, {100}),
+    "popitem": (lambda c: c.popitem(), 32, {30}),  # the last key put in
+    "clear": (lambda c: c.clear(), 16, {100, 30}),
+}
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("op", sorted(CACHE_MUTATIONS))
+def test_every_cache_mutation_acts_on_the_next_launch(impl, op):
+    """`.cache` is consulted on each launch, as Triton's: an entry put in it (any way) is used, a key taken
+    out of it (any way) is tuned again. The drop-in keeps its default store here: its stored winners do
+    not stand in for a key taken out (Triton, without a disk cache, times it again)."""
+    mutate, block100, retuned = CACHE_MUTATIONS[op]
+    bench = Bench(times=[2.0, 1.0, 3.0, 1.0, 2.0, 3.0])
+    k = fill_kernel(impl, bench)
+    assert (launch_fill(k, 100), launch_fill(k, 30)) == (32, 16) and bench.calls == 6
+    mutate(k.cache)
+    assert launch_fill(k, 100) == block100
+    assert launch_fill(k, 30) == 16
+    assert bench.calls == 6 + 3 * len(retuned), (op, bench.calls)
+    assert k.cache[K100].kwargs == {"BLOCK": block100} and k.cache[K30].kwargs == {"BLOCK": 16}
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("value", ["empty", "other"])
+def test_an_assigned_cache_replaces_the_old_one(impl, value):
+    bench = Bench(times=[2.0, 1.0, 3.0, 1.0, 2.0, 3.0])
+    k = fill_kernel(impl, bench)
+    launch_fill(k, 100), launch_fill(k, 30)
+    k.cache = {} if value == "empty" else {K100: CFG64}
+    assert launch_fill(k, 100) == (16 if value == "empty" else 64)
+    assert launch_fill(k, 30) == 16
+    assert bench.calls == (12 if value == "empty" else 9)
+
+
+def launch_fill(k, n):
+    dst = torch.zeros(n)
+    k[grid_of(n)](dst, n)
+    return int(dst[0])
+
+
+def test_an_emptied_cache_tunes_again_and_keeps_the_store():
+    """Taking a key out of `.cache` tunes it again at its next launch, store or not (Triton's meaning); the
+    store's entry is neither used for that nor deleted: the faster of it and the new winner stays, for
+    other processes. tuner's own `cache_clear()` forgets this process's choices and reads the store."""
+    bench = Bench(times=[2.0, 1.0, 3.0, 5.0, 6.0, 7.0])  # the second tuning is slower (a noisy machine)
     k = fill_kernel("tuner", bench)
-    dst = torch.zeros(100)
-    k[grid_of(100)](dst, 100)
+    assert launch_fill(k, 100) == 32
     k.cache.clear()
-    k[grid_of(100)](dst, 100)
-    assert bench.calls == 3 and k.best_config.kwargs == {"BLOCK": 32}
-    k.configs = [c for c in k.configs if c.kwargs["BLOCK"] != 32]  # the stored winner is no longer listed
-    k.cache.clear()
-    k[grid_of(100)](dst, 100)
-    assert bench.calls == 5 and k.best_config.kwargs == {"BLOCK": 16}
+    assert launch_fill(k, 100) == 16 and bench.calls == 6  # tuned again; used in this process
+    assert launch_fill(k, 100) == 16 and bench.calls == 6
+    other = fill_kernel("tuner", Bench())  # another process: the store kept the faster winner
+    assert launch_fill(other, 100) == 32 and other.tuner.stats["from_store"] == 1
+    k.cache_clear()  # tuner's: forget, read the store again
+    assert launch_fill(k, 100) == 32 and bench.calls == 6 and len(k.cache) == 1
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_keys_launched_with_a_single_config_are_tuned_once_configs_are_assigned(impl):
+    """A single config is neither timed nor put in `.cache`; once several are assigned, Triton tunes the
+    keys it launched before."""
+    bench = Bench(times=[2.0, 1.0, 3.0])
+    k = fill_kernel(impl, bench, cfgs=blocks(8))
+    assert launch_fill(k, 100) == 8 and bench.calls == 0 and len(k.cache) == 0
+    k.configs = blocks(16, 32, 64)
+    assert launch_fill(k, 100) == 32 and bench.calls == 3
 
 
 @pytest.mark.parametrize("impl", IMPLS)

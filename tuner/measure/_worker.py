@@ -19,9 +19,10 @@ import multiprocessing as mp
 import os
 import signal
 import sys
+import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -54,6 +55,35 @@ def _start_keeping_default_context(proc: Any) -> None:
         default._actual_context = None  # as before the start (CPython keeps the choice here)
 
 
+_preload_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _preloading(ctx: Any, modules: tuple[str, ...]) -> Iterator[None]:
+    """While inside (a worker's start, which starts the fork server if it is not running yet), the fork
+    server's preload list is the process's own (`multiprocessing.set_forkserver_preload`, the user's
+    entries first) plus `modules`; then it is put back as it was: tuner adds to the list of a fork server
+    it starts and never replaces the user's setting. Where the list cannot be read (multiprocessing's
+    private state moved), it is left alone and nothing is preloaded."""
+    if not modules:
+        yield
+        return
+    from multiprocessing import forkserver
+
+    with _preload_lock:
+        current = getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None)
+        if not isinstance(current, list) or not all(isinstance(m, str) for m in current):
+            log.debug("the fork server's preload list is not readable; preloading nothing")
+            yield
+            return
+        saved = list(current)
+        ctx.set_forkserver_preload([*saved, *(m for m in modules if m not in saved)])
+        try:
+            yield
+        finally:
+            ctx.set_forkserver_preload(saved)
+
+
 @dataclass(frozen=True)
 class WorkerSettings:
     """Timeouts (seconds) and the start method of worker processes.
@@ -61,7 +91,8 @@ class WorkerSettings:
     `compile_timeout_s` bounds the first call of a config (compile + one run + check);
     `run_timeout_s` bounds its timing; `setup_timeout_s` bounds building the inputs and reference.
     `preload`: modules the fork server imports once (e.g. "torch"), so that each new worker starts
-    with them loaded."""
+    with them loaded: added, while a worker starts, to the process's own preload list (which is then put
+    back as it was; it takes effect where that start starts the fork server)."""
 
     compile_timeout_s: float = 60.0
     run_timeout_s: float = 60.0
@@ -246,10 +277,8 @@ class Worker:
         self._compiled_at: Any = None
         method = settings.start_method or default_start_method()
         self.ctx: Any = mp.get_context(method)
-        if method == "forkserver" and settings.preload:
-            # Modules the fork server imports once, so that every fresh worker starts with them loaded.
-            # Takes effect only if the server is not running yet.
-            self.ctx.set_forkserver_preload(["tuner.measure._worker", *settings.preload])
+        # Modules the fork server imports once, so that every fresh worker starts with them loaded.
+        self.preload = ("tuner.measure._worker", *settings.preload) if method == "forkserver" else ()
 
     @property
     def alive(self) -> bool:
@@ -271,7 +300,8 @@ class Worker:
             daemon=True,
             name=f"tuner-{self.name}",
         )
-        _start_keeping_default_context(self.proc)
+        with _preloading(self.ctx, self.preload):
+            _start_keeping_default_context(self.proc)
         child.close()
         self.conn = parent
         self.starts += 1

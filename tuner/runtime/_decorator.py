@@ -44,6 +44,7 @@ from ._resolve import (
     Request,
     Resolution,
     lookup,
+    lookups,
     miss_reason,
     mode_names,
     resolve,
@@ -259,13 +260,22 @@ class Autotuned:
         mode = self.current_mode()
         with self._guard:
             lock = self._locks.setdefault(ck.hash, threading.Lock())
+        retune = self.retune_requested(args, kwargs)
         with lock:
-            res = resolve(Request(self, ck, args, kwargs, target, mode, create=mode == "online"))
+            res = resolve(
+                Request(self, ck, args, kwargs, target, mode, create=mode == "online", retune=retune)
+            )
             self._note(ck, res)
             self.by_hash[ck.hash] = res.config
         if fast_key is not None:
             self.mem[fast_key] = res.config
         return res.config
+
+    def retune_requested(self, args: tuple, kwargs: dict) -> bool:
+        """Whether code asked this call's key to be tuned again (the `triton.autotune` drop-in: its key
+        was taken out of `.cache`): the lookups of files and store are then skipped in a mode that
+        tunes."""
+        return False
 
     def _note(self, ck: CacheKey, res: Resolution) -> None:
         if res.stat is not None:
@@ -289,8 +299,9 @@ class Autotuned:
     def explain(self, *args: Any, **kwargs: Any) -> str:
         """Say, without tuning or writing anything, what a call with these arguments would use and why."""
         ck = self.keys.full(args, kwargs)
-        req = Request(self, ck, args, kwargs, self.fn, self.current_mode(), create=False)
-        res = lookup(req)
+        retune = self.retune_requested(args, kwargs)
+        req = Request(self, ck, args, kwargs, self.fn, self.current_mode(), create=False, retune=retune)
+        res = lookup(req, lookups(req))
         if res is None:
             return f"miss: {miss_reason(req)}; key {ck.to_json()}"
         if res.hit == "in memory":

@@ -12,8 +12,9 @@ The helper thread runs with the caller's thread-local settings, as an eager call
 would: its contextvars (a copy of the caller's context: what the helper sets stays there) and jax's
 thread-local config, i.e. every `jax.config` option the caller set with its context manager
 (`jax.enable_x64`, `jax.default_matmul_precision`, `jax.default_device`, `jax.numpy_rank_promotion`,
-`jax.debug_nans`, ...; under `enable_x64` a float64 tracer gets a float64 stand-in and key) and Pallas'
-TPU interpret mode. Not carried: what jax sets while it traces (the trace itself, shard_map's mesh and
+`jax.debug_nans`, ...; under `enable_x64` a float64 tracer gets a float64 stand-in and key), Pallas'
+TPU interpret mode, and the values the caller entered of contexts made by `jax.make_user_context` (part of
+jax's jit key: a launcher that reads one traces and caches as in the caller's thread). Not carried: what jax sets while it traces (the trace itself, shard_map's mesh and
 its vma check, `ensure_compile_time_eval`) and the scopes of the traced program (meshes, `compute_on`,
 XLA metadata): the stand-ins are unsharded arrays of the traced shapes, outside any transformation.
 
@@ -36,9 +37,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import gc
 import logging
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -244,18 +247,63 @@ def _public_entered(pairs: list[tuple[Callable[[Any], Any], Any]]) -> Iterator[N
         yield
 
 
+# ---- contexts made by `jax.make_user_context` ----------------------------------------------------------
+# Each is a `UserConfig` whose public API is `uc(value)` (a context manager), `uc.value` (this thread's
+# value) and `uc.get_global()`. jax keeps no list of them that Python can read: the ones alive are found
+# among the objects the garbage collector tracks, again only when jax has made more since the last look
+# (`trace_context_names()` names each "user_context"). Where jax's config internals moved, none is carried.
+_user_contexts: weakref.WeakSet[Any] = weakref.WeakSet()
+_user_contexts_seen = [0]  # how many "user_context" entries jax's trace context had at the last look
+_user_contexts_lock = threading.Lock()
+
+
+def _live_user_contexts() -> list[Any]:
+    """The `jax.make_user_context` contexts alive (private jax API: may raise)."""
+    from jax._src import config as jc
+
+    made = list(jc.trace_context_names()).count("user_context")
+    with _user_contexts_lock:
+        if made > _user_contexts_seen[0]:
+            _user_contexts.update(o for o in gc.get_objects() if type(o) is jc.UserConfig)
+            _user_contexts_seen[0] = made
+        return list(_user_contexts)
+
+
+def user_context_settings() -> list[tuple[Any, Any]]:
+    """(context, value) of every `jax.make_user_context` context whose value in this thread is not its
+    global one (what the caller entered), read now; [] where jax's internals cannot be read."""
+    try:
+        contexts = _live_user_contexts()
+    except Exception as exc:  # noqa: BLE001 - private jax API moved: carry none (logged)
+        log.debug("jax's user contexts cannot be listed (%s); not carried to the helper thread", exc)
+        return []
+    out = []
+    for uc in contexts:
+        value = uc.value
+        if value is not uc.get_global():
+            out.append((uc, value))
+    return out
+
+
 def caller_jax_settings() -> Callable[[], contextlib.AbstractContextManager[None]]:
     """The jax settings local to this thread, read now; the result enters them in another thread
     (a no-op when jax is not imported). See the module docstring for what is carried."""
     if "jax" not in sys.modules:
         return contextlib.nullcontext
+    users = user_context_settings()
     try:
         local = _private_jax_settings()
     except Exception as exc:  # noqa: BLE001 - private jax API moved: the public context managers
         log.debug("jax's thread-local config is not readable (%s); carrying the public options", exc)
-        public = _public_settings()
+        public = [*_public_settings(), *users]
         return lambda: _public_entered(public)
-    return lambda: _private_entered(local)
+    return lambda: _both_entered(local, users)
+
+
+@contextlib.contextmanager
+def _both_entered(local: list[tuple[Any, Any, bool]], users: list[tuple[Any, Any]]) -> Iterator[None]:
+    with _private_entered(local), _public_entered(users):
+        yield
 
 
 def donation_guard(

@@ -89,6 +89,7 @@ class Request:
     target: Callable[..., Any]
     mode: str
     create: bool = True  # may open_store create the database (False offline and for explain)
+    retune: bool = False  # code asked to tune this key again (`lookups`: only memory is read online)
     _store: Any = field(default=None, repr=False)
     _store_opened: bool = field(default=False, repr=False)
 
@@ -272,6 +273,17 @@ def mode_names() -> tuple[str, ...]:
     return tuple(_MODES)
 
 
+def retuning(req: Request) -> bool:
+    """Whether `req` tunes its key again: asked to (`req.retune`) in a mode whose tail tunes."""
+    return req.retune and tune in _MODES[req.mode]
+
+
+def lookups(req: Request) -> tuple[Resolver, ...]:
+    """The lookups of `req`: all of them, or only memory when it tunes its key again (the shipped files
+    and the store are not read, and nothing is deleted from them)."""
+    return (memory,) if retuning(req) else LOOKUPS
+
+
 def lookup(req: Request, resolvers: Iterable[Resolver] = LOOKUPS) -> Resolution | None:
     """The first lookup that has the key (no side effects), or None."""
     for r in resolvers:
@@ -284,10 +296,12 @@ def lookup(req: Request, resolvers: Iterable[Resolver] = LOOKUPS) -> Resolution 
 def resolve(req: Request) -> Resolution:
     """Run the chain for `req.mode`: the lookups, then (recording why they missed in
     `.tuner.last_miss_reason`) the mode's tail."""
-    found = lookup(req)
+    found = lookup(req, lookups(req))
     if found is not None:
         return found
-    reason = req.t.last_miss_reason = miss_reason(req)
+    reason = req.t.last_miss_reason = (
+        "asked to tune again (the key was taken out of .cache)" if retuning(req) else miss_reason(req)
+    )
     res, reasons = run_tail(req, _MODES[req.mode])
     if res is None:
         raise RuntimeError(f"{req.t.name}: mode {req.mode!r} resolved nothing: {'; '.join(reasons)}")

@@ -42,7 +42,7 @@ import logging
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from tuner._units import ms_to_s, s_to_ms
@@ -154,7 +154,9 @@ class TritonAutotuned(Autotuned):
         self.pre_hook: Callable[..., Any] = pre_hook or self._default_pre_hook
         self.post_hook: Callable[..., Any] = post_hook or self._default_post_hook
         # `.cache` of the decorated kernel: Triton's key tuple -> triton.Config, consulted on a miss
-        self.triton_cache = TritonCache(self.forget)
+        self.triton_cache = TritonCache(self.cache_changed)
+        # Triton's keys that code took out of `.cache`: tuned again at their next launch (see `retune`)
+        self.retune: set[Any] = set()
         self.configs_timings: dict[Any, Any] = {}
         self.bench_time = 0.0
         self.cache_results = storage is not False  # winners kept in the store (Triton: on disk)
@@ -222,13 +224,14 @@ class TritonAutotuned(Autotuned):
         """`kernel.configs = [...]`: the next misses prune and time these. As Triton, a key already
         resolved keeps its config (in memory and in `.cache`), except that a single config is used for
         every key; a stored winner that is not among these is not used (the store validates it)."""
+        single = len(self.configs) == 1  # a single config was never put in `.cache`: Triton tunes its keys
         self._set_configs(configs)
         self._obj_of.clear()
         if self.user_budget is None:
             self._budget = len(self.configs)
         if self.named_key:
             self._set_key(_keyed_names(self.fn, self.key_request, self.configs))
-        if len(self.configs) == 1:
+        if single or len(self.configs) == 1:
             self.forget()
 
     def rekey(self, names: Sequence[str] | str) -> None:
@@ -242,6 +245,23 @@ class TritonAutotuned(Autotuned):
     def forget(self) -> None:
         """Forget the configs resolved in memory (the hit path's and the general key's), not `.cache`."""
         Autotuned.cache_clear(self)
+
+    def cache_changed(self, removed: Iterable[Any]) -> None:
+        """Code changed `.cache` (`TritonCache`): the keys it took out are tuned again at their next
+        launch, as on Triton, whose `.cache` is the only memory of a tuning: their store entries are
+        not read for that (nor deleted: a new winner is stored as any tuning's is, and the faster of
+        the two is kept). Then everything resolved in memory is forgotten, so the next calls read
+        `.cache` again."""
+        self.retune.update(removed)
+        self.forget()
+
+    def retune_requested(self, args: tuple, kwargs: dict) -> bool:
+        if not self.retune or not self.named_key:
+            return False
+        try:
+            return self.triton_key(args, kwargs) in self.retune
+        except TypeError:  # an unhashable key value: never in `.cache`
+            return False
 
     # ---- what the chain's tuning reads: budget and strategy of this thread's request -----------------
     @property  # type: ignore[override]
@@ -461,7 +481,9 @@ class TritonAutotuned(Autotuned):
         self.last[0] = cfg
         if len(self.configs) > 1:
             with contextlib.suppress(TypeError):  # an unhashable key value: keep serving
-                self.triton_cache.put(self.triton_key(args, kwargs), self.config_obj(cfg))
+                tk = self.triton_key(args, kwargs)
+                self.triton_cache.put(tk, self.config_obj(cfg))
+                self.retune.discard(tk)  # in `.cache` again
         return cfg
 
     def _known(self, args: tuple, kwargs: dict, fast_key: Any) -> dict[str, Any] | None:
@@ -554,7 +576,11 @@ class TritonAutotuned(Autotuned):
             self.mem[fast_key] = cfg
 
     def cache_clear(self) -> None:
-        self.triton_cache.clear()  # and the configs in memory (TritonCache.clear)
+        """tuner's `cache_clear`: forget what this process resolved (`.cache` too) and read the store
+        again; unlike `.cache.clear()`, which makes the keys tune again, as Triton's does."""
+        dict.clear(self.triton_cache)
+        self.retune.clear()
+        self.forget()
 
 
 def _keyed_names(fn: Any, key: tuple[str, ...], configs: Sequence[Any]) -> list[str]:

@@ -124,9 +124,11 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
 
     @cache.setter
     def cache(self, value: dict[tuple, Any]) -> None:
+        """As Triton's: the dict consulted from now on (a copy: mutate `.cache` itself afterwards); the
+        keys the old one held and this one does not are tuned again at their next launch."""
         t = self.tuner
-        t.triton_cache = TritonCache(t.forget, value)
-        t.forget()
+        old, t.triton_cache = t.triton_cache, TritonCache(t.cache_changed, value)
+        t.cache_changed([k for k in old if k not in t.triton_cache])
 
     @property
     def best_config(self) -> Any:

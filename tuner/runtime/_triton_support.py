@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -204,14 +204,17 @@ class _TritonKeys(ArgKeys):
 
 
 class TritonCache(dict):
-    """`.cache` of the drop-in: Triton's key tuple -> triton.Config. The runtime keeps its own index of
-    the configs in memory for the hit path; code that empties or edits this dict (as code written for
-    Triton does, to tune again) makes it forget that index, so the next calls read this dict (an entry
-    put in it is used for its key, as in Triton) and tune the keys no longer in it."""
+    """`.cache` of the drop-in: Triton's key tuple -> triton.Config, consulted before anything else on a
+    miss. The runtime keeps its own index of the configs in memory for the hit path; every mutation by
+    code (item assignment, `del`, `pop`, `popitem`, `clear`, `update`, `|=`, `setdefault` that inserts)
+    makes it forget that index, so the next calls read this dict, as Triton reads its `.cache` on each
+    launch: an entry put in it is used for its key. The keys that code takes out are handed to
+    `changed` as well: as on Triton, each of them is tuned again at its next launch (online), the store's
+    entry for it being neither read nor deleted (`TritonAutotuned.retune`)."""
 
-    def __init__(self, forget: Callable[[], None], *args: Any) -> None:
+    def __init__(self, changed: Callable[[Iterable[Any]], None], *args: Any) -> None:
         super().__init__(*args)
-        self._forget = forget
+        self._changed = changed
 
     def put(self, key: tuple, config: Any) -> None:
         """The runtime's own write (a key it resolved): nothing to forget."""
@@ -219,29 +222,42 @@ class TritonCache(dict):
 
     def __setitem__(self, key: Any, value: Any) -> None:
         super().__setitem__(key, value)
-        self._forget()
+        self._changed(())
 
     def __delitem__(self, key: Any) -> None:
         super().__delitem__(key)
-        self._forget()
+        self._changed((key,))
 
-    def pop(self, *args: Any) -> Any:
-        out = super().pop(*args)
-        self._forget()
+    def pop(self, key: Any, *default: Any) -> Any:
+        present = key in self
+        out = super().pop(key, *default)
+        self._changed((key,) if present else ())
         return out
 
     def popitem(self) -> tuple[Any, Any]:
         out = super().popitem()
-        self._forget()
+        self._changed((out[0],))
         return out
 
     def clear(self) -> None:
+        keys = list(self)
         super().clear()
-        self._forget()
+        self._changed(keys)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         super().update(*args, **kwargs)
-        self._forget()
+        self._changed(())
+
+    def __ior__(self, other: Any) -> TritonCache:  # type: ignore[override,misc]
+        super().update(other)  # dict's own `|=` would not go through `update`
+        self._changed(())
+        return self
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key in self:
+            return self[key]
+        self[key] = default  # dict's own setdefault would not go through __setitem__
+        return default
 
 
 _BOUND = ("grid", "warmup")  # keywords the Triton hit path binds for a launch

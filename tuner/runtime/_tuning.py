@@ -44,6 +44,10 @@ def tune_once(req: Request) -> Resolution:
     db = req.store()
     if db is None:
         return _tune(req, None, None, stale=False)
+    if req.retune:  # asked to tune again: no claim, and the stored entry is not used (it stays, or the
+        # faster of it and the new winner does; an entry whose config left the space is replaced)
+        e = guarded(db, "read", "read an entry", lambda: db.get(req.key), None)
+        return _tune(req, db, None, stale=e is not None and valid_config(req.space, e.config) is None)
     from ._db import owner_id
 
     ck, t = req.key, req.t

@@ -35,6 +35,8 @@ __all__ = [
     "render_study",
     "device_arch",
     "load_factory",
+    "factory_ref",
+    "check_task_factories",
     "factory_call",
     "factory_measure",
     "validate_factory_entries",
@@ -204,14 +206,23 @@ REMEASURE = 5  # timings of a decorated task's winner after its search (the expo
 
 
 def load_factory(ref: str) -> Any:
-    """The input factory named by "module:function"; BadInput (one line) when it cannot be loaded."""
+    """The input factory named by "module:function" (the function may be an attribute path, as
+    `Class.method`), as a worker process rebuilds it; BadInput (one line) when it cannot be loaded.
+    `__main__` is refused: a worker's `__main__` is `tuner`'s, not the program that wrote the study."""
     import importlib
 
-    mod, _, attr = ref.partition(":")
+    mod, _, attr = str(ref).partition(":")
     if not mod or not attr:
         raise BadInput(f"--factory must be given as module:function, got {ref!r}")
+    if mod == "__main__":
+        raise BadInput(
+            f"cannot load the input factory {ref!r}: a worker cannot import the __main__ of the program that "
+            "named it; move the factory into an importable module"
+        )
     try:
-        fn = getattr(importlib.import_module(mod), attr)
+        fn: Any = importlib.import_module(mod)
+        for part in attr.split("."):
+            fn = getattr(fn, part)
     except (ImportError, AttributeError, ValueError) as exc:
         raise BadInput(f"cannot load the input factory {ref!r}: {type(exc).__name__}: {exc}") from None
     if not callable(fn):
@@ -219,9 +230,67 @@ def load_factory(ref: str) -> Any:
     return fn
 
 
+def factory_ref(factory: str | Any) -> str:
+    """The "module:function" that a worker rebuilds `factory` from (a string is that already), checked
+    by rebuilding it here; BadInput (one line) saying why when it cannot be: a lambda or a function
+    defined inside another (no importable name), a function of `__main__`, one renamed or rebound
+    since (its module's attribute of its name is another object or none), a module that does not
+    import."""
+    if isinstance(factory, str):
+        load_factory(factory)
+        return factory
+    if not callable(factory):
+        raise BadInput(f"the input factory {factory!r} is neither 'module:function' nor callable")
+    mod = getattr(factory, "__module__", None)
+    qual = getattr(factory, "__qualname__", None)
+    if not isinstance(mod, str) or not isinstance(qual, str):
+        raise BadInput(f"the input factory {factory!r} has no module and name a worker could import it by")
+    ref = f"{mod}:{qual}"
+    if "<lambda>" in qual or "<locals>" in qual:
+        kind = "a lambda" if qual.endswith("<lambda>") else "a function defined inside another function"
+        raise BadInput(
+            f"the input factory {ref} is {kind}: a worker cannot import it; define it at the top level of "
+            "a module"
+        )
+    try:
+        found = load_factory(ref)
+    except BadInput as exc:
+        raise BadInput(f"{exc} (renamed or removed since it was defined?)") from None
+    if found is not factory:
+        raise BadInput(
+            f"the input factory {ref} was renamed or rebound: {ref} is now another object, so a worker "
+            "would rebuild something else; name it by the attribute that holds it"
+        )
+    return ref
+
+
+def check_task_factories(tasks: Sequence[Any]) -> None:
+    """Every task that names an input factory (a decorated function's task) can have it rebuilt in a
+    worker; else BadInput (one line) naming the first task that cannot, and why: such a task could never
+    run, so the study is neither run nor its failed tasks retried."""
+    checked: dict[str, str | None] = {}
+    for task in tasks:
+        ref = task.problem.get(FACTORY_FIELD)
+        if ref is None:
+            continue
+        ref = str(ref)
+        if ref not in checked:
+            try:
+                load_factory(ref)
+                checked[ref] = None
+            except BadInput as exc:
+                checked[ref] = str(exc)
+        why = checked[ref]
+        if why is not None:
+            raise BadInput(
+                f"task {task.key} can never run: {why}; fix the factory or remove the task "
+                "(nothing was run or retried)"
+            )
+
+
 def decorated_study(
     rows: Sequence[Any],
-    factory: str,
+    factory: str | Any,
     *,
     name: str = "from_misses",
     min_calls: int = 1,
@@ -234,13 +303,13 @@ def decorated_study(
     problem being the recorded key fields (`key`, one JSON object, so that any field name and value of
     the key survives: `dtype`, 0, None, quotes), the recorded dtypes (`dtypes`, comma-separated) and
     `factory`, the `module:function` that builds the call: `factory(kernel, fields, dtypes) -> (fn, args,
-    kwargs)`. Each task's dtype is the key's first dtype. Run it with
-    `--executor tuner.studies._from_misses:run_decorated`."""
+    kwargs)` (or the function itself, named by its module and name: `factory_ref`). Each task's dtype is
+    the key's first dtype. Run it with `--executor tuner.studies._from_misses:run_decorated`."""
     if min_calls < 1:
         raise BadInput(f"--min-calls must be >= 1, got {min_calls}")
     if trials < 1:
         raise BadInput(f"--trials must be >= 1, got {trials}")
-    load_factory(factory)  # a factory that cannot be loaded would fail every task: refuse it now
+    factory = factory_ref(factory)  # one that a worker cannot rebuild would fail every task: refuse it now
     kept = [r for r in rows if r.calls >= min_calls and not (r.registered or _is_registered(r.kernel))]
     skipped = sum(r.calls for r in rows if r.calls < min_calls)
     if not kept:

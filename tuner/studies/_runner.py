@@ -631,7 +631,11 @@ class RunSummary:
 
 
 def prepare_study(spec: StudySpec, *, retry_failed: bool = False) -> StudySpec:
-    """Resolve the device, create the schema (once, before workers race for it) and register the tasks."""
+    """Resolve the device, create the schema (once, before workers race for it) and register the tasks.
+    A task whose input factory a worker cannot rebuild is refused first (BadInput), nothing changed."""
+    from ._from_misses import check_task_factories
+
+    check_task_factories(spec.tasks)
     if any(t.device == "auto" for t in spec.tasks):
         from tuner.search_spaces.devices import detect_device
 
