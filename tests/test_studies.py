@@ -538,3 +538,40 @@ def test_driverless_postgres_urls_use_the_installed_driver() -> None:
     assert normalize_url("postgres://u@h/d") == (
         "postgresql://u@h/d" if pg3 else "postgresql+psycopg2://u@h/d"
     )
+
+
+def failing_executor(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
+    raise ModuleNotFoundError("No module named 'torch' (synthetic: a backend not installed)")
+
+
+def test_a_failed_run_says_how_to_retry_and_that_command_works(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A task that failed for a cause outside it (a backend not installed) stays failed when the study is
+    run again (resuming does not retry it); the run says which command does, and that command works."""
+    p = write_study(tmp_path, n_m=1, budget=3)
+    broken = "tests.test_studies:failing_executor"
+    assert cli("study", "run", str(p), "--executor", broken, "--quiet", "--no-report") == 1
+    err = capsys.readouterr().err
+    hint = [ln for ln in err.splitlines() if "--retry-failed" in ln]
+    assert hint and f"tuner study run {p} --retry-failed" in hint[0], err
+    # the cause fixed, a plain rerun still reports the failure; the hinted one tunes the task
+    assert cli("study", "run", str(p), "--executor", FAKE, "--quiet", "--no-report") == 1
+    capsys.readouterr()
+    assert cli("study", "run", str(p), "--retry-failed", "--executor", FAKE, "--quiet", "--no-report") == 0
+    assert "--retry-failed" not in capsys.readouterr().err
+
+
+def test_the_retry_hint_hides_the_storage_password(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    p = write_study(tmp_path, n_m=1, budget=3)
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    shown = "postgresql://u:secret@127.0.0.1:1/none"
+    from tuner.commands.study import _shown_url
+
+    assert "secret" not in _shown_url(shown) and "u:***@127.0.0.1" in _shown_url(shown)
+    args = ("study", "run", str(p), "--storage", url, "--executor", "tests.test_studies:failing_executor")
+    assert cli(*args, "--json", "--no-report") == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["retry"] == f"tuner study run {p} --retry-failed --storage {url}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from typing import Any
 
@@ -119,6 +120,16 @@ def _require_database(spec: Any) -> None:
             )
 
 
+def _shown_url(url: str) -> str:
+    """A storage URL to print: its password hidden."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - not a URL SQLAlchemy parses: print it as given
+        return url
+
+
 def run_cmd(args: argparse.Namespace) -> int:
     from tuner.errors import BadInput
     from tuner.studies import resolve_executor, run_study
@@ -154,9 +165,16 @@ def run_cmd(args: argparse.Namespace) -> int:
             f"study {spec.name}: {c['done']} done, {c['failed']} failed, {c['pending']} pending, "
             f"{c['running']} running elsewhere"
         )
+    if summary.failed:
+        # a failed task stays failed on the next run (resuming does not retry it): say how to retry
+        retry = f"tuner study run {shlex.quote(args.study)} --retry-failed"
+        extra = "" if args.storage is None else f" --storage {shlex.quote(_shown_url(args.storage))}"
+        out["retry"] = retry + extra
     if not args.json:
         for key, err in summary.failed:
             print(f"  failed: {key}: {err.splitlines()[0] if err else ''}", file=sys.stderr)
+        if summary.failed:
+            print(f"  once their cause is fixed, run them again: {out['retry']}", file=sys.stderr)
     if summary.complete and not args.no_report and (c["done"] or c["failed"]):
         from tuner.studies import export_study, write_report
 
