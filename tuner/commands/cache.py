@@ -72,16 +72,13 @@ def _read_file(path: str, skip_invalid: bool) -> tuple[list[Any], int]:
 
     try:
         got = read_cache_contents(path)
-        if not skip_invalid:
+    except CacheFileError as exc:  # the file cannot be read at all
+        raise BadInput(str(exc).splitlines()[0] if str(exc) else "invalid cache file") from None
+    if not skip_invalid:
+        try:
             return got.strict(), 0
-    except CacheFileError as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else "invalid cache file"
-        hint = (
-            " (--skip-invalid uses the valid entries)"
-            if "fail validation" in msg or "entries[" in msg
-            else ""
-        )
-        raise BadInput(msg + hint) from None
+        except CacheFileError as exc:
+            raise BadInput(f"{exc} (--skip-invalid uses the valid entries)") from None
     if got.dropped and not got.entries:
         raise BadInput(f"no valid entry: {got.summary()}")
     if got.dropped:
