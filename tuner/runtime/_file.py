@@ -22,7 +22,6 @@ import gzip
 import hashlib
 import io
 import json
-import logging
 import os
 import zlib
 from collections.abc import Iterable, Iterator
@@ -35,8 +34,6 @@ from tuner._schema import cache_entry_schema_error, cache_file_schema_error
 
 from ._entry import CacheEntry, EntryError, entry_from_json
 from ._key import CacheKey, shape_distance
-
-log = logging.getLogger(__name__)
 
 __all__ = [
     "CacheFileError",
