@@ -8,13 +8,16 @@ Triton on NVIDIA (per program = one thread block):
 - shared memory: the software pipeline keeps `num_stages` copies of the A and B tiles
   (`num_stages * (BLOCK_M*BLOCK_K*a_bytes + BLOCK_K*BLOCK_N*b_bytes)`), and the epilogue may reuse it
   for a layout conversion of the fp32 accumulator (`BLOCK_M*BLOCK_N*4`); the larger of the two must fit
-  in the device's opt-in maximum per block (163 KiB on sm80, 227 KiB on sm90).
-- registers per thread: the fp32 accumulator is spread over the `32*num_warps` threads; on sm80 the
+  in the device's opt-in maximum per block (163 KiB on sm80, 227 KiB on sm90, 64 KiB on gfx942).
+- registers per thread: the fp32 accumulator is spread over the `warp_size*num_warps` threads (32 on
+  NVIDIA, 64 on AMD, whose num_warps counts wavefronts); on sm80 (and on AMD, whose MFMA reads registers) the
   mma.sync operands are also staged in registers, while on sm90 wgmma reads both operands from shared
   memory (only A when it comes from registers, which Triton does not do for these kernels), so the
   operand term is dropped there. Plus a fixed allowance for addresses, masks and loop state.
   The total must stay within `max_regs_per_thread` (255).
-- threads: `32*num_warps <= max_threads_per_block`.
+- threads: `warp_size*num_warps <= max_threads_per_block`.
+AMD GPUs (Triton's AMD backend) have the same three limits with their own figures (64 KiB of LDS per
+workgroup on gfx90a / gfx942, 160 KiB on gfx950; 512 registers per lane; 1024 work-items).
 
 Pallas on NVIDIA (its Triton lowering) compiles to the same kind of Triton program, so the same shared
 memory / register / thread limits apply to bm/bn/bk with the num_warps/num_stages compiler params.
@@ -161,7 +164,7 @@ def triton_resource_constraints(
     b_in_registers_extra: float = 0.0,
     names: tuple[str, str, str] = ("BLOCK_M", "BLOCK_N", "BLOCK_K"),
 ) -> list[Constraint]:
-    """Shared-memory, register and thread limits of one Triton GEMM program on an NVIDIA device.
+    """Shared-memory, register and thread limits of one Triton GEMM program on a GPU (NVIDIA or AMD).
 
     `b_in_registers_extra` adds registers per thread for a dequantised copy of the B tile (int8 kernel);
     `names` are the tile parameters (("bm", "bn", "bk") for Pallas' Triton lowering).
@@ -191,7 +194,7 @@ def triton_resource_constraints(
 
     def regs(c: Mapping[str, Any]) -> bool | str:
         bm, bn, bk = get(c)
-        threads = 32 * int(c["num_warps"])
+        threads = device.warp_size * int(c["num_warps"])
         acc = bm * bn / threads
         operands = 0.0 if device.arch == "sm90" else (bm * bk * a_bytes + bk * bn * b_bytes) / 4 / threads
         extra = b_in_registers_extra * bk * bn / threads
@@ -204,7 +207,7 @@ def triton_resource_constraints(
         )
 
     def threads(c: Mapping[str, Any]) -> bool | str:
-        t = 32 * int(c["num_warps"])
+        t = device.warp_size * int(c["num_warps"])
         return (
             True
             if t <= device.max_threads_per_block

@@ -55,9 +55,9 @@ def next_pow2(n: int) -> int:
 
 
 def reg_limit_per_thread(device: Device, num_warps: int) -> int:
-    """32-bit registers one thread may hold when a block of `num_warps` warps runs on one SM: the
-    per-thread maximum, or less when the block's threads would exhaust the SM's register file."""
-    threads = 32 * num_warps
+    """32-bit registers one thread may hold when a block of `num_warps` warps (wavefronts on AMD) runs on
+    one SM / CU: the per-thread maximum, or less when the block's threads would exhaust its register file."""
+    threads = device.warp_size * num_warps
     return min(device.max_regs_per_thread, device.regs_per_sm // threads)
 
 

@@ -6,7 +6,7 @@ length S). D must be 64 or 128.
 Triton (sm80 / sm90 / CPU interpreter): BLOCK_M (query rows per program), BLOCK_N (keys per inner step),
 num_warps, num_stages. Hard constraints:
   - BLOCK_M, BLOCK_N <= max(16, next_pow2(S)) (a larger block is only masked rows);
-  - GPU: 32 * num_warps <= the threads per block limit;
+  - GPU: warp_size * num_warps <= the threads per block limit (warp_size 32 on NVIDIA, 64 on AMD);
     registers: fp32 accumulator BLOCK_M x D + fp32 scores BLOCK_M x BLOCK_N + P and the Q tile in the
     input dtype, divided over the threads, + overhead <= 2 x min(255, regs_per_sm / threads) (past the
     limit registers spill; past twice the limit a config spills more than it holds);
@@ -67,14 +67,15 @@ def triton_smem_bytes(d: int, dtype: str, cfg: Mapping[str, Any], arch: str = "s
     """The Q tile + the K and V tile buffers of the software pipeline, as Triton 3.7 allocates them
     (fitted exactly to the compiler's figures, benchmarks/triton_resources_b.py): sm90 keeps
     num_stages buffers of each of K and V; sm80 keeps num_stages - 1 (one K/V tile in all with a
-    single stage)."""
+    single stage). Other targets (AMD's gfx) are not fitted: they get the larger, sm90 count."""
     stages = int(cfg["num_stages"])
-    kv_tiles = 2 * stages if arch >= "sm90" else max(2 * (stages - 1), 1)
+    older_nvidia = arch.startswith("sm") and arch < "sm90"
+    kv_tiles = max(2 * (stages - 1), 1) if older_nvidia else 2 * stages
     return (int(cfg["BLOCK_M"]) + kv_tiles * int(cfg["BLOCK_N"])) * d * dtype_bytes(dtype)
 
 
-def triton_regs_per_thread(d: int, dtype: str, cfg: Mapping[str, Any]) -> int:
-    bm, bn, threads = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"]), 32 * int(cfg["num_warps"])
+def triton_regs_per_thread(d: int, dtype: str, cfg: Mapping[str, Any], warp_size: int = 32) -> int:
+    bm, bn, threads = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"]), warp_size * int(cfg["num_warps"])
     b = dtype_bytes(dtype)
     # fp32 accumulator + fp32 scores + P in the input dtype + the Q tile held as a dot operand
     words = bm * d + bm * bn + (bm * bn * b) // 4 + (bm * d * b) // 4
@@ -133,15 +134,19 @@ def _triton_space(s: int, d: int, dtype: str, device: Device) -> SearchSpace:
         smem_max = device.smem_per_block_bytes
         cons += [
             Constraint(
-                f"32 * num_warps <= {device.max_threads_per_block} threads per block on {device.arch}",
-                lambda c: 32 * c["num_warps"] <= device.max_threads_per_block,
+                f"{device.warp_size} * num_warps <= {device.max_threads_per_block} threads per block on "
+                f"{device.arch}",
+                lambda c: device.warp_size * c["num_warps"] <= device.max_threads_per_block,
                 ("num_warps",),
             ),
             Constraint(
                 f"register estimate <= {REG_SPILL_FACTOR} x min({device.max_regs_per_thread}, "
                 f"{device.regs_per_sm} / threads) on {device.arch}",
                 lambda c: reg_check(
-                    triton_regs_per_thread(d, dtype, c), device, c["num_warps"], f"D={d}, {dtype}"
+                    triton_regs_per_thread(d, dtype, c, device.warp_size),
+                    device,
+                    c["num_warps"],
+                    f"D={d}, {dtype}",
                 ),
                 ("BLOCK_M", "BLOCK_N", "num_warps"),
             ),

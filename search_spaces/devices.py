@@ -2,11 +2,20 @@
 place that detects the hardware of this process.
 
 Figures are from the vendors' public documentation (CUDA C Programming Guide, "Compute Capabilities"
-table; Google Cloud TPU system architecture pages). Peaks are dense, without sparsity.
+table; ROCm documentation, "AMD GPU specifications" and the Instinct data sheets; Google Cloud TPU system
+architecture pages). Peaks are dense, without sparsity.
+
+AMD Instinct GPUs are `kind="cuda"` devices: torch reaches them through `torch.cuda` (ROCm's HIP build)
+and Triton compiles for them with its AMD backend, so every Triton path treats them like an NVIDIA GPU;
+what differs is in the descriptor (`vendor="amd"`, 64-wide wavefronts as `warp_size`, 64 KiB of LDS per
+workgroup on CDNA2/CDNA3, 160 KiB on CDNA4, 512 VGPRs + AccVGPRs per lane).
 
 Detection (torch and jax imported lazily, only when asked):
 - `detect_device(backend)`: the `Device` a backend runs on here (CUDA compute capability -> sm80 / sm90,
-  JAX's TPU kind -> the TPU generation, the CPU under the interpreters); constraints and features use it.
+  an AMD GPU's gfx target -> gfx90a / gfx942 / gfx950, JAX's TPU kind -> the TPU generation, the CPU
+  under the interpreters); constraints and features use it.
+- `device_for_family(family)` / `device_for_label(label)`: the descriptor whose limits hold for a device
+  that `device_family` recognises (None where none does).
 - `device_label(backend)`: the same device as the runtime's cache keys name it ("cpu",
   "<GPU name> (sm<cc>)", "<platform>:<device kind>"), from `cuda_device_label` / `jax_device_label`.
 - `on_gpu()`, `triton_interpreted()`, `pallas_interpret()`: whether the kernels run compiled or in an
@@ -31,6 +40,9 @@ __all__ = [
     "get_device",
     "SM80",
     "SM90",
+    "GFX90A",
+    "GFX942",
+    "GFX950",
     "TPU_V4",
     "TPU_V5E",
     "TPU_V5P",
@@ -47,21 +59,25 @@ __all__ = [
     "pallas_interpret",
     "DeviceFamily",
     "device_family",
+    "device_for_family",
+    "device_for_label",
 ]
 
 
 @dataclass(frozen=True)
 class Device:
     name: str
-    kind: str  # "cuda", "tpu" or "cpu"
-    arch: str  # "sm80", "sm90", "tpu_v5e", "cpu"
-    # NVIDIA
+    kind: str  # "cuda" (torch.cuda and Triton's GPU backends: NVIDIA, and AMD under ROCm), "tpu" or "cpu"
+    arch: str  # "sm80", "sm90", "gfx942", "tpu_v5e", "cpu"
+    # GPUs (AMD's names: LDS for shared memory, CU for SM, wavefront for warp, workgroup for block)
     smem_per_block_bytes: int = 0  # opt-in maximum per block
-    regs_per_sm: int = 0
+    regs_per_sm: int = 0  # 32-bit registers of one SM / CU
     max_regs_per_thread: int = 0
     max_threads_per_block: int = 0
     num_sms: int = 0
     l2_bytes: int = 0
+    warp_size: int = 32  # threads of one warp / wavefront: what Triton's num_warps counts
+    vendor: str = ""  # "nvidia", "amd", "google", "cpu"
     # TPU
     vmem_bytes: int = 0
     # peaks for roofline (TFLOP/s and GB/s)
@@ -90,6 +106,7 @@ SM80 = Device(
     "A100",
     "cuda",
     "sm80",
+    vendor="nvidia",
     smem_per_block_bytes=163 * 1024,
     regs_per_sm=65536,
     max_regs_per_thread=255,
@@ -105,6 +122,7 @@ SM90 = Device(
     "H100/H200",
     "cuda",
     "sm90",
+    vendor="nvidia",
     smem_per_block_bytes=227 * 1024,
     regs_per_sm=65536,
     max_regs_per_thread=255,
@@ -116,10 +134,66 @@ SM90 = Device(
     peak_tflops_int8=1979.0,
     peak_bandwidth_gbs=4800.0,
 )
+# AMD Instinct (ROCm documentation, "AMD GPU specifications": compute units, wavefront size, LDS, L2, VGPR
+# file of 512 KiB per CU = 131072 32-bit registers; a workgroup has at most 1024 work-items; CDNA2 and later
+# give a lane up to 512 registers, 256 VGPRs + 256 AccVGPRs). An MI250X is two GCDs, each its own device to
+# torch: the figures here are one GCD's (110 CUs, 8 MiB of L2, half the OAM's peaks).
+GFX90A = Device(
+    "MI250X (one GCD)",
+    "cuda",
+    "gfx90a",
+    vendor="amd",
+    smem_per_block_bytes=64 * 1024,
+    regs_per_sm=131072,
+    max_regs_per_thread=512,
+    max_threads_per_block=1024,
+    num_sms=110,
+    l2_bytes=8 * 2**20,
+    warp_size=64,
+    peak_tflops_fp16=191.5,
+    peak_tflops_fp32=23.95,
+    peak_tflops_int8=191.5,
+    peak_bandwidth_gbs=1638.4,
+)
+GFX942 = Device(
+    "MI300X/MI325X",
+    "cuda",
+    "gfx942",
+    vendor="amd",
+    smem_per_block_bytes=64 * 1024,
+    regs_per_sm=131072,
+    max_regs_per_thread=512,
+    max_threads_per_block=1024,
+    num_sms=304,
+    l2_bytes=32 * 2**20,  # 4 MiB per XCD (and 256 MiB of Infinity Cache beyond it)
+    warp_size=64,
+    peak_tflops_fp16=1307.4,
+    peak_tflops_fp32=163.4,
+    peak_tflops_int8=2614.9,
+    peak_bandwidth_gbs=5300.0,
+)
+GFX950 = Device(
+    "MI350X/MI355X",
+    "cuda",
+    "gfx950",
+    vendor="amd",
+    smem_per_block_bytes=160 * 1024,
+    regs_per_sm=131072,
+    max_regs_per_thread=512,
+    max_threads_per_block=1024,
+    num_sms=256,
+    l2_bytes=32 * 2**20,  # 4 MiB per XCD
+    warp_size=64,
+    peak_tflops_fp16=2516.6,
+    peak_tflops_fp32=157.3,
+    peak_tflops_int8=5033.2,
+    peak_bandwidth_gbs=8000.0,
+)
 TPU_V4 = Device(
     "TPU v4",
     "tpu",
     "tpu_v4",
+    vendor="google",
     vmem_bytes=16 * 2**20,
     peak_tflops_fp16=275.0,
     peak_tflops_fp32=275.0 / 4,
@@ -130,6 +204,7 @@ TPU_V5E = Device(
     "TPU v5e",
     "tpu",
     "tpu_v5e",
+    vendor="google",
     vmem_bytes=128 * 2**20,
     peak_tflops_fp16=197.0,
     peak_tflops_fp32=197.0 / 4,
@@ -140,6 +215,7 @@ TPU_V5P = Device(
     "TPU v5p",
     "tpu",
     "tpu_v5p",
+    vendor="google",
     vmem_bytes=95 * 2**20,
     peak_tflops_fp16=459.0,
     peak_tflops_fp32=459.0 / 4,
@@ -150,6 +226,7 @@ TPU_V6E = Device(
     "TPU v6e",
     "tpu",
     "tpu_v6e",
+    vendor="google",
     vmem_bytes=128 * 2**20,
     peak_tflops_fp16=918.0,
     peak_tflops_fp32=918.0 / 4,
@@ -160,6 +237,7 @@ CPU = Device(
     "CPU (interpreter)",
     "cpu",
     "cpu",
+    vendor="cpu",
     smem_per_block_bytes=2**31,
     max_threads_per_block=2**20,
     vmem_bytes=2**40,
@@ -169,11 +247,13 @@ CPU = Device(
     peak_bandwidth_gbs=20.0,
 )
 
-DEVICES: dict[str, Device] = {d.arch: d for d in (SM80, SM90, TPU_V4, TPU_V5E, TPU_V5P, TPU_V6E, CPU)}
+DEVICES: dict[str, Device] = {
+    d.arch: d for d in (SM80, SM90, GFX90A, GFX942, GFX950, TPU_V4, TPU_V5E, TPU_V5P, TPU_V6E, CPU)
+}
 
 
 def get_device(arch: str) -> Device:
-    """A descriptor by arch name ("sm80", "sm90", "tpu_v5e", "cpu", ...)."""
+    """A descriptor by arch name ("sm80", "sm90", "gfx942", "tpu_v5e", "cpu", ...)."""
     try:
         return DEVICES[arch]
     except KeyError:
@@ -220,6 +300,7 @@ _NVIDIA_NAMES: tuple[tuple[str, str], ...] = (
     (r"\bp(4|40)\b|gtx 10\d\d|titan xp?\b", "sm61"),
 )
 _AMD_NAMES: tuple[tuple[str, str], ...] = (
+    (r"\bmi35\d", "gfx950"),
     (r"\bmi3\d\d", "gfx942"),
     (r"\bmi2\d\d", "gfx90a"),
     (r"\bmi100\b", "gfx908"),
@@ -283,6 +364,27 @@ def device_family(label: str) -> DeviceFamily:
     if re.search(r"\bintel\b|\barc\b|data center gpu", s):
         return DeviceFamily("intel", "", float("nan"))
     return DeviceFamily()
+
+
+def device_for_family(family: DeviceFamily) -> Device | None:
+    """The descriptor whose limits hold for a device of `family`: its own arch's where there is one
+    (sm80, sm90, gfx90a, gfx942, gfx950, the TPUs, the CPU); another NVIDIA GPU gets sm80's (before
+    compute capability 9) or sm90's limits, as `detect_device` has always given it; another AMD GPU
+    gets gfx90a's (64 KiB of LDS and 64-wide wavefronts, the smallest limits of the AMD descriptors).
+    None for a family nothing is known of (an unknown label, Intel)."""
+    if family.arch in DEVICES:
+        return DEVICES[family.arch]
+    if family.vendor == "nvidia":
+        return SM90 if family.version >= 9 else SM80  # NaN (unknown version): sm80, the smaller
+    if family.vendor == "amd":
+        return GFX90A
+    return None
+
+
+def device_for_label(label: str) -> Device | None:
+    """`device_for_family(device_family(label))`: the descriptor for a device as the runtime's keys (or
+    torch, jax, a gfx target) name it, e.g. "AMD Instinct MI300X (sm94)" -> gfx942."""
+    return device_for_family(device_family(label))
 
 
 # ---- detection -----------------------------------------------------------------------------------------
@@ -371,16 +473,30 @@ def _cuda_arch(major: int) -> str:
     return "sm90" if major >= 9 else "sm80"
 
 
+def _torch_gpu_device() -> Device:
+    """The descriptor of torch's GPU 0. On ROCm's torch the "compute capability" is the gfx version
+    (9.4 for an MI300X), so the gfx target (`gcnArchName`, else the device's name) decides there."""
+    import torch
+
+    if getattr(torch.version, "hip", None):
+        props = torch.cuda.get_device_properties(0)
+        gfx = str(getattr(props, "gcnArchName", "") or "").split(":")[0]  # "gfx942:sramecc+:xnack-"
+        fam = device_family(gfx) if gfx else DeviceFamily()
+        if not fam.known:
+            fam = device_family(f"AMD {torch.cuda.get_device_name(0)}")
+        dev = device_for_family(fam) or GFX90A
+        if fam.arch != dev.arch:
+            log.warning("AMD GPU %r (%s): no descriptor of its own; using %s limits", gfx, fam.arch, dev.arch)
+        return dev
+    major, _ = torch.cuda.get_device_capability()
+    return get_device(_cuda_arch(major))
+
+
 def detect_device(backend: str) -> Device:
     """The device descriptor of the hardware `backend` ("triton" or "pallas") runs on here (CPU when it
     is an interpreter)."""
     if backend == "triton":
-        if on_gpu():
-            import torch
-
-            major, _ = torch.cuda.get_device_capability()
-            return get_device(_cuda_arch(major))
-        return CPU
+        return _torch_gpu_device() if on_gpu() else CPU
     if backend == "pallas":
         if pallas_interpret():
             return CPU
@@ -393,8 +509,12 @@ def detect_device(backend: str) -> Device:
                     return get_device(arch)
             log.warning("unknown TPU kind %r; using tpu_v5e limits", kind)
             return TPU_V5E
-        if jax.default_backend() == "gpu":
-            cc = str(getattr(jax.devices()[0], "compute_capability", "8.0"))
+        if jax.default_backend() in ("gpu", "rocm"):
+            dev0 = jax.devices()[0]
+            fam = device_family(str(getattr(dev0, "device_kind", "")))
+            if fam.vendor == "amd":  # jax on ROCm: no compute capability, the model name says the gfx target
+                return device_for_family(fam) or GFX90A
+            cc = str(getattr(dev0, "compute_capability", "8.0"))
             return get_device(_cuda_arch(int(cc.split(".")[0])))
         return CPU
     raise ValueError(f"unknown backend {backend!r}; use 'triton' or 'pallas'")

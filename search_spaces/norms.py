@@ -10,7 +10,7 @@ Triton (sm80 / sm90 / CPU interpreter)
   - the tile ROWS_PER_PROGRAM x BLOCK_N is at most Triton's 2**20 elements;
   - blocks no larger than the problem needs (BLOCK_N <= next_pow2(N), ROWS_PER_PROGRAM <= next_pow2(M)):
     a larger block only adds masked lanes, so it is the same program as a smaller one, only slower;
-  - GPU: 32 * num_warps threads <= the block limit; fp32 tile registers per thread
+  - GPU: warp_size * num_warps threads <= the block limit (32 on NVIDIA, 64 on AMD); fp32 tile registers per thread
     (live tiles x ROWS x BLOCK_N / threads + overhead) <= 2 x min(255, regs_per_sm / threads)
     (registers past the limit spill rather than fail; past twice the limit a config spills more than it
     holds, see search_spaces._resources.REG_SPILL_FACTOR).
@@ -104,9 +104,9 @@ def triton_smem_bytes(kind: str, n: int, dtype: str, cfg: Mapping[str, Any]) -> 
     return int(cfg["ROWS_PER_PROGRAM"]) * int(cfg["num_warps"]) * 4
 
 
-def triton_regs_per_thread(kind: str, cfg: Mapping[str, Any]) -> int:
+def triton_regs_per_thread(kind: str, cfg: Mapping[str, Any], warp_size: int = 32) -> int:
     live = KINDS[kind][0]
-    threads = 32 * int(cfg["num_warps"])
+    threads = warp_size * int(cfg["num_warps"])
     return -(-live * int(cfg["ROWS_PER_PROGRAM"]) * int(cfg["BLOCK_N"]) // threads) + REG_OVERHEAD
 
 
@@ -148,14 +148,17 @@ def _triton_space(kind: str, m: int, n: int, dtype: str, device: Device) -> Sear
     if device.kind == "cuda":
         cons += [
             Constraint(
-                f"32 * num_warps <= {device.max_threads_per_block} threads per block on {device.arch}",
-                lambda c: 32 * c["num_warps"] <= device.max_threads_per_block,
+                f"{device.warp_size} * num_warps <= {device.max_threads_per_block} threads per block on "
+                f"{device.arch}",
+                lambda c: device.warp_size * c["num_warps"] <= device.max_threads_per_block,
                 ("num_warps",),
             ),
             Constraint(
                 f"register estimate <= {REG_SPILL_FACTOR} x min({device.max_regs_per_thread}, "
                 f"{device.regs_per_sm} / threads) on {device.arch}",
-                lambda c: reg_check(triton_regs_per_thread(kind, c), device, c["num_warps"], f"{kind} tiles"),
+                lambda c: reg_check(
+                    triton_regs_per_thread(kind, c, device.warp_size), device, c["num_warps"], f"{kind} tiles"
+                ),
                 ("ROWS_PER_PROGRAM", "BLOCK_N", "num_warps"),
             ),
         ]

@@ -178,6 +178,24 @@ def _bad_cases() -> dict[str, bytes]:
 
 
 BAD = _bad_cases()
+# the cases where the file can be read and one entry fails validation: the runtime drops that entry only
+ONE_BAD_ENTRY = {
+    name
+    for name in BAD
+    if name.startswith(("time_", "spread_", "config_", "key_", "dtypes_", "device_", "versions_"))
+    or name
+    in {
+        "bad_date",
+        "impossible_date",
+        "source_hash_not_hex",
+        "missing_field",
+        "extra_field",
+        "duplicate_key",
+        "entry_not_object",
+        "nan_time",
+        "inf_time",
+    }
+}
 
 
 @pytest.mark.parametrize("name", sorted(BAD))
@@ -192,7 +210,20 @@ def test_bad_input_exits_2_and_changes_nothing(name: str, seeded: ConfigCache, t
     assert len(err) < 400
     assert snapshot(seeded) == before
     with pytest.raises(CacheFileError):
-        load_cache(f)
+        load_cache(f, strict=True)
+    if name not in ONE_BAD_ENTRY:  # the file cannot be read at all: skipped everywhere
+        with pytest.raises(CacheFileError):
+            load_cache(f)
+        assert main(["cache", "import", "--skip-invalid", str(f)]) == 2
+        assert snapshot(seeded) == before
+        return
+    good = {e.key.hash for e in (entry(0), entry(1), entry(2))}
+    cache = load_cache(f)  # the rest of the file is used, the bad entry named in .dropped
+    assert len(cache.dropped) == 1 and len(cache) >= 1 and {e.key.hash for e in cache} <= good
+    assert "--skip-invalid" in err
+    assert main(["cache", "import", "--skip-invalid", str(f)]) == 0
+    warned = capsys.readouterr().err
+    assert warned.startswith("tuner: warning: ") and "1 of " in warned and "entries[" in warned, warned
 
 
 def test_hundred_megabytes_of_garbage_is_refused_by_size(seeded: ConfigCache, tmp_path: Path, capsys):

@@ -87,6 +87,7 @@ def test_cuda_label_names_the_gpu_and_its_capability(monkeypatch: pytest.MonkeyP
         ("NVIDIA L4", "nvidia", "sm89", 8.9),
         ("AMD Instinct MI250X", "amd", "gfx90a", 9.0),
         ("MI300X", "amd", "gfx942", 9.4),
+        ("AMD Instinct MI355X", "amd", "gfx950", 9.5),
         # torch on ROCm: get_device_capability() is the gfx version, so the runtime's label says "(sm94)"
         ("AMD Instinct MI300X (sm94)", "amd", "gfx942", 9.4),
         ("AMD Instinct MI250X (sm90)", "amd", "gfx90a", 9.0),
@@ -112,6 +113,100 @@ def test_device_family_distance_and_unknown_labels() -> None:
     # a vendor without a model the table knows: the vendor, no arch
     amd = dv.device_family("AMD Radeon Graphics")
     assert amd.vendor == "amd" and amd.arch == "" and amd.distance(dv.device_family("MI250X")) == float("inf")
+
+
+# ---- AMD GPUs ------------------------------------------------------------------------------------------
+def _emulate_rocm_gpu(monkeypatch: pytest.MonkeyPatch, name: str, gcn_arch: str, cc: tuple[int, int]) -> None:
+    """torch on ROCm as it presents an AMD GPU: torch.version.hip set, torch.cuda's "compute capability"
+    the gfx version (9.4 for gfx942), the gfx target in the device properties' gcnArchName."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(dv, "on_gpu", lambda: True)
+    monkeypatch.setattr(torch.version, "hip", "6.4.0", raising=False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: cc)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: name)
+    props = SimpleNamespace(name=name, gcnArchName=gcn_arch, major=cc[0], minor=cc[1])
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: props)
+
+
+@pytest.mark.parametrize(
+    ("name", "gcn_arch", "cc", "arch", "lds_kib"),
+    [
+        ("AMD Instinct MI300X", "gfx942:sramecc+:xnack-", (9, 4), "gfx942", 64),
+        ("AMD Instinct MI250X", "gfx90a:sramecc+:xnack-", (9, 0), "gfx90a", 64),
+        ("AMD Instinct MI355X", "gfx950:sramecc+:xnack-", (9, 5), "gfx950", 160),
+        ("AMD Instinct MI300X", "", (9, 4), "gfx942", 64),  # no gcnArchName: the model name decides
+    ],
+)
+def test_an_amd_gpu_gets_its_own_limits_not_sm90s(
+    monkeypatch: pytest.MonkeyPatch, name: str, gcn_arch: str, cc: tuple[int, int], arch: str, lds_kib: int
+) -> None:
+    _emulate_rocm_gpu(monkeypatch, name, gcn_arch, cc)
+    dev = dv.detect_device("triton")
+    assert (dev.arch, dev.kind, dev.smem_per_block_bytes) == (arch, "cuda", lds_kib * 1024)
+    assert (dev.warp_size, dev.max_threads_per_block, dev.max_regs_per_thread) == (64, 1024, 512)
+
+
+def test_a_config_over_the_mi300x_lds_but_within_sm90s_is_rejected_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tuner.search_spaces.matmul import matmul_space
+
+    _emulate_rocm_gpu(monkeypatch, "AMD Instinct MI300X", "gfx942:sramecc+:xnack-", (9, 4))
+    problem = {"M": 4096, "N": 4096, "K": 4096, "dtype": "float16"}
+    # 3 stages of a 128x64 A tile and a 64x128 B tile in fp16: 96 KiB, over 64 KiB of LDS, under 227 KiB
+    cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 1, "num_warps": 4}
+    cfg["num_stages"] = 3
+    assert matmul_space(problem, dv.SM90, "triton").contains(cfg)
+    mi300x = matmul_space(problem, dv.detect_device("triton"), "triton")
+    assert not mi300x.contains(cfg)
+    assert any("smem 98304 B > 65536 B" in v and "gfx942" in v for v in mi300x.violations(cfg))
+    assert mi300x.contains({**cfg, "num_stages": 1})  # 32 KiB fits
+
+
+def test_amd_wavefronts_count_64_threads_per_warp() -> None:
+    from tuner.search_spaces.norms import softmax_space
+
+    problem = {"M": 4096, "N": 4096, "dtype": "float16"}
+    cfg = {"BLOCK_N": 4096, "ROWS_PER_PROGRAM": 1, "num_warps": 32}  # 1024 threads on NVIDIA, 2048 on AMD
+    assert not any("threads" in v for v in softmax_space(problem, dv.SM90, "triton").violations(cfg))
+    amd = softmax_space(problem, dv.GFX942, "triton").violations(cfg)
+    assert any("64 * num_warps <= 1024" in v for v in amd), amd
+
+
+@pytest.mark.parametrize(
+    ("label", "arch"),
+    [
+        ("AMD Instinct MI300X (sm94)", "gfx942"),
+        ("AMD Instinct MI325X (sm94)", "gfx942"),
+        ("AMD Instinct MI250X (sm90)", "gfx90a"),
+        ("AMD Instinct MI355X (sm95)", "gfx950"),
+        ("gfx950", "gfx950"),
+        ("AMD Radeon RX 7900 XTX", "gfx90a"),  # an AMD GPU without its own descriptor: gfx90a's limits
+        ("NVIDIA H200 (sm90)", "sm90"),
+        ("NVIDIA GeForce RTX 4090 (sm89)", "sm80"),
+        ("NVIDIA B200 (sm100)", "sm90"),
+        ("tpu:TPU v5 lite", "tpu_v5e"),
+        ("cpu", "cpu"),
+    ],
+)
+def test_device_family_to_descriptor(label: str, arch: str) -> None:
+    dev = dv.device_for_label(label)
+    assert dev is not None and dev.arch == arch
+    assert dv.get_device(dev.arch) is dev
+
+
+def test_no_descriptor_for_an_unknown_device() -> None:
+    assert dv.device_for_label("some accelerator") is None
+    assert dv.device_for_label("Intel Data Center GPU Max 1550") is None
+
+
+def test_jax_on_rocm_names_the_amd_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    jax = pytest.importorskip("jax")
+    monkeypatch.setenv("TUNER_PALLAS_INTERPRET", "0")
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    fake = SimpleNamespace(platform="gpu", device_kind="AMD Instinct MI300X")
+    monkeypatch.setattr(jax, "devices", lambda *a: [fake])
+    assert dv.detect_device("pallas").arch == "gfx942"
 
 
 class InterpreterError(RuntimeError):

@@ -3,18 +3,27 @@
 The schema ships inside the package (tuner/data/cache-schema.json; docs/cache-schema.json is the same file,
 for readers of the repository). Every cache file tuner reads (`tuner cache import`, `tuner cache show
 --file`, `tuner.load_cache`) is checked against it before any entry is built, so the schema others validate
-their files with is the one tuner enforces. `jsonschema` is imported on first use, not with `import tuner`.
+their files with is the one tuner enforces: the file's top level (`cache_file_schema_error`) decides whether
+the file can be read at all, and each entry is checked on its own (`cache_entry_schema_error`), so a reader
+may drop one bad entry and keep the rest. `jsonschema` is imported on first use, not with `import tuner`.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import itertools
 import json
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["CACHE_SCHEMA_RESOURCE", "cache_schema", "cache_schema_error"]
+__all__ = [
+    "CACHE_SCHEMA_RESOURCE",
+    "cache_schema",
+    "cache_schema_error",
+    "cache_file_schema_error",
+    "cache_entry_schema_error",
+]
 
 CACHE_SCHEMA_RESOURCE = "data/cache-schema.json"  # inside the tuner package
 _MAX_MESSAGE = 240
@@ -49,17 +58,28 @@ def _inline_refs(node: Any, defs: dict[str, Any]) -> Any:
     return {**out, "allOf": [*out.get("allOf", []), target]}
 
 
+class _Validators(NamedTuple):
+    whole: Any  # the whole file
+    top: Any  # the file without its entries' items: what makes the file unreadable
+    entry: Any  # one entry
+
+
 @functools.lru_cache(maxsize=1)
-def _validator() -> Any:
+def _validator() -> _Validators:
     from jsonschema import Draft202012Validator
 
     schema = cache_schema()
     Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(_inline_refs(schema, schema.get("$defs", {})))
+    defs = schema.get("$defs", {})
+    whole = _inline_refs(schema, defs)
+    top = copy.deepcopy(whole)
+    entries = top.get("properties", {}).get("entries", {})
+    item = entries.pop("items", {"$ref": "#/$defs/entry"}) if isinstance(entries, dict) else {}
+    return _Validators(Draft202012Validator(whole), Draft202012Validator(top), Draft202012Validator(item))
 
 
-def _where(path: Any) -> str:
-    out = ""
+def _where(path: Any, prefix: str = "") -> str:
+    out = prefix
     for part in path:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out or "top level"
@@ -67,10 +87,26 @@ def _where(path: Any) -> str:
 
 def cache_schema_error(doc: Any) -> str | None:
     """None if `doc` (a parsed cache file) is valid under the schema, else one line saying where and why."""
+    return _first_error(_validator().whole, doc, "")
+
+
+def cache_file_schema_error(doc: Any) -> str | None:
+    """Like `cache_schema_error`, but what is checked stops at the entries list (its type and length):
+    None when the file can be read, whatever its entries hold."""
+    return _first_error(_validator().top, doc, "")
+
+
+def cache_entry_schema_error(entry: Any, where: str = "entry") -> str | None:
+    """None if `entry` (one item of a file's entries) is valid under the schema's entry definition, else
+    one line saying where (below `where`, e.g. "entries[3].time_s") and why."""
+    return _first_error(_validator().entry, entry, where)
+
+
+def _first_error(validator: Any, doc: Any, prefix: str) -> str | None:
     from jsonschema.exceptions import best_match
 
     # The first error only (a bad file can have millions); best_match descends into its anyOf/allOf context.
-    err = best_match(itertools.islice(_validator().iter_errors(doc), 1))
+    err = best_match(itertools.islice(validator.iter_errors(doc), 1))
     if err is None:
         return None
     message = str(err.message)
@@ -80,4 +116,4 @@ def cache_schema_error(doc: Any) -> str | None:
     message = " ".join(message.split())
     if len(message) > _MAX_MESSAGE:
         message = message[: _MAX_MESSAGE - 3] + "..."
-    return f"{_where(err.absolute_path)}: {message}"
+    return f"{_where(err.absolute_path, prefix)}: {message}"

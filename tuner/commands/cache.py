@@ -2,9 +2,13 @@
 
 An import validates the whole file against the published JSON Schema (tuner/data/cache-schema.json, with the
 `jsonschema` library) and the reader's own checks before it writes anything, then merges in one transaction;
-any bad input exits 2 with a one-line reason and leaves the cache as it was. A file whose name ends in .gz is
-written gzip-compressed, and read back with a bound on the decompressed size. `--json` prints one JSON
-document on stdout instead of the human lines."""
+any bad input exits 2 with a one-line reason and leaves the cache as it was. An entry that fails validation
+is bad input too (the line names how many and the first few), unless `--skip-invalid` is given: then the
+valid entries are imported (or listed, for `show --file`) and the dropped ones are named in one warning on
+stderr, which is what the runtime does with a shipped file (`tuner.load_cache`, `TUNER_CACHE_FILE`). A file
+that cannot be read at all exits 2 either way. A file whose name ends in .gz is written gzip-compressed,
+and read back with a bound on the decompressed size. `--json` prints one JSON document on stdout instead of
+the human lines."""
 
 from __future__ import annotations
 
@@ -41,6 +45,7 @@ def add_parser(sub: Any) -> None:
     )
     i.add_argument("--storage", default=None, metavar="URL", help="database URL (default: the default store)")
     i.add_argument("--json", action="store_true", help="print the counts as one JSON object")
+    i.add_argument("--skip-invalid", action="store_true", help=_SKIP_HELP)
     i.set_defaults(func=run_import)
 
     s = csub.add_parser("show", help="list the cached entries")
@@ -48,7 +53,37 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--json", action="store_true", help="print the entries as a cache file would hold them")
     s.add_argument("--storage", default=None, metavar="URL", help="database URL (default: the default store)")
     s.add_argument("--file", default=None, help="list a cache file (validated) instead of the store")
+    s.add_argument("--skip-invalid", action="store_true", help=_SKIP_HELP + " (with --file)")
     s.set_defaults(func=run_show)
+
+
+_SKIP_HELP = (
+    "leave out the entries that fail validation, with one warning naming them, and use the rest "
+    "(as the runtime does with a shipped file); without it, one such entry makes the file bad input"
+)
+
+
+def _read_file(path: str, skip_invalid: bool) -> tuple[list[Any], int]:
+    """The file's entries and how many were dropped (named in one warning on stderr); BadInput (exit 2,
+    one line) when the file cannot be read, or when an entry fails validation and `skip_invalid` is not
+    set."""
+    from tuner.errors import BadInput
+    from tuner.runtime import CacheFileError, read_cache_contents
+
+    try:
+        got = read_cache_contents(path)
+    except CacheFileError as exc:  # the file cannot be read at all
+        raise BadInput(str(exc).splitlines()[0] if str(exc) else "invalid cache file") from None
+    if not skip_invalid:
+        try:
+            return got.strict(), 0
+        except CacheFileError as exc:
+            raise BadInput(f"{exc} (--skip-invalid uses the valid entries)") from None
+    if got.dropped and not got.entries:
+        raise BadInput(f"no valid entry: {got.summary()}")
+    if got.dropped:
+        print(f"tuner: warning: {got.summary()}; left out", file=sys.stderr)
+    return got.entries, len(got.dropped)
 
 
 def _cache(url: str | None) -> Any:
@@ -85,41 +120,32 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from tuner.errors import BadInput
-    from tuner.runtime import CacheFileError, read_cache_file
-
-    try:
-        entries = read_cache_file(args.file)  # everything is validated before the store is opened
-    except CacheFileError as exc:
-        raise BadInput(str(exc).splitlines()[0] if str(exc) else "invalid cache file") from None
+    entries, dropped = _read_file(args.file, args.skip_invalid)  # all validated before the store is opened
     counts = _cache(args.storage).merge(entries, prefer_import=args.prefer_import)
     if args.json:
-        _print_json(
-            {
-                "file": str(args.file),
-                "entries": counts.total,
-                "added": counts.added,
-                "replaced": counts.replaced,
-                "kept": counts.kept,
-            }
-        )
+        doc = {
+            "file": str(args.file),
+            "entries": counts.total,
+            "added": counts.added,
+            "replaced": counts.replaced,
+            "kept": counts.kept,
+        }
+        _print_json({**doc, "dropped": dropped} if args.skip_invalid else doc)
         return 0
+    left_out = f"; left out {dropped} invalid" if dropped else ""
     print(
         f"imported {args.file}: {counts.total} entries; added {counts.added}, replaced {counts.replaced}, "
-        f"kept existing {counts.kept}"
+        f"kept existing {counts.kept}{left_out}"
     )
     return 0
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from tuner.errors import BadInput
-    from tuner.runtime import CacheFileError, load_cache
-
     if args.file:
-        try:
-            entries = [e for e in load_cache(args.file) if args.kernel is None or e.key.kernel == args.kernel]
-        except CacheFileError as exc:
-            raise BadInput(str(exc)) from None
+        got, _ = _read_file(args.file, args.skip_invalid)
+        entries = sorted(
+            (e for e in got if args.kernel is None or e.key.kernel == args.kernel), key=lambda e: e.key.hash
+        )
     else:
         entries = _cache(args.storage).entries(args.kernel)
     if args.json:

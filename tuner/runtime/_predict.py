@@ -15,7 +15,10 @@ where there are any (then never overridden by the model), else on its vendor's d
 (`FittedZeroShot.similar_anchors`).
 
 The model (`tuner.cost_models.zero_shot.ZeroShotPredictor`) is fitted once per kernel, device, dtypes
-and data state (cached in this process) and ranks the space once per key (cached); the reason logged with the choice
+and data state (cached in this process) and ranks the space once per key (cached). Both memos are keyed on
+the shipped files learned from (each file's path and a hash of its content, `_files_state`): pointing
+`$TUNER_CACHE_FILE` at another file, rewriting it, or `set_global_cache` with other entries makes the next
+miss learn again instead of serving the old pick. The reason logged with the choice
 names how many tasks and measurements it learned from. One switch turns it off: `TUNER_PREDICT=0` in
 the environment (or `tuner.runtime.set_zero_shot(False)` in code); the chain then goes on to the space
 default.
@@ -52,7 +55,8 @@ DATA_TTL_S = 60.0  # the store's measurements of a kernel are re-read at most th
 
 _enabled: bool | None = None  # None: read $TUNER_PREDICT
 _models: OrderedDict[tuple[Any, ...], Any] = OrderedDict()  # (kernel, names, data state) -> FittedZeroShot
-_picks: OrderedDict[tuple[str, str], tuple[dict[str, Any], str] | None] = OrderedDict()
+# (key hash, space fingerprint, files state) -> (config, why)
+_picks: OrderedDict[tuple[Any, ...], tuple[dict[str, Any], str] | None] = OrderedDict()
 _data: dict[tuple[str, str], tuple[float, list[Any]]] = {}  # (store url, kernel) -> (read at, rows)
 _lock = threading.Lock()
 _kernel_locks: dict[str, threading.Lock] = {}
@@ -89,6 +93,12 @@ def _same_names(config: Mapping[str, Any], names: frozenset[str]) -> bool:
     added or removed says nothing about the current space (its missing features would be read as unknown
     values), so the predictor leaves it out; nearest-key and exact lookups refuse it the same way."""
     return len(config) == len(names) and all(k in names for k in config)
+
+
+def _files_state(req: Request) -> tuple[tuple[str, str], ...]:
+    """Which shipped files the predictor learns from for `req`, in order, each as (source, content hash):
+    what its memos are keyed on besides the key and the space."""
+    return tuple((fc.source, fc.digest) for fc in req.files())
 
 
 def _measurements(db: Any, kernel: str) -> list[Any]:
@@ -152,11 +162,16 @@ def _entry_tasks(req: Request, ck: CacheKey, space: SearchSpace) -> list[Any]:
     return tasks
 
 
-def predict_for_key(req: Request) -> tuple[dict[str, Any], str] | str:
-    """(config, why) for `req.key`, or a one-line reason why there is no prediction."""
+def predict_for_key(
+    req: Request, files: tuple[tuple[str, str], ...] | None = None
+) -> tuple[dict[str, Any], str] | str:
+    """(config, why) for `req.key`, or a one-line reason why there is no prediction. `files`: the
+    `_files_state` of the request (computed when not given)."""
     from tuner.cost_models.zero_shot import ZeroShotPredictor, fit_zero_shot
 
     ck = req.key
+    if files is None:
+        files = _files_state(req)
     space = req.space
     store_tasks = _store_tasks(req, ck)
     entry_tasks = _entry_tasks(req, ck, space)
@@ -174,6 +189,7 @@ def predict_for_key(req: Request) -> tuple[dict[str, Any], str] | str:
         len(store_tasks),
         len(entry_tasks),
         rows,
+        files,  # the same counts from other files are other data
     )
     with _lock:
         klock = _kernel_locks.setdefault(ck.kernel, threading.Lock())
@@ -200,17 +216,18 @@ def predict_for_key(req: Request) -> tuple[dict[str, Any], str] | str:
 
 
 def zero_shot(req: Request) -> Resolution | str:
-    """Resolver: the predictor's best config for the key (cached per key and space)."""
+    """Resolver: the predictor's best config for the key (cached per key, space and shipped files)."""
     from ._resolve import Resolution, valid_config
 
     if not zero_shot_enabled():
         return "zero-shot predictor off ($TUNER_PREDICT)"
-    cache_key = (req.key.hash, req.space.fingerprint())
+    files = _files_state(req)
+    cache_key = (req.key.hash, req.space.fingerprint(), files)
     with _lock:
         hit = _picks.get(cache_key)
     if hit is None:
         try:
-            got = predict_for_key(req)
+            got = predict_for_key(req, files)
         except Exception as exc:  # noqa: BLE001 - a broken model must not take production down
             log.warning(
                 "%s: zero-shot predictor failed (%s: %s); going on to the space default",

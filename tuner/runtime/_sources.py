@@ -2,7 +2,9 @@
 keeps them from taking a call down.
 
 Every access the miss path makes to a cache file or to the store goes through this module. A file that
-cannot be read (missing, unreadable, corrupt) is skipped; a store that cannot be opened, read or written
+cannot be read (missing, unreadable, corrupt) is skipped; an entry of it that fails validation is dropped
+and the rest are used (`load_cache`, one warning naming the dropped entries); `$TUNER_CACHE_FILE` is read
+again when the file changes (path, mtime, size, inode). A store that cannot be opened, read or written
 (read-only home, corrupt or truncated database, a lock held past the store's timeout, a full disk) is
 left out of the resolution chain for that step, and the call goes on with memory, the other layers and,
 online, tuning in memory. Each cause is logged once per process as a warning (`warn_once`), never
@@ -49,7 +51,8 @@ T = TypeVar("T")
 STORE_RETRY_S = 30.0  # a store that failed to open is not tried again for this long
 
 _global_cache: ReadOnlyCache | None = None
-_env_caches: dict[str, ReadOnlyCache | None] = {}
+# path -> (the file's stat signature when read, what was read): read again when the signature changes
+_env_caches: dict[str, tuple[tuple[int, int, int] | None, ReadOnlyCache | None]] = {}
 _dbs: dict[str, ConfigCache] = {}
 _failed_opens: dict[str, float] = {}  # url -> time of the last failed open
 _dbs_lock = threading.Lock()
@@ -92,24 +95,35 @@ def set_global_cache(cache: ReadOnlyCache | str | os.PathLike[str] | None) -> Re
     return _global_cache
 
 
+def _stat_signature(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
 def env_cache() -> ReadOnlyCache | None:
-    """The file named by `$TUNER_CACHE_FILE`, loaded once per path; one that cannot be used is skipped
-    with one warning (the call goes on with the other layers)."""
+    """The file named by `$TUNER_CACHE_FILE`, loaded once per path and version of the file (read again
+    when its mtime, size or inode change: a file replaced by a new export); one that cannot be used is
+    skipped with one warning (the call goes on with the other layers) until it changes."""
     path = text("TUNER_CACHE_FILE")
     if not path:
         return None
-    if path in _env_caches:
-        return _env_caches[path]
+    sig = _stat_signature(path)
+    got = _env_caches.get(path)
+    if got is not None and got[0] == sig:
+        return got[1]
     try:
         c: ReadOnlyCache | None = load_cache(path)
     except CacheFileError as exc:
         warn_once(
             ("file", path),
-            "TUNER_CACHE_FILE is not usable, so it is skipped for this process: %s",
+            "TUNER_CACHE_FILE is not usable, so it is skipped until the file changes: %s",
             exc,
         )
         c = None
-    _env_caches[path] = c
+    _env_caches[path] = (sig, c)
     return c
 
 

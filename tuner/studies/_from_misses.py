@@ -46,11 +46,15 @@ _ARCH = re.compile(r"\((sm\d+)\)\s*$")
 
 
 def device_arch(device: str) -> str | None:
-    """The study arch of a recorded device name, or None when it is not a known arch."""
-    from tuner.search_spaces.devices import DEVICES
+    """The study arch of a recorded device name, or None when it is not a known arch. An AMD GPU's
+    label carries ROCm torch's "(sm94)" for gfx942: its gfx target comes from `device_family`."""
+    from tuner.search_spaces.devices import DEVICES, device_family
 
     if device in DEVICES:
         return device
+    fam = device_family(device)
+    if fam.vendor == "amd":
+        return fam.arch if fam.arch in DEVICES else None
     m = _ARCH.search(device)
     if m and m.group(1) in DEVICES:
         return m.group(1)
