@@ -279,9 +279,10 @@ class ResultStore:
         told = []
         with operation(f"telling study {study_name!r} the trials whose measurement is stored"):
             for t in todo:
-                m = stored.pop(_match_key(t.params), None)
-                if m is None:
+                found = stored.pop(_match_key(t.params), None)
+                if found is None:
                     continue
+                m = found
                 try:
                     storage.set_trial_user_attr(t._trial_id, "tuner_recovered", "told from its measurement")
                     if m.value is None:
