@@ -131,29 +131,43 @@ def test_timeout_setting_and_url_options(pg_url: str, monkeypatch: pytest.Monkey
     from tuner.errors import BadInput
     from tuner.storage import engine_kwargs, make_engine
 
-    def shown(url: str) -> tuple[str, str]:
+    def shown(url: str) -> tuple[str, str, float | None]:
+        """The two timeouts the server shows, and the client's own limit (None: no client deadline)."""
         eng = make_engine(url)
         try:
             with eng.connect() as c:
                 return (
                     c.execute(text("SHOW statement_timeout")).scalar_one(),
                     c.execute(text("SHOW idle_in_transaction_session_timeout")).scalar_one(),
+                    getattr(c.connection.dbapi_connection, "tuner_limit_s", None),
                 )
         finally:
             eng.dispose()
 
     monkeypatch.delenv("TUNER_PG_TIMEOUT", raising=False)
-    assert shown(pg_url) == ("1min", "1min")  # the default, PG_TIMEOUT_S
+    assert shown(pg_url) == ("1min", "1min", 60.0)  # the default, PG_TIMEOUT_S
     monkeypatch.setenv("TUNER_PG_TIMEOUT", "2.5")
-    assert shown(pg_url) == ("2500ms", "2500ms")
+    assert shown(pg_url) == ("2500ms", "2500ms", 2.5)
     # the URL's own options win for what they set, and keep the rest
-    assert shown(pg_url + "?options=-c%20statement_timeout%3D7s") == ("7s", "2500ms")
+    assert shown(pg_url + "?options=-c%20statement_timeout%3D7s") == ("7s", "2500ms", 7.0)
     monkeypatch.setenv("TUNER_PG_TIMEOUT", "0")
-    assert shown(pg_url) == ("0", "0")
+    assert shown(pg_url) == ("0", "0", None)
     assert "options" not in engine_kwargs(pg_url)["connect_args"]  # nothing sent (e.g. behind PgBouncer)
     monkeypatch.setenv("TUNER_PG_TIMEOUT", "soon")
     with pytest.raises(BadInput, match="TUNER_PG_TIMEOUT must be a number of seconds >= 0"):
         engine_kwargs(pg_url)
+
+
+def _optuna_study(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    """(Optuna's storage of a store whose timeout is 1 s, a new study "o" in it)."""
+    import optuna
+
+    from tuner.store import ResultStore
+
+    monkeypatch.setenv("TUNER_PG_TIMEOUT", "1")
+    storage = ResultStore(pg_url).optuna_storage()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return storage, optuna.create_study(storage=storage, study_name="o")
 
 
 def test_optuna_storage_gets_the_same_timeout(
@@ -162,12 +176,8 @@ def test_optuna_storage_gets_the_same_timeout(
     import optuna
 
     from tuner.storage import StoreTimeout
-    from tuner.store import ResultStore
 
-    monkeypatch.setenv("TUNER_PG_TIMEOUT", "1")
-    storage = ResultStore(pg_url).optuna_storage()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(storage=storage, study_name="o")
+    storage, study = _optuna_study(pg_url, monkeypatch)
     study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
     lock_table("trials")
     exc, took = bounded(lambda: study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1))
@@ -239,3 +249,122 @@ def test_a_study_worker_fails_within_bounded_time_and_its_task_is_claimable(
     after = finished_configs(pg_url, task)
     assert after[: len(before)] == before and len(after) == 12
     assert len({tuple(sorted(c.items())) for c in after}) == 12  # no trial repeated
+
+
+# ---- a server that does not run: its statement_timeout cannot fire ------------------------------------
+@pytest.fixture
+def freeze() -> Iterator[Callable[[int], None]]:
+    """freeze(pid): SIGSTOP that backend process of the local server (the one serving a connection of the
+    test, never the postmaster: other sessions share the server); every one is SIGCONTed at teardown."""
+    import signal
+
+    stopped: list[int] = []
+
+    def stop(pid: int) -> None:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            os.kill(pid, 0)
+        except (OSError, PermissionError) as exc:
+            pytest.skip(f"cannot signal the backend process {pid} (a remote server, or not allowed): {exc}")
+        assert b"postgres" in cmdline, cmdline
+        os.kill(pid, signal.SIGSTOP)
+        stopped.append(pid)
+
+    yield stop
+    for pid in stopped:
+        os.kill(pid, signal.SIGCONT)
+
+
+def _backend_pid(dbapi_conn: Any) -> int:
+    return int(dbapi_conn.info.backend_pid)  # libpq's, no round trip
+
+
+@pytest.mark.parametrize("at", ["INSERT", "COMMIT"])
+def test_a_stopped_backend_fails_a_write_instead_of_hanging(
+    pg_url: str, freeze: Any, monkeypatch: pytest.MonkeyPatch, at: str
+) -> None:
+    """The backend serving the write is stopped (SIGSTOP) just before the INSERT, or before the COMMIT:
+    the host still acknowledges TCP, so only the client's own deadline ends the wait."""
+    from sqlalchemy import event
+
+    from tuner.storage import StoreTimeout
+    from tuner.store import ResultStore, TaskContext
+
+    monkeypatch.setenv("TUNER_PG_TIMEOUT", "1")
+    store = ResultStore(pg_url)
+    task = TaskContext(kernel="k")
+    store.record(task, "fp", {"a": 1}, 1.0, "ok")
+
+    def before_insert(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.startswith("INSERT INTO tuner_measurements"):
+            freeze(_backend_pid(conn.connection.dbapi_connection))
+
+    def before_commit(conn: Any) -> None:
+        freeze(_backend_pid(conn.connection.dbapi_connection))
+
+    if at == "INSERT":
+        event.listen(store.engine, "before_cursor_execute", before_insert)
+    else:
+        event.listen(store.engine, "commit", before_commit)
+    try:
+        exc, _ = bounded(lambda: store.record(task, "fp", {"a": 2}, 2.0, "ok", study_name="s1"))
+    finally:
+        event.remove(
+            store.engine,
+            "before_cursor_execute" if at == "INSERT" else "commit",
+            before_insert if at == "INSERT" else before_commit,
+        )
+    assert isinstance(exc, StoreTimeout), exc
+    msg = str(exc)
+    assert f"store postgresql+psycopg2://{pg_url.split('@', 1)[1]}:" in msg and "s3cret-pw" not in msg, msg
+    assert "recording a measurement of k (study s1) gave up after 2 s (1 s (TUNER_PG_TIMEOUT" in msg, msg
+    assert "the server did not answer at all" in msg, msg
+    if at == "COMMIT":
+        assert "whether its commit took effect is unknown" in msg, msg
+    else:
+        assert "nothing of it was written" in msg, msg
+    # the dead connection left the pool: the store works at once on a new one
+    store.record(task, "fp", {"a": 3}, 3.0, "ok")
+    assert {m.config["a"] for m in store.measurements()} >= {1, 3}
+
+
+def test_a_pooled_connection_whose_backend_stopped_is_replaced(
+    pg_url: str, freeze: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backend of the idle pooled connection is stopped: the check at checkout gets no answer, the
+    connection is closed and replaced, and the call succeeds."""
+    from tuner.store import ResultStore, TaskContext
+
+    monkeypatch.setenv("TUNER_PG_TIMEOUT", "1")
+    store = ResultStore(pg_url)
+    store.record(TaskContext(kernel="k"), "fp", {"a": 1}, 1.0, "ok")
+    assert store.engine.pool.checkedin() == 1  # type: ignore[attr-defined]
+    with store.engine.connect() as c:
+        pid = _backend_pid(c.connection.dbapi_connection)
+    freeze(pid)
+    exc, _ = bounded(store.count)
+    assert exc is None, exc
+    with store.engine.connect() as c:
+        assert _backend_pid(c.connection.dbapi_connection) != pid
+
+
+def test_optuna_storage_on_a_stopped_backend_fails_instead_of_hanging(
+    pg_url: str, freeze: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlalchemy import event
+
+    from tuner.storage import StoreTimeout
+
+    storage, study = _optuna_study(pg_url, monkeypatch)
+    trial = study.ask()
+    trial.suggest_float("x", 0, 1)
+
+    @event.listens_for(storage.engine, "before_cursor_execute")
+    def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.startswith("UPDATE trials"):
+            freeze(_backend_pid(conn.connection.dbapi_connection))
+
+    exc, _ = bounded(lambda: study.tell(trial, 0.5))
+    event.remove(storage.engine, "before_cursor_execute", before)
+    assert isinstance(exc, StoreTimeout) and "the server did not answer at all" in str(exc), exc
+    assert "s3cret-pw" not in str(exc), exc

@@ -168,7 +168,8 @@ def optimize(
       measurement (with the `task` context) there. Re-running with the same storage and study name
       resumes: finished trials count towards the budget and are not measured again.
     - `recorder(trial)`: where each new trial is recorded, instead of the store's `record_trial` (the
-      default with `storage`). `tune_kernel` passes its own, which records the full measurement.
+      default with `storage`). `tune_kernel` passes its own, which records the full measurement. It is
+      called before the trial is told to the Optuna study (see `_search`).
     - `callback(trial, None)` is called after each evaluation (progress bars).
 
     Returns a `TuneResult`: `best_config` (None when every trial failed, with an
@@ -188,7 +189,7 @@ def optimize(
         study = _open_study(space, strat, seed, store, study_name)
         if recorder is None and store is not None:
             recorder = _store_recorder(store, task, space, study.study_name, strategy_name)
-        trials = _resume(study, space, strat)
+        trials = _resume(study, space, strat, store)
         stopped, strategy_time = _search(
             space, objective, strat, study, trials, budget, time_budget_s, recorder, callback
         )
@@ -349,13 +350,22 @@ def _store_recorder(
     return record
 
 
-def _resume(study: optuna.Study, space: SearchSpace, strat: Strategy) -> list[Trial]:
+def _resume(
+    study: optuna.Study, space: SearchSpace, strat: Strategy, store: ResultStore | None
+) -> list[Trial]:
     """The study's finished trials (a resumed run), told to the strategy: they count towards the budget
-    and are never measured again. Proposals that were replaced (`tuner_skip`) are not measurements."""
+    and are never measured again. Proposals that were replaced (`tuner_skip`) are not measurements. A
+    trial left RUNNING whose measurement the store holds (its run stopped between the two writes) is
+    told from that measurement first, and counts."""
     import optuna
 
+    found = study.get_trials(deepcopy=False)
+    if store is not None:
+        running = [t for t in found if t.state == optuna.trial.TrialState.RUNNING]
+        if store.tell_measured_trials(study.study_name, running):
+            found = study.get_trials(deepcopy=False)
     trials: list[Trial] = []
-    for ft in study.get_trials(deepcopy=False):
+    for ft in found:
         if ft.state not in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL):
             continue
         if ft.user_attrs.get("tuner_skip"):
@@ -512,6 +522,13 @@ def _search(
         value, status, error = _run_objective(objective, asked.config)
         dur = time.perf_counter() - t1
 
+        trial = Trial(len(trials), asked.config, value, status, dur, error)
+        # The measurement first, then Optuna: a worker that stops between the two (a crash, a
+        # StoreTimeout) leaves a RUNNING trial whose measurement is stored, which the next run tells from
+        # it (`_resume`; the study runner before it starts a task). The other order would leave a counted
+        # trial without its measurement, which nothing can rebuild.
+        if recorder is not None:
+            recorder(trial)
         t0 = time.perf_counter()
         try:
             with operation(f"storing trial {asked.trial.number} of study {study.study_name!r}"):
@@ -522,12 +539,9 @@ def _search(
                 "or thread: the study is being run by two optimize calls at once (one call per study; a "
                 f"fleet of workers: tuner study run). {len(trials)} trials of this call are stored."
             ) from exc
-        trial = Trial(len(trials), asked.config, value, status, dur, error)
         trials.append(trial)
         strat.tell(asked.config, value)
         strategy_time += time.perf_counter() - t0
-        if recorder is not None:
-            recorder(trial)
         if callback is not None:
             callback(trial, None)
     return "budget", strategy_time

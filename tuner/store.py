@@ -12,7 +12,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -251,6 +251,61 @@ class ResultStore:
             strategy=strategy,
         )
 
+    # ---- keeping Optuna's trials and the measurements in step --------------------------------------
+    def tell_measured_trials(
+        self, study_name: str, running: Sequence[optuna.trial.FrozenTrial], *, storage: Any = None
+    ) -> list[int]:
+        """Finish the trials of Optuna study `study_name` that are still RUNNING but whose measurement is
+        stored here; return their numbers.
+
+        A trial's measurement is written before Optuna is told (`tuner.optimize`), so a worker that stopped
+        between the two writes (a crash, a `StoreTimeout`) leaves a RUNNING trial whose measurement is
+        kept: it is told now from that measurement (COMPLETE with its value, or FAIL with its status and
+        error), so the resumed study counts it instead of measuring it again. A RUNNING trial without a
+        measurement was never finished and is left as it is. `running` are the study's RUNNING trials the
+        caller has read (nothing is read when none of them can be told); `storage` is Optuna's storage of
+        the study (default `optuna_storage()`). The caller holds the study (its lease, or it is the only
+        `optimize` call on it)."""
+        todo = [t for t in running if not t.user_attrs.get("tuner_skip")]
+        if not todo:
+            return []
+        import optuna
+
+        storage = storage if storage is not None else self.optuna_storage()
+        stored: dict[str, Measurement] = {}
+        for m in self.measurements(study_name=study_name):
+            if m.stats.get("phase") != "final":  # tune_kernel's re-measured finalists are not trials
+                stored[_match_key(m.config)] = m
+        told = []
+        with operation(f"telling study {study_name!r} the trials whose measurement is stored"):
+            for t in todo:
+                found = stored.pop(_match_key(t.params), None)
+                if found is None:
+                    continue
+                m = found
+                try:
+                    storage.set_trial_user_attr(t._trial_id, "tuner_recovered", "told from its measurement")
+                    if m.value is None:
+                        storage.set_trial_user_attr(t._trial_id, "tuner_status", m.status)
+                        if m.error:
+                            storage.set_trial_user_attr(t._trial_id, "tuner_error", m.error[:2000])
+                        storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+                    else:
+                        storage.set_trial_state_values(
+                            t._trial_id, optuna.trial.TrialState.COMPLETE, [m.value]
+                        )
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    continue  # its worker told it meanwhile
+                told.append(t.number)
+        if told:
+            log.warning(
+                "study %s: trial(s) %s were measured and stored but not told to Optuna (the worker stopped "
+                "between the two writes); told now from their measurements",
+                study_name,
+                told,
+            )
+        return told
+
     # ---- reading -----------------------------------------------------------------------------------
     def measurements(
         self,
@@ -348,6 +403,11 @@ class ResultStore:
     def count(self) -> int:
         with self.session() as s:
             return int(s.scalar(select(func.count()).select_from(MeasurementRow)) or 0)
+
+
+def _match_key(config: Mapping[str, Any]) -> str:
+    """A config as compared between an Optuna trial's params and a stored measurement (2.0 and 2 agree)."""
+    return _canon({k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in config.items()})
 
 
 def _prior_order(groups: dict[str, list[tuple[dict, float | None]]]) -> list[list[tuple[dict, float | None]]]:

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Engine, ExceptionContext, make_url
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Connection, Engine, ExceptionContext, make_url
 
 from tuner._settings import text as _setting_text
 
@@ -34,6 +34,7 @@ __all__ = [
     "pg_timeout_s",
     "read_only_url",
     "redact",
+    "set_statement_limit",
     "sqlite_path",
 ]
 
@@ -130,7 +131,10 @@ def _describe(statement: str | None) -> str:
 
 
 def _timeout_kind(exc: BaseException | None) -> str | None:
-    """Which timeout of the server ended the statement (None: the error is not a timeout)."""
+    """Which timeout ended the statement (None: the error is not a timeout): one of the server's, or
+    "unanswered", the client's deadline on a server that did not answer at all (`_watchdog`)."""
+    if getattr(exc, "tuner_unanswered", False):
+        return "unanswered"
     code = getattr(exc, "pgcode", None) or getattr(exc, "sqlstate", None)
     msg = str(exc)
     if code == "57014" and "statement timeout" in msg:
@@ -161,6 +165,22 @@ def install_timeout_errors(engine: Engine, url: str) -> None:
         if kind is None:
             return
         what = _operation.get() or _describe(ctx.statement)
+        if kind == "unanswered":
+            ctx.is_disconnect = True  # the connection was closed: the pool drops it
+            if ctx.is_pre_ping:
+                return  # an idle pooled connection whose server stopped: replaced by a new one
+            exc = ctx.original_exception
+            during = getattr(exc, "during", "statement")
+            raise StoreTimeout(
+                f"store {where}: {what} gave up after {getattr(exc, 'waited_s', 0):g} s ({limit}, plus a "
+                "margin): the server did not answer at all (a stopped or frozen server or host, which cannot "
+                "send its own timeout error), so tuner closed the connection; "
+                + (
+                    "whether its commit took effect is unknown"
+                    if during == "commit"
+                    else "its transaction was not committed, nothing of it was written"
+                )
+            )
         if kind == "idle_in_transaction_session_timeout":
             why = (
                 "the server ended the session: it sat inside a transaction past "
@@ -264,7 +284,28 @@ def engine_kwargs(url: str) -> dict[str, Any]:
         options = _pg_options(url_options if isinstance(url_options, str) else None, pg_timeout_s())
         if options:
             kw["connect_args"]["options"] = options
+        if options and "statement_timeout" in options and parsed.get_driver_name() == "psycopg2":
+            # the server enforces statement_timeout only while it runs: a client-side deadline for a
+            # server that does not (stopped, frozen), which libpq would wait on for ever (`_watchdog`)
+            from ._watchdog import GuardedConnection
+
+            kw["connect_args"]["connection_factory"] = GuardedConnection
     return kw
+
+
+def set_statement_limit(conn: Connection, seconds: float | None) -> None:
+    """`SET statement_timeout` on one PostgreSQL connection (None: `RESET`, back to its own), and the
+    client-side deadline of its calls with it."""
+    if conn.dialect.name != "postgresql":
+        return
+    if seconds is None:
+        conn.execute(text("RESET statement_timeout"))
+    else:
+        conn.execute(text(f"SET statement_timeout = {round(seconds * 1000)}"))
+    if conn.dialect.driver == "psycopg2":
+        from ._watchdog import set_limit
+
+        set_limit(conn.connection.dbapi_connection, seconds)
 
 
 def make_engine(url: str) -> Engine:

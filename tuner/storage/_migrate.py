@@ -37,6 +37,7 @@ from ._engine import (
     pg_timeout_s,
     read_only_url,
     redact,
+    set_statement_limit,
     sqlite_path,
 )
 from ._schema import SCHEMA_REVISION, SCHEMA_VERSION, VERSION_TABLE
@@ -103,7 +104,7 @@ def schema_lock(engine: Engine) -> Iterator[Connection | None]:
                 # waiting for another process's migration, and a migration itself, may take longer than
                 # one of tuner's statements: this connection gets the migration limit until it is returned
                 limit = pg_timeout_s() and max(pg_timeout_s(), PG_MIGRATION_TIMEOUT_S)
-                conn.execute(text(f"SET statement_timeout = {round(limit * 1000)}"))
+                set_statement_limit(conn, limit)
                 with operation(
                     "waiting for the schema lock (another process creates or upgrades the schema)"
                 ):
@@ -115,7 +116,7 @@ def schema_lock(engine: Engine) -> Iterator[Connection | None]:
                     with contextlib.suppress(SQLAlchemyError):
                         conn.rollback()
                         conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_LOCK_KEY})
-                        conn.execute(text("RESET statement_timeout"))
+                        set_statement_limit(conn, None)
                         conn.commit()
             return
         path = sqlite_path(str(engine.url)) if engine.dialect.name == "sqlite" else None

@@ -13,6 +13,8 @@ Resuming is the executor's storage doing its job: the task's Optuna study is cre
 an executor starts on a task, trials that a dead worker left RUNNING or WAITING are marked FAIL with the
 user attribute `tuner_skip = "abandoned"` (ignored when resuming and in reports); a worker that is still
 alive but lost its lease then fails on its next `tell` instead of adding a trial behind the new holder.
+A RUNNING trial whose measurement is in the results store (the worker stopped between recording it and
+telling Optuna: `tuner.optimize` records first) is not abandoned but told from that measurement.
 """
 
 from __future__ import annotations
@@ -135,12 +137,16 @@ def resolve_executor(ref: str | Executor | None) -> Executor:
 
 
 # ---- Optuna helpers ------------------------------------------------------------------------------------
-def _optuna_storage(url: str) -> Any:
+def _result_store(url: str) -> Any:
     from tuner.store import ResultStore
 
     from ._spec import normalize_url
 
-    return ResultStore(normalize_url(url)).optuna_storage()
+    return ResultStore(normalize_url(url))
+
+
+def _optuna_storage(url: str) -> Any:
+    return _result_store(url).optuna_storage()
 
 
 def task_trials(storage: Any, study_name: str) -> list[Any]:
@@ -159,8 +165,10 @@ def task_trials(storage: Any, study_name: str) -> list[Any]:
     ]
 
 
-def abandon_stale_trials(storage: Any, study_name: str, worker: str) -> int:
-    """Mark trials left RUNNING or WAITING (by a dead worker) as FAIL + tuner_skip; we hold the lease."""
+def abandon_stale_trials(storage: Any, study_name: str, worker: str, store: Any = None) -> int:
+    """Mark trials left RUNNING or WAITING (by a dead worker) as FAIL + tuner_skip; we hold the lease.
+    With the results `store`, a RUNNING trial whose measurement is stored (its worker stopped between
+    recording it and telling Optuna) is told from that measurement instead, and counts."""
     import optuna
 
     try:
@@ -169,7 +177,12 @@ def abandon_stale_trials(storage: Any, study_name: str, worker: str) -> int:
         return 0
     n = 0
     states = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
-    for t in storage.get_all_trials(sid, deepcopy=False, states=states):
+    stale = storage.get_all_trials(sid, deepcopy=False, states=states)
+    if store is not None:
+        running = [t for t in stale if t.state == optuna.trial.TrialState.RUNNING]
+        told = set(store.tell_measured_trials(study_name, running, storage=storage))
+        stale = [t for t in stale if t.number not in told]
+    for t in stale:
         try:
             storage.set_trial_user_attr(t._trial_id, "tuner_skip", f"abandoned (taken over by {worker})")
             storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
@@ -488,15 +501,15 @@ class StudyWorker:
         self.board = TaskBoard(spec.storage)
         self.on_progress = on_progress
         self._storage: Any = None
+        self._store: Any = None  # the results store of `spec.storage` (opened with `storage`)
         self._keys = {t.key for t in spec.tasks}
         self._interrupt: threading.Event | None = None  # set by a signal while `run` is inside
 
     @property
     def storage(self) -> Any:
         if self._storage is None:
-            self._storage = retry(
-                lambda: _optuna_storage(self.spec.storage), what="opening the Optuna storage"
-            )
+            self._store = retry(lambda: _result_store(self.spec.storage), what="opening the store")
+            self._storage = retry(self._store.optuna_storage, what="opening the Optuna storage")
         return self._storage
 
     def run(self, *, max_tasks: int | None = None) -> WorkerSummary:
@@ -545,7 +558,7 @@ class StudyWorker:
         """Tune one claimed task; returns "done", "failed" or "lost"."""
         task = claim.task
         storage = self.storage
-        stale = abandon_stale_trials(storage, task.study_name, self.worker_id)
+        stale = abandon_stale_trials(storage, task.study_name, self.worker_id, self._store)
         if stale:
             log.warning(
                 "task %s: %d trial(s) left unfinished by a dead worker were marked abandoned", task.key, stale

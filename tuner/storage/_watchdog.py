@@ -1,0 +1,188 @@
+"""A client-side deadline on every call of a psycopg2 connection that waits for the server.
+
+`statement_timeout` is enforced by the server: a server that does not run at all never sends its error,
+and libpq waits for ever. That is the case of a stopped backend (SIGSTOP, a debugger, a frozen VM or
+container) whose host still answers TCP: the kernel acknowledges what the client sends and answers the
+keepalive probes, so neither TCP keepalives nor `tcp_user_timeout` fire, and `conn.cancel()` does not help
+either (the postmaster signals the stopped backend, which does not run to act on it).
+
+What ends the wait is this process shutting the connection's socket down: libpq's wait then ends at once
+with "server closed the connection unexpectedly". One watchdog thread per process does it for a call that
+has waited `limit + margin` seconds (it looks every eighth of that), the limit being the connection's
+statement timeout; the call then raises `Unanswered` (a psycopg2 `OperationalError`), which the engine
+turns into a `StoreTimeout`.
+
+On the happy path a call costs a clock read and two attribute writes, no round trip and no thread switch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import threading
+import time
+import weakref
+from typing import Any
+
+import psycopg2
+import psycopg2.extensions
+
+__all__ = ["GuardedConnection", "Unanswered", "deadline_s", "parse_duration_s", "set_limit"]
+
+log = logging.getLogger(__name__)
+
+_STATEMENT_TIMEOUT = re.compile(r"(?<![\w])statement_timeout\s*=\s*([^\s]+)")
+_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration_s(value: str) -> float | None:
+    """A PostgreSQL time setting (`7s`, `1500`, `2min`; no unit: milliseconds) in seconds; None when it
+    cannot be read."""
+    m = re.fullmatch(r"\s*'?(\d+(?:\.\d+)?)\s*([a-z]*)'?\s*", value)
+    if m is None or (m.group(2) or "ms") not in _UNITS:
+        return None
+    return float(m.group(1)) * _UNITS[m.group(2) or "ms"]
+
+
+def deadline_s(limit_s: float) -> float:
+    """How long a call may wait before its connection is cut: the statement timeout plus a margin for a
+    server that is slow to send its own timeout error (half the limit, at least a second)."""
+    return limit_s + max(1.0, limit_s / 2)
+
+
+class Unanswered(psycopg2.OperationalError):
+    """The server did not answer a call within `deadline_s(limit)`; its connection was closed. `during`:
+    "commit" (whether it took effect is unknown), "rollback" or "statement"; `waited_s`, `limit_s`."""
+
+    tuner_unanswered = True
+    during = "statement"
+    waited_s = 0.0
+    limit_s = 0.0
+
+
+class _Watchdog:
+    """One thread per process that looks at the connections in a call every few seconds (an eighth of the
+    shortest deadline) and cuts those whose call has waited past its deadline."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._conns: weakref.WeakSet[GuardedConnection] = weakref.WeakSet()
+        self._wake = threading.Event()
+        self._started = False
+
+    def register(self, conn: GuardedConnection) -> None:
+        with self._lock:
+            self._conns.add(conn)
+            if not self._started:
+                self._started = True
+                threading.Thread(target=self._run, name="tuner-pg-watchdog", daemon=True).start()
+        self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                conns = list(self._conns)
+            limits = [c.tuner_limit_s for c in conns if c.tuner_limit_s and not c.closed]
+            if not limits:
+                self._wake.wait()  # until the next connection
+                self._wake.clear()
+                continue
+            self._wake.wait(max(0.05, deadline_s(min(limits)) / 8))
+            self._wake.clear()
+            now = time.monotonic()
+            for c in conns:
+                since = c.tuner_since
+                if since is not None and c.tuner_limit_s and now - since >= deadline_s(c.tuner_limit_s):
+                    with c.tuner_lock:  # the call is still inside (it leaves under this lock): its descriptor
+                        if c.tuner_since == since:  # is still its own
+                            c.tuner_cut = True
+                            _shut_down(c)
+            del conns
+
+
+def _shut_down(conn: Any) -> None:
+    log.warning("the PostgreSQL server did not answer a call in time; closing its connection")
+    try:
+        sock = socket.fromfd(conn.fileno(), socket.AF_INET, socket.SOCK_STREAM)  # a duplicate descriptor
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.close()
+    except (OSError, psycopg2.Error) as exc:  # closed meanwhile
+        log.debug("closing an unanswered connection: %s", exc)
+
+
+_watchdog = _Watchdog()
+
+
+def _after_fork() -> None:  # the thread did not come along, and its lock may have been held at the fork
+    global _watchdog
+    _watchdog = _Watchdog()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def _call(conn: GuardedConnection, during: str, fn: Any, *args: Any) -> Any:
+    """fn(*args), watched: an attribute set before and cleared after (under the connection's lock)."""
+    if not conn.tuner_limit_s:
+        return fn(*args)
+    conn.tuner_since = time.monotonic()
+    try:
+        return fn(*args)
+    except psycopg2.Error as exc:
+        if not conn.tuner_cut:
+            raise
+        seconds = deadline_s(conn.tuner_limit_s)
+        err = Unanswered(
+            f"no answer from the server within {seconds:g} s (its statement timeout, "
+            f"{conn.tuner_limit_s:g} s, plus a margin): the server does not run (a stopped or frozen server "
+            "or host); the connection was closed"
+        )
+        err.during, err.waited_s, err.limit_s = during, seconds, conn.tuner_limit_s
+        raise err from exc
+    finally:
+        with conn.tuner_lock:
+            conn.tuner_since = None
+
+
+class _GuardedCursor(psycopg2.extensions.cursor):
+    def execute(self, query: Any, vars: Any = None) -> Any:
+        return _call(self.connection, "statement", super().execute, query, vars)
+
+    def executemany(self, query: Any, vars_list: Any) -> Any:
+        return _call(self.connection, "statement", super().executemany, query, vars_list)
+
+
+class GuardedConnection(psycopg2.extensions.connection):
+    """psycopg2's `connection_factory` of tuner's PostgreSQL engines: every call that waits for the
+    server (a statement, a commit, a rollback) is cut off after `deadline_s` of the statement timeout the
+    connection asked for (`-c statement_timeout=...` in its options); none without one."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cursor_factory = _GuardedCursor
+        self.tuner_limit_s = self.tuner_own_limit_s = self._own_limit()
+        self.tuner_since: float | None = None  # when the call in progress began
+        self.tuner_cut = False  # the watchdog closed the connection
+        self.tuner_lock = threading.Lock()
+        _watchdog.register(self)
+
+    def _own_limit(self) -> float:
+        found = _STATEMENT_TIMEOUT.findall(self.get_dsn_parameters().get("options") or "")
+        return (parse_duration_s(found[-1]) or 0.0) if found else 0.0
+
+    def commit(self) -> None:
+        _call(self, "commit", super().commit)
+
+    def rollback(self) -> None:
+        _call(self, "rollback", super().rollback)
+
+
+def set_limit(dbapi_conn: Any, limit_s: float | None) -> None:
+    """Give one connection another statement timeout (after `SET statement_timeout` on it); None: the
+    one it connected with."""
+    if isinstance(dbapi_conn, GuardedConnection):
+        dbapi_conn.tuner_limit_s = dbapi_conn.tuner_own_limit_s if limit_s is None else limit_s
