@@ -611,7 +611,8 @@ _WORKER = textwrap.dedent(
     src = torch.randn(64); dst = torch.empty(64)
     _copy[lambda m: (triton.cdiv(64, m["BLOCK"]),)](dst, src, 64)
     assert torch.equal(dst, src)
-    print(json.dumps({"timed": len(timed), "best": _copy.best_config.kwargs}))
+    print(json.dumps({"timed": len(timed), "best": _copy.best_config.kwargs,
+                      "timings": len(_copy.configs_timings), "tuned": _copy.bench_time > 0}))
     """
 )
 
@@ -634,8 +635,9 @@ def test_cache_results_across_processes(impl, tmp_path, _tuner_home):
         )
         assert p.returncode == 0, p.stderr[-3000:]
         runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
-    assert runs[0] == {"timed": 2, "best": {"BLOCK": 64}}
-    assert runs[1] == {"timed": 0, "best": {"BLOCK": 64}}
+    assert runs[0] == {"timed": 2, "best": {"BLOCK": 64}, "timings": 2, "tuned": True}
+    # the second process reads the winner: nothing timed, so no timings and bench_time 0.0 (docs/api.md)
+    assert runs[1] == {"timed": 0, "best": {"BLOCK": 64}, "timings": 0, "tuned": False}
 
 
 def test_cache_results_false_keeps_winners_in_memory(_tuner_home):
