@@ -374,6 +374,43 @@ def test_config_pre_hook_runs_before_timed_and_real_runs(impl):
     assert calls[-1] == ("a", 32) and len(calls) == 4
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+def test_config_ir_override_is_a_launch_option(impl):
+    """`triton.Config(ir_override=path)` is passed to each launch of that config (Triton launches with
+    `Config.all_kwargs()`; on a GPU the compiler then uses that IR file), so two configs that differ
+    only in it are two candidates. The interpreter ignores the option; the launches are recorded."""
+    launched = []
+
+    @triton.jit
+    def _copy(dst, src, N, BLOCK_SIZE: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+        tl.store(dst + offs, tl.load(src + offs, mask=offs < N), mask=offs < N)
+
+    jit_run = _copy.run
+
+    def recording_run(*args, **kw):
+        launched.append((kw["BLOCK_SIZE"], kw.get("ir_override")))
+        return jit_run(*args, **kw)
+
+    _copy.run = recording_run
+    cfgs = [
+        triton.Config({"BLOCK_SIZE": 32}, ir_override="first.ttgir"),
+        triton.Config({"BLOCK_SIZE": 32}),
+        triton.Config({"BLOCK_SIZE": 64}, ir_override="second.ttgir"),
+    ]
+    k = autotune_of(impl)(configs=cfgs, key=["N"], do_bench=Bench(times=[2.0, 3.0, 1.0]))(_copy)
+    src, dst = torch.randn(64), torch.empty(64)
+    k[grid_for(64)](dst, src, 64)
+    assert launched == [(32, "first.ttgir"), (32, None), (64, "second.ttgir"), (64, "second.ttgir")]
+    assert k.best_config is cfgs[2] and len(k.configs_timings) == 3
+    assert torch.equal(dst, src)
+    if impl == "tuner":  # the winner read back from the store launches with its IR file too
+        k.cache_clear()
+        k[grid_for(64)](dst, src, 64)
+        assert k.tuner.stats["from_store"] == 1 and k.best_config is cfgs[2]
+        assert launched[-1] == (64, "second.ttgir")
+
+
 # ---- pruning ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("with_perf_model", [False, True])
@@ -574,7 +611,8 @@ _WORKER = textwrap.dedent(
     src = torch.randn(64); dst = torch.empty(64)
     _copy[lambda m: (triton.cdiv(64, m["BLOCK"]),)](dst, src, 64)
     assert torch.equal(dst, src)
-    print(json.dumps({"timed": len(timed), "best": _copy.best_config.kwargs}))
+    print(json.dumps({"timed": len(timed), "best": _copy.best_config.kwargs,
+                      "timings": len(_copy.configs_timings), "tuned": _copy.bench_time > 0}))
     """
 )
 
@@ -597,8 +635,9 @@ def test_cache_results_across_processes(impl, tmp_path, _tuner_home):
         )
         assert p.returncode == 0, p.stderr[-3000:]
         runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
-    assert runs[0] == {"timed": 2, "best": {"BLOCK": 64}}
-    assert runs[1] == {"timed": 0, "best": {"BLOCK": 64}}
+    assert runs[0] == {"timed": 2, "best": {"BLOCK": 64}, "timings": 2, "tuned": True}
+    # the second process reads the winner: nothing timed, so no timings and bench_time 0.0 (docs/api.md)
+    assert runs[1] == {"timed": 0, "best": {"BLOCK": 64}, "timings": 0, "tuned": False}
 
 
 def test_cache_results_false_keeps_winners_in_memory(_tuner_home):

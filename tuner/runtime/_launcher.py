@@ -16,6 +16,11 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["AutotunedKernel", "triton_configs_to_dicts"]
 
 
+# The triton.Config launch options besides num_warps/num_stages, with their defaults: `ir_override`
+# names an IR file (.ttir, .ttgir, .llir, .ptx) that the compiler uses instead of the kernel's own.
+_LAUNCH_OPTIONS = (("num_ctas", 1), ("maxnreg", None), ("ir_override", None))
+
+
 def triton_configs_to_dicts(configs: Sequence[Any]) -> list[dict[str, Any]]:
     """triton.Config (kwargs, num_warps, num_stages, ...) or plain dicts -> dicts for SearchSpace."""
     out = []
@@ -31,18 +36,20 @@ def triton_configs_to_dicts(configs: Sequence[Any]) -> list[dict[str, Any]]:
         d["num_warps"] = int(c.num_warps)
         d["num_stages"] = int(c.num_stages)
         out.append(d)
-    # Launch options that only some configs set are kept only if they vary.
+    # Launch options that only some configs set are kept only if they vary. As in Triton's
+    # `Config.all_kwargs()`, an option the config sets (not None) wins over a kwarg of that name.
     extras: dict[str, Any] = {}
     for c in configs:
         if not isinstance(c, Mapping):
-            for opt, dflt in (("num_ctas", 1), ("maxnreg", None)):
+            for opt, dflt in _LAUNCH_OPTIONS:
                 v = getattr(c, opt, dflt)
                 if v != dflt:
                     extras.setdefault(opt, dflt)
     if extras:
         for d, c in zip(out, configs, strict=True):
             for opt, dflt in extras.items():
-                d[opt] = getattr(c, opt, dflt) if not isinstance(c, Mapping) else d.get(opt, dflt)
+                v = None if isinstance(c, Mapping) else getattr(c, opt, dflt)
+                d[opt] = v if v is not None else d.get(opt, dflt)
     return out
 
 

@@ -58,9 +58,10 @@ def launch_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _config_dicts(configs: Sequence[Any]) -> list[dict[str, Any]]:
-    """The runtime's dicts for triton.Configs (kwargs + num_warps + num_stages [+ num_ctas/maxnreg where
-    they vary]), all with the same keys: a key that only some configs set is UNSET in the others (a
-    maxnreg of None too). A config's own pre_hook is run by this module, so it is not refused here."""
+    """The runtime's dicts for triton.Configs (kwargs + num_warps + num_stages [+ num_ctas, maxnreg,
+    ir_override where they vary]), all with the same keys: a key that only some configs set is UNSET in
+    the others (a maxnreg of None too). A config's own pre_hook is run by this module, so it is not
+    refused here."""
     proxies = [
         c
         if isinstance(c, Mapping)
@@ -70,6 +71,7 @@ def _config_dicts(configs: Sequence[Any]) -> list[dict[str, Any]]:
             num_stages=c.num_stages,
             num_ctas=getattr(c, "num_ctas", 1),
             maxnreg=getattr(c, "maxnreg", None),
+            ir_override=getattr(c, "ir_override", None),
             pre_hook=None,
         )
         for c in configs
@@ -99,7 +101,7 @@ def _to_triton_config(d: Mapping[str, Any]) -> Any:
     import triton
 
     d = launch_kwargs(d)
-    opts = {k: d.pop(k) for k in ("num_warps", "num_stages", "num_ctas", "maxnreg") if k in d}
+    opts = {k: d.pop(k) for k in ("num_warps", "num_stages", "num_ctas", "maxnreg", "ir_override") if k in d}
     return triton.Config(d, **opts)
 
 
