@@ -116,7 +116,9 @@ def test_device_family_distance_and_unknown_labels() -> None:
 
 
 # ---- NVIDIA GPUs: one descriptor per arch, the limits torch reports winning -----------------------------
-def _emulate_cuda_gpu(monkeypatch: pytest.MonkeyPatch, name: str, cc: tuple[int, int], **reported: int) -> None:
+def _emulate_cuda_gpu(
+    monkeypatch: pytest.MonkeyPatch, name: str, cc: tuple[int, int], **reported: int
+) -> None:
     """torch on an NVIDIA GPU of compute capability `cc`; `reported`: the device properties torch has
     (shared_memory_per_block_optin, multi_processor_count, ...), none by default, so the table decides."""
     torch = pytest.importorskip("torch")
@@ -246,7 +248,9 @@ def test_the_limits_torch_reports_win_over_the_table(monkeypatch: pytest.MonkeyP
     assert (dev.arch, dev.num_sms, dev.smem_per_block_bytes) == ("sm90", 114, 100 * 1024)
     assert not matmul_space(_MATMUL, dev, "triton").contains(_CFG_120_KIB)
     # an RTX 5090, with torch 2.6's attributes (no shared_memory_per_block_optin): the table's 99 KiB stays
-    _emulate_cuda_gpu(monkeypatch, "NVIDIA GeForce RTX 5090", (12, 0), multi_processor_count=170, warp_size=32)
+    _emulate_cuda_gpu(
+        monkeypatch, "NVIDIA GeForce RTX 5090", (12, 0), multi_processor_count=170, warp_size=32
+    )
     dev = dv.detect_device("triton")
     assert (dev.arch, dev.num_sms, dev.smem_per_block_bytes) == ("sm120", 170, 99 * 1024)
 
