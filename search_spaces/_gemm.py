@@ -196,7 +196,10 @@ def triton_resource_constraints(
         bm, bn, bk = get(c)
         threads = device.warp_size * int(c["num_warps"])
         acc = bm * bn / threads
-        operands = 0.0 if device.arch == "sm90" else (bm * bk * a_bytes + bk * bn * b_bytes) / 4 / threads
+        # sm90's wgmma and sm100's tcgen05 read the operands from shared memory; mma.sync (sm70 to sm89, and
+        # the consumer Blackwell sm120, which has neither) takes them in registers
+        smem_operands = device.arch in ("sm90", "sm100")
+        operands = 0.0 if smem_operands else (bm * bk * a_bytes + bk * bn * b_bytes) / 4 / threads
         extra = b_in_registers_extra * bk * bn / threads
         need = int(acc + operands + extra + REG_OVERHEAD)
         if need <= device.max_regs_per_thread:

@@ -28,6 +28,7 @@ brings into VMEM), block_k (the chunk of it each inner step multiplies). Hard co
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -67,9 +68,10 @@ def triton_smem_bytes(d: int, dtype: str, cfg: Mapping[str, Any], arch: str = "s
     """The Q tile + the K and V tile buffers of the software pipeline, as Triton 3.7 allocates them
     (fitted exactly to the compiler's figures, benchmarks/triton_resources_b.py): sm90 keeps
     num_stages buffers of each of K and V; sm80 keeps num_stages - 1 (one K/V tile in all with a
-    single stage). Other targets (AMD's gfx) are not fitted: they get the larger, sm90 count."""
+    single stage), as Triton does on every capability below 9. Other targets (sm100, sm120, AMD's gfx)
+    are not fitted: they get the larger, sm90 count."""
     stages = int(cfg["num_stages"])
-    older_nvidia = arch.startswith("sm") and arch < "sm90"
+    older_nvidia = re.fullmatch(r"sm\d{2,3}", arch) is not None and int(arch[2:-1]) < 9
     kv_tiles = max(2 * (stages - 1), 1) if older_nvidia else 2 * stages
     return (int(cfg["BLOCK_M"]) + kv_tiles * int(cfg["BLOCK_N"])) * d * dtype_bytes(dtype)
 

@@ -11,9 +11,10 @@ what differs is in the descriptor (`vendor="amd"`, 64-wide wavefronts as `warp_s
 workgroup on CDNA2/CDNA3, 160 KiB on CDNA4, 512 VGPRs + AccVGPRs per lane).
 
 Detection (torch and jax imported lazily, only when asked):
-- `detect_device(backend)`: the `Device` a backend runs on here (CUDA compute capability -> sm80 / sm90,
-  an AMD GPU's gfx target -> gfx90a / gfx942 / gfx950, JAX's TPU kind -> the TPU generation, the CPU
-  under the interpreters); constraints and features use it.
+- `detect_device(backend)`: the `Device` a backend runs on here (CUDA compute capability -> sm70 / sm75 /
+  sm80 / sm86 / sm89 / sm90 / sm100 / sm120 through `nvidia_arch`, with the limits torch reports for the
+  GPU in place of the table's; an AMD GPU's gfx target -> gfx90a / gfx942 / gfx950; JAX's TPU kind -> the
+  TPU generation; the CPU under the interpreters); constraints and features use it.
 - `device_for_family(family)` / `device_for_label(label)`: the descriptor whose limits hold for a device
   that `device_family` recognises (None where none does).
 - `device_label(backend)`: the same device as the runtime's cache keys name it ("cpu",
@@ -27,7 +28,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from tuner._settings import flag, is_set
@@ -38,8 +39,14 @@ __all__ = [
     "Device",
     "DEVICES",
     "get_device",
+    "SM70",
+    "SM75",
     "SM80",
+    "SM86",
+    "SM89",
     "SM90",
+    "SM100",
+    "SM120",
     "GFX90A",
     "GFX942",
     "GFX950",
@@ -61,6 +68,7 @@ __all__ = [
     "device_family",
     "device_for_family",
     "device_for_label",
+    "nvidia_arch",
 ]
 
 
@@ -102,6 +110,43 @@ class Device:
         return asdict(self)
 
 
+# NVIDIA (CUDA C Programming Guide, "Technical Specifications per Compute Capability": every arch here has
+# 64K 32-bit registers per SM, at most 255 registers per thread and 1024 threads per block; the opt-in
+# maximum of shared memory per block is what differs: 96 KiB on 7.0/7.2, 64 KiB on 7.5, 163 KiB on 8.0/8.7,
+# 99 KiB on 8.6/8.9/12.x, 227 KiB on 9.0/10.x/11.0). SM counts, L2 and peaks are one product's, named first:
+# on a real GPU `detect_device` takes the SM count, L2, registers and shared memory torch reports instead.
+SM70 = Device(
+    "V100",  # Tesla V100 SXM2; no int8 tensor cores: the int8 peak is DP4A's (4x fp32)
+    "cuda",
+    "sm70",
+    vendor="nvidia",
+    smem_per_block_bytes=96 * 1024,
+    regs_per_sm=65536,
+    max_regs_per_thread=255,
+    max_threads_per_block=1024,
+    num_sms=80,
+    l2_bytes=6 * 2**20,
+    peak_tflops_fp16=125.0,
+    peak_tflops_fp32=15.7,
+    peak_tflops_int8=62.8,
+    peak_bandwidth_gbs=900.0,
+)
+SM75 = Device(
+    "T4",
+    "cuda",
+    "sm75",
+    vendor="nvidia",
+    smem_per_block_bytes=64 * 1024,
+    regs_per_sm=65536,
+    max_regs_per_thread=255,
+    max_threads_per_block=1024,
+    num_sms=40,
+    l2_bytes=4 * 2**20,
+    peak_tflops_fp16=65.0,
+    peak_tflops_fp32=8.1,
+    peak_tflops_int8=130.0,
+    peak_bandwidth_gbs=320.0,
+)
 SM80 = Device(
     "A100",
     "cuda",
@@ -118,6 +163,38 @@ SM80 = Device(
     peak_tflops_int8=624.0,
     peak_bandwidth_gbs=2039.0,
 )
+SM86 = Device(
+    "A10",  # GA102 like the RTX 3090 and A40/A6000, which have the same limits and more SMs
+    "cuda",
+    "sm86",
+    vendor="nvidia",
+    smem_per_block_bytes=99 * 1024,
+    regs_per_sm=65536,
+    max_regs_per_thread=255,
+    max_threads_per_block=1024,
+    num_sms=72,
+    l2_bytes=6 * 2**20,
+    peak_tflops_fp16=125.0,
+    peak_tflops_fp32=31.2,
+    peak_tflops_int8=250.0,
+    peak_bandwidth_gbs=600.0,
+)
+SM89 = Device(
+    "L40S",  # AD102 like the RTX 4090 and RTX 6000 Ada; the L4 (AD104) has the same limits, 58 SMs
+    "cuda",
+    "sm89",
+    vendor="nvidia",
+    smem_per_block_bytes=99 * 1024,
+    regs_per_sm=65536,
+    max_regs_per_thread=255,
+    max_threads_per_block=1024,
+    num_sms=142,
+    l2_bytes=96 * 2**20,
+    peak_tflops_fp16=362.0,
+    peak_tflops_fp32=91.6,
+    peak_tflops_int8=733.0,
+    peak_bandwidth_gbs=864.0,
+)
 SM90 = Device(
     "H100/H200",
     "cuda",
@@ -133,6 +210,38 @@ SM90 = Device(
     peak_tflops_fp32=67.0,
     peak_tflops_int8=1979.0,
     peak_bandwidth_gbs=4800.0,
+)
+SM100 = Device(
+    "B200",  # also the limits of B300 (10.3) and Jetson Thor (11.0)
+    "cuda",
+    "sm100",
+    vendor="nvidia",
+    smem_per_block_bytes=227 * 1024,
+    regs_per_sm=65536,
+    max_regs_per_thread=255,
+    max_threads_per_block=1024,
+    num_sms=148,
+    l2_bytes=126 * 2**20,
+    peak_tflops_fp16=2250.0,
+    peak_tflops_fp32=80.0,
+    peak_tflops_int8=4500.0,
+    peak_bandwidth_gbs=8000.0,
+)
+SM120 = Device(
+    "RTX 5090",  # GB202 like the RTX PRO 6000 Blackwell; DGX Spark's GB10 (12.1) has the same limits
+    "cuda",
+    "sm120",
+    vendor="nvidia",
+    smem_per_block_bytes=99 * 1024,
+    regs_per_sm=65536,
+    max_regs_per_thread=255,
+    max_threads_per_block=1024,
+    num_sms=170,
+    l2_bytes=96 * 2**20,
+    peak_tflops_fp16=209.5,  # with fp32 accumulation, what Triton's dots use (GeForce: half the fp16-acc rate)
+    peak_tflops_fp32=104.8,
+    peak_tflops_int8=838.0,
+    peak_bandwidth_gbs=1792.0,
 )
 # AMD Instinct (ROCm documentation, "AMD GPU specifications": compute units, wavefront size, LDS, L2, VGPR
 # file of 512 KiB per CU = 131072 32-bit registers; a workgroup has at most 1024 work-items; CDNA2 and later
@@ -248,16 +357,75 @@ CPU = Device(
 )
 
 DEVICES: dict[str, Device] = {
-    d.arch: d for d in (SM80, SM90, GFX90A, GFX942, GFX950, TPU_V4, TPU_V5E, TPU_V5P, TPU_V6E, CPU)
+    d.arch: d
+    for d in (
+        SM70,
+        SM75,
+        SM80,
+        SM86,
+        SM89,
+        SM90,
+        SM100,
+        SM120,
+        GFX90A,
+        GFX942,
+        GFX950,
+        TPU_V4,
+        TPU_V5E,
+        TPU_V5P,
+        TPU_V6E,
+        CPU,
+    )
 }
 
 
 def get_device(arch: str) -> Device:
-    """A descriptor by arch name ("sm80", "sm90", "gfx942", "tpu_v5e", "cpu", ...)."""
+    """A descriptor by arch name ("sm80", "sm89", "sm120", "gfx942", "tpu_v5e", "cpu", ...)."""
     try:
         return DEVICES[arch]
     except KeyError:
         raise ValueError(f"unknown device arch {arch!r}; known: {sorted(DEVICES)}") from None
+
+
+# Compute capability -> the descriptor whose limits hold there (CUDA C Programming Guide, "Technical
+# Specifications per Compute Capability"): Jetson Xavier (7.2) has 7.0's limits, Jetson Orin (8.7) 8.0's
+# 163 KiB, B300 (10.3) and Jetson Thor (11.0, 10.1 before CUDA 13) 10.0's, DGX Spark's GB10 (12.1) 12.0's.
+_NVIDIA_CCS: dict[tuple[int, int], str] = {
+    (7, 0): "sm70",
+    (7, 2): "sm70",
+    (7, 5): "sm75",
+    (8, 0): "sm80",
+    (8, 6): "sm86",
+    (8, 7): "sm80",
+    (8, 9): "sm89",
+    (9, 0): "sm90",
+    (10, 0): "sm100",
+    (10, 1): "sm100",
+    (10, 3): "sm100",
+    (11, 0): "sm100",
+    (12, 0): "sm120",
+    (12, 1): "sm120",
+}
+
+
+@functools.lru_cache(maxsize=64)
+def nvidia_arch(major: int, minor: int) -> str:
+    """The descriptor arch ("sm86", "sm120", ...) for an NVIDIA GPU of compute capability `major.minor`.
+    One the table does not know gets the nearest known capability below it (the lowest known, 7.0, for
+    an older one), with a warning, once per capability."""
+    cc = (int(major), int(minor))
+    if cc in _NVIDIA_CCS:
+        return _NVIDIA_CCS[cc]
+    lower = [k for k in _NVIDIA_CCS if k <= cc]
+    near = max(lower) if lower else min(_NVIDIA_CCS)
+    arch = _NVIDIA_CCS[near]
+    log.warning(
+        "NVIDIA compute capability %d.%d has no descriptor of its own; using %s limits (of %d.%d)",
+        *cc,
+        arch,
+        *near,
+    )
+    return arch
 
 
 # ---- families: what a device label says about the hardware --------------------------------------------
@@ -289,6 +457,8 @@ class DeviceFamily:
 # Public model names -> compute capability (CUDA C Programming Guide, "CUDA-Enabled GPUs") and gfx target
 # (ROCm documentation, "GPU hardware specifications"); the first pattern that matches a lower-cased label.
 _NVIDIA_NAMES: tuple[tuple[str, str], ...] = (
+    (r"rtx 50\d\d|rtx pro \d{4} blackwell", "sm120"),
+    (r"\bgb10\b", "sm121"),
     (r"\b(gb|b)(100|200)\b|\bb300\b", "sm100"),
     (r"\b(gh|h)(100|200|800)\b", "sm90"),
     (r"\bl4\b|\bl40|rtx 40\d\d|\bada\b|rtx [2-6]000 ada", "sm89"),
@@ -314,9 +484,15 @@ _NVIDIA_WORDS = re.compile(r"nvidia|geforce|quadro|tesla|titan|\brtx\b|\bgtx\b|\
 _AMD_WORDS = re.compile(r"\bamd\b|radeon|instinct|\brocm\b|\bhip\b|gfx\d")
 
 
-def _sm_version(arch: str) -> float:
+def _sm_cc(arch: str) -> tuple[int, int]:
+    """("sm89" -> (8, 9), "sm120" -> (12, 0)): the compute capability an "sm<major><minor>" arch names."""
     digits = arch[2:]
-    return int(digits[:-1]) + int(digits[-1]) / 10
+    return int(digits[:-1]), int(digits[-1])
+
+
+def _sm_version(arch: str) -> float:
+    major, minor = _sm_cc(arch)
+    return major + minor / 10
 
 
 def _gfx_version(arch: str) -> float:
@@ -368,14 +544,17 @@ def device_family(label: str) -> DeviceFamily:
 
 def device_for_family(family: DeviceFamily) -> Device | None:
     """The descriptor whose limits hold for a device of `family`: its own arch's where there is one
-    (sm80, sm90, gfx90a, gfx942, gfx950, the TPUs, the CPU); another NVIDIA GPU gets sm80's (before
-    compute capability 9) or sm90's limits, as `detect_device` has always given it; another AMD GPU
-    gets gfx90a's (64 KiB of LDS and 64-wide wavefronts, the smallest limits of the AMD descriptors).
-    None for a family nothing is known of (an unknown label, Intel)."""
+    (sm70 ... sm120, gfx90a, gfx942, gfx950, the TPUs, the CPU); another NVIDIA GPU gets the one
+    `nvidia_arch` gives its compute capability (sm87 -> sm80, sm121 -> sm120), one whose capability
+    the label does not say gets sm80's; another AMD GPU gets gfx90a's (64 KiB of LDS and 64-wide
+    wavefronts, the smallest limits of the AMD descriptors). None for a family nothing is known of
+    (an unknown label, Intel)."""
     if family.arch in DEVICES:
         return DEVICES[family.arch]
     if family.vendor == "nvidia":
-        return SM90 if family.version >= 9 else SM80  # NaN (unknown version): sm80, the smaller
+        if re.fullmatch(r"sm\d{2,3}", family.arch):
+            return DEVICES[nvidia_arch(*_sm_cc(family.arch))]
+        return SM80
     if family.vendor == "amd":
         return GFX90A
     return None
@@ -469,13 +648,40 @@ _TPU_KINDS = (
 )
 
 
-def _cuda_arch(major: int) -> str:
-    return "sm90" if major >= 9 else "sm80"
+# What torch reports for the GPU in use, and the descriptor field it replaces. AMD: ROCm reports the L2 of one
+# XCD (4 MiB of an MI300X's 32 MiB, ROCm issue 4203), so the table's L2 stays.
+_REPORTED_LIMITS = (
+    ("shared_memory_per_block_optin", "smem_per_block_bytes"),
+    ("multi_processor_count", "num_sms"),
+    ("L2_cache_size", "l2_bytes"),
+    ("regs_per_multiprocessor", "regs_per_sm"),
+    ("warp_size", "warp_size"),
+)
+
+
+def _with_reported_limits(dev: Device, props: Any) -> Device:
+    """`dev` with the limits torch's device properties report (where they have them, and positive)
+    instead of the table's figures of the descriptor's product: an RTX 4090 is an sm89 device with
+    128 SMs and 72 MiB of L2, not an L40S. torch >= 2.7 has every one of these attributes on CUDA."""
+    changes: dict[str, Any] = {}
+    for attr, field in _REPORTED_LIMITS:
+        if field == "l2_bytes" and dev.vendor == "amd":
+            continue
+        value = getattr(props, attr, None)
+        try:
+            n = int(value) if value is not None else 0
+        except (TypeError, ValueError):
+            continue
+        if n > 0 and n != getattr(dev, field):
+            changes[field] = n
+    return replace(dev, **changes) if changes else dev
 
 
 def _torch_gpu_device() -> Device:
-    """The descriptor of torch's GPU 0. On ROCm's torch the "compute capability" is the gfx version
-    (9.4 for an MI300X), so the gfx target (`gcnArchName`, else the device's name) decides there."""
+    """The descriptor of torch's GPU 0: the arch its compute capability names (`nvidia_arch`), with the
+    shared memory, SM count, L2, registers and warp size torch reports for the device in place of the
+    table's. On ROCm's torch the "compute capability" is the gfx version (9.4 for an MI300X), so the gfx
+    target (`gcnArchName`, else the device's name) decides there."""
     import torch
 
     if getattr(torch.version, "hip", None):
@@ -487,9 +693,10 @@ def _torch_gpu_device() -> Device:
         dev = device_for_family(fam) or GFX90A
         if fam.arch != dev.arch:
             log.warning("AMD GPU %r (%s): no descriptor of its own; using %s limits", gfx, fam.arch, dev.arch)
-        return dev
-    major, _ = torch.cuda.get_device_capability()
-    return get_device(_cuda_arch(major))
+        return _with_reported_limits(dev, props)
+    major, minor = torch.cuda.get_device_capability(0)
+    dev = get_device(nvidia_arch(major, minor))
+    return _with_reported_limits(dev, torch.cuda.get_device_properties(0))
 
 
 def detect_device(backend: str) -> Device:
@@ -514,8 +721,8 @@ def detect_device(backend: str) -> Device:
             fam = device_family(str(getattr(dev0, "device_kind", "")))
             if fam.vendor == "amd":  # jax on ROCm: no compute capability, the model name says the gfx target
                 return device_for_family(fam) or GFX90A
-            cc = str(getattr(dev0, "compute_capability", "8.0"))
-            return get_device(_cuda_arch(int(cc.split(".")[0])))
+            major, _, minor = str(getattr(dev0, "compute_capability", "8.0")).partition(".")
+            return get_device(nvidia_arch(int(major), int(minor or 0)))
         return CPU
     raise ValueError(f"unknown backend {backend!r}; use 'triton' or 'pallas'")
 

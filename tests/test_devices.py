@@ -49,7 +49,7 @@ def test_jax_gpu_compute_capability(monkeypatch: pytest.MonkeyPatch) -> None:
     jax = pytest.importorskip("jax")
     monkeypatch.setenv("TUNER_PALLAS_INTERPRET", "0")
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-    for cc, arch in (("8.0", "sm80"), ("9.0", "sm90"), ("10.0", "sm90")):
+    for cc, arch in (("8.0", "sm80"), ("8.9", "sm89"), ("9.0", "sm90"), ("10.0", "sm100"), ("12.0", "sm120")):
         monkeypatch.setattr(jax, "devices", lambda *a, cc=cc: [SimpleNamespace(compute_capability=cc)])
         assert dv.detect_device("pallas").arch == arch
 
@@ -113,6 +113,167 @@ def test_device_family_distance_and_unknown_labels() -> None:
     # a vendor without a model the table knows: the vendor, no arch
     amd = dv.device_family("AMD Radeon Graphics")
     assert amd.vendor == "amd" and amd.arch == "" and amd.distance(dv.device_family("MI250X")) == float("inf")
+
+
+# ---- NVIDIA GPUs: one descriptor per arch, the limits torch reports winning -----------------------------
+def _emulate_cuda_gpu(
+    monkeypatch: pytest.MonkeyPatch, name: str, cc: tuple[int, int], **reported: int
+) -> None:
+    """torch on an NVIDIA GPU of compute capability `cc`; `reported`: the device properties torch has
+    (shared_memory_per_block_optin, multi_processor_count, ...), none by default, so the table decides."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(dv, "on_gpu", lambda: True)
+    monkeypatch.setattr(torch.version, "hip", None, raising=False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: cc)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: name)
+    props = SimpleNamespace(name=name, major=cc[0], minor=cc[1], **reported)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: props)
+
+
+_MATMUL = {"M": 4096, "N": 4096, "K": 4096, "dtype": "float16"}
+# 5 stages of a 128x64 A tile and a 64x64 B tile in fp16: 120 KiB of shared memory, over the 99 KiB of
+# sm86/sm89/sm120, under the 163 KiB of sm80 and the 227 KiB of sm90
+_CFG_120_KIB = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 1, "num_warps": 4}
+_CFG_120_KIB["num_stages"] = 5
+
+
+@pytest.mark.parametrize(
+    ("name", "cc", "arch"),
+    [
+        ("NVIDIA GeForce RTX 3090", (8, 6), "sm86"),
+        ("NVIDIA A10", (8, 6), "sm86"),
+        ("NVIDIA GeForce RTX 4090", (8, 9), "sm89"),
+        ("NVIDIA L40S", (8, 9), "sm89"),
+        ("NVIDIA GeForce RTX 5090", (12, 0), "sm120"),
+    ],
+)
+def test_a_config_over_99_kib_of_shared_memory_is_rejected_on_sm86_sm89_sm120(
+    monkeypatch: pytest.MonkeyPatch, name: str, cc: tuple[int, int], arch: str
+) -> None:
+    from tuner.search_spaces.matmul import matmul_space
+
+    assert matmul_space(_MATMUL, dv.SM90, "triton").contains(_CFG_120_KIB)
+    assert matmul_space(_MATMUL, dv.SM80, "triton").contains(_CFG_120_KIB)
+    _emulate_cuda_gpu(monkeypatch, name, cc)
+    dev = dv.detect_device("triton")
+    assert (dev.arch, dev.smem_per_block_bytes) == (arch, 101376)
+    space = matmul_space(_MATMUL, dev, "triton")
+    assert not space.contains(_CFG_120_KIB)
+    assert any("smem 122880 B > 101376 B" in v and arch in v for v in space.violations(_CFG_120_KIB))
+    assert space.contains({**_CFG_120_KIB, "num_stages": 4})  # 96 KiB fits
+
+
+@pytest.mark.parametrize(
+    ("cc", "arch", "smem_kib"),
+    [
+        ((7, 0), "sm70", 96),  # V100
+        ((7, 2), "sm70", 96),  # Jetson Xavier
+        ((7, 5), "sm75", 64),  # T4, RTX 20xx
+        ((8, 0), "sm80", 163),  # A100
+        ((8, 6), "sm86", 99),  # RTX 30xx, A10, A40, RTX A6000
+        ((8, 7), "sm80", 163),  # Jetson Orin
+        ((8, 9), "sm89", 99),  # L4, L40S, RTX 40xx
+        ((9, 0), "sm90", 227),  # H100, H200
+        ((10, 0), "sm100", 227),  # B200, GB200
+        ((10, 3), "sm100", 227),  # B300
+        ((11, 0), "sm100", 227),  # Jetson Thor
+        ((12, 0), "sm120", 99),  # RTX 50xx, RTX PRO 6000 Blackwell
+        ((12, 1), "sm120", 99),  # DGX Spark (GB10)
+    ],
+)
+def test_compute_capability_to_descriptor(
+    monkeypatch: pytest.MonkeyPatch, cc: tuple[int, int], arch: str, smem_kib: int
+) -> None:
+    assert dv.nvidia_arch(*cc) == arch
+    dev = dv.get_device(arch)
+    assert (dev.smem_per_block_bytes, dev.vendor, dev.kind) == (smem_kib * 1024, "nvidia", "cuda")
+    assert (dev.regs_per_sm, dev.max_regs_per_thread, dev.max_threads_per_block, dev.warp_size) == (
+        65536,
+        255,
+        1024,
+        32,
+    )
+    assert dv.device_for_label(f"NVIDIA GPU (sm{cc[0]}{cc[1]})") is dev
+    _emulate_cuda_gpu(monkeypatch, "NVIDIA GPU", cc)
+    assert dv.detect_device("triton") is dev  # nothing reported: the table's descriptor itself
+
+
+def test_an_unknown_compute_capability_gets_the_nearest_lower_arch_with_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    dv.nvidia_arch.cache_clear()
+    with caplog.at_level("WARNING", logger=dv.__name__):
+        assert dv.nvidia_arch(13, 0) == "sm120"  # a future arch: the newest known below it
+        assert dv.nvidia_arch(13, 0) == "sm120"
+        assert dv.nvidia_arch(9, 5) == "sm90"
+        assert dv.nvidia_arch(6, 1) == "sm70"  # older than any known: the oldest known
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 3 and "13.0" in warned[0] and "sm120" in warned[0], warned
+    assert dv.device_for_label("NVIDIA GPU (sm130)") is dv.SM120
+
+
+def test_the_limits_torch_reports_win_over_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tuner.search_spaces.matmul import matmul_space
+
+    # an RTX 4090: sm89 like the table's L40S, with its own SM count and L2
+    _emulate_cuda_gpu(
+        monkeypatch,
+        "NVIDIA GeForce RTX 4090",
+        (8, 9),
+        shared_memory_per_block_optin=101376,
+        multi_processor_count=128,
+        L2_cache_size=72 * 2**20,
+        regs_per_multiprocessor=65536,
+        warp_size=32,
+    )
+    dev = dv.detect_device("triton")
+    assert (dev.arch, dev.name, dev.num_sms, dev.l2_bytes, dev.smem_per_block_bytes) == (
+        "sm89",
+        dv.SM89.name,
+        128,
+        72 * 2**20,
+        101376,
+    )
+    assert dev.features()["dev_num_sms"] == 128.0 and dev.features()["dev_l2_mib"] == 72.0
+    # an H100 PCIe: sm90 with 114 SMs and a (made-up) smaller shared memory, which the space obeys
+    _emulate_cuda_gpu(
+        monkeypatch,
+        "NVIDIA H100 PCIe",
+        (9, 0),
+        shared_memory_per_block_optin=100 * 1024,
+        multi_processor_count=114,
+        L2_cache_size=50 * 2**20,
+    )
+    dev = dv.detect_device("triton")
+    assert (dev.arch, dev.num_sms, dev.smem_per_block_bytes) == ("sm90", 114, 100 * 1024)
+    assert not matmul_space(_MATMUL, dev, "triton").contains(_CFG_120_KIB)
+    # an RTX 5090, with torch 2.6's attributes (no shared_memory_per_block_optin): the table's 99 KiB stays
+    _emulate_cuda_gpu(
+        monkeypatch, "NVIDIA GeForce RTX 5090", (12, 0), multi_processor_count=170, warp_size=32
+    )
+    dev = dv.detect_device("triton")
+    assert (dev.arch, dev.num_sms, dev.smem_per_block_bytes) == ("sm120", 170, 99 * 1024)
+
+
+def test_the_cu_count_rocm_reports_wins_but_not_its_per_xcd_l2(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ROCm's torch reports one XCD's L2 (4 MiB of an MI300X's 32 MiB): the table's stays."""
+    _emulate_rocm_gpu(monkeypatch, "AMD Instinct MI300A", "gfx942:sramecc+:xnack-", (9, 4))
+    torch = pytest.importorskip("torch")
+    props = torch.cuda.get_device_properties(0)
+    props.multi_processor_count, props.L2_cache_size, props.warp_size = 228, 4 * 2**20, 64
+    dev = dv.detect_device("triton")
+    assert (dev.arch, dev.num_sms, dev.l2_bytes, dev.warp_size) == ("gfx942", 228, 32 * 2**20, 64)
+
+
+def test_attention_shared_memory_counts_by_compute_capability_not_by_string_order() -> None:
+    """Triton keeps sm80's num_stages - 1 K/V buffers below capability 9; "sm100" < "sm90" as strings."""
+    from tuner.search_spaces.attention import triton_smem_bytes
+
+    cfg = {"BLOCK_M": 64, "BLOCK_N": 64, "num_stages": 3}
+    sm80, sm90 = (triton_smem_bytes(64, "float16", cfg, a) for a in ("sm80", "sm90"))
+    assert sm80 < sm90
+    assert [triton_smem_bytes(64, "float16", cfg, a) for a in ("sm75", "sm86", "sm89")] == [sm80] * 3
+    assert [triton_smem_bytes(64, "float16", cfg, a) for a in ("sm100", "sm120", "gfx942")] == [sm90] * 3
 
 
 # ---- AMD GPUs ------------------------------------------------------------------------------------------
@@ -183,8 +344,18 @@ def test_amd_wavefronts_count_64_threads_per_warp() -> None:
         ("gfx950", "gfx950"),
         ("AMD Radeon RX 7900 XTX", "gfx90a"),  # an AMD GPU without its own descriptor: gfx90a's limits
         ("NVIDIA H200 (sm90)", "sm90"),
-        ("NVIDIA GeForce RTX 4090 (sm89)", "sm80"),
-        ("NVIDIA B200 (sm100)", "sm90"),
+        ("NVIDIA GeForce RTX 4090 (sm89)", "sm89"),
+        ("NVIDIA GeForce RTX 3090 (sm86)", "sm86"),
+        ("NVIDIA B200 (sm100)", "sm100"),
+        ("NVIDIA GeForce RTX 5090 (sm120)", "sm120"),
+        ("NVIDIA GeForce RTX 5090", "sm120"),  # the model name alone
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "sm120"),
+        ("NVIDIA Jetson AGX Orin (sm87)", "sm80"),  # 8.7: 8.0's 163 KiB
+        ("NVIDIA GB10 (sm121)", "sm120"),
+        ("NVIDIA B300 SXM6 (sm103)", "sm100"),
+        ("Tesla T4 (sm75)", "sm75"),
+        ("Tesla V100-SXM2-16GB (sm70)", "sm70"),
+        ("NVIDIA L4", "sm89"),
         ("tpu:TPU v5 lite", "tpu_v5e"),
         ("cpu", "cpu"),
     ],
