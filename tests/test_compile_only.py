@@ -100,7 +100,7 @@ def test_cli_compile_only_prints_resources_and_rejects_bad_devices(tmp_path) -> 
     assert doc["device"] == "sm80" and doc["ok"] and len(doc["rows"]) == 2
     assert all(row["status"] == "ok" and row["registers"] > 0 for row in doc["rows"])
     bad = subprocess.run([*cmd[:-1], "tpu_v5e"], capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "sm80 or sm90" in bad.stderr
+    assert bad.returncode == 2 and "one of sm80, sm86, sm89, sm90, sm100, sm120" in bad.stderr
 
 
 def test_ptxas_log_and_feature_summary() -> None:
@@ -144,3 +144,21 @@ def test_kernel_measurer_precompiles_for_a_gpu_target_without_one() -> None:
         assert m.measure(huge).status == "out_of_resources"  # known: not measured again
         assert [r.ok for r in m.compile_only] == [True, False]
         assert set(m.compile_only[0].features()) == {"registers", "spill_bytes", "shared_bytes"}
+
+
+def test_sm86_and_sm120_targets_compile_and_hold_their_own_shared_memory_limit(pool: CompilePool) -> None:
+    """The consumer archs (99 KiB of shared memory per block, against sm90's 227 KiB) compile with Triton's
+    own compiler here, and a config that fits sm90 but not 99 KiB is out of resources for them."""
+    spec = get_kernel("matmul")
+    problem = {**spec.default_problem, **BIG["matmul"]}
+    small = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "SPLIT_K": 1, "num_warps": 4}
+    small |= {"num_stages": 3}
+    big = {**small, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_stages": 5}  # 4 x 32 KiB buffered
+    assert get_kernel("matmul").space(problem, get_device("sm90"), "triton").contains(big)
+    for arch in ("sm86", "sm120"):
+        limit = get_device(arch).smem_per_block_bytes
+        assert limit == 99 * 1024
+        assert not spec.space(problem, get_device(arch), "triton").contains(big)
+        ok, over = pool.compile("matmul", problem, [small, big], arch)
+        assert ok.ok and ok.arch == arch and 0 < ok.features()["shared_bytes"] <= limit, ok
+        assert over.status == "out_of_resources" and "shared memory" in (over.error or ""), over

@@ -1,8 +1,8 @@
 """`tuner check KERNEL`: run random valid configs of a kernel's space against its reference.
 
-`tuner check KERNEL --compile-only --device sm80|sm90 [--configs N | --all]` compiles configs of the
-space for that GPU with Triton's compiler instead (no GPU needed) and prints, per config, compiled or the
-compiler's error, and registers, spill bytes and shared memory.
+`tuner check KERNEL --compile-only --device sm80|sm86|sm89|sm90|sm100|sm120 [--configs N | --all]`
+compiles configs of the space for that GPU with Triton's compiler instead (no GPU needed) and prints, per
+config, compiled or the compiler's error, and registers, spill bytes and shared memory.
 
 Exit 0 when every config matches (compiles), 1 when any does not (or fails to run), 2 on bad input.
 """
@@ -35,7 +35,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--compile-only",
         action="store_true",
-        help="compile the configs for --device (sm80 or sm90) with Triton's compiler, no GPU needed; "
+        help="compile the configs for --device (sm80, sm86, sm89, sm90, sm100 or sm120) with Triton's compiler, no GPU needed; "
         "print registers, spills and shared memory per config; exit 1 if one the space accepts fails",
     )
     p.add_argument("--all", action="store_true", help="with --compile-only: every config of the space")
@@ -166,7 +166,7 @@ def _compile_only(args: argparse.Namespace) -> int:
     from tuner.search_spaces import get_device
 
     if args.device not in ARCHS:
-        raise BadInput(f"--compile-only needs --device {' or '.join(sorted(ARCHS))}, got {args.device!r}")
+        raise BadInput(f"--compile-only needs --device one of {', '.join(ARCHS)}, got {args.device!r}")
     if args.backend not in (None, "triton"):
         raise BadInput(
             f"--compile-only compiles Triton kernels; --backend {args.backend!r} cannot be compiled"

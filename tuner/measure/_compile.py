@@ -1,7 +1,7 @@
 """Compile Triton kernels for a GPU target without a GPU, one config at a time or in a pool.
 
 `compile_configs(kernel, problem, configs, arch="sm90", jobs=N)` compiles each config of a registered
-kernel for sm80 / sm90 with Triton's own compiler (the CUDA backend and ptxas ship in the triton wheel)
+kernel for an NVIDIA target (`ARCHS`: sm80, sm86, sm89, sm90, sm100, sm120) with Triton's own compiler (the CUDA backend and ptxas ship in the triton wheel)
 and returns, per config, a `CompileResult`: compiled or the compiler's error, and for every @triton.jit
 function the launcher compiled, its registers per thread, spill bytes and shared memory.
 
@@ -49,8 +49,9 @@ __all__ = [
     "resource_features",
 ]
 
-#: Targets `--device` accepts: arch name -> Triton's compute capability number.
-ARCHS = {"sm80": 80, "sm90": 90}
+#: Targets `--device` accepts: arch name -> Triton's compute capability number (each compiled with
+#: triton 3.7.1's CUDA backend and ptxas on a machine without a GPU).
+ARCHS = {"sm80": 80, "sm86": 86, "sm89": 89, "sm90": 90, "sm100": 100, "sm120": 120}
 
 _PTXAS_REGS = re.compile(r"Used (\d+) registers")
 _PTXAS_SPILL = re.compile(r"(\d+) bytes spill stores")

@@ -281,7 +281,7 @@ class KernelMeasurer(TargetMeasurer):
     def precompile(
         self, configs: Sequence[Mapping[str, Any]], jobs: int | None = None
     ) -> dict[str, MeasureResult]:
-        """Triton on a CUDA device (sm80 / sm90): compile `configs` ahead of time in a pool of compile
+        """Triton on a CUDA device of an arch in `_compile.ARCHS`: compile `configs` ahead of time in a pool of compile
         processes (`jobs`, default: the usable cores) that need no device: Triton's on-disk cache then
         holds every binary, so measuring loads instead of compiling, and the GPU never waits on the
         compiler. Configs the compiler rejects (compile_error, out_of_resources) become known failures;
