@@ -25,6 +25,7 @@ from tuner._settings import text
 
 from .storage import (
     SCHEMA_VERSION,
+    StoreCorrupt,
     StoreError,
     StoreTimeout,
     check_schema,
@@ -54,6 +55,7 @@ DEFAULT_PRIOR_TASKS = 8
 
 __all__ = [
     "ResultStore",
+    "StoreCorrupt",
     "StoreError",
     "StoreTimeout",
     "TaskContext",

@@ -55,6 +55,7 @@ _global_cache: ReadOnlyCache | None = None
 _env_caches: dict[str, tuple[tuple[int, int, int] | None, ReadOnlyCache | None]] = {}
 _dbs: dict[str, ConfigCache] = {}
 _failed_opens: dict[str, float] = {}  # url -> time of the last failed open
+_files: dict[str, tuple[int, int] | None] = {}  # url -> (device, inode) of its SQLite file when opened
 _dbs_lock = threading.Lock()
 _warned: set[tuple[str, ...]] = set()
 _warned_lock = threading.Lock()
@@ -157,12 +158,26 @@ def open_store(storage: Any, *, create: bool) -> ConfigCache | None:
             _describe(exc),
         )
         return None
-    if not create and url.startswith("sqlite:///") and not os.path.exists(url[len("sqlite:///") :]):
+    if not create and not _exists(url):
         return None
     with _dbs_lock:
         c = _dbs.get(url)
         if c is not None:
-            return c
+            if _same_file(url):
+                return c
+            # Deleted or replaced under this process (`rm -rf $TUNER_HOME`, a store moved aside): SQLite
+            # would go on writing into the unlinked file, and every winner stored from now on would vanish
+            # with it. Open the path again instead (online: a new store there).
+            warn_once(
+                ("store", url, "replaced"),
+                "store %s was deleted or replaced while this process had it open; opening it again (what "
+                "this process stored in the old file is gone with it)",
+                _redact(url),
+            )
+            c.store.engine.dispose()
+            del _dbs[url]
+            if not create and not _exists(url):
+                return None
         failed = _failed_opens.get(url)
         if failed is not None and time.monotonic() - failed < STORE_RETRY_S:
             return None
@@ -170,6 +185,8 @@ def open_store(storage: Any, *, create: bool) -> ConfigCache | None:
             c = ConfigCache(store or url)
         except _store_errors() as exc:
             _failed_opens[url] = time.monotonic()
+            if _corrupt(url, exc):
+                return None
             warn_once(
                 ("store", url, "open", type(exc).__name__),
                 "store %s cannot be opened (%s); using memory, shipped files and fallbacks",
@@ -179,7 +196,54 @@ def open_store(storage: Any, *, create: bool) -> ConfigCache | None:
             return None
         _failed_opens.pop(url, None)
         _dbs[url] = c
+        _files[url] = _identity(url)
         return c
+
+
+def _exists(url: str) -> bool:
+    """False only for a SQLite file that does not exist."""
+    return not url.startswith("sqlite:///") or os.path.exists(url[len("sqlite:///") :])
+
+
+def _identity(url: str) -> tuple[int, int] | None:
+    """(device, inode) of a SQLite store's file; None for other stores or a file that is not there."""
+    from ..storage import sqlite_path
+
+    path = sqlite_path(url)
+    if path is None or path.startswith("file:"):
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _same_file(url: str) -> bool:
+    """The file of an open SQLite store is still the one it opened (one stat; a miss only)."""
+    was = _files.get(url)
+    return was is None or _identity(url) == was
+
+
+def _corrupt(url: str, exc: BaseException) -> bool:
+    """A damaged database file: warned once per store (naming the file and what to do), whichever step
+    met it first."""
+    from ..store import StoreCorrupt
+
+    if not isinstance(exc, StoreCorrupt):
+        return False
+    warn_once(("store", url, "corrupt"), "%s; using memory, shipped files and fallbacks", exc)
+    return True
+
+
+def _drop(db: ConfigCache) -> None:
+    """Stop using `db` in this process until STORE_RETRY_S has passed (then it is opened again: a file
+    moved aside is replaced by a new store)."""
+    with _dbs_lock:
+        for url, c in list(_dbs.items()):
+            if c is db:
+                del _dbs[url]
+                _failed_opens[url] = time.monotonic()
 
 
 def close_stores() -> None:
@@ -201,6 +265,9 @@ def guarded(db: ConfigCache, op: str, what: str, fn: Callable[[], T], default: T
         raise
     except _store_errors() as exc:
         url = _redact(getattr(db.store, "url", "?"))
+        if _corrupt(url, exc):
+            _drop(db)  # no more reads or writes of a damaged file (for STORE_RETRY_S, then opened again)
+            return default
         then = "skipping the store for this step" if op == "read" else "the result is kept in memory only"
         warn_once(
             ("store", url, op, type(exc).__name__),

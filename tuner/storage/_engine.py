@@ -24,10 +24,13 @@ from tuner._settings import text as _setting_text
 
 __all__ = [
     "PG_TIMEOUT_S",
+    "StoreCorrupt",
     "StoreError",
     "StoreTimeout",
     "engine_for",
     "engine_kwargs",
+    "install_sqlite_errors",
+    "sqlite_fault_in",
     "install_timeout_errors",
     "normalize_url",
     "operation",
@@ -70,6 +73,12 @@ class StoreTimeout(StoreError):
     """A PostgreSQL statement ran past the store's timeout (`TUNER_PG_TIMEOUT`): the server did not answer
     in time, or another transaction held a lock it needed. Its transaction was rolled back. The message
     names the store (without user and password), the operation and the limit."""
+
+
+class StoreCorrupt(StoreError):
+    """The SQLite file of a store is damaged ("database disk image is malformed") or is not a SQLite
+    database at all ("file is not a database"). tuner never changes or deletes such a file: the message
+    names it and says how to move it aside or salvage it."""
 
 
 _operation: contextvars.ContextVar[str | None] = contextvars.ContextVar("tuner_store_operation", default=None)
@@ -199,6 +208,99 @@ def install_timeout_errors(engine: Engine, url: str) -> None:
     event.listen(engine, "handle_error", _on_error)
 
 
+# SQLite's primary result codes of the faults that are the file's or the disk's, not the statement's (a file
+# that cannot be opened at all is left to the callers, which say whether its folder can be written)
+_SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_NOTADB = 8, 10, 11, 13, 26
+_SQLITE_FAULTS = {
+    _SQLITE_CORRUPT: "database disk image is malformed",
+    _SQLITE_NOTADB: "file is not a database",
+    _SQLITE_FULL: "database or disk is full",
+    _SQLITE_READONLY: "attempt to write a readonly database",
+    _SQLITE_IOERR: "disk I/O error",
+}
+
+
+def _sqlite_fault(exc: BaseException | None) -> int | None:
+    """The primary result code of a SQLite error that is a fault of the file or the disk, else None."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int) and (code & 0xFF) in _SQLITE_FAULTS:
+        return code & 0xFF
+    msg = str(exc)
+    for c, text_ in _SQLITE_FAULTS.items():
+        if text_ in msg:
+            return c
+    return None
+
+
+def sqlite_fault_message(path: str, what: str, exc: BaseException) -> tuple[type[StoreError], str] | None:
+    """The error a SQLite fault of the file or the disk (`exc`) is raised as: its class and a message that
+    names the file and what to do; None for any other error (a lock, a constraint, a bad statement)."""
+    code = _sqlite_fault(exc)
+    if code is None:
+        return None
+    sqlite_msg = " ".join(str(exc).split())
+    if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+        return StoreCorrupt, (
+            f"store {path} is corrupt ({sqlite_msg}); tuner does not change or delete it: move it aside (a "
+            f"new store is then made in its place) or salvage its rows with `sqlite3 {path} .recover | sqlite3 {path}.recovered`"
+        )
+    folder = os.path.dirname(path) or "."
+    why = {
+        _SQLITE_FULL: f"the disk that holds {folder} is full; free space there and run again",
+        _SQLITE_READONLY: f"the file or its folder {folder} cannot be written (a read-only mount?)",
+        _SQLITE_IOERR: f"the file or its folder {folder} was removed, moved or unmounted, or the disk failed",
+    }[code]
+    return StoreError, (
+        f"store {path}: {what} failed ({sqlite_msg}): {why}; its transaction was rolled back, nothing of "
+        "it was written"
+    )
+
+
+def sqlite_fault_in(path: str, what: str, exc: BaseException) -> StoreError | None:
+    """The `StoreError` of the first SQLite fault of the file or the disk in `exc`'s chain of causes (an
+    error Optuna wrapped in its own), or None."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, StoreError):
+            return cur
+        got = sqlite_fault_message(path, what, cur) if type(cur).__module__ == "sqlite3" else None
+        if got is not None:
+            err = got[0](got[1])
+            err.__cause__ = cur
+            return err
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+_with_sqlite_errors: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def install_sqlite_errors(engine: Engine) -> None:
+    """Turn the faults of a SQLite engine's file or disk (corrupt, not a database, disk full, read-only,
+    I/O error) into a `StoreError` (`StoreCorrupt` for a damaged file) that names the file and what to do.
+    Other errors (a lock held past the busy timeout, a constraint) are left as SQLAlchemy raises them."""
+    if engine.dialect.name != "sqlite" or engine in _with_sqlite_errors:
+        return
+    path = sqlite_path(engine.url.render_as_string(hide_password=False)) or str(engine.url.database)
+    if path.startswith("file:"):  # a read-only URI: file:/path?mode=ro&immutable=1
+        from urllib.parse import unquote
+
+        path = unquote(path[len("file:") :])
+    _with_sqlite_errors.add(engine)
+
+    def _on_error(ctx: ExceptionContext) -> None:
+        exc = ctx.original_exception
+        what = _operation.get() or ("opening it" if ctx.connection is None else _describe(ctx.statement))
+        got = sqlite_fault_message(path, what, exc)
+        if got is not None:
+            cls, msg = got
+            raise cls(msg) from exc
+
+    event.listen(engine, "handle_error", _on_error)
+
+
 def normalize_url(url: str) -> str:
     """`postgresql://...` names no driver, and SQLAlchemy 2.1 then picks psycopg 3; tuner depends on
     psycopg2 (pyproject), so a driverless PostgreSQL URL is pointed at psycopg2 unless psycopg 3 is there."""
@@ -315,6 +417,7 @@ def make_engine(url: str) -> Engine:
     eng = create_engine(url, **engine_kwargs(url))
     if url.startswith("sqlite"):
         event.listen(eng, "connect", _sqlite_pragmas)
+        install_sqlite_errors(eng)
     install_timeout_errors(eng, url)
     return eng
 

@@ -32,12 +32,14 @@ from ._engine import (
     StoreError,
     _sqlite_pragmas,
     engine_kwargs,
+    install_sqlite_errors,
     install_timeout_errors,
     operation,
     pg_timeout_s,
     read_only_url,
     redact,
     set_statement_limit,
+    sqlite_fault_in,
     sqlite_path,
 )
 from ._schema import SCHEMA_REVISION, SCHEMA_VERSION, VERSION_TABLE
@@ -131,6 +133,7 @@ def _sqlite_migration_engine(url: str) -> Engine:
     """A one-connection engine whose transactions begin with BEGIN IMMEDIATE (the write lock), so that
     the whole migration is one transaction."""
     eng = create_engine(url, poolclass=NullPool, connect_args={"timeout": SQLITE_TIMEOUT_S})
+    install_sqlite_errors(eng)
 
     @event.listens_for(eng, "connect")
     def _connect(dbapi_conn: Any, rec: Any) -> None:
@@ -252,6 +255,21 @@ def ensure_schema(engine: Engine) -> None:
         raise StoreError(f"cannot open store {redact(url)}{why}: {exc.__class__.__name__}: {exc}") from exc
 
 
+@contextlib.contextmanager
+def _sqlite_faults(url: str) -> Iterator[None]:
+    """Raise a fault of a SQLite file or disk inside as tuner's `StoreError` naming the file (Optuna's
+    RDBStorage reads its tables before its engine can be given tuner's error handler, and wraps driver
+    errors in a `StorageInternalError` that blames "invalid data in the commit")."""
+    path = sqlite_path(url)
+    try:
+        yield
+    except Exception as exc:
+        err = sqlite_fault_in(path, "opening Optuna's tables", exc) if path else None
+        if err is None or err is exc:
+            raise
+        raise err from exc
+
+
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:
     """Optuna's RDBStorage on `url`, created under the schema lock (Optuna creates its tables and stamps
     its version check-then-create; concurrent first opens would race). A SQLite store whose folder cannot
@@ -262,14 +280,17 @@ def optuna_storage(url: str) -> optuna.storages.RDBStorage:
 
     ro_url = read_only_url(url)
     if ro_url is not None:  # a SQLite store in a folder that cannot be written: read as it is, no lock file
-        with _alembic_quiet():
-            return optuna.storages.RDBStorage(
+        with _alembic_quiet(), _sqlite_faults(url):
+            ro = optuna.storages.RDBStorage(
                 ro_url, engine_kwargs=engine_kwargs(ro_url), skip_table_creation=True
             )
+        install_sqlite_errors(ro.engine)
+        return ro
     eng = engine_for(url)
-    with schema_lock(eng), _alembic_quiet():
+    with schema_lock(eng), _alembic_quiet(), _sqlite_faults(url):
         storage = optuna.storages.RDBStorage(
             str(eng.url.render_as_string(hide_password=False)), engine_kwargs=engine_kwargs(url)
         )
     install_timeout_errors(storage.engine, url)  # same timeouts (engine_kwargs), same clear error
+    install_sqlite_errors(storage.engine)  # a corrupt file, a full disk: named, not Optuna's generic error
     return storage

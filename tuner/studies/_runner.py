@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..storage import StoreTimeout
+from ..storage import StoreError
 from ._board import DONE, FAILED, PENDING, RUNNING, Claim, TaskBoard, TaskRow, retry, summarize
 from ._spec import StudySpec, StudyTask, task_distance
 
@@ -540,8 +540,9 @@ class StudyWorker:
                 continue
             try:
                 outcome = self.run_task(claim)
-            except StoreTimeout as exc:
-                # The store did not answer in time: not the task's failure. Its finished trials are stored
+            except StoreError as exc:
+                # The store did not answer in time, or cannot be written (a full disk, a read-only or
+                # corrupt file): not the task's failure. Its finished trials are stored
                 # (each trial is its own transaction); the task goes back to the queue, and this worker
                 # stops with the error. Where the hand-back cannot be written either, the lease runs out
                 # and another worker takes the task over.
@@ -582,7 +583,7 @@ class StudyWorker:
                 res = self.executor(task, prior=prior, callback=lease.callback)
         except LeaseLost:
             return "lost"
-        except StoreTimeout:
+        except StoreError:
             raise  # the store's failure, not the task's (`_run` hands the task back)
         except KeyboardInterrupt:
             with lease.lock:

@@ -1,0 +1,173 @@
+"""SQLite stores failing the way they do in production, beyond tests/test_runtime_faults.py: a file that
+turns corrupt while a process has it open, a corrupt study database under the CLI (Optuna's own reads
+included), a disk that fills during a study, and a store deleted from under a running process.
+
+Each case runs on a real SQLite file; only the disk-full study needs mount(8) (root), and skips, saying
+so, where it is not permitted."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests._study_fake import executor as fake_executor
+from tests.test_runtime_faults import (  # noqa: F401 - the fixtures
+    _fresh_stores,
+    _populate,
+    check_calls,
+    make,
+    mount,
+    store_warnings,
+)
+from tests.test_studies import cli, finished_configs, write_study
+from tuner.runtime import ConfigCache
+from tuner.runtime._sources import close_stores
+
+
+def _checkpoint(db: Path) -> None:
+    with sqlite3.connect(db) as con:
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+
+
+def test_a_store_that_turns_corrupt_while_running_is_warned_once_and_left_alone(
+    _tuner_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = _tuner_home / "tuner.db"
+    f, _ = make()
+    check_calls(f, range(1, 6))  # the process has the store open
+    _checkpoint(db)
+    with open(db, "r+b") as fh:  # the header overwritten: "file is not a database"
+        fh.write(b"\0garbage" * 12)
+    damaged = db.read_bytes()
+    caplog.set_level(logging.WARNING)
+    check_calls(f, range(100, 104))  # new keys: read, claim, record and store all meet the damage
+    g, _ = make(mode="offline")
+    check_calls(g, (1, 2, 200))
+    msgs = store_warnings(caplog)
+    assert len(msgs) == 1, msgs  # one warning for the one cause, not one per step
+    assert f"store {db} is corrupt (file is not a database)" in msgs[0], msgs
+    assert "move it aside" in msgs[0] and ".recover" in msgs[0], msgs
+    assert db.read_bytes() == damaged  # never written to, truncated or deleted
+
+
+def _corrupt_table(db: Path, table: str) -> None:
+    """Overwrite the root page of `table` with junk (the rest of the file stays readable)."""
+    with sqlite3.connect(db) as con:
+        page_size = con.execute("PRAGMA page_size").fetchone()[0]
+        root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
+    con.close()
+    with open(db, "r+b") as fh:
+        fh.seek((root - 1) * page_size)
+        fh.write(b"\xa5" * page_size)
+
+
+def test_the_cli_on_a_corrupt_store_fails_in_one_line_naming_the_file(
+    _tuner_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the runtime's store, truncated in the middle
+    _populate(_tuner_home, ns=range(100, 140))
+    db = _tuner_home / "tuner.db"
+    os.truncate(db, db.stat().st_size // 2)
+    before = db.read_bytes()
+    # a study's database whose Optuna table is damaged (Optuna reads it first, and used to blame "invalid
+    # data in the commit")
+    p = write_study(tmp_path, n_m=1, budget=3)
+    assert (
+        cli("study", "run", str(p), "--executor", "tests._study_fake:executor", "--quiet", "--no-report") == 0
+    )
+    sdb = tmp_path / "out-s" / "study.db"
+    close_stores()
+    _checkpoint(sdb)
+    _corrupt_table(sdb, "version_info")
+    sbefore = sdb.read_bytes()
+    capsys.readouterr()
+    for argv, path in [
+        (["cache", "show"], db),
+        (["cache", "export", "--out", str(tmp_path / "c.json")], db),
+        (["study", "report", str(p), "--out", str(tmp_path / "r")], sdb),
+        (["study", "run", str(p), "--executor", "tests._study_fake:executor", "--quiet", "--no-report"], sdb),
+    ]:
+        assert cli(*argv) == 1, argv
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        assert f"store {path} is corrupt" in err and "move it aside" in err, (argv, err)
+    assert db.read_bytes() == before and sdb.read_bytes() == sbefore
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_a_study_on_a_full_disk_stops_and_resumes_with_its_trials(
+    tmp_path: Path,
+    mount: Callable[..., None],  # noqa: F811
+) -> None:
+    from tuner.store import StoreError
+    from tuner.studies import DONE, FAILED, TaskBoard, load_study, run_study
+
+    small = tmp_path / "small"
+    small.mkdir()
+    mount("-t", "tmpfs", "-o", "size=4m", "tmpfs", target=small)
+    path = write_study(small, n_m=3, budget=6, lease_seconds=2)  # its hand-back cannot be written
+    spec = load_study(path, check_kernels=False)
+    filler = small / "filler"
+    trials = [0]
+
+    def fill_after_three(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
+        def each(*args: Any, **kw: Any) -> None:
+            trials[0] += 1
+            if trials[0] == 3:  # the disk fills (another program's log, say) during the first task
+                try:
+                    with open(filler, "wb") as fh:
+                        while True:
+                            fh.write(b"\0" * 65536)
+                            fh.flush()
+                except OSError:
+                    pass
+            callback(*args, **kw)
+
+        return fake_executor(task, prior=prior, callback=each)
+
+    with pytest.raises(StoreError, match="full") as exc:
+        run_study(spec, executor=fill_after_three)
+    assert str(small) in str(exc.value)
+    filler.unlink()
+    close_stores()
+    board = TaskBoard(spec.storage)
+    assert all(r.status != FAILED for r in board.rows(spec.name))  # the store's fault, not the tasks'
+    first = spec.tasks[0]
+    before = finished_configs(spec.storage, first)
+    assert len(before) >= 2
+    # space freed: the same command resumes, and the trials finished before the fault are kept
+    summary = run_study(spec, executor=fake_executor)
+    assert summary.counts[DONE] == 3 and summary.complete
+    after = finished_configs(spec.storage, first)
+    assert all(c in after for c in before)
+    assert {r.status for r in board.rows(spec.name)} == {DONE}
+
+
+def test_a_store_deleted_while_running_is_opened_again(
+    _tuner_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    f, _ = make()
+    check_calls(f, (1,))
+    for suffix in ("", "-wal", "-shm"):
+        (_tuner_home / f"tuner.db{suffix}").unlink(missing_ok=True)
+    caplog.set_level(logging.WARNING)
+    check_calls(f, (2, 3))  # winners that went into the unlinked file would be lost at exit
+    msgs = store_warnings(caplog)
+    assert len(msgs) == 1 and "deleted or replaced" in msgs[0], msgs
+    close_stores()
+    assert {e.key.fields_dict["n"] for e in ConfigCache().entries()} == {2, 3}
+    # offline, a deleted store is not created again
+    close_stores()
+    g, _ = make(mode="offline")
+    check_calls(g, (2,))
+    for suffix in ("", "-wal", "-shm"):
+        (_tuner_home / f"tuner.db{suffix}").unlink(missing_ok=True)
+    check_calls(g, (4,))
+    assert not (_tuner_home / "tuner.db").exists()
