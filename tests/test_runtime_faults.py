@@ -248,6 +248,60 @@ def test_locked_db(_tuner_home: Path, caplog):
     assert not store_warnings(caplog)
 
 
+def test_a_lock_held_past_the_timeout_pauses_writes_instead_of_waiting_per_key(
+    _tuner_home: Path, caplog, monkeypatch
+):
+    """Another process holds the SQLite write lock for long: the first new key waits out the busy
+    timeout and tunes in memory; the next new keys do not wait it out again (writes are paused for
+    STORE_RETRY_S; was: every new key waited the whole timeout, 60 s by default, before tuning), and
+    once the pause is over and the lock free, winners are stored again."""
+    import tuner.runtime._sources as sources
+    import tuner.storage._engine as engine
+
+    _populate(_tuner_home)
+    monkeypatch.setattr(engine, "SQLITE_TIMEOUT_S", 1)
+    claims: list[int] = []
+    real_claim = ConfigCache.claim
+
+    def claim(self, *a, **kw):
+        claims.append(1)
+        return real_claim(self, *a, **kw)
+
+    monkeypatch.setattr(ConfigCache, "claim", claim)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3, sys\n"
+            "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+            "c.execute('BEGIN EXCLUSIVE')\n"
+            "print('locked', flush=True)\n"
+            "sys.stdin.readline()\n"
+            "c.execute('COMMIT')\n",
+            str(_tuner_home / "tuner.db"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        caplog.set_level(logging.WARNING)
+        on, bench = make()
+        check_calls(on, (100, 201, 202, 203))  # a stored key, then three new ones
+        assert on.tuner.stats["from_store"] == 1 and on.tuner.stats["tuned"] == 3
+        assert len(claims) == 1, f"{len(claims)} writes waited out the lock, one was enough"
+        assert any("not written to for" in w for w in store_warnings(caplog)), store_warnings(caplog)
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        holder.wait(timeout=60)
+    monkeypatch.setattr(sources, "STORE_RETRY_S", 0.0)  # the pause is over
+    check_calls(on, (204,))
+    assert {e.key.fields_dict["n"] for e in ConfigCache().entries()} == {100, 204}
+
+
 @pytest.mark.parametrize("size", ["64k", "1m"])  # 64k: the schema does not fit; 1m: it does, then fills
 def test_full_disk(tmp_path: Path, monkeypatch, caplog, mount, size):
     home = tmp_path / "small"
@@ -369,3 +423,23 @@ def test_server_that_never_answers(caplog, monkeypatch):
     assert done == ["offline", "online"]
     msgs = store_warnings(caplog)
     assert msgs and all("timeout expired" in m for m in msgs), msgs
+
+
+def test_a_read_that_timed_out_stops_using_the_store_for_a_while(_tuner_home: Path, monkeypatch, caplog):
+    """A read that waited out the store's timeout (a stuck PostgreSQL server) is not repeated by every
+    next call: the store is left alone for STORE_RETRY_S, then opened again."""
+    import tuner.runtime._sources as sources
+    from tuner.store import StoreTimeout
+
+    db = sources.open_store(None, create=True)
+    assert db is not None
+
+    def stuck() -> None:
+        raise StoreTimeout("store sqlite:///x: read an entry ran past 60 s (synthetic)")
+
+    caplog.set_level(logging.WARNING)
+    assert sources.guarded(db, "read", "read an entry", stuck, "fallback") == "fallback"
+    assert any("not used for 30 s" in w for w in store_warnings(caplog)), store_warnings(caplog)
+    assert sources.open_store(None, create=True) is None  # left alone meanwhile
+    monkeypatch.setattr(sources, "STORE_RETRY_S", 0.0)
+    assert sources.open_store(None, create=True) is not None  # and opened again after

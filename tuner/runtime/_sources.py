@@ -22,6 +22,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -57,6 +58,10 @@ _dbs: dict[str, ConfigCache] = {}
 _failed_opens: dict[str, float] = {}  # url -> time of the last failed open
 _files: dict[str, tuple[int, int] | None] = {}  # url -> (device, inode) of its SQLite file when opened
 _dbs_lock = threading.Lock()
+# store -> when one of its writes last waited out the store's timeout (a SQLite lock held by another
+# process, a PostgreSQL statement timeout): its writes are skipped until STORE_RETRY_S has passed, so each
+# new key does not wait the whole timeout again (60 s by default) while the lock is held
+_write_paused: weakref.WeakKeyDictionary[ConfigCache, float] = weakref.WeakKeyDictionary()
 _warned: set[tuple[str, ...]] = set()
 _warned_lock = threading.Lock()
 
@@ -254,11 +259,31 @@ def close_stores() -> None:
             c.store.engine.dispose()
         _dbs.clear()
         _failed_opens.clear()
+        _write_paused.clear()
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """The store did not answer within its timeout: a PostgreSQL statement timeout or a server that did
+    not answer (`StoreTimeout`), or a SQLite lock another process held past the busy timeout."""
+    from ..store import StoreTimeout
+
+    if isinstance(exc, StoreTimeout):
+        return True
+    text = str(getattr(exc, "orig", None) or exc).lower()
+    return "database is locked" in text or "database table is locked" in text
 
 
 def guarded(db: ConfigCache, op: str, what: str, fn: Callable[[], T], default: T) -> T:
     """`fn()`, or `default` (with one warning per cause) when the store fails. `op` is "read" or "write";
-    `what` names the step in the warning. An EntryError (a bad entry, not a bad store) propagates."""
+    `what` names the step in the warning. An EntryError (a bad entry, not a bad store) propagates. A write
+    that waited out the store's timeout pauses the store's writes for STORE_RETRY_S (the results of that
+    time are kept in memory only); a read that did stops using the store for as long."""
+    if op == "write":
+        paused = _write_paused.get(db)
+        if paused is not None:
+            if time.monotonic() - paused < STORE_RETRY_S:
+                return default
+            _write_paused.pop(db, None)
     try:
         return fn()
     except EntryError:
@@ -269,6 +294,16 @@ def guarded(db: ConfigCache, op: str, what: str, fn: Callable[[], T], default: T
             _drop(db)  # no more reads or writes of a damaged file (for STORE_RETRY_S, then opened again)
             return default
         then = "skipping the store for this step" if op == "read" else "the result is kept in memory only"
+        if _timed_out(exc):
+            if op == "write":
+                _write_paused[db] = time.monotonic()
+            else:
+                _drop(db)
+            then = (
+                f"it is not written to for {STORE_RETRY_S:g} s; results are kept in memory meanwhile"
+                if op == "write"
+                else f"it is not used for {STORE_RETRY_S:g} s"
+            )
         warn_once(
             ("store", url, op, type(exc).__name__),
             "store %s: cannot %s (%s); %s",
