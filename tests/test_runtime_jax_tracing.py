@@ -199,3 +199,38 @@ def test_traced_entry_equals_the_eager_entry(tmp_path):
     again, ab = make(eager_url, [])
     jax.jit(again)(x, w, b)
     assert ab.calls == 0 and again.tuner.stats["from_store"] == 1
+
+
+def test_keyword_call_under_jit_hits_without_stand_ins(monkeypatch):
+    # A call with keyword arguments takes the general key, which is built from shapes and dtypes as the
+    # fast key is: once tuned, its traces are in-memory hits too, with no concrete stand-ins (jax's
+    # mha with causal= as users call it; a stand-in is an array as large as the traced one).
+    from tuner.runtime import _jax as rjax
+
+    made: list = []
+    real = rjax._materialise
+    monkeypatch.setattr(rjax, "_materialise", lambda *a, **k: (made.append(1), real(*a, **k))[1])
+    seen: list = []
+    bench = ConfigBench(seen, lambda c: {16: 2e-3, 32: 1e-3}[c[0]])
+
+    @tuner.autotune(
+        configs=[{"block_q": 16, "block_k": 16}, {"block_q": 32, "block_k": 32}],
+        key=lambda q, k, v, causal=False: {"S": q.shape[1], "D": q.shape[3], "causal": causal},
+        bench=bench,
+    )
+    def attn(q, k, v, causal=False, *, block_q, block_k):
+        seen.append((block_q, block_k))
+        sizes = attention.BlockSizes(block_q=block_q, block_k=block_k)
+        return attention.mha(q, k, v, None, causal=causal, block_sizes=sizes, interpret=True)
+
+    q = jax.random.normal(jax.random.PRNGKey(7), (1, 32, 2, 16))
+    want = attention.mha_reference(q, q, q, None, causal=True)
+    out = jax.jit(lambda q: attn(q, q, q, causal=True))(q)  # a miss: tuned on stand-ins
+    np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=2e-4, atol=2e-4)
+    assert bench.calls == 2 and bench.traced == 0 and len(made) == 1
+    out = jax.jit(lambda q: attn(q, q, q, causal=True) * 2.0)(q)  # a new trace, the same key: a hit
+    np.testing.assert_allclose(np.asarray(out), np.asarray(want * 2.0), rtol=2e-4, atol=2e-4)
+    abstract = jax.eval_shape(lambda q: attn(q, q, q, causal=True), jax.ShapeDtypeStruct(q.shape, q.dtype))
+    assert abstract.shape == q.shape
+    assert len(made) == 1 and bench.calls == 2 and seen[-1] == (32, 32)
+    assert attn.tuner.stats["tuned"] == 1

@@ -238,6 +238,19 @@ class Autotuned:
     def miss(self, args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]) -> dict[str, Any]:
         """The config for a call whose fast key is not in memory: the general key's memo, else the
         resolution chain under a per-key lock. Remembered under the fast key for the hit path."""
+        # A call the fast keys do not cover (keywords, too few positional arguments): the general key's
+        # memo. It is built from key values and dtypes, which tracers have, so a traced call hits here
+        # too, without stand-ins (a tracer among the key values is unhashable: refused below).
+        general = None
+        if fast_key is None:
+            try:
+                general = self.keys.general(args, kwargs)
+            except TypeError:
+                pass
+            else:
+                cfg = self.mem.get(general)
+                if cfg is not None:
+                    return cfg
         if _jax.has_tracer(args, kwargs):  # inside jax.jit/grad/vmap: resolve on concrete arrays
             if isinstance(self.keys, ArgKeys):  # a key value only known at run time cannot select
                 _jax.refuse_traced_key(self.name, self.keys.raw_values(args, kwargs))
@@ -246,14 +259,7 @@ class Autotuned:
         # stored key switched the table (`ArgKeys`, on the first pytree of arrays).
         table_fn = self.keys.fast[len(args)] if fast_key is not None else None
         if fast_key is None:
-            try:
-                fast_key = self.keys.general(args, kwargs)
-            except TypeError:
-                fast_key = None
-            else:
-                cfg = self.mem.get(fast_key)
-                if cfg is not None:
-                    return cfg
+            fast_key = general
         ck = self.keys.full(args, kwargs)
         if table_fn is not None and self.keys.fast[len(args)] is not table_fn:
             fast_key = self.keys.fast[len(args)](args)  # type: ignore[misc]

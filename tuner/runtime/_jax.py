@@ -6,7 +6,8 @@ there the launcher runs eagerly, as it would outside any transformation (`ensure
 not enough: it also leaks into the Pallas interpreter's own tracing). The key, the store lookup and, if
 needed, the tuning are exactly those of an eager call with such arrays, so the stored entry is the one
 the eager path stores. The traced call then runs with the chosen config. Hits never get here (the
-in-memory key is built from shapes and dtypes, which tracers have).
+in-memory keys, the fast key of a positional call and the general key of a call with keywords, are
+built from key values and dtypes, which tracers have).
 
 The helper thread runs with the caller's thread-local settings, as an eager call in the caller's thread
 would: its contextvars (a copy of the caller's context: what the helper sets stays there) and jax's
