@@ -30,6 +30,7 @@ from .storage import (
     check_schema,
     engine_for,
     ensure_schema,
+    guard_for,
     normalize_url,
     operation,
     read_only_url,
@@ -202,6 +203,9 @@ class ResultStore:
         strategy: str | None = None,
         worker: str | None = None,
     ) -> int:
+        """Store one measurement; returns its row id. Inside a study worker's task (`storage.guarding`),
+        a measurement of the task's study raises `LeaseLost`, nothing written, once another worker has
+        taken the task over (the check and the insert are one transaction)."""
         task = task or TaskContext()
         row = MeasurementRow(
             task_id=task.task_id,
@@ -224,7 +228,10 @@ class ResultStore:
             created_at=dt.datetime.now(dt.timezone.utc),
         )
         what = f"recording a measurement of {task.kernel}" + (f" (study {study_name})" if study_name else "")
+        guard = guard_for(self.url, study_name)  # a study worker's lease on the task (`storage._fence`)
         with operation(what), self.session() as s:
+            if guard is not None:
+                guard.check(s.connection())  # LeaseLost, and nothing written, once the task is taken over
             s.add(row)
             s.flush()
             return int(row.id)
