@@ -5,7 +5,10 @@ The takeover is forced deterministically, in the old worker's own thread, at the
 before the old worker writes a trial's measurement, or between that write and telling Optuna. The new
 worker then runs the whole task. Afterwards, and after the task is resumed with a larger budget, every
 counted trial (COMPLETE, or FAIL not skipped) has exactly one measurement row and every measurement row a
-counted trial. On SQLite and on the real PostgreSQL server (127.0.0.1:5432, tests/pg.py)."""
+counted trial. On SQLite and on the real PostgreSQL server (127.0.0.1:5432, tests/pg.py).
+
+Also: a store written by an older tuner (Optuna told first) may hold counted trials without a
+measurement; `tuner study report` names them instead of inventing measurements for them."""
 
 from __future__ import annotations
 
@@ -149,3 +152,52 @@ def test_the_guard_refuses_a_measurement_once_the_task_is_taken_over(url: str, t
     rec(task.study_name)
     assert len(store.measurements(study_name=task.study_name)) == 3
     assert len(store.measurements(study_name="another study")) == 1
+
+
+def test_report_names_counted_trials_without_a_measurement(url: str, tmp_path: Path) -> None:
+    """A store damaged by an older tuner: one counted trial lost its measurement row (Optuna was told
+    first), and one measurement belongs to no counted trial (a worker that had lost its lease). The
+    report says so in the task's section; nothing is re-recorded, and a resumed run neither measures the
+    trial again nor makes a measurement up for it."""
+    from sqlalchemy import delete, select
+
+    from tuner.storage import engine_for
+    from tuner.storage._schema import MeasurementRow
+    from tuner.store import ResultStore
+    from tuner.studies import load_study, run_study, task_trials, write_report
+    from tuner.studies._runner import _optuna_storage
+
+    spec = load_study(write_study(tmp_path, n_m=1, budget=4), storage=url, check_kernels=False)
+    [task] = spec.tasks
+    assert run_study(spec, executor=FAKE).complete
+    clean = write_report(spec, tmp_path / "clean").markdown.read_text()
+    assert "Store check" not in clean
+
+    trials = sorted(task_trials(_optuna_storage(url), task.study_name), key=lambda t: t.number)
+    victim = trials[1]
+    store = ResultStore(url)
+    with engine_for(url).begin() as conn:
+        ids = conn.execute(
+            select(MeasurementRow.id, MeasurementRow.config).where(
+                MeasurementRow.study_name == task.study_name
+            )
+        ).all()
+        [gone] = [i for i, c in ids if _key(c) == _key(dict(victim.params))]
+        conn.execute(delete(MeasurementRow).where(MeasurementRow.id == gone))
+    store.record(None, "fp", {"BLOCK_M": 999}, 1.0, "ok", study_name=task.study_name)
+    check = store.check_trials(task.study_name, trials)
+    assert check.unmeasured == (victim.number,) and check.unmatched_measurements == 1
+
+    md = write_report(spec, tmp_path / "damaged").markdown.read_text()
+    assert "Store check: the trials and the stored measurements of 1 task(s) disagree" in md
+    assert (
+        f"1 counted trial(s) have no measurement in the results store (Optuna trial numbers {victim.number})"
+        in md
+    )
+    assert "1 stored measurement(s) belong to no counted trial" in md
+
+    spec2 = load_study(write_study(tmp_path, n_m=1, budget=6), storage=url, check_kernels=False)
+    assert run_study(spec2, executor=FAKE).complete
+    after = task_trials(_optuna_storage(url), task.study_name)
+    assert len(after) == 6 and len({_key(dict(t.params)) for t in after}) == 6  # not measured again
+    assert store.check_trials(task.study_name, after).unmeasured == (victim.number,)  # nor made up
