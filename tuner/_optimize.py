@@ -480,6 +480,22 @@ def _tell(study: optuna.Study, asked: _Asked, value: float | None, status: str, 
             study.tell(asked.proxy, value)
 
 
+def _abandon(study: optuna.Study, asked: _Asked, why: str) -> None:
+    """Finish the asked trial (and its replaced proposal) as FAIL + `tuner_skip`: its measurement was not
+    stored and never will be (this worker lost its lease on the study's task). Best effort: the new
+    holder may have abandoned it already, and nothing else tells it."""
+    import optuna
+
+    for t in (asked.trial, asked.proxy):
+        if t is None:
+            continue
+        try:
+            t.set_user_attr("tuner_skip", why)
+            study.tell(t, state=optuna.trial.TrialState.FAIL)
+        except Exception as exc:  # noqa: BLE001 - finished meanwhile, or the store is down: LeaseLost follows
+            log.info("trial %d of study %s left as it is: %s", t.number, study.study_name, exc)
+
+
 def _search(
     space: SearchSpace,
     objective: Callable[[Config], float],
@@ -495,7 +511,7 @@ def _search(
     Returns (why it stopped, strategy time in seconds: everything but the objective and the recorder)."""
     import optuna
 
-    from .storage import operation
+    from .storage import LeaseLost, operation
 
     dists = space.to_optuna()
     t_start = time.perf_counter()
@@ -528,7 +544,11 @@ def _search(
         # it (`_resume`; the study runner before it starts a task). The other order would leave a counted
         # trial without its measurement, which nothing can rebuild.
         if recorder is not None:
-            recorder(trial)
+            try:
+                recorder(trial)
+            except LeaseLost:
+                _abandon(study, asked, "abandoned (its worker lost the lease)")
+                raise
         t0 = time.perf_counter()
         try:
             with operation(f"storing trial {asked.trial.number} of study {study.study_name!r}"):

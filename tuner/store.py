@@ -31,6 +31,7 @@ from .storage import (
     check_schema,
     engine_for,
     ensure_schema,
+    guard_for,
     normalize_url,
     operation,
     read_only_url,
@@ -59,6 +60,7 @@ __all__ = [
     "StoreError",
     "StoreTimeout",
     "TaskContext",
+    "TrialCheck",
     "Measurement",
     "MeasurementRow",
     "SCHEMA_VERSION",
@@ -127,6 +129,20 @@ class Measurement:
     error: str | None
     study_name: str | None
     created_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class TrialCheck:
+    """How the counted trials of a study and its stored measurements disagree (`ResultStore.check_trials`):
+    the numbers of counted trials without a measurement, and the number of measurements without a counted
+    trial. Both empty: consistent."""
+
+    unmeasured: tuple[int, ...] = ()
+    unmatched_measurements: int = 0
+
+    @property
+    def consistent(self) -> bool:
+        return not self.unmeasured and not self.unmatched_measurements
 
 
 class ResultStore:
@@ -204,6 +220,9 @@ class ResultStore:
         strategy: str | None = None,
         worker: str | None = None,
     ) -> int:
+        """Store one measurement; returns its row id. Inside a study worker's task (`storage.guarding`),
+        a measurement of the task's study raises `LeaseLost`, nothing written, once another worker has
+        taken the task over (the check and the insert are one transaction)."""
         task = task or TaskContext()
         row = MeasurementRow(
             task_id=task.task_id,
@@ -226,7 +245,10 @@ class ResultStore:
             created_at=dt.datetime.now(dt.timezone.utc),
         )
         what = f"recording a measurement of {task.kernel}" + (f" (study {study_name})" if study_name else "")
+        guard = guard_for(self.url, study_name)  # a study worker's lease on the task (`storage._fence`)
         with operation(what), self.session() as s:
+            if guard is not None:
+                guard.check(s.connection())  # LeaseLost, and nothing written, once the task is taken over
             s.add(row)
             s.flush()
             return int(row.id)
@@ -307,6 +329,30 @@ class ResultStore:
                 told,
             )
         return told
+
+    def check_trials(self, study_name: str, trials: Sequence[optuna.trial.FrozenTrial]) -> TrialCheck:
+        """Compare the counted `trials` of Optuna study `study_name` (COMPLETE, or FAIL not skipped: the
+        caller's selection, e.g. `tuner.studies.task_trials`) with the measurements stored of that study
+        (the finalists' re-measurements are not trials), config by config: each counted trial should have
+        exactly one measurement, and each measurement a counted trial.
+
+        A store written by a tuner that told Optuna before storing the measurement (or whose worker
+        stopped between the two writes then) can hold counted trials without a measurement; they are
+        reported, not re-recorded: the trial keeps only the config and its value (or status and error),
+        not the measurement's statistics, task context or time, so a rebuilt row would be made up."""
+        left: dict[str, int] = {}
+        for m in self.measurements(study_name=study_name):
+            if m.stats.get("phase") != "final":
+                k = _match_key(m.config)
+                left[k] = left.get(k, 0) + 1
+        unmeasured = []
+        for t in sorted(trials, key=lambda t: t.number):
+            k = _match_key(t.params)
+            if left.get(k, 0) > 0:
+                left[k] -= 1
+            else:
+                unmeasured.append(t.number)
+        return TrialCheck(tuple(unmeasured), sum(left.values()))
 
     # ---- reading -----------------------------------------------------------------------------------
     def measurements(

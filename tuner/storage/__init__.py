@@ -4,6 +4,8 @@
 - `ensure_schema(engine)`: create or migrate tuner's tables (Alembic, scripts in `migrations/`), safe when
   many processes start at once on a fresh database; `check_schema(engine)` for a store opened read-only
   (`read_only_url(url)`: a SQLite file in a folder that cannot be written), which is read, never migrated.
+- `guarding(url, study_name, check)`: while a study worker runs a task, the measurements of its study are
+  written only while `check` finds the worker's lease held (`LeaseLost` otherwise; `_fence`).
 - `optuna_storage(url)`: Optuna's RDBStorage on the same database, created under the same lock.
 - On PostgreSQL every connection has a statement timeout (`TUNER_PG_TIMEOUT`, `pg_timeout_s()`); a statement
   that runs past it raises `StoreTimeout`, naming the store, the `operation(...)` and the limit.
@@ -29,6 +31,7 @@ from ._engine import (
     redact,
     sqlite_path,
 )
+from ._fence import LeaseLost, WriteGuard, guard_for, guarding
 from ._migrate import check_schema, ensure_schema, optuna_storage, schema_lock, schema_revision
 from ._schema import SCHEMA_REVISION, SCHEMA_VERSION, VERSION_TABLE
 
@@ -38,12 +41,16 @@ __all__ = [
     "SCHEMA_VERSION",
     "VERSION_TABLE",
     "StoreCorrupt",
+    "WriteGuard",
+    "LeaseLost",
     "StoreError",
     "StoreTimeout",
     "check_schema",
     "engine_for",
     "engine_kwargs",
     "ensure_schema",
+    "guard_for",
+    "guarding",
     "make_engine",
     "normalize_url",
     "operation",

@@ -26,7 +26,15 @@ from sqlalchemy import func, select, text, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..storage import check_schema, engine_for, ensure_schema, normalize_url, operation, read_only_url
+from ..storage import (
+    LeaseLost,
+    check_schema,
+    engine_for,
+    ensure_schema,
+    normalize_url,
+    operation,
+    read_only_url,
+)
 from ..storage._owner import HOST, local_dead_pid
 from ..storage._schema import tasks_table
 from ._spec import StudyTask
@@ -110,7 +118,7 @@ class TaskBoard:
 
     # ---- clock -------------------------------------------------------------------------------------
     def _now(self, conn: Connection) -> float:
-        dialect = self.engine.dialect.name
+        dialect = conn.dialect.name
         if dialect == "postgresql":
             return float(conn.execute(text("SELECT EXTRACT(EPOCH FROM clock_timestamp())")).scalar_one())
         if dialect == "sqlite":
@@ -252,6 +260,24 @@ class TaskBoard:
                 log.warning("worker %s took over task %s (attempt %d)", worker, task.key, row.attempts)
             return Claim(row.id, task, token, worker, int(row.attempts), float(row.spent_s or 0.0))
         return None
+
+    def hold(self, conn: Connection, claim: Claim) -> None:
+        """Inside the caller's transaction on this database: check that `claim` still holds its task, and
+        keep the task's row locked until that transaction ends (an UPDATE of its heartbeat), so that a
+        takeover (the claim's UPDATE of the row, which writes a new token) either waits for the caller's
+        transaction or has already happened; `LeaseLost` in the latter case. The guard of a study
+        worker's measurement writes (`tuner.storage.guarding`).
+
+        A lease that ran out but that nobody took over still holds: a write under it is read by whoever
+        takes the task over next (after its claim), so nothing is lost or orphaned; the lease itself is
+        not extended here (the heartbeat and the per-trial renewal decide whether the worker goes on)."""
+        now = self._now(conn)
+        res = conn.execute(update(tasks_table).where(self._held(claim)).values(heartbeat_at=now))
+        if res.rowcount != 1:
+            raise LeaseLost(
+                f"lease of task {claim.task.key} lost (taken over by another worker): its measurement is not "
+                "stored"
+            )
 
     def _held(self, claim: Claim) -> Any:
         c = tasks_table.c

@@ -22,14 +22,17 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner._atomic import atomic_write
 from tuner._units import to_seconds
 
 from ._board import DONE, FAILED, TaskRow, summarize
-from ._runner import _optuna_storage, task_trials
+from ._runner import _result_store, task_trials
 from ._spec import StudySpec, StudyTask
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tuner.store import TrialCheck
 
 log = logging.getLogger(__name__)
 
@@ -234,6 +237,27 @@ def _config_str(cfg: Mapping[str, Any] | None) -> str:
     return "-" if not cfg else ", ".join(f"{k}={v}" for k, v in sorted(cfg.items()))
 
 
+def _check_text(check: TrialCheck) -> str:
+    """The report's note on a task whose counted trials and stored measurements disagree."""
+    parts = []
+    if check.unmeasured:
+        nums = ", ".join(str(n) for n in check.unmeasured[:20]) + (
+            ", ..." if len(check.unmeasured) > 20 else ""
+        )
+        parts.append(
+            f"{len(check.unmeasured)} counted trial(s) have no measurement in the results store (Optuna "
+            f"trial numbers {nums}), as an older tuner that told Optuna before recording the measurement "
+            "(or an executor that records none) leaves them. They count with the value Optuna kept; tuner "
+            "does not make up measurements for them"
+        )
+    if check.unmatched_measurements:
+        parts.append(
+            f"{check.unmatched_measurements} stored measurement(s) belong to no counted trial (a worker "
+            "that lost its lease, under a tuner before lease-fenced measurements)"
+        )
+    return "Store check: " + "; ".join(parts) + "."
+
+
 def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResult:
     """Write `report.md`, `report.html` and one convergence PNG per task into `out_dir`."""
     out = Path(out_dir)
@@ -259,7 +283,9 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
             f"cannot write the report of study {spec.name} into {out}: {exc.strerror or exc}; "
             "give a folder that can be written with --out DIR (the study's database is only read)"
         ) from exc
-    storage = _optuna_storage(spec.storage)
+    store = _result_store(spec.storage)
+    storage = store.optuna_storage()
+    inconsistent: list[str] = []
     counts = summarize(rows)
     redacted = spec.storage.split("@")[-1] if "@" in spec.storage else spec.storage
     blocks: list[Block] = [
@@ -363,6 +389,18 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
             )
         else:
             sections.append(("p", "No failed trials."))
+        check = store.check_trials(t.study_name, trials)
+        if not check.consistent:
+            inconsistent.append(t.key)
+            sections.append(("p", _check_text(check)))
+    if inconsistent:
+        blocks.append(
+            (
+                "p",
+                f"Store check: the trials and the stored measurements of {len(inconsistent)} task(s) "
+                f"disagree ({', '.join(f'`{k}`' for k in inconsistent)}); see their sections.",
+            )
+        )
     blocks.append(("h2", "Summary"))
     blocks.append(
         ("table", ["task", "status", "trials", "best time", "% of roofline", "best config"], summary_rows)

@@ -11,15 +11,24 @@ calls `tuner.tune.tune_kernel`; tests and plugins pass another one (`--executor 
 Resuming is the executor's storage doing its job: the task's Optuna study is created with
 `load_if_exists`, and `tuner.optimize` counts its finished trials and never measures them again. Before
 an executor starts on a task, trials that a dead worker left RUNNING or WAITING are marked FAIL with the
-user attribute `tuner_skip = "abandoned"` (ignored when resuming and in reports); a worker that is still
-alive but lost its lease then fails on its next `tell` instead of adding a trial behind the new holder.
-A RUNNING trial whose measurement is in the results store (the worker stopped between recording it and
-telling Optuna: `tuner.optimize` records first) is not abandoned but told from that measurement.
+user attribute `tuner_skip = "abandoned"` (ignored when resuming and in reports). A RUNNING trial whose
+measurement is in the results store (the worker stopped between recording it and telling Optuna:
+`tuner.optimize` records first) is not abandoned but told from that measurement.
+
+A worker that is still alive but lost its lease (its heartbeat came late and another worker took the
+task over) stops at its next write: the measurements of the task's study commit only while no other
+worker has claimed the task (`tuner.storage.guarding`, the board's `hold` in the same transaction), so
+its next measurement
+raises `LeaseLost` with nothing written (the trial is marked abandoned) and never turns into a
+measurement that no counted trial refers to; a measurement that committed just before the takeover is
+told by the new holder, and the old worker's own `tell` then fails. Either way the old worker ends the
+task as "lost", not failed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import inspect
 import json
@@ -38,7 +47,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..storage import StoreError
+from ..storage import LeaseLost, StoreError, guarding
 from ._board import DONE, FAILED, PENDING, RUNNING, Claim, TaskBoard, TaskRow, retry, summarize
 from ._spec import StudySpec, StudyTask, task_distance
 
@@ -63,10 +72,6 @@ Executor = Callable[..., Any]
 # Trials per task when only a time budget is given (the space or the clock ends the task first).
 UNLIMITED_TRIALS = 1_000_000
 ENV_STORAGE = "TUNER_STUDY_STORAGE"
-
-
-class LeaseLost(RuntimeError):
-    """This worker's lease on the task expired and another worker may hold it: stop working on it."""
 
 
 def default_executor(
@@ -408,6 +413,11 @@ class _Lease:
                 log.error("lost the lease of task %s (taken over)", self.claim.task.key)
                 self.lost.set()
 
+    def holds(self) -> bool:
+        """Whether this worker still holds the task, as the board says now (renewing the lease)."""
+        self._renew()
+        return not self.lost.is_set()
+
     def _beat(self) -> None:
         interval = max(0.2, self.lease_s / 4)
         while not self.stop.wait(interval):
@@ -578,8 +588,12 @@ class StudyWorker:
         lease = _Lease(
             self.board, claim, self.lease_s, len(before), _best(before), self.on_progress, self._interrupt
         )
+        # The executor's measurements of this study commit only while this worker holds the lease
+        # (`tuner.storage.guarding`): after a takeover they raise LeaseLost instead of adding a
+        # measurement behind the new holder that no counted trial refers to.
+        guard = functools.partial(self.board.hold, claim=claim)
         try:
-            with lease:
+            with lease, guarding(task.storage, task.study_name, guard):
                 res = self.executor(task, prior=prior, callback=lease.callback)
         except LeaseLost:
             return "lost"
@@ -590,7 +604,10 @@ class StudyWorker:
                 self.board.finish(claim, PENDING, spent_add=lease.spent())
             raise
         except Exception as exc:  # noqa: BLE001 - a broken task must not stop the study
-            if lease.lost.is_set():
+            # Asked of the board, not only of the heartbeat (which may be late): a worker whose task was
+            # taken over fails on the new holder's writes (a trial it measured was told or abandoned by
+            # the new holder), and that is not the task's failure.
+            if lease.lost.is_set() or not lease.holds():
                 log.warning("task %s: %s after the lease was lost", task.key, exc)
                 return "lost"
             log.error("task %s failed: %s: %s", task.key, type(exc).__name__, exc)
