@@ -119,10 +119,19 @@ def _pg_options(url_options: str | None, timeout_s: float) -> str | None:
     return " ".join(parts) or None
 
 
+_STATEMENT_TIMEOUT = re.compile(r"(?<![\w])statement_timeout\s*=\s*(\S+)")
+
+
+def statement_timeout_option(options: str | None) -> str | None:
+    """The value of the last `-c statement_timeout=...` in libpq `options` (as written), or None."""
+    found = _STATEMENT_TIMEOUT.findall(options or "")
+    return found[-1] if found else None
+
+
 def _limit_text(url_options: str | None, timeout_s: float) -> str:
-    named = re.search(r"statement_timeout\s*=\s*(\S+)", url_options or "")
+    named = statement_timeout_option(url_options)
     if named:
-        return f"statement_timeout={named.group(1)} (the URL's options)"
+        return f"statement_timeout={named} (the URL's options)"
     if timeout_s > 0:
         return f"{timeout_s:g} s (TUNER_PG_TIMEOUT; default {PG_TIMEOUT_S:g})"
     return "the server's own timeout (TUNER_PG_TIMEOUT=0 sets none)"
