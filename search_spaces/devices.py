@@ -12,9 +12,10 @@ workgroup on CDNA2/CDNA3, 160 KiB on CDNA4, 512 VGPRs + AccVGPRs per lane).
 
 Detection (torch and jax imported lazily, only when asked):
 - `detect_device(backend)`: the `Device` a backend runs on here (CUDA compute capability -> sm70 / sm75 /
-  sm80 / sm86 / sm89 / sm90 / sm100 / sm120 through `nvidia_arch`, with the limits torch reports for the
-  GPU in place of the table's; an AMD GPU's gfx target -> gfx90a / gfx942 / gfx950; JAX's TPU kind -> the
-  TPU generation; the CPU under the interpreters); constraints and features use it.
+  sm80 / sm86 / sm89 / sm90 / sm100 / sm120 through `nvidia_arch`, with the name and limits torch reports
+  for the GPU in place of the table's; an AMD GPU's gfx target -> gfx90a / gfx942 / gfx950; JAX's TPU kind
+  -> the TPU generation; the CPU under the interpreters); constraints and features use it. Its `name` is
+  the device's own (torch's or jax's name for it), its peaks those of the arch's table product.
 - `device_for_family(family)` / `device_for_label(label)`: the descriptor whose limits hold for a device
   that `device_family` recognises (None where none does).
 - `device_label(backend)`: the same device as the runtime's cache keys name it ("cpu",
@@ -114,7 +115,8 @@ class Device:
 # 64K 32-bit registers per SM, at most 255 registers per thread and 1024 threads per block; the opt-in
 # maximum of shared memory per block is what differs: 96 KiB on 7.0/7.2, 64 KiB on 7.5, 163 KiB on 8.0/8.7,
 # 99 KiB on 8.6/8.9/12.x, 227 KiB on 9.0/10.x/11.0). SM counts, L2 and peaks are one product's, named first:
-# on a real GPU `detect_device` takes the SM count, L2, registers and shared memory torch reports instead.
+# on a real GPU `detect_device` takes the name, SM count, L2, registers and shared memory torch reports
+# instead, and keeps the table product's peaks.
 SM70 = Device(
     "V100",  # Tesla V100 SXM2; no int8 tensor cores: the int8 peak is DP4A's (4x fp32)
     "cuda",
@@ -659,10 +661,19 @@ _REPORTED_LIMITS = (
 )
 
 
+def _named(dev: Device, name: Any) -> Device:
+    """`dev` named `name` (what torch or jax calls the device), or `dev` itself when that is empty: the
+    table's name is its representative product's, not this device's."""
+    text = str(name or "").strip()
+    return replace(dev, name=text) if text and text != dev.name else dev
+
+
 def _with_reported_limits(dev: Device, props: Any) -> Device:
-    """`dev` with the limits torch's device properties report (where they have them, and positive)
-    instead of the table's figures of the descriptor's product: an RTX 4090 is an sm89 device with
-    128 SMs and 72 MiB of L2, not an L40S. torch >= 2.7 has every one of these attributes on CUDA."""
+    """`dev` with the name and the limits torch's device properties report (where they have them, and
+    positive) instead of the table's figures of the descriptor's product: an RTX 4090 is an sm89 device
+    named "NVIDIA GeForce RTX 4090" with 128 SMs and 72 MiB of L2, not an L40S. torch >= 2.7 has every
+    one of these attributes on CUDA. The peaks stay the table product's: torch reports none."""
+    dev = _named(dev, getattr(props, "name", None))
     changes: dict[str, Any] = {}
     for attr, field in _REPORTED_LIMITS:
         if field == "l2_bytes" and dev.vendor == "amd":
@@ -679,9 +690,9 @@ def _with_reported_limits(dev: Device, props: Any) -> Device:
 
 def _torch_gpu_device() -> Device:
     """The descriptor of torch's GPU 0: the arch its compute capability names (`nvidia_arch`), with the
-    shared memory, SM count, L2, registers and warp size torch reports for the device in place of the
-    table's. On ROCm's torch the "compute capability" is the gfx version (9.4 for an MI300X), so the gfx
-    target (`gcnArchName`, else the device's name) decides there."""
+    name, shared memory, SM count, L2, registers and warp size torch reports for the device in place of
+    the table's. On ROCm's torch the "compute capability" is the gfx version (9.4 for an MI300X), so the
+    gfx target (`gcnArchName`, else the device's name) decides there."""
     import torch
 
     if getattr(torch.version, "hip", None):
@@ -701,7 +712,14 @@ def _torch_gpu_device() -> Device:
 
 def detect_device(backend: str) -> Device:
     """The device descriptor of the hardware `backend` ("triton" or "pallas") runs on here (CPU when it
-    is an interpreter)."""
+    is an interpreter).
+
+    A GPU or TPU's descriptor is its arch's row of the table (`arch`, `kind`, `vendor`, the per-thread
+    and per-block limits, and the peaks `peak_tflops_*` / `peak_bandwidth_gbs` of the row's
+    representative product, whose name is `get_device(dev.arch).name`) with what the runtime reports for
+    the device itself: its `name` (torch's `get_device_name`, jax's `device_kind`: "NVIDIA GeForce RTX
+    4090", not the table's "L40S") and, under torch, its shared memory per block, SM count, L2,
+    registers per SM and warp size. Key on `arch`, never on `name`."""
     if backend == "triton":
         return _torch_gpu_device() if on_gpu() else CPU
     if backend == "pallas":
@@ -710,19 +728,21 @@ def detect_device(backend: str) -> Device:
         import jax
 
         if jax.default_backend() == "tpu":
-            kind = jax.devices()[0].device_kind.lower()
+            kind_name = str(jax.devices()[0].device_kind)
+            kind = kind_name.lower()
             for tag, arch in _TPU_KINDS:
                 if tag in kind:
-                    return get_device(arch)
+                    return _named(get_device(arch), kind_name)
             log.warning("unknown TPU kind %r; using tpu_v5e limits", kind)
-            return TPU_V5E
+            return _named(TPU_V5E, kind_name)
         if jax.default_backend() in ("gpu", "rocm"):
             dev0 = jax.devices()[0]
-            fam = device_family(str(getattr(dev0, "device_kind", "")))
+            kind_name = str(getattr(dev0, "device_kind", ""))
+            fam = device_family(kind_name)
             if fam.vendor == "amd":  # jax on ROCm: no compute capability, the model name says the gfx target
-                return device_for_family(fam) or GFX90A
+                return _named(device_for_family(fam) or GFX90A, kind_name)
             major, _, minor = str(getattr(dev0, "compute_capability", "8.0")).partition(".")
-            return get_device(nvidia_arch(int(major), int(minor or 0)))
+            return _named(get_device(nvidia_arch(int(major), int(minor or 0))), kind_name)
         return CPU
     raise ValueError(f"unknown backend {backend!r}; use 'triton' or 'pallas'")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -41,7 +42,9 @@ def test_tpu_generation_from_jax_device_kind(monkeypatch: pytest.MonkeyPatch, ki
     fake = SimpleNamespace(platform="tpu", device_kind=kind)
     monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
     monkeypatch.setattr(jax, "devices", lambda *a: [fake])
-    assert dv.detect_device("pallas").arch == arch
+    dev = dv.detect_device("pallas")
+    assert (dev.arch, dev.name) == (arch, kind)  # jax's name for the chip, the generation's limits
+    assert dev.vmem_bytes == dv.get_device(arch).vmem_bytes
     assert dv.device_label("pallas") == f"tpu:{kind}"
 
 
@@ -51,7 +54,19 @@ def test_jax_gpu_compute_capability(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     for cc, arch in (("8.0", "sm80"), ("8.9", "sm89"), ("9.0", "sm90"), ("10.0", "sm100"), ("12.0", "sm120")):
         monkeypatch.setattr(jax, "devices", lambda *a, cc=cc: [SimpleNamespace(compute_capability=cc)])
-        assert dv.detect_device("pallas").arch == arch
+        assert dv.detect_device("pallas") is dv.get_device(arch)  # no device_kind: the table's name stays
+
+
+def test_jax_gpu_keeps_its_own_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """jax names an RTX 4090 by its device_kind: the descriptor is sm89's, the name is not the L40S's."""
+    jax = pytest.importorskip("jax")
+    monkeypatch.setenv("TUNER_PALLAS_INTERPRET", "0")
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    fake = SimpleNamespace(platform="gpu", device_kind="NVIDIA GeForce RTX 4090", compute_capability="8.9")
+    monkeypatch.setattr(jax, "devices", lambda *a: [fake])
+    dev = dv.detect_device("pallas")
+    assert (dev.name, dev.arch, dev.smem_per_block_bytes) == ("NVIDIA GeForce RTX 4090", "sm89", 99 * 1024)
+    assert dev.features() == dv.SM89.features()  # the name is no feature
 
 
 def test_labels_are_the_runtime_key_names() -> None:
@@ -156,7 +171,7 @@ def test_a_config_over_99_kib_of_shared_memory_is_rejected_on_sm86_sm89_sm120(
     assert matmul_space(_MATMUL, dv.SM80, "triton").contains(_CFG_120_KIB)
     _emulate_cuda_gpu(monkeypatch, name, cc)
     dev = dv.detect_device("triton")
-    assert (dev.arch, dev.smem_per_block_bytes) == (arch, 101376)
+    assert (dev.arch, dev.name, dev.smem_per_block_bytes) == (arch, name, 101376)
     space = matmul_space(_MATMUL, dev, "triton")
     assert not space.contains(_CFG_120_KIB)
     assert any("smem 122880 B > 101376 B" in v and arch in v for v in space.violations(_CFG_120_KIB))
@@ -195,7 +210,10 @@ def test_compute_capability_to_descriptor(
     )
     assert dv.device_for_label(f"NVIDIA GPU (sm{cc[0]}{cc[1]})") is dev
     _emulate_cuda_gpu(monkeypatch, "NVIDIA GPU", cc)
-    assert dv.detect_device("triton") is dev  # nothing reported: the table's descriptor itself
+    # no limits reported: the table's descriptor, under the name torch gives the GPU
+    assert dv.detect_device("triton") == replace(dev, name="NVIDIA GPU")
+    _emulate_cuda_gpu(monkeypatch, "", cc)
+    assert dv.detect_device("triton") is dev  # nothing reported at all: the table's descriptor itself
 
 
 def test_an_unknown_compute_capability_gets_the_nearest_lower_arch_with_one_warning(
@@ -229,12 +247,18 @@ def test_the_limits_torch_reports_win_over_the_table(monkeypatch: pytest.MonkeyP
     dev = dv.detect_device("triton")
     assert (dev.arch, dev.name, dev.num_sms, dev.l2_bytes, dev.smem_per_block_bytes) == (
         "sm89",
-        dv.SM89.name,
+        "NVIDIA GeForce RTX 4090",  # its own name, not the table's "L40S"
         128,
         72 * 2**20,
         101376,
     )
     assert dev.features()["dev_num_sms"] == 128.0 and dev.features()["dev_l2_mib"] == 72.0
+    # torch reports no peaks: those stay the table product's, whose name the arch finds
+    assert (dev.peak_tflops_fp16, dev.peak_bandwidth_gbs) == (
+        dv.SM89.peak_tflops_fp16,
+        dv.SM89.peak_bandwidth_gbs,
+    )
+    assert dv.get_device(dev.arch).name == "L40S"
     # an H100 PCIe: sm90 with 114 SMs and a (made-up) smaller shared memory, which the space obeys
     _emulate_cuda_gpu(
         monkeypatch,
@@ -263,6 +287,7 @@ def test_the_cu_count_rocm_reports_wins_but_not_its_per_xcd_l2(monkeypatch: pyte
     props.multi_processor_count, props.L2_cache_size, props.warp_size = 228, 4 * 2**20, 64
     dev = dv.detect_device("triton")
     assert (dev.arch, dev.num_sms, dev.l2_bytes, dev.warp_size) == ("gfx942", 228, 32 * 2**20, 64)
+    assert dev.name == "AMD Instinct MI300A"  # not the table's "MI300X/MI325X"
 
 
 def test_attention_shared_memory_counts_by_compute_capability_not_by_string_order() -> None:
@@ -304,6 +329,7 @@ def test_an_amd_gpu_gets_its_own_limits_not_sm90s(
     _emulate_rocm_gpu(monkeypatch, name, gcn_arch, cc)
     dev = dv.detect_device("triton")
     assert (dev.arch, dev.kind, dev.smem_per_block_bytes) == (arch, "cuda", lds_kib * 1024)
+    assert dev.name == name
     assert (dev.warp_size, dev.max_threads_per_block, dev.max_regs_per_thread) == (64, 1024, 512)
 
 
@@ -377,7 +403,8 @@ def test_jax_on_rocm_names_the_amd_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     fake = SimpleNamespace(platform="gpu", device_kind="AMD Instinct MI300X")
     monkeypatch.setattr(jax, "devices", lambda *a: [fake])
-    assert dv.detect_device("pallas").arch == "gfx942"
+    dev = dv.detect_device("pallas")
+    assert (dev.arch, dev.name) == ("gfx942", "AMD Instinct MI300X")
 
 
 class InterpreterError(RuntimeError):
