@@ -260,6 +260,13 @@ BLOCKS = KernelSpec(
 )
 
 
+def test_a_kernel_measurer_without_a_device_detects_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """device=None (the default) detects the device, for its kind and its arch alike."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    m = KernelMeasurer(BLOCKS, None, "triton", timing=FAST, isolation="inprocess")
+    assert m.arch == "cpu"
+
+
 def test_tune_kernel_stores_every_trial_and_picks_the_fastest_correct(tmp_path):
     url = f"sqlite:///{tmp_path / 't.db'}"
     m = KernelMeasurer(BLOCKS, None, "triton", device="cpu", timing=FAST, isolation="inprocess")

@@ -335,7 +335,7 @@ class KernelMeasurer(TargetMeasurer):
 
 def _arch(device: Device | str | None, backend: str) -> str:
     if device is None:
-        from ._device import detect_device
+        from tuner.search_spaces.devices import detect_device
 
         return detect_device(backend).arch
     return device if isinstance(device, str) else device.arch
