@@ -86,7 +86,8 @@ def test_cuda_label_names_the_gpu_and_its_capability(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     major, minor = torch.cuda.get_device_capability(0)
     assert dv.device_label("triton") == f"{torch.cuda.get_device_name(0)} (sm{major}{minor})"
-    assert dv.detect_device("triton").kind == "cuda"
+    dev = dv.detect_device("triton")
+    assert (dev.kind, dev.name) == ("cuda", torch.cuda.get_device_name(0))
 
 
 @pytest.mark.parametrize(
