@@ -282,3 +282,47 @@ def test_the_file_check_leaves_an_interrupted_statements_error_alone(tmp_path: P
     with eng.connect() as conn:
         assert conn.execute(text("SELECT COUNT(*) FROM t")).scalar_one() == 0
     eng.dispose()
+
+
+def _space():
+    from tuner import PowerOfTwo, SearchSpace
+
+    return SearchSpace([PowerOfTwo("b", 16, 256)])
+
+
+def test_optimize_after_its_store_was_deleted_between_runs_starts_anew(tmp_path: Path) -> None:
+    """A notebook: optimize, `rm` the store, optimize again in the same process. The second run is a
+    fresh start in a new file (the deleted file is not pinned across runs)."""
+    import tuner
+
+    db = tmp_path / "nb.db"
+    url = f"sqlite:///{db}"
+    first = tuner.optimize(_space(), lambda c: c["b"] * 1e-3, budget=3, storage=url, study_name="s")
+    assert len(first.trials) == 3
+    for f in tmp_path.glob("nb.db*"):
+        f.unlink()
+    second = tuner.optimize(_space(), lambda c: c["b"] * 1e-3, budget=2, storage=url, study_name="s")
+    assert len(second.trials) == 2 and db.exists()
+    third = tuner.optimize(_space(), lambda c: c["b"] * 1e-3, budget=4, storage=url, study_name="s")
+    assert len(third.trials) == 4  # resumed from the new file: its 2 trials kept, 2 more run
+    assert [t.config for t in third.trials[:2]] == [t.config for t in second.trials]
+
+
+def test_optimize_whose_store_is_deleted_during_the_run_stops_naming_it(tmp_path: Path) -> None:
+    import tuner
+    from tuner.store import StoreError
+
+    db = tmp_path / "run.db"
+    url = f"sqlite:///{db}"
+    calls = []
+
+    def objective(c):
+        calls.append(c)
+        if len(calls) == 2:
+            for f in tmp_path.glob("run.db*"):
+                f.unlink()
+        return c["b"] * 1e-3
+
+    with pytest.raises(StoreError, match="deleted or replaced"):
+        tuner.optimize(_space(), objective, budget=5, storage=url, study_name="s")
+    assert len(calls) == 2 and not db.exists()  # stopped at that trial's write; no new file made

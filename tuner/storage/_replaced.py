@@ -13,13 +13,17 @@ file there. So, for the SQLite engines of tuner (`watch_file`):
   Optuna's RDBStorage's: `check_file` before it is made) to a path whose file is not the pinned one is
   refused with the same error, so no new file is made there. The pin goes when the process's shared
   engine of the URL is disposed (`tuner.storage.engine_for`), which is how the path is opened again:
-  the runtime's store does it when it finds its file replaced, `tuner study run` when it starts.
+  the runtime's store does it when it finds its file replaced, `tuner study run` and `tuner.optimize`
+  when they start, unless a run of this process still uses the file (`holding`): a file deleted between
+  two runs (a notebook's `rm`) starts the next one anew, one deleted during a run stops that run.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import event
@@ -27,14 +31,40 @@ from sqlalchemy.engine import Connection, Engine
 
 from ._engine import StoreError, _engines, _lock, _operation, normalize_url, sqlite_path
 
-__all__ = ["check_file", "file_identity", "reopen_if_replaced", "replaced_error", "watch_file"]
+__all__ = ["check_file", "file_identity", "holding", "reopen_if_replaced", "replaced_error", "watch_file"]
 
 _OPENED = "tuner_file_identity"  # connection record info: (device, inode) of the file it opened
 _WROTE = "tuner_wrote"  # connection record info: its open transaction wrote
 _WRITES = frozenset({"INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER"})
 
 _pinned: dict[str, tuple[int, int]] = {}  # absolute path -> the file this process opened there
+_held: dict[str, int] = {}  # absolute path -> how many runs of this process use the file now
 _pin_lock = threading.Lock()
+
+
+def _file_of(url: str) -> str | None:
+    path = sqlite_path(normalize_url(url))
+    return None if path is None or path.startswith("file:") else os.path.abspath(path)
+
+
+@contextmanager
+def holding(url: str) -> Iterator[None]:
+    """A run of this process uses the SQLite file of `url` (nothing for other stores): while it lasts,
+    `reopen_if_replaced` leaves the file pinned, so that another run starting meanwhile (a study's next
+    task, a nested `optimize`) cannot make a new file where the run's file was deleted."""
+    key = _file_of(url)
+    if key is None:
+        yield
+        return
+    with _pin_lock:
+        _held[key] = _held.get(key, 0) + 1
+    try:
+        yield
+    finally:
+        with _pin_lock:
+            _held[key] -= 1
+            if not _held[key]:
+                del _held[key]
 
 
 def file_identity(path: str) -> tuple[int, int] | None:
@@ -73,12 +103,13 @@ def _unpin(path: str) -> None:
 def reopen_if_replaced(url: str) -> bool:
     """Let go of the SQLite file of `url` when it was deleted or replaced since this process opened it:
     dispose of the process's shared engine of `url` (its next connection opens the path as it is now)
-    and unpin it. Whether it was replaced."""
-    path = sqlite_path(normalize_url(url))
-    if path is None or path.startswith("file:"):
+    and unpin it. Whether it was replaced. Nothing while a run of this process holds the file
+    (`holding`): that run's next write raises instead."""
+    path = _file_of(url)
+    if path is None:
         return False
-    was = _pinned.get(os.path.abspath(path))
-    if was is None or file_identity(path) == was:
+    was = _pinned.get(path)
+    if was is None or file_identity(path) == was or _held.get(path):
         return False
     with _lock:
         eng = _engines.get((os.getpid(), normalize_url(url)))

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..storage import LeaseLost, StoreError, guarding, normalize_url, sqlite_path
-from ..storage._replaced import file_identity, reopen_if_replaced, replaced_error
+from ..storage._replaced import file_identity, holding, reopen_if_replaced, replaced_error
 from ._board import DONE, FAILED, PENDING, RUNNING, Claim, TaskBoard, TaskRow, retry, summarize
 from ._spec import StudySpec, StudyTask, task_distance
 
@@ -741,6 +741,13 @@ def run_study(
     processes (`tuner study run STUDY --workers 1`, which needs `spec.path` and an executor given as
     "module:function" or the default); more machines join by running the same command on the same storage."""
     spec = prepare_study(spec, retry_failed=retry_failed)
+    with holding(spec.storage):  # its tasks' `optimize` calls must not open a deleted file's path anew
+        return _run_prepared(spec, workers, executor, progress, lease_s)
+
+
+def _run_prepared(
+    spec: StudySpec, workers: int, executor: Executor | str | None, progress: bool, lease_s: float | None
+) -> RunSummary:
     opened = _study_file(spec)
     monitor = _Monitor(spec) if progress else None
     if workers <= 1:
