@@ -112,3 +112,31 @@ def failing_executor(task: Any, *, prior: Any = None, callback: Any = None) -> A
             study_name=task.study_name,
             callback=callback,
         )
+
+
+_trials_here = [0]
+
+
+def deleting_executor(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
+    """`executor`, but after the FAKE_DELETE_AFTER-th trial this process finishes, the study's SQLite file
+    is deleted with its `-wal` and `-shm` (`rm -rf` of the output folder, a cleanup script), or with
+    FAKE_DELETE_HOW=move only the file is moved aside to `<file>.moved`."""
+    from tuner.storage import sqlite_path
+
+    after = int(os.environ["FAKE_DELETE_AFTER"])
+    db = sqlite_path(task.storage)
+    assert db is not None, task.storage
+
+    def each(*args: Any, **kw: Any) -> None:
+        _trials_here[0] += 1
+        if _trials_here[0] == after:
+            if os.environ.get("FAKE_DELETE_HOW") == "move":
+                os.rename(db, db + ".moved")
+            else:
+                for suffix in ("", "-wal", "-shm"):
+                    if os.path.exists(db + suffix):
+                        os.unlink(db + suffix)
+        if callback is not None:
+            callback(*args, **kw)
+
+    return executor(task, prior=prior, callback=each)

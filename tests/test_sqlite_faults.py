@@ -171,3 +171,158 @@ def test_a_store_deleted_while_running_is_opened_again(
         (_tuner_home / f"tuner.db{suffix}").unlink(missing_ok=True)
     check_calls(g, (4,))
     assert not (_tuner_home / "tuner.db").exists()
+
+
+DELETING = "tests._study_fake:deleting_executor"
+
+
+@pytest.fixture
+def deleting(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """Steer `deleting_executor` (its trial count starts at 0 in each test)."""
+    import tests._study_fake
+
+    monkeypatch.setattr(tests._study_fake, "_trials_here", [0])
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))  # for worker processes
+
+    def set_(after: int, how: str = "delete") -> None:
+        monkeypatch.setenv("FAKE_DELETE_AFTER", str(after))
+        monkeypatch.setenv("FAKE_DELETE_HOW", how)
+
+    return set_
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_study_whose_database_is_deleted_while_it_runs_stops_naming_it(
+    workers: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], deleting: Callable[..., None]
+) -> None:
+    # SQLite goes on writing into the deleted file, and every trial after the deletion used to vanish with
+    # it at exit while the run reported success (exit 0). With --workers, the workers stop at their next
+    # write and the command that started them must not report success either.
+    p = write_study(tmp_path, n_m=3, budget=4)
+    db = tmp_path / "out-s" / "study.db"
+    deleting(3)
+    capsys.readouterr()
+    assert cli("study", "run", str(p), "--workers", workers, "--executor", DELETING, "--quiet") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and f"store {db} was deleted or replaced while " in err[-1], err
+    if workers == "1":
+        assert "while this process had it open (no file is there now)" in err[-1], err
+        # nothing was made in its place: no new, half-written database at the path (a worker process that
+        # starts after the deletion makes a new study there, as a new run would)
+        names = sorted(f.name for f in db.parent.iterdir() if f.name.startswith("study.db"))
+        assert names == ["study.db.lock"], names
+
+
+def test_a_study_database_moved_aside_stops_the_run_and_resumes_once_back(
+    tmp_path: Path, deleting: Callable[..., None]
+) -> None:
+    from tuner.store import StoreError
+    from tuner.studies import DONE, load_study, run_study
+
+    p = write_study(tmp_path, n_m=2, budget=6, lease_seconds=2)
+    spec = load_study(p, check_kernels=False)
+    db = tmp_path / "out-s" / "study.db"
+    deleting(3, "move")
+    with pytest.raises(StoreError, match="deleted or replaced") as exc:
+        run_study(spec, executor=DELETING)
+    assert str(db) in str(exc.value) and "move it back" in str(exc.value)
+    assert not db.exists()
+    os.rename(f"{db}.moved", db)
+    first = spec.tasks[0]
+    before = finished_configs(spec.storage, first)
+    assert len(before) == 3  # the trials finished before the move are in the file; none after it
+    summary = run_study(spec, executor=fake_executor)
+    assert summary.counts[DONE] == 2 and summary.complete
+    after = finished_configs(spec.storage, first)
+    assert len(after) == 6 and all(c in after for c in before)
+
+
+def test_a_study_database_deleted_before_a_task_opens_it_is_not_made_again(tmp_path: Path) -> None:
+    # an executor opens its own connections (Optuna's RDBStorage): after the deletion they used to make a
+    # new database at the path, holding the next task's trials without the board or the earlier tasks
+    from tuner.store import StoreError
+    from tuner.studies import DONE, load_study, run_study
+
+    p = write_study(tmp_path, n_m=2, budget=3)
+    spec = load_study(p, check_kernels=False)
+    db = tmp_path / "out-s" / "study.db"
+    started: list[str] = []
+
+    def delete_then_tune(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
+        started.append(task.key)
+        if len(started) == 2:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{db}{suffix}").unlink(missing_ok=True)
+        return fake_executor(task, prior=prior, callback=callback)
+
+    with pytest.raises(StoreError, match="deleted or replaced while this process had it open"):
+        run_study(spec, executor=delete_then_tune)
+    assert len(started) == 2 and not db.exists()
+    # the same process runs it again (a notebook): the path is opened again, and the study starts over
+    summary = run_study(spec, executor=fake_executor)
+    assert summary.counts[DONE] == 2 and summary.complete
+    assert all(len(finished_configs(spec.storage, t)) == 3 for t in spec.tasks)
+
+
+def test_the_file_check_leaves_an_interrupted_statements_error_alone(tmp_path: Path) -> None:
+    # Ctrl-C (or SIGTERM, which a study worker turns into it) inside a statement invalidates the connection;
+    # its rollback must not raise PendingRollbackError in place of the interrupt (the worker then marked
+    # its task failed instead of handing it back)
+    from sqlalchemy import text
+
+    from tuner.storage import engine_for
+
+    eng = engine_for(f"sqlite:///{tmp_path / 'x.db'}")
+    with eng.begin() as conn:
+        conn.execute(text("CREATE TABLE t (x INTEGER)"))
+    with eng.connect() as conn:
+        conn.execute(text("INSERT INTO t VALUES (1)"))
+        conn.invalidate()
+        conn.rollback()
+    with eng.connect() as conn:
+        assert conn.execute(text("SELECT COUNT(*) FROM t")).scalar_one() == 0
+    eng.dispose()
+
+
+def _space():
+    from tuner import PowerOfTwo, SearchSpace
+
+    return SearchSpace([PowerOfTwo("b", 16, 256)])
+
+
+def test_optimize_after_its_store_was_deleted_between_runs_starts_anew(tmp_path: Path) -> None:
+    """A notebook: optimize, `rm` the store, optimize again in the same process. The second run is a
+    fresh start in a new file (the deleted file is not pinned across runs)."""
+    import tuner
+
+    db = tmp_path / "nb.db"
+    url = f"sqlite:///{db}"
+    first = tuner.optimize(_space(), lambda c: c["b"] * 1e-3, budget=3, storage=url, study_name="s")
+    assert len(first.trials) == 3
+    for f in tmp_path.glob("nb.db*"):
+        f.unlink()
+    second = tuner.optimize(_space(), lambda c: c["b"] * 1e-3, budget=2, storage=url, study_name="s")
+    assert len(second.trials) == 2 and db.exists()
+    third = tuner.optimize(_space(), lambda c: c["b"] * 1e-3, budget=4, storage=url, study_name="s")
+    assert len(third.trials) == 4  # resumed from the new file: its 2 trials kept, 2 more run
+    assert [t.config for t in third.trials[:2]] == [t.config for t in second.trials]
+
+
+def test_optimize_whose_store_is_deleted_during_the_run_stops_naming_it(tmp_path: Path) -> None:
+    import tuner
+    from tuner.store import StoreError
+
+    db = tmp_path / "run.db"
+    url = f"sqlite:///{db}"
+    calls = []
+
+    def objective(c):
+        calls.append(c)
+        if len(calls) == 2:
+            for f in tmp_path.glob("run.db*"):
+                f.unlink()
+        return c["b"] * 1e-3
+
+    with pytest.raises(StoreError, match="deleted or replaced"):
+        tuner.optimize(_space(), objective, budget=5, storage=url, study_name="s")
+    assert len(calls) == 2 and not db.exists()  # stopped at that trial's write; no new file made

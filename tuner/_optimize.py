@@ -8,13 +8,14 @@ store's by default, or the caller's (`tune_kernel` records the full measurement 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import numbers
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -180,7 +181,7 @@ def optimize(
     budget, seed = _check_arguments(space, objective, budget, seed, time_budget_s)
     space.check_not_empty()  # every config violates a constraint: say which, before anything runs
     prior_n = validate_prior(prior)
-    with _optuna_quiet():
+    with _optuna_quiet(), _store_in_use(storage):
         strat, strategy_name = _make_strategy(strategy, space, seed, prior_n)
         seed = strat.seed  # an instance's own seed (equal to `seed` for a strategy given by name)
         store = _open_store(storage)
@@ -307,6 +308,22 @@ def _check_instance(
             f"seed={seed} differs from the {name} instance's seed={strat.seed}: the instance's seed "
             "drives the search; pass the seed to it (optimize's seed may be left out)"
         )
+
+
+@contextlib.contextmanager
+def _store_in_use(storage: str | ResultStore | None) -> Iterator[None]:
+    """A SQLite store's file is this run's while it lasts: one deleted since an earlier run of this
+    process (a notebook's `rm`) is opened anew first; one deleted during the run stops its next write
+    (`tuner.storage._replaced`)."""
+    if storage is None:
+        yield
+        return
+    from .storage._replaced import holding, reopen_if_replaced
+
+    url = storage if isinstance(storage, str) else storage.url
+    reopen_if_replaced(url)
+    with holding(url):
+        yield
 
 
 def _open_store(storage: str | ResultStore | None) -> ResultStore | None:

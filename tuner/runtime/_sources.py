@@ -213,15 +213,12 @@ def _exists(url: str) -> bool:
 def _identity(url: str) -> tuple[int, int] | None:
     """(device, inode) of a SQLite store's file; None for other stores or a file that is not there."""
     from ..storage import sqlite_path
+    from ..storage._replaced import file_identity
 
     path = sqlite_path(url)
     if path is None or path.startswith("file:"):
         return None
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)
+    return file_identity(path)
 
 
 def _same_file(url: str) -> bool:

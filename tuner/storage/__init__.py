@@ -11,7 +11,10 @@
   that runs past it raises `StoreTimeout`, naming the store, the `operation(...)` and the limit.
 - On SQLite a fault of the file or the disk (corrupt, not a database, disk full, read-only, I/O error)
   raises `StoreError` naming the file and what to do (`StoreCorrupt` for a damaged file); a lock held past
-  the busy timeout stays SQLAlchemy's `OperationalError` ("database is locked"), which callers retry.
+  the busy timeout stays SQLAlchemy's `OperationalError` ("database is locked"), which callers retry. A
+  write into a SQLite file deleted or replaced while the process has it open (SQLite would write into the
+  deleted file) raises `StoreError` naming it before it commits, and no new file is made at the path
+  (`_replaced`); disposing of `engine_for(url)`'s engine opens the path again.
 """
 
 from __future__ import annotations

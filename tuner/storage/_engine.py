@@ -427,6 +427,11 @@ def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         event.listen(eng, "connect", _sqlite_pragmas)
         install_sqlite_errors(eng)
+        path = sqlite_path(url)
+        if path is not None and not path.startswith("file:"):  # a file, not read-only: no writes to lose
+            from ._replaced import watch_file
+
+            watch_file(eng, path, owner=True)  # a file deleted or replaced under this process
     install_timeout_errors(eng, url)
     return eng
 

@@ -42,6 +42,7 @@ from ._engine import (
     sqlite_fault_in,
     sqlite_path,
 )
+from ._replaced import check_file, watch_file
 from ._schema import SCHEMA_REVISION, SCHEMA_VERSION, VERSION_TABLE
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -134,6 +135,9 @@ def _sqlite_migration_engine(url: str) -> Engine:
     the whole migration is one transaction."""
     eng = create_engine(url, poolclass=NullPool, connect_args={"timeout": SQLITE_TIMEOUT_S})
     install_sqlite_errors(eng)
+    path = sqlite_path(url)
+    if path is not None:
+        watch_file(eng, path)
 
     @event.listens_for(eng, "connect")
     def _connect(dbapi_conn: Any, rec: Any) -> None:
@@ -287,10 +291,15 @@ def optuna_storage(url: str) -> optuna.storages.RDBStorage:
         install_sqlite_errors(ro.engine)
         return ro
     eng = engine_for(url)
+    path = sqlite_path(str(eng.url))
+    if path is not None:  # RDBStorage connects (which makes the file) before its engine can be watched
+        check_file(path, "opening Optuna's tables")
     with schema_lock(eng), _alembic_quiet(), _sqlite_faults(url):
         storage = optuna.storages.RDBStorage(
             str(eng.url.render_as_string(hide_password=False)), engine_kwargs=engine_kwargs(url)
         )
     install_timeout_errors(storage.engine, url)  # same timeouts (engine_kwargs), same clear error
     install_sqlite_errors(storage.engine)  # a corrupt file, a full disk: named, not Optuna's generic error
+    if path is not None:
+        watch_file(storage.engine, path)  # a file deleted or replaced under this process
     return storage

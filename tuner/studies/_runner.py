@@ -23,6 +23,11 @@ raises `LeaseLost` with nothing written (the trial is marked abandoned) and neve
 measurement that no counted trial refers to; a measurement that committed just before the takeover is
 told by the new holder, and the old worker's own `tell` then fails. Either way the old worker ends the
 task as "lost", not failed.
+
+A SQLite study database deleted or replaced while the study runs (SQLite would go on writing into the
+deleted file, lost at exit) stops the worker at its next write with a `StoreError` naming the file, nothing
+written after it (`tuner.storage._replaced`); `run_study` checks the file once more when its workers are
+done, and opens the path again when it starts (a deleted study is then run anew).
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..storage import LeaseLost, StoreError, guarding
+from ..storage import LeaseLost, StoreError, guarding, normalize_url, sqlite_path
+from ..storage._replaced import file_identity, holding, reopen_if_replaced, replaced_error
 from ._board import DONE, FAILED, PENDING, RUNNING, Claim, TaskBoard, TaskRow, retry, summarize
 from ._spec import StudySpec, StudyTask, task_distance
 
@@ -667,6 +673,8 @@ def prepare_study(spec: StudySpec, *, retry_failed: bool = False) -> StudySpec:
     from ._from_misses import check_task_factories
 
     check_task_factories(spec.tasks)
+    if reopen_if_replaced(spec.storage):  # this process ran it before, and its file went since
+        log.info("study %s: store %s was deleted or replaced since; opened again", spec.name, spec.storage)
     if any(t.device == "auto" for t in spec.tasks):
         from tuner.search_spaces.devices import detect_device
 
@@ -697,6 +705,22 @@ def prepare_study(spec: StudySpec, *, retry_failed: bool = False) -> StudySpec:
     return spec
 
 
+def _study_file(spec: StudySpec) -> tuple[str, tuple[int, int] | None] | None:
+    """The SQLite file of the study's store and its identity now; None for a server's store."""
+    path = sqlite_path(normalize_url(spec.storage))
+    return None if path is None or path.startswith("file:") else (path, file_identity(path))
+
+
+def _check_study_file(opened: tuple[str, tuple[int, int] | None] | None, outcome: str) -> None:
+    """Raise StoreError when the study's SQLite file was deleted or replaced since `opened`
+    (`_study_file`); `outcome` says what was not done or written."""
+    if opened is None:
+        return
+    path, was = opened
+    if file_identity(path) != was:
+        raise replaced_error(path, outcome, during="the study ran")
+
+
 def _summary(spec: StudySpec) -> RunSummary:
     rows = study_rows(spec)
     return RunSummary(
@@ -717,6 +741,14 @@ def run_study(
     processes (`tuner study run STUDY --workers 1`, which needs `spec.path` and an executor given as
     "module:function" or the default); more machines join by running the same command on the same storage."""
     spec = prepare_study(spec, retry_failed=retry_failed)
+    with holding(spec.storage):  # its tasks' `optimize` calls must not open a deleted file's path anew
+        return _run_prepared(spec, workers, executor, progress, lease_s)
+
+
+def _run_prepared(
+    spec: StudySpec, workers: int, executor: Executor | str | None, progress: bool, lease_s: float | None
+) -> RunSummary:
+    opened = _study_file(spec)
     monitor = _Monitor(spec) if progress else None
     if workers <= 1:
         worker = StudyWorker(
@@ -733,6 +765,7 @@ def run_study(
             if monitor:
                 monitor.stop()
             worker.board.close()
+        _check_study_file(opened, "nothing was written into the deleted file after that")
         return _summary(spec)
     if spec.path is None:
         raise ValueError("several workers need the study file (spec.path)")
@@ -776,6 +809,7 @@ def run_study(
     bad = [p.returncode for p in procs if p.returncode not in (0, 1)]
     if bad:
         log.warning("worker processes exited with %s", bad)
+    _check_study_file(opened, "nothing was written into the deleted file after that")
     return _summary(spec)
 
 
