@@ -354,6 +354,29 @@ def test_a_pooled_connection_whose_backend_stopped_is_replaced(
         assert _backend_pid(c.connection.dbapi_connection) != pid
 
 
+def test_a_connection_given_back_its_own_limit_is_watched_on_it_at_once(
+    pg_url: str, freeze: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The schema lock's connection runs under the migration's limit (600 s), then gets its own back
+    (1 s), as when a store is created. The watchdog, which looked at it under the long limit and then
+    looks again only an eighth of that deadline later (112 s), must look again at once."""
+    from tuner.storage import StoreTimeout, make_engine
+    from tuner.storage._engine import set_statement_limit
+
+    monkeypatch.setenv("TUNER_PG_TIMEOUT", "1")
+    eng = make_engine(pg_url)
+    c = eng.connect()
+    set_statement_limit(c, 600)
+    time.sleep(0.5)  # past the watchdog's next look (an eighth of the 2 s deadline)
+    set_statement_limit(c, None)
+    freeze(_backend_pid(c.connection.dbapi_connection))
+    exc, took = bounded(lambda: c.execute(text("SELECT 1")))
+    c.close()  # not before: closing waits on the stopped backend where the call hangs
+    eng.dispose()
+    assert isinstance(exc, StoreTimeout) and "did not answer at all" in str(exc), exc
+    assert took < 10, took  # the 2 s deadline, not the long limit's schedule
+
+
 def test_optuna_storage_on_a_stopped_backend_fails_instead_of_hanging(
     pg_url: str, freeze: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -127,6 +127,11 @@ class _Watchdog:
                 threading.Thread(target=self._run, name="tuner-pg-watchdog", daemon=True).start()
         self._wake.set()
 
+    def look_again(self) -> None:
+        """Look at the connections now: one's limit changed, and its deadline may come before the next
+        look, which was set by the shortest limit then (a migration's 600 s: 112 s later)."""
+        self._wake.set()
+
     def _run(self) -> None:
         while True:
             with self._lock:
@@ -230,3 +235,4 @@ def set_limit(dbapi_conn: Any, limit_s: float | None) -> None:
     one it connected with."""
     if isinstance(dbapi_conn, Guarded):
         dbapi_conn.tuner_limit_s = dbapi_conn.tuner_own_limit_s if limit_s is None else limit_s
+        _watchdog.look_again()
