@@ -29,17 +29,34 @@ def _server_or_skip() -> None:
         pytest.skip(msg)
 
 
-def fresh_database() -> Iterator[str]:
-    """Yield the URL of a new, empty database; drop it afterwards."""
+DRIVERS = ("psycopg2", "psycopg")  # tuner's own dependency, and psycopg 3 (in the dev extra)
+
+
+def _driver_or_skip(driver: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(driver) is None:
+        msg = f"the PostgreSQL driver {driver} is not installed (the dev extra has it)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg + " (CI=true: it must be)")
+        pytest.skip(msg)
+
+
+def fresh_database(driver: str | None = None) -> Iterator[str]:
+    """Yield the URL of a new, empty database; drop it afterwards. `driver` (one of DRIVERS): the URL
+    names that driver; None: the admin URL's (psycopg2 unless TUNER_TEST_PG_ADMIN says otherwise)."""
     from sqlalchemy import create_engine, text
 
+    if driver is not None:
+        _driver_or_skip(driver)
     _server_or_skip()
     name = f"tuner_test_{uuid.uuid4().hex[:12]}"
     admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as c:
         c.execute(text(f'CREATE DATABASE "{name}"'))
     try:
-        yield ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+        url = ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+        yield url if driver is None else f"postgresql+{driver}://" + url.split("://", 1)[1]
     finally:
         with admin.connect() as c:
             c.execute(

@@ -1,4 +1,4 @@
-"""The results store: the same conformance tests on SQLite and on the real PostgreSQL server."""
+"""The results store: the same conformance tests on SQLite and on the real PostgreSQL server (through\npsycopg2 and through psycopg 3)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ import pytest
 
 from tuner.store import ResultStore, StoreError, TaskContext, default_storage_url
 
-from .pg import fresh_database
+from .pg import DRIVERS, fresh_database
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", *DRIVERS])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'store.db'}"
-    else:
-        yield from fresh_database()
+    else:  # PostgreSQL through either driver (a driverless URL gets psycopg 3 where it is installed)
+        yield from fresh_database(request.param)
 
 
 def test_record_and_query(url: str) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.pg import fresh_database
+from tests.pg import DRIVERS, fresh_database
 from tests.test_studies import FAKE, REPO, finished_configs, write_study
 
 pytestmark = pytest.mark.postgres
@@ -29,12 +29,17 @@ pytestmark = pytest.mark.postgres
 HARD_LIMIT_S = 30.0  # far past the 1 s store timeout of these tests; a hang fails here
 
 
-@pytest.fixture
-def pg_url() -> Iterator[str]:
+@pytest.fixture(params=DRIVERS)
+def pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh database, reached through a URL with a password (trust auth ignores it) that no message
-    may show."""
-    for url in fresh_database():
+    may show, through each driver (psycopg2, psycopg 3): both get the same timeouts and deadline."""
+    for url in fresh_database(request.param):
         yield url.replace("postgres@", "postgres:s3cret-pw@", 1)
+
+
+def scheme(url: str) -> str:
+    """`postgresql+psycopg2`: what a message names the store by, before its host."""
+    return url.split("://", 1)[0]
 
 
 @pytest.fixture
@@ -96,7 +101,7 @@ def test_a_locked_table_fails_a_write_with_a_clear_error(
     assert took < 15, took
     msg = str(exc)
     host_db = pg_url.split("@", 1)[1]
-    assert f"store postgresql+psycopg2://{host_db}:" in msg, msg
+    assert f"store {scheme(pg_url)}://{host_db}:" in msg, msg
     assert "s3cret-pw" not in msg and "postgres@" not in msg, msg
     assert "recording a measurement of k (study s1)" in msg, msg
     assert "gave up after 1 s (TUNER_PG_TIMEOUT" in msg and "rolled back" in msg, msg
@@ -200,6 +205,7 @@ def _complete_trials(url: str) -> int:
         eng.dispose()
 
 
+@pytest.mark.parametrize("pg_url", ["psycopg2"], indirect=True)  # the CLI's part; the drivers' is above
 def test_a_study_worker_fails_within_bounded_time_and_its_task_is_claimable(
     pg_url: str, lock_table: Any, tmp_path: Path
 ) -> None:
@@ -316,7 +322,7 @@ def test_a_stopped_backend_fails_a_write_instead_of_hanging(
         )
     assert isinstance(exc, StoreTimeout), exc
     msg = str(exc)
-    assert f"store postgresql+psycopg2://{pg_url.split('@', 1)[1]}:" in msg and "s3cret-pw" not in msg, msg
+    assert f"store {scheme(pg_url)}://{pg_url.split('@', 1)[1]}:" in msg and "s3cret-pw" not in msg, msg
     assert "recording a measurement of k (study s1) gave up after 2 s (1 s (TUNER_PG_TIMEOUT" in msg, msg
     assert "the server did not answer at all" in msg, msg
     if at == "COMMIT":
@@ -346,6 +352,29 @@ def test_a_pooled_connection_whose_backend_stopped_is_replaced(
     assert exc is None, exc
     with store.engine.connect() as c:
         assert _backend_pid(c.connection.dbapi_connection) != pid
+
+
+def test_a_connection_given_back_its_own_limit_is_watched_on_it_at_once(
+    pg_url: str, freeze: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The schema lock's connection runs under the migration's limit (600 s), then gets its own back
+    (1 s), as when a store is created. The watchdog, which looked at it under the long limit and then
+    looks again only an eighth of that deadline later (112 s), must look again at once."""
+    from tuner.storage import StoreTimeout, make_engine
+    from tuner.storage._engine import set_statement_limit
+
+    monkeypatch.setenv("TUNER_PG_TIMEOUT", "1")
+    eng = make_engine(pg_url)
+    c = eng.connect()
+    set_statement_limit(c, 600)
+    time.sleep(0.5)  # past the watchdog's next look (an eighth of the 2 s deadline)
+    set_statement_limit(c, None)
+    freeze(_backend_pid(c.connection.dbapi_connection))
+    exc, took = bounded(lambda: c.execute(text("SELECT 1")))
+    c.close()  # not before: closing waits on the stopped backend where the call hangs
+    eng.dispose()
+    assert isinstance(exc, StoreTimeout) and "did not answer at all" in str(exc), exc
+    assert took < 10, took  # the 2 s deadline, not the long limit's schedule
 
 
 def test_optuna_storage_on_a_stopped_backend_fails_instead_of_hanging(

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import create_engine, event, text
+from sqlalchemy.dialects import plugins
 from sqlalchemy.engine import Connection, Engine, ExceptionContext, make_url
 
 from tuner._settings import text as _setting_text
@@ -63,6 +64,10 @@ PG_TIMEOUT_S = 60.0
 # wait for its lock: those statements get this longer limit (or none where the timeout is 0).
 PG_MIGRATION_TIMEOUT_S = 600.0
 _PG_TIMEOUT_PARAMS = ("statement_timeout", "idle_in_transaction_session_timeout")
+# The SQLAlchemy plugin that gives psycopg 3 connections the client-side deadline psycopg2's get from their
+# `connection_factory` (`_watchdog_pg3`); SQLAlchemy imports it when an engine names it.
+PG3_DEADLINE_PLUGIN = "tuner_pg3_deadline"
+plugins.register(PG3_DEADLINE_PLUGIN, "tuner.storage._watchdog_pg3", "Psycopg3Deadline")
 
 
 class StoreError(RuntimeError):
@@ -312,7 +317,8 @@ def install_sqlite_errors(engine: Engine) -> None:
 
 def normalize_url(url: str) -> str:
     """`postgresql://...` names no driver, and SQLAlchemy 2.1 then picks psycopg 3; tuner depends on
-    psycopg2 (pyproject), so a driverless PostgreSQL URL is pointed at psycopg2 unless psycopg 3 is there."""
+    psycopg2 (pyproject), so a driverless PostgreSQL URL is pointed at psycopg2 unless psycopg 3 is there
+    (then SQLAlchemy's default stands). Both drivers get the same timeouts and client-side deadline."""
     for prefix in ("postgresql://", "postgres://"):
         if url.startswith(prefix):
             if (
@@ -395,12 +401,15 @@ def engine_kwargs(url: str) -> dict[str, Any]:
         options = _pg_options(url_options if isinstance(url_options, str) else None, pg_timeout_s())
         if options:
             kw["connect_args"]["options"] = options
-        if options and "statement_timeout" in options and parsed.get_driver_name() == "psycopg2":
+        if options and "statement_timeout" in options:
             # the server enforces statement_timeout only while it runs: a client-side deadline for a
             # server that does not (stopped, frozen), which libpq would wait on for ever (`_watchdog`)
-            from ._watchdog import GuardedConnection
+            if parsed.get_driver_name() == "psycopg2":
+                from ._watchdog import GuardedConnection
 
-            kw["connect_args"]["connection_factory"] = GuardedConnection
+                kw["connect_args"]["connection_factory"] = GuardedConnection
+            else:  # psycopg 3 takes no connection class: a plugin connects (`_watchdog_pg3`)
+                kw["plugins"] = [PG3_DEADLINE_PLUGIN]
     return kw
 
 
@@ -413,7 +422,7 @@ def set_statement_limit(conn: Connection, seconds: float | None) -> None:
         conn.execute(text("RESET statement_timeout"))
     else:
         conn.execute(text(f"SET statement_timeout = {round(seconds * 1000)}"))
-    if conn.dialect.driver == "psycopg2":
+    if conn.dialect.driver in ("psycopg2", "psycopg"):
         from ._watchdog import set_limit
 
         set_limit(conn.connection.dbapi_connection, seconds)

@@ -1,4 +1,4 @@
-"""A client-side deadline on every call of a psycopg2 connection that waits for the server.
+"""A client-side deadline on every call of a PostgreSQL connection that waits for the server.
 
 `statement_timeout` is enforced by the server: a server that does not run at all never sends its error,
 and libpq waits for ever. That is the case of a stopped backend (SIGSTOP, a debugger, a frozen VM or
@@ -9,8 +9,11 @@ either (the postmaster signals the stopped backend, which does not run to act on
 What ends the wait is this process shutting the connection's socket down: libpq's wait then ends at once
 with "server closed the connection unexpectedly". One watchdog thread per process does it for a call that
 has waited `limit + margin` seconds (it looks every eighth of that), the limit being the connection's
-statement timeout; the call then raises `Unanswered` (a psycopg2 `OperationalError`), which the engine
+statement timeout; the call then raises `Unanswered` (the driver's `OperationalError`), which the engine
 turns into a `StoreTimeout`.
+
+The mechanism (`Guarded`, `_call`, the watchdog) is the drivers'; each driver's connection class adds it:
+`GuardedConnection` here for psycopg2, `_watchdog_pg3.GuardedPsycopg3Connection` for psycopg 3.
 
 On the happy path a call costs a clock read, an attribute write and, when it returns, a lock taken to
 clear that attribute: no round trip and no thread switch.
@@ -25,14 +28,22 @@ import socket
 import threading
 import time
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import psycopg2
 import psycopg2.extensions
 
 from ._engine import statement_timeout_option
 
-__all__ = ["GuardedConnection", "Unanswered", "deadline_s", "parse_duration_s", "set_limit"]
+__all__ = [
+    "Guarded",
+    "GuardedConnection",
+    "Unanswered",
+    "UnansweredCall",
+    "deadline_s",
+    "parse_duration_s",
+    "set_limit",
+]
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +65,48 @@ def deadline_s(limit_s: float) -> float:
     return limit_s + max(1.0, limit_s / 2)
 
 
-class Unanswered(psycopg2.OperationalError):
-    """The server did not answer a call within `deadline_s(limit)`; its connection was closed. `during`:
-    "commit" (whether it took effect is unknown), "rollback" or "statement"; `waited_s`, `limit_s`."""
+class UnansweredCall:
+    """What an `Unanswered` error of any driver says: the server did not answer a call within
+    `deadline_s(limit)`; its connection was closed. `during`: "commit" (whether it took effect is unknown),
+    "rollback" or "statement"; `waited_s`, `limit_s`."""
 
     tuner_unanswered = True
     during = "statement"
     waited_s = 0.0
     limit_s = 0.0
+
+
+class Unanswered(UnansweredCall, psycopg2.OperationalError):
+    """An unanswered call of a psycopg2 connection (a psycopg2 `OperationalError`)."""
+
+
+class Guarded:
+    """The client-side deadline of one connection, mixed into a driver's connection class, which says
+    what its driver raises (`tuner_errors`) and how an unanswered call is raised (`tuner_unanswered_error`),
+    and calls `_tuner_guard` with its libpq `options` once connected."""
+
+    tuner_errors: ClassVar[type[Exception]]  # the driver's base class of errors
+    tuner_unanswered_error: ClassVar[type[Exception]]  # an `UnansweredCall` and the driver's OperationalError
+    tuner_limit_s: float  # the deadline's statement timeout; 0: none
+    tuner_own_limit_s: float  # the one it connected with
+    tuner_since: float | None  # when the call in progress began
+    tuner_cut: bool  # the watchdog closed the connection
+    tuner_lock: threading.Lock
+    closed: Any  # the driver's
+
+    if TYPE_CHECKING:
+
+        def fileno(self) -> int: ...  # the driver's: the connection's socket
+
+    def _tuner_guard(self, options: str | None) -> None:
+        found = statement_timeout_option(options)
+        self.tuner_limit_s = self.tuner_own_limit_s = (
+            (parse_duration_s(found) or 0.0) if found is not None else 0.0
+        )
+        self.tuner_since = None
+        self.tuner_cut = False
+        self.tuner_lock = threading.Lock()
+        _watchdog.register(self)
 
 
 class _Watchdog:
@@ -70,16 +115,21 @@ class _Watchdog:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._conns: weakref.WeakSet[GuardedConnection] = weakref.WeakSet()
+        self._conns: weakref.WeakSet[Guarded] = weakref.WeakSet()
         self._wake = threading.Event()
         self._started = False
 
-    def register(self, conn: GuardedConnection) -> None:
+    def register(self, conn: Guarded) -> None:
         with self._lock:
             self._conns.add(conn)
             if not self._started:
                 self._started = True
                 threading.Thread(target=self._run, name="tuner-pg-watchdog", daemon=True).start()
+        self._wake.set()
+
+    def look_again(self) -> None:
+        """Look at the connections now: one's limit changed, and its deadline may come before the next
+        look, which was set by the shortest limit then (a migration's 600 s: 112 s later)."""
         self._wake.set()
 
     def _run(self) -> None:
@@ -104,7 +154,7 @@ class _Watchdog:
             del conns
 
 
-def _shut_down(conn: Any) -> None:
+def _shut_down(conn: Guarded) -> None:
     log.warning("the PostgreSQL server did not answer a call in time; closing its connection")
     try:
         sock = socket.fromfd(conn.fileno(), socket.AF_INET, socket.SOCK_STREAM)  # a duplicate descriptor
@@ -112,7 +162,7 @@ def _shut_down(conn: Any) -> None:
             sock.shutdown(socket.SHUT_RDWR)
         finally:
             sock.close()
-    except (OSError, psycopg2.Error) as exc:  # closed meanwhile
+    except (OSError, conn.tuner_errors) as exc:  # closed meanwhile
         log.debug("closing an unanswered connection: %s", exc)
 
 
@@ -127,18 +177,20 @@ def _after_fork() -> None:  # the thread did not come along, and its lock may ha
 os.register_at_fork(after_in_child=_after_fork)
 
 
-def _call(conn: GuardedConnection, during: str, fn: Any, *args: Any) -> Any:
-    """fn(*args), watched: an attribute set before and cleared after (under the connection's lock)."""
-    if not conn.tuner_limit_s:
-        return fn(*args)
+def _call(conn: Guarded, during: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """fn(*args, **kwargs), watched: an attribute set before and cleared after (under the connection's
+    lock). A call inside another watched call of the connection (psycopg 3's commit waits through the
+    connection's `wait`) is the outer call's."""
+    if not conn.tuner_limit_s or conn.tuner_since is not None:
+        return fn(*args, **kwargs)
     conn.tuner_since = time.monotonic()
     try:
-        return fn(*args)
-    except psycopg2.Error as exc:
+        return fn(*args, **kwargs)
+    except conn.tuner_errors as exc:
         if not conn.tuner_cut:
             raise
         seconds = deadline_s(conn.tuner_limit_s)
-        err = Unanswered(
+        err: Any = conn.tuner_unanswered_error(
             f"no answer from the server within {seconds:g} s (its statement timeout, "
             f"{conn.tuner_limit_s:g} s, plus a margin): the server does not run (a stopped or frozen server "
             "or host); the connection was closed"
@@ -158,23 +210,18 @@ class _GuardedCursor(psycopg2.extensions.cursor):
         return _call(self.connection, "statement", super().executemany, query, vars_list)
 
 
-class GuardedConnection(psycopg2.extensions.connection):
+class GuardedConnection(Guarded, psycopg2.extensions.connection):
     """psycopg2's `connection_factory` of tuner's PostgreSQL engines: every call that waits for the
     server (a statement, a commit, a rollback) is cut off after `deadline_s` of the statement timeout the
     connection asked for (`-c statement_timeout=...` in its options); none without one."""
 
+    tuner_errors = psycopg2.Error
+    tuner_unanswered_error = Unanswered
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.cursor_factory = _GuardedCursor
-        self.tuner_limit_s = self.tuner_own_limit_s = self._own_limit()
-        self.tuner_since: float | None = None  # when the call in progress began
-        self.tuner_cut = False  # the watchdog closed the connection
-        self.tuner_lock = threading.Lock()
-        _watchdog.register(self)
-
-    def _own_limit(self) -> float:
-        found = statement_timeout_option(self.get_dsn_parameters().get("options"))
-        return (parse_duration_s(found) or 0.0) if found is not None else 0.0
+        self._tuner_guard(self.get_dsn_parameters().get("options"))
 
     def commit(self) -> None:
         _call(self, "commit", super().commit)
@@ -186,5 +233,6 @@ class GuardedConnection(psycopg2.extensions.connection):
 def set_limit(dbapi_conn: Any, limit_s: float | None) -> None:
     """Give one connection another statement timeout (after `SET statement_timeout` on it); None: the
     one it connected with."""
-    if isinstance(dbapi_conn, GuardedConnection):
+    if isinstance(dbapi_conn, Guarded):
         dbapi_conn.tuner_limit_s = dbapi_conn.tuner_own_limit_s if limit_s is None else limit_s
+        _watchdog.look_again()
