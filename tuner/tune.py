@@ -153,7 +153,7 @@ def _resolve_device(device: Device | str | None, backend: str) -> Device:
 
 
 def tune_kernel(
-    spec_or_name: KernelSpec | str,
+    kernel: KernelSpec | str,
     problem: Mapping[str, Any] | None,
     *,
     backend: str,
@@ -171,7 +171,8 @@ def tune_kernel(
     precompile: bool | int = False,
     study_name: str | None = None,
 ) -> KernelTuneResult:
-    """Tune one kernel on one problem, backend and device.
+    """Tune `kernel` (a registered kernel's name, or its `KernelSpec`) on one problem (None: the kernel's
+    `default_problem`), backend and device.
 
     - Builds the kernel's space for the problem and device, and (unless `measurer` is given) a
       `KernelMeasurer` that isolates each config in a worker process and checks it against the
@@ -195,7 +196,7 @@ def tune_kernel(
     """
     from tuner.kernels import get_kernel
 
-    spec: KernelSpec = get_kernel(spec_or_name) if isinstance(spec_or_name, str) else spec_or_name
+    spec: KernelSpec = get_kernel(kernel) if isinstance(kernel, str) else kernel
     if backend not in spec.backends:
         raise ValueError(f"kernel {spec.name!r} has no {backend!r} backend; it has {list(spec.backends)}")
     problem = dict(problem if problem is not None else spec.default_problem)
