@@ -281,6 +281,47 @@ def test_default_study_name_is_per_task_strategy_and_seed(tmp_path) -> None:
     )
 
 
+def test_a_strategy_of_ones_own_is_called_by_its_class_name(tmp_path) -> None:
+    """docs/api.md: a Strategy subclass that sets no `name` is named by its class in errors, in
+    `TuneResult.strategy` and in the default study name. Each used to be "base": errors named no strategy,
+    and a second strategy of one's own resumed the first one's stored study instead of searching."""
+    from tuner.strategies import RandomStrategy, Strategy
+
+    space = grid_space()
+
+    class Ascending(Strategy):
+        def propose(self) -> dict:
+            return next(c for c in self.space.enumerate() if not self.pool.is_seen(c))
+
+    class Descending(Strategy):
+        def propose(self) -> dict:
+            return next(c for c in reversed(self.space.enumerate()) if not self.pool.is_seen(c))
+
+    calls: list[dict] = []
+
+    def obj(cfg: dict) -> float:
+        calls.append(cfg)
+        return bowl(cfg)
+
+    url = f"sqlite:///{tmp_path / 'd.db'}"
+    first = tuner.optimize(space, obj, budget=3, strategy=Ascending(space), storage=url)
+    second = tuner.optimize(space, obj, budget=3, strategy=Descending(space), storage=url)
+    assert (first.strategy, second.strategy) == ("Ascending", "Descending")
+    assert len(calls) == 6 and calls[3:] == space.enumerate()[:-4:-1]
+
+    class Rogue(Strategy):
+        def propose(self) -> dict:
+            return {"a": 99, "b": 1, "c": "x"}
+
+    with pytest.raises(tuner.ConfigError, match="strategy 'Rogue' proposed a config the space rejects"):
+        tuner.optimize(space, bowl, budget=3, strategy=Rogue(space))
+
+    class Tweaked(RandomStrategy):  # another strategy than the one it extends
+        pass
+
+    assert (Tweaked.name, RandomStrategy.name) == ("Tweaked", "random")
+
+
 def test_prior_with_numpy_values_is_the_prior_with_python_values() -> None:
     """A prior read with numpy (np.int64 block sizes) warm-starts the model like the same prior in Python
     ints; the model's features of numpy ints used to be NaN."""

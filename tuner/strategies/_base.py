@@ -137,9 +137,16 @@ class Strategy(ABC):
     the nearest unseen valid config.
     """
 
+    # What errors, `TuneResult.strategy` and the default study name call it; a subclass that sets none
+    # is called by its class name (so two strategies of one's own never share a stored study).
     name: str = "base"
     uses_prior: bool = True  # False: the strategy ignores `prior` (callers need not load one)
     config_class: ClassVar[type | None] = None  # the type of its `config=` settings, if it takes any
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = cls.__name__
 
     def __init__(
         self, space: SearchSpace, *, seed: int = 0, prior: Sequence[PriorTask] | None = None
