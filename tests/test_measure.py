@@ -492,3 +492,43 @@ def test_worker_preload_keeps_the_users_forkserver_preload(tmp_path):
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["preload"] == ["__main__", "colorsys"]  # the user's setting, as they left it
     assert got["loaded"] == [True, True]  # the server tuner started preloaded both
+
+
+def test_workers_start_under_a_temp_folder_too_long_for_the_fork_servers_socket(tmp_path):
+    """A long TMPDIR (a job scheduler's per-job folder, a test runner's) put the fork server's socket past
+    Linux's 107-byte AF_UNIX limit: every worker failed to start ("AF_UNIX path too long"), every trial
+    failed, and closing the measurer then raised on the process that never started."""
+    long_tmp = tmp_path / ("t" * 40) / ("m" * 40)
+    long_tmp.mkdir(parents=True)
+    assert len(str(long_tmp)) + len("/pymp-XXXXXXXX/listener-XXXXXXXX") > 107
+    script = tmp_path / "long_tmp.py"
+    script.write_text(
+        textwrap.dedent("""
+        import json, tempfile
+        import numpy as np
+        from tuner.measure import CallableMeasurer, TimingOptions, WorkerSettings
+
+        def double(x, *, k):
+            return x * k
+
+        if __name__ == "__main__":
+            timing = TimingOptions(warmup=0, budget_ms=1.0, min_reps=1, max_reps=2, interleave_rounds=1,
+                                   interleave_reps=1)
+            x = np.ones(8)
+            with CallableMeasurer(double, (x,), reference=x * 2, timing=timing,
+                                  settings=WorkerSettings(start_method="forkserver")) as m:
+                r = m.measure({"k": 2})
+            print(json.dumps({"status": r.status, "error": r.error, "tmp": tempfile.gettempdir()}))
+    """)
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.getcwd(), "TMPDIR": str(long_tmp)},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["tmp"] == str(long_tmp)  # the user's TMPDIR itself is left as it is
+    assert got["status"] == "ok", got

@@ -57,6 +57,39 @@ def _start_keeping_default_context(proc: Any) -> None:
 
 _preload_lock = threading.Lock()
 
+# Linux caps an AF_UNIX socket's path at 107 bytes. The fork server listens on
+# `<tempdir>/pymp-XXXXXXXX/listener-XXXXXXXX`, 32 bytes more than the temp folder's path.
+_SUN_PATH_MAX = 107
+_LISTENER_SUFFIX = len("/pymp-XXXXXXXX/listener-XXXXXXXX")
+
+
+def _short_socket_folder() -> None:
+    """Point multiprocessing's temp folder (where the fork server's socket goes) at a short folder when the
+    one it would use makes the socket's path too long for Linux: a long TMPDIR (a job scheduler's
+    per-job folder, a test runner's) otherwise fails every worker's start with "AF_UNIX path too long".
+    The folder goes under the first writable of /tmp, /var/tmp and /dev/shm (what CPython 3.14 does),
+    and is removed at exit as multiprocessing's own is. Nothing changes where the path fits."""
+    import shutil
+    import tempfile
+    from multiprocessing import process, util
+
+    try:
+        config: dict[str, Any] = process.current_process()._config  # type: ignore[attr-defined]
+        current = config.get("tempdir")
+        base = current if current is not None else tempfile.gettempdir()
+        extra = len("/listener-XXXXXXXX") if current is not None else _LISTENER_SUFFIX
+        if len(os.fsencode(base)) + extra <= _SUN_PATH_MAX:
+            return
+        for folder in ("/tmp", "/var/tmp", "/dev/shm"):
+            if os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK):
+                short = tempfile.mkdtemp(prefix="pymp-", dir=folder)
+                util.Finalize(None, shutil.rmtree, args=(short, True), exitpriority=-100)
+                config["tempdir"] = short
+                log.debug("temp folder %s is too long for the fork server's socket; using %s", base, short)
+                return
+    except Exception:  # pragma: no cover - multiprocessing's private state moved: leave it as it is
+        log.debug("could not check the fork server's socket folder", exc_info=True)
+
 
 @contextlib.contextmanager
 def _preloading(ctx: Any, modules: tuple[str, ...]) -> Iterator[None]:
@@ -300,8 +333,16 @@ class Worker:
             daemon=True,
             name=f"tuner-{self.name}",
         )
-        with _preloading(self.ctx, self.preload):
-            _start_keeping_default_context(self.proc)
+        if self.ctx.get_start_method() == "forkserver":
+            _short_socket_folder()
+        try:
+            with _preloading(self.ctx, self.preload):
+                _start_keeping_default_context(self.proc)
+        except BaseException:
+            self.proc = None  # never started: nothing to kill or join
+            parent.close()
+            child.close()
+            raise
         child.close()
         self.conn = parent
         self.starts += 1
