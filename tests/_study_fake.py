@@ -3,7 +3,9 @@ tuned by the real `tuner.optimize` through the study's real storage (so resuming
 are exercised for real, without kernels). Not a stand-in for any result: its values mean nothing.
 
 Environment (so worker subprocesses can be steered): FAKE_TRIAL_SLEEP seconds per trial; FAKE_EVAL_LOG a
-file that gets one JSON line per objective call (task key, config, pid), appended atomically.
+file that gets one JSON line per objective call (task key, config, pid), appended atomically;
+FAKE_BROKEN=all fails every trial and FAKE_BROKEN=warps every config with num_warps 1 (as a backend that
+is not installed would), read at each call, so a test can break and fix a study between runs.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ def objective_for(task: Any) -> Any:
                 os.write(fd, line.encode())
             finally:
                 os.close(fd)
+        broken = os.environ.get("FAKE_BROKEN", "")
+        if broken == "all" or (broken == "warps" and config["num_warps"] == 1):
+            raise ModuleNotFoundError("No module named 'triton' (synthetic: FAKE_BROKEN)")
         if config["num_warps"] == 8 and config["BLOCK_M"] == 16:
             raise RuntimeError("out of resources (synthetic)")
         penalty = (
@@ -81,6 +86,22 @@ def executor(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
         ),
         callback=callback,
     )
+
+
+def crashing_executor(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
+    """`executor` whose run raises after the FAKE_CRASH_AFTER-th trial of the call (the measuring process
+    died): the task fails with the trials finished before kept in its study."""
+    after = int(os.environ.get("FAKE_CRASH_AFTER") or 0)
+    seen = [0]
+
+    def each(*args: Any, **kw: Any) -> None:
+        if callback is not None:
+            callback(*args, **kw)
+        seen[0] += 1
+        if after and seen[0] >= after:
+            raise RuntimeError("the measuring process died (synthetic: FAKE_CRASH_AFTER)")
+
+    return executor(task, prior=prior, callback=each)
 
 
 def measure(entry: Any, repeats: int) -> list[float]:

@@ -138,3 +138,42 @@ def test_four_workers_one_killed_every_task_finishes_once(pg_url: str, tmp_path:
     repeated = {k: n for k, n in evals.items() if n > 1}
     assert sum(n - 1 for n in repeated.values()) <= 1, repeated
     assert all(k[0] == killed_task for k in repeated)
+
+
+@pytest.mark.filterwarnings("ignore::tuner.AllTrialsFailedWarning")
+def test_retry_failed_on_a_fleet_adds_one_attempt_and_workers_seed_it(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--retry-failed` run on two machines at once puts each failed task back once (one new attempt, not
+    one per run), and worker processes run the retried tasks in the attempts' own Optuna studies."""
+    from tuner.studies import DONE, FAILED, TaskBoard, load_study, run_study, task_trials
+    from tuner.studies._runner import _optuna_storage
+
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    monkeypatch.chdir(REPO)
+    spec = load_study(write_study(tmp_path, n_m=3, budget=3), storage=pg_url, check_kernels=False)
+    monkeypatch.setenv("FAKE_BROKEN", "all")  # a backend not installed
+    assert run_study(spec, executor="tests._study_fake:executor").counts[FAILED] == 3
+    monkeypatch.delenv("FAKE_BROKEN")
+    boards = [TaskBoard(pg_url) for _ in range(4)]
+    barrier = threading.Barrier(4)
+    put_back: list[int] = []
+
+    def retrier(b: TaskBoard) -> None:
+        barrier.wait()
+        put_back.append(b.retry_failed(spec.name))
+
+    threads = [threading.Thread(target=retrier, args=(b,)) for b in boards]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(put_back) == 3
+    assert all(r.task.retries == 1 for r in boards[0].rows(spec.name))
+    assert run_study(spec, workers=2, executor="tests._study_fake:executor").counts[DONE] == 3
+    storage = _optuna_storage(pg_url)
+    for r in boards[0].rows(spec.name):
+        assert r.status == DONE and r.task.retries == 1 and r.best_config is not None
+        now = task_trials(storage, r.task.study_name)
+        assert len(now) == 3 and not any("FAKE_BROKEN" in str(t.user_attrs) for t in now)
+        assert len(task_trials(storage, f"{spec.name}:{r.key}")) == 3  # the failed attempt, kept

@@ -148,6 +148,8 @@ class TaskBoard:
         for t in tasks:
             spec = _stored_spec(t)
             row = existing.get(t.key)
+            if row is not None and (row.spec or {}).get("retries"):
+                spec["retries"] = row.spec["retries"]  # the board's, not the file's
             if row is None:
                 ins = self._insert_ignore().values(
                     study=t.study,
@@ -188,13 +190,39 @@ class TaskBoard:
         return tasks_table.insert()
 
     def retry_failed(self, study: str) -> int:
-        with operation(f"putting the failed tasks of study {study} back"), self.engine.begin() as conn:
-            res = conn.execute(
-                update(tasks_table)
-                .where((tasks_table.c.study == study) & (tasks_table.c.status == FAILED))
-                .values(status=PENDING, error=None, worker=None, lease_token=None)
-            )
-            return int(res.rowcount or 0)
+        """Put the failed tasks of `study` back in the queue, each as a new attempt: its `retries` (in the
+        stored spec) grows by one, so it runs in an Optuna study of its own, seeded with the earlier
+        attempts' successes when claimed (`tuner.studies._retry`), and its time budget starts again. Each
+        row is put back by one conditional UPDATE (still failed, claimed no more times than when read), so
+        runs of `--retry-failed` at the same moment add one attempt, not one each."""
+        with operation(f"putting the failed tasks of study {study} back"):
+            return int(retry(lambda: self._retry_failed(study), what="putting failed tasks back"))
+
+    def _retry_failed(self, study: str) -> int:
+        c = tasks_table.c
+        with self.engine.begin() as conn:
+            failed = conn.execute(
+                select(c.id, c.spec, c.attempts).where((c.study == study) & (c.status == FAILED))
+            ).all()
+        n = 0
+        for r in failed:
+            spec = {**(r.spec or {}), "retries": int((r.spec or {}).get("retries") or 0) + 1}
+            with self.engine.begin() as conn:
+                res = conn.execute(
+                    update(tasks_table)
+                    .where((c.id == r.id) & (c.status == FAILED) & (c.attempts == r.attempts))
+                    .values(
+                        status=PENDING,
+                        spec=spec,
+                        error=None,
+                        worker=None,
+                        lease_token=None,
+                        trials_done=0,
+                        spent_s=0.0,
+                    )
+                )
+                n += int(res.rowcount or 0)
+        return n
 
     # ---- leases ------------------------------------------------------------------------------------
     def claim(self, study: str, worker: str, lease_s: float) -> Claim | None:

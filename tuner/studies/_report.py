@@ -28,6 +28,7 @@ from tuner._atomic import atomic_write
 from tuner._units import to_seconds
 
 from ._board import DONE, FAILED, TaskRow, summarize
+from ._retry import check_task, own_trials
 from ._runner import _result_store, task_trials
 from ._spec import StudySpec, StudyTask
 
@@ -346,6 +347,17 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
                 f"{r.spent_s:.1f} s.",
             )
         )
+        if t.retries:
+            carried = len(trials) - len(own_trials(trials))
+            sections.append(
+                (
+                    "p",
+                    f"Retried {t.retries} time(s) (`--retry-failed`): trials in Optuna study "
+                    f"`{t.study_name}`, {carried} of them the earlier attempts' successes (not measured "
+                    "again); the earlier attempts' failed trials stay in their own studies and are not "
+                    "counted here.",
+                )
+            )
         if r.error:
             sections.append(("p", f"Error: `{r.error.splitlines()[0][:300]}`"))
         sections.append(
@@ -389,10 +401,11 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
             )
         else:
             sections.append(("p", "No failed trials."))
-        check = store.check_trials(t.study_name, trials)
-        if not check.consistent:
+        checks = check_task(store, storage, t)
+        if checks:
             inconsistent.append(t.key)
-            sections.append(("p", _check_text(check)))
+        for name, check in checks:
+            sections.append(("p", _check_text(check) + (f" (Optuna study `{name}`)" if t.retries else "")))
     if inconsistent:
         blocks.append(
             (

@@ -9,7 +9,9 @@ and `.best_value` (a `TuneResult` or the measurement layer's `KernelTuneResult`)
 calls `tuner.tune.tune_kernel`; tests and plugins pass another one (`--executor module:function`).
 
 Resuming is the executor's storage doing its job: the task's Optuna study is created with
-`load_if_exists`, and `tuner.optimize` counts its finished trials and never measures them again. Before
+`load_if_exists`, and `tuner.optimize` counts its finished trials and never measures them again. A task
+put back by `--retry-failed` runs in a new Optuna study that the worker seeds with the earlier attempts'
+successful trials (`tuner.studies._retry`), so its failed configs are measured again. Before
 an executor starts on a task, trials that a dead worker left RUNNING or WAITING are marked FAIL with the
 user attribute `tuner_skip = "abandoned"` (ignored when resuming and in reports). A RUNNING trial whose
 measurement is in the results store (the worker stopped between recording it and telling Optuna:
@@ -55,6 +57,7 @@ from typing import Any
 from ..storage import LeaseLost, StoreError, guarding, normalize_url, sqlite_path
 from ..storage._replaced import file_identity, holding, reopen_if_replaced, replaced_error
 from ._board import DONE, FAILED, PENDING, RUNNING, Claim, TaskBoard, TaskRow, retry, summarize
+from ._retry import seed_retry, task_trials
 from ._spec import StudySpec, StudyTask, task_distance
 
 log = logging.getLogger(__name__)
@@ -160,22 +163,6 @@ def _optuna_storage(url: str) -> Any:
     return _result_store(url).optuna_storage()
 
 
-def task_trials(storage: Any, study_name: str) -> list[Any]:
-    """The finished trials of a task's Optuna study that count (COMPLETE or FAIL, not tuner_skip)."""
-    import optuna
-
-    try:
-        sid = storage.get_study_id_from_name(study_name)
-    except KeyError:
-        return []
-    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
-    return [
-        t
-        for t in storage.get_all_trials(sid, deepcopy=False, states=states)
-        if not t.user_attrs.get("tuner_skip")
-    ]
-
-
 def abandon_stale_trials(storage: Any, study_name: str, worker: str, store: Any = None) -> int:
     """Mark trials left RUNNING or WAITING (by a dead worker) as FAIL + tuner_skip; we hold the lease.
     With the results `store`, a RUNNING trial whose measurement is stored (its worker stopped between
@@ -226,7 +213,7 @@ def gather_prior(
     done.sort(key=lambda t: (task_distance(t, task), t.key))
     prior = []
     for t in done[:max_tasks]:
-        trials = task_trials(storage, f"{t.study}:{t.key}")
+        trials = task_trials(storage, t.study_name)  # the current attempt's (a retry's carries the successes)
         rows_ = [(dict(tr.params), float(tr.value) if tr.value is not None else None) for tr in trials]
         if rows_:
             prior.append(rows_)
@@ -575,6 +562,7 @@ class StudyWorker:
         """Tune one claimed task; returns "done", "failed" or "lost"."""
         task = claim.task
         storage = self.storage
+        seed_retry(storage, task)  # a retried task: its attempt's own study, with the earlier successes
         stale = abandon_stale_trials(storage, task.study_name, self.worker_id, self._store)
         if stale:
             log.warning(

@@ -78,6 +78,13 @@ class StudyError(BadInput):
     """A study file that cannot be used; the message is one line naming the file and the key."""
 
 
+def attempt_study_name(study: str, key: str, retries: int = 0) -> str:
+    """The Optuna study of a task's attempt: the first one's `<study>:<key>`, the n-th retry's
+    `<study>:<key>#retry<n>`."""
+    base = f"{study}:{key}"
+    return f"{base}#retry{retries}" if retries else base
+
+
 @dataclass(frozen=True)
 class StudyTask:
     """One tuning task of a study: what an executor receives (see `tuner.studies.Executor`)."""
@@ -95,6 +102,9 @@ class StudyTask:
     finalists: int | None = None
     storage: str = ""  # filled in by the runner
     seq: int = 0  # position in the run order
+    # How many times `--retry-failed` put this task back (kept on the board, not in the study file); each
+    # retry runs in an Optuna study of its own (`study_name`), see `tuner.studies._retry`.
+    retries: int = 0
 
     @property
     def dtype(self) -> str:
@@ -102,12 +112,15 @@ class StudyTask:
 
     @property
     def study_name(self) -> str:
-        """The Optuna study that holds this task's trials (in the study's storage)."""
-        return f"{self.study}:{self.key}"
+        """The Optuna study that holds this task's trials (in the study's storage): `<study>:<key>`, and
+        `<study>:<key>#retry<n>` after the n-th `--retry-failed`."""
+        return attempt_study_name(self.study, self.key, self.retries)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["problem"] = dict(self.problem)
+        if not self.retries:
+            d.pop("retries")  # a task never retried is stored and hashed as before retries existed
         return d
 
     @classmethod
