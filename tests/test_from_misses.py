@@ -259,7 +259,7 @@ def test_from_misses_bad_input_with_a_factory_exits_2(
         assert why in capsys.readouterr().err
     fac = ["--factory", "keyed_user_mod:make_inputs"]
     assert cli(["study", "from-misses", *fac, "--device", "sm90", "--out", str(out)]) == 2
-    assert "--device do not apply with --factory" in capsys.readouterr().err
+    assert "--device does not apply with --factory" in capsys.readouterr().err
     assert cli(["study", "from-misses", *fac, "--out", str(tmp_path)]) == 2
     assert f"--out {tmp_path} is a folder" in capsys.readouterr().err
     assert not out.exists()

@@ -191,3 +191,28 @@ def test_study_task_of_a_killed_worker_on_this_host_is_taken_over_at_once(tmp_pa
     assert all(r.status == DONE for r in rows.values())
     assert rows[held[0].key].attempts == 2
     assert "its worker's process is gone" in second.stderr
+
+
+def test_a_task_handed_back_is_resumed_not_reported_as_taken_over(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A task its worker handed back (Ctrl-C, a full disk) or `--retry-failed` put back is claimed again
+    without a "took over" warning: nobody held it. A lease that ran out is still reported as taken over."""
+    from tuner.studies import PENDING, TaskBoard, load_study
+
+    spec = load_study(write_study(tmp_path, name="handback", n_m=1, n_k=1, budget=2), check_kernels=False)
+    (tmp_path / "out-handback").mkdir(exist_ok=True)
+    board = TaskBoard(spec.storage)
+    board.ensure(spec.tasks)
+    first = board.claim(spec.name, "w1", lease_s=60)
+    assert first is not None and board.finish(first, PENDING)
+    with caplog.at_level(logging.INFO, logger="tuner.studies._board"):
+        again = board.claim(spec.name, "w2", lease_s=0.01)
+    assert again is not None and again.attempts == 2
+    assert "took over" not in caplog.text and "resumes task" in caplog.text
+    time.sleep(0.05)  # w2's lease runs out
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tuner.studies._board"):
+        third = board.claim(spec.name, "w3", lease_s=60)
+    assert third is not None and "took over task" in caplog.text
+    board.close()

@@ -125,7 +125,8 @@ def run_from_misses(args: argparse.Namespace) -> int:
         ]
         if ignored:
             raise BadInput(
-                f"{' and '.join(ignored)} do not apply with --factory: a decorated function tunes on the "
+                f"{' and '.join(ignored)} {'do' if len(ignored) > 1 else 'does'} not apply with --factory: "
+                "a decorated function tunes on the "
                 "machine that runs the study, with its own measurement"
             )
         dec = decorated_study(

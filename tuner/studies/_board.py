@@ -264,6 +264,7 @@ class TaskBoard:
                 free = (c.status == PENDING) | ((c.status == RUNNING) & (c.lease_expires_at < now))
                 if row_id in dead:
                     free = free | ((c.status == RUNNING) & (c.lease_token == dead[row_id]))
+                was = conn.execute(select(c.status).where(c.id == row_id)).scalar()  # for the log line only
                 res = conn.execute(
                     update(tasks_table)
                     .where((c.id == row_id) & free)
@@ -284,8 +285,10 @@ class TaskBoard:
             task = StudyTask.from_dict({**row.spec, "storage": self.url})
             if row_id in dead:
                 log.warning("worker %s took over task %s: its worker's process is gone", worker, task.key)
-            elif row.attempts > 1:
+            elif row.attempts > 1 and was == RUNNING:  # its lease ran out
                 log.warning("worker %s took over task %s (attempt %d)", worker, task.key, row.attempts)
+            elif row.attempts > 1:  # handed back, or put back by --retry-failed: nobody else holds it
+                log.info("worker %s resumes task %s (attempt %d)", worker, task.key, row.attempts)
             return Claim(row.id, task, token, worker, int(row.attempts), float(row.spent_s or 0.0))
         return None
 
