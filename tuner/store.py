@@ -25,6 +25,7 @@ from tuner._settings import text
 
 from .storage import (
     SCHEMA_VERSION,
+    StoreConnectionLost,
     StoreCorrupt,
     StoreError,
     StoreTimeout,
@@ -56,6 +57,7 @@ DEFAULT_PRIOR_TASKS = 8
 
 __all__ = [
     "ResultStore",
+    "StoreConnectionLost",
     "StoreCorrupt",
     "StoreError",
     "StoreTimeout",

@@ -8,7 +8,8 @@
   written only while `check` finds the worker's lease held (`LeaseLost` otherwise; `_fence`).
 - `optuna_storage(url)`: Optuna's RDBStorage on the same database, created under the same lock.
 - On PostgreSQL every connection has a statement timeout (`TUNER_PG_TIMEOUT`, `pg_timeout_s()`); a statement
-  that runs past it raises `StoreTimeout`, naming the store, the `operation(...)` and the limit.
+  that runs past it raises `StoreTimeout`, naming the store, the `operation(...)` and the limit; one whose
+  connection the server ends (a restart, `pg_terminate_backend`) raises `StoreConnectionLost`.
 - On SQLite a fault of the file or the disk (corrupt, not a database, disk full, read-only, I/O error)
   raises `StoreError` naming the file and what to do (`StoreCorrupt` for a damaged file); a lock held past
   the busy timeout stays SQLAlchemy's `OperationalError` ("database is locked"), which callers retry. A
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from ._engine import (
     PG_TIMEOUT_S,
+    StoreConnectionLost,
     StoreCorrupt,
     StoreError,
     StoreTimeout,
@@ -43,6 +45,7 @@ __all__ = [
     "SCHEMA_REVISION",
     "SCHEMA_VERSION",
     "VERSION_TABLE",
+    "StoreConnectionLost",
     "StoreCorrupt",
     "WriteGuard",
     "LeaseLost",

@@ -25,6 +25,7 @@ from tuner._settings import text as _setting_text
 
 __all__ = [
     "PG_TIMEOUT_S",
+    "StoreConnectionLost",
     "StoreCorrupt",
     "StoreError",
     "StoreTimeout",
@@ -78,6 +79,13 @@ class StoreTimeout(StoreError):
     """A PostgreSQL statement ran past the store's timeout (`TUNER_PG_TIMEOUT`): the server did not answer
     in time, or another transaction held a lock it needed. Its transaction was rolled back. The message
     names the store (without user and password), the operation and the limit."""
+
+
+class StoreConnectionLost(StoreError):
+    """The PostgreSQL server ended the connection a statement or commit of tuner was using (a DBA's
+    `pg_terminate_backend`, a restart or failover, an idle-connection reaper, a proxy that dropped it). The
+    connection left the pool: the next call gets a new one. The message names the store, the operation
+    and whether its transaction may have taken effect (only a cut commit leaves that unknown)."""
 
 
 class StoreCorrupt(StoreError):
@@ -174,7 +182,8 @@ _with_timeout_errors: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 def install_timeout_errors(engine: Engine, url: str) -> None:
     """Turn the timeout errors of a PostgreSQL engine's statements into a `StoreTimeout` that names the
-    store, the operation and the limit (the rest of SQLAlchemy's handling, the rollback, is unchanged)."""
+    store, the operation and the limit, and a connection the server ended under a statement into a
+    `StoreConnectionLost` (the rest of SQLAlchemy's handling, the rollback, is unchanged)."""
     if engine.dialect.name != "postgresql" or engine in _with_timeout_errors:
         return
     _with_timeout_errors.add(engine)
@@ -186,6 +195,9 @@ def install_timeout_errors(engine: Engine, url: str) -> None:
     def _on_error(ctx: ExceptionContext) -> None:
         kind = _timeout_kind(ctx.original_exception)
         if kind is None:
+            if ctx.is_disconnect and ctx.connection is not None and not ctx.is_pre_ping:
+                # an idle pooled connection the server ended fails its pre-ping and is replaced unseen
+                _connection_lost(ctx, where)
             return
         what = _operation.get() or _describe(ctx.statement)
         if kind == "unanswered":
@@ -220,6 +232,23 @@ def install_timeout_errors(engine: Engine, url: str) -> None:
         )
 
     event.listen(engine, "handle_error", _on_error)
+
+
+def _connection_lost(ctx: ExceptionContext, where: str) -> None:
+    """Raise the `StoreConnectionLost` of a statement or commit whose connection the server ended (the
+    pool drops that connection: SQLAlchemy invalidates it after this hook)."""
+    what = _operation.get() or _describe(ctx.statement)
+    said = " ".join(str(ctx.original_exception).split())
+    raise StoreConnectionLost(
+        f"store {where}: {what} failed: the server ended the connection ({said}; a server restart or "
+        "failover, pg_terminate_backend, an idle-connection reaper or a proxy that dropped it); "
+        + (
+            "whether its commit took effect is unknown"
+            if ctx.statement is None
+            else "its transaction was not committed, nothing of it was written"
+        )
+        + "; the next call connects again"
+    ) from ctx.original_exception
 
 
 # SQLite's primary result codes of the faults that are the file's or the disk's, not the statement's (a file

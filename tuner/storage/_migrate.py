@@ -29,6 +29,7 @@ from tuner._scoped import SharedOverride
 from ._engine import (
     PG_MIGRATION_TIMEOUT_S,
     SQLITE_TIMEOUT_S,
+    StoreConnectionLost,
     StoreError,
     _sqlite_pragmas,
     engine_kwargs,
@@ -116,7 +117,7 @@ def schema_lock(engine: Engine) -> Iterator[Connection | None]:
                 try:
                     yield conn
                 finally:
-                    with contextlib.suppress(SQLAlchemyError):
+                    with contextlib.suppress(SQLAlchemyError, StoreConnectionLost):
                         conn.rollback()
                         conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_LOCK_KEY})
                         set_statement_limit(conn, None)

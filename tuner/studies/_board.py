@@ -28,6 +28,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ..storage import (
     LeaseLost,
+    StoreConnectionLost,
     check_schema,
     engine_for,
     ensure_schema,
@@ -85,11 +86,11 @@ def make_engine(url: str) -> Engine:
 
 def retry(fn: Any, *, what: str, attempts: int = 6) -> Any:
     """Run `fn()`; on a database error wait and retry (schema creation races between workers that start
-    together on an empty database, SQLite 'database is locked')."""
+    together on an empty database, SQLite 'database is locked', a connection the server ended)."""
     for i in range(attempts):
         try:
             return fn()
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, StoreConnectionLost) as exc:
             if i == attempts - 1:
                 raise
             log.info("%s: %s; retrying", what, str(exc).splitlines()[0])
