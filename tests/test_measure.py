@@ -454,6 +454,19 @@ def test_tune_kernel_resumes_from_the_store(tmp_path):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux's default here")
+def _run_script(script, *, tmpdir):
+    """Run `script` in a fresh interpreter with TMPDIR=`tmpdir`; the JSON of its last line of output."""
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.getcwd(), "TMPDIR": str(tmpdir)},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def test_worker_preload_keeps_the_users_forkserver_preload(tmp_path):
     """`WorkerSettings.preload` adds to the fork server's preload list for the server tuner starts; the
     list the user set (`multiprocessing.set_forkserver_preload`) is theirs again afterwards, and their
@@ -481,15 +494,7 @@ def test_worker_preload_keeps_the_users_forkserver_preload(tmp_path):
             print(json.dumps({"preload": forkserver._forkserver._preload_modules, "loaded": loaded}))
     """)
     )
-    out = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": os.getcwd(), "TMPDIR": str(tmp_path)},
-    )
-    assert out.returncode == 0, out.stderr
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = _run_script(script, tmpdir=tmp_path)
     assert got["preload"] == ["__main__", "colorsys"]  # the user's setting, as they left it
     assert got["loaded"] == [True, True]  # the server tuner started preloaded both
 
@@ -521,14 +526,6 @@ def test_workers_start_under_a_temp_folder_too_long_for_the_fork_servers_socket(
             print(json.dumps({"status": r.status, "error": r.error, "tmp": tempfile.gettempdir()}))
     """)
     )
-    out = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": os.getcwd(), "TMPDIR": str(long_tmp)},
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = _run_script(script, tmpdir=long_tmp)
     assert got["tmp"] == str(long_tmp)  # the user's TMPDIR itself is left as it is
     assert got["status"] == "ok", got
