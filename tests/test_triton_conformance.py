@@ -590,7 +590,7 @@ def test_default_timer(impl):
     assert torch.equal(dst, src) and k.best_config in k.configs
 
 
-# ---- cache_results: a second process times nothing ----------------------------------------------------
+# ---- cache_results: a second process times nothing, and reads the timings from the store ---------------
 _WORKER = textwrap.dedent(
     """
     import json, os, sys
@@ -601,7 +601,8 @@ _WORKER = textwrap.dedent(
     def bench(kernel_call, quantiles):
         kernel_call()
         timed.append(1)
-        return [3.0 - len(timed)] * 3
+        med = 3.0 - len(timed)
+        return [med, med - 0.25, med + 0.5]
     @tuner.autotune(configs=[triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})], key=["N"],
                     do_bench=bench, cache_results=True)
     @triton.jit
@@ -611,8 +612,11 @@ _WORKER = textwrap.dedent(
     src = torch.randn(64); dst = torch.empty(64)
     _copy[lambda m: (triton.cdiv(64, m["BLOCK"]),)](dst, src, 64)
     assert torch.equal(dst, src)
+    # each timed config by its place in .configs (the very object), with its timings
+    timings = [[[i for i, c in enumerate(_copy.configs) if c is cfg], t]
+               for cfg, t in _copy.configs_timings.items()]
     print(json.dumps({"timed": len(timed), "best": _copy.best_config.kwargs,
-                      "timings": len(_copy.configs_timings), "tuned": _copy.bench_time > 0}))
+                      "timings": timings, "tuned": _copy.bench_time > 0}))
     """
 )
 
@@ -635,9 +639,39 @@ def test_cache_results_across_processes(impl, tmp_path, _tuner_home):
         )
         assert p.returncode == 0, p.stderr[-3000:]
         runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
-    assert runs[0] == {"timed": 2, "best": {"BLOCK": 64}, "timings": 2, "tuned": True}
-    # the second process reads the winner: nothing timed, so no timings and bench_time 0.0 (docs/api.md)
-    assert runs[1] == {"timed": 0, "best": {"BLOCK": 64}, "timings": 0, "tuned": False}
+    timings = runs[0]["timings"]  # (median, low, high) ms, the spread p80 - p20 centred on the median
+    assert [(i, pytest.approx(t)) for i, t in timings] == [
+        ([0], [2.0, 1.625, 2.375]),
+        ([1], [1.0, 0.625, 1.375]),
+    ]
+    assert runs[0] == {"timed": 2, "best": {"BLOCK": 64}, "timings": timings, "tuned": True}
+    # the second process reads the winner: nothing timed (bench_time 0.0), and as Triton's disk cache the
+    # timings the first one measured for the key, keyed by this process's configs (docs/api.md)
+    assert runs[1] == {"timed": 0, "best": {"BLOCK": 64}, "timings": timings, "tuned": False}
+
+
+def test_a_key_found_in_a_shipped_file_has_no_timings(tmp_path, _tuner_home):
+    from tuner.runtime import write_cache_file
+
+    k = copy_kernel(tuner.autotune, configs=configs_of(32, 64), key=["N"], do_bench=Bench([2.0, 1.0]))
+    src, dst = torch.randn(128), torch.empty(128)
+    k[grid_for(128)](dst, src, 128)
+    ship = tmp_path / "ship.json"
+    write_cache_file(ship, tuner.ConfigCache().entries())  # the winner of N=128, without its timings
+    k = copy_kernel(
+        tuner.autotune,
+        configs=configs_of(32, 64),
+        key=["N"],
+        do_bench=Bench([2.0, 1.0]),
+        storage=False,
+        cache=ship,
+    )
+    k[grid_for(64)](dst, src, 64)  # tuned here
+    assert len(k.configs_timings) == 2
+    # as a Triton disk-cache hit replaces them: the file holds only the winner, so no timings
+    k[grid_for(128)](dst, src, 128)
+    assert torch.equal(dst, src) and k.best_config.kwargs == {"BLOCK_SIZE": 64}
+    assert k.configs_timings == {} and k.tuner.stats["from_file"] == 1
 
 
 def test_cache_results_false_keeps_winners_in_memory(_tuner_home):

@@ -263,14 +263,16 @@ class ResultStore:
         *,
         study_name: str | None = None,
         strategy: str | None = None,
+        stats: Mapping[str, Any] | None = None,
     ) -> int:
+        """Store one trial of `optimize`; `stats` are kept beside its duration."""
         return self.record(
             task,
             space.fingerprint(),
             trial.config,
             trial.value,
             trial.status,
-            stats={"duration_s": trial.duration_s},
+            stats={"duration_s": trial.duration_s, **(stats or {})},
             error=trial.error,
             study_name=study_name,
             trial_number=trial.number,

@@ -43,7 +43,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner._units import ms_to_s, s_to_ms
 from tuner.search_spaces import SearchSpace
@@ -55,6 +55,7 @@ from ._env import array_framework, signature_names, underlying_function
 from ._hit import make_hit_path
 from ._key import canon
 from ._restore import Restorer, copy_into, snapshot
+from ._sources import open_store
 from ._triton_support import (
     _QUANTILES,
     TRITON_KEYWORDS,
@@ -74,7 +75,11 @@ from ._triton_support import (
     launch_kwargs,
     unique_dicts,
 )
-from ._tuning import AllConfigsFailedError
+from ._tuning import AllConfigsFailedError, stored_timings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._key import CacheKey
+    from ._resolve import Resolution
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +162,10 @@ class TritonAutotuned(Autotuned):
         self.triton_cache = TritonCache(self.cache_changed)
         # Triton's keys that code took out of `.cache`: tuned again at their next launch (see `retune`)
         self.retune: set[Any] = set()
-        self.configs_timings: dict[Any, Any] = {}
+        self._timings: dict[Any, Any] = {}  # `.configs_timings`
+        # (stored key, {canon(config dict): the config}) of a key found in the store: `.configs_timings`
+        # are read from its measurements when code reads them (never on the launch path)
+        self._timings_later: tuple[CacheKey, dict[str, Any]] | None = None
         self.bench_time = 0.0
         self.cache_results = storage is not False  # winners kept in the store (Triton: on disk)
         self.nargs: dict[str, Any] | None = None  # Triton's is set only while a launch runs
@@ -392,15 +400,54 @@ class TritonAutotuned(Autotuned):
             cur = getattr(self._tl, "current", None)
             if cur is not None:
                 med, spread = normalise_bench_result(res)
-                obj = self.config_obj(cur)  # a triton.Config; a dict config is keyed by its items
-                timings[tuple(obj.items()) if isinstance(obj, Mapping) else obj] = [
-                    s_to_ms(med),
-                    s_to_ms(med - spread / 2),
-                    s_to_ms(med + spread / 2),
-                ]
+                timings[_timing_key(self.config_obj(cur))] = _timing_ms(med, spread)
             return res
 
         return timed
+
+    # ---- `.configs_timings`: this process's last tuning, or the store's timings of a key it found ----
+    @property
+    def configs_timings(self) -> dict[Any, Any]:
+        later = self._timings_later
+        if later is not None:
+            self._timings_later = None
+            self._timings = self._read_timings(*later)
+        return self._timings
+
+    @configs_timings.setter
+    def configs_timings(self, value: dict[Any, Any]) -> None:
+        self._timings, self._timings_later = value, None
+
+    def _read_timings(self, ck: CacheKey, objs: dict[str, Any]) -> dict[Any, Any]:
+        """The timings the store keeps of the newest tuning of exactly `ck`, keyed as a tuning here keys
+        them: the configs of `objs` (what this call would have timed), in milliseconds."""
+        db = open_store(self.storage, create=False)
+        if db is None:
+            return {}
+        out: dict[Any, Any] = {}
+        for cfg, med, spread in stored_timings(db, self.name, ck):
+            obj = objs.get(canon(cfg))
+            if obj is not None:
+                out[_timing_key(obj)] = _timing_ms(med, spread)
+        return out
+
+    def _note(self, ck: CacheKey, res: Resolution) -> None:
+        super()._note(ck, res)
+        self._tl.noted = (ck, res)  # where `_resolve_triton`'s winner came from
+
+    def _found(self, pruned: list[Any]) -> None:
+        """A lookup gave the call's winner: as Triton's disk cache, `.configs_timings` become the timings
+        the store measured for the key (read when code reads them), or `{}` for a shipped file, which
+        holds only winners; a winner this process resolved before leaves them."""
+        noted = getattr(self._tl, "noted", None)
+        if noted is None:
+            return
+        ck, res = noted
+        if res.hit == "store" or res.stat == "waited":
+            objs = {canon(d): self.config_obj(d) for d in self.dicts_of(pruned)}
+            self._timings, self._timings_later = {}, (ck, objs)
+        elif res.hit not in (None, "in memory"):
+            self.configs_timings = {}
 
     def _raw_timer(self, args: tuple, kwargs: dict, device: str) -> BenchFn:
         user = self.user_do_bench
@@ -543,7 +590,7 @@ class TritonAutotuned(Autotuned):
             self._remember(args, kwargs, fast_key, cfg)
             return cfg
         self._tl.pruned, self._tl.benched, self._tl.current = pruned, False, None
-        self._tl.first_error, self._tl.timings = None, {}
+        self._tl.first_error, self._tl.timings, self._tl.noted = None, {}, None
         t0 = time.time()
         try:
             cfg = super().miss(args, kwargs, fast_key, self._bench_target(args, kwargs, grid, target))
@@ -566,6 +613,8 @@ class TritonAutotuned(Autotuned):
                     f"Triton autotuning for function {self.base_name},\nwith key as {self.triton_key(args, kwargs)},\n"
                     f"finished after {self.bench_time:.2f}s,\nbest config selected: {cobj};"
                 )
+        else:
+            self._found(pruned)
         return cfg
 
     def _remember(self, args: tuple, kwargs: dict, fast_key: Any, cfg: dict[str, Any]) -> None:
@@ -581,6 +630,17 @@ class TritonAutotuned(Autotuned):
         dict.clear(self.triton_cache)
         self.retune.clear()
         self.forget()
+
+
+def _timing_key(obj: Any) -> Any:
+    """A config's key in `.configs_timings`: the triton.Config; a dict config by its items."""
+    return tuple(obj.items()) if isinstance(obj, Mapping) else obj
+
+
+def _timing_ms(med: float, spread: float) -> list[float]:
+    """A config's entry in `.configs_timings` from its median and spread (seconds): Triton's quantiles
+    (median, low, high) in milliseconds."""
+    return [s_to_ms(med), s_to_ms(med - spread / 2), s_to_ms(med + spread / 2)]
 
 
 def _keyed_names(fn: Any, key: tuple[str, ...], configs: Sequence[Any]) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,12 +24,13 @@ from ._resolve import Request, Resolution, valid_config
 from ._sources import guarded
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..store import Measurement, TaskContext
     from ._db import ConfigCache
     from ._key import CacheKey
 
 log = logging.getLogger(__name__)
 
-__all__ = ["tune_once", "AllConfigsFailedError"]
+__all__ = ["tune_once", "AllConfigsFailedError", "stored_timings"]
 
 
 class AllConfigsFailedError(RuntimeError):
@@ -131,15 +133,7 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
     task = None
     prior = None
     if db is not None and store is not None:
-        from ..store import TaskContext
-
-        task = TaskContext(
-            kernel=t.name,
-            problem=ck.fields_dict,
-            device=ck.device,
-            versions=ck.versions_dict,
-            dtype=",".join(ck.dtypes),
-        )
+        task = _task(t.name, ck)
         task_id = task.task_id
         if _uses_prior(t.strategy):  # bounded, indexed read (ResultStore.prior_for)
             prior = guarded(
@@ -180,10 +174,13 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
         if restore is not None:
             restore()  # the call that follows sees the inputs as the caller passed them
     if store is not None and db is not None:
+        run = uuid.uuid4().hex[:16]  # this tuning's trials, told apart from an earlier tuning's of the key
 
         def record() -> None:
             for tr in res.trials:
-                store.record_trial(task, space, tr, strategy=res.strategy)
+                # the exact key and the spread: what `stored_timings` gives a later process that hits
+                extra = {"key": ck.hash, "tuning": run, "spread_s": spreads.get(canon(tr.config), 0.0)}
+                store.record_trial(task, space, tr, strategy=res.strategy, stats=extra)
 
         guarded(db, "write", "record the trials", record, None)
     if res.best_config is None:
@@ -216,6 +213,38 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
         f"tuned: {len(res.trials)} evaluations in {time.perf_counter() - t0:.2f}s, best {res.best_value:.3g}s"
     )
     return Resolution(cfg, why, "tuned")
+
+
+def _task(name: str, ck: CacheKey) -> TaskContext:
+    """The task context of the measurements of a key (its source hash is not part of it: `stats["key"]`)."""
+    from ..store import TaskContext
+
+    return TaskContext(
+        kernel=name,
+        problem=ck.fields_dict,
+        device=ck.device,
+        versions=ck.versions_dict,
+        dtype=",".join(ck.dtypes),
+    )
+
+
+def stored_timings(db: ConfigCache, name: str, ck: CacheKey) -> list[tuple[dict[str, Any], float, float]]:
+    """(config, median s, spread s) of each config that the newest tuning of exactly `ck` (kernel, source
+    hash, key fields, dtypes, device, versions) measured in `db`'s store, in the order it measured them;
+    failed configs left out. Empty when the store has none (trials recorded before the key was kept with
+    them, or a store that cannot be read)."""
+    none: list[Measurement] = []
+    task_id = _task(name, ck).task_id
+    rows = guarded(db, "read", "read the measurements", lambda: db.store.measurements(task_id=task_id), none)
+    mine = [m for m in rows if m.stats.get("key") == ck.hash]
+    if not mine:
+        return []
+    run = mine[-1].stats.get("tuning")
+    return [
+        (dict(m.config), m.value, float(m.stats.get("spread_s", 0.0)))
+        for m in mine
+        if m.stats.get("tuning") == run and m.value is not None
+    ]
 
 
 def _uses_prior(strategy: Any) -> bool:
