@@ -277,3 +277,159 @@ def test_a_claim_whose_connection_is_ended_is_retried(
     summary = run_study(spec, executor=FAKE)
     assert fired and summary.complete and not summary.failed
     assert any("claiming a task" in r.getMessage() and "retrying" in r.getMessage() for r in caplog.records)
+
+
+# ---- (d) a server that cannot be reached -------------------------------------------------------------
+def _unreachable(url: str, how: str) -> str:
+    """The test's URL pointed at a port where nothing listens, or at a database that does not exist."""
+    if how == "nothing listens":
+        return url.replace("127.0.0.1:5432", "127.0.0.1:1", 1)
+    return url.rsplit("/", 1)[0] + "/tuner_no_such_database"
+
+
+def unreachable_message(exc: BaseException | None, url: str, what: str) -> str:
+    from tuner.store import StoreUnreachable
+
+    assert isinstance(exc, StoreUnreachable), repr(exc)
+    msg = str(exc)
+    shown = f"{url.split('://', 1)[0]}://{url.split('@', 1)[1]}"
+    assert msg.startswith(f"cannot connect to store {shown} ({what}): "), msg
+    assert ("Connection refused" in msg or "does not exist" in msg) and "connect_timeout=10 s" in msg, msg
+    assert "s3cret-pw" not in msg and "\n" not in msg and "sqlalche.me" not in msg, msg
+    return msg
+
+
+@pytest.mark.parametrize("how", ["nothing listens", "no such database"])
+def test_a_store_that_cannot_be_reached_raises_one_line_naming_it(
+    pg_url: str, how: str, fresh_runtime: None, caplog: pytest.LogCaptureFixture, capsys: Any, tmp_path: Path
+) -> None:
+    """Was: a StoreError carrying SQLAlchemy's multi-line OperationalError ("(psycopg2.OperationalError)
+    ... Background on this error at ...") for each entry point."""
+    import tuner
+    from tests.test_optimize import grid_space
+    from tests.test_studies import FAKE, cli, write_study
+    from tuner.store import ResultStore
+
+    url = _unreachable(pg_url, how)
+    with pytest.raises(Exception) as got:
+        ResultStore(url)
+    unreachable_message(got.value, url, "opening the store")
+    with pytest.raises(Exception) as got:
+        tuner.optimize(grid_space(), lambda c: 1.0, budget=2, storage=url, strategy="random")
+    unreachable_message(got.value, url, "opening the store")
+    # the CLI: one line, exit 1
+    path = write_study(tmp_path, n_m=1, budget=2)
+    capsys.readouterr()
+    assert cli("study", "run", str(path), "--storage", url, "--executor", FAKE, "--quiet") == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("tuner: failed: StoreUnreachable: cannot connect to store "), (
+        err
+    )
+    assert "s3cret-pw" not in err, err
+    # a decorated function goes on in memory, with one warning naming the store
+    caplog.set_level(logging.WARNING)
+    f, runs = _decorated(url)
+    np.testing.assert_array_equal(f(X, 1), X * 2.0)
+    np.testing.assert_array_equal(f(X, 1), X * 2.0)
+    assert runs and f.tuner.stats["tuned"] == 1
+    warned = [r.getMessage() for r in caplog.records if r.name.startswith("tuner")]
+    assert len(warned) == 1 and "cannot connect to store" in warned[0] and "s3cret-pw" not in warned[0], (
+        warned
+    )
+
+
+@pytest.fixture
+def refuse_connections(pg_url: str, terminate: Callable[[], int]) -> Iterator[Callable[[bool], None]]:
+    """refuse_connections(True): the test's database takes no new connections (as a server that is down
+    or restarting) and its open ones are ended; False: it takes them again."""
+    db = pg_url.rsplit("/", 1)[1]
+    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+
+    def refuse(on: bool) -> None:
+        with admin.connect() as c:
+            c.execute(text(f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS {"false" if on else "true"}'))
+        if on:
+            terminate()
+
+    yield refuse
+    refuse(False)
+    admin.dispose()
+
+
+def test_optimize_whose_server_goes_away_says_it_cannot_connect_and_resumes(
+    pg_url: str, refuse_connections: Callable[[bool], None]
+) -> None:
+    """The server goes away between two trials (a restart that takes a while): the next write cannot
+    connect. Was: Optuna's StorageInternalError or SQLAlchemy's OperationalError from deep inside."""
+    calls: list[int] = []
+
+    def objective(c: dict[str, Any]) -> float:
+        calls.append(1)
+        if len(calls) == 3:
+            refuse_connections(True)
+        return float(c["a"] + c["b"])
+
+    with pytest.raises(Exception) as got:
+        _run(pg_url, 6, objective)
+    from tuner.store import StoreUnreachable
+
+    assert isinstance(got.value, StoreUnreachable), repr(got.value)
+    msg = str(got.value)
+    assert "not currently accepting connections" in msg and "s3cret-pw" not in msg and "\n" not in msg, msg
+    refuse_connections(False)
+    _run(pg_url, 6)  # the same call again resumes the study
+    _consistent(pg_url, 6)
+
+
+# ---- (e) a lease's finish or renewal cut ----------------------------------------------------------------
+def _terminate_when(terminate: Callable[[], int], match: Callable[[str], bool]) -> tuple[list[str], Any]:
+    fired: list[str] = []
+
+    def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if not fired and match(statement):
+            fired.append(statement)
+            assert terminate() >= 1
+
+    event.listen(Engine, "before_cursor_execute", before)
+    return fired, before
+
+
+@pytest.mark.parametrize("which", ["finish", "renew"])
+def test_a_finish_or_renewal_whose_connection_is_ended_is_retried(
+    pg_url: str, terminate: Callable[[], int], tmp_path: Path, which: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server ends the connection under the worker's "mark done" (or a lease renewal): the board runs
+    it again on a new connection, under the same lease token, so the study completes in one run with each
+    trial counted once. Was: the worker stopped with StoreConnectionLost and the task waited for another
+    run (a finish), or a warning per cut renewal."""
+    from tests.test_studies import FAKE, finished_configs, write_study
+    from tuner.studies import DONE, TaskBoard, load_study, run_study, write_report
+
+    spec = load_study(write_study(tmp_path, n_m=1, budget=4), storage=pg_url, check_kernels=False)
+    [task] = spec.tasks
+    if which == "finish":  # the only UPDATE of the board that writes finished_at and a result
+
+        def match(s: str) -> bool:
+            return s.startswith("UPDATE tuner_study_tasks") and "result=" in s.replace(" ", "")
+    else:  # a renewal writes the heartbeat and the lease's expiry, not the status
+
+        def match(s: str) -> bool:
+            return s.startswith("UPDATE tuner_study_tasks SET lease_expires_at")
+
+    caplog.set_level(logging.INFO)
+    fired, hook = _terminate_when(terminate, match)
+    try:
+        summary = run_study(spec, executor=FAKE, lease_s=2.0)
+    finally:
+        event.remove(Engine, "before_cursor_execute", hook)
+    assert fired, "the statement did not run"
+    assert summary.complete and not summary.failed, summary
+    [row] = TaskBoard(pg_url).rows(spec.name)
+    assert row.status == DONE and row.trials_done == 4 and row.attempts == 1, row
+    configs = finished_configs(pg_url, task)
+    assert len(configs) == 4 and len({tuple(sorted(c.items())) for c in configs}) == 4
+    assert "Store check" not in write_report(spec, tmp_path / "report").markdown.read_text()
+    assert not [r for r in caplog.records if r.name.startswith("tuner") and r.levelno >= logging.WARNING]
+    assert [
+        r for r in caplog.records if "retrying" in r.getMessage() and "the server ended" in r.getMessage()
+    ]

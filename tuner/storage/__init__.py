@@ -9,7 +9,8 @@
 - `optuna_storage(url)`: Optuna's RDBStorage on the same database, created under the same lock.
 - On PostgreSQL every connection has a statement timeout (`TUNER_PG_TIMEOUT`, `pg_timeout_s()`); a statement
   that runs past it raises `StoreTimeout`, naming the store, the `operation(...)` and the limit; one whose
-  connection the server ends (a restart, `pg_terminate_backend`) raises `StoreConnectionLost`.
+  connection the server ends (a restart, `pg_terminate_backend`) raises `StoreConnectionLost`; a connection
+  that cannot be made (a server down, a wrong host, port or database) raises `StoreUnreachable`.
 - On SQLite a fault of the file or the disk (corrupt, not a database, disk full, read-only, I/O error)
   raises `StoreError` naming the file and what to do (`StoreCorrupt` for a damaged file); a lock held past
   the busy timeout stays SQLAlchemy's `OperationalError` ("database is locked"), which callers retry. A
@@ -26,6 +27,7 @@ from ._engine import (
     StoreCorrupt,
     StoreError,
     StoreTimeout,
+    StoreUnreachable,
     engine_for,
     engine_kwargs,
     make_engine,
@@ -51,6 +53,7 @@ __all__ = [
     "LeaseLost",
     "StoreError",
     "StoreTimeout",
+    "StoreUnreachable",
     "check_schema",
     "engine_for",
     "engine_kwargs",

@@ -29,6 +29,7 @@ __all__ = [
     "StoreCorrupt",
     "StoreError",
     "StoreTimeout",
+    "StoreUnreachable",
     "engine_for",
     "engine_kwargs",
     "install_sqlite_errors",
@@ -85,7 +86,18 @@ class StoreConnectionLost(StoreError):
     """The PostgreSQL server ended the connection a statement or commit of tuner was using (a DBA's
     `pg_terminate_backend`, a restart or failover, an idle-connection reaper, a proxy that dropped it). The
     connection left the pool: the next call gets a new one. The message names the store, the operation
-    and whether its transaction may have taken effect (only a cut commit leaves that unknown)."""
+    and whether its transaction may have taken effect (only a cut commit leaves that unknown:
+    `commit_unknown`)."""
+
+    commit_unknown: bool = False
+
+
+class StoreUnreachable(StoreError):
+    """tuner could not connect to the PostgreSQL server of a store: nothing listens there (the server is
+    down, restarting, not yet up, or the host or port is wrong), the database does not exist, the server
+    refused the login, or no answer came within libpq's `connect_timeout` (`PG_CONNECT_TIMEOUT_S`; a URL's
+    own `?connect_timeout=N` wins). The message names the store (without user and password), what was
+    being done and libpq's reason, on one line. Nothing was written."""
 
 
 class StoreCorrupt(StoreError):
@@ -191,10 +203,18 @@ def install_timeout_errors(engine: Engine, url: str) -> None:
     url_options = parsed.query.get("options")
     limit = _limit_text(url_options if isinstance(url_options, str) else None, pg_timeout_s())
     where = redact(parsed.render_as_string(hide_password=True))
+    in_url = parsed.query.get("connect_timeout")
+    connect_limit = (
+        f"connect_timeout={in_url} (the URL's)"
+        if isinstance(in_url, str)
+        else f"connect_timeout={PG_CONNECT_TIMEOUT_S} s"
+    )
 
     def _on_error(ctx: ExceptionContext) -> None:
         kind = _timeout_kind(ctx.original_exception)
         if kind is None:
+            if ctx.connection is None and ctx.statement is None and not ctx.is_pre_ping:
+                _cannot_connect(ctx, where, connect_limit)  # a new connection that could not be made
             if ctx.is_disconnect and ctx.connection is not None and not ctx.is_pre_ping:
                 # an idle pooled connection the server ended fails its pre-ping and is replaced unseen
                 _connection_lost(ctx, where)
@@ -239,7 +259,7 @@ def _connection_lost(ctx: ExceptionContext, where: str) -> None:
     pool drops that connection: SQLAlchemy invalidates it after this hook)."""
     what = _operation.get() or _describe(ctx.statement)
     said = " ".join(str(ctx.original_exception).split())
-    raise StoreConnectionLost(
+    err = StoreConnectionLost(
         f"store {where}: {what} failed: the server ended the connection ({said}; a server restart or "
         "failover, pg_terminate_backend, an idle-connection reaper or a proxy that dropped it); "
         + (
@@ -248,7 +268,21 @@ def _connection_lost(ctx: ExceptionContext, where: str) -> None:
             else "its transaction was not committed, nothing of it was written"
         )
         + "; the next call connects again"
-    ) from ctx.original_exception
+    )
+    err.commit_unknown = ctx.statement is None
+    raise err from ctx.original_exception
+
+
+def _cannot_connect(ctx: ExceptionContext, where: str, limit: str) -> None:
+    """Raise the `StoreUnreachable` of a connection the driver could not make (libpq's reason, one line)."""
+    exc = ctx.original_exception
+    if not isinstance(exc, ctx.dialect.loaded_dbapi.Error):
+        return  # not the driver's: a bug of ours or of a plugin, left as it is
+    what = _operation.get() or "connecting"
+    said = " ".join(str(exc).split()).removeprefix("connection failed: ")
+    raise StoreUnreachable(
+        f"cannot connect to store {where} ({what}): {said} ({limit}); nothing was written"
+    ) from exc
 
 
 # SQLite's primary result codes of the faults that are the file's or the disk's, not the statement's (a file

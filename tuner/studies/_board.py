@@ -29,6 +29,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..storage import (
     LeaseLost,
     StoreConnectionLost,
+    StoreUnreachable,
     check_schema,
     engine_for,
     ensure_schema,
@@ -86,11 +87,12 @@ def make_engine(url: str) -> Engine:
 
 def retry(fn: Any, *, what: str, attempts: int = 6) -> Any:
     """Run `fn()`; on a database error wait and retry (schema creation races between workers that start
-    together on an empty database, SQLite 'database is locked', a connection the server ended)."""
+    together on an empty database, SQLite 'database is locked', a connection the server ended, a server
+    that is restarting)."""
     for i in range(attempts):
         try:
             return fn()
-        except (SQLAlchemyError, StoreConnectionLost) as exc:
+        except (SQLAlchemyError, StoreConnectionLost, StoreUnreachable) as exc:
             if i == attempts - 1:
                 raise
             log.info("%s: %s; retrying", what, str(exc).splitlines()[0])
@@ -325,7 +327,28 @@ class TaskBoard:
         best_value: float | None = None,
         best_config: dict[str, Any] | None = None,
     ) -> bool:
-        """Extend the lease (and record progress). False: the lease is no longer ours."""
+        """Extend the lease (and record progress). False: the lease is no longer ours. Run once more on a
+        new connection when the server ended the connection under its statement (nothing was written);
+        after a cut COMMIT it is not (its `spent_add` may have been added), and the caller's next renewal
+        goes on."""
+        args = (claim, lease_s, spent_add, trials_done, best_value, best_config)
+        try:
+            return self._renew(*args)
+        except StoreConnectionLost as exc:
+            if exc.commit_unknown:
+                raise
+            log.info("renewing the lease of task %s: %s; retrying", claim.task.key, str(exc).splitlines()[0])
+            return self._renew(*args)
+
+    def _renew(
+        self,
+        claim: Claim,
+        lease_s: float,
+        spent_add: float,
+        trials_done: int | None,
+        best_value: float | None,
+        best_config: dict[str, Any] | None,
+    ) -> bool:
         c = tasks_table.c
         with operation(f"renewing the lease of task {claim.task.key}"), self.engine.begin() as conn:
             now = self._now(conn)
@@ -356,7 +379,43 @@ class TaskBoard:
         best_config: dict[str, Any] | None = None,
         spent_add: float = 0.0,
     ) -> bool:
-        """Mark the held task done / failed (or `pending` to hand it back). False: it was not ours any more."""
+        """Mark the held task done / failed (or `pending` to hand it back). False: it was not ours any more.
+
+        Retried on a new connection when the server ends the connection under it (or SQLite is locked):
+        the UPDATE applies only under the claim's lease token, so it takes effect once. A retry that finds
+        the task already marked so by this claim (a cut COMMIT that took effect: the token is cleared, the
+        attempt number is still the claim's) returns True."""
+        tries: list[int] = []
+
+        def once() -> bool:
+            tries.append(1)
+            return self._finish(
+                claim,
+                status,
+                again=len(tries) > 1,
+                result=result,
+                error=error,
+                trials_done=trials_done,
+                best_value=best_value,
+                best_config=best_config,
+                spent_add=spent_add,
+            )
+
+        return bool(retry(once, what=f"marking task {claim.task.key} {status}"))
+
+    def _finish(
+        self,
+        claim: Claim,
+        status: str,
+        *,
+        again: bool,
+        result: dict[str, Any] | None,
+        error: str | None,
+        trials_done: int | None,
+        best_value: float | None,
+        best_config: dict[str, Any] | None,
+        spent_add: float,
+    ) -> bool:
         c = tasks_table.c
         with operation(f"marking task {claim.task.key} {status}"), self.engine.begin() as conn:
             now = self._now(conn)
@@ -380,7 +439,20 @@ class TaskBoard:
                 values["best_value"] = best_value
                 values["best_config"] = best_config
             res = conn.execute(update(tasks_table).where(self._held(claim)).values(**values))
-            return res.rowcount == 1
+            if res.rowcount == 1:
+                return True
+            if not again:
+                return False
+            row = conn.execute(
+                select(c.status, c.lease_token, c.attempts, c.worker).where(c.id == claim.row_id)
+            ).first()
+            return (
+                row is not None
+                and row.status == status
+                and row.lease_token is None
+                and int(row.attempts) == claim.attempts
+                and (status == PENDING or row.worker == claim.worker)
+            )
 
     # ---- reading -----------------------------------------------------------------------------------
     def rows(self, study: str) -> list[TaskRow]:
