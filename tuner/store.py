@@ -459,6 +459,12 @@ class ResultStore:
             return int(s.scalar(select(func.count()).select_from(MeasurementRow)) or 0)
 
 
+# The user attributes of a trial carried into a retried study task's attempt (`tuner.studies._retry`): the
+# Optuna study it was measured in, whose name its measurement is stored under, and its number there.
+CARRIED_FROM = "tuner_carried_from"
+CARRIED_TRIAL = "tuner_carried_trial"
+
+
 def _match_key(config: Mapping[str, Any]) -> str:
     """A config as compared between an Optuna trial's params and a stored measurement (2.0 and 2 agree)."""
     return _canon({k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in config.items()})

@@ -25,14 +25,12 @@ import logging
 from typing import Any
 
 from tuner._optimize import _optuna_quiet
+from tuner.store import CARRIED_FROM, CARRIED_TRIAL, _match_key
 
 from ..storage import operation
 from ._spec import StudyTask, attempt_study_name
 
 log = logging.getLogger(__name__)
-
-CARRIED_FROM = "tuner_carried_from"
-CARRIED_TRIAL = "tuner_carried_trial"
 
 
 def task_trials(storage: Any, study_name: str) -> list[Any]:
@@ -68,8 +66,6 @@ def seed_retry(storage: Any, task: StudyTask) -> int:
     if not task.retries:
         return 0
     import optuna
-
-    from tuner.store import _match_key
 
     with _optuna_quiet(), operation(f"seeding study {task.study_name!r} with the earlier successes"):
         study = optuna.create_study(
