@@ -170,3 +170,62 @@ def test_an_interrupted_retry_resumes_the_same_attempt(
     evals = _evals(log)
     assert all(evals[k] == 1 for k in before)
     assert len(_trials(spec, task.study_name)) == 6  # the failed first attempt, kept
+
+
+def test_tune_kernel_reads_a_carried_trials_measurement_from_the_study_it_was_measured_in(
+    tmp_path: Path,
+) -> None:
+    """The default executor (`tune_kernel`) resuming a retry's study gives each carried trial the
+    measurement stored under the study it was measured in: its full statistics (the report's tables and
+    the finalists' selection read them), not a one-run result made of the value Optuna kept."""
+    from dataclasses import replace
+
+    from tests.test_measure import BLOCKS, FAST
+    from tuner.measure import KernelMeasurer, config_order_key
+    from tuner.store import ResultStore
+    from tuner.studies import StudyTask
+    from tuner.studies._retry import seed_retry
+    from tuner.tune import tune_kernel
+
+    url = f"sqlite:///{tmp_path / 'retry.db'}"
+    task = StudyTask("s", "toy", "toy_blocks", {}, "triton", "cpu", 6, None, "random", 0, storage=url)
+    measured: list[str] = []
+
+    class Counting(KernelMeasurer):
+        def measure(self, config: Any) -> Any:
+            measured.append(config_order_key(config))
+            return super().measure(config)
+
+    m = Counting(BLOCKS, None, "triton", device="cpu", timing=FAST, isolation="inprocess")
+
+    def run(t: StudyTask) -> Any:
+        return tune_kernel(
+            BLOCKS,
+            None,
+            backend="triton",
+            device="cpu",
+            budget=t.budget,
+            strategy=t.strategy,
+            seed=t.seed,
+            storage=url,
+            measurer=m,
+            finalists=1,
+            study_name=t.study_name,
+        )
+
+    try:
+        first = run(task)
+        # the statistics as stored (neither the samples nor `extra`, e.g. the timer's name, are read back)
+        ok = {
+            config_order_key(t.config): t.result.with_(extra={}).stats() for t in first.trials if t.result.ok
+        }
+        assert ok and all(r["n"] > 1 for r in ok.values())  # several runs each: more than a value to carry
+        retry = replace(task, retries=1)
+        assert seed_retry(ResultStore(url).optuna_storage(), retry) == len(ok)
+        measured.clear()
+        again = run(retry)
+    finally:
+        m.close()
+    assert not set(measured) & set(ok)  # the carried trials were not measured again ...
+    carried = {k: t.result.stats() for t in again.trials if (k := config_order_key(t.config)) in ok}
+    assert carried == ok  # ... and come back with the measurement made in the first attempt

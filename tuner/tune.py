@@ -30,7 +30,7 @@ from .measure import (
     choose_winner,
     config_order_key,
 )
-from .store import ResultStore
+from .store import CARRIED_FROM, ResultStore, _match_key
 
 if TYPE_CHECKING:  # pragma: no cover
     from tuner.kernels import KernelSpec
@@ -114,21 +114,45 @@ class KernelTuneResult:
         return out
 
 
+def _carried_sources(store: ResultStore, study_name: str) -> dict[str, str]:
+    """The trials of Optuna study `study_name` carried over from another study (a retried study task's
+    attempt, `tuner.studies._retry`): their config (`_match_key`) -> the study they were measured in,
+    whose name their measurements are stored under. One read of the study's finished trials."""
+    import optuna
+
+    storage = store.optuna_storage()
+    try:
+        sid = storage.get_study_id_from_name(study_name)
+    except KeyError:
+        return {}
+    out: dict[str, str] = {}
+    for t in storage.get_all_trials(sid, deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        source = t.user_attrs.get(CARRIED_FROM)
+        if source:
+            out.setdefault(_match_key(t.params), str(source))
+    return out
+
+
 def _resumed_trials(
     tr: TuneResult, new: list[KernelTrial], store: ResultStore | None, study_name: str, label: str
 ) -> list[KernelTrial]:
-    """All trials of a resumed run: the earlier ones rebuilt from their stored measurements."""
+    """All trials of a resumed run: the earlier ones rebuilt from their stored measurements (a trial carried
+    over from an earlier attempt of a study task, from the study it was measured in)."""
     done = {t.number for t in new}
-    rows: dict[str, Any] = {}
+    carried: dict[str, str] = {}
+    rows: dict[tuple[str, str], Any] = {}  # (study name, config) -> its measurement
     if store is not None:
-        for r in store.measurements(study_name=study_name):
-            if r.stats.get("phase") != "final":
-                rows[config_order_key(r.config)] = r
+        carried = _carried_sources(store, study_name)
+        for name in sorted({study_name, *carried.values()}):  # one read per study
+            for r in store.measurements(study_name=name):
+                if r.stats.get("phase") != "final":
+                    rows[name, config_order_key(r.config)] = r
     out = list(new)
     for t in tr.trials:
         if t.number in done:
             continue
-        row = rows.get(config_order_key(t.config))
+        source = carried.get(_match_key(t.config), study_name)
+        row = rows.get((source, config_order_key(t.config)))
         res: MeasureResult
         if row is not None and row.stats.get("status") == row.status:
             res = MeasureResult.from_dict({**row.stats, "error": row.error})
