@@ -47,6 +47,15 @@ def test_summarize_statistics_and_round_trip():
     assert json.loads(json.dumps(r.stats()))["median"] == 3.0
 
 
+def test_the_stores_form_of_a_result_keeps_its_extras():
+    """The results store keeps `stats()`, where the extras are flat beside the statistics; a resumed
+    study rebuilds each earlier trial from it, and lost its extras (the timer used, for instance)."""
+    r = summarize([3.0, 1.0, 2.0], backend="cpu", extra={"timer": "wall", "l2_flushed": True})
+    back = MeasureResult.from_dict(json.loads(json.dumps(r.stats())))
+    assert back.extra == {"timer": "wall", "l2_flushed": True}
+    assert back.with_(times=()) == r.with_(times=())  # the raw times are not kept in the store
+
+
 def test_result_rejects_bad_status_and_ok_without_time():
     with pytest.raises(ValueError):
         MeasureResult(status="fine", backend="cpu")

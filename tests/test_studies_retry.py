@@ -215,10 +215,8 @@ def test_tune_kernel_reads_a_carried_trials_measurement_from_the_study_it_was_me
 
     try:
         first = run(task)
-        # the statistics as stored (neither the samples nor `extra`, e.g. the timer's name, are read back)
-        ok = {
-            config_order_key(t.config): t.result.with_(extra={}).stats() for t in first.trials if t.result.ok
-        }
+        # the statistics as stored, extras included (the raw samples are not kept)
+        ok = {config_order_key(t.config): t.result.stats() for t in first.trials if t.result.ok}
         assert ok and all(r["n"] > 1 for r in ok.values())  # several runs each: more than a value to carry
         retry = replace(task, retries=1)
         assert seed_retry(ResultStore(url).optuna_storage(), retry) == len(ok)

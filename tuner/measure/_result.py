@@ -117,7 +117,15 @@ class MeasureResult:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> MeasureResult:
+        """The result of `to_dict`'s output, or of `stats()`'s as the results store keeps it: there the
+        `extra` values are flat beside the statistics (and the raw times are not kept), so every other
+        key is taken back into `extra`."""
         keys = ("median", "mean", "min", "max", "std", "q1", "q3", "max_abs_error", "compile_s", "wall_s")
+        if "extra" in d:
+            extra = dict(d["extra"])
+        else:
+            known = {*keys, "status", "backend", "unit", "n", "error", "times", "iqr"}
+            extra = {k: v for k, v in d.items() if k not in known}
         return cls(
             status=d["status"],
             backend=d["backend"],
@@ -125,7 +133,7 @@ class MeasureResult:
             unit=d.get("unit", "ms"),
             error=d.get("error"),
             times=tuple(d.get("times", ())),
-            extra=dict(d.get("extra", {})),
+            extra=extra,
             **{k: d.get(k) for k in keys},
         )
 
