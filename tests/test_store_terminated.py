@@ -382,21 +382,46 @@ def test_optimize_whose_server_goes_away_says_it_cannot_connect_and_resumes(
 
 
 # ---- (e) a lease's finish or renewal cut ----------------------------------------------------------------
-def _terminate_when(terminate: Callable[[], int], match: Callable[[str], bool]) -> tuple[list[str], Any]:
+def _backend_pid(cursor: Any) -> int:
+    """The server process of a DB-API cursor's connection (psycopg2 or psycopg 3)."""
+    dbapi = cursor.connection
+    info = getattr(dbapi, "info", None)
+    pid = getattr(info, "backend_pid", None)
+    return int(pid if pid is not None else dbapi.get_backend_pid())
+
+
+def _terminate_when(match: Callable[[str], bool]) -> tuple[list[str], Callable[[], None]]:
+    """Just before the first statement that matches runs, end that statement's connection only (and wait
+    until the server has removed it). Only that one: the lease's renewal runs in its own thread, and
+    ending every backend there also cut whatever the worker's thread was writing at that moment, a
+    different case (a trial's write cut), so the test failed now and then."""
     fired: list[str] = []
+    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
 
     def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         if not fired and match(statement):
             fired.append(statement)
-            assert terminate() >= 1
+            pid = _backend_pid(cursor)
+            with admin.connect() as c:
+                assert c.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid}).scalar_one()
+                deadline = time.monotonic() + 5
+                while c.execute(
+                    text("SELECT count(*) FROM pg_stat_activity WHERE pid = :p"), {"p": pid}
+                ).scalar_one():
+                    assert time.monotonic() < deadline, "the terminated backend did not go away"
+                    time.sleep(0.02)
+
+    def remove() -> None:
+        event.remove(Engine, "before_cursor_execute", before)
+        admin.dispose()
 
     event.listen(Engine, "before_cursor_execute", before)
-    return fired, before
+    return fired, remove
 
 
 @pytest.mark.parametrize("which", ["finish", "renew"])
 def test_a_finish_or_renewal_whose_connection_is_ended_is_retried(
-    pg_url: str, terminate: Callable[[], int], tmp_path: Path, which: str, caplog: pytest.LogCaptureFixture
+    pg_url: str, tmp_path: Path, which: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The server ends the connection under the worker's "mark done" (or a lease renewal): the board runs
     it again on a new connection, under the same lease token, so the study completes in one run with each
@@ -417,11 +442,11 @@ def test_a_finish_or_renewal_whose_connection_is_ended_is_retried(
             return s.startswith("UPDATE tuner_study_tasks SET lease_expires_at")
 
     caplog.set_level(logging.INFO)
-    fired, hook = _terminate_when(terminate, match)
+    fired, remove = _terminate_when(match)
     try:
         summary = run_study(spec, executor=FAKE, lease_s=2.0)
     finally:
-        event.remove(Engine, "before_cursor_execute", hook)
+        remove()
     assert fired, "the statement did not run"
     assert summary.complete and not summary.failed, summary
     [row] = TaskBoard(pg_url).rows(spec.name)
