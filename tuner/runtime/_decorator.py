@@ -29,6 +29,7 @@ from ._argkeys import ArgKeys, KeyBuilder
 from ._bench import BenchFn, default_bench
 from ._env import (
     array_framework,
+    default_name,
     dependency_packages,
     flat_args,
     kind_of,
@@ -143,8 +144,7 @@ class Autotuned:
         self.storage = storage
         self.bench = bench
         self.cache = _load_own_cache(cache)
-        base = underlying_function(fn)
-        self.name = name or f"{getattr(base, '__module__', '?')}.{getattr(base, '__qualname__', repr(base))}"
+        self.name = name or default_name(fn)
         self.seed = seed
         self.strategy = strategy
         self.cost_model = cost_model

@@ -5,6 +5,7 @@ never imported just to ask (versions come from `tuner._versions`, the device nam
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import re
@@ -26,6 +27,7 @@ __all__ = [
     "arg_leaves",
     "flat_args",
     "arg_dtype",
+    "default_name",
 ]
 
 
@@ -41,17 +43,66 @@ def kind_of(fn: Any) -> str:
 
 
 def underlying_function(fn: Any) -> Any:
-    """The Python function behind a Triton JIT function, a jax.jit wrapper or a functools.wraps chain."""
+    """The Python function behind a Triton JIT function, a jax.jit wrapper, a functools.partial or a
+    functools.wraps chain."""
     seen = 0
     while seen < 10:
         seen += 1
         if inspect.isfunction(fn):
             return fn
+        if isinstance(fn, functools.partial):
+            fn = fn.func
+            continue
         inner = getattr(fn, "__wrapped__", None) or getattr(fn, "fn", None)
         if inner is None:
             return fn
         fn = inner
     return fn
+
+
+def _bound_text(v: Any) -> str:
+    """A partial's bound argument in a kernel name: a short scalar as written, a function or class by its
+    qualified name, anything else (an array, an object) by its type: never a repr holding an address."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        text = repr(v)
+        if len(text) <= 40 and text.isprintable():
+            return text
+    if inspect.isfunction(v) or inspect.isclass(v):
+        return f"{v.__module__}.{v.__qualname__}"
+    return type(v).__qualname__
+
+
+def default_name(fn: Any) -> str:
+    """The stored kernel name of a decorated callable: module.qualname of the function behind it. A
+    functools.partial adds its bound arguments, as a call (`mod.launch(interpret=True)`), and a callable
+    object is named by its class: the name is the same in every process (a repr such as
+    `<functools.partial object at 0x...>` is not, and its entries would never be found again)."""
+    bound: list[str] = []
+    obj = fn
+    for _ in range(10):  # partials of partials (wrapped by hand, or around a jax.jit)
+        if isinstance(obj, functools.partial):
+            bound = (
+                [_bound_text(a) for a in obj.args]
+                + [f"{k}={_bound_text(v)}" for k, v in obj.keywords.items()]
+                + bound
+            )
+            obj = obj.func
+        elif not inspect.isfunction(obj) and isinstance(getattr(obj, "__wrapped__", None), functools.partial):
+            obj = obj.__wrapped__
+        else:
+            break
+    base = underlying_function(obj)
+    qualname = getattr(base, "__qualname__", None)
+    module = getattr(base, "__module__", None)
+    if not isinstance(qualname, str):  # a callable object: its class
+        qualname, module = type(base).__qualname__, type(base).__module__
+    name = f"{module or '?'}.{qualname}"
+    if bound:
+        args = ", ".join(bound)
+        if len(name) + len(args) + 2 > 200:  # the store's limit on a name
+            args = hashlib.sha256(args.encode()).hexdigest()[:16]
+        name = f"{name}({args})"
+    return name
 
 
 _DEF_RE = re.compile(r"^(async\s+)?def\s+\w+\s*\(", re.MULTILINE)
