@@ -191,8 +191,12 @@ class _TritonKeys(ArgKeys):
     constexpr, say) is keyed by its str()."""
 
     def raw_values(self, args: tuple, kwargs: dict) -> dict[str, Any]:
-        out = {}
+        out: dict[str, Any] = {}
+        np = sys.modules.get("numpy")
         for k, v in super().raw_values(args, kwargs).items():
+            if np is not None and isinstance(v, np.dtype):  # has a `.shape` (()), yet is no array
+                out[k] = str(v)
+                continue
             if v is None or isinstance(v, (bool, int, float, str)) or hasattr(v, "shape"):
                 out[k] = v
                 continue
