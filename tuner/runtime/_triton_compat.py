@@ -398,9 +398,13 @@ class TritonAutotuned(Autotuned):
                     self._tl.first_error = exc
                 raise
             cur = getattr(self._tl, "current", None)
+            raw, self._tl.raw_timing = getattr(self._tl, "raw_timing", None), None
             if cur is not None:
-                med, spread = normalise_bench_result(res)
-                timings[_timing_key(self.config_obj(cur))] = _timing_ms(med, spread)
+                if raw is not None and not isinstance(raw, (list, tuple)):
+                    entry: Any = float(raw)  # a do_bench that returned one number: Triton keeps it so
+                else:
+                    entry = _timing_ms(*normalise_bench_result(res))
+                timings[_timing_key(self.config_obj(cur))] = entry
             return res
 
         return timed
@@ -452,7 +456,14 @@ class TritonAutotuned(Autotuned):
     def _raw_timer(self, args: tuple, kwargs: dict, device: str) -> BenchFn:
         user = self.user_do_bench
         if user is not None:
-            return lambda call: _ms_result_to_s(user(call, quantiles=_QUANTILES))
+
+            def user_bench(call: Callable[[], Any]) -> tuple[float, float]:
+                raw = user(call, quantiles=_QUANTILES)
+                out = _ms_result_to_s(raw)
+                self._tl.raw_timing = raw  # a single number stays one in `.configs_timings` (`timed`)
+                return out
+
+            return user_bench
         gpu = device != "cpu"
         if self.use_cuda_graph and gpu:
             from triton.testing import do_bench_cudagraph
