@@ -139,6 +139,25 @@ def test_configs_differing_only_in_num_stages(impl):
     assert [c.num_stages for c in neg.configs_timings] == [1, 2, 3, 4]
 
 
+# ---- configs that differ only in a launch option (maxnreg, num_ctas) --------------------------------------
+@pytest.mark.parametrize("impl", IMPLS)
+def test_configs_differing_only_in_maxnreg_or_num_ctas(impl):
+    cfgs = [triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 32}, maxnreg=128),
+            triton.Config({"BLOCK": 32}, num_ctas=2)]  # fmt: skip
+    bench = Bench(times=[3.0, 1.0, 2.0])
+
+    @autotune_of(impl)(configs=cfgs, key=["N"], do_bench=bench)
+    @triton.jit
+    def fill(x, N, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x + offs, tl.full([BLOCK], 1.0, tl.float32), mask=offs < N)
+
+    x = torch.zeros(40)
+    fill[lambda m: (triton.cdiv(40, m["BLOCK"]),)](x, 40)
+    assert torch.equal(x, torch.ones(40))
+    assert bench.calls == 3 and fill.best_config is cfgs[1] and len(fill.configs_timings) == 3
+
+
 # ---- restore_value / reset_to_zero on views of a larger buffer ---------------------------------------------
 @pytest.mark.parametrize("impl", IMPLS)
 def test_restore_value_and_reset_to_zero_on_views(impl):
@@ -560,3 +579,54 @@ def test_grouped_matmul_with_dtype_aware_pruning_and_a_named_perf_model(impl):
     assert sorted(seen["perf"]) == [(16, 16, 1), (16, 16, 2), (32, 16, 1), (32, 16, 2)]
     assert [(cf.kwargs["BLOCK_M"], cf.num_stages) for cf in mm.configs_timings] == [(16, 2), (16, 1), (32, 2)]
     assert bench.calls == 3 and mm.best_config is cfgs[0] and mm.nargs is None
+
+
+# ---- one jitted model, four threads: the key is tuned once ---------------------------------------------------
+def test_jitted_launcher_from_four_threads_tunes_once():
+    seen: list = []
+    f = tuner.autotune(
+        configs=[{"block": 8}, {"block": 16}],
+        key=lambda x: {"n": x.shape[0]},
+        bench=_once(seen, lambda b: {8: 2e-3, 16: 1e-3}[b]),
+    )(  # fmt: skip
+        lambda x, *, block: (seen.append(block), _double_launch(x, block=block, interpret=True))[1]
+    )
+    barrier = threading.Barrier(4)
+    results, errors = [], []
+
+    def work():
+        try:
+            barrier.wait()
+            results.append(np.asarray(jax.jit(lambda x: f(x) + 1.0)(jnp.ones(32))))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(results) == 4 and all((r == 3.0).all() for r in results)
+    assert f.tuner.stats["tuned"] == 1 and seen.count(8) == 1
+
+
+# ---- a registered kernel's Pallas backend through tuner.kernel, eager and inside jit -----------------------
+def test_registered_pallas_kernel_through_tuner_kernel_inside_jit():
+    from tuner.kernels import get_kernel
+
+    spec = get_kernel("rmsnorm")
+    f = tuner.kernel("rmsnorm", backend="pallas", budget=2)
+    problem = {"M": 8, "N": 64, "dtype": "float32"}
+    inputs = spec.make_inputs(problem, "pallas", 0)
+    ref = np.asarray(spec.reference(problem, inputs), np.float32)
+    np.testing.assert_allclose(np.asarray(f(problem, inputs), np.float32), ref, rtol=1e-5, atol=1e-5)
+    out = jax.jit(lambda inp: f(problem, inp))(inputs)  # the same key, traced: a hit
+    np.testing.assert_allclose(np.asarray(out, np.float32), ref, rtol=1e-5, atol=1e-5)
+    assert f.tuner.stats["tuned"] == 1
+    problem16 = {"M": 8, "N": 64, "dtype": "bfloat16"}
+    inputs16 = spec.make_inputs(problem16, "pallas", 0)
+    out16 = jax.jit(lambda inp: f(problem16, inp))(inputs16)  # a new key, tuned at trace time
+    ref16 = np.asarray(spec.reference(problem16, inputs16), np.float32)
+    np.testing.assert_allclose(np.asarray(out16, np.float32), ref16, rtol=2e-2, atol=2e-2)
+    assert f.tuner.stats["tuned"] == 2
