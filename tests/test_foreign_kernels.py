@@ -12,6 +12,7 @@ dtypes.
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 
 import pytest
@@ -630,3 +631,30 @@ def test_registered_pallas_kernel_through_tuner_kernel_inside_jit():
     ref16 = np.asarray(spec.reference(problem16, inputs16), np.float32)
     np.testing.assert_allclose(np.asarray(out16, np.float32), ref16, rtol=2e-2, atol=2e-2)
     assert f.tuner.stats["tuned"] == 2
+
+
+def test_editing_a_callable_objects_call_makes_its_entries_stale(tmp_path, monkeypatch):
+    """A callable object is keyed on the source of its class's `__call__` (and what it calls), as a
+    function is on its own: an edited `__call__` is a new kernel source, not the old entry."""
+    import importlib
+    import linecache
+
+    def write(body):
+        (tmp_path / "user_layer_mod.py").write_text(
+            f"class Op:\n    def __call__(self, x, *, b):\n        return {body}\n"
+        )
+        linecache.checkcache()
+        importlib.invalidate_caches()
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "user_layer_mod", raising=False)
+    write("x * b")
+    mod = importlib.import_module("user_layer_mod")
+    first = tuner.autotune(configs=[{"b": 1}, {"b": 2}], key=["x"], bench=lambda call: 1e-3)(mod.Op())
+    assert first(3) in (3, 6) and first.tuner.stats["tuned"] == 1
+    write("x * b + 1  # edited")
+    mod = importlib.reload(mod)
+    second = tuner.autotune(configs=[{"b": 1}, {"b": 2}], key=["x"], bench=lambda call: 1e-3)(mod.Op())
+    assert "kernel source changed" in second.explain(3)
+    assert second(3) in (4, 7) and second.tuner.stats["tuned"] == 1
+    monkeypatch.delitem(sys.modules, "user_layer_mod")

@@ -176,8 +176,10 @@ def _one_hash(fn: Any) -> str:
     if key is not None:
         return _h("triton-cache-key:" + key)
     base = _python_function(fn)
-    if base is None:
-        return _h(f"{type(fn).__module__}.{getattr(fn, '__qualname__', type(fn).__qualname__)}")
+    if base is None:  # a callable object: the `__call__` its class defines, else its class's name
+        base = next((c.__dict__["__call__"] for c in type(fn).__mro__ if "__call__" in c.__dict__), None)
+        if not isinstance(base, types.FunctionType):
+            return _h(f"{type(fn).__module__}.{getattr(fn, '__qualname__', type(fn).__qualname__)}")
     root_pkg = _top_package(getattr(base, "__module__", None))
     root_file = getattr(base.__code__, "co_filename", None)
     texts: list[str] = []
