@@ -458,6 +458,23 @@ def test_cpu_bench_median_and_spread_with_a_fake_clock():
     assert med == pytest.approx(0.03) and spread == pytest.approx(0.042 - 0.018)
 
 
+def test_triton_warmup_and_rep_counts_are_not_sized_on_one_preempted_run():
+    """`warmup=`/`rep=` on a CPU launcher: the counts come from a run's time. A run the OS preempted (here
+    the first, 0.2 s where the others take microseconds) used to size them alone: 1 warm-up and 1 timed
+    run where `rep` asked for about 0.2 s of runs (a jax test failed this way on a loaded machine)."""
+    from tuner.runtime._triton_support import _budgeted_cpu_bench
+
+    calls = [0]
+
+    def call() -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            time.sleep(0.2)
+
+    _budgeted_cpu_bench(call, 0.01, 0.2)
+    assert calls[0] > 10, calls  # was 3: the one slow run, 1 warm-up, 1 timed
+
+
 def test_triton_configs_one_line_switch():
     import torch
     import triton

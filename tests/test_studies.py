@@ -5,6 +5,7 @@ reports, cache export and `tuner regress`. The executor is the synthetic one of 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -158,6 +159,44 @@ def test_leases_are_exclusive_expire_and_fence_the_old_holder(tmp_path: Path) ->
     assert board.finish(c, PENDING)  # handed back (Ctrl-C)
     assert {r.key: r.status for r in board.rows(spec.name)}[a.task.key] == PENDING
     board.close()
+
+
+def test_the_lease_is_renewed_while_the_task_is_prepared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before its first trial a worker opens the store, marks a dead worker's trials abandoned and gathers
+    the prior: seconds in a fresh process on a loaded machine, more on a big store. The heartbeat runs from
+    the claim on, so a lease shorter than that is not lost. Was: the heartbeat started with the first
+    trial, the lease had run out by then, and the task was taken over (here by the same worker, as a second
+    attempt; under CI load, live workers of a 4-worker study lost their first tasks to each other)."""
+    import tuner.studies._runner as runner
+    from tuner.studies import DONE, TaskBoard, load_study, prepare_study, run_study
+
+    lease_s = 3.0
+    spec = prepare_study(load_study(write_study(tmp_path, n_m=1, budget=2), check_kernels=False))
+    board = TaskBoard(spec.storage)
+    real = runner.gather_prior
+    waited: list[float] = []
+
+    def slow_prior(storage: Any, rows: Any, task: Any) -> Any:
+        if not waited:  # the first preparation outlasts the lease it was claimed with
+            [row] = [r for r in board.rows(spec.name) if r.key == task.key]
+            assert row.started_at is not None
+            deadline = time.monotonic() + 60
+            while board.now() <= row.started_at + lease_s + 0.2:
+                assert time.monotonic() < deadline, "the database clock did not move"
+                time.sleep(0.05)
+            waited.append(board.now() - row.started_at)
+        return real(storage, rows, task)
+
+    monkeypatch.setattr(runner, "gather_prior", slow_prior)
+    caplog.set_level(logging.INFO, logger="tuner.studies")
+    summary = run_study(spec, executor=FAKE, lease_s=lease_s)
+    assert waited and waited[0] > lease_s
+    assert summary.complete and summary.counts[DONE] == 1, summary
+    [row] = board.rows(spec.name)
+    assert row.status == DONE and row.attempts == 1 and row.trials_done == 2, row
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_budget_increase_reopens_a_finished_task(tmp_path: Path) -> None:

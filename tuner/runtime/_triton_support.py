@@ -144,12 +144,17 @@ def _autotuner_error(msg: str) -> Exception:
         return RuntimeError(f"Autotuner error: {msg}")
 
 
+ESTIMATE_RUNS = 3  # runs timed to size the warm-up and timed counts of `_budgeted_cpu_bench`
+
+
 def _budgeted_cpu_bench(
     call: Callable[[], Any], warmup_s: float, rep_s: float, *, jax: bool = False
 ) -> tuple[float, float]:
     """cpu_bench with Triton's warmup/rep meaning: about `warmup_s` of warm-up and `rep_s` of timed runs,
-    counted from one run's time. `jax`: every run waits for its whole result (jax.block_until_ready),
-    and a first untimed call compiles the launcher, so the counts are not sized on compiling."""
+    counted from one run's time: the fastest of `ESTIMATE_RUNS` runs (Triton's do_bench averages five),
+    so that one run the OS preempted does not size the counts (seen on a loaded machine: 4 timed runs
+    where 190 were due). `jax`: every run waits for its whole result (jax.block_until_ready), and a first
+    untimed call compiles the launcher, so the counts are not sized on compiling."""
     run = call
     if jax:
         import jax as jax_mod
@@ -158,9 +163,12 @@ def _budgeted_cpu_bench(
             return jax_mod.block_until_ready(call())
 
         run()  # traces and compiles
-    t0 = time.perf_counter()
-    run()
-    est = max(time.perf_counter() - t0, 1e-6)
+    times = []
+    for _ in range(ESTIMATE_RUNS):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    est = max(min(times), 1e-6)
     return cpu_bench(
         run,
         warmup=max(1, min(1000, int(warmup_s / est))),

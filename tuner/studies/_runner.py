@@ -346,32 +346,48 @@ class WorkerSummary:
 
 
 class _Lease:
-    """Keeps one claim alive: a heartbeat thread plus the per-trial callback, both renewing the lease."""
+    """Keeps one claim alive: a heartbeat thread plus the per-trial callback, both renewing the lease.
+
+    The heartbeat starts right after the claim (`start`), before the task is prepared: opening the store
+    in a fresh process, marking a dead worker's trials abandoned and gathering the prior take seconds
+    (more on a loaded machine or a big store), and a lease that ran out meanwhile was lost before the
+    first trial, the task taken over by another worker (or by this one, as a new attempt). `begin` then
+    gives it the trials the task has, and from there on the time counts as the task's (`spent`)."""
 
     def __init__(
         self,
         board: TaskBoard,
         claim: Claim,
         lease_s: float,
-        trials_done: int,
-        best: tuple[float | None, dict[str, Any] | None],
         on_progress: Callable[[Claim, int, float | None], None] | None,
         interrupt: threading.Event | None = None,
     ) -> None:
         self.board, self.claim, self.lease_s = board, claim, lease_s
         self.interrupt = interrupt
-        self.trials_done = trials_done
-        self.best_value, self.best_config = best
+        self.trials_done = 0
+        self.best_value: float | None = None
+        self.best_config: dict[str, Any] | None = None
         self.on_progress = on_progress
         self.lock = threading.Lock()
         self.lost = threading.Event()
         self.stop = threading.Event()
         self.last_ok = time.monotonic()
-        self.mark = time.monotonic()
+        self.mark: float | None = None  # None while the task is prepared: that time is not spent on it
         self.thread = threading.Thread(target=self._beat, name=f"lease-{claim.task.key}", daemon=True)
 
+    def start(self) -> None:
+        if self.thread.ident is None:
+            self.thread.start()
+
+    def begin(self, trials_done: int, best: tuple[float | None, dict[str, Any] | None]) -> None:
+        """The task is prepared: it has `trials_done` trials, the best of them `best`; its time starts."""
+        with self.lock:
+            self.trials_done = trials_done
+            self.best_value, self.best_config = best
+            self.mark = time.monotonic()
+
     def __enter__(self) -> _Lease:
-        self.thread.start()
+        self.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -379,6 +395,8 @@ class _Lease:
         self.thread.join(timeout=self.lease_s)
 
     def spent(self) -> float:
+        if self.mark is None:
+            return 0.0
         now = time.monotonic()
         d, self.mark = now - self.mark, now
         return d
@@ -561,15 +579,27 @@ class StudyWorker:
     def run_task(self, claim: Claim) -> str:
         """Tune one claimed task; returns "done", "failed" or "lost"."""
         task = claim.task
-        storage = self.storage
-        seed_retry(storage, task)  # a retried task: its attempt's own study, with the earlier successes
-        stale = abandon_stale_trials(storage, task.study_name, self.worker_id, self._store)
-        if stale:
-            log.warning(
-                "task %s: %d trial(s) left unfinished by a dead worker were marked abandoned", task.key, stale
-            )
-        before = task_trials(storage, task.study_name)
-        prior = gather_prior(storage, self.board.rows(self.spec.name), task)
+        lease = _Lease(self.board, claim, self.lease_s, self.on_progress, self._interrupt)
+        lease.start()  # renewed while the task is prepared, not only from its first trial on
+        try:
+            storage = self.storage
+            seed_retry(storage, task)  # a retried task: its attempt's own study, with the earlier successes
+            stale = abandon_stale_trials(storage, task.study_name, self.worker_id, self._store)
+            if stale:
+                log.warning(
+                    "task %s: %d trial(s) left unfinished by a dead worker were marked abandoned",
+                    task.key,
+                    stale,
+                )
+            before = task_trials(storage, task.study_name)
+            prior = gather_prior(storage, self.board.rows(self.spec.name), task)
+        except BaseException:
+            lease.__exit__(None, None, None)
+            raise
+        if lease.lost.is_set():  # taken over while it was prepared (the heartbeat came too late)
+            lease.__exit__(None, None, None)
+            return "lost"
+        lease.begin(len(before), _best(before))
         if task.time_budget_s is not None:
             task = replace(task, time_budget_s=max(1e-3, task.time_budget_s - claim.spent_s))
         log.info(
@@ -578,9 +608,6 @@ class StudyWorker:
             task.key,
             len(before),
             len(prior),
-        )
-        lease = _Lease(
-            self.board, claim, self.lease_s, len(before), _best(before), self.on_progress, self._interrupt
         )
         # The executor's measurements of this study commit only while this worker holds the lease
         # (`tuner.storage.guarding`): after a takeover they raise LeaseLost instead of adding a
