@@ -199,6 +199,43 @@ def test_the_lease_is_renewed_while_the_task_is_prepared(
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
 
 
+def test_the_lease_is_renewed_until_the_finished_task_is_marked_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After its last trial a worker reads the task's trials back and notes the device and versions
+    (which may import torch or triton) before it marks the task done. The heartbeat runs until then, so
+    another worker that looks for work meanwhile finds none. Was: the heartbeat stopped with the last
+    trial, the lease ran out, another worker took the finished task over (and finished it again with no
+    new trial) and this one's finish found its lease gone."""
+    import tuner.studies._runner as runner
+    from tuner.studies import DONE, TaskBoard, load_study, prepare_study, run_study
+
+    lease_s = 3.0
+    spec = prepare_study(load_study(write_study(tmp_path, n_m=1, budget=2), check_kernels=False))
+    board = TaskBoard(spec.storage)
+    real = runner._environment
+    other: list[Any] = []
+
+    def slow_environment(task: Any) -> Any:
+        if not other:  # the first time only (on the old code the task came round again)
+            start = board.now()
+            deadline = time.monotonic() + 60
+            while board.now() <= start + lease_s + 0.5:  # past the lease of the last renewal before this
+                assert time.monotonic() < deadline, "the database clock did not move"
+                time.sleep(0.05)
+            other.append(board.claim(spec.name, "another-worker:1", lease_s))  # a worker looking for work
+        return real(task)
+
+    monkeypatch.setattr(runner, "_environment", slow_environment)
+    caplog.set_level(logging.INFO, logger="tuner.studies")
+    summary = run_study(spec, executor=FAKE, lease_s=lease_s)
+    assert other == [None], other
+    assert summary.complete and summary.counts[DONE] == 1, summary
+    [row] = board.rows(spec.name)
+    assert row.status == DONE and row.attempts == 1 and row.trials_done == 2, row
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
 def test_budget_increase_reopens_a_finished_task(tmp_path: Path) -> None:
     from tuner.studies import load_study, run_study
 

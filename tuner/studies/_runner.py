@@ -394,6 +394,15 @@ class _Lease:
         self.stop.set()
         self.thread.join(timeout=self.lease_s)
 
+    def finish(self, status: str, **kw: Any) -> bool:
+        """board.finish under the lease's lock, and the heartbeat stopped in the same hold of it: a
+        renewal after the finish would find the lease gone and report it taken over."""
+        with self.lock:
+            try:
+                return self.board.finish(self.claim, status, spent_add=self.spent(), **kw)
+            finally:
+                self.stop.set()
+
     def spent(self) -> float:
         if self.mark is None:
             return 0.0
@@ -403,7 +412,7 @@ class _Lease:
 
     def _renew(self, **progress: Any) -> None:
         with self.lock:
-            if self.lost.is_set():
+            if self.lost.is_set() or self.stop.is_set():  # given up, or finished on the board
                 return
             try:
                 ok = self.board.renew(self.claim, self.lease_s, spent_add=self.spent(), **progress)
@@ -609,64 +618,63 @@ class StudyWorker:
             len(before),
             len(prior),
         )
-        # The executor's measurements of this study commit only while this worker holds the lease
-        # (`tuner.storage.guarding`): after a takeover they raise LeaseLost instead of adding a
-        # measurement behind the new holder that no counted trial refers to.
-        guard = functools.partial(self.board.hold, claim=claim)
+        # The heartbeat runs until the task is finished on the board, not only while the executor runs:
+        # reading the trials back and the environment (which may import torch or triton) take a while,
+        # and a lease that ran out meanwhile let another worker take the finished task over.
         try:
-            with lease, guarding(task.storage, task.study_name, guard):
-                res = self.executor(task, prior=prior, callback=lease.callback)
-        except LeaseLost:
-            return "lost"
-        except StoreError:
-            raise  # the store's failure, not the task's (`_run` hands the task back)
-        except KeyboardInterrupt:
-            with lease.lock:
-                self.board.finish(claim, PENDING, spent_add=lease.spent())
-            raise
-        except Exception as exc:  # noqa: BLE001 - a broken task must not stop the study
-            # Asked of the board, not only of the heartbeat (which may be late): a worker whose task was
-            # taken over fails on the new holder's writes (a trial it measured was told or abandoned by
-            # the new holder), and that is not the task's failure.
-            if lease.lost.is_set() or not lease.holds():
-                log.warning("task %s: %s after the lease was lost", task.key, exc)
+            # The executor's measurements of this study commit only while this worker holds the lease
+            # (`tuner.storage.guarding`): after a takeover they raise LeaseLost instead of adding a
+            # measurement behind the new holder that no counted trial refers to.
+            guard = functools.partial(self.board.hold, claim=claim)
+            try:
+                with guarding(task.storage, task.study_name, guard):
+                    res = self.executor(task, prior=prior, callback=lease.callback)
+            except LeaseLost:
                 return "lost"
-            log.error("task %s failed: %s: %s", task.key, type(exc).__name__, exc)
-            with lease.lock:
-                self.board.finish(
-                    claim, FAILED, error=f"{type(exc).__name__}: {exc}", spent_add=lease.spent()
-                )
-            return "failed"
-        if lease.lost.is_set():
-            return "lost"
-        trials = task_trials(storage, task.study_name)
-        summary = _result_summary(res)
-        tv, tc = _best(trials)
-        best_value = summary.get("best_value", tv)
-        best_config = summary.get("best_config", tc)
-        summary.setdefault("evaluations", len(trials))
-        summary.setdefault("unit", "ms")
-        summary["worker"] = self.worker_id
-        summary.update(_environment(task))
-        no_winner = best_value is None or not isinstance(best_config, Mapping)
-        error: str | None = None
-        if no_winner:  # every trial failed (or none ran): the work did not happen
-            error = no_winner_reason(res, summary, trials)
-            log.error("task %s failed: %s", task.key, error)
-        with lease.lock:
-            ok = self.board.finish(
-                claim,
+            except StoreError:
+                raise  # the store's failure, not the task's (`_run` hands the task back)
+            except KeyboardInterrupt:
+                lease.finish(PENDING)
+                raise
+            except Exception as exc:  # noqa: BLE001 - a broken task must not stop the study
+                # Asked of the board, not only of the heartbeat (which may be late): a worker whose task
+                # was taken over fails on the new holder's writes (a trial it measured was told or
+                # abandoned by the new holder), and that is not the task's failure.
+                if lease.lost.is_set() or not lease.holds():
+                    log.warning("task %s: %s after the lease was lost", task.key, exc)
+                    return "lost"
+                log.error("task %s failed: %s: %s", task.key, type(exc).__name__, exc)
+                lease.finish(FAILED, error=f"{type(exc).__name__}: {exc}")
+                return "failed"
+            if lease.lost.is_set():
+                return "lost"
+            trials = task_trials(storage, task.study_name)
+            summary = _result_summary(res)
+            tv, tc = _best(trials)
+            best_value = summary.get("best_value", tv)
+            best_config = summary.get("best_config", tc)
+            summary.setdefault("evaluations", len(trials))
+            summary.setdefault("unit", "ms")
+            summary["worker"] = self.worker_id
+            summary.update(_environment(task))
+            no_winner = best_value is None or not isinstance(best_config, Mapping)
+            error: str | None = None
+            if no_winner:  # every trial failed (or none ran): the work did not happen
+                error = no_winner_reason(res, summary, trials)
+                log.error("task %s failed: %s", task.key, error)
+            ok = lease.finish(
                 FAILED if no_winner else DONE,
                 error=error,
                 result=summary,
                 trials_done=len(trials),
                 best_value=best_value,
                 best_config=best_config,
-                spent_add=lease.spent(),
             )
-        if not ok:
-            return "lost"
-        return "failed" if no_winner else "done"
+            if not ok:
+                return "lost"
+            return "failed" if no_winner else "done"
+        finally:
+            lease.__exit__(None, None, None)
 
 
 # ---- the whole run -------------------------------------------------------------------------------------
