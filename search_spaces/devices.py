@@ -14,7 +14,8 @@ Detection (torch and jax imported lazily, only when asked):
 - `detect_device(backend)`: the `Device` a backend runs on here (CUDA compute capability -> sm70 / sm75 /
   sm80 / sm86 / sm89 / sm90 / sm100 / sm120 through `nvidia_arch`, with the name and limits torch reports
   for the GPU in place of the table's; an AMD GPU's gfx target -> gfx90a / gfx942 / gfx950; JAX's TPU kind
-  -> the TPU generation; the CPU under the interpreters); constraints and features use it. Its `name` is
+  -> the TPU generation, an unknown one -> the known TPU with the least VMEM; the CPU under the
+  interpreters); constraints and features use it. Its `name` is
   the device's own (torch's or jax's name for it), its peaks those of the arch's table product.
 - `device_for_family(family)` / `device_for_label(label)`: the descriptor whose limits hold for a device
   that `device_family` recognises (None where none does).
@@ -688,29 +689,29 @@ def _with_reported_limits(dev: Device, props: Any) -> Device:
     return replace(dev, **changes) if changes else dev
 
 
-def _torch_gpu_device() -> Device:
-    """The descriptor of torch's GPU 0: the arch its compute capability names (`nvidia_arch`), with the
+def _torch_gpu_device(index: int = 0) -> Device:
+    """The descriptor of torch's GPU `index`: the arch its compute capability names (`nvidia_arch`), with the
     name, shared memory, SM count, L2, registers and warp size torch reports for the device in place of
     the table's. On ROCm's torch the "compute capability" is the gfx version (9.4 for an MI300X), so the
     gfx target (`gcnArchName`, else the device's name) decides there."""
     import torch
 
     if getattr(torch.version, "hip", None):
-        props = torch.cuda.get_device_properties(0)
+        props = torch.cuda.get_device_properties(index)
         gfx = str(getattr(props, "gcnArchName", "") or "").split(":")[0]  # "gfx942:sramecc+:xnack-"
         fam = device_family(gfx) if gfx else DeviceFamily()
         if not fam.known:
-            fam = device_family(f"AMD {torch.cuda.get_device_name(0)}")
+            fam = device_family(f"AMD {torch.cuda.get_device_name(index)}")
         dev = device_for_family(fam) or GFX90A
         if fam.arch != dev.arch:
             log.warning("AMD GPU %r (%s): no descriptor of its own; using %s limits", gfx, fam.arch, dev.arch)
         return _with_reported_limits(dev, props)
-    major, minor = torch.cuda.get_device_capability(0)
+    major, minor = torch.cuda.get_device_capability(index)
     dev = get_device(nvidia_arch(major, minor))
-    return _with_reported_limits(dev, torch.cuda.get_device_properties(0))
+    return _with_reported_limits(dev, torch.cuda.get_device_properties(index))
 
 
-def detect_device(backend: str) -> Device:
+def detect_device(backend: str, index: int = 0) -> Device:
     """The device descriptor of the hardware `backend` ("triton" or "pallas") runs on here (CPU when it
     is an interpreter).
 
@@ -719,9 +720,13 @@ def detect_device(backend: str) -> Device:
     representative product, whose name is `get_device(dev.arch).name`) with what the runtime reports for
     the device itself: its `name` (torch's `get_device_name`, jax's `device_kind`: "NVIDIA GeForce RTX
     4090", not the table's "L40S") and, under torch, its shared memory per block, SM count, L2,
-    registers per SM and warp size. Key on `arch`, never on `name`."""
+    registers per SM and warp size. Key on `arch`, never on `name`.
+
+    `index`: which of torch's CUDA devices (as CUDA_VISIBLE_DEVICES numbers them) Triton runs on, 0 by
+    default; on a machine with GPUs of different kinds, the one the kernel's tensors are on (the runtime
+    passes it). Pallas always takes jax's first device."""
     if backend == "triton":
-        return _torch_gpu_device() if on_gpu() else CPU
+        return _torch_gpu_device(index) if on_gpu() else CPU
     if backend == "pallas":
         if pallas_interpret():
             return CPU
@@ -733,8 +738,16 @@ def detect_device(backend: str) -> Device:
             for tag, arch in _TPU_KINDS:
                 if tag in kind:
                     return _named(get_device(arch), kind_name)
-            log.warning("unknown TPU kind %r; using tpu_v5e limits", kind)
-            return _named(TPU_V5E, kind_name)
+            # a TPU the table does not know (a newer generation): the known TPU with the least VMEM, so
+            # no tile the chip cannot hold passes the space (v5e's 128 MiB would be too much for some)
+            fallback = min((d for d in DEVICES.values() if d.kind == "tpu"), key=lambda d: d.vmem_bytes)
+            log.warning(
+                "TPU %r has no descriptor of its own; using %s limits (%d MiB of VMEM, the least of the known TPUs)",
+                kind_name,
+                fallback.arch,
+                fallback.vmem_bytes // 2**20,
+            )
+            return _named(fallback, kind_name)
         if jax.default_backend() in ("gpu", "rocm"):
             dev0 = jax.devices()[0]
             kind_name = str(getattr(dev0, "device_kind", ""))

@@ -21,6 +21,7 @@ __all__ = [
     "kind_of",
     "source_hash",
     "device_of",
+    "cuda_index_of",
     "dtype_name",
     "framework_versions",
     "dependency_packages",
@@ -199,6 +200,17 @@ def device_of(kind: str, values: Iterable[Any]) -> str:
                 continue
             return jax_device_label(d)
     return "cpu"
+
+
+def cuda_index_of(values: Iterable[Any]) -> int | None:
+    """The index of the CUDA device the first torch tensor among `values` is on (None when that tensor is
+    not on a CUDA device, or there is none): the GPU whose limits a call's search space must obey."""
+    for v in values:
+        tmod = type(v).__module__ or ""
+        if tmod.startswith("torch") and hasattr(v, "device"):
+            dev = v.device
+            return int(dev.index or 0) if getattr(dev, "type", "cpu") == "cuda" else None
+    return None
 
 
 def array_framework(values: Iterable[Any]) -> str | None:

@@ -29,7 +29,7 @@ from tuner.search_spaces.devices import device_label
 
 from ._bench import BenchFn, default_bench
 from ._decorator import Autotuned, CostModelHook
-from ._env import array_framework, device_of, source_hash
+from ._env import array_framework, cuda_index_of, device_of, source_hash
 from ._file import ReadOnlyCache
 from ._hit import make_hit_path
 from ._key import CacheKey
@@ -158,19 +158,26 @@ class _SpaceOnDevice:
         self.backend = backend
         self._device_arg = device
         self._device: Device | None = None
+        self._detected: dict[int, Device] = {}  # CUDA device index -> its descriptor, when detected
 
     def __call__(self, problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> SearchSpace:
+        if self._device_arg is None:
+            # detected for the GPU the inputs are on: on a machine with an A100 and an RTX 4090, a call on
+            # cuda:1 gets the 4090's 99 KiB of shared memory, not cuda:0's 163 KiB
+            index = cuda_index_of(list(inputs.values())) if self.backend == "triton" else None
+            key = index or 0
+            dev = self._detected.get(key)
+            if dev is None:
+                from tuner.search_spaces.devices import detect_device
+
+                dev = self._detected[key] = detect_device(self.backend, key)
+            return self.spec.space(problem, dev, self.backend)
         if self._device is None:
             from tuner.search_spaces import get_device
 
-            if self._device_arg is None:
-                from tuner.search_spaces.devices import detect_device
-
-                self._device = detect_device(self.backend)
-            else:
-                self._device = (
-                    get_device(self._device_arg) if isinstance(self._device_arg, str) else self._device_arg
-                )
+            self._device = (
+                get_device(self._device_arg) if isinstance(self._device_arg, str) else self._device_arg
+            )
         return self.spec.space(problem, self._device, self.backend)
 
 
