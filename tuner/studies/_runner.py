@@ -701,9 +701,11 @@ def prepare_study(spec: StudySpec, *, retry_failed: bool = False) -> StudySpec:
     if any(t.device == "auto" for t in spec.tasks):
         from tuner.search_spaces.devices import detect_device
 
-        dev = detect_device("triton").arch
+        # each backend's own device: a Pallas task on a TPU is tuned for the TPU, not for what torch sees
+        archs = {t.backend: detect_device(t.backend).arch for t in spec.tasks if t.device == "auto"}
         spec = replace(
-            spec, tasks=tuple(replace(t, device=dev) if t.device == "auto" else t for t in spec.tasks)
+            spec,
+            tasks=tuple(replace(t, device=archs[t.backend]) if t.device == "auto" else t for t in spec.tasks),
         )
     if spec.storage.startswith("sqlite:///"):
         path = spec.storage[len("sqlite:///") :]
