@@ -701,8 +701,13 @@ def prepare_study(spec: StudySpec, *, retry_failed: bool = False) -> StudySpec:
     if any(t.device == "auto" for t in spec.tasks):
         from tuner.search_spaces.devices import detect_device
 
-        # each backend's own device: a Pallas task on a TPU is tuned for the TPU, not for what torch sees
-        archs = {t.backend: detect_device(t.backend).arch for t in spec.tasks if t.device == "auto"}
+        # each backend's own device: a Pallas task on a TPU is tuned for the TPU, not for what torch sees;
+        # other tasks (a decorated Python function's, backend "python") for torch's device, as before
+        archs = {
+            t.backend: detect_device("pallas" if t.backend == "pallas" else "triton").arch
+            for t in spec.tasks
+            if t.device == "auto"
+        }
         spec = replace(
             spec,
             tasks=tuple(replace(t, device=archs[t.backend]) if t.device == "auto" else t for t in spec.tasks),
