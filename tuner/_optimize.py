@@ -552,10 +552,11 @@ def _search(
             return "space_exhausted", strategy_time
 
         t1 = time.perf_counter()
-        value, status, error = _run_objective(objective, asked.config)
+        given = space.as_given(asked.config)  # from_configs: each config with its user's own values
+        value, status, error = _run_objective(objective, given)
         dur = time.perf_counter() - t1
 
-        trial = Trial(len(trials), asked.config, value, status, dur, error)
+        trial = Trial(len(trials), given, value, status, dur, error)
         # The measurement first, then Optuna: a worker that stops between the two (a crash, a
         # StoreTimeout) leaves a RUNNING trial whose measurement is stored, which the next run tells from
         # it (`_resume`; the study runner before it starts a task). The other order would leave a counted
