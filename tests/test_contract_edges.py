@@ -345,3 +345,50 @@ def test_same_seed_same_calls_in_processes_with_different_hash_seeds():
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     assert runs[0] == runs[1]
     assert all(len(calls) == 8 for calls in runs[0].values())
+
+
+# ---- the user's own values through the store and the runtime cache -------------------------------------
+
+_MIXED = [{"b": 1, "m": "y"}, {"b": 1.0, "m": "x"}, {"b": True, "m": "z"}, {"b": 2, "m": "z"}]
+
+
+def test_resumed_trials_keep_the_users_own_values(tmp_path: Path):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    space = SearchSpace.from_configs(_MIXED)
+    first = _run(
+        space,
+        lambda c: (1.0 if c["m"] == "x" else 2.0) + (0.5 if c["b"] is True else 0.0),
+        budget=10,
+        strategy="random",
+        storage=url,
+    )
+    calls = []
+    again = _run(space, lambda c: calls.append(c) or 3.0, budget=10, strategy="random", storage=url)
+    assert calls == []  # everything was measured: resumed, not run again
+    # Optuna stores True as 1 in a domain holding both: each value stays with its own config
+    assert [(_typed(t.config), t.value) for t in again.trials] == [
+        (_typed(t.config), t.value) for t in first.trials
+    ]
+    assert sorted(_typed(t.config) for t in again.trials) == sorted(_typed(c) for c in _MIXED)
+    assert _typed(again.best_config) == _typed({"b": 1.0, "m": "x"})
+
+
+def test_autotune_calls_with_the_users_own_values_on_tuning_and_on_a_store_hit():
+    calls = []
+
+    def make():
+        @tuner.autotune(SearchSpace.from_configs(_MIXED), key=["n"], budget=10, bench=lambda call: call())
+        def f(n, *, b, m):
+            calls.append(_typed({"b": b, "m": m}))
+            return 1.0 if m == "x" else 2.0  # the fake bench reports this as the call's time
+
+        return f
+
+    make()(8)
+    assert sorted(set(calls)) == sorted(_typed(c) for c in _MIXED)
+    assert calls[-1] == _typed({"b": 1.0, "m": "x"})
+    calls.clear()
+    second = make()  # same source, same name: what a new process sees
+    second(8)
+    assert second.tuner.stats["from_store"] == 1
+    assert calls == [_typed({"b": 1.0, "m": "x"})]
