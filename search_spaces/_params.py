@@ -41,8 +41,12 @@ class Param:
             raise ValueError(f"parameter name must be a non-empty string, got {self.name!r}")
         if len(self.values) == 0:
             raise ValueError(f"parameter {self.name!r} has an empty domain")
-        if len(set(_hashable(v) for v in self.values)) != len(self.values):
+        # position of each value, keyed as _same compares (True apart from 1, 1 with 1.0): has() and
+        # index() are a lookup, not a scan (a from_configs parameter can have 50,000 values)
+        pos = {_hashable(v): i for i, v in reversed(list(enumerate(self.values)))}
+        if len(pos) != len(self.values):
             raise ValueError(f"parameter {self.name!r} has duplicate values: {list(self.values)}")
+        object.__setattr__(self, "_pos", pos)
         for v in self.values:
             if not isinstance(v, (int, float, str, bool)):
                 raise ValueError(f"parameter {self.name!r}: value {v!r} is not an int, float, str or bool")
@@ -53,28 +57,19 @@ class Param:
     def has(self, value: Any) -> bool:
         """True when `value` is in the domain (with bool and int kept apart: True is not 1; a numpy scalar
         counts as the Python value it holds)."""
-        value = native(value)
-        for v in self.values:
-            if type(v) is bool or type(value) is bool:
-                if type(v) is type(value) and v == value:
-                    return True
-            elif (
-                isinstance(value, (int, float))
-                and not isinstance(value, bool)
-                and isinstance(v, (int, float))
-            ):
-                if v == value:
-                    return True
-            elif v == value and type(v) is type(value):
-                return True
-        return False
+        return self._position(value) is not None
+
+    def _position(self, value: Any) -> int | None:
+        try:
+            return self._pos.get(_hashable(native(value)))  # type: ignore[attr-defined]
+        except TypeError:  # unhashable (a list): in no domain
+            return None
 
     def index(self, value: Any) -> int:
-        value = native(value)
-        for i, v in enumerate(self.values):
-            if _same(v, value):
-                return i
-        raise ValueError(f"{self.name}={value!r} is not one of {list(self.values)}")
+        i = self._position(value)
+        if i is None:
+            raise ValueError(f"{self.name}={native(value)!r} is not one of {list(self.values)}")
+        return i
 
     def canonical(self, value: Any) -> Value:
         """The domain's own object for `value` (so 64.0 becomes 64 when the domain holds ints)."""
@@ -182,10 +177,10 @@ def Boolean(name: str, *, default: bool | None = None) -> Param:
 
 def param_from_values(name: str, values: Sequence[Value]) -> Param:
     """Infer a parameter from observed values: numbers are ordered (sorted), strings categorical."""
-    uniq: list[Value] = []
+    first: dict[tuple[str, Any], Value] = {}
     for v in values:
-        if not any(_same(v, u) for u in uniq):
-            uniq.append(v)
+        first.setdefault(_hashable(v), v)  # the first of the values _same counts as one
+    uniq = list(first.values())
     if all(isinstance(v, bool) for v in uniq):
         return Param(name, tuple(sorted(uniq)), True, kind="bool")
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in uniq):

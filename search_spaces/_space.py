@@ -93,6 +93,9 @@ class SearchSpace:
         self._by_name = {p.name: p for p in self.params}
         self._explicit: list[tuple[Value, ...]] | None = None
         self._explicit_set: set[tuple] | None = None
+        # from_configs: the user's own values of each config whose values differ in type from the domain's
+        # (1 where another config gave 1.0), keyed by _hkey of the canonical key.
+        self._given: dict[tuple, Config] = {}
         self._valid_cache: list[tuple[Value, ...]] | None = None
         self._feature_names: list[str] | None = None
         if configs is not None:
@@ -138,12 +141,15 @@ class SearchSpace:
         seen: dict[tuple, int] = {}
         explicit: list[tuple[Value, ...]] = []
         for i, c in enumerate(configs):
-            key = tuple(space._by_name[k].canonical(c[k]) for k in keys)
+            own = tuple(native(c[k]) for k in keys)
+            key = tuple(space._by_name[k].canonical(v) for k, v in zip(keys, own, strict=True))
             h = cls._hkey(key)
             if h in seen:
                 raise ValueError(f"config {i} duplicates config {seen[h]}: {dict(c)}")
             seen[h] = i
             explicit.append(key)
+            if any(type(a) is not type(b) for a, b in zip(own, key, strict=True)):
+                space._given[h] = dict(zip(keys, own, strict=True))
         space._explicit = explicit
         space._explicit_set = set(seen)
         return space
@@ -224,6 +230,19 @@ class SearchSpace:
 
     def config(self, key: Sequence[Value]) -> Config:
         return dict(zip(self.names, key, strict=True))
+
+    def as_given(self, config: Mapping[str, Any]) -> Config:
+        """A copy of `config` with the values its user gave: a space of `from_configs` whose configs gave
+        one parameter both 1 and 1.0 holds one of them in its domain, and hands each config back with its
+        own (the objective of {"a": 1, ...} gets the int 1, that of {"a": 1.0, ...} the float)."""
+        if self._given:
+            try:
+                own = self._given.get(self._hkey(self.key(config)))
+            except ConfigError:
+                own = None
+            if own is not None:
+                return dict(own)
+        return dict(config)
 
     # ---- membership --------------------------------------------------------------------------------
     def _domain_violations(self, config: Mapping[str, Any]) -> list[str]:

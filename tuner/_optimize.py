@@ -387,15 +387,18 @@ def _resume(
             continue
         if ft.user_attrs.get("tuner_skip"):
             continue
+        held = ft.user_attrs.get("tuner_config")  # the config where Optuna's params cannot tell it (_tell)
         try:
-            cfg = space.validate(ft.params)
+            cfg = space.validate(json.loads(held) if isinstance(held, str) else ft.params)
         except ValueError:
             continue
         if strat.pool.is_seen(cfg):
             continue
         val = ft.value if ft.state == optuna.trial.TrialState.COMPLETE else None
         status = OK if val is not None else ft.user_attrs.get("tuner_status", FAILED)
-        trials.append(Trial(len(trials), cfg, val, status, error=ft.user_attrs.get("tuner_error")))
+        trials.append(
+            Trial(len(trials), space.as_given(cfg), val, status, error=ft.user_attrs.get("tuner_error"))
+        )
         strat.tell(cfg, val)
     if trials:
         log.info("resumed study %s with %d finished trials", study.study_name, len(trials))
@@ -479,10 +482,30 @@ def _take_enqueued(
     return None
 
 
-def _tell(study: optuna.Study, asked: _Asked, value: float | None, status: str, error: str | None) -> None:
+def _ambiguous_in_optuna(config: Config, dists: dict[str, Any]) -> bool:
+    """True when Optuna reads `config` back from its storage as another config (True as 1)."""
+    for k, v in config.items():
+        back = dists[k].to_external_repr(dists[k].to_internal_repr(v))
+        if type(back) is not type(v) or back != v:
+            return True
+    return False
+
+
+def _tell(
+    study: optuna.Study,
+    asked: _Asked,
+    value: float | None,
+    status: str,
+    error: str | None,
+    dists: dict[str, Any] | None = None,
+) -> None:
     """Finish the measured trial (and the replaced proposal, with the same value) in the study."""
     import optuna
 
+    if dists is not None and _ambiguous_in_optuna(asked.config, dists):
+        # Optuna stores a categorical choice as the index of the first choice equal to it, so a domain
+        # holding both 1 and True stores True as 1: keep the config itself for a resumed run (`_resume`)
+        asked.trial.set_user_attr("tuner_config", json.dumps(asked.config))
     if value is None:
         asked.trial.set_user_attr("tuner_status", status)
         if error:
@@ -552,10 +575,11 @@ def _search(
             return "space_exhausted", strategy_time
 
         t1 = time.perf_counter()
-        value, status, error = _run_objective(objective, asked.config)
+        given = space.as_given(asked.config)  # from_configs: each config with its user's own values
+        value, status, error = _run_objective(objective, given)
         dur = time.perf_counter() - t1
 
-        trial = Trial(len(trials), asked.config, value, status, dur, error)
+        trial = Trial(len(trials), given, value, status, dur, error)
         # The measurement first, then Optuna: a worker that stops between the two (a crash, a
         # StoreTimeout) leaves a RUNNING trial whose measurement is stored, which the next run tells from
         # it (`_resume`; the study runner before it starts a task). The other order would leave a counted
@@ -569,7 +593,7 @@ def _search(
         t0 = time.perf_counter()
         try:
             with operation(f"storing trial {asked.trial.number} of study {study.study_name!r}"):
-                _tell(study, asked, value, status, error)
+                _tell(study, asked, value, status, error, dists)
         except optuna.exceptions.UpdateFinishedTrialError as exc:
             raise RuntimeError(
                 f"trial {asked.trial.number} of study {study.study_name!r} was finished by another process "

@@ -69,9 +69,10 @@ def set_cost_model_hook(hook: CostModelHook | None) -> None:
 
 
 def valid_config(space: SearchSpace, config: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The config as the space validates it, or None when it is not in the space."""
+    """The config as the space validates it (with the values its user gave, `SearchSpace.as_given`), or None
+    when it is not in the space."""
     try:
-        return space.validate(config)
+        return space.as_given(space.validate(config))
     except ValueError:
         return None
 
