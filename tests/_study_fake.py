@@ -161,3 +161,48 @@ def deleting_executor(task: Any, *, prior: Any = None, callback: Any = None) -> 
             callback(*args, **kw)
 
     return executor(task, prior=prior, callback=each)
+
+
+def sigterm_in_commit_executor(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
+    """`executor` that sends this process SIGTERM from inside the store's SQLAlchemy commit (a commit
+    event listener of the main thread) once FAKE_SIGTERM_AFTER trials have finished: the signal then comes
+    while the main thread runs SQLAlchemy's commit of an Optuna session, as a kill may at any time."""
+    import signal
+    import sys
+    import threading
+
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    after = int(os.environ.get("FAKE_SIGTERM_AFTER") or 2)
+    done = [0]
+    sent = [False]
+
+    def in_optuna_storage() -> bool:  # a commit of Optuna's (a trial's), not of the task board
+        frame = sys._getframe()
+        while frame is not None:
+            if str(frame.f_globals.get("__name__", "")).startswith("optuna.storages"):
+                return True
+            frame = frame.f_back  # type: ignore[assignment]
+        return False
+
+    def on_commit(_conn: Any) -> None:
+        if sent[0] or done[0] < after or threading.current_thread() is not threading.main_thread():
+            return
+        if not in_optuna_storage():
+            return
+        sent[0] = True
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):  # Python lines inside the commit, where the signal's handler runs
+            pass
+
+    def each(*args: Any, **kw: Any) -> None:
+        done[0] += 1
+        if callback is not None:
+            callback(*args, **kw)
+
+    event.listen(Engine, "commit", on_commit)
+    try:
+        return executor(task, prior=prior, callback=each)
+    finally:
+        event.remove(Engine, "commit", on_commit)

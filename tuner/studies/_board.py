@@ -454,6 +454,19 @@ class TaskBoard:
                 and (status == PENDING or row.worker == claim.worker)
             )
 
+    def release(self, study: str, worker: str) -> int:
+        """Hand back every task of `study` that `worker` holds (as `finish(claim, PENDING)` does), without
+        its claim: for a worker interrupted where it may hold a claim it has not got hold of (right after
+        the claim's commit). Returns how many were handed back."""
+        c = tasks_table.c
+        with operation(f"handing back the tasks of worker {worker}"), self.engine.begin() as conn:
+            res = conn.execute(
+                update(tasks_table)
+                .where((c.study == study) & (c.worker == worker) & (c.status == RUNNING))
+                .values(status=PENDING, worker=None, lease_token=None, lease_expires_at=None)
+            )
+            return int(res.rowcount or 0)
+
     # ---- reading -----------------------------------------------------------------------------------
     def rows(self, study: str) -> list[TaskRow]:
         c = tasks_table.c

@@ -469,6 +469,15 @@ class _Lease:
 _HANDBACK_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 
+class _Interrupt(threading.Event):
+    """Set once a hand-back signal came (`_signals_as_interrupt`); `raised` once a KeyboardInterrupt
+    was raised for it (by the signal handler or by `_raise_if_interrupted`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raised = False
+
+
 @contextlib.contextmanager
 def _signals_as_interrupt() -> Iterator[threading.Event | None]:
     """While inside, SIGTERM and SIGHUP raise KeyboardInterrupt (main thread only; elsewhere nothing
@@ -478,16 +487,51 @@ def _signals_as_interrupt() -> Iterator[threading.Event | None]:
     SIGINT handler), sets before raising. A KeyboardInterrupt raised while Python runs a finaliser or a
     callback from C is printed as "Exception ignored" and lost; the worker checks the event after each
     trial and between tasks, so such an interrupt still stops it (seen once: a worker finished its
-    study and exited 0 after Ctrl-C). None outside the main thread."""
+    study and exited 0 after Ctrl-C). None outside the main thread.
+
+    A signal that comes while the main thread runs the database layers' code (`_STORE_MODULES`) is
+    raised once it has left it (for at most `_DEFER_MAX_S`): raised inside SQLAlchemy's or the driver's
+    code (a commit's event hooks, between a statement and its result) the KeyboardInterrupt can leave
+    the connection's transaction open, and with SQLite its write lock held by this process, so that the
+    hand-back waited out the busy timeout, failed, and left the task running until its lease ran out.
+    The handler looks again by sending the signal to the main thread anew every `_DEFER_STEP_S`."""
     if threading.current_thread() is not threading.main_thread():
         yield None
         return
-    seen = threading.Event()
+    seen = _Interrupt()
+    deferred: list[float] = []  # when the pending interrupt was first put off (empty: none is pending)
+    timers: list[threading.Timer] = []
+    resends = [0]  # signals the timers sent that the handler has not run for yet
+    closing = [False]
 
-    def handler(signum: int, _frame: Any) -> None:
-        seen.set()
-        if signum != signal.SIGINT:
-            log.warning("received %s: handing the task back", signal.Signals(signum).name)
+    def send_again(signum: int) -> None:
+        resends[0] += 1
+        signal.pthread_kill(threading.main_thread().ident or 0, signum)
+
+    def handler(signum: int, frame: Any) -> None:
+        resent = resends[0] > 0
+        if resent:
+            resends[0] -= 1
+        if closing[0] or (resent and (seen.raised or not deferred)):
+            return  # the interrupt it was sent for is raised already
+        if not seen.is_set():
+            if signum != signal.SIGINT:
+                log.warning("received %s: handing the task back", signal.Signals(signum).name)
+            seen.set()
+        if (
+            _CAN_SEND_AGAIN
+            and _in_store_code(frame)
+            and (not deferred or time.monotonic() - deferred[0] < _DEFER_MAX_S)
+        ):
+            if not deferred:
+                deferred.append(time.monotonic())
+            timer = threading.Timer(_DEFER_STEP_S, send_again, args=(signum,))
+            timer.daemon = True
+            timers.append(timer)
+            timer.start()
+            return
+        deferred.clear()
+        seen.raised = True
         raise KeyboardInterrupt
 
     sigs = list(_HANDBACK_SIGNALS)
@@ -500,13 +544,54 @@ def _signals_as_interrupt() -> Iterator[threading.Event | None]:
     try:
         yield seen
     finally:
+        # no signal of a timer may reach the handler restored below (SIGTERM's default ends the process)
+        closing[0] = True
+        for timer in timers:
+            timer.cancel()
+            timer.join()
         for sig, h in old.items():
             signal.signal(sig, h)
 
 
+# The code an interrupt is not raised in (`_signals_as_interrupt`): the database layers under the store.
+_STORE_MODULES = ("sqlalchemy.", "sqlite3.", "psycopg.", "psycopg2.", "optuna.storages.", "tuner.storage.")
+_DEFER_MAX_S = 10.0  # a main thread that stays in that code longer (a hung server) is interrupted there
+_DEFER_STEP_S = 0.02
+_CAN_SEND_AGAIN = hasattr(signal, "pthread_kill")  # POSIX
+
+
+def _in_store_code(frame: Any) -> bool:
+    """Whether `frame` or one of its callers runs code of `_STORE_MODULES`."""
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if isinstance(name, str) and (name + ".").startswith(_STORE_MODULES):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _raise_if_interrupted(seen: threading.Event | None) -> None:
     if seen is not None and seen.is_set():
+        if isinstance(seen, _Interrupt):
+            seen.raised = True
         raise KeyboardInterrupt
+
+
+def _hand_back(board: TaskBoard, claim: Claim, lease: _Lease | None = None) -> None:
+    """Put an interrupted task back on the queue (under the lease's lock where it has one, which stops
+    its heartbeat). A hand-back that cannot be written is logged: the task is then taken over once its
+    lease runs out, or at once by a worker on this host (its process is gone by then)."""
+    try:
+        if lease is not None:
+            lease.finish(PENDING)
+        else:
+            board.finish(claim, PENDING)
+    except Exception as exc:  # noqa: BLE001 - the interrupt goes on; the lease covers the task
+        log.error(
+            "could not hand task %s back (%s); it is taken over once its lease runs out",
+            claim.task.key,
+            str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+        )
 
 
 class StudyWorker:
@@ -555,7 +640,14 @@ class StudyWorker:
         n = 0
         while max_tasks is None or n < max_tasks:
             _raise_if_interrupted(self._interrupt)
-            claim = self.board.claim(self.spec.name, self.worker_id, self.lease_s)
+            try:
+                claim = self.board.claim(self.spec.name, self.worker_id, self.lease_s)
+                _raise_if_interrupted(self._interrupt)
+            except KeyboardInterrupt:
+                # An interrupt deferred out of the claim's transaction (`_signals_as_interrupt`) comes
+                # right after it, before the claim is returned: the task this worker now holds goes back.
+                self._release()
+                raise
             if claim is None:
                 counts = summarize(self.board.rows(self.spec.name))
                 if counts[PENDING] == 0 and counts[RUNNING] == 0:
@@ -585,6 +677,12 @@ class StudyWorker:
             getattr(summary, outcome).append(claim.task.key)
         return summary
 
+    def _release(self) -> None:
+        try:
+            self.board.release(self.spec.name, self.worker_id)
+        except Exception as exc:  # noqa: BLE001 - the interrupt goes on; the lease covers the task
+            log.error("could not hand back the task of worker %s: %s", self.worker_id, exc)
+
     def run_task(self, claim: Claim) -> str:
         """Tune one claimed task; returns "done", "failed" or "lost"."""
         task = claim.task
@@ -602,7 +700,9 @@ class StudyWorker:
                 )
             before = task_trials(storage, task.study_name)
             prior = gather_prior(storage, self.board.rows(self.spec.name), task)
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):  # interrupted while preparing: the task goes back
+                _hand_back(self.board, claim, lease)
             lease.__exit__(None, None, None)
             raise
         if lease.lost.is_set():  # taken over while it was prepared (the heartbeat came too late)
@@ -633,9 +733,6 @@ class StudyWorker:
                 return "lost"
             except StoreError:
                 raise  # the store's failure, not the task's (`_run` hands the task back)
-            except KeyboardInterrupt:
-                lease.finish(PENDING)
-                raise
             except Exception as exc:  # noqa: BLE001 - a broken task must not stop the study
                 # Asked of the board, not only of the heartbeat (which may be late): a worker whose task
                 # was taken over fails on the new holder's writes (a trial it measured was told or
@@ -673,6 +770,11 @@ class StudyWorker:
             if not ok:
                 return "lost"
             return "failed" if no_winner else "done"
+        except KeyboardInterrupt:
+            # in the executor, or after it while the results are read and the task marked finished (a
+            # task marked done or failed just before stays so: the hand-back then changes nothing)
+            _hand_back(self.board, claim, lease)
+            raise
         finally:
             lease.__exit__(None, None, None)
 
