@@ -1,8 +1,9 @@
-"""The hit path (in two variants that differ by one store, see `hit_paths`): shared by `@tuner.autotune` on a
-plain function, the Triton launcher (`kernel[grid](...)`) and `tuner.kernel`.
+"""The hit path (in two variants that differ by the launch's record, see `hit_paths`): shared by
+`@tuner.autotune` on a plain function, the Triton launcher (`kernel[grid](...)`) and `tuner.kernel`.
 
 A positional call costs one fast key (`keys[len(args)](args)`, see `_argkeys.py`), one dict lookup (and for
-the Triton drop-in one store of the config, its `best_config`) and the call: no logging, no locks, no
+the Triton drop-in three stores: the config, its `best_config`, and the arguments, its `nargs`, set and
+cleared) and the call: no logging, no locks, no
 allocation beyond the key tuple, as in Triton's Autotuner, whose hit is a dict lookup too. Keyword
 arguments bound to a launcher (Triton's grid) are passed along. Anything
 else (keyword arguments, an unhashable key value, a key not in the dict) goes to
@@ -44,16 +45,19 @@ def hit_paths(
     last: list[Any] | None = None,
 ) -> Callable[[Mapping[str, Any]], Callable[..., Any]]:
     """`make(bound)` -> `hit(*args, **kwargs)`, which calls `target(*args, **bound, **kwargs, **config)`
-    with the config of the call's key. With `last`, each call first puts its config in `last[0]` (one
-    store: Triton's `best_config` is the config of the last launch); without, nothing is stored (the
-    plain decorators need no record, so their hit does not pay for it: docs/benchmarks.md).
+    with the config of the call's key. With `last` (a list of two), each call first puts its config in
+    `last[0]` (one store: Triton's `best_config` is the config of the last launch) and, while it runs,
+    its positional arguments in `last[1]` (None again once it returns or raises: Triton's
+    `Autotuner.nargs`, which a prune function, perf model, hook or grid function may read during the
+    launch); without, nothing is stored (the plain decorators need no record, so their hit does not pay
+    for it: docs/benchmarks.md).
 
     `keys` is the fast-key table of a key builder (indexed by the number of positional arguments; None
     where there are too few), `mem` the dict of fast key -> config that `miss` fills, `bound` keyword
     arguments of one launcher that are not part of the key (Triton: the grid). `make` allocates what a
     lambda does (the parts above live in this factory's cells), so Triton's `kernel[grid]` can make a hit
     path per launch, as Triton's own `kernel[grid]` makes a lambda. The two bodies below differ only in
-    that store: a shared helper or a flag would cost the hit a call or a branch."""
+    those stores: a shared helper or a flag would cost the hit a call or a branch."""
     if last is None:
 
         def make(b: Mapping[str, Any]) -> Callable[..., Any]:
@@ -76,17 +80,21 @@ def hit_paths(
 
     def make_noting(b: Mapping[str, Any]) -> Callable[..., Any]:
         def hit(*args, **kwargs):  # type: ignore[no-untyped-def]
-            if kwargs:
-                cfg = noted[0] = miss(args, kwargs, None, _with(target, b))
-                return target(*args, **b, **kwargs, **cfg)
+            noted[1] = args  # Triton's `.nargs` while the launch runs (the miss path included)
             try:
-                cfg = mem[keys[len(args)](args)]
-            except KeyError:
-                cfg = miss(args, kwargs, keys[len(args)](args), _with(target, b))
-            except (TypeError, IndexError, AttributeError):
-                cfg = miss(args, kwargs, None, _with(target, b))
-            noted[0] = cfg
-            return target(*args, **b, **cfg)
+                if kwargs:
+                    cfg = noted[0] = miss(args, kwargs, None, _with(target, b))
+                    return target(*args, **b, **kwargs, **cfg)
+                try:
+                    cfg = mem[keys[len(args)](args)]
+                except KeyError:
+                    cfg = miss(args, kwargs, keys[len(args)](args), _with(target, b))
+                except (TypeError, IndexError, AttributeError):
+                    cfg = miss(args, kwargs, None, _with(target, b))
+                noted[0] = cfg
+                return target(*args, **b, **cfg)
+            finally:
+                noted[1] = None  # the launch's arguments are not kept past it
 
         return hit
 

@@ -24,7 +24,7 @@ What Triton does, and so what this does (see triton/runtime/autotuner.py):
   `.cache` (Triton's key tuple -> `triton.Config`; an entry put there is used for its key, emptying it
   tunes again), `.best_config` (of the last launch), `.configs` and `.keys` (assigning them acts on the
   next misses), `.configs_timings`, `.bench_time`, `.arg_names`, `.fn`, `.base_fn`, `.warmup()`, `.run()`,
-  `.prune_configs()`.
+  `.prune_configs()`, `.nargs` (the positional arguments by name while a launch runs, None after it).
 - `TRITON_PRINT_AUTOTUNING=1` prints what Triton prints: each config as it is timed and the choice.
 
 Where tuner differs on purpose: a config whose launch raises any exception is a failed candidate (Triton
@@ -168,9 +168,10 @@ class TritonAutotuned(Autotuned):
         self._timings_later: tuple[CacheKey, dict[str, Any]] | None = None
         self.bench_time = 0.0
         self.cache_results = storage is not False  # winners kept in the store (Triton: on disk)
-        self.nargs: dict[str, Any] | None = None  # Triton's is set only while a launch runs
-        # [the config of the last launch] (`best_config`): the hit path stores into it on every call
-        self.last: list[dict[str, Any] | None] = [None]
+        # [the config of the last launch (`best_config`), the positional arguments of the launch that
+        # runs (`nargs`; None between launches)]: the Triton launcher's hit path stores into both
+        self.last: list[Any] = [None, None]
+        self._nargs_set: tuple[object, dict[str, Any]] | None = None  # what code assigned to `.nargs`
         self._obj_of: dict[int, tuple[dict[str, Any], Any]] = {}  # id(config dict) -> (it, its Config)
         self._tl = threading.local()
         self.named_key = not callable(key)  # Triton's key (names): `.keys`, and `.cache` is consulted
@@ -294,6 +295,31 @@ class TritonAutotuned(Autotuned):
     @strategy.setter
     def strategy(self, value: Any) -> None:
         self._strategy = value
+
+    # ---- `.nargs` -------------------------------------------------------------------------------------
+    @property
+    def nargs(self) -> dict[str, Any] | None:
+        """Triton's `Autotuner.nargs`: the positional arguments of the launch (or `.warmup`) that is
+        running, by parameter name, as Triton sets them at the start of `run` (so a prune function,
+        perf model, hook or grid function may read them); None between launches. Built when read: the
+        hit path only keeps the arguments' tuple while the launch runs."""
+        args = self.last[1]
+        if args is None:
+            return None
+        assigned = self._nargs_set
+        if assigned is not None and assigned[0] is args:
+            return assigned[1]
+        return dict(zip(self.arg_names, args, strict=False))
+
+    @nargs.setter
+    def nargs(self, value: dict[str, Any] | None) -> None:
+        """Code that assigns `.nargs` (as Triton's own methods do) reads it back until the next launch."""
+        if value is None:
+            self.last[1] = self._nargs_set = None
+            return
+        token = object()
+        self._nargs_set = (token, value)
+        self.last[1] = token
 
     # ---- hooks ---------------------------------------------------------------------------------------
     def _default_pre_hook(self, kwargs: dict[str, Any], reset_only: bool = False) -> None:
