@@ -514,10 +514,55 @@ def test_nargs_is_not_kept_past_a_launch_that_raises():
     assert k.nargs is None
 
 
-def test_nargs_assigned_reads_back_until_the_next_launch():
+def test_nargs_assigned_reads_back_outside_launches():
+    """Code that assigns `.nargs` (Triton's own methods do, around their work) reads it back; inside a
+    launch the launch's arguments win."""
+    seen = []
     k = fill_kernel("tuner", Bench())
     k.nargs = {"dst": None, "N": 3}
     assert k.nargs == {"dst": None, "N": 3}
     k.cache[(8, "torch.float32")] = triton.Config({"BLOCK": 16})
-    k[grid_of(8)](torch.zeros(8), 8)
+    dst = torch.zeros(8)
+
+    def grid(meta):
+        seen.append(_nargs_seen(k))
+        return (1,)
+
+    k[grid](dst, 8)
+    assert seen == [{"dst": id(dst), "N": 8}]
+    assert k.nargs == {"dst": None, "N": 3}
+    k.nargs = None
+    assert k.nargs is None
+
+
+def test_nargs_of_nested_launches_and_other_threads():
+    """The innermost launch of the kernel in this thread: a launch inside another's grid function sees
+    its own arguments, the outer one its own again afterwards; another thread sees none."""
+    import threading
+
+    k = fill_kernel("tuner", Bench())
+    for n in (8, 4):
+        k.cache[(n, "torch.float32")] = triton.Config({"BLOCK": 16})
+    outer, inner = torch.zeros(8), torch.zeros(4)
+    seen = []
+
+    def other_thread():
+        seen.append(("thread", _nargs_seen(k)))
+
+    def inner_grid(meta):
+        seen.append(("inner", _nargs_seen(k)))
+        return (1,)
+
+    def outer_grid(meta):
+        seen.append(("outer", _nargs_seen(k)))
+        k[inner_grid](inner, 4)
+        seen.append(("outer", _nargs_seen(k)))
+        th = threading.Thread(target=other_thread)
+        th.start()
+        th.join()
+        return (1,)
+
+    k[outer_grid](outer, 8)
+    o, i = {"dst": id(outer), "N": 8}, {"dst": id(inner), "N": 4}
+    assert seen == [("outer", o), ("inner", i), ("outer", o), ("thread", None)]
     assert k.nargs is None

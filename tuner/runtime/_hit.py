@@ -1,9 +1,8 @@
-"""The hit path (in two variants that differ by the launch's record, see `hit_paths`): shared by
-`@tuner.autotune` on a plain function, the Triton launcher (`kernel[grid](...)`) and `tuner.kernel`.
+"""The hit path (in two variants that differ by one store, see `hit_paths`): shared by `@tuner.autotune` on a
+plain function, the Triton launcher (`kernel[grid](...)`) and `tuner.kernel`.
 
 A positional call costs one fast key (`keys[len(args)](args)`, see `_argkeys.py`), one dict lookup (and for
-the Triton drop-in three stores: the config, its `best_config`, and the arguments, its `nargs`, set and
-cleared) and the call: no logging, no locks, no
+the Triton drop-in one store of the config, its `best_config`) and the call: no logging, no locks, no
 allocation beyond the key tuple, as in Triton's Autotuner, whose hit is a dict lookup too. Keyword
 arguments bound to a launcher (Triton's grid) are passed along. Anything
 else (keyword arguments, an unhashable key value, a key not in the dict) goes to
@@ -19,10 +18,11 @@ not write its own lookup.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["make_hit_path", "hit_paths", "Miss"]
+__all__ = ["make_hit_path", "hit_paths", "launch_args", "Miss"]
 
 # miss(args, kwargs, fast key or None, call) -> config; `call` is what the hit path calls (the target
 # with its bound keywords), so the tuner benches exactly what the caller will run (for Triton: `run`
@@ -45,19 +45,17 @@ def hit_paths(
     last: list[Any] | None = None,
 ) -> Callable[[Mapping[str, Any]], Callable[..., Any]]:
     """`make(bound)` -> `hit(*args, **kwargs)`, which calls `target(*args, **bound, **kwargs, **config)`
-    with the config of the call's key. With `last` (a list of two), each call first puts its config in
-    `last[0]` (one store: Triton's `best_config` is the config of the last launch) and, while it runs,
-    its positional arguments in `last[1]` (None again once it returns or raises: Triton's
-    `Autotuner.nargs`, which a prune function, perf model, hook or grid function may read during the
-    launch); without, nothing is stored (the plain decorators need no record, so their hit does not pay
-    for it: docs/benchmarks.md).
+    with the config of the call's key. With `last`, each call first puts its config in `last[0]` (one
+    store: Triton's `best_config` is the config of the last launch; `launch_args(last)` finds the
+    arguments of such a call while it runs, without a store); without, nothing is stored (the plain
+    decorators need no record, so their hit does not pay for it: docs/benchmarks.md).
 
     `keys` is the fast-key table of a key builder (indexed by the number of positional arguments; None
     where there are too few), `mem` the dict of fast key -> config that `miss` fills, `bound` keyword
     arguments of one launcher that are not part of the key (Triton: the grid). `make` allocates what a
     lambda does (the parts above live in this factory's cells), so Triton's `kernel[grid]` can make a hit
     path per launch, as Triton's own `kernel[grid]` makes a lambda. The two bodies below differ only in
-    those stores: a shared helper or a flag would cost the hit a call or a branch."""
+    that store: a shared helper or a flag would cost the hit a call or a branch."""
     if last is None:
 
         def make(b: Mapping[str, Any]) -> Callable[..., Any]:
@@ -80,21 +78,17 @@ def hit_paths(
 
     def make_noting(b: Mapping[str, Any]) -> Callable[..., Any]:
         def hit(*args, **kwargs):  # type: ignore[no-untyped-def]
-            noted[1] = args  # Triton's `.nargs` while the launch runs (the miss path included)
+            if kwargs:
+                cfg = noted[0] = miss(args, kwargs, None, _with(target, b))
+                return target(*args, **b, **kwargs, **cfg)
             try:
-                if kwargs:
-                    cfg = noted[0] = miss(args, kwargs, None, _with(target, b))
-                    return target(*args, **b, **kwargs, **cfg)
-                try:
-                    cfg = mem[keys[len(args)](args)]
-                except KeyError:
-                    cfg = miss(args, kwargs, keys[len(args)](args), _with(target, b))
-                except (TypeError, IndexError, AttributeError):
-                    cfg = miss(args, kwargs, None, _with(target, b))
-                noted[0] = cfg
-                return target(*args, **b, **cfg)
-            finally:
-                noted[1] = None  # the launch's arguments are not kept past it
+                cfg = mem[keys[len(args)](args)]
+            except KeyError:
+                cfg = miss(args, kwargs, keys[len(args)](args), _with(target, b))
+            except (TypeError, IndexError, AttributeError):
+                cfg = miss(args, kwargs, None, _with(target, b))
+            noted[0] = cfg
+            return target(*args, **b, **cfg)
 
         return hit
 
@@ -110,3 +104,30 @@ def make_hit_path(
 ) -> Callable[..., Any]:
     """The hit path of `hit_paths(target, keys, mem, miss)` with `bound` (default: none)."""
     return hit_paths(target, keys, mem, miss)(_NO_KWARGS if bound is None else bound)
+
+
+def _noting_code() -> Any:
+    def never(*args: Any, **kwargs: Any) -> dict[str, Any]:  # pragma: no cover - never called
+        raise AssertionError
+
+    return hit_paths(never, (), {}, never, [None])(_NO_KWARGS).__code__
+
+
+_NOTING_HIT = _noting_code()  # the code of every hit made with `last` (one code object, many closures)
+
+
+def launch_args(last: list[Any]) -> tuple | None:
+    """The positional arguments of the innermost call, in this thread, of a hit path made with `last`
+    that is running (its miss path, a prune function, a hook or the launch's grid function may ask), or
+    None outside one. Found by walking this thread's frames up to that hit's frame (its `noted` is
+    `last`), so the hit path itself stores nothing for it: Triton's `Autotuner.nargs` costs each of
+    its launches a dict; this costs only the code that reads it."""
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code is _NOTING_HIT:
+            names = f.f_locals
+            if names.get("noted") is last:
+                args = names.get("args")
+                return args if isinstance(args, tuple) else None
+        f = f.f_back
+    return None

@@ -52,7 +52,7 @@ from . import _jax
 from ._bench import BenchFn, default_bench, is_jax_call, normalise_bench_result
 from ._decorator import Autotuned, _attach
 from ._env import array_framework, signature_names, underlying_function
-from ._hit import make_hit_path
+from ._hit import launch_args, make_hit_path
 from ._key import canon
 from ._restore import Restorer, copy_into, snapshot
 from ._sources import open_store
@@ -168,10 +168,9 @@ class TritonAutotuned(Autotuned):
         self._timings_later: tuple[CacheKey, dict[str, Any]] | None = None
         self.bench_time = 0.0
         self.cache_results = storage is not False  # winners kept in the store (Triton: on disk)
-        # [the config of the last launch (`best_config`), the positional arguments of the launch that
-        # runs (`nargs`; None between launches)]: the Triton launcher's hit path stores into both
-        self.last: list[Any] = [None, None]
-        self._nargs_set: tuple[object, dict[str, Any]] | None = None  # what code assigned to `.nargs`
+        # [the config of the last launch] (`best_config`): the hit path stores into it on every call
+        self.last: list[dict[str, Any] | None] = [None]
+        self._nargs_assigned: dict[str, Any] | None = None  # what code assigned to `.nargs`
         self._obj_of: dict[int, tuple[dict[str, Any], Any]] = {}  # id(config dict) -> (it, its Config)
         self._tl = threading.local()
         self.named_key = not callable(key)  # Triton's key (names): `.keys`, and `.cache` is consulted
@@ -299,27 +298,23 @@ class TritonAutotuned(Autotuned):
     # ---- `.nargs` -------------------------------------------------------------------------------------
     @property
     def nargs(self) -> dict[str, Any] | None:
-        """Triton's `Autotuner.nargs`: the positional arguments of the launch (or `.warmup`) that is
-        running, by parameter name, as Triton sets them at the start of `run` (so a prune function,
-        perf model, hook or grid function may read them); None between launches. Built when read: the
-        hit path only keeps the arguments' tuple while the launch runs."""
-        args = self.last[1]
+        """Triton's `Autotuner.nargs`: the positional arguments, by parameter name, of the launch (or
+        `.warmup`) of this kernel that is running in this thread, as Triton sets them at the start of
+        `run` (a prune function, perf model, hook or grid function may read them); None between
+        launches (or what code assigned, see the setter). Found when read (`launch_args`): a launch
+        stores nothing for it, and keeps no argument past its end."""
+        args = launch_args(self.last)
         if args is None:
-            return None
-        assigned = self._nargs_set
-        if assigned is not None and assigned[0] is args:
-            return assigned[1]
-        return dict(zip(self.arg_names, args, strict=False))
+            args = getattr(self._tl, "warmup_args", None)
+        if args is not None:
+            return dict(zip(self.arg_names, args, strict=False))
+        return self._nargs_assigned
 
     @nargs.setter
     def nargs(self, value: dict[str, Any] | None) -> None:
-        """Code that assigns `.nargs` (as Triton's own methods do) reads it back until the next launch."""
-        if value is None:
-            self.last[1] = self._nargs_set = None
-            return
-        token = object()
-        self._nargs_set = (token, value)
-        self.last[1] = token
+        """Code that assigns `.nargs` (as Triton's own methods do) reads it back outside launches until
+        it assigns another value or None; inside a launch the launch's arguments win."""
+        self._nargs_assigned = value
 
     # ---- hooks ---------------------------------------------------------------------------------------
     def _default_pre_hook(self, kwargs: dict[str, Any], reset_only: bool = False) -> None:
