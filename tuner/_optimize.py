@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from tuner.search_spaces import Config, ConfigError, SearchSpace
 from tuner.search_spaces._params import native
 
-from ._scoped import SharedOverride
+from ._scoped import optuna_quiet
 from .strategies import PriorTask, Strategy, get_strategy
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -234,7 +234,9 @@ def optimize(
     budget, seed = _check_arguments(space, objective, budget, seed, time_budget_s)
     space.check_not_empty()  # every config violates a constraint: say which, before anything runs
     prior_n = validate_prior(prior)
-    with _optuna_quiet(), _store_in_use(storage):
+    # Optuna logs each study and trial at INFO: while `optimize` runs, only its warnings; the caller's
+    # verbosity comes back after the last running call (`tuner._scoped.optuna_quiet`)
+    with optuna_quiet(), _store_in_use(storage):
         strat, strategy_name = _make_strategy(strategy, space, seed, prior_n)
         seed = strat.seed  # an instance's own seed (equal to `seed` for a strategy given by name)
         store = _open_store(storage)
@@ -262,23 +264,6 @@ def optimize(
         strategy_time_s=strategy_time,
         info={"study_name": study.study_name},
     )
-
-
-def _optuna_verbosity() -> int:
-    import optuna
-
-    return int(optuna.logging.get_verbosity())
-
-
-def _set_optuna_verbosity(v: int) -> None:
-    import optuna
-
-    optuna.logging.set_verbosity(v)
-
-
-# Optuna logs each study and trial at INFO: while `optimize` runs, only its warnings; the caller's verbosity
-# comes back after the last running call (their own studies log as they did before).
-_optuna_quiet = SharedOverride(_optuna_verbosity, _set_optuna_verbosity, lambda v: max(v, logging.WARNING))
 
 
 class AllTrialsFailedWarning(RuntimeWarning):
