@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from types import FrameType
 from typing import Any
 
 __all__ = ["make_hit_path", "hit_paths", "launch_args", "Miss"]
@@ -122,7 +123,7 @@ def launch_args(last: list[Any]) -> tuple | None:
     None outside one. Found by walking this thread's frames up to that hit's frame (its `noted` is
     `last`), so the hit path itself stores nothing for it: Triton's `Autotuner.nargs` costs each of
     its launches a dict; this costs only the code that reads it."""
-    f = sys._getframe(1)
+    f: FrameType | None = sys._getframe(1)
     while f is not None:
         if f.f_code is _NOTING_HIT:
             names = f.f_locals
