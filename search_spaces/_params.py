@@ -45,13 +45,24 @@ class Param:
         # index() are a lookup, not a scan (a from_configs parameter can have 50,000 values)
         pos = {_hashable(v): i for i, v in reversed(list(enumerate(self.values)))}
         if len(pos) != len(self.values):
-            raise ValueError(f"parameter {self.name!r} has duplicate values: {list(self.values)}")
+            seen: set[tuple[str, Any]] = set()
+            dups: dict[tuple[str, Any], Any] = {}
+            for v in self.values:
+                h = _hashable(v)
+                if h in seen:
+                    dups.setdefault(h, v)
+                seen.add(h)
+            raise ValueError(
+                f"parameter {self.name!r} has duplicate values: {brief_list(list(dups.values()))}"
+            )
         object.__setattr__(self, "_pos", pos)
         for v in self.values:
             if not isinstance(v, (int, float, str, bool)):
                 raise ValueError(f"parameter {self.name!r}: value {v!r} is not an int, float, str or bool")
         if self.default is not None and not self.has(self.default):
-            raise ValueError(f"parameter {self.name!r}: default {self.default!r} not in {list(self.values)}")
+            raise ValueError(
+                f"parameter {self.name!r}: default {self.default!r} not in {brief_list(self.values)}"
+            )
 
     # ---- domain -----------------------------------------------------------------------------------
     def has(self, value: Any) -> bool:
@@ -121,6 +132,21 @@ class Param:
 def native(v: Any) -> Any:
     """A numpy scalar as the Python value it holds (np.int64(32) -> 32, np.bool_ -> bool); else `v`."""
     return v.item() if isinstance(v, np.generic) else v
+
+
+def brief(x: Any, width: int = 120) -> str:
+    """`repr(x)` for a message, cut to about `width` characters (a config of 1,000 parameters)."""
+    r = repr(x)
+    if len(r) <= width:
+        return r
+    return r[: width - 5] + " ...}" if r.endswith("}") else r[: width - 4] + " ..."
+
+
+def brief_list(items: Sequence[Any], *, first: int = 5, width: int = 60) -> str:
+    """The first `first` of `items` (each `brief`) and, when there are more, how many in all: a message's
+    list of duplicates stays short however many there are ("[1, 2, 3, 4, 5, ...] (12 in all)")."""
+    shown = ", ".join(brief(x, width) for x in list(items[:first]))
+    return f"[{shown}]" if len(items) <= first else f"[{shown}, ...] ({len(items)} in all)"
 
 
 def _hashable(v: Any) -> tuple[str, Any]:

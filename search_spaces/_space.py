@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._params import Param, Value, _same, native, param_from_values
+from ._params import Param, Value, _same, brief, brief_list, native, param_from_values
 
 if TYPE_CHECKING:  # pragma: no cover
     from optuna.distributions import BaseDistribution
@@ -83,8 +83,11 @@ class SearchSpace:
     ) -> None:
         names = [p.name for p in params]
         if len(set(names)) != len(names):
-            dup = sorted({n for n in names if names.count(n) > 1})
-            raise ValueError(f"duplicate parameter names: {dup}")
+            counts: dict[str, int] = {}
+            for n in names:
+                counts[n] = counts.get(n, 0) + 1
+            dup = sorted(n for n, k in counts.items() if k > 1)  # (names.count per name was quadratic)
+            raise ValueError(f"duplicate parameter names: {brief_list(dup)}")
         if not params:
             raise ValueError("a search space needs at least one parameter")
         self.params: tuple[Param, ...] = tuple(params)
@@ -140,16 +143,24 @@ class SearchSpace:
         space = cls(params, name=name)
         seen: dict[tuple, int] = {}
         explicit: list[tuple[Value, ...]] = []
+        dups: list[tuple[int, int]] = []  # (config, the earlier config it duplicates)
         for i, c in enumerate(configs):
             own = tuple(native(c[k]) for k in keys)
             key = tuple(space._by_name[k].canonical(v) for k, v in zip(keys, own, strict=True))
             h = cls._hkey(key)
             if h in seen:
-                raise ValueError(f"config {i} duplicates config {seen[h]}: {dict(c)}")
+                dups.append((i, seen[h]))
+                continue
             seen[h] = i
             explicit.append(key)
             if any(type(a) is not type(b) for a, b in zip(own, key, strict=True)):
                 space._given[h] = dict(zip(keys, own, strict=True))
+        if dups:
+            shown = "; ".join(
+                f"config {i} duplicates config {j}: {brief(dict(configs[i]))}" for i, j in dups[:3]
+            )
+            more = f"; ... ({len(dups)} duplicates in all)" if len(dups) > 3 else ""
+            raise ValueError(shown + more)
         space._explicit = explicit
         space._explicit_set = set(seen)
         return space

@@ -14,13 +14,15 @@ Detection (torch and jax imported lazily, only when asked):
 - `detect_device(backend)`: the `Device` a backend runs on here (CUDA compute capability -> sm70 / sm75 /
   sm80 / sm86 / sm89 / sm90 / sm100 / sm120 through `nvidia_arch`, with the name and limits torch reports
   for the GPU in place of the table's; an AMD GPU's gfx target -> gfx90a / gfx942 / gfx950; JAX's TPU kind
-  -> the TPU generation, an unknown one -> the known TPU with the least VMEM; the CPU under the
-  interpreters); constraints and features use it. Its `name` is
+  -> the TPU generation, an unknown one -> the known TPU with the least VMEM; jax's NVIDIA GPU by its
+  `compute_capability`, one without -> the known NVIDIA arch with the least shared memory per block; the
+  CPU under the interpreters); constraints and features use it. Its `name` is
   the device's own (torch's or jax's name for it), its peaks those of the arch's table product.
 - `device_for_family(family)` / `device_for_label(label)`: the descriptor whose limits hold for a device
   that `device_family` recognises (None where none does).
 - `device_label(backend)`: the same device as the runtime's cache keys name it ("cpu",
-  "<GPU name> (sm<cc>)", "<platform>:<device kind>"), from `cuda_device_label` / `jax_device_label`.
+  "<GPU name> (sm<cc>)", "<platform>:<device kind>"), from `cuda_device_label` / `jax_device_label`; a
+  label reads back (`device_family`) as its own vendor and arch, a ROCm GPU's as AMD.
 - `on_gpu()`, `triton_interpreted()`, `pallas_interpret()`: whether the kernels run compiled or in an
   interpreter (`TRITON_INTERPRET`, `TUNER_PALLAS_INTERPRET`, read through `tuner._settings`).
 """
@@ -754,20 +756,63 @@ def detect_device(backend: str, index: int = 0) -> Device:
             fam = device_family(kind_name)
             if fam.vendor == "amd":  # jax on ROCm: no compute capability, the model name says the gfx target
                 return _named(device_for_family(fam) or GFX90A, kind_name)
-            major, _, minor = str(getattr(dev0, "compute_capability", "8.0")).partition(".")
-            return _named(get_device(nvidia_arch(int(major), int(minor or 0))), kind_name)
+            return _named(_jax_nvidia_device(dev0, kind_name), kind_name)
         return CPU
     raise ValueError(f"unknown backend {backend!r}; use 'triton' or 'pallas'")
 
 
+def _jax_nvidia_device(dev0: Any, kind_name: str) -> Device:
+    """The descriptor of jax's NVIDIA GPU `dev0` from its `compute_capability` ("9.0"). A device that
+    lacks one (or has one that is not "<major>.<minor>") gets the known NVIDIA arch with the least shared
+    memory per block, with a warning, so no tile the chip cannot hold passes the space (as an unknown
+    TPU gets the least VMEM)."""
+    cc = str(getattr(dev0, "compute_capability", "") or "").strip()
+    m = re.fullmatch(r"(\d+)(?:\.(\d+))?", cc)
+    if m:
+        return get_device(nvidia_arch(int(m.group(1)), int(m.group(2) or 0)))
+    nvidia = (d for d in DEVICES.values() if d.vendor == "nvidia" and d.kind == "cuda")
+    fallback = min(nvidia, key=lambda d: (d.smem_per_block_bytes, _sm_version(d.arch)))
+    log.warning(
+        "jax's GPU %r reports no compute capability (%r); using %s limits (%d KiB of shared memory per "
+        "block, the least of the known NVIDIA GPUs)",
+        kind_name,
+        cc,
+        fallback.arch,
+        fallback.smem_per_block_bytes // 1024,
+    )
+    return fallback
+
+
 @functools.lru_cache(maxsize=16)
 def cuda_device_label(index: int = 0) -> str:
-    """ "<GPU name> (sm<cc>)" of CUDA device `index`, as the runtime's keys name it."""
+    """ "<GPU name> (sm<cc>)" of CUDA device `index`, as the runtime's keys name it; "NVIDIA GPU (sm<cc>)"
+    where torch gives no name.
+
+    On ROCm's torch the "compute capability" is the gfx version ("AMD Instinct MI300X (sm94)", read back
+    as gfx942 because the vendor's words win over the tag). A label must never read back
+    (`device_family`, `device_for_label`) as another vendor's or another arch's device, so where that
+    one would not read back as this AMD GPU (an empty name: " (sm94)" would be an NVIDIA sm94; a name
+    without AMD's words; a model name of another gfx target than the device's `gcnArchName`) the label
+    is "AMD <name> (<gfx target>)" ("AMD GPU" without a name; "(sm<cc>)" without a gfx target), which
+    reads back as AMD and as the device's gfx target."""
     import torch
 
-    name = torch.cuda.get_device_name(index)
+    name = str(torch.cuda.get_device_name(index) or "").strip()
     major, minor = torch.cuda.get_device_capability(index)
-    return f"{name} (sm{major}{minor})"
+    tag = f"sm{major}{minor}"
+    if not getattr(torch.version, "hip", None):
+        return f"{name or 'NVIDIA GPU'} ({tag})"
+    label = f"{name} ({tag})"  # what ROCm devices' keys have always said: kept where it reads back right
+    props = torch.cuda.get_device_properties(index)
+    gfx = str(getattr(props, "gcnArchName", "") or "").split(":")[0].strip()  # "gfx942:sramecc+:xnack-"
+    own = device_family(gfx) if gfx else DeviceFamily()
+    if own.vendor != "amd":
+        gfx, own = "", DeviceFamily("amd")
+    read = device_family(label)
+    if read.vendor == "amd" and (not own.arch or not read.arch or read.arch == own.arch):
+        return label  # (an AMD name whose arch the label does not say, "AMD Radeon Graphics": kept too)
+    vendor = "" if _AMD_WORDS.search(name.lower()) else "AMD"
+    return f"{vendor} {name or 'GPU'}".strip() + f" ({gfx or tag})"
 
 
 def jax_device_label(device: Any) -> str:

@@ -4,6 +4,8 @@ gets its own TUNER_HOME so nothing touches the user's store."""
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -24,3 +26,21 @@ def _tuner_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("TUNER_STORAGE", raising=False)
     monkeypatch.delenv("TUNER_MODE", raising=False)
     return home
+
+
+# Optuna's verbosity as a fresh `import optuna` leaves it (INFO): what a test that imports optuna first
+# starts from, and what it gets back.
+_OPTUNA_DEFAULT_VERBOSITY = 20
+
+
+@pytest.fixture(autouse=True)
+def _optuna_verbosity_restored() -> Iterator[None]:
+    """A test that changes Optuna's verbosity (optuna.logging.set_verbosity) does not change it for the
+    tests after it: it is put back to what it was before the test (Optuna's default where the test
+    imported optuna). Optuna is not imported here for tests that do not use it."""
+    mod = sys.modules.get("optuna")
+    before = mod.logging.get_verbosity() if mod is not None else _OPTUNA_DEFAULT_VERBOSITY
+    yield
+    mod = sys.modules.get("optuna")
+    if mod is not None and mod.logging.get_verbosity() != before:
+        mod.logging.set_verbosity(before)

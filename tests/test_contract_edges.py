@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 import warnings
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -198,7 +200,17 @@ _SPACE = [{"a": i, "b": str(i % 3)} for i in range(12)]
         (3, 3.0),
         (np.float32(2.0), 2.0),
         (np.int64(-7), -7.0),
-        (True, 1.0),
+        (True, None),  # a bool is no result (it was 1.0)
+        ("1.5", None),  # text is no result (it was 1.5)
+        (b"1.5", None),
+        (1.5 + 0j, None),
+        (np.bool_(False), None),
+        (np.array(True), None),
+        (np.array("1.5"), None),
+        (np.array([2.5]), None),  # one element, but not 0-d
+        (np.array(2, dtype=np.uint8), 2.0),
+        (Fraction(1, 4), 0.25),
+        (Decimal("1.25"), 1.25),
         (np.array(3.5), 3.5),
         (-5.0, -5.0),
         (None, None),
@@ -220,6 +232,44 @@ def test_objective_results_are_floats_or_failures(strategy, ret, expected):
     assert type(r.best_value) is float
     assert r.best_value == (expected if expected is not None else math.inf)
     assert (r.best_config is None) == (expected is None)
+
+
+@pytest.mark.parametrize(
+    ("ret", "named"),
+    [
+        ("1.5", "type str"),
+        (b"1.5", "type bytes"),
+        (True, "type bool"),
+        (None, "type NoneType"),
+        (2 + 1j, "type complex"),
+        (np.complex64(1), "type numpy.complex64"),
+        (np.array([1.0, 2.0]), "type numpy.ndarray of shape (2,)"),
+        (np.array(True), "type numpy.ndarray of dtype bool"),
+        (10**400, "type int, beyond the range of a float"),
+    ],
+    ids=repr,
+)
+def test_a_result_that_is_not_a_real_number_fails_naming_its_type(ret, named):
+    r = _run(SearchSpace.from_configs(_SPACE), lambda c: ret, budget=2, strategy="random")
+    assert [t.status for t in r.trials] == ["failed", "failed"]
+    for t in r.trials:
+        assert t.error is not None and t.error.startswith("objective returned ") and named in t.error, t.error
+
+
+def test_zero_d_tensors_are_numbers_and_others_fail():
+    torch = pytest.importorskip("torch")
+    for ret, want in [
+        (torch.tensor(1.5), 1.5),
+        (torch.tensor(3), 3.0),
+        (torch.tensor(2.0, dtype=torch.bfloat16), 2.0),
+        (torch.tensor(True), None),
+        (torch.tensor(1 + 1j), None),
+        (torch.tensor([1.5]), None),
+    ]:
+        r = _run(SearchSpace.from_configs(_SPACE), lambda c, ret=ret: ret, budget=1, strategy="random")
+        assert r.trials[0].value == want, (ret, r.trials[0].error)
+        if want is None:
+            assert "type torch.Tensor" in (r.trials[0].error or "")
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

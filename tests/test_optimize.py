@@ -355,7 +355,9 @@ def test_objective_values_that_are_not_plain_floats() -> None:
     assert res.evaluations == 64
     failed = [t for t in res.trials if t.value is None]
     assert {t.config["a"] for t in failed} == {0, 1} and len(failed) == 16
-    assert all("not a number" in (t.error or "") for t in failed)
+    assert all(
+        "not a real number" in (t.error or "") or "range of a float" in (t.error or "") for t in failed
+    )
     assert all(type(t.value) is float for t in res.trials if t.value is not None)
 
 
@@ -547,6 +549,50 @@ def test_building_a_tpe_strategy_leaves_optunas_verbosity_as_it_was() -> None:
         assert optuna.logging.get_verbosity() == optuna.logging.INFO
     finally:
         optuna.logging.set_verbosity(before)
+
+
+def test_a_tpe_strategy_built_while_another_optimize_starts_does_not_leak_its_quiet(monkeypatch) -> None:
+    """The TPE strategy and `optimize` quiet Optuna through one shared override: the strategy used to
+    save and put back the verbosity on its own, so an `optimize` that started (in another thread) while
+    the strategy built its study saved the strategy's WARNING, and put it back for good when it ended."""
+    import optuna
+
+    from tuner._scoped import optuna_quiet
+    from tuner.strategies import TPEStrategy
+
+    real = optuna.create_study
+    other = optuna_quiet()  # another thread's optimize, starting while the strategy builds its study
+
+    def create_study(*a, **kw):
+        other.__enter__()
+        return real(*a, **kw)
+
+    monkeypatch.setattr(optuna, "create_study", create_study)
+    optuna.logging.set_verbosity(optuna.logging.INFO)
+    TPEStrategy(grid_space(), seed=0)
+    assert optuna.logging.get_verbosity() == optuna.logging.WARNING  # the other optimize is still running
+    other.__exit__(None, None, None)
+    assert optuna.logging.get_verbosity() == optuna.logging.INFO
+
+
+# Two tests in this order: the first changes Optuna's verbosity and does not put it back (as
+# tests/test_store_timeouts.py does), the second sees it put back (conftest's `_optuna_verbosity_restored`).
+_VERBOSITY_BEFORE: dict[str, int] = {}
+
+
+def test_a_test_may_change_optunas_verbosity() -> None:
+    import optuna
+
+    _VERBOSITY_BEFORE["v"] = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+
+
+def test_optunas_verbosity_changed_by_a_test_is_put_back_for_the_next() -> None:
+    import optuna
+
+    if "v" not in _VERBOSITY_BEFORE:
+        pytest.skip("runs after test_a_test_may_change_optunas_verbosity, in the same process")
+    assert optuna.logging.get_verbosity() == _VERBOSITY_BEFORE["v"]
 
 
 def test_a_study_enqueued_into_by_someone_else_meanwhile_fails_loudly(tmp_path) -> None:

@@ -246,3 +246,48 @@ def test_a_constraint_that_raises_is_named_in_the_error() -> None:
     with pytest.raises(KeyError) as exc:
         sp.contains({"B": 16})
     assert exc.value.__notes__ == ["raised by constraint 'typo' checking the config {'B': 16}"]
+
+
+# ---- messages that list duplicates stay short -----------------------------------------------------------
+def test_duplicate_configs_are_named_by_the_first_few_and_a_count() -> None:
+    """50 copies of a config of 300 parameters: the message was every config's full dict (over 3,000
+    characters for the first alone, and only the first pair); now the first three pairs, each config cut
+    short, and how many duplicates there are."""
+    configs = [{f"p{j}": j for j in range(300)} for _ in range(50)]
+    with pytest.raises(ValueError) as err:
+        SearchSpace.from_configs(configs)
+    msg = str(err.value)
+    assert len(msg) < 1000, len(msg)
+    assert msg.startswith("config 1 duplicates config 0: {'p0': 0")
+    assert "config 3 duplicates config 0" in msg and "config 4 " not in msg
+    assert msg.endswith("(49 duplicates in all)")
+
+
+def test_duplicate_values_and_names_are_named_by_the_first_few_and_a_count() -> None:
+    from tuner.search_spaces import Categorical
+
+    with pytest.raises(ValueError) as err:
+        Categorical("x", list(range(5000)) * 2)
+    msg = str(err.value)
+    assert msg == "parameter 'x' has duplicate values: [0, 1, 2, 3, 4, ...] (5000 in all)"
+    with pytest.raises(ValueError, match=r"has duplicate values: \[2\]$"):
+        Categorical("y", [1, 2, 3, 2])
+    params = [Categorical(f"n{i % 400}", [1]) for i in range(800)]
+    with pytest.raises(ValueError) as err:
+        SearchSpace(params)
+    assert (
+        str(err.value) == "duplicate parameter names: ['n0', 'n1', 'n10', 'n100', 'n101', ...] (400 in all)"
+    )
+
+
+def test_duplicate_names_in_a_study_file_are_named_by_the_first_few_and_a_count() -> None:
+    from tuner.studies._spec import StudyError, _str_list
+
+    names = [f"kernel_{i}" for i in range(300)] * 2
+    with pytest.raises(StudyError) as err:
+        _str_list("study.toml [study]", "kernels", names)
+    msg = str(err.value)
+    assert len(msg) < 200, msg
+    assert msg.endswith(
+        "kernels has duplicates: ['kernel_0', 'kernel_1', 'kernel_2', 'kernel_3', 'kernel_4', ...] (300 in all)"
+    )

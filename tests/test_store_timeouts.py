@@ -171,7 +171,7 @@ def _optuna_study(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, An
 
     monkeypatch.setenv("TUNER_PG_TIMEOUT", "1")
     storage = ResultStore(pg_url).optuna_storage()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # for this test (conftest puts it back after)
     return storage, optuna.create_study(storage=storage, study_name="o")
 
 

@@ -429,3 +429,140 @@ def test_a_config_put_in_cache_is_used_for_its_key(impl):
     assert torch.equal(dst, torch.full((100,), 64.0))
     k[grid_of(30)](torch.zeros(30), 30)  # another key is tuned
     assert bench.calls == 3 and len(k.cache) == 2
+
+
+# ---- `.nargs`: the launch's positional arguments while it runs ----------------------------------------
+def _nargs_seen(k):
+    """What `k.nargs` holds, as plain values (a tensor by its identity)."""
+    n = k.nargs
+    return None if n is None else {name: (id(v) if torch.is_tensor(v) else v) for name, v in n.items()}
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_nargs_holds_the_launchs_arguments_while_it_runs(impl):
+    seen = []
+    box = {}
+
+    def prune(configs, named_args, **kwargs):
+        seen.append(("prune", _nargs_seen(box["k"])))
+        return configs
+
+    def perf_model(**kwargs):
+        seen.append(("perf", _nargs_seen(box["k"])))
+        return kwargs["BLOCK"]
+
+    def pre(nargs, reset_only=False):
+        seen.append(("pre", _nargs_seen(box["k"])))
+
+    def post(nargs, exception):
+        seen.append(("post", _nargs_seen(box["k"])))
+
+    k = box["k"] = fill_kernel(
+        impl,
+        Bench(times=[2.0, 1.0]),
+        prune_configs_by={"early_config_prune": prune, "perf_model": perf_model, "top_k": 2},
+        pre_hook=pre,
+        post_hook=post,
+    )
+    assert getattr(k, "nargs", None) is None  # before the first launch (Triton's has none yet)
+
+    def grid(meta):
+        seen.append(("grid", _nargs_seen(k)))
+        return (triton.cdiv(100, meta["BLOCK"]),)
+
+    dst = torch.zeros(100)
+    want = {"dst": id(dst), "N": 100}
+    k[grid](dst, 100)  # a miss: prune, perf model, hooks and grid of the timed runs
+    kinds = {kind for kind, _ in seen}
+    assert kinds == {"prune", "perf", "pre", "post", "grid"}
+    assert all(n == want for _, n in seen), seen
+    assert k.nargs is None  # reset once the launch returns
+    seen.clear()
+    k[grid](dst, 100)  # a hit: the grid function of the real launch
+    assert seen == [("grid", want)] and k.nargs is None
+    seen.clear()
+    k.run(dst, 100, grid=grid, warmup=False)  # .run sets it too
+    assert seen == [("grid", want)] and k.nargs is None
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_nargs_during_warmup(impl):
+    seen = []
+    box = {}
+
+    def prune(configs, named_args, **kwargs):
+        seen.append(_nargs_seen(box["k"]))
+        return configs
+
+    k = box["k"] = fill_kernel(impl, Bench(), prune_configs_by={"early_config_prune": prune})
+    dst = torch.zeros(8)
+    k.warmup(dst, 8, grid=(1,))
+    assert seen == [{"dst": id(dst), "N": 8}] and k.nargs is None
+    assert [c.kwargs for c in k.prune_configs({})] == [{"BLOCK": b} for b in (16, 32, 64)]  # `.nargs` None
+
+
+def test_nargs_is_not_kept_past_a_launch_that_raises():
+    """Triton leaves `.nargs` set after a launch that raises (it keeps the arguments alive until the next
+    launch); the drop-in clears it."""
+
+    def boom(nargs):
+        raise RuntimeError("pre-hook failed")
+
+    k = fill_kernel("tuner", Bench(), cfgs=[triton.Config({"BLOCK": 16}, pre_hook=boom)])
+    with pytest.raises(RuntimeError, match="pre-hook failed"):
+        k[grid_of(8)](torch.zeros(8), 8)
+    assert k.nargs is None
+
+
+def test_nargs_assigned_reads_back_outside_launches():
+    """Code that assigns `.nargs` (Triton's own methods do, around their work) reads it back; inside a
+    launch the launch's arguments win."""
+    seen = []
+    k = fill_kernel("tuner", Bench())
+    k.nargs = {"dst": None, "N": 3}
+    assert k.nargs == {"dst": None, "N": 3}
+    k.cache[(8, "torch.float32")] = triton.Config({"BLOCK": 16})
+    dst = torch.zeros(8)
+
+    def grid(meta):
+        seen.append(_nargs_seen(k))
+        return (1,)
+
+    k[grid](dst, 8)
+    assert seen == [{"dst": id(dst), "N": 8}]
+    assert k.nargs == {"dst": None, "N": 3}
+    k.nargs = None
+    assert k.nargs is None
+
+
+def test_nargs_of_nested_launches_and_other_threads():
+    """The innermost launch of the kernel in this thread: a launch inside another's grid function sees
+    its own arguments, the outer one its own again afterwards; another thread sees none."""
+    import threading
+
+    k = fill_kernel("tuner", Bench())
+    for n in (8, 4):
+        k.cache[(n, "torch.float32")] = triton.Config({"BLOCK": 16})
+    outer, inner = torch.zeros(8), torch.zeros(4)
+    seen = []
+
+    def other_thread():
+        seen.append(("thread", _nargs_seen(k)))
+
+    def inner_grid(meta):
+        seen.append(("inner", _nargs_seen(k)))
+        return (1,)
+
+    def outer_grid(meta):
+        seen.append(("outer", _nargs_seen(k)))
+        k[inner_grid](inner, 4)
+        seen.append(("outer", _nargs_seen(k)))
+        th = threading.Thread(target=other_thread)
+        th.start()
+        th.join()
+        return (1,)
+
+    k[outer_grid](outer, 8)
+    o, i = {"dst": id(outer), "N": 8}, {"dst": id(inner), "N": 4}
+    assert seen == [("outer", o), ("inner", i), ("outer", o), ("thread", None)]
+    assert k.nargs is None

@@ -177,6 +177,33 @@ def test_an_mi325x_is_gfx942_and_an_rdna3_radeon_gets_the_smallest_amd_limits_wi
     assert device_features(label)["dev_vendor_amd"] == 1.0
 
 
+# ---- jax on an NVIDIA GPU that does not say its compute capability -------------------------------------
+@pytest.mark.parametrize("cc", [None, "", "unknown", "9"])
+def test_a_jax_gpu_without_a_compute_capability_gets_the_least_shared_memory_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, cc: str | None
+) -> None:
+    """Not sm80's 163 KiB (what the old default assumed): a chip with less would be offered tiles it
+    cannot hold."""
+    jax = pytest.importorskip("jax")
+    monkeypatch.setenv("TUNER_PALLAS_INTERPRET", "0")
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    attrs = {"platform": "gpu", "device_kind": "NVIDIA Future GPU"}
+    if cc is not None:
+        attrs["compute_capability"] = cc
+    monkeypatch.setattr(jax, "devices", lambda *a: [SimpleNamespace(**attrs)])
+    with caplog.at_level(logging.WARNING, logger=dv.__name__):
+        dev = dv.detect_device("pallas")
+    if cc == "9":  # a bare major version is still one: 9.0
+        assert dev.arch == "sm90" and not caplog.records
+        return
+    nvidia = [d for d in dv.DEVICES.values() if d.vendor == "nvidia"]
+    least = min(d.smem_per_block_bytes for d in nvidia)
+    assert (dev.vendor, dev.name, dev.smem_per_block_bytes) == ("nvidia", "NVIDIA Future GPU", least)
+    assert dev.arch == "sm75"
+    warned = [r.getMessage() for r in caplog.records]
+    assert any("NVIDIA Future GPU" in m and "sm75" in m and "compute capability" in m for m in warned), warned
+
+
 # ---- TPUs ----------------------------------------------------------------------------------------------
 def _emulate_tpu(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
     jax = pytest.importorskip("jax")
@@ -303,3 +330,38 @@ def test_check_with_a_device_tuner_has_no_descriptor_for_exits_2_with_one_line(
     err = capsys.readouterr().err
     assert err.startswith("tuner: error: ") and len(err.strip().splitlines()) == 1, err
     assert repr(argv[-1]) in err
+
+
+@pytest.mark.parametrize(
+    ("name", "gcn", "cc", "label", "arch"),
+    [
+        # ROCm's usual label: kept (stores and shipped files hold it), it reads back as the gfx target
+        ("AMD Instinct MI300X", "gfx942:sramecc+:xnack-", (9, 4), "AMD Instinct MI300X (sm94)", "gfx942"),
+        # no name at all: " (sm94)" read back as an NVIDIA sm94 (and sm90's 227 KiB of shared memory)
+        ("", "gfx942:sramecc+:xnack-", (9, 4), "AMD GPU (gfx942)", "gfx942"),
+        ("", "", (9, 4), "AMD GPU (sm94)", ""),
+        ("  ", "", (9, 0), "AMD GPU (sm90)", ""),
+        # a bare model name without AMD's words: "MI300X (sm94)" read back as an NVIDIA sm94 too
+        ("MI300X", "", (9, 4), "AMD MI300X (sm94)", "gfx942"),
+        ("MI250X", "gfx90a", (9, 0), "AMD MI250X (gfx90a)", "gfx90a"),
+        # a model name of another gfx target than the device's: the device's own wins
+        ("AMD Instinct MI300X", "gfx950:sramecc+:xnack-", (9, 5), "AMD Instinct MI300X (gfx950)", "gfx950"),
+    ],
+)
+def test_a_rocm_label_reads_back_as_this_amd_gpu(
+    monkeypatch: pytest.MonkeyPatch, name: str, gcn: str, cc: tuple[int, int], label: str, arch: str
+) -> None:
+    _emulate_rocm(monkeypatch, name, gcn, cc)
+    got = dv.device_label("triton")
+    fam = dv.device_family(got)
+    assert (got, fam.vendor, fam.arch) == (label, "amd", arch)
+    dev = dv.device_for_label(got)
+    assert dev is not None and dev.vendor == "amd"
+    assert dev.arch == dv.detect_device("triton").arch  # the limits the label names are the detected ones
+
+
+def test_an_nvidia_gpu_without_a_name_is_labelled_nvidia(monkeypatch: pytest.MonkeyPatch) -> None:
+    _emulate_gpus(monkeypatch, ("", (9, 0), {}))
+    label = dv.device_label("triton")
+    assert label == "NVIDIA GPU (sm90)"
+    assert dv.device_for_label(label) is dv.SM90

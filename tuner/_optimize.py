@@ -9,6 +9,7 @@ store's by default, or the caller's (`tune_kernel` records the full measurement 
 from __future__ import annotations
 
 import contextlib
+import decimal
 import json
 import logging
 import math
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from tuner.search_spaces import Config, ConfigError, SearchSpace
 from tuner.search_spaces._params import native
 
-from ._scoped import SharedOverride
+from ._scoped import optuna_quiet
 from .strategies import PriorTask, Strategy, get_strategy
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -123,12 +124,63 @@ def _run_objective(
 
         return None, FAILED, f"{type(exc).__name__}: {exc}{interpreter_fault_note(exc)}"
     try:
-        value = float(raw)
-    except Exception:  # not a number, an int beyond float's range (OverflowError), a tensor's own error
-        return None, FAILED, f"objective returned {_short_repr(raw)}, not a number"
+        value = real_number(raw)
+    except (TypeError, ValueError, OverflowError) as exc:
+        return None, FAILED, f"objective returned {_short_repr(raw)}: {exc}"
     if not math.isfinite(value):
         return None, FAILED, f"objective returned {value}"
     return value, OK, None
+
+
+def _type_name(x: Any) -> str:
+    t = type(x)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def real_number(raw: Any) -> float:
+    """`raw` as a float when it is a real number: an int or float (not a bool), a numpy integer or
+    floating scalar, a `fractions.Fraction` or `decimal.Decimal`, a 0-d array of an integer or floating
+    dtype (numpy, torch, jax), or an object of another type that converts itself (`__float__`).
+    TypeError naming the type otherwise: a str ("1.5" is text, not a result), bytes, None, a bool, a
+    complex, an array that is not 0-d or whose dtype is bool, complex or not numeric. OverflowError for an
+    int beyond float's range."""
+    if raw is None or isinstance(raw, (str, bytes, bytearray, bool)):
+        raise TypeError(f"type {_type_name(raw)}, not a real number")
+    if isinstance(raw, (numbers.Real, decimal.Decimal)):  # numpy's bool is neither: a 0-d array below
+        try:
+            return float(raw)
+        except OverflowError:
+            raise OverflowError(f"type {_type_name(raw)}, beyond the range of a float") from None
+    if isinstance(raw, numbers.Complex):
+        raise TypeError(f"type {_type_name(raw)}, not a real number")
+    dtype = getattr(raw, "dtype", None)
+    if dtype is not None and hasattr(raw, "ndim"):
+        if raw.ndim != 0:
+            shape = tuple(getattr(raw, "shape", ()))
+            raise TypeError(
+                f"type {_type_name(raw)} of shape {shape}, not a real number (a 0-d array is one)"
+            )
+        if not _real_dtype(dtype):
+            raise TypeError(f"type {_type_name(raw)} of dtype {dtype}, not a real number")
+        return float(raw)
+    if not hasattr(type(raw), "__float__"):
+        raise TypeError(f"type {_type_name(raw)}, not a real number")
+    return float(raw)
+
+
+def _real_dtype(dtype: Any) -> bool:
+    """Whether an array's dtype holds real numbers: numpy's (and jax's) integer and floating kinds and
+    ml_dtypes' (bfloat16, the float8s, int4: numpy kind "V"); torch's dtypes that are neither complex
+    nor bool."""
+    if hasattr(dtype, "is_complex") and hasattr(dtype, "is_floating_point"):  # a torch.dtype
+        return not dtype.is_complex and str(dtype) != "torch.bool"
+    import numpy as np
+
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        return False
+    return dt.kind in "iuf" or (dt.kind == "V" and dt.type.__module__.split(".")[0] == "ml_dtypes")
 
 
 def _short_repr(x: Any, limit: int = 200) -> str:
@@ -154,9 +206,10 @@ def optimize(
     """Minimise `objective` over `space` with at most `budget` calls, never repeating a config.
 
     - `objective(config) -> float`, lower is better; it is called only with configs `space` contains,
-      never twice with the same one. An exception, or a value that is NaN, inf, None or not a number
-      (`float()` decides: numpy scalars and 0-d tensors count), marks that config failed, and the search
-      goes on. The same seed gives the same sequence of calls.
+      never twice with the same one. An exception, or a value that is NaN, inf, None or not a real
+      number (`real_number` decides: numpy scalars and 0-d numeric arrays and tensors count; a str such
+      as "1.5", bytes, a bool, a complex do not), marks that config failed with an error naming the
+      value's type, and the search goes on. The same seed gives the same sequence of calls.
     - `strategy`: a registered name (`"auto"`, the default; `"random"`, `"tpe"`, `"model"`,
       `"transfer_best"`, `"xgb_greedy"`) or a `tuner.strategies.Strategy` instance, e.g.
       `ModelStrategy(space, seed=0, config=ModelStrategyConfig(...))`. An instance brings its own seed
@@ -181,7 +234,9 @@ def optimize(
     budget, seed = _check_arguments(space, objective, budget, seed, time_budget_s)
     space.check_not_empty()  # every config violates a constraint: say which, before anything runs
     prior_n = validate_prior(prior)
-    with _optuna_quiet(), _store_in_use(storage):
+    # Optuna logs each study and trial at INFO: while `optimize` runs, only its warnings; the caller's
+    # verbosity comes back after the last running call (`tuner._scoped.optuna_quiet`)
+    with optuna_quiet(), _store_in_use(storage):
         strat, strategy_name = _make_strategy(strategy, space, seed, prior_n)
         seed = strat.seed  # an instance's own seed (equal to `seed` for a strategy given by name)
         store = _open_store(storage)
@@ -209,23 +264,6 @@ def optimize(
         strategy_time_s=strategy_time,
         info={"study_name": study.study_name},
     )
-
-
-def _optuna_verbosity() -> int:
-    import optuna
-
-    return int(optuna.logging.get_verbosity())
-
-
-def _set_optuna_verbosity(v: int) -> None:
-    import optuna
-
-    optuna.logging.set_verbosity(v)
-
-
-# Optuna logs each study and trial at INFO: while `optimize` runs, only its warnings; the caller's verbosity
-# comes back after the last running call (their own studies log as they did before).
-_optuna_quiet = SharedOverride(_optuna_verbosity, _set_optuna_verbosity, lambda v: max(v, logging.WARNING))
 
 
 class AllTrialsFailedWarning(RuntimeWarning):

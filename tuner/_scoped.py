@@ -4,18 +4,23 @@
 (in any thread) saves `get()` and sets `choose(saved)`; the last one to end sets `saved` back. Nested or
 overlapping scopes therefore never restore each other's value, and the caller's own value comes back once
 tuner is done (a value the caller sets meanwhile is overwritten then, as with any such setting).
+
+`optuna_quiet()`: Optuna's verbosity at WARNING at least while tuner works (Optuna logs each study and trial
+at INFO); every place in tuner that quiets Optuna uses this one override, so two of them that overlap (an
+`optimize` in one thread, a TPE strategy built in another) never put back each other's value.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["SharedOverride"]
+__all__ = ["SharedOverride", "optuna_quiet"]
 
 
 class SharedOverride(Generic[T]):
@@ -39,3 +44,19 @@ class SharedOverride(Generic[T]):
                 self._depth -= 1
                 if self._depth == 0:
                     self._set(self._saved)  # type: ignore[arg-type]  # set at depth 0 above
+
+
+def _optuna_verbosity() -> int:
+    import optuna
+
+    return int(optuna.logging.get_verbosity())
+
+
+def _set_optuna_verbosity(v: int) -> None:
+    import optuna
+
+    optuna.logging.set_verbosity(v)
+
+
+# the caller's verbosity comes back after the last running scope (their own studies log as before)
+optuna_quiet = SharedOverride(_optuna_verbosity, _set_optuna_verbosity, lambda v: max(v, logging.WARNING))

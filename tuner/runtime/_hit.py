@@ -18,10 +18,12 @@ not write its own lookup.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Mapping, Sequence
+from types import FrameType
 from typing import Any
 
-__all__ = ["make_hit_path", "hit_paths", "Miss"]
+__all__ = ["make_hit_path", "hit_paths", "launch_args", "Miss"]
 
 # miss(args, kwargs, fast key or None, call) -> config; `call` is what the hit path calls (the target
 # with its bound keywords), so the tuner benches exactly what the caller will run (for Triton: `run`
@@ -45,8 +47,9 @@ def hit_paths(
 ) -> Callable[[Mapping[str, Any]], Callable[..., Any]]:
     """`make(bound)` -> `hit(*args, **kwargs)`, which calls `target(*args, **bound, **kwargs, **config)`
     with the config of the call's key. With `last`, each call first puts its config in `last[0]` (one
-    store: Triton's `best_config` is the config of the last launch); without, nothing is stored (the
-    plain decorators need no record, so their hit does not pay for it: docs/benchmarks.md).
+    store: Triton's `best_config` is the config of the last launch; `launch_args(last)` finds the
+    arguments of such a call while it runs, without a store); without, nothing is stored (the plain
+    decorators need no record, so their hit does not pay for it: docs/benchmarks.md).
 
     `keys` is the fast-key table of a key builder (indexed by the number of positional arguments; None
     where there are too few), `mem` the dict of fast key -> config that `miss` fills, `bound` keyword
@@ -102,3 +105,30 @@ def make_hit_path(
 ) -> Callable[..., Any]:
     """The hit path of `hit_paths(target, keys, mem, miss)` with `bound` (default: none)."""
     return hit_paths(target, keys, mem, miss)(_NO_KWARGS if bound is None else bound)
+
+
+def _noting_code() -> Any:
+    def never(*args: Any, **kwargs: Any) -> dict[str, Any]:  # pragma: no cover - never called
+        raise AssertionError
+
+    return hit_paths(never, (), {}, never, [None])(_NO_KWARGS).__code__
+
+
+_NOTING_HIT = _noting_code()  # the code of every hit made with `last` (one code object, many closures)
+
+
+def launch_args(last: list[Any]) -> tuple | None:
+    """The positional arguments of the innermost call, in this thread, of a hit path made with `last`
+    that is running (its miss path, a prune function, a hook or the launch's grid function may ask), or
+    None outside one. Found by walking this thread's frames up to that hit's frame (its `noted` is
+    `last`), so the hit path itself stores nothing for it: Triton's `Autotuner.nargs` costs each of
+    its launches a dict; this costs only the code that reads it."""
+    f: FrameType | None = sys._getframe(1)
+    while f is not None:
+        if f.f_code is _NOTING_HIT:
+            names = f.f_locals
+            if names.get("noted") is last:
+                args = names.get("args")
+                return args if isinstance(args, tuple) else None
+        f = f.f_back
+    return None

@@ -24,7 +24,7 @@ What Triton does, and so what this does (see triton/runtime/autotuner.py):
   `.cache` (Triton's key tuple -> `triton.Config`; an entry put there is used for its key, emptying it
   tunes again), `.best_config` (of the last launch), `.configs` and `.keys` (assigning them acts on the
   next misses), `.configs_timings`, `.bench_time`, `.arg_names`, `.fn`, `.base_fn`, `.warmup()`, `.run()`,
-  `.prune_configs()`.
+  `.prune_configs()`, `.nargs` (the positional arguments by name while a launch runs, None after it).
 - `TRITON_PRINT_AUTOTUNING=1` prints what Triton prints: each config as it is timed and the choice.
 
 Where tuner differs on purpose: a config whose launch raises any exception is a failed candidate (Triton
@@ -52,7 +52,7 @@ from . import _jax
 from ._bench import BenchFn, default_bench, is_jax_call, normalise_bench_result
 from ._decorator import Autotuned, _attach
 from ._env import array_framework, signature_names, underlying_function
-from ._hit import make_hit_path
+from ._hit import launch_args, make_hit_path
 from ._key import canon
 from ._restore import Restorer, copy_into, snapshot
 from ._sources import open_store
@@ -168,9 +168,9 @@ class TritonAutotuned(Autotuned):
         self._timings_later: tuple[CacheKey, dict[str, Any]] | None = None
         self.bench_time = 0.0
         self.cache_results = storage is not False  # winners kept in the store (Triton: on disk)
-        self.nargs: dict[str, Any] | None = None  # Triton's is set only while a launch runs
         # [the config of the last launch] (`best_config`): the hit path stores into it on every call
         self.last: list[dict[str, Any] | None] = [None]
+        self._nargs_assigned: dict[str, Any] | None = None  # what code assigned to `.nargs`
         self._obj_of: dict[int, tuple[dict[str, Any], Any]] = {}  # id(config dict) -> (it, its Config)
         self._tl = threading.local()
         self.named_key = not callable(key)  # Triton's key (names): `.keys`, and `.cache` is consulted
@@ -294,6 +294,27 @@ class TritonAutotuned(Autotuned):
     @strategy.setter
     def strategy(self, value: Any) -> None:
         self._strategy = value
+
+    # ---- `.nargs` -------------------------------------------------------------------------------------
+    @property
+    def nargs(self) -> dict[str, Any] | None:
+        """Triton's `Autotuner.nargs`: the positional arguments, by parameter name, of the launch (or
+        `.warmup`) of this kernel that is running in this thread, as Triton sets them at the start of
+        `run` (a prune function, perf model, hook or grid function may read them); None between
+        launches (or what code assigned, see the setter). Found when read (`launch_args`): a launch
+        stores nothing for it, and keeps no argument past its end."""
+        args = launch_args(self.last)
+        if args is None:
+            args = getattr(self._tl, "warmup_args", None)
+        if args is not None:
+            return dict(zip(self.arg_names, args, strict=False))
+        return self._nargs_assigned
+
+    @nargs.setter
+    def nargs(self, value: dict[str, Any] | None) -> None:
+        """Code that assigns `.nargs` (as Triton's own methods do) reads it back outside launches until
+        it assigns another value or None; inside a launch the launch's arguments win."""
+        self._nargs_assigned = value
 
     # ---- hooks ---------------------------------------------------------------------------------------
     def _default_pre_hook(self, kwargs: dict[str, Any], reset_only: bool = False) -> None:

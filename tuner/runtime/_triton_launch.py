@@ -164,8 +164,13 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
     def warmup(self, *args: Any, **kwargs: Any) -> list[Any]:
         """Compile every config left after pruning, without launching or timing (Triton's
         `Autotuner.warmup`: `fn.warmup` per config, so a torch dtype stands for a tensor)."""
-        pruned = self.tuner.prune_named(dict(zip(self.arg_names, args, strict=False)), dict(kwargs))
-        return [self.fn.warmup(*args, **kwargs, **_all_kwargs(c)) for c in pruned]
+        t = self.tuner
+        outer, t._tl.warmup_args = getattr(t._tl, "warmup_args", None), args  # `.nargs`, as Triton's warmup
+        try:
+            pruned = t.prune_named(dict(zip(self.arg_names, args, strict=False)), dict(kwargs))
+            return [self.fn.warmup(*args, **kwargs, **_all_kwargs(c)) for c in pruned]
+        finally:
+            t._tl.warmup_args = outer
 
     def run(self, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> Any:
         """Triton's `run` (what a `@triton.heuristics` above, or a library's wrapper, calls)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tuner._scoped import optuna_quiet
 from tuner.search_spaces import Config, SearchSpace
 
 from ._base import PriorTask, Strategy
@@ -63,13 +64,10 @@ class TPEStrategy(Strategy):
             seed=seed, multivariate=self.config.multivariate, n_startup_trials=self.config.n_startup_trials
         )
         # without Optuna's INFO line for the in-memory study, and without changing the caller's
-        # verbosity for the rest of the process (`optimize` quiets Optuna while it runs)
-        before = optuna.logging.get_verbosity()
-        optuna.logging.set_verbosity(max(before, optuna.logging.WARNING))
-        try:
+        # verbosity for the rest of the process: the override `optimize` uses too, so a strategy built
+        # while another thread's `optimize` runs does not put back a value that one saved (or vice versa)
+        with optuna_quiet():
             self._study = optuna.create_study(sampler=sampler, direction="minimize")
-        finally:
-            optuna.logging.set_verbosity(before)
         self._pending: tuple[Any, bool] | None = None  # (TPE's trial, whether its proposal was replaced)
 
     def _config(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tuner._optimize import _optuna_quiet
+from tuner._scoped import optuna_quiet
 from tuner.store import CARRIED_FROM, CARRIED_TRIAL, _match_key
 
 from ..storage import operation
@@ -67,7 +67,7 @@ def seed_retry(storage: Any, task: StudyTask) -> int:
         return 0
     import optuna
 
-    with _optuna_quiet(), operation(f"seeding study {task.study_name!r} with the earlier successes"):
+    with optuna_quiet(), operation(f"seeding study {task.study_name!r} with the earlier successes"):
         study = optuna.create_study(
             storage=storage,
             study_name=task.study_name,

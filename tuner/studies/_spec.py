@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import BadInput
+from tuner.search_spaces._params import brief_list
 from tuner.store import normalize_url  # noqa: F401  (re-exported)
 
 __all__ = [
@@ -162,7 +163,13 @@ def _str_list(where: str, key: str, value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
         raise _err(where, f"{key} must be a non-empty list of strings, got {value!r}")
     if len(set(value)) != len(value):
-        raise _err(where, f"{key} has duplicates: {value!r}")
+        seen: set[str] = set()
+        dups: dict[str, None] = {}
+        for v in value:
+            if v in seen:
+                dups[v] = None
+            seen.add(v)
+        raise _err(where, f"{key} has duplicates: {brief_list(list(dups))}")
     return tuple(value)
 
 
