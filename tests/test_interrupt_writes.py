@@ -7,6 +7,8 @@ the file is not left write-locked while the interrupt's traceback lives (a noteb
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from sqlalchemy import event
 import tuner
 from tuner import PowerOfTwo, SearchSpace
 from tuner.runtime import CacheEntry, CacheKey, ConfigCache
+from tuner.runtime._db import owner_id
 from tuner.runtime._sources import close_stores
 from tuner.storage import engine_for
 
@@ -56,6 +59,66 @@ def write_locked(db: Path) -> bool:
         return True
     finally:
         c.close()
+
+
+def test_interrupt_just_after_the_claim_releases_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "t.db"
+    f = make(f"sqlite:///{db}")
+    claim = ConfigCache.claim
+
+    def claim_then_interrupt(self: ConfigCache, *a: Any, **k: Any) -> bool:
+        assert claim(self, *a, **k)  # committed: the claim row is in the store
+        raise KeyboardInterrupt  # before `claim` returns to the caller
+
+    monkeypatch.setattr(ConfigCache, "claim", claim_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        f(X, 8)
+    assert claims(db) == []  # left there, the next call (here or elsewhere) waited out its 120 s lease
+    monkeypatch.setattr(ConfigCache, "claim", claim)
+    t0 = time.monotonic()
+    np.testing.assert_array_equal(f(X, 8), X * 2.0)
+    assert time.monotonic() - t0 < 10 and f.tuner.stats["tuned"] == 1
+
+
+def test_interrupt_inside_the_release_releases_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "t.db"
+    f = make(f"sqlite:///{db}")
+    release = ConfigCache.release
+    seen: list[list[tuple[str, str]]] = []
+
+    def interrupted_once(self: ConfigCache, key_hash: str, owner: str) -> None:
+        if not seen:
+            seen.append(claims(db))
+            raise KeyboardInterrupt  # inside the release, before its DELETE is committed
+        release(self, key_hash, owner)
+
+    monkeypatch.setattr(ConfigCache, "release", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        f(X, 8)
+    assert len(seen) == 1 and len(seen[0]) == 1  # the tuning held its claim, and was interrupted
+    assert claims(db) == []
+    np.testing.assert_array_equal(f(X, 8), X * 2.0)
+    assert f.tuner.stats["from_store"] == 1  # its winner was stored before the release
+
+
+def test_a_claim_left_by_this_thread_is_taken_back_at_once(tmp_path: Path) -> None:
+    """A claim of this very thread (left by an interrupted call that could not release it) does not
+    make the thread's next call of the key wait out the lease: the thread is not tuning that key."""
+    db = tmp_path / "t.db"
+    url = f"sqlite:///{db}"
+    f = make(url)
+    key = f.tuner.full_key((X, 8), {}).hash
+    done: list[Any] = []
+
+    def call() -> None:
+        assert ConfigCache(url).claim(key, owner_id(), 600.0)  # as an interrupted call of this thread left it
+        done.append(f(X, 8))
+
+    t = threading.Thread(target=call, daemon=True)  # old code: waits 600 s in there
+    t.start()
+    t.join(20)
+    assert done and f.tuner.stats["tuned"] == 1
+    assert claims(db) == []
 
 
 def _entry(i: int, t: float) -> CacheEntry:
