@@ -160,3 +160,38 @@ def test_interrupt_in_a_read_after_a_write_leaves_no_write_lock(tmp_path: Path) 
     assert sorted((e.key.hash, e.time_s) for e in cache.entries()) == before  # nothing of the import
     counts = cache.merge([_entry(i, 0.5) for i in range(6)])
     assert (counts.added, counts.replaced) == (3, 3)
+
+
+def test_interrupt_in_a_commit_of_optimize_leaves_no_write_lock(tmp_path: Path) -> None:
+    """Ctrl-C inside SQLAlchemy's commit (its commit event, before the driver's COMMIT) of one of Optuna's
+    writes: Optuna's session is only closed, and the pool took the connection back with the driver's
+    transaction open, the file write-locked for as long as it sat there (after the traceback was gone
+    too). The same call again then resumes the study to its budget."""
+    db = tmp_path / "t.db"
+    url = f"sqlite:///{db}"
+    store = tuner.ResultStore(url)
+    measured: list[dict[str, Any]] = []
+
+    def objective(cfg: dict[str, Any]) -> float:
+        measured.append(cfg)
+        return float(cfg["block"])
+
+    fired: list[bool] = []
+
+    def interrupt(conn: Any) -> None:
+        wrote = conn.connection.dbapi_connection.in_transaction  # the driver's transaction holds a write
+        if measured and wrote and not fired:
+            fired.append(True)
+            raise KeyboardInterrupt  # in the commit's event dispatch: SQLAlchemy's COMMIT never runs
+
+    eng = store.optuna_storage().engine
+    event.listen(eng, "commit", interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            tuner.optimize(SPACE, objective, budget=3, strategy="random", storage=store)
+    finally:
+        event.remove(eng, "commit", interrupt)
+    assert fired
+    assert not write_locked(db)
+    res = tuner.optimize(SPACE, objective, budget=3, strategy="random", storage=store)
+    assert len(res.trials) == 3

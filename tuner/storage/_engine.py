@@ -380,6 +380,19 @@ def install_sqlite_errors(engine: Engine) -> None:
             raise cls(msg) from exc
 
     event.listen(engine, "handle_error", _on_error)
+    event.listen(engine, "checkin", _end_open_transaction)
+
+
+def _end_open_transaction(dbapi_conn: Any, _record: Any) -> None:
+    """Roll back a transaction still open on a SQLite connection that goes back to the pool. An interrupt
+    inside SQLAlchemy's commit (in its commit event's listeners, before the driver's COMMIT) leaves the
+    Connection believing its transaction ended, so a session that is then only closed (Optuna's do that
+    on a KeyboardInterrupt) hands the connection back with the driver's transaction open and the pool
+    skips its reset: the file stayed write-locked for as long as the connection sat in the pool. One
+    attribute read per check-in otherwise."""
+    if dbapi_conn is not None and getattr(dbapi_conn, "in_transaction", False):
+        with contextlib.suppress(Exception):
+            dbapi_conn.rollback()
 
 
 def _close_cursor(cursor: Any) -> None:
