@@ -260,7 +260,8 @@ class ConfigCache:
         """Try to become the process that tunes `key_hash`; True if this owner holds the claim now.
 
         A claim is taken over when its lease has expired (its owner hangs, or died on another host), or at
-        once when its owner ran on this host and its process is gone."""
+        once when its owner ran on this host and its process is gone, or is this very owner (a call of
+        this thread that an interrupt stopped before it released its claim)."""
         now = time.time()
         live = {"host": HOST, "pid": os.getpid(), "heartbeat_at": now}
         try:
@@ -274,7 +275,12 @@ class ConfigCache:
         if holder is None:  # released in between: the caller asks again
             return False
         cond = CacheClaimRow.expires_at < now
-        if holder.dead:
+        if holder.owner == owner:
+            # held by this very thread, which is here and so not tuning the key: a claim that an
+            # interrupted call (Ctrl-C in a notebook) could not release; take it back at once
+            log.info("claim of %s: left by an interrupted call of this thread; taking it back", key_hash)
+            cond = CacheClaimRow.owner == owner
+        elif holder.dead:
             log.warning(
                 "claim of %s: its owner %s:%s is gone; taking it over", key_hash, holder.host, holder.pid
             )

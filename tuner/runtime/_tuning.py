@@ -57,21 +57,27 @@ def tune_once(req: Request) -> Resolution:
     delay = 0.02
     waited: tuple[float, str] | None = None
     while True:
-        claimed = guarded(
-            db, "write", "claim the key for tuning", lambda: db.claim(ck.hash, owner, t.lease_s), None
-        )
-        if claimed is None:  # the store cannot be written: tune in memory
-            return _tune(req, None, None, stale=False)
-        if claimed:
-            try:
+        # Whether a claim of this owner may be in the store: the claim is committed before `claim`
+        # returns, so an interrupt (Ctrl-C, SIGTERM's KeyboardInterrupt) that arrives in between must
+        # release it too, or this process's next call of the key and every other process would wait
+        # out its lease for a tuning that is not running.
+        held: bool | None = True
+        try:
+            held = claimed = guarded(
+                db, "write", "claim the key for tuning", lambda: db.claim(ck.hash, owner, t.lease_s), None
+            )
+            if claimed is None:  # the store cannot be written: tune in memory
+                return _tune(req, None, None, stale=False)
+            if claimed:
                 # another process may have finished just before our claim
                 e = guarded(db, "read", "read an entry", lambda: db.get(ck), None)
                 cfg = valid_config(req.space, e.config) if e is not None else None
                 if cfg is not None:
                     return _waited(cfg)
                 return _tune(req, db, owner, stale=e is not None)
-            finally:
-                guarded(db, "write", "release a claim", lambda: db.release(ck.hash, owner), None)
+        finally:
+            if held:
+                _release(db, ck.hash, owner)
         e = guarded(db, "read", "read an entry", lambda: db.get(ck), None)
         if e is not None:
             cfg = valid_config(req.space, e.config)
@@ -80,6 +86,17 @@ def tune_once(req: Request) -> Resolution:
         waited = _log_wait(t.name, ck, db, waited)
         time.sleep(delay)
         delay = min(delay * 1.5, 0.5)
+
+
+def _release(db: ConfigCache, key_hash: str, owner: str) -> None:
+    """Release this owner's claim of `key_hash` (nothing when it holds none). A release that an interrupt
+    stops (its transaction is rolled back, the claim stays) is done once more before the interrupt goes
+    on."""
+    try:
+        guarded(db, "write", "release a claim", lambda: db.release(key_hash, owner), None)
+    except BaseException:
+        guarded(db, "write", "release a claim", lambda: db.release(key_hash, owner), None)
+        raise
 
 
 def _invoker(req: Request, restore: Callable[[], None] | None) -> Callable[[dict[str, Any]], Any]:

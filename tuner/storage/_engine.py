@@ -369,6 +369,10 @@ def install_sqlite_errors(engine: Engine) -> None:
 
     def _on_error(ctx: ExceptionContext) -> None:
         exc = ctx.original_exception
+        if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: an interrupt, not a fault
+            # (SQLAlchemy 2.1's ExceptionContext leaves its `cursor` unset: the execution context's)
+            _close_cursor(getattr(ctx, "cursor", None) or getattr(ctx.execution_context, "cursor", None))
+            return
         what = _operation.get() or ("opening it" if ctx.connection is None else _describe(ctx.statement))
         got = sqlite_fault_message(path, what, exc)
         if got is not None:
@@ -376,6 +380,33 @@ def install_sqlite_errors(engine: Engine) -> None:
             raise cls(msg) from exc
 
     event.listen(engine, "handle_error", _on_error)
+    event.listen(engine, "checkin", _end_open_transaction)
+
+
+def _end_open_transaction(dbapi_conn: Any, _record: Any) -> None:
+    """Roll back a transaction still open on a SQLite connection that goes back to the pool. An interrupt
+    inside SQLAlchemy's commit (in its commit event's listeners, before the driver's COMMIT) leaves the
+    Connection believing its transaction ended, so a session that is then only closed (Optuna's do that
+    on a KeyboardInterrupt) hands the connection back with the driver's transaction open and the pool
+    skips its reset: the file stayed write-locked for as long as the connection sat in the pool. One
+    attribute read per check-in otherwise."""
+    if dbapi_conn is not None and getattr(dbapi_conn, "in_transaction", False):
+        with contextlib.suppress(Exception):
+            dbapi_conn.rollback()
+
+
+def _close_cursor(cursor: Any) -> None:
+    """Close the cursor of a SQLite statement that an interrupt (Ctrl-C, SIGTERM's KeyboardInterrupt,
+    SystemExit) stopped. SQLAlchemy then throws the connection away (it treats an interrupt as a
+    disconnect) and closes it without closing the cursor, and SQLite keeps a connection closed under a
+    statement with rows left to read open, its transaction and write lock included, until that cursor is
+    garbage-collected: the interrupt's traceback holds it, in a notebook or REPL for as long as
+    `sys.last_traceback` does, and every other writer of the file waits out its busy timeout meanwhile
+    (a read after a write in one transaction: `ConfigCache.merge`, a migration, Optuna's trials).
+    Closed first, the cursor's statement is done and closing the connection rolls its transaction back."""
+    if cursor is not None:
+        with contextlib.suppress(Exception):
+            cursor.close()
 
 
 def normalize_url(url: str) -> str:
