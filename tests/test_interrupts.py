@@ -5,7 +5,6 @@ claim, or after the executor returned."""
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -13,24 +12,13 @@ from typing import Any
 
 import pytest
 
+from tests.test_interrupt_writes import write_locked
 from tests.test_studies import REPO, _worker_cmd, write_study
 
 
 def _sqlite_file(url: str) -> str:
     assert url.startswith("sqlite:///")
     return url[len("sqlite:///") :]
-
-
-def _not_write_locked(path: str) -> bool:
-    con = sqlite3.connect(path, timeout=0.2)
-    try:
-        con.execute("BEGIN IMMEDIATE")
-        con.rollback()
-        return True
-    except sqlite3.OperationalError:
-        return False
-    finally:
-        con.close()
 
 
 @pytest.mark.slow
@@ -61,7 +49,7 @@ def test_sigterm_inside_a_store_commit_hands_the_task_back_at_once(tmp_path: Pat
     assert time.monotonic() - t0 < 40
     rows = TaskBoard(spec.storage).rows(spec.name)
     assert [(r.status, r.attempts, r.worker) for r in rows] == [(PENDING, 1, None)], rows
-    assert _not_write_locked(_sqlite_file(spec.storage))
+    assert not write_locked(Path(_sqlite_file(spec.storage)))
     # and the next run finishes the task, keeping the trials of the interrupted one
     env.pop("FAKE_SIGTERM_AFTER")
     again = subprocess.run(_worker_cmd(path), cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
@@ -116,4 +104,4 @@ def test_an_interrupt_anywhere_in_a_task_hands_it_back(
         worker.run()
     rows = TaskBoard(spec.storage).rows(spec.name)
     assert [(r.status, r.worker) for r in rows] == [(PENDING, None)], [(r.status, r.worker) for r in rows]
-    assert _not_write_locked(_sqlite_file(spec.storage))
+    assert not write_locked(Path(_sqlite_file(spec.storage)))

@@ -577,19 +577,16 @@ def _raise_if_interrupted(seen: threading.Event | None) -> None:
         raise KeyboardInterrupt
 
 
-def _hand_back(board: TaskBoard, claim: Claim, lease: _Lease | None = None) -> None:
-    """Put an interrupted task back on the queue (under the lease's lock where it has one, which stops
-    its heartbeat). A hand-back that cannot be written is logged: the task is then taken over once its
-    lease runs out, or at once by a worker on this host (its process is gone by then)."""
+def _hand_back(lease: _Lease) -> None:
+    """Put an interrupted task back on the queue (under the lease's lock, which stops its heartbeat). A
+    hand-back that cannot be written is logged: the task is then taken over once its lease runs out, or
+    at once by a worker on this host (its process is gone by then)."""
     try:
-        if lease is not None:
-            lease.finish(PENDING)
-        else:
-            board.finish(claim, PENDING)
+        lease.finish(PENDING)
     except Exception as exc:  # noqa: BLE001 - the interrupt goes on; the lease covers the task
         log.error(
             "could not hand task %s back (%s); it is taken over once its lease runs out",
-            claim.task.key,
+            lease.claim.task.key,
             str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
         )
 
@@ -702,7 +699,7 @@ class StudyWorker:
             prior = gather_prior(storage, self.board.rows(self.spec.name), task)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):  # interrupted while preparing: the task goes back
-                _hand_back(self.board, claim, lease)
+                _hand_back(lease)
             lease.__exit__(None, None, None)
             raise
         if lease.lost.is_set():  # taken over while it was prepared (the heartbeat came too late)
@@ -773,7 +770,7 @@ class StudyWorker:
         except KeyboardInterrupt:
             # in the executor, or after it while the results are read and the task marked finished (a
             # task marked done or failed just before stays so: the hand-back then changes nothing)
-            _hand_back(self.board, claim, lease)
+            _hand_back(lease)
             raise
         finally:
             lease.__exit__(None, None, None)
