@@ -112,6 +112,29 @@ def triton_tile_params(device: Device, *, split_k: bool = True, group_m: bool = 
     return params
 
 
+# Known good tiles of an fp16/bf16 Triton GEMM on NVIDIA GPUs: the CUDA config list of Triton's matrix
+# multiplication tutorial (triton-lang/triton, python/tutorials/03-matrix-multiplication.py, MIT licence),
+# which triton.autotune users start from. The GEMM spaces pass them as `suggested=`: a cold tuning
+# measures them right after the space's default (SearchSpace.suggested makes each valid for the problem).
+# On an H200, bf16 4096^3: the first of them ran at 0.96x torch.matmul (benchmarks/foreign_gpu_check.py),
+# while the first ten cold proposals without them reached 0.29x (docs/benchmarks.md).
+NVIDIA_GEMM_TUTORIAL_TILES: tuple[dict[str, int], ...] = (
+    {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3, "num_warps": 8},
+    {"BLOCK_M": 64, "BLOCK_N": 256, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 4, "num_warps": 4},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 4, "num_warps": 4},
+    {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 4, "num_warps": 4},
+    {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 4, "num_warps": 4},
+    {"BLOCK_M": 128, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 4, "num_warps": 4},
+    {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 5, "num_warps": 2},
+    {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 5, "num_warps": 2},
+)
+
+
+def triton_gemm_suggested(device: Device) -> tuple[dict[str, int], ...]:
+    """The suggested first configs of a Triton GEMM space on `device` (none off NVIDIA GPUs)."""
+    return NVIDIA_GEMM_TUTORIAL_TILES if device.kind == "cuda" and device.vendor == "nvidia" else ()
+
+
 def pallas_tile_params(device: Device, *, grid_order: bool = True) -> list[Param]:
     """bm/bn/bk (+ grid order): TPU-sized blocks on TPU, small ones on the CPU interpreter; on NVIDIA
     (Pallas' Triton lowering) Triton-sized blocks plus the compiler params num_warps and num_stages."""

@@ -80,6 +80,7 @@ class SearchSpace:
         *,
         name: str = "",
         configs: Sequence[Mapping[str, Value]] | None = None,
+        suggested: Sequence[Mapping[str, Value]] = (),
     ) -> None:
         names = [p.name for p in params]
         if len(set(names)) != len(names):
@@ -100,7 +101,12 @@ class SearchSpace:
         # (1 where another config gave 1.0), keyed by _hkey of the canonical key.
         self._given: dict[tuple, Config] = {}
         self._valid_cache: list[tuple[Value, ...]] | None = None
+        self._valid_pos: np.ndarray | None = None  # positions of _valid_cache's values (_nearest_valid)
         self._feature_names: list[str] | None = None
+        if isinstance(suggested, Mapping) or not all(isinstance(c, Mapping) for c in suggested):
+            raise ValueError("suggested must be a list of config dicts")
+        self._suggested_given: tuple[dict[str, Value], ...] = tuple(dict(c) for c in suggested)
+        self._suggested: list[Config] | None = None
         if configs is not None:
             keys = [self._key_unchecked(c) for c in configs]
             self._explicit = keys
@@ -210,6 +216,13 @@ class SearchSpace:
     @property
     def cartesian_size(self) -> int:
         return math.prod(len(p.values) for p in self.params)
+
+    @property
+    def declares_default(self) -> bool:
+        """Whether a parameter names its default (`default=`; a registered kernel's spaces do): then
+        `default()` is the space author's choice, which the model-guided strategy measures first on a
+        cold start. A space made by `from_configs` declares none."""
+        return self._explicit is None and any(p.default is not None for p in self.params)
 
     @property
     def is_enumerable(self) -> bool:
@@ -401,18 +414,69 @@ class SearchSpace:
     def default(self) -> Config:
         """Each parameter's default; if that violates a constraint, the nearest valid config."""
         cfg = {p.name: p.default_value for p in self.params}
+        near = self._nearest_valid(cfg)
+        return near if near is not None else self.sample(0)
+
+    def _nearest_valid(self, cfg: Config) -> Config | None:
+        """`cfg` (every value in its parameter's domain) if valid, else the valid config nearest to it
+        (standardised distance over the encoded values) in an enumerable space, else None."""
         if self.contains(cfg):
             return cfg
-        if self.is_enumerable:
-            keys = self._valid_keys()
-            if not keys:
-                raise self._no_valid_config()
-            x = self.encode(cfg)
-            enc = self.encode_keys(keys)
-            scale = np.maximum(enc.std(axis=0), 1e-9)
-            d = (((enc - x) / scale) ** 2).sum(axis=1)
-            return dict(zip(self.names, keys[int(np.argmin(d))], strict=True))
-        return self.sample(0)
+        if not self.is_enumerable:
+            return None
+        keys = self._valid_keys()
+        if not keys:
+            raise self._no_valid_config()
+        x = self.encode(cfg)
+        enc = self.encode_keys(keys)
+        sd = enc.std(axis=0)
+        # a column every valid config shares tells them apart by nothing: left out (scaled by a tiny
+        # number instead, its constant offset drowned every other column in rounding error)
+        live = sd > 1e-12
+        d = (((enc[:, live] - x[live]) / sd[live]) ** 2).sum(axis=1)
+        # fewest parameters changed first (a GROUP_M too tall for a small M changes GROUP_M alone), then
+        # the distance
+        if self._valid_pos is None:  # each valid config's value positions, one row per config
+            self._valid_pos = np.array(
+                [[p.index(v) for p, v in zip(self.params, k, strict=True)] for k in keys], dtype=np.int32
+            ).reshape(len(keys), len(self.params))
+        own = np.array([p.index(cfg[p.name]) for p in self.params], dtype=np.int32)
+        changed = (self._valid_pos != own).sum(axis=1)
+        best = np.lexsort((d, changed))[0]
+        return dict(zip(self.names, keys[int(best)], strict=True))
+
+    @property
+    def suggested(self) -> list[Config]:
+        """The configs the space's author suggests measuring first (`suggested=`, e.g. a kernel's known
+        good tiles for a GPU generation, as Triton's tutorials list them), made valid here: a parameter
+        left out takes its default, a key the space does not have is ignored, a numeric value outside its
+        domain takes the nearest value in it, and a config that breaks a constraint becomes the nearest
+        valid one (enumerable spaces; dropped otherwise, as is one with an unknown categorical value).
+        Duplicates after that are dropped. The model-guided strategy measures these after the default on
+        a cold start."""
+        if self._suggested is None:
+            out: list[Config] = []
+            seen: set[tuple] = set()
+            for given in self._suggested_given:
+                cfg: dict[str, Value] = {}
+                for p in self.params:
+                    v = given.get(p.name, p.default_value)
+                    if not p.has(v):
+                        if not (p.ordered and p.is_numeric and isinstance(v, (int, float))):
+                            cfg = {}
+                            break
+                        x = float(v)
+                        v = min(p.values, key=lambda d: (abs(float(d) - x), float(d)))  # type: ignore[arg-type]
+                    cfg[p.name] = p.canonical(v)
+                near = self._nearest_valid(cfg) if cfg else None
+                if near is None:
+                    continue
+                h = self._hkey(tuple(near[n] for n in self.names))
+                if h not in seen:
+                    seen.add(h)
+                    out.append(near)
+            self._suggested = out
+        return list(self._suggested)
 
     # ---- neighbourhood ----------------------------------------------------------------------------
     def neighbors(self, config: Mapping[str, Any], method: str = "adjacent") -> list[Config]:

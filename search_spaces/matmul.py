@@ -16,6 +16,7 @@ from ._gemm import (
     sublane_multiple,
     tile_fits_problem,
     tpu_tiling_constraint,
+    triton_gemm_suggested,
     triton_resource_constraints,
     triton_tile_params,
     vmem_constraint,
@@ -72,7 +73,9 @@ def triton_matmul_space(problem: Mapping[str, Any], device: Device) -> SearchSpa
         group_m_constraint(M),
         *triton_resource_constraints(device, nbytes, nbytes),
     ]
-    return SearchSpace(params, constraints, name=f"matmul/triton/{device.arch}")
+    return SearchSpace(
+        params, constraints, name=f"matmul/triton/{device.arch}", suggested=triton_gemm_suggested(device)
+    )
 
 
 def pallas_matmul_space(problem: Mapping[str, Any], device: Device) -> SearchSpace:

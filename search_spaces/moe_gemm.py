@@ -19,6 +19,7 @@ from ._gemm import (
     sublane_multiple,
     tile_fits_problem,
     tpu_tiling_constraint,
+    triton_gemm_suggested,
     triton_resource_constraints,
     triton_tile_params,
     vmem_constraint,
@@ -39,7 +40,9 @@ def _triton(problem: Mapping[str, Any], device: Device) -> SearchSpace:
         *triton_resource_constraints(device, nbytes, nbytes),
     ]
     params = triton_tile_params(device, split_k=False, group_m=False)
-    return SearchSpace(params, constraints, name=f"moe_gemm/triton/{device.arch}")
+    return SearchSpace(
+        params, constraints, name=f"moe_gemm/triton/{device.arch}", suggested=triton_gemm_suggested(device)
+    )
 
 
 def _pallas(problem: Mapping[str, Any], device: Device) -> SearchSpace:

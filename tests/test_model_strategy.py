@@ -517,3 +517,75 @@ def test_a_contrary_prior_is_dropped_on_a_large_space() -> None:
         assert c is not None
         strat.tell(c, obj(c))
     assert strat.prior_state == "dropped"
+
+
+def _declared_default_space(large: bool = False) -> SearchSpace:
+    from tuner.search_spaces import Categorical, IntRange, PowerOfTwo
+
+    if large:
+        return SearchSpace([IntRange(f"p{i}", 0, 15, default=3) for i in range(6)])
+    return SearchSpace(
+        [
+            PowerOfTwo("BLOCK", 16, 256, default=64),
+            Categorical("num_warps", (2, 4, 8), ordered=True, default=4),
+        ]
+    )
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_a_declared_default_is_measured_first_on_a_cold_start(large: bool) -> None:
+    """A space whose parameters declare defaults (as the registered kernels' do): the cold search measures
+    `space.default()` first, so a tuning of any budget is no slower than the untuned default."""
+    space = _declared_default_space(large)
+    assert space.declares_default and space.is_enumerable is (not large)
+    strat = ModelStrategy(space, seed=3)
+    assert strat.propose() == space.default() and strat.last_source == "default"
+    strat.tell(space.default(), 1.0)
+    second = strat.propose()
+    assert second != space.default() and strat.last_source != "default"
+    res = tuner.optimize(space, lambda c: 1.0 + sum(abs(v - 5) for v in c.values()), budget=1, seed=0)
+    assert res.trials[0].config == space.default()
+
+
+def test_no_default_first_without_a_declared_default_with_a_prior_or_on_resume(table) -> None:  # type: ignore[no-untyped-def]
+    from tuner.search_spaces import PowerOfTwo
+
+    # from_configs (the replay tables) and a space with no default= declare none: unchanged
+    assert not table.space.declares_default
+    assert not SearchSpace([PowerOfTwo("BLOCK", 16, 256)]).declares_default
+    strat = ModelStrategy(table.space, seed=0)
+    strat.propose()
+    assert strat.last_source == "space_filling"
+    # with a prior, the prior's picks go first
+    space = _declared_default_space()
+    prior = [[(c, 1.0 + abs(c["BLOCK"] - 128) + c["num_warps"]) for c in space.enumerate()]]
+    strat = ModelStrategy(space, seed=0, prior=prior)
+    first = strat.propose()
+    assert len(strat.P) == 1 and strat.last_source != "default" and first == {"BLOCK": 128, "num_warps": 2}
+    # a resumed run (results told before the first proposal) does not go back to the default
+    strat = ModelStrategy(space, seed=0)
+    strat.tell({"BLOCK": 16, "num_warps": 2}, 2.0)
+    strat.propose()
+    assert strat.last_source != "default"
+
+
+def test_a_cold_start_measures_the_default_then_the_suggested_configs() -> None:
+    from tuner.search_spaces import Categorical, PowerOfTwo
+
+    space = SearchSpace(
+        [
+            PowerOfTwo("BLOCK", 16, 256, default=64),
+            Categorical("num_warps", (2, 4, 8), ordered=True, default=4),
+        ],
+        suggested=[{"BLOCK": 128, "num_warps": 8}, {"BLOCK": 64, "num_warps": 4}, {"BLOCK": 32}],
+    )
+    seen: list[dict] = []
+    strat = ModelStrategy(space, seed=0)
+    res = tuner.optimize(space, lambda c: seen.append(c) or 1.0 + c["BLOCK"] / 64, budget=6, strategy=strat)
+    assert seen[:3] == [
+        {"BLOCK": 64, "num_warps": 4},
+        {"BLOCK": 128, "num_warps": 8},
+        {"BLOCK": 32, "num_warps": 4},
+    ]
+    assert strat.sources[:4] == ["default", "suggested", "suggested", "space_filling"]
+    assert res.evaluations == 6

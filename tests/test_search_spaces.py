@@ -291,3 +291,85 @@ def test_duplicate_names_in_a_study_file_are_named_by_the_first_few_and_a_count(
     assert msg.endswith(
         "kernels has duplicates: ['kernel_0', 'kernel_1', 'kernel_2', 'kernel_3', 'kernel_4', ...] (300 in all)"
     )
+
+
+def _tiles(limit_m: int = 256, suggested=()) -> SearchSpace:  # type: ignore[no-untyped-def]
+    from tuner.search_spaces import Categorical, Constraint, PowerOfTwo
+
+    return SearchSpace(
+        [
+            PowerOfTwo("BLOCK_M", 16, 256, default=64),
+            PowerOfTwo("BLOCK_N", 16, 256, default=64),
+            Categorical("GROUP_M", (1, 2, 4, 8), ordered=True, default=8),
+            Categorical("num_warps", (2, 4, 8), ordered=True, default=4),
+        ],
+        [
+            Constraint("BLOCK_M fits M", lambda c: c["BLOCK_M"] <= limit_m, ("BLOCK_M",)),
+            Constraint("GROUP_M fits M", lambda c: c["GROUP_M"] <= max(1, limit_m // c["BLOCK_M"]), ("GROUP_M", "BLOCK_M")),
+        ],
+        suggested=suggested,
+    )  # fmt: skip
+
+
+def test_default_made_valid_changes_only_what_it_must() -> None:
+    """The nearest valid default: a parameter that every valid config shares (BLOCK_M = 16 for a small M)
+    no longer drowns the other columns in rounding error (the default collapsed to the smallest tiles),
+    and the fewest parameters change (GROUP_M alone where only the group is too tall)."""
+    assert _tiles(16).default() == {"BLOCK_M": 16, "BLOCK_N": 64, "GROUP_M": 1, "num_warps": 4}
+    assert _tiles(64).default() == {"BLOCK_M": 64, "BLOCK_N": 64, "GROUP_M": 1, "num_warps": 4}
+    declared = {"BLOCK_M": 64, "BLOCK_N": 64, "GROUP_M": 8, "num_warps": 4}
+    d = _tiles().default()  # GROUP_M 8 > 256 // 64 tiles: one parameter changes (BLOCK_M or GROUP_M)
+    assert sum(d[k] != v for k, v in declared.items()) == 1 and _tiles().contains(d)
+    assert _tiles().declares_default and not SearchSpace.from_configs([{"a": 1}, {"a": 2}]).declares_default
+
+
+def test_suggested_configs_are_made_valid_for_the_space() -> None:
+    given = [
+        {"BLOCK_M": 128, "BLOCK_N": 256, "GROUP_M": 2, "num_warps": 8},  # valid as given
+        {
+            "BLOCK_M": 128,
+            "BLOCK_N": 256,
+            "GROUP_M": 2,
+            "num_warps": 8,
+            "SPLIT_K": 4,
+        },  # an unknown key: ignored
+        {
+            "BLOCK_M": 32,
+            "BLOCK_N": 512,
+            "num_warps": 8,
+        },  # 512 outside the domain -> 256; GROUP_M -> default 8
+        {
+            "BLOCK_M": 64,
+            "BLOCK_N": 64,
+            "GROUP_M": 1,
+            "num_warps": "many",
+        },  # not in an unordered domain: dropped
+    ]
+    space = _tiles(suggested=given)
+    assert space.suggested == [
+        {"BLOCK_M": 128, "BLOCK_N": 256, "GROUP_M": 2, "num_warps": 8},
+        {"BLOCK_M": 32, "BLOCK_N": 256, "GROUP_M": 8, "num_warps": 8},
+    ]
+    small = _tiles(16, suggested=given)  # BLOCK_M > 16 and tall groups break constraints: nearest valid
+    assert small.suggested == [
+        {"BLOCK_M": 16, "BLOCK_N": 256, "GROUP_M": 1, "num_warps": 8},
+    ]
+    assert all(small.contains(c) for c in small.suggested)
+    with pytest.raises(ValueError, match="suggested"):
+        _tiles(suggested={"BLOCK_M": 16})  # type: ignore[arg-type]
+
+
+def test_gpu_gemm_spaces_suggest_the_tutorial_tiles() -> None:
+    from tuner.kernels import get_kernel
+    from tuner.search_spaces.devices import get_device
+
+    problem = {"M": 4096, "N": 4096, "K": 4096, "bias": False, "activation": "none", "dtype": "bfloat16"}
+    mm = get_kernel("matmul").space(problem, get_device("sm90"), "triton")
+    assert len(mm.suggested) == 8 and mm.suggested[0] == {
+        "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 1, "num_warps": 8, "num_stages": 3,
+    }  # fmt: skip
+    small = get_kernel("matmul").space(dict(problem, M=16), get_device("sm80"), "triton")
+    assert small.suggested and all(c["BLOCK_M"] == 16 and small.contains(c) for c in small.suggested)
+    assert len({tuple(c.values()) for c in small.suggested}) == len(small.suggested) > 4
+    assert get_kernel("matmul").space(problem, get_device("cpu"), "triton").suggested == []
+    assert get_kernel("matmul").space(problem, get_device("gfx942"), "triton").suggested == []

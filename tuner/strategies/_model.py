@@ -184,7 +184,9 @@ class ModelStrategy(Strategy):
     (`ModelStrategyConfig`; the defaults are `"auto"`'s).
 
     Each proposal's origin is recorded: `last_source` names the component that chose the last proposed
-    config and `sources` lists them in order, one per `propose` call: "space_filling", "portfolio",
+    config and `sources` lists them in order, one per `propose` call: "default" and "suggested" (a cold
+    start's first configs: the space's declared default and its author's suggestions), "space_filling",
+    "portfolio",
     "anchor", "partition", "random" (the `epsilon` share), "model", "local", "explore", "large_space"
     (spaces too large to enumerate), and after a restart "restart:" plus the restarted search's own
     component. `benchmarks/trace_search.py` prints them beside each new incumbent."""
@@ -214,6 +216,7 @@ class ModelStrategy(Strategy):
         self._obs_val: list[float] = []  # raw value, nan = failed
         self._since_fit = 0
         self._n_proposed = 0
+        self._starts: list[tuple[Config, str]] | None = None  # the cold start's default and suggestions
         self._n_portfolio = 0  # portfolio picks made
         self._portfolio_picks: list[int] = []  # their pool indices
         self.prior_state = "none"
@@ -328,6 +331,7 @@ class ModelStrategy(Strategy):
         cold.config = self.config
         cold.rng, cold.pool = self.rng, self.pool
         cold._init_state()
+        cold._starts = []  # the restart searches anew, not the author's starting configs
         cold._ready = True
         cold._in_restart = True
         cold.schema, cold.F, cold.P = self.schema, self.F, np.zeros((0, self.F.shape[0]))
@@ -360,6 +364,10 @@ class ModelStrategy(Strategy):
         """The next config and the component that chose it (see `sources`)."""
         if not self._ready:
             self._setup()
+        start = self._next_start()
+        if start is not None:
+            self._n_proposed += 1
+            return start
         if not self.pool.enumerable:
             return self._propose_large(), "large_space"
         self._n_proposed += 1
@@ -761,6 +769,29 @@ class ModelStrategy(Strategy):
     @staticmethod
     def _refit_every(n: int) -> int:
         return 1 if n < 30 else 2 if n < 80 else 4
+
+    def _next_start(self) -> tuple[Config, str] | None:
+        """The cold start's next author-given config: the space's declared default, then its suggested
+        configs (`SearchSpace.suggested`), each unless already measured. They stand in for space-filling
+        draws. The default is what the runtime runs untuned, so a tuning of any budget ends no slower
+        than it (on its own measurements); the suggestions are the kernel author's known good configs.
+        Only on a cold start: not with a prior (its portfolio goes first), not on a resumed run (results
+        told before the first proposal), and a space from `from_configs` has neither."""
+        if self._starts is None:
+            self._starts = []
+            cold = not self.sources and not self.history and not (len(self.P) > 0 or self._large_prior)
+            if cold:
+                try:
+                    if self.space.declares_default:
+                        self._starts.append((self.space.default(), "default"))
+                    self._starts += [(c, "suggested") for c in self.space.suggested]
+                except ValueError:  # no valid config at all: the usual path says so
+                    self._starts = []
+        while self._starts:
+            cfg, source = self._starts.pop(0)
+            if not self.pool.is_seen(cfg):
+                return cfg, source
+        return None
 
     def _space_filling(self) -> Config | None:
         idx = np.flatnonzero(self.pool.unseen_mask)
