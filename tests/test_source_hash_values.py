@@ -306,3 +306,21 @@ def test_large_values_are_described_in_bounded_text():
         return launch
 
     assert code_hash(make()) == code_hash(make())
+
+
+def test_the_hash_is_taken_on_the_first_miss_only(monkeypatch):
+    """Describing values adds work to the hash, never to the hit path: nothing at decoration, one hash
+    on the first miss, none on hits or on the misses of other keys."""
+    import tuner.runtime._source as source
+
+    calls: list[int] = []
+    real = source.code_hash
+    monkeypatch.setattr(source, "code_hash", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    f = closure_factory(BlockSizes(64, 32))
+    assert calls == []
+    f(3)
+    assert len(calls) == 1
+    for _ in range(10):
+        f(3)
+    f(4)
+    assert len(calls) == 1 and f.tuner.stats["tuned"] == 2
