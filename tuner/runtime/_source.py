@@ -10,6 +10,16 @@
   function's top-level package or its file), e.g. the Pallas kernel body that a launcher passes to
   `pl.pallas_call` and the helpers that body calls. Library code (jax, triton, numpy, ...) is not
   followed: its version is part of the key already.
+  What such a function's behaviour depends on beyond its text is hashed too (`_Values`): its default
+  argument values (`__defaults__`, `__kwdefaults__`), and the values of the globals and closure cells its
+  source names. A library callable counts by its qualified name (module + qualname; a
+  `functools.partial` by its function and bound arguments), a function of user code by its source (it
+  is followed), a simple immutable value (None, bool, int, float, complex, str, bytes, an enum member,
+  a dtype, a Triton constexpr, and tuples, frozensets and frozen dataclasses of those) by a canonical
+  text, and anything else (arrays, lists, dicts, objects) by its type's name only: never by a repr that
+  holds an address, nor in an order that varies between processes. Modules count by nothing (their
+  attributes by the source's text, their code by the versions in the key). A function with none of these
+  values hashes as its sources alone. A top-level `functools.partial` adds its bound arguments.
 - A registered kernel (`tuner.kernels`): the bytes of the module that defines its launcher and of every
   module of the same package that module imports, transitively (`module_files_hash`), so editing a
   kernel body, its launcher or a helper module it imports makes the old entries stale.
@@ -21,6 +31,8 @@ decorated one (a kernel body after its launcher) are found.
 from __future__ import annotations
 
 import ast
+import dataclasses
+import enum
 import functools
 import hashlib
 import importlib.util
@@ -30,7 +42,7 @@ import re
 import sys
 import textwrap
 import types
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +52,13 @@ __all__ = ["code_hash", "module_files", "module_files_hash", "triton_cache_key"]
 
 _DEF_RE = re.compile(r"^(async\s+)?def\s+\w+\s*\(", re.MULTILINE)
 _MAX_FUNCTIONS = 200  # a guard against walking a whole code base through globals
+# Guards on describing values (`_Values`): a longer str/bytes counts by its length, a bigger tuple or
+# frozenset by its length, a deeper one by its type, and past the budget of items per launcher every
+# further value by its type, so a large constant in a closure does not make the first miss slow.
+_MAX_TEXT = 4096
+_MAX_ITEMS = 256
+_MAX_DEPTH = 4
+_VALUE_BUDGET = 4096
 
 
 def _h(text: str) -> str:
@@ -80,12 +99,13 @@ def triton_cache_key(fn: Any) -> str | None:
     return str(key)
 
 
-def _python_function(obj: Any) -> types.FunctionType | None:
-    """The plain function behind a Triton JIT/interpreted function, a jax.jit wrapper, a
-    functools.partial or a functools.wraps chain; None for anything else (classes, builtins, ...)."""
+def _layers(obj: Any) -> Iterator[Any]:
+    """`obj` and what it wraps, outermost first: through Triton JIT/interpreted functions, jax.jit
+    wrappers, functools.partial and functools.wraps chains, down to a plain function (at most 10)."""
     for _ in range(10):
+        yield obj
         if isinstance(obj, types.FunctionType):
-            return obj
+            return
         if isinstance(obj, functools.partial):
             obj = obj.func
             continue
@@ -93,9 +113,15 @@ def _python_function(obj: Any) -> types.FunctionType | None:
         if nxt is None:
             nxt = getattr(obj, "fn", None)
         if nxt is None or nxt is obj:
-            return None
+            return
         obj = nxt
-    return None
+
+
+def _python_function(obj: Any) -> types.FunctionType | None:
+    """The plain function behind a Triton JIT/interpreted function, a jax.jit wrapper, a
+    functools.partial or a functools.wraps chain; None for anything else (classes, builtins, ...)."""
+    *_, last = _layers(obj)
+    return last if isinstance(last, types.FunctionType) else None
 
 
 def _source_text(fn: types.FunctionType) -> str | None:
@@ -111,11 +137,16 @@ def _top_package(module: str | None) -> str:
     return (module or "").split(".")[0]
 
 
-def _names_in(fn: types.FunctionType, text: str) -> list[tuple[str, ...]]:
-    """Dotted names (`a`, `a.b`, `a.b.c`) loaded in the function's source, in order of appearance."""
+def _parse(text: str) -> ast.Module | None:
     try:
-        tree = ast.parse(text)
+        return ast.parse(text)
     except SyntaxError:
+        return None
+
+
+def _names_in(fn: types.FunctionType, tree: ast.Module | None) -> list[tuple[str, ...]]:
+    """Dotted names (`a`, `a.b`, `a.b.c`) loaded in the function's source, in order of appearance."""
+    if tree is None:
         return [(n,) for n in fn.__code__.co_names]
     out: list[tuple[str, ...]] = []
     for node in ast.walk(tree):
@@ -182,9 +213,14 @@ def _one_hash(fn: Any) -> str:
             return _h(f"{type(fn).__module__}.{getattr(fn, '__qualname__', type(fn).__qualname__)}")
     root_pkg = _top_package(getattr(base, "__module__", None))
     root_file = getattr(base.__code__, "co_filename", None)
-    texts: list[str] = []
+    texts: list[str | tuple[str, dict[str, str]]] = []  # a tuple: (label, the values of that function)
+    reassigned: set[str] = set()  # names some function declares `global` or `nonlocal`: state, not code
     seen: set[int] = set()
     todo: list[tuple[str, Any]] = [("", base)]
+    values = _Values(lambda o: _is_user_code(o, root_pkg, root_file), todo)
+    bound = _bound_args_text(fn, values)
+    if bound:
+        texts.append(f"=partial:{bound}")
     while todo and len(seen) < _MAX_FUNCTIONS:
         label, obj = todo.pop(0)
         f = _python_function(obj)
@@ -200,13 +236,183 @@ def _one_hash(fn: Any) -> str:
             code = f.__code__
             text = repr((code.co_code, code.co_consts, code.co_names))
         texts.append(f"{label}={text}")
-        for dotted in _names_in(f, text):
+        tree = _parse(text)
+        reassigned |= _declared_names(tree)
+        outside = _outside_names(f.__code__)
+        described: dict[str, str] = {}
+        for dotted in _names_in(f, tree):
             ref = _resolve(f, dotted)
             if ref is None or ref is f:
                 continue
             if _is_user_code(ref, root_pkg, root_file):
                 todo.append((".".join(dotted), ref))
-    return _h("\n\0".join(texts))
+            elif dotted[0] in outside and dotted[0] not in described:
+                ref = _resolve(f, dotted[:1])
+                if ref is not None and ref is not f and not isinstance(ref, types.ModuleType):
+                    described[dotted[0]] = values.text(ref, dotted[0])
+        described.update(_defaults_text(f, tree, values))
+        texts.append((label, described))
+    out = [t for t in texts if isinstance(t, str)]  # the sources alone: the hash of a function without values
+    for t in texts:
+        if isinstance(t, tuple) and (kept := {k: v for k, v in t[1].items() if k not in reassigned}):
+            out.append(f"{t[0]}:values=" + "; ".join(f"{k}={v}" for k, v in sorted(kept.items())))
+    return _h("\n\0".join(out))
+
+
+# ---- values a function depends on beyond its text ------------------------------------------------------
+def _outside_names(code: types.CodeType) -> set[str]:
+    """The names the code (and the functions and lambdas defined inside it) reads from outside: globals
+    and closure cells, never its own locals (attribute names are in `co_names` too, harmlessly)."""
+    out = set(code.co_names) | set(code.co_freevars)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            out |= _outside_names(const)
+    return out
+
+
+def _declared_names(tree: ast.Module | None) -> set[str]:
+    """The names the source declares `global` or `nonlocal` (module state such as a `_loaded` flag, which
+    would make the hash depend on when the first miss happens)."""
+    if tree is None:
+        return set()
+    return {n for node in ast.walk(tree) if isinstance(node, (ast.Global, ast.Nonlocal)) for n in node.names}
+
+
+def _defaults_text(f: types.FunctionType, tree: ast.Module | None, values: _Values) -> dict[str, str]:
+    """The function's default argument values, by parameter name (`default:NAME`), but those its source
+    writes as a literal (`interpret=False`, `eps=1e-6`): the text holds them already."""
+    code = f.__code__
+    found: dict[str, Any] = {}
+    if f.__defaults__:
+        positional = code.co_varnames[: code.co_argcount]
+        found.update(zip(positional[-len(f.__defaults__) :], f.__defaults__, strict=True))
+    found.update(f.__kwdefaults__ or {})
+    literal = _literal_defaults(tree)
+    return {f"default:{n}": values.text(v, n) for n, v in sorted(found.items()) if n not in literal}
+
+
+def _literal_defaults(tree: ast.Module | None) -> set[str]:
+    """The parameters whose default the `def` the source starts with writes as a literal."""
+    node = tree.body[0] if tree is not None and tree.body else None
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return set()
+    a = node.args
+    positional = [*a.posonlyargs, *a.args]
+    pairs = list(zip(positional[len(positional) - len(a.defaults) :], a.defaults, strict=True))
+    pairs += [(arg, d) for arg, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None]
+    out = set()
+    for arg, default in pairs:
+        try:
+            ast.literal_eval(default)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue
+        out.add(arg.arg)
+    return out
+
+
+def _bound_args_text(fn: Any, values: _Values) -> str:
+    """The bound arguments of the functools.partial layers around `fn` (through jax.jit and functools.wraps
+    wrappers, as `_python_function` unwraps them), outermost first; "" when there are none."""
+    return " | ".join(_partial_args_text(p, values) for p in _layers(fn) if isinstance(p, functools.partial))
+
+
+def _partial_args_text(p: functools.partial, values: _Values, depth: int = 0) -> str:
+    args = [values.text(a, "partial", depth + 1) for a in p.args]
+    args += [f"{k}={values.text(v, k, depth + 1)}" for k, v in sorted(p.keywords.items())]
+    return ", ".join(args)
+
+
+def _qualified(obj: Any) -> str | None:
+    """module.qualname of a function, class or library callable, or None when it has no such name."""
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    module = getattr(obj, "__module__", None)
+    if not isinstance(name, str):
+        return None
+    return f"{module}.{name}" if isinstance(module, str) else name
+
+
+def _type_name(v: Any) -> str:
+    t = type(v)
+    return f"{t.__module__}.{t.__qualname__}"
+
+
+class _Values:
+    """Describes the values a function depends on (`text`) as the module docstring says; a user-code
+    function met among them is queued on `todo`, so that its source is hashed as well."""
+
+    def __init__(self, is_user: Callable[[Any], bool], todo: list[tuple[str, Any]]) -> None:
+        self.is_user = is_user
+        self.todo = todo
+        self.budget = _VALUE_BUDGET
+
+    def text(self, v: Any, label: str, depth: int = 0) -> str:
+        """`v` as canonical text; `label` names it (a global, a parameter) for a user function queued."""
+        self.budget -= 1
+        if self.budget < 0 or depth > _MAX_DEPTH:
+            return f"<{_type_name(v)}>"
+        try:
+            return self._text(v, label, depth)
+        except Exception as exc:  # noqa: BLE001 - an object whose attributes raise: its type, never a crash
+            log.debug("describing a %s for the source hash failed: %s", _type_name(v), exc)
+            return f"<{_type_name(v)}>"
+
+    def _text(self, v: Any, label: str, depth: int) -> str:
+        t = type(v)
+        if v is None or t in (bool, int, float, complex, str, bytes):
+            if t in (str, bytes) and len(v) > _MAX_TEXT:
+                return f"<{t.__name__} of length {len(v)}>"
+            try:
+                return repr(v)
+            except ValueError:  # an int too long for str() (sys.set_int_max_str_digits)
+                return f"<int of {v.bit_length()} bits>"
+        if isinstance(v, enum.Enum):
+            return f"{_type_name(v)}.{v.name}"
+        if isinstance(v, (tuple, frozenset)):
+            if len(v) > _MAX_ITEMS:
+                return f"<{_type_name(v)} of length {len(v)}>"
+            items = [self.text(x, label, depth + 1) for x in v]
+            if isinstance(v, frozenset):
+                items.sort()  # set order varies with the process's string hash seed
+            prefix = "" if t in (tuple, frozenset) else _type_name(v)  # a namedtuple: its type too
+            return f"{prefix}{'frozenset' if isinstance(v, frozenset) else ''}({', '.join(items)})"
+        dtype = self._dtype_text(v)
+        if dtype is not None:
+            return dtype
+        if isinstance(v, functools.partial):
+            return f"partial({self.text(v.func, label, depth + 1)}; {_partial_args_text(v, self, depth)})"
+        if isinstance(v, types.MethodType):
+            return f"method({self.text(v.__func__, label, depth + 1)} of {self.text(v.__self__, label, depth + 1)})"
+        if isinstance(v, type):
+            return f"class:{_qualified(v)}"
+        if callable(v) and _python_function(v) is not None:
+            if self.is_user(v):  # its source is hashed when its turn in the queue comes
+                self.todo.append((label, v))
+            kind = "" if isinstance(v, types.FunctionType) else f"{t.__qualname__}:"
+            return f"fn:{kind}{_qualified(v) or _qualified(_python_function(v))}"
+        if dataclasses.is_dataclass(v) and t.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+            fields = dataclasses.fields(v)
+            if len(fields) <= _MAX_ITEMS:
+                inner = ", ".join(
+                    f"{f.name}={self.text(getattr(v, f.name), label, depth + 1)}" for f in fields
+                )
+                return f"{_type_name(v)}({inner})"
+        name = _qualified(v) if callable(v) else None
+        if name is not None:  # a builtin (operator.add, math.sqrt) or a named callable object (a ufunc)
+            return f"fn:{name}" if isinstance(v, types.BuiltinFunctionType) else f"fn:{t.__qualname__}:{name}"
+        return f"<{_type_name(v)}>"
+
+    def _dtype_text(self, v: Any) -> str | None:
+        """A dtype by its name (numpy, torch, triton), a Triton constexpr by its value."""
+        t = type(v)
+        module = t.__module__ or ""
+        np = sys.modules.get("numpy")
+        if np is not None and isinstance(v, np.dtype):
+            return f"numpy.dtype({v})"
+        if t.__name__ == "dtype" and module.split(".")[0] in ("torch", "triton"):
+            return f"{module.split('.')[0]}.dtype({v})"
+        if t.__name__ == "constexpr" and module.startswith("triton"):
+            return f"constexpr({self.text(getattr(v, 'value', None), '')})"
+        return None
 
 
 # ---- registered kernels: module files ----------------------------------------------------------------
