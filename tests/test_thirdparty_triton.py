@@ -451,3 +451,33 @@ def test_an_explicit_launch_option_that_the_configs_set_is_refused(impl):
     k = _fill_kernel(impl, Bench())
     with pytest.raises((TypeError, ValueError), match="num_warps"):
         k[_grid(40)](torch.zeros(40), 40, num_warps=2)
+
+
+class _ScaledConfig(triton.Config):
+    """A Config whose `all_kwargs()` adds a launch meta-parameter (what FlagGems does to `Config.all_kwargs`
+    for its extra launch options on older Triton; Triton launches with `**config.all_kwargs()`)."""
+
+    def __init__(self, kwargs, scale=1, **opts):
+        super().__init__(kwargs, **opts)
+        self.scale = scale
+
+    def all_kwargs(self):
+        return {**super().all_kwargs(), "SCALE": self.scale}
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_config_subclass_launches_with_its_all_kwargs(impl):
+    cfgs = [_ScaledConfig({"BLOCK": 16}, scale=2), _ScaledConfig({"BLOCK": 32}, scale=3, num_warps=2)]
+    bench = Bench(times=[2.0, 1.0])
+
+    @autotune_of(impl)(configs=cfgs, key=["N"], do_bench=bench)
+    @triton.jit
+    def fill(dst, N, BLOCK: tl.constexpr, SCALE: tl.constexpr = 1):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(dst + offs, tl.full([BLOCK], BLOCK * SCALE, tl.float32), mask=offs < N)
+
+    for _ in range(2):  # tuned, then a hit
+        out = torch.zeros(40)
+        fill[_grid(40)](out, 40)
+        assert torch.equal(out, torch.full((40,), 96.0))
+    assert bench.calls == 2 and fill.best_config is cfgs[1]
