@@ -481,3 +481,23 @@ def test_a_config_subclass_launches_with_its_all_kwargs(impl):
         fill[_grid(40)](out, 40)
         assert torch.equal(out, torch.full((40,), 96.0))
     assert bench.calls == 2 and fill.best_config is cfgs[1]
+
+
+def test_the_gpu_check_script_runs_on_the_interpreter(tmp_path):
+    """benchmarks/thirdparty_gpu_check.py repeats the checks above where only a GPU shows them (the
+    compiled kernel a launch returns); its CPU self-test keeps it in step with the code."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "TUNER_HOME": str(tmp_path), "PYTHONPATH": str(repo), "TRITON_INTERPRET": "1"}
+    p = subprocess.run(
+        [sys.executable, str(repo / "benchmarks" / "thirdparty_gpu_check.py"), "--allow-cpu"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert p.returncode == 0 and p.stdout.rstrip().endswith("same"), p.stdout + p.stderr
