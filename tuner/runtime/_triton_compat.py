@@ -37,6 +37,7 @@ stored with its key (source hash, dtypes, device, versions) and reused in later 
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import logging
 import threading
@@ -115,6 +116,11 @@ class TritonAutotuned(Autotuned):
         cache_results: bool | None = None,
         **opts: Any,
     ) -> None:
+        # what `deep_copy` builds a copy from (with what code changed since)
+        self._made_with: dict[str, Any] = dict(
+            fn=fn, key=key, budget=budget, storage=storage, restore=(), bucket=bucket, dtypes=dtypes,
+            warmup=warmup, rep=rep, use_cuda_graph=use_cuda_graph, cache_results=cache_results, **opts,
+        )  # fmt: skip
         self._set_configs(configs)
         if cache_results is False:
             if storage not in (None, False):
@@ -655,6 +661,50 @@ class TritonAutotuned(Autotuned):
                 fast_key = self.keys.general(args, kwargs)
         if fast_key is not None:
             self.mem[fast_key] = cfg
+
+    def deep_copy(self, memo: dict[int, Any]) -> TritonAutotuned:
+        """A tuner of its own for `copy.deepcopy` of the kernel (a model copied with the kernel it holds),
+        as a deep copy of Triton's Autotuner is: the decoration's options with what code changed since
+        (configs, keys, hooks, pruning, do_bench), and copies of `.cache`, of the configs resolved in
+        memory and of the last tuning's timings. The JIT function, the store and the functions given
+        (hooks, perf model, do_bench) are shared, as deepcopy shares functions."""
+        made = dict(self._made_with)
+        if self.named_key:
+            made["key"] = list(self.key_request)
+
+        def own(hook: Any) -> bool:  # the default hooks are bound to this tuner: the copy makes its own
+            return getattr(hook, "__self__", None) is self
+
+        with warnings.catch_warnings():  # warmup/rep/use_cuda_graph were warned about at decoration
+            warnings.simplefilter("ignore", DeprecationWarning)
+            new = TritonAutotuned(
+                configs=copy.deepcopy(self.configs, memo),
+                prune_configs_by={
+                    "perf_model": self.perf_model,
+                    "top_k": self.configs_top_k,
+                    "early_config_prune": self.early_config_prune,
+                },
+                reset_to_zero=list(self.reset_to_zero),
+                restore_value=list(self.restore_value),
+                pre_hook=None if own(self.pre_hook) else self.pre_hook,
+                post_hook=None if own(self.post_hook) else self.post_hook,
+                do_bench=self.user_do_bench,
+                **made,
+            )
+        new._made_with = self._made_with
+        new.user_budget, new._budget = self.user_budget, self._budget
+        new.user_defined_pre_hook = self.user_defined_pre_hook
+        new.user_defined_post_hook = self.user_defined_post_hook
+        dict.update(new.triton_cache, copy.deepcopy(dict(self.triton_cache), memo))
+        new.retune = set(self.retune)
+        new.mem.update({k: dict(v) for k, v in self.mem.items()})
+        new.by_hash.update({k: dict(v) for k, v in self.by_hash.items()})
+        new.last[0] = None if self.last[0] is None else dict(self.last[0])
+        new._timings = copy.deepcopy(self._timings, memo)
+        new._timings_later = self._timings_later
+        new.bench_time = self.bench_time
+        new._nargs_assigned = self._nargs_assigned
+        return new
 
     def cache_clear(self) -> None:
         """tuner's `cache_clear`: forget what this process resolved (`.cache` too) and read the store

@@ -7,7 +7,8 @@ triton: `_triton_compat.build` imports it only for a Triton kernel, when triton 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import copy
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from triton.runtime.autotuner import Autotuner
@@ -62,6 +63,24 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
         # configs with pre_hooks or UNSET keys need the launch target; else `run` as is: no extra frame
         target = self._launch_target() if t.has_config_hooks or t.irregular else t.fn.run
         self._make = hit_paths(target, t.keys.fast, t.mem, t.miss, t.last)
+        self._route()
+
+    def _route(self) -> None:
+        """What `kernel[grid]` makes: the hit path, or, once code has assigned the instance a `run` of its
+        own (a wrapper that records or replaces launches, `kernel.run = wrap(kernel.run)`), a call of
+        that `run`, as Triton's `kernel[grid]` calls `self.run(grid=grid, warmup=False, ...)`."""
+        if "run" not in self.__dict__:
+            object.__setattr__(self, "_launch", self._make)
+            return
+
+        def via_run(bound: Mapping[str, Any]) -> Callable[..., Any]:
+            grid = bound["grid"]
+            return lambda *args, **kwargs: self.run(*args, grid=grid, warmup=False, **kwargs)
+
+        object.__setattr__(self, "_launch", via_run)
+
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:
+        return self._launch({"grid": grid, "warmup": False})
 
     def _launch_target(self) -> Callable[..., Any]:
         """With configs that have their own pre_hook, or that set different keys: what the hit path
@@ -97,6 +116,13 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
             setattr(self.tuner, name, value)
         else:
             object.__setattr__(self, name, value)
+            if name == "run":
+                self._route()
+
+    def __delattr__(self, name: str) -> None:
+        object.__delattr__(self, name)
+        if name == "run":
+            self._route()
 
     # ---- what code reads and writes -----------------------------------------------------------------
     @property
@@ -154,6 +180,26 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
         from triton.runtime.driver import driver
 
         return driver.active.get_benchmarker()
+
+    @do_bench.setter
+    def do_bench(self, value: Callable[..., Any] | None) -> None:
+        """As on Triton's (a cached property there): the next tunings time with `value`
+        (`do_bench(kernel_call, quantiles)`, milliseconds); None goes back to the default timer."""
+        self.tuner.user_do_bench = value
+
+    @do_bench.deleter
+    def do_bench(self) -> None:
+        self.tuner.user_do_bench = None
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> TritonAutotuner:
+        """`copy.deepcopy`: an autotuner of its own (`TritonAutotuned.deep_copy`), as Triton's deep
+        copy is; attributes that code set on this one are deep-copied too."""
+        new = TritonAutotuner(self.tuner.deep_copy(memo))
+        memo[id(self)] = new
+        for name, value in self.__dict__.items():
+            if name not in new.__dict__:
+                setattr(new, name, copy.deepcopy(value, memo))
+        return new
 
     # ---- launches ---------------------------------------------------------------------------------------
     def prune_configs(self, kwargs: dict[str, Any]) -> list[Any]:

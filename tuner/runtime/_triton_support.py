@@ -57,25 +57,30 @@ def launch_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in cfg.items() if not _is_unset(v)}
 
 
+_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "ir_override")
+
+
+def _launch_view(c: Any) -> SimpleNamespace:
+    """A triton.Config as its launch sees it: Triton launches with `Config.all_kwargs()`, so what a
+    subclass (or a patched `all_kwargs`) adds there is a meta-parameter of the launch too."""
+    every = dict(c.all_kwargs()) if callable(getattr(c, "all_kwargs", None)) else dict(c.kwargs)
+    return SimpleNamespace(
+        kwargs={k: v for k, v in every.items() if k not in _OPTIONS},
+        num_warps=every.get("num_warps", c.num_warps),
+        num_stages=every.get("num_stages", c.num_stages),
+        num_ctas=every.get("num_ctas", getattr(c, "num_ctas", 1)),
+        maxnreg=every.get("maxnreg", getattr(c, "maxnreg", None)),
+        ir_override=every.get("ir_override", getattr(c, "ir_override", None)),
+        pre_hook=None,
+    )
+
+
 def _config_dicts(configs: Sequence[Any]) -> list[dict[str, Any]]:
     """The runtime's dicts for triton.Configs (kwargs + num_warps + num_stages [+ num_ctas, maxnreg,
     ir_override where they vary]), all with the same keys: a key that only some configs set is UNSET in
     the others (a maxnreg of None too). A config's own pre_hook is run by this module, so it is not
     refused here."""
-    proxies = [
-        c
-        if isinstance(c, Mapping)
-        else SimpleNamespace(
-            kwargs=c.kwargs,
-            num_warps=c.num_warps,
-            num_stages=c.num_stages,
-            num_ctas=getattr(c, "num_ctas", 1),
-            maxnreg=getattr(c, "maxnreg", None),
-            ir_override=getattr(c, "ir_override", None),
-            pre_hook=None,
-        )
-        for c in configs
-    ]
+    proxies = [c if isinstance(c, Mapping) else _launch_view(c) for c in configs]
     dicts = triton_configs_to_dicts(proxies)
     names: dict[str, None] = {}
     for d in dicts:
@@ -101,7 +106,7 @@ def _to_triton_config(d: Mapping[str, Any]) -> Any:
     import triton
 
     d = launch_kwargs(d)
-    opts = {k: d.pop(k) for k in ("num_warps", "num_stages", "num_ctas", "maxnreg", "ir_override") if k in d}
+    opts = {k: d.pop(k) for k in _OPTIONS if k in d}
     return triton.Config(d, **opts)
 
 
