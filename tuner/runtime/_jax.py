@@ -1,7 +1,8 @@
 """JAX tracers on the miss path: a decorated function called inside `jax.jit`, `jax.grad` or `jax.vmap`
 sees tracers, not arrays, and timing it would time tracing. On a miss with tracers among the arguments
 the runtime resolves the config on concrete arrays of the same shapes and dtypes instead (random normal
-values for floating dtypes, zeros otherwise), in a helper thread: jax's trace state is per thread, so
+values for floating dtypes, zeros otherwise; weakly typed where the tracer is, as jax makes a Python
+number passed to `jit`, so that it does not promote a bfloat16 kernel to float32), in a helper thread: jax's trace state is per thread, so
 there the launcher runs eagerly, as it would outside any transformation (`ensure_compile_time_eval` is
 not enough: it also leaks into the Pallas interpreter's own tracing). The key, the store lookup and, if
 needed, the tuning are exactly those of an eager call with such arrays, so the stored entry is the one
@@ -107,7 +108,8 @@ def _shapes_of(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         if isinstance(leaf, jax.core.Tracer):
             if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
                 return _KeySpec(tuple(leaf.shape), jax.random.key_impl(leaf))
-            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype)
+            weak = bool(getattr(getattr(leaf, "aval", None), "weak_type", False))
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, weak_type=weak)
         return leaf
 
     sargs, skwargs = jax.tree_util.tree_map(shape, (tuple(args), dict(kwargs)))
@@ -133,12 +135,37 @@ def _materialise(args: tuple, kwargs: dict, seed: int = 0) -> tuple[tuple, dict]
             return leaf
         shape, dtype = tuple(leaf.shape), np.dtype(leaf.dtype)
         count[0] += 1
-        if jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.complexfloating):
+        floating = jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.complexfloating)
+        if getattr(leaf, "weak_type", False):
+            weak = _weak_like(shape, dtype, floating, jax.random.fold_in(base, count[0]))
+            if weak is not None:
+                return weak
+        if floating:
             return jax.random.normal(jax.random.fold_in(base, count[0]), shape, dtype)
         return jnp.zeros(shape, dtype)
 
     cargs, ckwargs = jax.tree_util.tree_map(concrete, (tuple(args), dict(kwargs)))
     return tuple(cargs), dict(ckwargs)
+
+
+def _weak_like(shape: tuple[int, ...], dtype: Any, floating: bool, key: Any) -> Any:
+    """A weakly typed array of this shape and dtype (what jax makes of a Python number: it takes the
+    dtype of the array it meets, so a bfloat16 kernel stays bfloat16), or None where jax's weak type
+    of that kind has another dtype (then a strongly typed stand-in is used)."""
+    import jax
+    import numpy as np
+
+    kind = np.dtype(dtype).kind
+    if floating:
+        value: Any = float(jax.random.normal(key, (), jax.numpy.float32))
+        if kind == "c":
+            value = complex(value, 0.0)
+    elif kind == "b":
+        value = False
+    else:
+        value = 0
+    out = jax.lax.full(shape, value)  # no dtype: weakly typed, the default dtype of the value's kind
+    return out if out.dtype == dtype and getattr(out, "weak_type", False) else None
 
 
 def resolve_on_concrete(
