@@ -432,6 +432,70 @@ def test_module_pytree_with_a_static_field_keys_on_it_and_on_its_dtypes():
     assert keys == [(2, ("float32", "float32")), (4, ("bfloat16", "bfloat16")), (4, ("float32", "float32"))]
 
 
+def _row_matmul_kernel(x_ref, w_ref, o_ref):
+    o_ref[...] = x_ref[...] @ w_ref[...]
+
+
+class Dense:
+    """A linen-style layer: a plain object (not a pytree) built inside the jitted step from traced
+    parameters, whose tuned `__call__` reads them from `self`, not from its arguments."""
+
+    def __init__(self, w) -> None:
+        self.w = w
+
+    def __call__(self, x, *, rows):
+        DENSE_SEEN.append(rows)
+        w = self.w
+        return pl.pallas_call(
+            _row_matmul_kernel,
+            out_shape=jax.ShapeDtypeStruct((x.shape[0], w.shape[1]), x.dtype),
+            grid=(x.shape[0] // rows,),
+            in_specs=[
+                pl.BlockSpec((rows, x.shape[1]), lambda i: (i, 0)),
+                pl.BlockSpec(w.shape, lambda i: (0, 0)),
+            ],
+            out_specs=pl.BlockSpec((rows, w.shape[1]), lambda i: (i, 0)),
+            interpret=True,
+        )(x, w)
+
+
+DENSE_SEEN: list = []
+
+
+@pytest.mark.filterwarnings("ignore::tuner.AllTrialsFailedWarning")  # the stand-in trials, as said
+def test_launcher_reading_traced_values_it_is_not_passed(caplog):
+    # Inside jit, `self.w` is a tracer of the caller's trace that tuner cannot see (self is no pytree;
+    # a closure over a traced value is the same case). Timed on stand-ins in the helper thread, every
+    # config raised jax's UnexpectedTracerError and the traced call failed, although it works without
+    # tuner. Now its config is chosen untimed, as offline mode would, said once in the log, and kept for
+    # later traces of the key; an eager call of the key tunes, and the traces after it use the winner.
+    times = {4: 2e-3, 8: 1e-3}
+    bench = OnceBench(DENSE_SEEN, lambda c: times[c])
+    layer_call = tuner.autotune(
+        configs=[{"rows": 4}, {"rows": 8}],
+        key=lambda layer, x: {"M": x.shape[0], "K": x.shape[1]},
+        bench=bench,
+    )(Dense.__call__)
+
+    @jax.jit
+    def step(w, x):
+        return layer_call(Dense(w), x)
+
+    w = jax.random.normal(jax.random.PRNGKey(13), (16, 8))
+    x = jax.random.normal(jax.random.PRNGKey(14), (16, 16))
+    with caplog.at_level("WARNING", logger="tuner.runtime._decorator"):
+        np.testing.assert_allclose(np.asarray(step(w, x)), np.asarray(x @ w), rtol=1e-5, atol=1e-5)
+    assert bench.calls == 0 and layer_call.tuner.stats["tuned"] == 0
+    assert "reads traced values it is not passed" in caplog.text
+    tries = len(DENSE_SEEN)
+    jax.jit(lambda w, x: layer_call(Dense(w), x) * 2)(w, x)  # a new trace of the key: nothing tried again
+    assert len(DENSE_SEEN) == tries + 1
+    np.testing.assert_allclose(np.asarray(layer_call(Dense(w), x)), np.asarray(x @ w), rtol=1e-5, atol=1e-5)
+    assert bench.calls == 2 and layer_call.tuner.stats["tuned"] == 1  # eagerly: tuned
+    jax.jit(lambda w, x: layer_call(Dense(w), x) * 3)(w, x)
+    assert DENSE_SEEN[-1] == 8 and bench.calls == 2
+
+
 def test_static_argnames_key_and_donation_by_the_caller():
     tune, seen, bench = tuned_over("block", {8: 2e-3, 16: 1e-3}, ["heads"])
 

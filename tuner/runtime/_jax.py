@@ -20,6 +20,11 @@ jax's jit key: a launcher that reads one traces and caches as in the caller's th
 its vma check, `ensure_compile_time_eval`) and the scopes of the traced program (meshes, `compute_on`,
 XLA metadata): the stand-ins are unsharded arrays of the traced shapes, outside any transformation.
 
+The stand-ins replace the tracers among the arguments only. A launcher that reads a tracer of the
+caller's trace that it is not passed (an attribute of a `self` that is not a pytree, a closure) raises
+jax's UnexpectedTracerError in the helper thread for every config (`all_escaped_tracers`); the decorator
+then chooses its config untimed (`_decorator.Autotuned._traced_miss`).
+
 A key value that is itself traced (`key=["n"]` with `n` a jit argument that is not static) has no
 value at trace time: it is refused with a message saying to make it static, rather than keyed on the
 stand-in's zero. Typed PRNG key arrays (`jax.random.key`) get stand-in keys of the same implementation.
@@ -51,6 +56,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "has_tracer",
+    "all_escaped_tracers",
     "concrete_like",
     "resolve_on_concrete",
     "refuse_traced_key",
@@ -166,6 +172,12 @@ def _weak_like(shape: tuple[int, ...], dtype: Any, floating: bool, key: Any) -> 
         value = 0
     out = jax.lax.full(shape, value)  # no dtype: weakly typed, the default dtype of the value's kind
     return out if out.dtype == dtype and getattr(out, "weak_type", False) else None
+
+
+def all_escaped_tracers(errors: tuple[str, ...]) -> bool:
+    """Whether every error (trial error texts, "TypeName: message") is jax's UnexpectedTracerError:
+    on the stand-ins, the launcher used a tracer of the caller's trace that it was not passed."""
+    return bool(errors) and all(e.startswith("UnexpectedTracerError:") for e in errors)
 
 
 def resolve_on_concrete(
