@@ -496,6 +496,35 @@ def test_launcher_reading_traced_values_it_is_not_passed(caplog):
     assert DENSE_SEEN[-1] == 8 and bench.calls == 2
 
 
+def _positions_kernel(o_ref):
+    o_ref[...] = jnp.arange(o_ref.shape[0], dtype=jnp.float32) + pl.program_id(0) * o_ref.shape[0]
+
+
+def test_launcher_of_static_arguments_only_is_not_timed_while_tracing():
+    # A launcher that makes its arrays itself from a static size (positions, a mask, a table) has no
+    # tracer among its arguments, but inside jit it returns tracers: it was tuned in the caller's
+    # trace, timing the tracing of each config (the bench got tracers) and storing that as the winner.
+    tune, seen, bench = tuned_over("block", {4: 2e-3, 8: 1e-3}, ["n"])
+
+    @tune
+    def positions(n, *, block):
+        seen.append(block)
+        return pl.pallas_call(
+            _positions_kernel,
+            out_shape=jax.ShapeDtypeStruct((n,), jnp.float32),
+            grid=(n // block,),
+            out_specs=pl.BlockSpec((block,), lambda i: (i,)),
+            interpret=True,
+        )()
+
+    x = jnp.ones(16)
+    out = jax.jit(lambda x: x + positions(16))(x)
+    np.testing.assert_array_equal(np.asarray(out), np.arange(16) + 1.0)
+    assert bench.calls == 2 and bench.traced == 0 and seen[-1] == 8
+    jax.jit(lambda x: x * positions(16))(x)
+    assert bench.calls == 2 and positions.tuner.stats["tuned"] == 1
+
+
 def test_static_argnames_key_and_donation_by_the_caller():
     tune, seen, bench = tuned_over("block", {8: 2e-3, 16: 1e-3}, ["heads"])
 

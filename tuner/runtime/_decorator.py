@@ -256,7 +256,7 @@ class Autotuned:
                 cfg = self.mem.get(general)
                 if cfg is not None:
                     return cfg
-        if _jax.has_tracer(args, kwargs):  # inside jax.jit/grad/vmap: resolve on concrete arrays
+        if _jax.has_tracer(args, kwargs) or _jax.under_trace():  # inside jit/grad/vmap: on concrete arrays
             if isinstance(self.keys, ArgKeys):  # a key value only known at run time cannot select
                 _jax.refuse_traced_key(self.name, self.keys.raw_values(args, kwargs))
             return self._traced_miss(args, kwargs, fast_key if fast_key is not None else general, target)

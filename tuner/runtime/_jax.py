@@ -25,6 +25,10 @@ caller's trace that it is not passed (an attribute of a `self` that is not a pyt
 jax's UnexpectedTracerError in the helper thread for every config (`all_escaped_tracers`); the decorator
 then chooses its config untimed (`_decorator.Autotuned._traced_miss`).
 
+A launcher called inside a trace with no tracer among its arguments (static arguments only, making
+its arrays itself) returns tracers too: its miss is resolved in the helper thread as well
+(`under_trace`), on the arguments as they are.
+
 A key value that is itself traced (`key=["n"]` with `n` a jit argument that is not static) has no
 value at trace time: it is refused with a message saying to make it static, rather than keyed on the
 stand-in's zero. Typed PRNG key arrays (`jax.random.key`) get stand-in keys of the same implementation.
@@ -56,6 +60,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "has_tracer",
+    "under_trace",
     "all_escaped_tracers",
     "concrete_like",
     "resolve_on_concrete",
@@ -73,6 +78,22 @@ def has_tracer(args: tuple, kwargs: dict) -> bool:
 
     tracer = jax.core.Tracer
     return any(isinstance(leaf, tracer) for leaf in jax.tree_util.tree_leaves((args, kwargs)))
+
+
+def under_trace() -> bool:
+    """Whether this thread is inside a jax trace (jit, grad, vmap, ...) although no argument may be a
+    tracer: a launcher of static arguments only (`f(n)` making its arrays itself) called inside
+    `jax.jit` returns tracers, and timing it would time tracing. False when jax is not imported, or
+    where jax's private trace state cannot be read."""
+    if "jax" not in sys.modules:
+        return False
+    try:
+        from jax._src import core
+
+        return not core.trace_state_clean()
+    except Exception as exc:  # noqa: BLE001 - private jax API moved: only tracer arguments are seen
+        log.debug("jax's trace state is not readable (%s)", exc)
+        return False
 
 
 def refuse_traced_key(name: str, fields: dict[str, Any]) -> None:
