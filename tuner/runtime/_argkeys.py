@@ -185,6 +185,13 @@ def scalar_key_value(name: str, v: Any) -> Any:
     return f
 
 
+def _weak_scalar(v: Any) -> bool:
+    """A weakly typed 0-d jax array: what `jax.jit` makes of a Python number (`f(x, 0.5)` traces `0.5`
+    as one). Keyed as the Python number is, without a dtype, so that a call inside `jit` and the same
+    call outside it (where the number has no dtype) share a stored entry."""
+    return getattr(v, "weak_type", False) is True and getattr(v, "ndim", None) == 0
+
+
 class ArgKeys:
     """Keys of `@tuner.autotune`: the values of the `key` arguments (or what a key function returns),
     bucketed, plus the dtypes of array arguments (unless `dtypes=False`), the device and the versions.
@@ -294,7 +301,7 @@ class ArgKeys:
         if self.use_dtypes:
             for v in values:
                 d = getattr(v, "dtype", None)
-                if d is not None:
+                if d is not None and not _weak_scalar(v):
                     dts.append(dtype_name(d))
             if not self._deep:
                 self._read_containers(args)

@@ -15,6 +15,7 @@ and runs the miss path under a per-key lock. Store and file faults never reach t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -53,6 +54,7 @@ from ._resolve import (
 )
 from ._restore import Restorer
 from ._sources import set_global_cache, warn_once
+from ._tuning import AllConfigsFailedError
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +180,9 @@ class Autotuned:
         # Hit-path state.
         self.mem: dict[Any, dict[str, Any]] = {}
         self.by_hash: dict[str, dict[str, Any]] = {}
+        # Configs chosen untimed for traced calls whose launcher reads tracers it is not passed (see
+        # `_traced_miss`); by fast or general key, consulted by traced misses only.
+        self.untimed: dict[Any, dict[str, Any]] = {}
         # Miss-path state.
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
@@ -251,10 +256,10 @@ class Autotuned:
                 cfg = self.mem.get(general)
                 if cfg is not None:
                     return cfg
-        if _jax.has_tracer(args, kwargs):  # inside jax.jit/grad/vmap: resolve on concrete arrays
+        if _jax.has_tracer(args, kwargs) or _jax.under_trace():  # inside jit/grad/vmap: on concrete arrays
             if isinstance(self.keys, ArgKeys):  # a key value only known at run time cannot select
                 _jax.refuse_traced_key(self.name, self.keys.raw_values(args, kwargs))
-            return _jax.resolve_on_concrete(self.miss, self.name, args, kwargs, fast_key, target)
+            return self._traced_miss(args, kwargs, fast_key if fast_key is not None else general, target)
         # A fast key of the table (else the general key): its function, to see whether building the
         # stored key switched the table (`ArgKeys`, on the first pytree of arrays).
         table_fn = self.keys.fast[len(args)] if fast_key is not None else None
@@ -275,6 +280,41 @@ class Autotuned:
             self.by_hash[ck.hash] = res.config
         if fast_key is not None:
             self.mem[fast_key] = res.config
+        return res.config
+
+    def _traced_miss(
+        self, args: tuple, kwargs: dict, memo: Any, target: Callable[..., Any]
+    ) -> dict[str, Any]:
+        """A miss with tracers among the arguments: tuned on concrete stand-ins (`_jax`). A launcher
+        that reads values of the caller's trace that it is not passed (an attribute of a `self` that is
+        not a pytree, a closure over a traced value) fails there in every config with jax's
+        UnexpectedTracerError, although the traced call itself works: its config is then chosen untimed,
+        as offline mode chooses (store, files, nearest key, cost model, space default), for this
+        trace and later traces of the key; an eager call of the key still tunes."""
+        if memo is not None and memo in self.untimed:
+            return self.untimed[memo]
+        try:
+            return _jax.resolve_on_concrete(self.miss, self.name, args, kwargs, memo, target)
+        except AllConfigsFailedError as exc:
+            if not _jax.all_escaped_tracers(exc.errors):
+                raise
+        cfg = _jax.resolve_on_concrete(self._untimed_miss, self.name, args, kwargs, memo, target)
+        if memo is not None:
+            self.untimed[memo] = cfg
+        return cfg
+
+    def _untimed_miss(
+        self, args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]
+    ) -> dict[str, Any]:
+        """The config of offline mode's chain for a call that cannot be timed (`_traced_miss`)."""
+        ck = self.keys.full(args, kwargs)
+        res = resolve(Request(self, ck, args, kwargs, target, "offline", create=False, retune=False))
+        why = (
+            "not timed: inside this jax trace the function reads traced values it is not passed (an "
+            "attribute of self, a closure); call it once outside jax.jit, or pass them as arguments, to "
+            f"tune it; {res.why}"
+        )
+        self._note(ck, dataclasses.replace(res, why=why))
         return res.config
 
     def retune_requested(self, args: tuple, kwargs: dict) -> bool:
@@ -318,6 +358,7 @@ class Autotuned:
         """Forget the in-memory configs (the store and files are untouched)."""
         self.mem.clear()
         self.by_hash.clear()
+        self.untimed.clear()
         self._logged.clear()
 
 

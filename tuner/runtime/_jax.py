@@ -1,7 +1,8 @@
 """JAX tracers on the miss path: a decorated function called inside `jax.jit`, `jax.grad` or `jax.vmap`
 sees tracers, not arrays, and timing it would time tracing. On a miss with tracers among the arguments
 the runtime resolves the config on concrete arrays of the same shapes and dtypes instead (random normal
-values for floating dtypes, zeros otherwise), in a helper thread: jax's trace state is per thread, so
+values for floating dtypes, zeros otherwise; weakly typed where the tracer is, as jax makes a Python
+number passed to `jit`, so that it does not promote a bfloat16 kernel to float32), in a helper thread: jax's trace state is per thread, so
 there the launcher runs eagerly, as it would outside any transformation (`ensure_compile_time_eval` is
 not enough: it also leaks into the Pallas interpreter's own tracing). The key, the store lookup and, if
 needed, the tuning are exactly those of an eager call with such arrays, so the stored entry is the one
@@ -18,6 +19,15 @@ TPU interpret mode, and the values the caller entered of contexts made by `jax.m
 jax's jit key: a launcher that reads one traces and caches as in the caller's thread). Not carried: what jax sets while it traces (the trace itself, shard_map's mesh and
 its vma check, `ensure_compile_time_eval`) and the scopes of the traced program (meshes, `compute_on`,
 XLA metadata): the stand-ins are unsharded arrays of the traced shapes, outside any transformation.
+
+The stand-ins replace the tracers among the arguments only. A launcher that reads a tracer of the
+caller's trace that it is not passed (an attribute of a `self` that is not a pytree, a closure) raises
+jax's UnexpectedTracerError in the helper thread for every config (`all_escaped_tracers`); the decorator
+then chooses its config untimed (`_decorator.Autotuned._traced_miss`).
+
+A launcher called inside a trace with no tracer among its arguments (static arguments only, making
+its arrays itself) returns tracers too: its miss is resolved in the helper thread as well
+(`under_trace`), on the arguments as they are.
 
 A key value that is itself traced (`key=["n"]` with `n` a jit argument that is not static) has no
 value at trace time: it is refused with a message saying to make it static, rather than keyed on the
@@ -50,6 +60,8 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "has_tracer",
+    "under_trace",
+    "all_escaped_tracers",
     "concrete_like",
     "resolve_on_concrete",
     "refuse_traced_key",
@@ -66,6 +78,22 @@ def has_tracer(args: tuple, kwargs: dict) -> bool:
 
     tracer = jax.core.Tracer
     return any(isinstance(leaf, tracer) for leaf in jax.tree_util.tree_leaves((args, kwargs)))
+
+
+def under_trace() -> bool:
+    """Whether this thread is inside a jax trace (jit, grad, vmap, ...) although no argument may be a
+    tracer: a launcher of static arguments only (`f(n)` making its arrays itself) called inside
+    `jax.jit` returns tracers, and timing it would time tracing. False when jax is not imported, or
+    where jax's private trace state cannot be read."""
+    if "jax" not in sys.modules:
+        return False
+    try:
+        from jax._src import core
+
+        return not core.trace_state_clean()
+    except Exception as exc:  # noqa: BLE001 - private jax API moved: only tracer arguments are seen
+        log.debug("jax's trace state is not readable (%s)", exc)
+        return False
 
 
 def refuse_traced_key(name: str, fields: dict[str, Any]) -> None:
@@ -107,7 +135,8 @@ def _shapes_of(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         if isinstance(leaf, jax.core.Tracer):
             if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
                 return _KeySpec(tuple(leaf.shape), jax.random.key_impl(leaf))
-            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype)
+            weak = bool(getattr(getattr(leaf, "aval", None), "weak_type", False))
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, weak_type=weak)
         return leaf
 
     sargs, skwargs = jax.tree_util.tree_map(shape, (tuple(args), dict(kwargs)))
@@ -133,12 +162,43 @@ def _materialise(args: tuple, kwargs: dict, seed: int = 0) -> tuple[tuple, dict]
             return leaf
         shape, dtype = tuple(leaf.shape), np.dtype(leaf.dtype)
         count[0] += 1
-        if jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.complexfloating):
+        floating = jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.complexfloating)
+        if getattr(leaf, "weak_type", False):
+            weak = _weak_like(shape, dtype, floating, jax.random.fold_in(base, count[0]))
+            if weak is not None:
+                return weak
+        if floating:
             return jax.random.normal(jax.random.fold_in(base, count[0]), shape, dtype)
         return jnp.zeros(shape, dtype)
 
     cargs, ckwargs = jax.tree_util.tree_map(concrete, (tuple(args), dict(kwargs)))
     return tuple(cargs), dict(ckwargs)
+
+
+def _weak_like(shape: tuple[int, ...], dtype: Any, floating: bool, key: Any) -> Any:
+    """A weakly typed array of this shape and dtype (what jax makes of a Python number: it takes the
+    dtype of the array it meets, so a bfloat16 kernel stays bfloat16), or None where jax's weak type
+    of that kind has another dtype (then a strongly typed stand-in is used)."""
+    import jax
+    import numpy as np
+
+    kind = np.dtype(dtype).kind
+    if floating:
+        value: Any = float(jax.random.normal(key, (), jax.numpy.float32))
+        if kind == "c":
+            value = complex(value, 0.0)
+    elif kind == "b":
+        value = False
+    else:
+        value = 0
+    out = jax.lax.full(shape, value)  # no dtype: weakly typed, the default dtype of the value's kind
+    return out if out.dtype == dtype and getattr(out, "weak_type", False) else None
+
+
+def all_escaped_tracers(errors: tuple[str, ...]) -> bool:
+    """Whether every error (trial error texts, "TypeName: message") is jax's UnexpectedTracerError:
+    on the stand-ins, the launcher used a tracer of the caller's trace that it was not passed."""
+    return bool(errors) and all(e.startswith("UnexpectedTracerError:") for e in errors)
 
 
 def resolve_on_concrete(

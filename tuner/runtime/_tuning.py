@@ -34,7 +34,12 @@ __all__ = ["tune_once", "AllConfigsFailedError", "stored_timings"]
 
 
 class AllConfigsFailedError(RuntimeError):
-    """Tuning a key found no config that runs: every timed config raised (or timed inf/NaN)."""
+    """Tuning a key found no config that runs: every timed config raised (or timed inf/NaN).
+    `.errors`: each failed trial's error text ("TypeName: message"; "" where it has none)."""
+
+    def __init__(self, message: str, errors: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.errors = errors
 
 
 def _waited(cfg: dict[str, Any]) -> Resolution:
@@ -204,7 +209,8 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
         first = next((tr.error for tr in res.trials if tr.error), None)
         raise AllConfigsFailedError(
             f"{t.name} {ck.fields_dict}: every one of {len(res.trials)} configs failed; "
-            f"first error: {first or 'unknown'}"
+            f"first error: {first or 'unknown'}",
+            tuple(tr.error or "" for tr in res.trials),
         )
     cfg = dict(res.best_config)
     entry = CacheEntry(ck, cfg, res.best_value, spreads.get(canon(cfg), 0.0), now_iso(), space.fingerprint())
