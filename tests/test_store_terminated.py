@@ -421,7 +421,7 @@ def _terminate_when(match: Callable[[str], bool]) -> tuple[list[str], Callable[[
 
 @pytest.mark.parametrize("which", ["finish", "renew"])
 def test_a_finish_or_renewal_whose_connection_is_ended_is_retried(
-    pg_url: str, tmp_path: Path, which: str, caplog: pytest.LogCaptureFixture
+    pg_url: str, tmp_path: Path, which: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The server ends the connection under the worker's "mark done" (or a lease renewal): the board runs
     it again on a new connection, under the same lease token, so the study completes in one run with each
@@ -442,9 +442,13 @@ def test_a_finish_or_renewal_whose_connection_is_ended_is_retried(
             return s.startswith("UPDATE tuner_study_tasks SET lease_expires_at")
 
     caplog.set_level(logging.INFO)
+    # A lease long enough that the cut and its retry (a new connection, under a loaded CI machine) end
+    # well inside it (at 2 s, a suite run beside other work saw the lease lapse and the task claimed a
+    # second time), and trials slow enough that the run outlasts the first renewal (every lease / 4).
+    monkeypatch.setenv("FAKE_TRIAL_SLEEP", "0.6")
     fired, remove = _terminate_when(match)
     try:
-        summary = run_study(spec, executor=FAKE, lease_s=2.0)
+        summary = run_study(spec, executor=FAKE, lease_s=6.0)
     finally:
         remove()
     assert fired, "the statement did not run"
