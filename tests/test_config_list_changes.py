@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,28 @@ def test_a_widened_list_is_tuned_once_then_hits():
     h = decorate([1, 2, 4], timed)
     assert h.explain(100) == "hit (store): {'b': 4}"
     assert h(100) == 4 and timed == [] and h.tuner.stats["from_store"] == 1
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 's.db'}"
+    else:
+        from .pg import fresh_database
+
+        yield from fresh_database()
+
+
+def test_each_store_keeps_what_its_tunings_tried(store_url: str):
+    """The same rules on SQLite and PostgreSQL (the trials' JSON stats are read back on each)."""
+    timed: list[int] = []
+    decorate([1, 2], timed, storage=store_url)(100)
+    timed.clear()
+    assert decorate([1, 2, 4], timed, storage=store_url)(100) == 4 and sorted(timed) == [1, 2, 4]
+    for configs in ([1, 2, 4], [4, 2], [2, 1, 4]):
+        timed.clear()
+        assert decorate(configs, timed, storage=store_url)(100) == 4 and timed == []
+    ConfigCache(store_url).store.engine.dispose()
 
 
 def test_a_widened_list_whose_old_winner_still_wins_is_stored_as_tuned_over_the_whole_list():
@@ -373,7 +396,7 @@ def test_the_hit_path_after_the_first_hit_reads_nothing(monkeypatch: pytest.Monk
     def no_read(*a, **k):
         raise AssertionError("read the trials on a hit")
 
-    monkeypatch.setattr(_resolve, "tried_configs", no_read)
+    monkeypatch.setattr(_resolve, "tried_configs", no_read, raising=False)
     for _ in range(3):
         assert g(100) == 2
     assert g.tuner.stats["from_store"] == 1
