@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ..storage._owner import HOST, pid_alive
-from ..storage._schema import CacheClaimRow, CacheEntryRow, key_hashes
+from ..storage._schema import CacheClaimRow, CacheEntryRow, MeasurementRow, key_hashes
 from ..store import ResultStore
 from ._entry import CacheEntry, entry_from_json
 from ._file import rank_nearest
@@ -184,6 +184,13 @@ class ConfigCache:
             q = q.where(CacheEntryRow.kernel == kernel)
         with self.store.session() as s:
             return int(s.scalar(q) or 0)
+
+    def tried_configs(self, task_id: str, key_hash: str) -> list[dict[str, Any]]:
+        """The configs (failed ones too) of the trials that tunings of the key `key_hash` recorded under
+        `task_id` (`_coverage`): one indexed read of two columns, not whole measurements."""
+        q = select(MeasurementRow.config, MeasurementRow.stats).where(MeasurementRow.task_id == task_id)
+        with self.store.session() as s:
+            return [dict(c) for c, st in s.execute(q) if isinstance(st, dict) and st.get("key") == key_hash]
 
     def nearest(self, key: CacheKey) -> list[tuple[float, CacheEntry]]:
         """Entries of the key's family, nearest shape first (offline mode)."""

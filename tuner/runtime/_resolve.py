@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from tuner.search_spaces import SearchSpace
 
+from ._coverage import times_every_config, tried_configs, untimed, untimed_reason
 from ._entry import CacheEntry
 from ._file import ReadOnlyCache, rank_nearest
 from ._key import CacheKey
@@ -54,6 +55,8 @@ __all__ = [
     "set_cost_model_hook",
     "CostModelHook",
     "valid_config",
+    "usable_config",
+    "untimed_configs",
 ]
 
 # A cost-model hook for offline mode: (kernel name, key, space) -> a config or None. Set by the cost-model
@@ -75,6 +78,30 @@ def valid_config(space: SearchSpace, config: Mapping[str, Any]) -> dict[str, Any
         return space.as_given(space.validate(config))
     except ValueError:
         return None
+
+
+def untimed_configs(req: Request, entry: CacheEntry) -> list[dict[str, Any]]:
+    """The configs of the request's space that no tuning of its key recorded in the store tried, when
+    the mode tunes, a tuning times every config of the space and the recorded tunings tried the stored
+    `entry`'s config (`_coverage`); else empty. Read anew on each call (another process may have tuned
+    the key meanwhile)."""
+    t = req.t
+    if tune not in _MODES[req.mode] or not times_every_config(req.space, t.budget, t.time_budget_s):
+        return []
+    db = req.store()
+    if db is None:
+        return []
+    return untimed(req.space, tried_configs(db, t.name, req.key), entry.config)
+
+
+def usable_config(req: Request, entry: CacheEntry) -> dict[str, Any] | None:
+    """The config of the stored `entry` as the current space gives it (`valid_config`), or None when the
+    entry cannot serve the request: its config is not in the space, or the space holds configs that its
+    key's tuning did not time (`untimed_configs`)."""
+    cfg = valid_config(req.space, entry.config)
+    if cfg is None or untimed_configs(req, entry):
+        return None
+    return cfg
 
 
 @dataclass
@@ -203,7 +230,7 @@ def store_entry(req: Request) -> Resolution | str:
         return "no store"
     e = guarded(db, "read", "read an entry", lambda: db.get(req.key), None)
     if e is not None:
-        cfg = valid_config(req.space, e.config)
+        cfg = usable_config(req, e)
         if cfg is not None:
             return Resolution(cfg, "exact entry in the store", "from_store", hit="store")
     return "no usable entry in the store"
@@ -330,6 +357,7 @@ def run_tail(req: Request, tail: Sequence[Resolver]) -> tuple[Resolution | None,
 _UNUSED_ENTRY = (
     "entry for these key fields is stale or foreign",
     "cached config ",
+    "the config list has ",
     "the shipped files hold ",
 )
 TUNE_HINT = (
@@ -361,6 +389,10 @@ def miss_reason(req: Request) -> str:
     if not cands and n_kernel == 0:
         return f"no cached entry for kernel {ck.kernel!r}"
     exact = cands.get(ck.hash)
+    if exact is not None and valid_config(req.space, exact.config) is not None:
+        left = untimed_configs(req, exact)
+        if left:
+            return untimed_reason(left)
     if exact is not None:
         return f"cached config {dict(exact.config)} is not in the current search space: " + "; ".join(
             req.space.violations(exact.config)

@@ -5,7 +5,9 @@ Benching and restoring are the injected parts of the decorated function (`Autotu
 `Autotuned.restorer`); what is benched is the request's `target`, the very callable the hit path runs.
 A store that cannot be written (read-only, full, locked past its timeout) does not stop tuning: the
 winner is kept in memory and one warning says why (`_sources.guarded`). A stored entry that the tuning
-replaces (its config is no longer in the space) is overwritten even though its recorded time is lower.
+replaces (its config is no longer in the space, or the space holds configs its key's tuning did not time,
+`_coverage`) is overwritten even though its recorded time is lower: the new tuning timed the whole
+current space, the old winner included if it is still there.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from . import _jax
 from ._bench import normalise_bench_result
+from ._coverage import task_of
 from ._entry import CacheEntry, EntryError, now_iso
 from ._key import canon
-from ._resolve import Request, Resolution, valid_config
+from ._resolve import Request, Resolution, usable_config, valid_config
 from ._sources import guarded
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..store import Measurement, TaskContext
+    from ..store import Measurement
     from ._db import ConfigCache
     from ._key import CacheKey
 
@@ -76,7 +79,7 @@ def tune_once(req: Request) -> Resolution:
             if claimed:
                 # another process may have finished just before our claim
                 e = guarded(db, "read", "read an entry", lambda: db.get(ck), None)
-                cfg = valid_config(req.space, e.config) if e is not None else None
+                cfg = usable_config(req, e) if e is not None else None
                 if cfg is not None:
                     return _waited(cfg)
                 return _tune(req, db, owner, stale=e is not None)
@@ -85,7 +88,7 @@ def tune_once(req: Request) -> Resolution:
                 _release(db, ck.hash, owner)
         e = guarded(db, "read", "read an entry", lambda: db.get(ck), None)
         if e is not None:
-            cfg = valid_config(req.space, e.config)
+            cfg = usable_config(req, e)  # not an entry whose tuning the holder is widening
             if cfg is not None:
                 return _waited(cfg)
         waited = _log_wait(t.name, ck, db, waited)
@@ -134,7 +137,7 @@ def _invoker(req: Request, restore: Callable[[], None] | None) -> Callable[[dict
 
 def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: bool) -> Resolution:
     """Tune `req.key` over `req.space`; record the trials and store the winner when `db` is given
-    (`stale`: the stored entry for the key is not in the space and is to be replaced)."""
+    (`stale`: the stored entry for the key cannot serve the space and is to be replaced)."""
     from .._optimize import optimize
 
     t, ck = req.t, req.key
@@ -155,7 +158,7 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
     task = None
     prior = None
     if db is not None and store is not None:
-        task = _task(t.name, ck)
+        task = task_of(t.name, ck)
         task_id = task.task_id
         if _uses_prior(t.strategy):  # bounded, indexed read (ResultStore.prior_for)
             prior = guarded(
@@ -195,17 +198,24 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
     finally:
         if restore is not None:
             restore()  # the call that follows sees the inputs as the caller passed them
-    if store is not None and db is not None:
-        run = uuid.uuid4().hex[:16]  # this tuning's trials, told apart from an earlier tuning's of the key
+    run = uuid.uuid4().hex[:16]  # this tuning's trials, told apart from an earlier tuning's of the key
 
-        def record() -> None:
+    def record() -> None:
+        if store is None or db is None:
+            return
+        st = store
+
+        def each() -> None:
             for tr in res.trials:
-                # the exact key and the spread: what `stored_timings` gives a later process that hits
+                # the exact key and the spread: what `stored_timings` gives a later process that hits,
+                # and what `_coverage` reads to see which configs a tuning of the key tried
                 extra = {"key": ck.hash, "tuning": run, "spread_s": spreads.get(canon(tr.config), 0.0)}
-                store.record_trial(task, space, tr, strategy=res.strategy, stats=extra)
+                st.record_trial(task, space, tr, strategy=res.strategy, stats=extra)
 
-        guarded(db, "write", "record the trials", record, None)
+        guarded(db, "write", "record the trials", each, None)
+
     if res.best_config is None:
+        record()
         first = next((tr.error for tr in res.trials if tr.error), None)
         raise AllConfigsFailedError(
             f"{t.name} {ck.fields_dict}: every one of {len(res.trials)} configs failed; "
@@ -224,6 +234,9 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
                 ck.fields_dict,
                 exc,
             )
+    # The trials after the winner: a process that finds them all (`_coverage`) finds this winner too,
+    # never the entry this tuning replaces.
+    record()
     log.info(
         "%s %s: tuned %d configs, best %s (%.3g s)",
         t.name,
@@ -238,26 +251,13 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
     return Resolution(cfg, why, "tuned")
 
 
-def _task(name: str, ck: CacheKey) -> TaskContext:
-    """The task context of the measurements of a key (its source hash is not part of it: `stats["key"]`)."""
-    from ..store import TaskContext
-
-    return TaskContext(
-        kernel=name,
-        problem=ck.fields_dict,
-        device=ck.device,
-        versions=ck.versions_dict,
-        dtype=",".join(ck.dtypes),
-    )
-
-
 def stored_timings(db: ConfigCache, name: str, ck: CacheKey) -> list[tuple[dict[str, Any], float, float]]:
     """(config, median s, spread s) of each config that the newest tuning of exactly `ck` (kernel, source
     hash, key fields, dtypes, device, versions) measured in `db`'s store, in the order it measured them;
     failed configs left out. Empty when the store has none (trials recorded before the key was kept with
     them, or a store that cannot be read)."""
     none: list[Measurement] = []
-    task_id = _task(name, ck).task_id
+    task_id = task_of(name, ck).task_id
     rows = guarded(db, "read", "read the measurements", lambda: db.store.measurements(task_id=task_id), none)
     mine = [m for m in rows if m.stats.get("key") == ck.hash]
     if not mine:
