@@ -27,6 +27,8 @@ import tuner  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 IMPLS = ["triton", "tuner"]
+# Under the interpreter (the CPU suite). tests/_gpu_default_device.py runs this file compiled on a GPU.
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def autotune_of(impl: str):
@@ -348,14 +350,15 @@ def test_post_hook_sees_a_failing_config(impl):
         offs = tl.arange(0, BLOCK_SIZE)
         tl.store(x + offs, tl.load(x + offs, mask=offs < N) + 1, mask=offs < N)
 
-    if impl == "triton":
+    if impl == "triton" and INTERPRETED:
         with pytest.raises(triton.TritonError):
             _small_only[(2,)](x, N)
         assert len(got) == 1 and got[0] is not None
-    else:
+    else:  # compiled, Triton too counts a failed static_assert (CompileTimeAssertionFailure) as a failed config
         _small_only[(2,)](x, N)
-        assert got[0] is not None and got[1] is None
         assert _small_only.best_config.kwargs == {"BLOCK_SIZE": 32}
+        if impl == "tuner":
+            assert got[0] is not None and got[1] is None
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -375,6 +378,9 @@ def test_config_pre_hook_runs_before_timed_and_real_runs(impl):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.skipif(
+    not INTERPRETED, reason="compiled, the launch reads the ir_override files, which are made up"
+)
 def test_config_ir_override_is_a_launch_option(impl):
     """`triton.Config(ir_override=path)` is passed to each launch of that config (Triton launches with
     `Config.all_kwargs()`; on a GPU the compiler then uses that IR file), so two configs that differ
@@ -483,7 +489,12 @@ def test_fractional_top_k_counts_the_configs_left_by_early_prune(request, impl):
         return [1.0 + len(timed)] * 3
 
     prune = {"early_config_prune": lambda cfgs, nargs, **kw: cfgs[:6], "perf_model": perf_model, "top_k": 0.5}
-    cfgs = [triton.Config({"BLOCK_SIZE": 16}, num_warps=w) for w in range(1, 11)]
+    # ten configs that also compile on a GPU (num_warps a power of two)
+    cfgs = [
+        triton.Config({"BLOCK_SIZE": 16}, num_warps=w, num_stages=st)
+        for w in (1, 2, 4, 8, 16)
+        for st in (1, 2)
+    ]
     k = copy_kernel(autotune_of(impl), configs=cfgs, key=["N"], prune_configs_by=prune, do_bench=bench)
     k[grid_for(N, "BLOCK_SIZE")](dst, src, N=N)
     assert len(estimated) == 6 and len(timed) == 3
