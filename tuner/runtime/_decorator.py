@@ -251,11 +251,8 @@ class Autotuned:
     # ---- the miss path -------------------------------------------------------------------------------
     def miss(self, args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]) -> dict[str, Any]:
         """The config for a call whose fast key is not in memory: the general key's memo, else the
-        resolution chain under a per-key lock. Remembered under the fast key for the hit path. Run with
-        TorchDynamo off (`_torch.outside_compile`): inside `torch.compile` the graph breaks here."""
-        return _torch.outside_compile(self._miss)(args, kwargs, fast_key, target)
-
-    def _miss(self, args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]) -> dict[str, Any]:
+        resolution chain under a per-key lock (`_resolve_miss`). Remembered under the fast key for the
+        hit path."""
         # A call the fast keys do not cover (keywords, too few positional arguments): the general key's
         # memo. It is built from key values and dtypes, which tracers have, so a traced call hits here
         # too, without stand-ins (a tracer among the key values is unhashable: refused below).
@@ -269,6 +266,12 @@ class Autotuned:
                 cfg = self.mem.get(general)
                 if cfg is not None:
                     return cfg
+        # Inside `torch.compile` the graph breaks here, and the resolution runs with TorchDynamo off.
+        return _torch.outside_compile(self._resolve_miss)(args, kwargs, fast_key, general, target)
+
+    def _resolve_miss(
+        self, args: tuple, kwargs: dict, fast_key: Any, general: Any, target: Callable[..., Any]
+    ) -> dict[str, Any]:
         if _jax.has_tracer(args, kwargs) or _jax.under_trace():  # inside jit/grad/vmap: on concrete arrays
             if isinstance(self.keys, ArgKeys):  # a key value only known at run time cannot select
                 _jax.refuse_traced_key(self.name, self.keys.raw_values(args, kwargs))
