@@ -209,3 +209,41 @@ def test_a_first_call_inside_torch_compile_tunes_in_eager_mode(_tuner_home: Path
     # Old code: Dynamo compiled the frames of the tuning, one graph per config timed.
     assert counters["stats"]["unique_graphs"] <= 2, dict(counters["stats"])
     assert torch.equal(f(x), x * 2 + 1)
+
+
+# ---- interpreter exit while a daemon thread tunes -------------------------------------------------------
+EXIT_WHILE_TUNING = """
+import sys, threading, time
+import tuner
+from tuner import PowerOfTwo, SearchSpace
+
+entered = threading.Event()
+
+def bench(call):
+    entered.set()
+    time.sleep(0.05)
+    call()
+    return 1e-3
+
+@tuner.autotune(SearchSpace([PowerOfTwo("block", 1, 1024)]), key=["n"], budget=200, storage=sys.argv[1],
+                bench=bench, name="at_exit")
+def f(n, *, block):
+    return n * block
+
+threading.Thread(target=f, args=(5,), daemon=True).start()
+assert entered.wait(30)
+print("exiting", flush=True)
+"""
+
+
+def test_an_exit_while_a_daemon_thread_tunes_releases_its_claim(tmp_path: Path) -> None:
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 'exit.db'}"
+    out = _run(EXIT_WHILE_TUNING, url)
+    assert out.returncode == 0 and out.stdout.split() == ["exiting"], out.stderr[-3000:]
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    with sqlite3.connect(tmp_path / "exit.db") as con:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        # Old code: the claim stayed, and a process on another host waited out its lease (120 s).
+        assert con.execute("SELECT COUNT(*) FROM tuner_cache_claims").fetchone()[0] == 0
