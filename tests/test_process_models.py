@@ -125,6 +125,54 @@ def test_a_fork_while_another_thread_tunes_the_key_does_not_deadlock_the_child()
     assert out.stdout.split() == ["child", "0"], out.stderr[-3000:]
 
 
+SPAWN_POOL = """
+import multiprocessing as mp
+import sys
+
+import tuner
+from tuner import PowerOfTwo, SearchSpace
+
+
+def helper(n):
+    return n + 1
+
+
+@tuner.autotune(SearchSpace([PowerOfTwo("block", 16, 64)]), key=["n"], budget=2, storage=sys.argv[1],
+                bench=lambda call: (call(), 1e-3)[1])
+def f(n, *, block):
+    return helper(n) * block
+
+
+def work(n):
+    f(n)
+    return f.tuner.name, f.tuner.stats["tuned"], f.tuner.stats["from_store"]
+
+
+if __name__ == "__main__":
+    f(5)
+    with mp.get_context(sys.argv[2]).Pool(1) as pool:
+        print(*pool.map(work, [5])[0])
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_spawned_child_finds_what_the_main_script_tuned(tmp_path: Path, method: str) -> None:
+    # The child imports the main script as `__mp_main__`; old code named its functions after that, so
+    # every pool of a script tuned its keys again, under another kernel name.
+    script = tmp_path / "main_script.py"
+    script.write_text(textwrap.dedent(SPAWN_POOL))
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run(
+        [sys.executable, str(script), f"sqlite:///{tmp_path / 'pool.db'}", method],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["__main__.f", "0", "1"], out.stderr[-3000:]
+
+
 # ---- pickling: process pools are given the decorated objects --------------------------------------------
 @tuner.autotune(SearchSpace([PowerOfTwo("block", 16, 32)]), key=["n"], storage=False)
 def scaled(n: int, *, block: int) -> int:
