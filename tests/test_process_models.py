@@ -33,11 +33,11 @@ def _run(script: str, *args: str, timeout: float = 90) -> subprocess.CompletedPr
     )
 
 
-@pytest.fixture
-def pg_url() -> Iterator[str]:
+@pytest.fixture(params=["psycopg2", "psycopg"])  # tuner's driver, and psycopg 3
+def pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
     from tests.pg import fresh_database
 
-    yield from fresh_database()
+    yield from fresh_database(request.param)
 
 
 FORK_WRITERS = """
