@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -29,6 +31,7 @@ class SharedOverride(Generic[T]):
         self._lock = threading.Lock()
         self._depth = 0  # scopes running
         self._saved: T | None = None  # the value before the first of them
+        _overrides.add(self)
 
     @contextlib.contextmanager
     def __call__(self) -> Iterator[None]:
@@ -44,6 +47,17 @@ class SharedOverride(Generic[T]):
                 self._depth -= 1
                 if self._depth == 0:
                     self._set(self._saved)  # type: ignore[arg-type]  # set at depth 0 above
+
+
+_overrides: weakref.WeakSet[SharedOverride[Any]] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:  # a parent thread may have held a lock at the fork
+    for o in list(_overrides):
+        o._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _optuna_verbosity() -> int:

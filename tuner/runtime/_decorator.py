@@ -19,13 +19,14 @@ import dataclasses
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tuner._settings import text
 from tuner.search_spaces import SearchSpace
 
-from . import _jax
+from . import _jax, _torch
 from ._argkeys import ArgKeys, KeyBuilder
 from ._bench import BenchFn, default_bench
 from ._env import (
@@ -194,6 +195,14 @@ class Autotuned:
         # `storage` and `study_name` keep the trials in the task's Optuna study (so a killed worker's
         # task resumes without measuring them again), `callback(trial, None)` renews the task's lease.
         self.study_run: dict[str, Any] | None = None
+        _instances.add(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child: new miss-path locks. A parent thread that was tuning a key when the process
+        forked holds that key's lock for ever in the child (the thread did not come along), and the
+        child's first call of the key would wait on it without end."""
+        self._locks = {}
+        self._guard = threading.Lock()
 
     @property
     def source_hash(self) -> str:
@@ -242,7 +251,8 @@ class Autotuned:
     # ---- the miss path -------------------------------------------------------------------------------
     def miss(self, args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]) -> dict[str, Any]:
         """The config for a call whose fast key is not in memory: the general key's memo, else the
-        resolution chain under a per-key lock. Remembered under the fast key for the hit path."""
+        resolution chain under a per-key lock (`_resolve_miss`). Remembered under the fast key for the
+        hit path."""
         # A call the fast keys do not cover (keywords, too few positional arguments): the general key's
         # memo. It is built from key values and dtypes, which tracers have, so a traced call hits here
         # too, without stand-ins (a tracer among the key values is unhashable: refused below).
@@ -256,10 +266,19 @@ class Autotuned:
                 cfg = self.mem.get(general)
                 if cfg is not None:
                     return cfg
+        # Inside `torch.compile` the graph breaks here, and the resolution runs with TorchDynamo off.
+        return _torch.outside_compile(self._resolve_miss)(args, kwargs, fast_key, general, target)
+
+    def _resolve_miss(
+        self, args: tuple, kwargs: dict, fast_key: Any, general: Any, target: Callable[..., Any]
+    ) -> dict[str, Any]:
         if _jax.has_tracer(args, kwargs) or _jax.under_trace():  # inside jit/grad/vmap: on concrete arrays
             if isinstance(self.keys, ArgKeys):  # a key value only known at run time cannot select
                 _jax.refuse_traced_key(self.name, self.keys.raw_values(args, kwargs))
             return self._traced_miss(args, kwargs, fast_key if fast_key is not None else general, target)
+        fake = _torch.placeholder(args, kwargs)
+        if fake is not None:  # no data to time: chosen untimed, never stored; real tensors tune the key
+            return self._placeholder_miss(args, kwargs, fast_key if fast_key is not None else general, fake)
         # A fast key of the table (else the general key): its function, to see whether building the
         # stored key switched the table (`ArgKeys`, on the first pytree of arrays).
         table_fn = self.keys.fast[len(args)] if fast_key is not None else None
@@ -317,6 +336,22 @@ class Autotuned:
         self._note(ck, dataclasses.replace(res, why=why))
         return res.config
 
+    def _placeholder_miss(self, args: tuple, kwargs: dict, memo: Any, what: str) -> dict[str, Any]:
+        """A miss of a call with torch placeholder tensors (`_torch.placeholder`: a FakeTensor, a meta
+        tensor): nothing to time, so the config is the one offline mode would choose (store, files,
+        nearest key, cost model, space default), remembered for later placeholder calls of the key only
+        (`untimed`); nothing is stored, and the key's first call with real tensors tunes it."""
+        if memo is not None and memo in self.untimed:
+            return self.untimed[memo]
+        ck = self.keys.full(args, kwargs)
+        res = resolve(Request(self, ck, args, kwargs, self.fn, "offline", create=False, retune=False))
+        why = f"not timed: called with {what}, which holds no data; {res.why}"
+        self._note(ck, dataclasses.replace(res, why=why, quiet=True))
+        self._logged.discard(ck.hash)  # the real call's choice is still logged
+        if memo is not None:
+            self.untimed[memo] = res.config
+        return res.config
+
     def retune_requested(self, args: tuple, kwargs: dict) -> bool:
         """Whether code asked this call's key to be tuned again (the `triton.autotune` drop-in: its key
         was taken out of `.cache`): the lookups of files and store are then skipped in a mode that
@@ -360,6 +395,18 @@ class Autotuned:
         self.by_hash.clear()
         self.untimed.clear()
         self._logged.clear()
+
+
+# Every Autotuned of the process, for `_after_fork_in_child`.
+_instances: weakref.WeakSet[Autotuned] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for t in list(_instances):
+        t._after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _load_own_cache(cache: ReadOnlyCache | str | os.PathLike[str] | None) -> ReadOnlyCache | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import inspect
 import re
 import sys
@@ -97,6 +98,10 @@ def default_name(fn: Any) -> str:
     module = getattr(base, "__module__", None)
     if not isinstance(qualname, str):  # a callable object: its class
         qualname, module = type(base).__qualname__, type(base).__module__
+    if (
+        module == "__mp_main__"
+    ):  # the main script, as multiprocessing's spawn and forkserver children import it
+        module = "__main__"
     name = f"{module or '?'}.{qualname}"
     if bound:
         args = ", ".join(bound)
@@ -275,3 +280,34 @@ def signature_names(fn: Any) -> tuple[list[str], dict[str, Any]]:
     params = [p for p in sig.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     defaults = {p.name: p.default for p in params if p.default is not p.empty}
     return [p.name for p in params], defaults
+
+
+def by_reference(obj: Any, fn: Any) -> tuple[Any, tuple[str, str]]:
+    """`obj.__reduce__()` for a decorated kernel object: pickled by reference, as a module-level function
+    is (its module and qualified name, those of the function `fn` it decorates), so a process pool's
+    worker imports it and finds the tuned configs in the shared store. An object that is not reachable
+    by that name (made inside a function, bound under another name) cannot be imported there: a
+    `pickle.PicklingError` that says so."""
+    import pickle
+
+    inner = underlying_function(fn)
+    module, qualname = getattr(inner, "__module__", None), getattr(inner, "__qualname__", None)
+    found: Any = None
+    if isinstance(module, str) and isinstance(qualname, str) and "<locals>" not in qualname:
+        found = sys.modules.get(module)
+        for part in qualname.split("."):
+            found = getattr(found, part, None)
+    if found is not obj:
+        raise pickle.PicklingError(
+            f"cannot pickle {obj!r}: it is pickled by reference, as a function is, and {module}.{qualname} "
+            "is not this object (define the decorated kernel at module level, under its own name); its "
+            "tuned configs travel through the store, not through pickle"
+        )
+    return _import_by_name, (str(module), str(qualname))
+
+
+def _import_by_name(module: str, qualname: str) -> Any:
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj

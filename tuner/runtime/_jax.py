@@ -50,6 +50,7 @@ import contextlib
 import contextvars
 import gc
 import logging
+import os
 import sys
 import threading
 import weakref
@@ -316,6 +317,14 @@ def _public_entered(pairs: list[tuple[Callable[[Any], Any], Any]]) -> Iterator[N
 _user_contexts: weakref.WeakSet[Any] = weakref.WeakSet()
 _user_contexts_seen = [0]  # how many "user_context" entries jax's trace context had at the last look
 _user_contexts_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:  # a parent thread may have held it at the fork
+    global _user_contexts_lock
+    _user_contexts_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _live_user_contexts() -> list[Any]:

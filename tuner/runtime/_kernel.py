@@ -234,12 +234,24 @@ class TunedKernel:
         self.explain = t.explain
         self.cache_clear = t.cache_clear
         self._hit = make_hit_path(t.fn, t.keys.fast, t.mem, t.miss)
+        self.made_with: dict[str, Any] = {}  # the options of the `kernel(...)` call (`__reduce__`)
 
     def __call__(self, problem: Mapping[str, Any], inputs: dict[str, Any]) -> Any:
         return self._hit(problem, inputs)
 
     def __repr__(self) -> str:
         return f"TunedKernel({self.spec.name!r}, backend={self.backend!r})"
+
+    def __reduce__(self) -> Any:
+        """Pickled as the `tuner.kernel(...)` call that made it (a ResultStore or ConfigCache given as
+        `storage` as its URL): a process pool's worker makes the same kernel, which finds the tuned
+        configs in the shared store. Its in-memory state does not travel. Options that cannot be pickled
+        (a `bench` lambda) fail as pickle says."""
+        return _remake, (self.spec.name, self.backend, self.made_with)
+
+
+def _remake(name: str, backend: str, options: dict[str, Any]) -> TunedKernel:
+    return kernel(name, backend, **options)
 
 
 def _device_tag(inputs: Mapping[str, Any]) -> Any:
@@ -301,4 +313,19 @@ def kernel(
         cost_model=cost_model,
         lease_s=lease_s,
     )
-    return TunedKernel(t, spec, backend)
+    made = TunedKernel(t, spec, backend)
+    store = getattr(storage, "store", storage)  # a ConfigCache's ResultStore
+    made.made_with = {
+        "device": device,
+        "budget": budget,
+        "time_budget_s": time_budget_s,
+        "mode": mode,
+        "storage": getattr(store, "url", storage),
+        "cache": cache,
+        "bench": bench,
+        "seed": seed,
+        "strategy": strategy,
+        "cost_model": cost_model,
+        "lease_s": lease_s,
+    }
+    return made

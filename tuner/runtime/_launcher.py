@@ -75,3 +75,10 @@ class AutotunedKernel:
 
     def __repr__(self) -> str:
         return f"AutotunedKernel({self.tuner.name})"
+
+    def __reduce__(self) -> Any:
+        """Pickled by reference (`_env.by_reference`), as the decorated function is: a process pool can
+        be given the kernel."""
+        from ._env import by_reference
+
+        return by_reference(self, self.fn)

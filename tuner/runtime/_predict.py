@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -60,6 +61,15 @@ _picks: OrderedDict[tuple[Any, ...], tuple[dict[str, Any], str] | None] = Ordere
 _data: dict[tuple[str, str], tuple[float, list[Any]]] = {}  # (store url, kernel) -> (read at, rows)
 _lock = threading.Lock()
 _kernel_locks: dict[str, threading.Lock] = {}
+
+
+def _after_fork_in_child() -> None:  # a parent thread may have held one (fitting a model) at the fork
+    global _lock
+    _lock = threading.Lock()
+    _kernel_locks.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def set_zero_shot(enabled: bool | None) -> None:

@@ -66,6 +66,18 @@ _warned: set[tuple[str, ...]] = set()
 _warned_lock = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    """New locks in a forked child: a parent thread may have held one at the fork (opening a store, whose
+    schema creation can wait on another process's lock), and would never release it here. The stores
+    stay: their engines get new connection pools (`tuner.storage._engine`)."""
+    global _dbs_lock, _warned_lock
+    _dbs_lock = threading.Lock()
+    _warned_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def warn_once(cause: tuple[str, ...], msg: str, *args: Any) -> None:
     """Log `msg` as a warning the first time `cause` is seen in this process, at debug level after."""
     with _warned_lock:

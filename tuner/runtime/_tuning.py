@@ -12,7 +12,9 @@ current space, the old winner included if it is still there.
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -43,6 +45,34 @@ class AllConfigsFailedError(RuntimeError):
     def __init__(self, message: str, errors: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.errors = errors
+
+
+# The claims this process holds now: (store, key hash, owner). A tuning in a daemon thread (a server's
+# warm-up thread, a background worker) is stopped without its `finally` when the interpreter exits: its
+# claim would stay, and processes on other hosts would wait out its lease for a tuning that is not
+# running. `_release_at_exit` releases them (atexit runs before daemon threads are stopped).
+_held: dict[tuple[int, str, str], ConfigCache] = {}
+_exit_hook = [False]
+
+
+def _hold(db: ConfigCache, key_hash: str, owner: str) -> None:
+    if not _exit_hook[0]:
+        _exit_hook[0] = True
+        atexit.register(_release_at_exit)
+    _held[(id(db), key_hash, owner)] = db
+
+
+def _release_at_exit() -> None:
+    for (_, key_hash, owner), db in list(_held.items()):
+        guarded(db, "write", "release a claim at exit", lambda: db.release(key_hash, owner), None)  # noqa: B023
+    _held.clear()
+
+
+def _after_fork_in_child() -> None:  # the parent's claims are the parent's to release
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _waited(cfg: dict[str, Any]) -> Resolution:
@@ -77,6 +107,7 @@ def tune_once(req: Request) -> Resolution:
             if claimed is None:  # the store cannot be written: tune in memory
                 return _tune(req, None, None, stale=False)
             if claimed:
+                _hold(db, ck.hash, owner)
                 # another process may have finished just before our claim
                 e = guarded(db, "read", "read an entry", lambda: db.get(ck), None)
                 cfg = usable_config(req, e) if e is not None else None
@@ -105,6 +136,8 @@ def _release(db: ConfigCache, key_hash: str, owner: str) -> None:
     except BaseException:
         guarded(db, "write", "release a claim", lambda: db.release(key_hash, owner), None)
         raise
+    finally:
+        _held.pop((id(db), key_hash, owner), None)
 
 
 def _invoker(req: Request, restore: Callable[[], None] | None) -> Callable[[dict[str, Any]], Any]:

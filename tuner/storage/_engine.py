@@ -31,6 +31,7 @@ __all__ = [
     "StoreTimeout",
     "StoreUnreachable",
     "engine_for",
+    "engine_of",
     "engine_kwargs",
     "install_sqlite_errors",
     "sqlite_fault_in",
@@ -545,7 +546,7 @@ _lock = threading.Lock()
 
 def engine_for(url: str) -> Engine:
     """The engine of this process for `url`: one per URL and process, shared by the results store, the
-    config cache and the task board (a forked child gets its own)."""
+    config cache and the task board (a forked child gets its own pool: `_after_fork_in_child`)."""
     url = normalize_url(url)
     key = (os.getpid(), url)
     eng = _engines.get(key)
@@ -555,3 +556,34 @@ def engine_for(url: str) -> Engine:
             if eng is None:
                 eng = _engines[key] = make_engine(url)
     return eng
+
+
+def engine_of(url: str) -> Engine | None:
+    """The engine `engine_for(url)` gave this process, if it made one."""
+    return _engines.get((os.getpid(), normalize_url(url)))
+
+
+# The pools a forked child inherited: kept referenced, never used or closed (see `_after_fork_in_child`).
+_inherited_pools: list[Any] = []
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (gunicorn --preload, multiprocessing's fork, a DataLoader worker) must not use the
+    connections its parent opened: a PostgreSQL socket shared by two processes mixes their replies (a
+    read hangs for ever or returns the other process's rows), and SQLite forbids carrying a connection
+    across fork. Each engine of the parent (the ResultStore and ConfigCache objects the child inherited
+    hold them) gets a new, empty pool, as SQLAlchemy's `Engine.dispose(close=False)` does (without its
+    `engine_disposed` event, which would unpin the SQLite file the parent opened: it is still the same
+    file). The old pools are kept, untouched: closing their connections here would end the parent's
+    PostgreSQL sessions. The lock is new (a parent thread may have held it at the fork)."""
+    global _lock
+    _lock = threading.Lock()
+    pid = os.getpid()
+    for (owner, url), eng in list(_engines.items()):
+        _inherited_pools.append(eng.pool)
+        eng.pool = eng.pool.recreate()
+        del _engines[(owner, url)]
+        _engines[(pid, url)] = eng
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

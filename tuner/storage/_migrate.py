@@ -66,6 +66,14 @@ _PG_LOCK_KEY = 0x2B8F3E1C5A7D9064
 _thread_lock = threading.RLock()
 
 
+def _after_fork_in_child() -> None:  # a parent thread may have held the lock (migrating) at the fork
+    global _thread_lock
+    _thread_lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def schema_revision(conn: Connection) -> str | None:
     """The migration revision of the database (None: no version table yet, e.g. a first-release store)."""
     try:

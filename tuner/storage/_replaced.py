@@ -29,7 +29,7 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
-from ._engine import StoreError, _engines, _lock, _operation, normalize_url, sqlite_path
+from ._engine import StoreError, _operation, engine_of, normalize_url, sqlite_path
 
 __all__ = ["check_file", "file_identity", "holding", "reopen_if_replaced", "replaced_error", "watch_file"]
 
@@ -111,8 +111,7 @@ def reopen_if_replaced(url: str) -> bool:
     was = _pinned.get(path)
     if was is None or file_identity(path) == was or _held.get(path):
         return False
-    with _lock:
-        eng = _engines.get((os.getpid(), normalize_url(url)))
+    eng = engine_of(url)
     if eng is not None:
         eng.dispose()  # unpins (`watch_file(owner=True)`)
     _unpin(path)
@@ -176,3 +175,11 @@ def watch_file(engine: Engine, path: str, *, owner: bool = False) -> None:
     event.listen(engine, "rollback", _rollback)
     if owner:
         event.listen(engine, "engine_disposed", lambda _engine: _unpin(path))
+
+
+def _after_fork_in_child() -> None:  # a parent thread may have held the lock at the fork
+    global _pin_lock
+    _pin_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
