@@ -295,3 +295,37 @@ def test_an_exit_while_a_daemon_thread_tunes_releases_its_claim(tmp_path: Path) 
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         # Old code: the claim stayed, and a process on another host waited out its lease (120 s).
         assert con.execute("SELECT COUNT(*) FROM tuner_cache_claims").fetchone()[0] == 0
+
+
+def test_a_tuning_on_an_event_loops_thread_is_warned_about_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A first call inside a coroutine tunes on the loop's thread and blocks the loop: logged once per
+    kernel; a first call through asyncio.to_thread (another thread) is not."""
+    import asyncio
+    import logging
+
+    import tuner
+
+    def make(name: str):  # type: ignore[no-untyped-def]
+        @tuner.autotune(
+            configs=[{"a": 1}, {"a": 2}],
+            key=lambda n: {"n": n},
+            name=name,
+            bench=lambda call: (call(), 1.0)[1],
+        )
+        def f(n: int, *, a: int) -> int:
+            return n + a
+
+        return f
+
+    on_loop, off_loop = make("evloop_on"), make("evloop_off")
+
+    async def main() -> None:
+        on_loop(1)
+        on_loop(2)  # a second key of the same kernel: no second warning
+        await asyncio.to_thread(off_loop, 1)
+
+    caplog.set_level(logging.WARNING, logger="tuner")
+    asyncio.run(main())
+    said = [r.getMessage() for r in caplog.records if "event loop" in r.getMessage()]
+    assert len(said) == 1 and "evloop_on" in said[0], said
+    assert on_loop.tuner.stats["tuned"] == 2 and off_loop.tuner.stats["tuned"] == 1

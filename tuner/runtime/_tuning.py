@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -168,12 +169,35 @@ def _invoker(req: Request, restore: Callable[[], None] | None) -> Callable[[dict
     return each
 
 
+_warned_event_loop: set[str] = set()  # kernels already warned about (`_warn_if_on_an_event_loop`)
+
+
+def _warn_if_on_an_event_loop(name: str) -> None:
+    """A tuning that starts on the thread of a running asyncio event loop blocks every coroutine of that
+    loop until it ends: say so, once per kernel and process (asyncio is not imported for this)."""
+    aio = sys.modules.get("asyncio")
+    if aio is None or name in _warned_event_loop:
+        return
+    try:
+        aio.get_running_loop()
+    except RuntimeError:  # no loop runs on this thread
+        return
+    _warned_event_loop.add(name)
+    log.warning(
+        "tuner: tuning %s on the thread of a running asyncio event loop: the loop is blocked until the "
+        "tuning ends; tune before serving, ship a cache file (offline mode), or make the first call "
+        "through asyncio.to_thread (docs/production.md)",
+        name,
+    )
+
+
 def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: bool) -> Resolution:
     """Tune `req.key` over `req.space`; record the trials and store the winner when `db` is given
     (`stale`: the stored entry for the key cannot serve the space and is to be replaced)."""
     from .._optimize import optimize
 
     t, ck = req.t, req.key
+    _warn_if_on_an_event_loop(t.name)
     space = req.space
     bench = t.timer(req.args, req.kwargs, ck.device)
     restore = t.restorer.take(req.args, req.kwargs)
