@@ -326,15 +326,14 @@ class Autotuned:
         self, args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]
     ) -> dict[str, Any]:
         """The config of offline mode's chain for a call that cannot be timed (`_traced_miss`)."""
-        ck = self.keys.full(args, kwargs)
-        res = resolve(Request(self, ck, args, kwargs, target, "offline", create=False, retune=False))
-        why = (
+        return self._offline_choice(
+            args,
+            kwargs,
+            target,
             "not timed: inside this jax trace the function reads traced values it is not passed (an "
             "attribute of self, a closure); call it once outside jax.jit, or pass them as arguments, to "
-            f"tune it; {res.why}"
-        )
-        self._note(ck, dataclasses.replace(res, why=why))
-        return res.config
+            "tune it",
+        )[1]
 
     def _placeholder_miss(self, args: tuple, kwargs: dict, memo: Any, what: str) -> dict[str, Any]:
         """A miss of a call with torch placeholder tensors (`_torch.placeholder`: a FakeTensor, a meta
@@ -343,14 +342,22 @@ class Autotuned:
         (`untimed`); nothing is stored, and the key's first call with real tensors tunes it."""
         if memo is not None and memo in self.untimed:
             return self.untimed[memo]
-        ck = self.keys.full(args, kwargs)
-        res = resolve(Request(self, ck, args, kwargs, self.fn, "offline", create=False, retune=False))
-        why = f"not timed: called with {what}, which holds no data; {res.why}"
-        self._note(ck, dataclasses.replace(res, why=why, quiet=True))
+        why = f"not timed: called with {what}, which holds no data"
+        ck, cfg = self._offline_choice(args, kwargs, self.fn, why, quiet=True)
         self._logged.discard(ck.hash)  # the real call's choice is still logged
         if memo is not None:
-            self.untimed[memo] = res.config
-        return res.config
+            self.untimed[memo] = cfg
+        return cfg
+
+    def _offline_choice(
+        self, args: tuple, kwargs: dict, target: Callable[..., Any], why: str, *, quiet: bool = False
+    ) -> tuple[Any, dict[str, Any]]:
+        """(stored key, config) of offline mode's chain for a call that is not timed, noted with `why`
+        before the chain's own reason (`quiet`: at debug level)."""
+        ck = self.keys.full(args, kwargs)
+        res = resolve(Request(self, ck, args, kwargs, target, "offline", create=False, retune=False))
+        self._note(ck, dataclasses.replace(res, why=f"{why}; {res.why}", quiet=quiet or res.quiet))
+        return ck, res.config
 
     def retune_requested(self, args: tuple, kwargs: dict) -> bool:
         """Whether code asked this call's key to be tuned again (the `triton.autotune` drop-in: its key

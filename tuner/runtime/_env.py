@@ -98,9 +98,7 @@ def default_name(fn: Any) -> str:
     module = getattr(base, "__module__", None)
     if not isinstance(qualname, str):  # a callable object: its class
         qualname, module = type(base).__qualname__, type(base).__module__
-    if (
-        module == "__mp_main__"
-    ):  # the main script, as multiprocessing's spawn and forkserver children import it
+    if module == "__mp_main__":  # the main script as multiprocessing's spawn/forkserver children import it
         module = "__main__"
     name = f"{module or '?'}.{qualname}"
     if bound:

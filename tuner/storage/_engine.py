@@ -540,7 +540,7 @@ def make_engine(url: str) -> Engine:
     return eng
 
 
-_engines: dict[tuple[int, str], Engine] = {}
+_engines: dict[str, Engine] = {}  # by URL; a forked child keeps them with new pools
 _lock = threading.Lock()
 
 
@@ -548,19 +548,18 @@ def engine_for(url: str) -> Engine:
     """The engine of this process for `url`: one per URL and process, shared by the results store, the
     config cache and the task board (a forked child gets its own pool: `_after_fork_in_child`)."""
     url = normalize_url(url)
-    key = (os.getpid(), url)
-    eng = _engines.get(key)
+    eng = _engines.get(url)
     if eng is None:
         with _lock:
-            eng = _engines.get(key)
+            eng = _engines.get(url)
             if eng is None:
-                eng = _engines[key] = make_engine(url)
+                eng = _engines[url] = make_engine(url)
     return eng
 
 
 def engine_of(url: str) -> Engine | None:
     """The engine `engine_for(url)` gave this process, if it made one."""
-    return _engines.get((os.getpid(), normalize_url(url)))
+    return _engines.get(normalize_url(url))
 
 
 # The pools a forked child inherited: kept referenced, never used or closed (see `_after_fork_in_child`).
@@ -578,12 +577,9 @@ def _after_fork_in_child() -> None:
     PostgreSQL sessions. The lock is new (a parent thread may have held it at the fork)."""
     global _lock
     _lock = threading.Lock()
-    pid = os.getpid()
-    for (owner, url), eng in list(_engines.items()):
+    for eng in _engines.values():
         _inherited_pools.append(eng.pool)
         eng.pool = eng.pool.recreate()
-        del _engines[(owner, url)]
-        _engines[(pid, url)] = eng
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
