@@ -170,7 +170,7 @@ def _optuna_study(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, An
     from tuner.storage._migrate import ensure_schema
     from tuner.store import ResultStore
 
-    # The schema first, without the 1 s timeout: alembic imports its migration scripts inside the
+    # The schemas first, without the 1 s timeout: alembic imports its migration scripts inside the
     # migration's transaction, and on a fresh clone (no bytecode yet) that pause alone outlasted 1 s of
     # idle_in_transaction_session_timeout (a CI run failed so). What is tested is the Optuna storage's use.
     plain = create_engine(pg_url)
@@ -178,6 +178,9 @@ def _optuna_study(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, An
         ensure_schema(plain)
     finally:
         plain.dispose()
+    optuna.storages.RDBStorage(
+        pg_url
+    ).engine.dispose()  # Optuna's tables too (its first creation idles as well)
     monkeypatch.setenv("TUNER_PG_TIMEOUT", "1")
     storage = ResultStore(pg_url).optuna_storage()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # for this test (conftest puts it back after)
