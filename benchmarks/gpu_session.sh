@@ -3,7 +3,8 @@
 #   bash benchmarks/gpu_session.sh OUTDIR
 # Expects the missing Python packages as wheels in .whl/ (docs/benchmarks.md says which), installs them
 # into a temporary folder (no pip install into the image), then runs, each under its own time limit and
-# with its log in OUTDIR: third-party kernels through the drop-ins (foreign_gpu_check.py), the kernel
+# with its log in OUTDIR: third-party kernels through the drop-ins (foreign_gpu_check.py,
+# thirdparty_gpu_check.py), the jax-version-dependent CPU tests under the image's jax, the kernel
 # checks of gpu_validate.py, the runtime's device check, the suite's GPU-only tests, and the drop-in's
 # test files with CUDA as torch's default device (tests/_gpu_default_device.py).
 set -u
@@ -22,11 +23,18 @@ step() {  # step NAME SECONDS CMD...: run with a time limit, log to OUTDIR/NAME.
   local rc=$?
   echo "== $name: rc=$rc in $((SECONDS - t0)) s"
   if [ "$name" = study ]; then tail -n 45 "$out/$name.log"; return; fi
+  if [ "$name" = thirdparty ]; then tail -n 6 "$out/$name.log"; return; fi
   grep -E "^(PASS|FAIL|summary|versions|  check|device in key|first call|CPU-side|  [a-z.]+ hit|  plain|offline|result|kernel checks|elapsed)|passed|failed|error" "$out/$name.log" | tail -40
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 # Most informative first: a run cut short by the caller's limit still leaves these logs.
 step foreign 120 python3 benchmarks/foreign_gpu_check.py
+step thirdparty 60 python3 benchmarks/thirdparty_gpu_check.py
+# The jax-version-dependent paths of the runtime (tracing, config layers, real Pallas programs) under this
+# image's jax: the suite's CPU tests, run here because CI has one jax version only.
+JAX_PLATFORMS=cpu step jax_version 100 python3 -m pytest -q -p no:cacheprovider --timeout 60 -rf \
+  tests/test_thirdparty_pallas.py tests/test_runtime_jax_tracing.py tests/test_jax_helper_thread_settings.py \
+  tests/test_jax_real_programs.py tests/test_source_hash_values.py
 TRITON_INTERPRET=0 JAX_PLATFORMS=cuda,cpu step dropin_on_gpu 150 python3 -m pytest -q -p no:cacheprovider \
   -p tests._gpu_default_device --timeout 60 -rf tests/test_foreign_kernels.py tests/test_triton_conformance.py
 # A study on this GPU (device "auto", bf16, the study worker and its measurement processes), its cache

@@ -82,10 +82,16 @@ def main() -> int:
             out.append(float(dst[0]))
         except Exception as exc:  # noqa: BLE001 - reported, compared between the two
             out.append(type(exc).__name__)
-        twin = copy.deepcopy(fill)
-        dst.zero_()
-        twin[grid](dst, n)
-        out += [float(dst[0]), bench.n]
+        # triton 3.6's own autotuned kernel cannot be deep-copied once it has compiled on a GPU (its
+        # device caches hold a lock): the outcome, value or error, is what the two must share
+        try:
+            twin = copy.deepcopy(fill)
+            dst.zero_()
+            twin[grid](dst, n)
+            out.append(float(dst[0]))
+        except Exception as exc:  # noqa: BLE001 - reported, compared between the two
+            out.append(f"deepcopy: {type(exc).__name__}")
+        out.append(bench.n)
         seen = []
         orig = fill.run
         fill.run = lambda *a, _s=seen, _o=orig, **kw: (_s.append(1), _o(*a, **kw))[1]
@@ -95,7 +101,14 @@ def main() -> int:
             torch.cuda.synchronize()
         results[name] = out
         print(name, out)
-    same = results["triton"] == results["tuner"]
+    ours, theirs = results["tuner"], results["triton"]
+    # Where triton's own kernel fails to deep-copy (triton 3.6 on a GPU), tuner's may work: not a difference
+    copy_at = 4
+    if str(theirs[copy_at]).startswith("deepcopy:") and not str(ours[copy_at]).startswith("deepcopy:"):
+        print(f"tuner's kernel deep-copies where triton's does not ({theirs[copy_at]})")
+        ours = ours[:copy_at] + ours[copy_at + 1 :]
+        theirs = theirs[:copy_at] + theirs[copy_at + 1 :]
+    same = ours == theirs
     print("same" if same else "DIFFER")
     return 0 if same else 1
 

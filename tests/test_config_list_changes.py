@@ -26,6 +26,7 @@ import pytest
 from tuner.search_spaces import IntRange, SearchSpace
 
 import tuner
+from tests._env import repo_pythonpath  # noqa: E402
 from tuner.runtime import ConfigCache
 from tuner.store import ResultStore, TaskContext
 
@@ -87,7 +88,7 @@ print(json.dumps({"timed": timed, "used": int(out[0]), "tuned": t.stats["tuned"]
 
 
 def _run(script: Path, home: Path, *extra: str) -> dict:
-    env = {**os.environ, "TUNER_HOME": str(home), "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "TUNER_HOME": str(home), "TRITON_INTERPRET": "1", "PYTHONPATH": repo_pythonpath()}
     env.pop("TUNER_MODE", None)
     for kv in extra:
         k, v = kv.split("=", 1)

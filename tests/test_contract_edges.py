@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tuner
+from tests._env import repo_pythonpath  # noqa: E402
 from tuner import SearchSpace, optimize
 
 STRATEGIES = ["auto", "random", "tpe", "model", "transfer_best", "xgb_greedy"]
@@ -387,7 +388,7 @@ print(json.dumps(out))
 def test_same_seed_same_calls_in_processes_with_different_hash_seeds():
     runs = []
     for hash_seed in ("1", "4242"):
-        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": repo_pythonpath()}
         proc = subprocess.run(
             [sys.executable, "-c", _CHILD, *STRATEGIES], env=env, capture_output=True, text=True, timeout=300
         )

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests._env import repo_pythonpath  # noqa: E402
 from tuner.cli import main as cli
 from tuner.runtime import CacheKey
 from tuner.runtime._kernel import kernel_cache_key
@@ -534,7 +535,7 @@ def test_fleet_of_workers_on_postgres_exports_every_winner(
         assert (
             cli(["study", "from-misses", *fac, "--output", str(tmp_path / "out"), "--out", str(study)]) == 0
         )
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]), "TUNER_MODE": ""}
+        env = {**os.environ, "PYTHONPATH": repo_pythonpath(tmp_path), "TUNER_MODE": ""}
         cmd = [sys.executable, "-m", "tuner", "study", "run", str(study), "--storage", url, "--quiet"]
         cmd += ["--no-report", "--executor", "tuner.studies._from_misses:run_decorated"]
         procs = [

@@ -16,6 +16,7 @@ import pytest
 from tuner.kernels import KernelSpec
 from tuner.search_spaces import IntRange, SearchSpace
 
+from tests._env import repo_pythonpath  # noqa: E402
 from tuner.measure import (
     STATUSES,
     CallableMeasurer,
@@ -344,7 +345,7 @@ def test_version_lookup_does_not_import_frameworks():
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        env={**os.environ, "PYTHONPATH": repo_pythonpath()},
     ).stdout
     assert out.strip().endswith("[]"), out
     assert "torch" in out
@@ -380,7 +381,7 @@ def test_worker_dies_with_its_parent(tmp_path):
         [sys.executable, str(script)],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": os.getcwd(), "TMPDIR": str(tmp_path)},
+        env={**os.environ, "PYTHONPATH": repo_pythonpath(), "TMPDIR": str(tmp_path)},
     )
     wpid = int(p.stdout.readline())
     os.kill(wpid, 0)  # alive
@@ -470,7 +471,7 @@ def _run_script(script, *, tmpdir):
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "PYTHONPATH": os.getcwd(), "TMPDIR": str(tmpdir)},
+        env={**os.environ, "PYTHONPATH": repo_pythonpath(), "TMPDIR": str(tmpdir)},
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tuner
+from tests._env import repo_pythonpath  # noqa: E402
 from tuner import PowerOfTwo, SearchSpace
 from tuner.runtime import CacheEntry, CacheKey, ConfigCache, load_cache, set_cost_model_hook, write_cache_file
 
@@ -544,7 +545,12 @@ def test_runtime_device_check_script_runs_on_the_interpreter(tmp_path: Path) -> 
     import sys
 
     repo = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "TUNER_HOME": str(tmp_path), "PYTHONPATH": str(repo), "CUDA_VISIBLE_DEVICES": ""}
+    env = {
+        **os.environ,
+        "TUNER_HOME": str(tmp_path),
+        "PYTHONPATH": repo_pythonpath(),
+        "CUDA_VISIBLE_DEVICES": "",
+    }
     p = subprocess.run(
         [sys.executable, str(repo / "benchmarks" / "runtime_device_check.py")],
         capture_output=True,

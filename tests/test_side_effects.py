@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from tests._env import repo_pythonpath  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 
 # The snapshot helper, as source: it runs inside the probe's interpreter.
@@ -170,7 +172,13 @@ def probe(
     # Not pytest's environment (conftest.py sets TRITON_INTERPRET and JAX_PLATFORMS): each use says its own.
     drop = ("TUNER_", "PYTEST", "TRITON_", "JAX_", "XLA_")
     base = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    run_env = {**base, "TMPDIR": str(tmp), "TUNER_HOME": str(home), "PYTHONPATH": str(REPO), **(env or {})}
+    run_env = {
+        **base,
+        "TMPDIR": str(tmp),
+        "TUNER_HOME": str(home),
+        "PYTHONPATH": repo_pythonpath(),
+        **(env or {}),
+    }
     p = subprocess.run(
         [sys.executable, "-c", script], cwd=tmp_path, env=run_env, capture_output=True, text=True, timeout=300
     )

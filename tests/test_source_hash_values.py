@@ -18,13 +18,13 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 import tuner
+from tests._env import repo_pythonpath  # noqa: E402
 from tests.test_runtime_source_hash import load_copy
 from tuner.runtime._source import _Values, code_hash
 
@@ -263,10 +263,14 @@ def test_the_hash_is_the_same_in_a_new_process(tmp_path, _tuner_home):
     """Two processes with different string hash seeds (set order) and addresses: the second finds the
     first one's entry, and both hash as this process does."""
     (tmp_path / "tuner_srcval_proc.py").write_text(NEW_PROCESS_MODULE)
-    repo = Path(__file__).resolve().parent.parent
     outs = []
     for seed in ("1", "2"):
-        env = {**os.environ, "PYTHONPATH": str(repo), "PYTHONHASHSEED": seed, "TUNER_HOME": str(_tuner_home)}
+        env = {
+            **os.environ,
+            "PYTHONPATH": repo_pythonpath(),
+            "PYTHONHASHSEED": seed,
+            "TUNER_HOME": str(_tuner_home),
+        }
         p = subprocess.run(
             [sys.executable, "-c", SCRIPT, str(tmp_path)],
             capture_output=True,

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests._env import repo_pythonpath  # noqa: E402
 from tests._study_fake import executor as fake_executor
 from tests.test_runtime_faults import (  # noqa: F401 - the fixtures
     _fresh_stores,
@@ -182,7 +183,7 @@ def deleting(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
     import tests._study_fake
 
     monkeypatch.setattr(tests._study_fake, "_trials_here", [0])
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))  # for worker processes
+    monkeypatch.setenv("PYTHONPATH", repo_pythonpath())  # for worker processes
 
     def set_(after: int, how: str = "delete") -> None:
         monkeypatch.setenv("FAKE_DELETE_AFTER", str(after))

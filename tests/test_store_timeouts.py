@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
+from tests._env import repo_pythonpath  # noqa: E402
 from tests.pg import DRIVERS, fresh_database
 from tests.test_studies import FAKE, REPO, finished_configs, write_study
 
@@ -231,7 +232,7 @@ def test_a_study_worker_fails_within_bounded_time_and_its_task_is_claimable(
         **os.environ,
         "TUNER_PG_TIMEOUT": "1",
         "FAKE_TRIAL_SLEEP": "0.2",
-        "PYTHONPATH": str(REPO),
+        "PYTHONPATH": repo_pythonpath(),
     }
     cmd = [sys.executable, "-m", "tuner.cli", "study", "run", str(path), "--storage", pg_url]
     cmd += ["--executor", FAKE, "--quiet", "--no-report"]

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from tests._env import repo_pythonpath  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 FAKE = "tests._study_fake:executor"
 PY = sys.executable
@@ -443,7 +445,7 @@ def test_workers_option_runs_local_worker_processes(
 ) -> None:
     from tuner.studies import TaskBoard, load_study
 
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    monkeypatch.setenv("PYTHONPATH", repo_pythonpath())
     monkeypatch.chdir(REPO)
     p = write_study(tmp_path, n_m=4, budget=3)
     assert cli("study", "run", str(p), "--workers", "2", "--executor", FAKE, "--quiet") == 0

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._env import repo_pythonpath  # noqa: E402
 from tests.pg import fresh_database
 from tests.test_studies import REPO, finished_configs, write_study
 
@@ -149,7 +150,7 @@ def test_retry_failed_on_a_fleet_adds_one_attempt_and_workers_seed_it(
     from tuner.studies import DONE, FAILED, TaskBoard, load_study, run_study, task_trials
     from tuner.studies._runner import _optuna_storage
 
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    monkeypatch.setenv("PYTHONPATH", repo_pythonpath())
     monkeypatch.chdir(REPO)
     spec = load_study(write_study(tmp_path, n_m=3, budget=3), storage=pg_url, check_kernels=False)
     monkeypatch.setenv("FAKE_BROKEN", "all")  # a backend not installed

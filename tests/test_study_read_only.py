@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._env import repo_pythonpath  # noqa: E402
 from tests.test_runtime_faults import mount  # noqa: F401 - the fixture
 from tests.test_studies import FAKE, REPO, cli, write_study
 
@@ -32,7 +33,7 @@ def _ran_study(tmp_path: Path) -> tuple[Path, Path]:
     r = subprocess.run(
         [*cmd, "--quiet", "--no-report"],
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": repo_pythonpath()},
         capture_output=True,
         text=True,
         timeout=300,

@@ -30,6 +30,7 @@ pltpu = pytest.importorskip("jax.experimental.pallas.tpu")
 import numpy as np  # noqa: E402
 
 import tuner  # noqa: E402
+from tests._env import repo_pythonpath  # noqa: E402
 from tuner.runtime import ConfigCache  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -583,7 +584,7 @@ print("ok")
 
 
 def test_shard_map_and_pmap_over_four_cpu_devices(tmp_path):
-    env = {**os.environ, "TUNER_HOME": str(tmp_path), "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "TUNER_HOME": str(tmp_path), "JAX_PLATFORMS": "cpu", "PYTHONPATH": repo_pythonpath()}
     env.pop("XLA_FLAGS", None)
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(_SHARDED)],

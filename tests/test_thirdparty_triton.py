@@ -24,6 +24,7 @@ torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")
 
+from tests._env import repo_pythonpath  # noqa: E402
 from tests.test_triton_autotuner_class import IMPLS, Bench, autotune_of  # noqa: E402
 
 
@@ -492,7 +493,12 @@ def test_the_gpu_check_script_runs_on_the_interpreter(tmp_path):
     from pathlib import Path
 
     repo = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "TUNER_HOME": str(tmp_path), "PYTHONPATH": str(repo), "TRITON_INTERPRET": "1"}
+    env = {
+        **os.environ,
+        "TUNER_HOME": str(tmp_path),
+        "PYTHONPATH": repo_pythonpath(),
+        "TRITON_INTERPRET": "1",
+    }
     p = subprocess.run(
         [sys.executable, str(repo / "benchmarks" / "thirdparty_gpu_check.py"), "--allow-cpu"],
         capture_output=True,
