@@ -482,8 +482,9 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
         cur.close()
 
 
-def engine_kwargs(url: str) -> dict[str, Any]:
-    """The keyword arguments of `create_engine` for `url` (also given to Optuna's RDBStorage)."""
+def engine_kwargs(url: str, timeout_s: float | None = None) -> dict[str, Any]:
+    """The keyword arguments of `create_engine` for `url` (also given to Optuna's RDBStorage).
+    `timeout_s`: the PostgreSQL timeouts in seconds in place of `pg_timeout_s()` (0: none)."""
     if url.startswith("sqlite"):
         return {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
     kw: dict[str, Any] = {"pool_pre_ping": True, "pool_size": 4, "max_overflow": 4}
@@ -493,7 +494,8 @@ def engine_kwargs(url: str) -> dict[str, Any]:
         args = {"connect_timeout": PG_CONNECT_TIMEOUT_S, **_PG_KEEPALIVES}
         kw["connect_args"] = {k: v for k, v in args.items() if k not in parsed.query}
         url_options = parsed.query.get("options")
-        options = _pg_options(url_options if isinstance(url_options, str) else None, pg_timeout_s())
+        limit = pg_timeout_s() if timeout_s is None else timeout_s
+        options = _pg_options(url_options if isinstance(url_options, str) else None, limit)
         if options:
             kw["connect_args"]["options"] = options
         if options and "statement_timeout" in options:
@@ -509,14 +511,16 @@ def engine_kwargs(url: str) -> dict[str, Any]:
 
 
 def set_statement_limit(conn: Connection, seconds: float | None) -> None:
-    """`SET statement_timeout` on one PostgreSQL connection (None: `RESET`, back to its own), and the
-    client-side deadline of its calls with it."""
+    """`SET statement_timeout` and `idle_in_transaction_session_timeout` on one PostgreSQL connection
+    (None: `RESET`, back to its own), and the client-side deadline of its calls with it. A migration
+    needs both: alembic imports its scripts inside the migration's open transaction."""
     if conn.dialect.name != "postgresql":
         return
-    if seconds is None:
-        conn.execute(text("RESET statement_timeout"))
-    else:
-        conn.execute(text(f"SET statement_timeout = {round(seconds * 1000)}"))
+    for param in _PG_TIMEOUT_PARAMS:
+        if seconds is None:
+            conn.execute(text(f"RESET {param}"))
+        else:
+            conn.execute(text(f"SET {param} = {round(seconds * 1000)}"))
     if conn.dialect.driver in ("psycopg2", "psycopg"):
         from ._watchdog import set_limit
 

@@ -283,6 +283,16 @@ def _sqlite_faults(url: str) -> Iterator[None]:
         raise err from exc
 
 
+def _optuna_tables_made(engine: Engine) -> bool:
+    """Whether Optuna's tables exist and carry their version stamp (Optuna's `alembic_version`)."""
+    from sqlalchemy import inspect
+
+    with engine.connect() as conn:
+        if not inspect(conn).has_table("alembic_version"):
+            return False
+        return conn.execute(text("SELECT count(*) FROM alembic_version")).scalar_one() > 0
+
+
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:
     """Optuna's RDBStorage on `url`, created under the schema lock (Optuna creates its tables and stamps
     its version check-then-create; concurrent first opens would race). A SQLite store whose folder cannot
@@ -303,10 +313,17 @@ def optuna_storage(url: str) -> optuna.storages.RDBStorage:
     path = sqlite_path(str(eng.url))
     if path is not None:  # RDBStorage connects (which makes the file) before its engine can be watched
         check_file(path, "opening Optuna's tables")
+    full_url = str(eng.url.render_as_string(hide_password=False))
     with schema_lock(eng), _alembic_quiet(), _sqlite_faults(url):
-        storage = optuna.storages.RDBStorage(
-            str(eng.url.render_as_string(hide_password=False)), engine_kwargs=engine_kwargs(url)
-        )
+        if eng.dialect.name == "postgresql" and not _optuna_tables_made(eng):
+            # Optuna creates its tables and stamps their version in transactions that may idle while
+            # alembic imports its scripts: on an engine of its own with the migration limit, as tuner's
+            limit = pg_timeout_s() and max(pg_timeout_s(), PG_MIGRATION_TIMEOUT_S)
+            with operation("creating Optuna's tables"):
+                maker = optuna.storages.RDBStorage(full_url, engine_kwargs=engine_kwargs(url, limit))
+            install_timeout_errors(maker.engine, url)
+            maker.engine.dispose()
+        storage = optuna.storages.RDBStorage(full_url, engine_kwargs=engine_kwargs(url))
     install_timeout_errors(storage.engine, url)  # same timeouts (engine_kwargs), same clear error
     install_sqlite_errors(storage.engine)  # a corrupt file, a full disk: named, not Optuna's generic error
     if path is not None:
