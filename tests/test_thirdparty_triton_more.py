@@ -816,3 +816,19 @@ def test_xformers_fused_matmul_into_three_outputs(impl):
     names += ["stride_am", "stride_bk", "stride_bn", "stride_cm", "stride_cn", "stripe", "timeout_ns"]
     names += ["wait_counters", "warmup", "world_size", "write_counters"]
     assert [names] * 6 == PRE_HOOK_NARGS
+
+
+def test_a_tensor_named_in_the_key_is_refused_with_the_fix_named() -> None:
+    """Triton keys a tensor named in `key` by the object (a new tuning for every new tensor, each kept
+    alive in `.cache`); the drop-in refuses it and says to key on its shape (docs/api.md)."""
+    import tuner
+
+    @tuner.autotune(configs=[triton.Config({"B": 16}), triton.Config({"B": 32})], key=["x"], do_bench=Bench())
+    @triton.jit
+    def double(x, y, n, B: tl.constexpr):
+        offs = tl.program_id(0) * B + tl.arange(0, B)
+        tl.store(y + offs, tl.load(x + offs, mask=offs < n) * 2, mask=offs < n)
+
+    x = torch.arange(64, dtype=torch.float32)
+    with pytest.raises(TypeError, match="key argument 'x' is an array; key on its shape"):
+        double[lambda m: (triton.cdiv(64, m["B"]),)](x, torch.empty_like(x), 64)
