@@ -15,15 +15,16 @@ import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests import test_runtime_faults as rt
+from tests.pg import fresh_database
 from tests.test_runtime_faults import _fresh_stores, mount  # noqa: F401 - the fixtures
-from tests.test_studies import REPO, cli
+from tests.test_studies import REPO, cli, write_study
 from tuner.runtime._sources import close_stores
 
 
@@ -290,3 +291,101 @@ def test_a_read_only_stores_write_error_names_its_file(_tuner_home: Path) -> Non
     msg = str(exc.value)
     assert msg.startswith(f"store {db}: ") and f"folder {_tuner_home} cannot be written" in msg, msg
     assert "%3A" not in msg and "file:" not in msg, msg
+
+
+# ---- a fleet of study workers that all stop ----------------------------------------------------------------
+def refusing_executor(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
+    """A study executor whose store cannot be used (as a worker finds a full disk, a read-only server or
+    the server's connection limit)."""
+    from tuner.store import StoreError
+
+    raise StoreError("store x: the test's store cannot be written")
+
+
+def test_workers_that_all_stop_on_a_store_error_fail_the_run(
+    _tuner_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Every worker stopped (exit 1) and left its task pending; the command that started them printed
+    # "tasks are still running on other workers" and exited 0.
+    p = write_study(tmp_path, n_m=3, budget=2)
+    capsys.readouterr()
+    rc = cli(
+        "study", "run", str(p), "--workers", "2", "--executor", "tests.test_prod_faults:refusing_executor"
+    )
+    out, err = capsys.readouterr()
+    assert rc == 1, (out, err)
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("tuner: failed: WorkersStopped: study s: 2 of 2 worker processes stopped"), err
+    assert "3 task(s) pending" in last and "run `tuner study run` again" in last, last
+    assert "still running on other workers" not in out
+
+
+# ---- PostgreSQL that only reads (a failover to a hot standby) ------------------------------------------------
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    yield from fresh_database()
+
+
+def _read_only(url: str, on: bool) -> None:
+    from sqlalchemy import create_engine, text
+
+    from tests.pg import ADMIN_URL
+
+    name = url.rsplit("/", 1)[1]
+    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        verb = "SET default_transaction_read_only = on" if on else "RESET default_transaction_read_only"
+        c.execute(text(f'ALTER DATABASE "{name}" {verb}'))  # new sessions only
+    admin.dispose()
+
+
+@pytest.mark.postgres
+def test_a_read_only_server_is_named_so(pg_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    from tuner.runtime import ConfigCache
+    from tuner.storage import StoreError
+
+    f, _ = rt.make(storage=pg_url)
+    rt.check_calls(f, (100,))
+    close_stores()
+    _read_only(pg_url, True)
+    try:
+        caplog.set_level(logging.WARNING)
+        g, bench = rt.make(storage=pg_url)
+        rt.check_calls(g, (100,))  # a stored entry: read, a hit
+        assert g.tuner.stats["from_store"] == 1 and bench.calls == 0
+        rt.check_calls(g, (200,))  # a new key: tuned in memory, one warning that says why
+        msgs = rt.store_warnings(caplog)
+        assert len(msgs) == 1 and "the server only reads" in msgs[0], msgs
+        with pytest.raises(StoreError, match="the server only reads .*read-only transaction"):
+            ConfigCache(pg_url).merge(ConfigCache(pg_url).entries())
+    finally:
+        close_stores()
+        _read_only(pg_url, False)
+
+
+@pytest.mark.postgres
+def test_study_workers_on_a_server_that_turned_read_only_fail_the_run(
+    pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tuner.studies import PENDING, TaskBoard, load_study, prepare_study
+
+    p = write_study(tmp_path, n_m=2, budget=2)
+    spec = prepare_study(load_study(p, storage=pg_url, check_kernels=False))
+    _read_only(pg_url, True)  # the workers' new sessions land on a server that only reads
+    try:
+        capsys.readouterr()
+        rc = cli(
+            "study", "run", str(p), "--storage", pg_url, "--workers", "2", "--executor",
+            "tests._study_fake:executor", "--no-report",
+        )  # fmt: skip
+        out, err = capsys.readouterr()
+    finally:
+        close_stores()
+        _read_only(pg_url, False)
+    assert rc == 1, (out, err)
+    assert "WorkersStopped: study s: 2 of 2 worker processes stopped" in err, err
+    board = TaskBoard(pg_url)
+    try:
+        assert {r.status for r in board.rows(spec.name)} == {PENDING}  # nothing lost, nothing half-done
+    finally:
+        board.close()
