@@ -389,3 +389,35 @@ def test_study_workers_on_a_server_that_turned_read_only_fail_the_run(
         assert {r.status for r in board.rows(spec.name)} == {PENDING}  # nothing lost, nothing half-done
     finally:
         board.close()
+
+
+def test_a_worker_whose_hand_back_fails_does_not_say_the_task_went_back(
+    _tuner_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # On a server that only reads (or a full disk), the hand-back fails as the trial did; the log said
+    # "task ... goes back to the queue" while the task stayed held until its lease ran out.
+    from tuner.store import StoreError
+    from tuner.studies import RUNNING, StudyWorker, load_study, prepare_study
+
+    spec = prepare_study(
+        load_study(write_study(tmp_path, n_m=1, budget=2, lease_seconds=30), check_kernels=False)
+    )
+    worker = StudyWorker(spec, executor=refusing_executor)
+
+    def cannot(*args: Any, **kw: Any) -> bool:
+        raise StoreError("store x: the hand-back cannot be written either")
+
+    monkeypatch.setattr(worker.board, "finish", cannot)
+    caplog.set_level(logging.ERROR)
+    try:
+        with pytest.raises(StoreError, match="the test's store"):
+            worker.run()
+        (row,) = worker.board.rows(spec.name)
+    finally:
+        worker.board.close()
+    assert row.status == RUNNING  # held by the lease, as the log line must say
+    (msg,) = [r.getMessage() for r in caplog.records if r.name == "tuner.studies._runner"]
+    assert "goes back to the queue" not in msg, msg
+    assert (
+        "could not be handed back (StoreError); another worker takes it over when its lease runs out" in msg
+    )
