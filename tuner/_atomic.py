@@ -2,7 +2,7 @@
 
 `atomic_write(path, data)` writes `data` to a new file beside `path`, flushes it to disk and renames it over
 `path`, so a reader sees the old file or the new one, never half of one, and a crash or a full disk leaves the
-old file as it was. The new file is created with mode `0o666` filtered by the umask (0644 under the usual
+old file as it was. An `OSError` it raises (the same kind, errno kept) names `path`. The new file is created with mode `0o666` filtered by the umask (0644 under the usual
 umask 022), as `open(path, "w")` would: a shipped cache or report is readable by other users, unlike the
 0600 of `tempfile.mkstemp`. Pass `mode=0o600` for a private file.
 
@@ -45,18 +45,30 @@ def atomic_write(
             break
         except FileExistsError:
             continue
+        except OSError as exc:
+            raise _naming(exc, p) from exc
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, p)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise _naming(exc, p) from exc
         raise
     _fsync_folder(folder)
     return p
+
+
+def _naming(exc: OSError, path: Path) -> OSError:
+    """`exc` as the same kind of OSError naming `path`, the file that was not written (a write or fsync
+    that failed for a full disk names no file at all, and a failed create the temporary one)."""
+    return OSError(
+        exc.errno, f"{exc.strerror or exc} (not written; a file already there is left as it was)", str(path)
+    )
 
 
 def _fsync_folder(folder: Path) -> None:

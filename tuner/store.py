@@ -12,6 +12,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,13 +32,16 @@ from .storage import (
     StoreTimeout,
     StoreUnreachable,
     check_schema,
+    disk_full_in,
     engine_for,
     ensure_schema,
     guard_for,
+    immutable_url,
     normalize_url,
     operation,
     read_only_url,
     redact,
+    sqlite_path,
 )
 from .storage import optuna_storage as _optuna_storage
 from .storage._schema import MeasurementRow
@@ -165,12 +169,29 @@ class ResultStore:
             raise StoreError(
                 f"cannot open store {self._redacted()}: {exc.__class__.__name__}: {exc}"
             ) from exc
-        with operation("opening the store"):
-            if self.read_only:
+        # Set when the store was opened read-only because its disk is full: why, in one line.
+        self.full_disk: str | None = None
+        try:
+            with operation("opening the store"):
+                if self.read_only:
+                    check_schema(self.engine, self.url)
+                    log.info("store %s: its folder cannot be written; opened read-only", self._redacted())
+                elif create:
+                    ensure_schema(self.engine)
+        except StoreError as exc:
+            # A full disk: SQLite cannot even open a WAL store to read it (its `-shm` file cannot grow),
+            # so every stored winner was unseen and tuned again. Read the file as it is instead.
+            path = sqlite_path(self.url)
+            if path is None or path.startswith("file:") or not os.path.isfile(path):
+                raise
+            if os.path.getsize(path) == 0 or not disk_full_in(path, exc):
+                raise
+            self.engine = engine_for(immutable_url(path))
+            self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+            with operation("opening the store"):
                 check_schema(self.engine, self.url)
-                log.info("store %s: its folder cannot be written; opened read-only", self._redacted())
-            elif create:
-                ensure_schema(self.engine)
+            self.read_only, self.full_disk = True, str(exc)
+            log.info("store %s: its disk is full; opened read-only", self._redacted())
         self._optuna_storage: optuna.storages.BaseStorage | None = None
 
     def _redacted(self) -> str:

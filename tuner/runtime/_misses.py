@@ -207,26 +207,37 @@ class MissRecorder:
         lines = self._lines()
         if not lines:
             return 0
+        where: Any = self._folder or "the misses dir"
         try:
-            folder = self.folder
+            where = folder = self.folder
             folder.mkdir(parents=True, exist_ok=True)
             if self._file is None or self._file.parent != folder:
                 name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
                 self._file = folder / name
+            where = self._file
             data = ("\n".join(text for _, _, text in lines) + "\n").encode()
             fd = os.open(self._file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
+                start = os.lseek(fd, 0, os.SEEK_END)
                 view = memoryview(data)
-                while view:
-                    n = os.write(fd, view)
-                    view = view[n:]
+                try:
+                    while view:
+                        n = os.write(fd, view)
+                        view = view[n:]
+                except BaseException:
+                    # A write cut short (a full disk) leaves part of these lines in the file, and the next
+                    # try writes them all again: the complete ones would count twice and the torn one would
+                    # swallow the next line. Cut the file back to where this flush began.
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, start)
+                    raise
             finally:
                 os.close(fd)
         except Exception as exc:  # noqa: BLE001 - recording must never take the caller down
             self.write_errors += 1
             (log.debug if self._failed_once else log.warning)(
-                "record mode: cannot write the miss log under %s (%s: %s); counts kept for the next try",
-                self._folder or "the misses dir",
+                "record mode: cannot write the miss log %s (%s: %s); counts kept for the next try",
+                where,
                 type(exc).__name__,
                 exc,
             )

@@ -57,6 +57,7 @@ _env_caches: dict[str, tuple[tuple[int, int, int] | None, ReadOnlyCache | None]]
 _dbs: dict[str, ConfigCache] = {}
 _failed_opens: dict[str, float] = {}  # url -> time of the last failed open
 _files: dict[str, tuple[int, int] | None] = {}  # url -> (device, inode) of its SQLite file when opened
+_full_since: dict[str, float] = {}  # url -> when it was opened read-only for a full disk (opened again later)
 _dbs_lock = threading.Lock()
 # store -> when one of its writes last waited out the store's timeout (a SQLite lock held by another
 # process, a PostgreSQL statement timeout): its writes are skipped until STORE_RETRY_S has passed, so each
@@ -179,6 +180,11 @@ def open_store(storage: Any, *, create: bool) -> ConfigCache | None:
         return None
     with _dbs_lock:
         c = _dbs.get(url)
+        if c is not None and url in _full_since and time.monotonic() - _full_since[url] >= STORE_RETRY_S:
+            # opened read-only for a full disk: try for writing again (space may have been freed)
+            c.store.engine.dispose()
+            del _dbs[url], _full_since[url]
+            c = None
         if c is not None:
             if _same_file(url):
                 return c
@@ -212,6 +218,15 @@ def open_store(storage: Any, *, create: bool) -> ConfigCache | None:
             )
             return None
         _failed_opens.pop(url, None)
+        if c.store.full_disk is not None:
+            _full_since[url] = time.monotonic()
+            warn_once(
+                ("store", url, "full"),
+                "%s; opened read-only: its entries are used, new results are kept in memory only (tried "
+                "for writing again every %g s)",
+                c.store.full_disk.replace("; its transaction was rolled back, nothing of it was written", ""),
+                STORE_RETRY_S,
+            )
         _dbs[url] = c
         _files[url] = _identity(url)
         return c
@@ -268,6 +283,7 @@ def close_stores() -> None:
             c.store.engine.dispose()
         _dbs.clear()
         _failed_opens.clear()
+        _full_since.clear()
         _write_paused.clear()
 
 
@@ -288,6 +304,8 @@ def guarded(db: ConfigCache, op: str, what: str, fn: Callable[[], T], default: T
     that waited out the store's timeout pauses the store's writes for STORE_RETRY_S (the results of that
     time are kept in memory only); a read that did stops using the store for as long."""
     if op == "write":
+        if getattr(db.store, "full_disk", None) is not None:
+            return default  # opened read-only for a full disk: said once when opened (`open_store`)
         paused = _write_paused.get(db)
         if paused is not None:
             if time.monotonic() - paused < STORE_RETRY_S:

@@ -40,6 +40,8 @@ __all__ = [
     "operation",
     "pg_timeout_s",
     "read_only_url",
+    "immutable_url",
+    "disk_full_in",
     "redact",
     "set_statement_limit",
     "sqlite_path",
@@ -193,10 +195,20 @@ def _timeout_kind(exc: BaseException | None) -> str | None:
 _with_timeout_errors: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
+_PG_READ_ONLY = "25006"  # read_only_sql_transaction: a hot standby, default_transaction_read_only
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a PostgreSQL driver's error (psycopg2's `pgcode`, psycopg 3's `sqlstate`)."""
+    code = getattr(exc, "pgcode", None) or getattr(exc, "sqlstate", None)
+    return code if isinstance(code, str) else None
+
+
 def install_timeout_errors(engine: Engine, url: str) -> None:
     """Turn the timeout errors of a PostgreSQL engine's statements into a `StoreTimeout` that names the
-    store, the operation and the limit, and a connection the server ended under a statement into a
-    `StoreConnectionLost` (the rest of SQLAlchemy's handling, the rollback, is unchanged)."""
+    store, the operation and the limit, a connection the server ended under a statement into a
+    `StoreConnectionLost`, and a write the server refused because it only reads (a hot standby) into a
+    `StoreError` that says so (the rest of SQLAlchemy's handling, the rollback, is unchanged)."""
     if engine.dialect.name != "postgresql" or engine in _with_timeout_errors:
         return
     _with_timeout_errors.add(engine)
@@ -212,7 +224,15 @@ def install_timeout_errors(engine: Engine, url: str) -> None:
     )
 
     def _on_error(ctx: ExceptionContext) -> None:
-        kind = _timeout_kind(ctx.original_exception)
+        exc = ctx.original_exception
+        if _sqlstate(exc) == _PG_READ_ONLY and not ctx.is_pre_ping:
+            said = " ".join(str(exc).split("\n", 1)[0].split())
+            raise StoreError(
+                f"store {where}: {_operation.get() or _describe(ctx.statement)} failed: the server only "
+                f"reads ({said}: a hot standby after a failover, or default_transaction_read_only); its "
+                "transaction was rolled back, nothing of it was written"
+            ) from exc
+        kind = _timeout_kind(exc)
         if kind is None:
             if ctx.connection is None and ctx.statement is None and not ctx.is_pre_ping:
                 _cannot_connect(ctx, where, connect_limit)  # a new connection that could not be made
@@ -323,6 +343,8 @@ def sqlite_fault_message(path: str, what: str, exc: BaseException) -> tuple[type
             f"new store is then made in its place) or salvage its rows with `sqlite3 {path} .recover | sqlite3 {path}.recovered`"
         )
     folder = os.path.dirname(path) or "."
+    if code == _SQLITE_IOERR and _disk_full(exc, folder):
+        code = _SQLITE_FULL  # WAL's shared-memory file could not grow (SQLITE_IOERR_SHMSIZE): no space
     why = {
         _SQLITE_FULL: f"the disk that holds {folder} is full; free space there and run again",
         _SQLITE_READONLY: f"the file or its folder {folder} cannot be written (a read-only mount?)",
@@ -332,6 +354,36 @@ def sqlite_fault_message(path: str, what: str, exc: BaseException) -> tuple[type
         f"store {path}: {what} failed ({sqlite_msg}): {why}; its transaction was rolled back, nothing of "
         "it was written"
     )
+
+
+_SQLITE_IOERR_SHMSIZE = 10 | (19 << 8)
+_LOW_SPACE = 64 * 1024  # below this many free bytes, an I/O error of SQLite's is the full disk's
+
+
+def _disk_full(exc: BaseException | None, folder: str) -> bool:
+    """A SQLite error that a full disk caused: SQLITE_FULL, or an I/O error (the `-shm` file of a WAL
+    database that could not grow, SQLITE_IOERR_SHMSIZE; a write that failed) with no space left there."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code in (_SQLITE_FULL, _SQLITE_IOERR_SHMSIZE):
+        return True
+    try:
+        st = os.statvfs(folder)
+    except (OSError, AttributeError):  # gone, or no statvfs (Windows)
+        return False
+    return st.f_bavail * st.f_frsize < _LOW_SPACE
+
+
+def disk_full_in(path: str, exc: BaseException) -> bool:
+    """`exc`, or an error in its chain of causes, is SQLite's for a full disk under `path`'s folder."""
+    folder = os.path.dirname(os.path.abspath(path))
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if type(cur).__module__ == "sqlite3" and _sqlite_fault(cur) in (_SQLITE_FULL, _SQLITE_IOERR):
+            return _disk_full(cur, folder)
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 def sqlite_fault_in(path: str, what: str, exc: BaseException) -> StoreError | None:
@@ -362,10 +414,11 @@ def install_sqlite_errors(engine: Engine) -> None:
     if engine.dialect.name != "sqlite" or engine in _with_sqlite_errors:
         return
     path = sqlite_path(engine.url.render_as_string(hide_password=False)) or str(engine.url.database)
-    if path.startswith("file:"):  # a read-only URI: file:/path?mode=ro&immutable=1
-        from urllib.parse import unquote
+    from urllib.parse import unquote
 
-        path = unquote(path[len("file:") :])
+    path = unquote(path)  # the engine's URL renders a read-only URI's "file:" as "file%3A"
+    if path.startswith("file:"):  # a read-only URI: file:/path?mode=ro&immutable=1
+        path = path[len("file:") :]
     _with_sqlite_errors.add(engine)
 
     def _on_error(ctx: ExceptionContext) -> None:
@@ -460,6 +513,13 @@ def read_only_url(url: str) -> str | None:
     path = os.path.abspath(path)
     if os.access(os.path.dirname(path), os.W_OK):
         return None
+    return immutable_url(path)
+
+
+def immutable_url(path: str) -> str:
+    """The URL that reads the SQLite file `path` as it is, read-only, creating nothing beside it (no
+    `-shm`, no lock): what is only in a non-empty `-wal` is not read, and a warning says so."""
+    path = os.path.abspath(path)
     wal = path + "-wal"
     if os.path.isfile(wal) and os.path.getsize(wal) > 0 and wal not in _wal_warned:
         _wal_warned.add(wal)

@@ -63,6 +63,7 @@ from ._spec import StudySpec, StudyTask, task_distance
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "WorkersStopped",
     "Executor",
     "LeaseLost",
     "StudyWorker",
@@ -665,11 +666,17 @@ class StudyWorker:
                 # (each trial is its own transaction); the task goes back to the queue, and this worker
                 # stops with the error. Where the hand-back cannot be written either, the lease runs out
                 # and another worker takes the task over.
-                log.error(
-                    "worker %s: %s; task %s goes back to the queue", self.worker_id, exc, claim.task.key
-                )
-                with contextlib.suppress(Exception):
-                    self.board.finish(claim, PENDING)
+                try:
+                    back = self.board.finish(claim, PENDING)
+                    then = "goes back to the queue" if back else "was taken over by another worker"
+                except Exception as again:  # noqa: BLE001 - the store's error is the one raised
+                    # the same fault (a full disk, a server that became read-only after a failover):
+                    # say so, rather than that the task went back when it did not
+                    then = (
+                        f"could not be handed back ({again.__class__.__name__}); another worker takes it "
+                        f"over when its lease runs out ({self.lease_s:g} s after its last renewal)"
+                    )
+                log.error("worker %s: %s; task %s %s", self.worker_id, exc, claim.task.key, then)
                 raise
             getattr(summary, outcome).append(claim.task.key)
         return summary
@@ -939,7 +946,34 @@ def _run_prepared(
     if bad:
         log.warning("worker processes exited with %s", bad)
     _check_study_file(opened, "nothing was written into the deleted file after that")
-    return _summary(spec)
+    summary = _summary(spec)
+    codes = [p.returncode for p in procs]
+    _check_workers(summary, codes)
+    return summary
+
+
+class WorkersStopped(RuntimeError):
+    """`run_study(..., workers=N)`: local workers stopped with an error (a store they could not reach or
+    write, the server's connection limit) and left tasks that no local worker is running."""
+
+
+def _check_workers(summary: RunSummary, codes: list[int]) -> None:
+    """Raise `WorkersStopped` when the local workers are all gone but the study is not finished because
+    some of them stopped early: tasks still pending (a worker exits 1 only once the queue is empty,
+    unless an error stopped it), or every worker failed. Without this, a fleet that could not even
+    open the store ended like one whose tasks other machines were still running: exit 0."""
+    failed = [c for c in codes if c != 0]
+    pending = summary.counts.get(PENDING, 0)
+    if summary.complete or not failed or not (pending or len(failed) == len(codes)):
+        return
+    running = summary.counts.get(RUNNING, 0)
+    raise WorkersStopped(
+        f"study {summary.study}: {len(failed)} of {len(codes)} worker processes stopped with an error "
+        f"(exit codes {sorted(set(failed))}; their own lines above say why), leaving {pending} task(s) "
+        f"pending and {running} held by a lease (a worker elsewhere, or one of these whose hand-back "
+        "could not be written, taken over when the lease runs out); nothing finished was lost: run "
+        "`tuner study run` again once the cause is fixed"
+    )
 
 
 class _Monitor:
