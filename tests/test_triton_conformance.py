@@ -24,6 +24,7 @@ triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")
 
 import tuner  # noqa: E402
+from tests._versions import triton_before  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 IMPLS = ["triton", "tuner"]
@@ -35,10 +36,11 @@ def autotune_of(impl: str):
     return triton.autotune if impl == "triton" else tuner.autotune
 
 
-def xfail_on_triton(request: pytest.FixtureRequest, impl: str, why: str) -> None:
-    """The case runs for both; on the pinned Triton (and on 3.6.0, the GPU machine's) it must fail
-    (strict), for the reason given."""
-    if impl == "triton":
+def xfail_on_triton(request: pytest.FixtureRequest, impl: str, why: str, fixed_in: str) -> None:
+    """The case runs for both; on a Triton older than `fixed_in` (the pinned one, and 3.6.0, the GPU
+    machine's) it must fail (strict), for the reason given; from `fixed_in` on, Triton passes it too
+    (checked on triton 3.8.0 and 3.9.0, the newest releases on 2026-12-04)."""
+    if impl == "triton" and triton_before(fixed_in):
         request.applymarker(pytest.mark.xfail(strict=True, reason=f"triton {triton.__version__}: {why}"))
 
 
@@ -220,7 +222,7 @@ def _write_one_kernel(autotune, **kw):
 @pytest.mark.parametrize("by_name", [False, True])
 def test_reset_to_zero(request, impl, src_is_none, by_name):
     if src_is_none:
-        xfail_on_triton(request, impl, "the default pre-hook calls None.zero_() (fixed in later triton)")
+        xfail_on_triton(request, impl, "the default pre-hook calls None.zero_()", fixed_in="3.8.0")
     N = 128
     dst = torch.full((N,), 2.0)
     src = None if src_is_none else dst
@@ -260,7 +262,7 @@ def test_reset_to_zero_before_every_timed_run_and_the_real_one(impl):
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("by_name", [False, True])
 def test_restore_value_with_none(request, impl, by_name):
-    xfail_on_triton(request, impl, "the default pre-hook calls None.clone() (fixed in later triton)")
+    xfail_on_triton(request, impl, "the default pre-hook calls None.clone()", fixed_in="3.8.0")
     N = 128
     dst = torch.full((N,), 2.0)
     k = _write_one_kernel(
@@ -458,7 +460,9 @@ def test_prune_configs(impl, with_perf_model):
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_fractional_top_k_keeps_at_least_one(request, impl):
-    xfail_on_triton(request, impl, "int(2 * 0.3) == 0 configs are kept and min() of nothing raises")
+    xfail_on_triton(
+        request, impl, "int(2 * 0.3) == 0 configs are kept and min() of nothing raises", fixed_in="3.9.0"
+    )
     N = 128
     src, dst = torch.randn(N), torch.empty(N)
     prune = {"perf_model": lambda **kw: kw["BLOCK_SIZE"], "top_k": 0.3}
@@ -473,7 +477,10 @@ def test_fractional_top_k_keeps_at_least_one(request, impl):
 @pytest.mark.parametrize("impl", IMPLS)
 def test_fractional_top_k_counts_the_configs_left_by_early_prune(request, impl):
     xfail_on_triton(
-        request, impl, "top_k is a fraction of all configs, not of those left by early_config_prune"
+        request,
+        impl,
+        "top_k is a fraction of all configs, not of those left by early_config_prune",
+        fixed_in="3.9.0",
     )
     N = 64
     src, dst = torch.randn(N), torch.empty(N)
@@ -503,7 +510,7 @@ def test_fractional_top_k_counts_the_configs_left_by_early_prune(request, impl):
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("prune_kind", ["early_config_prune", "perf_model"])
 def test_a_single_pruned_config_is_not_timed(request, impl, prune_kind, monkeypatch, capsys):
-    xfail_on_triton(request, impl, "the one config left after pruning is still benchmarked")
+    xfail_on_triton(request, impl, "the one config left after pruning is still benchmarked", fixed_in="3.8.0")
     monkeypatch.setenv("TRITON_PRINT_AUTOTUNING", "1")
     N = 128
     src, dst = torch.randn(N), torch.empty(N)
