@@ -137,6 +137,13 @@ def test_cond_switch_while_and_fori_bodies():
     assert bench.calls == 4 and sine.tuner.stats["tuned"] == 2
     assert sine.tuner.last_choice["key"]["key"] == {"n": 16}
 
+    def scoped(x):  # a miss inside a named scope: the traced call keeps the scope's name
+        with jax.named_scope("layer0"):
+            return jax.named_call(sine, name="attn")(x)
+
+    text = jax.jit(scoped).lower(jnp.ones(4)).as_text(debug_info=True)
+    assert "layer0" in text and "attn" in text and sine.tuner.stats["tuned"] == 3
+
 
 # ---- vmap axes, nesting, forward-mode differentiation -------------------------------------------------
 def test_vmap_axes_nested_vmap_linearize_jvp_and_hessian():
@@ -234,6 +241,35 @@ def test_equinox_style_module_pytree():
     mb = Linear(m.w.astype(jnp.bfloat16), m.b.astype(jnp.bfloat16))
     jax.jit(lambda m, x: m(x))(mb, x.astype(jnp.bfloat16))  # a bfloat16 module: its own key
     assert tuned.stats["tuned"] == 2 and tuned.last_choice["key"]["dtypes"] == ["bfloat16"] * 3
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """An Equinox-style module holding the tuned function as a (static) field."""
+
+    w: jax.Array
+    op: object = dataclasses.field(metadata={"static": True})
+
+    def __call__(self, x):
+        return self.op(x @ self.w, self.w)
+
+
+def test_equinox_style_module_with_the_tuned_function_as_a_field():
+    bench = Bench()
+
+    @tuner.autotune(configs=[{"s": 1.0}, {"s": 2.0}], key=lambda x, w: {"n": x.shape[-1]}, bench=bench)
+    def op(x, w, *, s):
+        return jnp.tanh(x) * s / s + 0 * w.sum()
+
+    x = jnp.ones((2, 4))
+    with jax.checking_leaks():
+        r = jax.jit(lambda m, x: m(x))(Block(jnp.eye(4), op), x)
+        g = jax.grad(lambda m: m(x).sum())(Block(jnp.eye(4), op))
+        v = jax.vmap(lambda m, x: m(x))(Block(jnp.stack([jnp.eye(4)] * 3), op), jnp.stack([x] * 3))
+    np.testing.assert_allclose(np.asarray(r), np.asarray(jnp.tanh(x)), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(v[1]), np.asarray(r), rtol=1e-6)
+    assert g.w.shape == (4, 4) and bench.calls == 2 and bench.traced == 0 and op.tuner.stats["tuned"] == 1
 
 
 def test_flax_style_module_with_a_params_pytree_and_a_function_field():
