@@ -306,34 +306,42 @@ class Autotuned:
     ) -> dict[str, Any]:
         """A miss with tracers among the arguments: tuned on concrete stand-ins (`_jax`). A launcher
         that reads values of the caller's trace that it is not passed (an attribute of a `self` that is
-        not a pytree, a closure over a traced value) fails there in every config with jax's
-        UnexpectedTracerError, although the traced call itself works: its config is then chosen untimed,
-        as offline mode chooses (store, files, nearest key, cost model, space default), for this
-        trace and later traces of the key; an eager call of the key still tunes."""
+        not a pytree, a closure over a traced value), or that uses a collective over a named axis of the
+        caller's shard_map, pmap or vmap, fails there in every config (jax's UnexpectedTracerError, or
+        NameError "unbound axis name"), although the traced call itself works: its config is then
+        chosen untimed, as offline mode chooses (store, files, nearest key, cost model, space default),
+        for this trace and later traces of the key; an eager call of the key still tunes. A call with
+        symbolic dimensions (`jax.export` shape polymorphism) has no size to time: chosen untimed too,
+        for this call only (a later trace with concrete shapes of the key tunes it)."""
         if memo is not None and memo in self.untimed:
             return self.untimed[memo]
+        if _jax.symbolic_shapes(args, kwargs):
+            why = (
+                "shapes with symbolic dimensions (jax.export shape polymorphism) have no size to time; "
+                "call it once with concrete shapes of this key (eagerly or under jax.jit) to tune it"
+            )
+            return _jax.resolve_on_concrete(self._untimed(why), self.name, args, kwargs, memo, target)
         try:
             return _jax.resolve_on_concrete(self.miss, self.name, args, kwargs, memo, target)
         except AllConfigsFailedError as exc:
-            if not _jax.all_escaped_tracers(exc.errors):
+            reason = _jax.untimeable_reason(exc.errors)
+            if reason is None:
                 raise
-        cfg = _jax.resolve_on_concrete(self._untimed_miss, self.name, args, kwargs, memo, target)
+        cfg = _jax.resolve_on_concrete(self._untimed(reason), self.name, args, kwargs, memo, target)
         if memo is not None:
             self.untimed[memo] = cfg
         return cfg
 
-    def _untimed_miss(
-        self, args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]
-    ) -> dict[str, Any]:
-        """The config of offline mode's chain for a call that cannot be timed (`_traced_miss`)."""
-        return self._offline_choice(
-            args,
-            kwargs,
-            target,
-            "not timed: inside this jax trace the function reads traced values it is not passed (an "
-            "attribute of self, a closure); call it once outside jax.jit, or pass them as arguments, to "
-            "tune it",
-        )[1]
+    def _untimed(self, reason: str) -> Callable[[tuple, dict, Any, Callable[..., Any]], dict[str, Any]]:
+        """A miss function (as `miss`) giving the config of offline mode's chain for a call that cannot
+        be timed (`_traced_miss`), noted as not timed for `reason`."""
+
+        def untimed_miss(
+            args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]
+        ) -> dict[str, Any]:
+            return self._offline_choice(args, kwargs, target, f"not timed: {reason}")[1]
+
+        return untimed_miss
 
     def _placeholder_miss(self, args: tuple, kwargs: dict, memo: Any, what: str) -> dict[str, Any]:
         """A miss of a call with torch placeholder tensors (`_torch.placeholder`: a FakeTensor, a meta

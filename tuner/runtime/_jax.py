@@ -22,8 +22,16 @@ XLA metadata): the stand-ins are unsharded arrays of the traced shapes, outside 
 
 The stand-ins replace the tracers among the arguments only. A launcher that reads a tracer of the
 caller's trace that it is not passed (an attribute of a `self` that is not a pytree, a closure) raises
-jax's UnexpectedTracerError in the helper thread for every config (`all_escaped_tracers`); the decorator
-then chooses its config untimed (`_decorator.Autotuned._traced_miss`).
+jax's UnexpectedTracerError in the helper thread for every config; one that uses a collective over a
+named axis of the caller's transformation (`lax.psum(x, "d")` inside `shard_map`, `pmap` or
+`vmap(..., axis_name=...)`) raises jax's NameError "unbound axis name" there, the axis existing only
+in the caller's trace. In both cases (`untimeable_reason`) the decorator then chooses its config
+untimed (`_decorator.Autotuned._traced_miss`).
+
+`jax.export` with symbolic dimensions (`export.symbolic_shape("b")`) traces with tracers whose shapes
+hold dimension expressions: there is no size to time (`symbolic_shapes`). The config is then chosen
+untimed too, the stand-ins holding 1 for every symbolic dimension; a key field whose value is such a
+dimension is refused (`refuse_traced_key`), as a traced one is.
 
 A launcher called inside a trace with no tracer among its arguments (static arguments only, making
 its arrays itself) returns tracers too: its miss is resolved in the helper thread as well
@@ -62,7 +70,8 @@ log = logging.getLogger(__name__)
 __all__ = [
     "has_tracer",
     "under_trace",
-    "all_escaped_tracers",
+    "untimeable_reason",
+    "symbolic_shapes",
     "concrete_like",
     "resolve_on_concrete",
     "refuse_traced_key",
@@ -97,8 +106,19 @@ def under_trace() -> bool:
         return False
 
 
+def _is_symbolic(v: Any) -> bool:
+    """Whether `v` is a symbolic dimension of `jax.export` (a dimension expression, not an int)."""
+    try:
+        from jax._src import core
+
+        return bool(core.is_symbolic_dim(v))
+    except Exception:  # noqa: BLE001 - private jax API moved: by the type's name
+        return type(v).__name__ == "_DimExpr"
+
+
 def refuse_traced_key(name: str, fields: dict[str, Any]) -> None:
-    """TypeError naming the key fields whose value is a tracer (known only when the program runs)."""
+    """TypeError naming the key fields whose value is a tracer (known only when the program runs) or a
+    symbolic dimension of `jax.export` (known only when the exported program is called)."""
     import jax
 
     tracer = jax.core.Tracer
@@ -111,6 +131,26 @@ def refuse_traced_key(name: str, fields: dict[str, Any]) -> None:
             f"grad), so their values are not known when the config is chosen; make them static "
             f"(jax.jit(..., static_argnums=... / static_argnames=...)) or key on array shapes and dtypes"
         )
+    symbolic = sorted(
+        str(k) for k, v in fields.items() if any(_is_symbolic(x) for x in jax.tree_util.tree_leaves(v))
+    )
+    if symbolic:
+        raise TypeError(
+            f"{name}: key field(s) {', '.join(symbolic)} are symbolic dimensions (jax.export with "
+            f"export.symbolic_shape), so their values are not known when the config is chosen; key on "
+            f"dimensions that are concrete in the export, or export with concrete shapes"
+        )
+
+
+def symbolic_shapes(args: tuple, kwargs: dict) -> bool:
+    """Whether a tracer among the arguments has a symbolic dimension (`jax.export` shape polymorphism)."""
+    import jax
+
+    tracer = jax.core.Tracer
+    return any(
+        isinstance(leaf, tracer) and not all(isinstance(d, int) for d in leaf.shape)
+        for leaf in jax.tree_util.tree_leaves((args, kwargs))
+    )
 
 
 class _KeySpec:
@@ -161,7 +201,9 @@ def _materialise(args: tuple, kwargs: dict, seed: int = 0) -> tuple[tuple, dict]
             return jax.random.wrap_key_data(jnp.broadcast_to(data, leaf.shape + data.shape), impl=leaf.impl)
         if not isinstance(leaf, jax.ShapeDtypeStruct):
             return leaf
-        shape, dtype = tuple(leaf.shape), np.dtype(leaf.dtype)
+        # A symbolic dimension (jax.export) has no size: 1 (such a call is not timed, see the module doc).
+        shape = tuple(d if isinstance(d, int) else 1 for d in leaf.shape)
+        dtype = np.dtype(leaf.dtype)
         count[0] += 1
         floating = jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.complexfloating)
         if getattr(leaf, "weak_type", False):
@@ -196,10 +238,32 @@ def _weak_like(shape: tuple[int, ...], dtype: Any, floating: bool, key: Any) -> 
     return out if out.dtype == dtype and getattr(out, "weak_type", False) else None
 
 
-def all_escaped_tracers(errors: tuple[str, ...]) -> bool:
-    """Whether every error (trial error texts, "TypeName: message") is jax's UnexpectedTracerError:
-    on the stand-ins, the launcher used a tracer of the caller's trace that it was not passed."""
-    return bool(errors) and all(e.startswith("UnexpectedTracerError:") for e in errors)
+_ESCAPED = (
+    "inside this jax trace the function reads traced values it is not passed (an attribute of self, a "
+    "closure); call it once outside jax.jit, or pass them as arguments, to tune it"
+)
+_UNBOUND_AXIS = (
+    "the function uses a collective over a named axis of the caller's shard_map, pmap or vmap "
+    "(jax: {what}), which exists only inside that trace; decorate the function that calls shard_map "
+    "(or pmap) instead, to time the whole sharded call"
+)
+
+
+def untimeable_reason(errors: tuple[str, ...]) -> str | None:
+    """Why the stand-ins cannot time the launcher, when every config failed for a reason of the caller's
+    trace only (trial error texts, "TypeName: message"): it reads tracers it is not passed
+    (UnexpectedTracerError), or it uses a named axis that exists only in the caller's transformation
+    (NameError "unbound axis name"). None when some config failed otherwise."""
+    if not errors:
+        return None
+    escaped = [e for e in errors if e.startswith("UnexpectedTracerError:")]
+    axis = [e for e in errors if e.startswith("NameError: unbound axis name")]
+    if len(escaped) + len(axis) != len(errors):
+        return None
+    reasons = ([_ESCAPED] if escaped else []) + (
+        [_UNBOUND_AXIS.format(what=axis[0].removeprefix("NameError: ").strip())] if axis else []
+    )
+    return "; ".join(reasons)
 
 
 def resolve_on_concrete(

@@ -17,7 +17,9 @@
   is followed), a simple immutable value (None, bool, int, float, complex, str, bytes, an enum member,
   a dtype, a Triton constexpr, and tuples, frozensets and frozen dataclasses of those) by a canonical
   text, and anything else (arrays, lists, dicts, objects) by its type's name only: never by a repr that
-  holds an address, nor in an order that varies between processes. Modules count by nothing (their
+  holds an address, nor in an order that varies between processes. A jax tracer counts as a jax array
+  (the type of a closure cell holding one is a tracer's only inside `jax.jit`, `grad` or `vmap`: a
+  launcher built inside the traced function and the same launcher built outside are one kernel). Modules count by nothing (their
   attributes by the source's text, their code by the versions in the key). A function with none of these
   values hashes as its sources alone. A top-level `functools.partial` adds its bound arguments.
 - A registered kernel (`tuner.kernels`): the bytes of the module that defines its launcher and of every
@@ -331,6 +333,21 @@ def _qualified(obj: Any) -> str | None:
     return f"{module}.{name}" if isinstance(module, str) else name
 
 
+def _is_jax_tracer(v: Any) -> bool:
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(v, jax.core.Tracer)
+
+
+def _jax_array_type() -> str:
+    """The type name of a concrete jax array (`_type_name` of one), without making one."""
+    try:
+        from jax._src.array import ArrayImpl
+
+        return f"{ArrayImpl.__module__}.{ArrayImpl.__qualname__}"
+    except Exception:  # noqa: BLE001 - private jax API moved: the public abstract type
+        return "jax.Array"
+
+
 def _type_name(v: Any) -> str:
     t = type(v)
     return f"{t.__module__}.{t.__qualname__}"
@@ -396,6 +413,8 @@ class _Values:
                     f"{f.name}={self.text(getattr(v, f.name), label, depth + 1)}" for f in fields
                 )
                 return f"{_type_name(v)}({inner})"
+        if _is_jax_tracer(v):  # what a jax array is outside the trace (see the module docstring)
+            return f"<{_jax_array_type()}>"
         name = _qualified(v) if callable(v) else None
         if name is not None:  # a builtin (operator.add, math.sqrt) or a named callable object (a ufunc)
             return f"fn:{name}" if isinstance(v, types.BuiltinFunctionType) else f"fn:{t.__qualname__}:{name}"
