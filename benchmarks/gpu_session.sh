@@ -34,9 +34,10 @@ step thirdparty 60 python3 benchmarks/thirdparty_gpu_check.py
 # image's jax: the suite's CPU tests, run here because CI has one jax version only.
 JAX_PLATFORMS=cpu step jax_version 100 python3 -m pytest -q -p no:cacheprovider --timeout 60 -rf \
   tests/test_thirdparty_pallas.py tests/test_runtime_jax_tracing.py tests/test_jax_helper_thread_settings.py \
-  tests/test_jax_real_programs.py tests/test_source_hash_values.py
+  tests/test_jax_real_programs.py tests/test_source_hash_values.py tests/test_jax_contexts.py
 TRITON_INTERPRET=0 JAX_PLATFORMS=cuda,cpu step dropin_on_gpu 150 python3 -m pytest -q -p no:cacheprovider \
-  -p tests._gpu_default_device --timeout 60 -rf tests/test_foreign_kernels.py tests/test_triton_conformance.py
+  -p tests._gpu_default_device --timeout 60 -rf tests/test_foreign_kernels.py tests/test_triton_conformance.py \
+  tests/test_thirdparty_triton.py tests/test_thirdparty_triton_more.py
 # A study on this GPU (device "auto", bf16, the study worker and its measurement processes), its cache
 # file exported, then used offline by studies/quickstart_use.py (exact hits, outputs checked).
 export TUNER_HOME="$site/home"
