@@ -6,13 +6,18 @@ its `triton_kernel_wrapper_mutation` higher-order op, and the drop-in is one (do
 "torch.compile"). With the `eager` and `aot_eager` backends, the op launches `kernel[grid](...)` when the
 graph runs: tuner's hit path, with its winner. This machine has no such device, so the CPU tests below take
 that path as a GPU has it: `has_triton` answers True, and the kernel is a real `JITFunction` (what Dynamo
-and torch's wrap checks look at) whose launches run in the Triton interpreter. The Inductor test needs a
-GPU: Inductor compiles and launches the kernel itself.
+and torch's wrap checks look at) whose launches run in the Triton interpreter. The Inductor test of that path
+needs a GPU: Inductor compiles and launches the kernel itself.
+
+Where torch has no Triton support (this machine, as it is), Dynamo traces the kernel object's Python, which
+it cannot do through Triton's interpreter; the drop-in of an interpreted kernel then hands it one custom op
+(`tuner/runtime/_dynamo_bridge.py`), tested in the second half.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -134,24 +139,37 @@ def _recording(backend: str, graphs: list[Any]) -> Any:
     return rec
 
 
-@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
-def test_fullgraph_compiles_the_drop_in_and_the_graph_launches_its_winner(
-    as_on_a_gpu: None, tmp_path: Path, backend: str
-) -> None:
+def _tuned_eagerly(tmp_path: Path, *, interpreted: bool = False) -> tuple[Any, Bench, Any, Any, list[int]]:
+    """A drop-in (of an interpreted kernel, or of a JIT function launched in the interpreter), its
+    launcher called once outside torch.compile (tuned: 32 won), and the launches counted from then on."""
     bench = Bench()
-    k = _kernel(f"sqlite:///{tmp_path / 'w.db'}", bench)
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    k = _interpreted_kernel(url, bench) if interpreted else _kernel(url, bench)
     f = _launcher(k)
     x = torch.arange(64, dtype=torch.float32)
-    assert torch.equal(f(x), x * 2 + 1) and bench.calls == 2  # tuned eagerly: 32 won
-    assert k.best_config.kwargs == {"B": 32}
-    launches = _counting_run(k)
+    assert torch.equal(f(x), x * 2 + 1) and bench.calls == 2 and k.best_config.kwargs == {"B": 32}
+    return k, bench, f, x, _counting_run(k)
+
+
+def _compiled_twice(f: Any, x: Any, backend: str) -> tuple[Any, Any]:
+    """`torch.compile(f, fullgraph=True)` run twice on `x`: the compiled function and its one graph."""
     graphs: list[Any] = []
     g = torch.compile(f, fullgraph=True, backend=_recording(backend, graphs))
     for _ in range(2):
         assert torch.equal(g(x), x * 2 + 1)
+    assert len(graphs) == 1
+    return g, graphs[0]
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_fullgraph_compiles_the_drop_in_and_the_graph_launches_its_winner(
+    as_on_a_gpu: None, tmp_path: Path, backend: str
+) -> None:
+    k, bench, f, x, launches = _tuned_eagerly(tmp_path)
+    _, graph = _compiled_twice(f, x, backend)
     # one graph, whose kernel op is the drop-in itself: each run of it launches through tuner's hit path,
     # with the winner, and times nothing
-    assert len(graphs) == 1 and _hop_kernels(graphs[0]) == [k]
+    assert _hop_kernels(graph) == [k]
     assert len(launches) == 2 and bench.calls == 2
     assert k.best_config.kwargs == {"B": 32}
 
@@ -242,3 +260,103 @@ def test_inductor_times_the_configs_itself_and_a_custom_op_keeps_the_winner(tmp_
     assert torch.equal(h(x), x * 2 + 1)
     assert len(launches) == 1 and bench.calls == 2 and k.best_config.kwargs == {"B": 32}
     torch._dynamo.reset()
+
+
+# ---- where torch has no Triton support: the interpreter's drop-in as one custom op ------------------------
+def _interpreted_kernel(storage: Any, bench: Bench) -> Any:
+    from triton.runtime.autotuner import Autotuner
+
+    k = _kernel(storage, bench, _jit(_double, interpret=True))
+    assert isinstance(k, Autotuner)
+    return k
+
+
+def _ops(gm: Any) -> list[str]:
+    return [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+
+
+@pytest.fixture
+def fresh_dynamo() -> Iterator[None]:
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_an_interpreted_drop_in_compiles_fullgraph_into_one_op_that_launches_the_winner(
+    fresh_dynamo: None, tmp_path: Path, backend: str
+) -> None:
+    k, bench, f, x, launches = _tuned_eagerly(tmp_path, interpreted=True)
+    # Old code: torch._dynamo.exc.Unsupported (Dynamo traced the hit path: `itemgetter.__call__`)
+    g, graph = _compiled_twice(f, x, backend)
+    assert _ops(graph).count("tuner.interpreted_launch") == 1, _ops(graph)
+    assert len(launches) == 2 and bench.calls == 2 and k.best_config.kwargs == {"B": 32}
+    # another size: the graph is made dynamic (or compiled again), and its new key is tuned when it runs
+    x2 = torch.arange(40, dtype=torch.float32)
+    assert torch.equal(g(x2), x2 * 2 + 1) and bench.calls == 4
+    x3 = torch.arange(48, dtype=torch.float32)
+    assert torch.equal(g(x3), x3 * 2 + 1) and bench.calls == 6
+    assert torch.equal(g(x), x * 2 + 1) and bench.calls == 6
+
+
+def test_an_interpreted_drop_in_without_fullgraph_is_not_broken_either(
+    fresh_dynamo: None, tmp_path: Path
+) -> None:
+    bench = Bench()
+    k = _interpreted_kernel(f"sqlite:///{tmp_path / 'w.db'}", bench)
+    x = torch.arange(64, dtype=torch.float32)
+    # Old code: a graph break in the hit path, then Dynamo traced the interpreter and raised there
+    g = torch.compile(_launcher(k), backend="aot_eager")
+    assert torch.equal(g(x), x * 2 + 1) and bench.calls == 2
+
+
+def _scale(x, y, n, s, bias, B: tl.constexpr, ACT: tl.constexpr):  # noqa: ANN001, ANN202, N803
+    o = tl.program_id(0) * B + tl.arange(0, B)
+    v = tl.load(x + o, mask=o < n) * s
+    if bias is not None:
+        v += tl.load(bias + o, mask=o < n)
+    if ACT == "relu":
+        v = tl.maximum(v, 0.0)
+    tl.store(y + o, v, mask=o < n)
+
+
+def test_an_interpreted_drop_in_takes_run_keywords_floats_none_and_a_fixed_grid(
+    fresh_dynamo: None, tmp_path: Path
+) -> None:
+    bench = Bench()
+    configs = [triton.Config({"B": 16}), triton.Config({"B": 32})]
+    k = tuner.autotune(configs=configs, key=["n"], do_bench=bench, storage=f"sqlite:///{tmp_path / 'w.db'}")(
+        _jit(_scale, interpret=True)
+    )
+
+    def f(x: Any, b: Any) -> Any:
+        y = torch.empty_like(x)
+        k.run(x, y, x.numel(), -3.0, None, grid=(8,), ACT="relu")  # a grid for every config: 8 x 16 >= n
+        z = torch.empty_like(x)
+        k[lambda m: (triton.cdiv(x.numel(), m["B"]),)](x, z, x.numel(), 0.5, b, ACT="none")
+        return y, z
+
+    x = torch.arange(-32, 32, dtype=torch.float32)
+    b = torch.ones(64)
+    want = (torch.relu(x * -3.0), x * 0.5 + b)
+    got = f(x, b)
+    # two keys: the bias is None in one launch, a float32 tensor in the other (the dtypes are in the key)
+    assert all(torch.equal(w, v) for w, v in zip(want, got, strict=True)) and bench.calls == 4
+    g = torch.compile(f, fullgraph=True, backend="aot_eager")
+    got = g(x, b)
+    assert all(torch.equal(w, v) for w, v in zip(want, got, strict=True)) and bench.calls == 4
+
+
+@pytest.mark.skipif(
+    shutil.which("g++") is None and shutil.which("c++") is None,
+    reason="Inductor on a CPU needs a C++ compiler",
+)
+def test_inductor_on_a_cpu_keeps_the_interpreted_drop_in_as_one_op_with_the_winner(
+    fresh_dynamo: None, tmp_path: Path
+) -> None:
+    k, bench, f, x, launches = _tuned_eagerly(tmp_path, interpreted=True)
+    g = torch.compile(f, fullgraph=True, backend="inductor")
+    assert torch.equal(g(x), x * 2 + 1)
+    assert len(launches) == 1 and bench.calls == 2 and k.best_config.kwargs == {"B": 32}
