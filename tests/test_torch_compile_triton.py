@@ -360,3 +360,19 @@ def test_inductor_on_a_cpu_keeps_the_interpreted_drop_in_as_one_op_with_the_winn
     g = torch.compile(f, fullgraph=True, backend="inductor")
     assert torch.equal(g(x), x * 2 + 1)
     assert len(launches) == 1 and bench.calls == 2 and k.best_config.kwargs == {"B": 32}
+
+
+def test_an_interpreted_drop_in_in_a_triton_op_compiles_fullgraph(fresh_dynamo: None, tmp_path: Path) -> None:
+    k, bench, _, x, launches = _tuned_eagerly(tmp_path, interpreted=True)
+    assert torch.library.wrap_triton(k) is k  # torch's own rule for interpreted kernels: used as it is
+
+    @torch.library.triton_op("tuner_test::double_interpreted", mutates_args=())
+    def double(t: torch.Tensor) -> torch.Tensor:
+        y = torch.empty_like(t)
+        torch.library.wrap_triton(k)[lambda m: (triton.cdiv(t.numel(), m["B"]),)](t, y, t.numel())
+        return y
+
+    # Old code: torch's fake-tensor run of the op launched the interpreter on FakeTensors and raised
+    g = torch.compile(lambda t: double(t) + 1, fullgraph=True, backend="aot_eager")
+    assert torch.equal(g(x), x * 2 + 1)
+    assert len(launches) == 1 and bench.calls == 2 and k.best_config.kwargs == {"B": 32}
