@@ -275,6 +275,20 @@ def _ops(gm: Any) -> list[str]:
     return [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
 
 
+def _torch_supports_triton() -> bool:
+    from torch.utils._triton import has_triton
+
+    return bool(has_triton())
+
+
+# Where torch supports Triton, Dynamo takes every Autotuner (an interpreted one too) as a Triton kernel of its
+# own, and fails inside on an interpreted one, for triton.autotune as for the drop-in (docs/production.md).
+no_triton_support = pytest.mark.skipif(
+    _torch_supports_triton(),
+    reason="torch supports Triton here: Dynamo never traces the drop-in's own launch",
+)
+
+
 @pytest.fixture
 def fresh_dynamo() -> Iterator[None]:
     import torch._dynamo
@@ -284,6 +298,7 @@ def fresh_dynamo() -> Iterator[None]:
     torch._dynamo.reset()
 
 
+@no_triton_support
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_an_interpreted_drop_in_compiles_fullgraph_into_one_op_that_launches_the_winner(
     fresh_dynamo: None, tmp_path: Path, backend: str
@@ -301,6 +316,7 @@ def test_an_interpreted_drop_in_compiles_fullgraph_into_one_op_that_launches_the
     assert torch.equal(g(x), x * 2 + 1) and bench.calls == 6
 
 
+@no_triton_support
 def test_an_interpreted_drop_in_without_fullgraph_is_not_broken_either(
     fresh_dynamo: None, tmp_path: Path
 ) -> None:
@@ -322,6 +338,7 @@ def _scale(x, y, n, s, bias, B: tl.constexpr, ACT: tl.constexpr):  # noqa: ANN00
     tl.store(y + o, v, mask=o < n)
 
 
+@no_triton_support
 def test_an_interpreted_drop_in_takes_run_keywords_floats_none_and_a_fixed_grid(
     fresh_dynamo: None, tmp_path: Path
 ) -> None:
@@ -349,6 +366,7 @@ def test_an_interpreted_drop_in_takes_run_keywords_floats_none_and_a_fixed_grid(
     assert all(torch.equal(w, v) for w, v in zip(want, got, strict=True)) and bench.calls == 4
 
 
+@no_triton_support
 @pytest.mark.skipif(
     shutil.which("g++") is None and shutil.which("c++") is None,
     reason="Inductor on a CPU needs a C++ compiler",
@@ -362,6 +380,7 @@ def test_inductor_on_a_cpu_keeps_the_interpreted_drop_in_as_one_op_with_the_winn
     assert len(launches) == 1 and bench.calls == 2 and k.best_config.kwargs == {"B": 32}
 
 
+@no_triton_support
 def test_an_interpreted_drop_in_in_a_triton_op_compiles_fullgraph(fresh_dynamo: None, tmp_path: Path) -> None:
     k, bench, _, x, launches = _tuned_eagerly(tmp_path, interpreted=True)
     assert torch.library.wrap_triton(k) is k  # torch's own rule for interpreted kernels: used as it is
