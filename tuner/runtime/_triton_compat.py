@@ -755,9 +755,9 @@ def build(fn: Any, triton_kw: dict[str, Any], **opts: Any) -> Any:
     function with `.cache`, `.configs` and `.tuner` attached."""
     t = TritonAutotuned(fn, **triton_kw, **opts)
     if t.kind == "triton":  # triton is imported: the kernel object subclasses its Autotuner
-        from ._triton_launch import TritonAutotuner
+        from ._triton_launch import InterpretedTritonAutotuner, TritonAutotuner, interpreted
 
-        return TritonAutotuner(t)
+        return InterpretedTritonAutotuner(t) if interpreted(t.fn) else TritonAutotuner(t)
     fn = t.fn
     if t.irregular:
 

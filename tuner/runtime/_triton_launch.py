@@ -8,6 +8,7 @@ triton: `_triton_compat.build` imports it only for a Triton kernel, when triton 
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -194,7 +195,7 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
     def __deepcopy__(self, memo: dict[int, Any]) -> TritonAutotuner:
         """`copy.deepcopy`: an autotuner of its own (`TritonAutotuned.deep_copy`), as Triton's deep
         copy is; attributes that code set on this one are deep-copied too."""
-        new = TritonAutotuner(self.tuner.deep_copy(memo))
+        new = type(self)(self.tuner.deep_copy(memo))
         memo[id(self)] = new
         for name, value in self.__dict__.items():
             if name not in new.__dict__:
@@ -226,3 +227,63 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
 
     def __repr__(self) -> str:
         return f"TritonAutotuner({self.tuner.name})"
+
+
+def _is_compiling() -> bool:  # replaced by torch.compiler.is_compiling once torch is imported
+    return False
+
+
+class InterpretedTritonAutotuner(TritonAutotuner):
+    """The drop-in of a kernel that Triton's interpreter runs (`TRITON_INTERPRET=1`). Outside
+    `torch.compile` it is `TritonAutotuner`. While Dynamo traces a launch (`kernel[grid](...)`,
+    `kernel.run(..., grid=...)`), it hands Dynamo `_dynamo_bridge.traced_launch`, one custom op in the
+    graph, instead of its hit path and the interpreter, which Dynamo cannot trace (see that module)."""
+
+    def __init__(self, t: TritonAutotuned) -> None:
+        super().__init__(t)
+        _watch_torch()
+
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:
+        if _COMPILING[0]():
+            from ._dynamo_bridge import traced_launch
+
+            return traced_launch(self, grid)
+        return self._launch({"grid": grid, "warmup": False})
+
+    def run(self, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> Any:
+        if not warmup and _COMPILING[0]():
+            from ._dynamo_bridge import traced_launch
+
+            return traced_launch(self, grid)(*args, **kwargs)
+        return super().run(*args, grid=grid, warmup=warmup, **kwargs)
+
+
+# [is_compiling]: torch.compiler.is_compiling once torch is imported (read by each interpreted launch)
+_COMPILING: list[Callable[[], bool]] = [_is_compiling]
+
+
+def _watch_torch() -> None:
+    """Take torch's `is_compiling` where torch is imported (a kernel defined before torch is imported
+    keeps answering False: Dynamo then traces its hit path, a graph break, as before)."""
+    torch = sys.modules.get("torch")
+    if _COMPILING[0] is _is_compiling and torch is not None:
+        compiler = getattr(torch, "compiler", None)
+        fn = getattr(compiler, "is_compiling", None)
+        if callable(fn):
+            _COMPILING[0] = fn
+
+
+def interpreted(fn: Any) -> bool:
+    """Whether `fn` (a JIT function, or a `@triton.heuristics` or autotuner around one) runs in Triton's
+    interpreter: what `triton.jit` makes under `TRITON_INTERPRET=1`."""
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:  # pragma: no cover - every supported triton has it
+        return False
+    for _ in range(10):
+        if isinstance(fn, InterpretedFunction):
+            return True
+        fn = getattr(fn, "fn", None)
+        if fn is None:
+            return False
+    return False

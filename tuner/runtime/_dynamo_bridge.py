@@ -1,0 +1,114 @@
+"""The Triton drop-in on Triton's interpreter inside `torch.compile`: one opaque op in the graph.
+
+Where torch supports Triton (a CUDA GPU), Dynamo turns `kernel[grid](...)` on any `triton.runtime.Autotuner`
+(the drop-in is one) into its own higher-order op, which launches `kernel[grid](...)` when the graph runs.
+Where it does not (`torch.utils._triton.has_triton()` is False: a CPU machine, `TRITON_INTERPRET=1`), Dynamo
+traces the kernel object's Python instead, the hit path and then Triton's interpreter, and cannot: a graph
+break, and `fullgraph=True` raises (for `triton.autotune` too). There, the drop-in of an interpreted kernel
+(`_triton_launch.InterpretedTritonAutotuner`) hands Dynamo `traced_launch` instead, which Dynamo traces into
+one call of the custom op `tuner::interpreted_launch`:
+
+- the tensor arguments go to the op as a list it mutates (the interpreter may write any of them: under
+  `aot_eager` they are functionalized as any mutated input of a custom op is);
+- the integer arguments as a list of (possibly symbolic) ints, so that dynamic shapes stay symbolic;
+- the launch grid of each config (Dynamo calls the grid function with each config's meta-parameters, as it
+  does for `triton.autotune`) as a flat list of (possibly symbolic) ints;
+- everything else (floats, bools, None, strings, constexprs) and the kernel itself by a handle into a table
+  of this process, registered once per distinct launch shape while Dynamo traces
+  (`torch._dynamo.assume_constant_result`).
+
+When the graph runs, the op rebuilds the call and launches it through the drop-in's hit path: tuner's
+winner, tuned there (on the real tensors) for a key never tuned. The handle is only meaningful in this
+process (as Dynamo's own kernel side table): such a graph is not exported. This module imports torch; it
+is imported only where torch already is.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["traced_launch"]
+
+_TABLE: list[tuple[Any, tuple]] = []  # handle -> (kernel, spec)
+_HANDLES: dict[tuple[int, tuple], int] = {}  # (id(kernel), spec) -> handle
+_LOCK = threading.Lock()
+
+_TENSOR, _INT, _CONST = 0, 1, 2
+
+
+@torch._dynamo.assume_constant_result  # type: ignore[misc]
+def _handle(kernel: Any, spec: tuple) -> int:
+    """The handle of (kernel, spec), registered once: called for real while Dynamo traces."""
+    with _LOCK:
+        key: tuple[int, tuple] | None = (id(kernel), spec)
+        h: int | None
+        try:
+            h = _HANDLES.get(key)  # type: ignore[arg-type]
+        except TypeError:  # an unhashable constant argument: a handle of its own
+            key, h = None, None
+        if h is None or _TABLE[h][0] is not kernel:
+            h = len(_TABLE)
+            _TABLE.append((kernel, spec))
+            if key is not None:
+                _HANDLES[key] = h
+        return h
+
+
+@torch.library.custom_op("tuner::interpreted_launch", mutates_args=("tensors",))  # type: ignore[misc]
+def _interpreted_launch(handle: int, tensors: list[torch.Tensor], ints: list[int], grids: list[int]) -> None:
+    kernel, (kinds, names, consts, configs) = _TABLE[handle]
+    it, ii, ic = iter(tensors), iter(ints), iter(consts)
+    values = [next(it) if k == _TENSOR else next(ii) if k == _INT else next(ic) for k in kinds]
+    npos = len(kinds) - len(names)
+    args, kwargs = values[:npos], dict(zip(names, values[npos:], strict=True))
+    per_config = [tuple(grids[3 * i : 3 * i + 3]) for i in range(len(configs))]
+
+    def grid(meta: dict[str, Any]) -> tuple:
+        for cfg, g in zip(configs, per_config, strict=True):
+            if all(k in meta and meta[k] == v for k, v in cfg):
+                return g
+        return per_config[0]
+
+    kernel[grid](*args, **kwargs)  # not compiling now: the drop-in's own launch
+
+
+def _kind(v: Any) -> int:
+    if isinstance(v, torch.Tensor):
+        return _TENSOR
+    if isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool):
+        return _INT
+    return _CONST
+
+
+def _grid3(g: Any) -> list[Any]:
+    g = list(g) if isinstance(g, (tuple, list)) else [g]
+    if not 1 <= len(g) <= 3:
+        raise ValueError(f"a launch grid has 1 to 3 dimensions, got {len(g)}")
+    return g + [1] * (3 - len(g))
+
+
+def traced_launch(kernel: Any, grid: Any) -> Callable[..., None]:
+    """What `kernel[grid]` is while Dynamo traces: a launch that becomes one `tuner::interpreted_launch`."""
+
+    def launch(*args: Any, **kwargs: Any) -> None:
+        values = list(args) + list(kwargs.values())
+        kinds = tuple(_kind(v) for v in values)
+        names = tuple(kwargs)
+        # (no zip(strict=...) here: Dynamo traces this function)
+        tensors = [v for v, k in zip(values, kinds) if k == _TENSOR]  # noqa: B905
+        ints = [v for v, k in zip(values, kinds) if k == _INT]  # noqa: B905
+        consts = tuple(v for v, k in zip(values, kinds) if k == _CONST)  # noqa: B905
+        named = {**dict(zip(kernel.arg_names, args)), **kwargs}  # noqa: B905
+        configs: Sequence[Any] = kernel.configs
+        cfg_items = tuple(tuple(sorted(c.kwargs.items())) for c in configs)
+        grids: list[Any] = []
+        for c in configs:
+            grids.extend(_grid3(grid({**named, **c.kwargs}) if callable(grid) else grid))
+        h = _handle(kernel, (kinds, names, consts, cfg_items))
+        torch.ops.tuner.interpreted_launch(h, tensors, ints, grids)
+
+    return launch
