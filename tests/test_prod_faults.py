@@ -123,6 +123,34 @@ def test_a_store_opened_read_only_for_a_full_disk_is_opened_for_writing_once_spa
     assert g.tuner.stats["from_store"] == 2 and bench.calls == 0
 
 
+def test_a_callers_result_store_opened_read_only_for_a_full_disk_is_opened_for_writing_again(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mount: Callable[..., None],  # noqa: F811
+) -> None:
+    # storage=ResultStore(...) made while the disk was full: the retry reused the caller's read-only
+    # store object, so its writes stayed skipped for the life of the process (the warning said "tried
+    # for writing again every 30 s").
+    from tuner.runtime import _sources
+    from tuner.store import ResultStore
+
+    home = _small_home(tmp_path, monkeypatch, mount, "4m")
+    rt._populate(home, ns=(100,))
+    filler = _fill(home)
+    store = ResultStore()
+    assert store.full_disk is not None
+    f, _ = rt.make(storage=store)
+    rt.check_calls(f, (100, 200))  # 100 hits, 200 is tuned in memory only
+    assert f.tuner.stats["from_store"] == 1
+    filler.unlink()
+    monkeypatch.setattr(_sources, "STORE_RETRY_S", 0.0)  # the retry interval is over
+    rt.check_calls(f, (300,))  # the same process: its next miss writes again
+    close_stores()
+    g, bench = rt.make()
+    rt.check_calls(g, (100, 300))
+    assert g.tuner.stats["from_store"] == 2 and bench.calls == 0
+
+
 def test_sqlites_shm_error_on_a_full_disk_is_named_a_full_disk(
     _tuner_home: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -185,6 +185,8 @@ def open_store(storage: Any, *, create: bool) -> ConfigCache | None:
             c.store.engine.dispose()
             del _dbs[url], _full_since[url]
             c = None
+            if store is not None and store.full_disk is not None:
+                store = None  # a caller's ResultStore stays read-only: a new one of its URL, for writing
         if c is not None:
             if _same_file(url):
                 return c
