@@ -367,6 +367,31 @@ def test_an_interpreted_drop_in_takes_run_keywords_floats_none_and_a_fixed_grid(
 
 
 @no_triton_support
+def test_an_interpreted_drop_in_takes_a_float_input_that_changes_between_calls(
+    fresh_dynamo: None, tmp_path: Path
+) -> None:
+    # Old code: the second float made Dynamo recompile with a symbolic float, which went to the op's
+    # handle as a constant: torch._dynamo.exc.Unsupported ("assume_constant_result argument conversion
+    # failed") under fullgraph=True.
+    bench = Bench()
+    configs = [triton.Config({"B": 16}), triton.Config({"B": 32})]
+    k = tuner.autotune(configs=configs, key=["n"], do_bench=bench, storage=f"sqlite:///{tmp_path / 'w.db'}")(
+        _jit(_scale, interpret=True)
+    )
+
+    def f(x: Any, s: float) -> Any:
+        y = torch.empty_like(x)
+        k[lambda m: (triton.cdiv(x.numel(), m["B"]),)](x, y, x.numel(), s, None, ACT="none")
+        return y
+
+    x = torch.arange(64, dtype=torch.float32)
+    g = torch.compile(f, fullgraph=True, backend="aot_eager")
+    for s in (2.0, 3.0, 5.0):
+        assert torch.equal(g(x, s), x * s), s
+    assert bench.calls == 2  # one key, tuned once
+
+
+@no_triton_support
 @pytest.mark.skipif(
     shutil.which("g++") is None and shutil.which("c++") is None,
     reason="Inductor on a CPU needs a C++ compiler",

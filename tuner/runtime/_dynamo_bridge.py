@@ -11,9 +11,11 @@ one call of the custom op `tuner::interpreted_launch`:
 - the tensor arguments go to the op as a list it mutates (the interpreter may write any of them: under
   `aot_eager` they are functionalized as any mutated input of a custom op is);
 - the integer arguments as a list of (possibly symbolic) ints, so that dynamic shapes stay symbolic;
+- the float arguments as a list of (possibly symbolic) floats: a float input of the compiled function
+  (a scale, an epsilon) that changes between calls is a symbolic float once Dynamo recompiles for it;
 - the launch grid of each config (Dynamo calls the grid function with each config's meta-parameters, as it
   does for `triton.autotune`) as a flat list of (possibly symbolic) ints;
-- everything else (floats, bools, None, strings, constexprs) and the kernel itself by a handle into a table
+- everything else (bools, None, strings, constexprs) and the kernel itself by a handle into a table
   of this process, registered once per distinct launch shape while Dynamo traces
   (`torch._dynamo.assume_constant_result`).
 
@@ -37,7 +39,7 @@ _TABLE: list[tuple[Any, tuple]] = []  # handle -> (kernel, spec)
 _HANDLES: dict[tuple[int, tuple], int] = {}  # (id(kernel), spec) -> handle
 _LOCK = threading.Lock()
 
-_TENSOR, _INT, _CONST = 0, 1, 2
+_TENSOR, _INT, _CONST, _FLOAT = 0, 1, 2, 3
 
 
 @torch._dynamo.assume_constant_result  # type: ignore[misc]
@@ -59,10 +61,12 @@ def _handle(kernel: Any, spec: tuple) -> int:
 
 
 @torch.library.custom_op("tuner::interpreted_launch", mutates_args=("tensors",))  # type: ignore[misc]
-def _interpreted_launch(handle: int, tensors: list[torch.Tensor], ints: list[int], grids: list[int]) -> None:
+def _interpreted_launch(
+    handle: int, tensors: list[torch.Tensor], ints: list[int], floats: list[float], grids: list[int]
+) -> None:
     kernel, (kinds, names, consts, configs) = _TABLE[handle]
-    it, ii, ic = iter(tensors), iter(ints), iter(consts)
-    values = [next(it) if k == _TENSOR else next(ii) if k == _INT else next(ic) for k in kinds]
+    by_kind = {_TENSOR: iter(tensors), _INT: iter(ints), _FLOAT: iter(floats), _CONST: iter(consts)}
+    values = [next(by_kind[k]) for k in kinds]
     npos = len(kinds) - len(names)
     args, kwargs = values[:npos], dict(zip(names, values[npos:], strict=True))
     per_config = [tuple(grids[3 * i : 3 * i + 3]) for i in range(len(configs))]
@@ -81,6 +85,8 @@ def _kind(v: Any) -> int:
         return _TENSOR
     if isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool):
         return _INT
+    if isinstance(v, (float, torch.SymFloat)):
+        return _FLOAT
     return _CONST
 
 
@@ -101,6 +107,7 @@ def traced_launch(kernel: Any, grid: Any) -> Callable[..., None]:
         # (no zip(strict=...) here: Dynamo traces this function)
         tensors = [v for v, k in zip(values, kinds) if k == _TENSOR]  # noqa: B905
         ints = [v for v, k in zip(values, kinds) if k == _INT]  # noqa: B905
+        floats = [v for v, k in zip(values, kinds) if k == _FLOAT]  # noqa: B905
         consts = tuple(v for v, k in zip(values, kinds) if k == _CONST)  # noqa: B905
         named = {**dict(zip(kernel.arg_names, args)), **kwargs}  # noqa: B905
         configs: Sequence[Any] = kernel.configs
@@ -109,6 +116,6 @@ def traced_launch(kernel: Any, grid: Any) -> Callable[..., None]:
         for c in configs:
             grids.extend(_grid3(grid({**named, **c.kwargs}) if callable(grid) else grid))
         h = _handle(kernel, (kinds, names, consts, cfg_items))
-        torch.ops.tuner.interpreted_launch(h, tensors, ints, grids)
+        torch.ops.tuner.interpreted_launch(h, tensors, ints, floats, grids)
 
     return launch
