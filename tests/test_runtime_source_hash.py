@@ -163,25 +163,30 @@ def test_pallas_kernel_body_and_helper_edits_are_misses(tmp_path):
         sys.modules.pop(name, None)
 
 
-def test_compiled_triton_kernels_use_jitfunction_cache_key(tmp_path, monkeypatch):
+def test_compiled_triton_kernels_use_jitfunction_cache_key(tmp_path):
     """Without the interpreter, @triton.jit makes JITFunctions: the key uses Triton's cache_key, which
     covers the @triton.jit helpers the kernel calls (nothing is compiled or launched here)."""
     triton = pytest.importorskip("triton")
-    monkeypatch.setattr(triton.knobs.runtime, "interpret", False)
-    name = "tuner_src_case_compiled"
-    try:
-        v1 = load_copy(tmp_path, "v1", _version(TRITON_MODULE), name)
-        jit_fn = v1.kern.fn
-        assert type(jit_fn).__name__ == "JITFunction"
-        import hashlib
+    import hashlib
 
-        expect = hashlib.sha256(("triton-cache-key:" + jit_fn.cache_key).encode()).hexdigest()[:32]
-        assert code_hash(v1.kern.fn) == expect == v1.kern.tuner.source_hash
-        v2 = load_copy(tmp_path, "v2", _version(TRITON_MODULE, inc="2.0"), name)
-        assert v2.kern.fn.cache_key != jit_fn.cache_key
-        assert v2.kern.tuner.source_hash != v1.kern.tuner.source_hash
-    finally:
-        sys.modules.pop(name, None)
+    name = "tuner_src_case_compiled"
+    # The knob's scope puts it back unset (following TRITON_INTERPRET) afterwards. monkeypatch.setattr
+    # would restore the value it had read, set explicitly, and every later @triton.jit in this worker
+    # would then ignore the environment variable (tests/test_torch_compile_triton.py relies on it).
+    with triton.knobs.runtime.scope():
+        triton.knobs.runtime.interpret = False
+        try:
+            v1 = load_copy(tmp_path, "v1", _version(TRITON_MODULE), name)
+            jit_fn = v1.kern.fn
+            assert type(jit_fn).__name__ == "JITFunction"
+            expect = hashlib.sha256(("triton-cache-key:" + jit_fn.cache_key).encode()).hexdigest()[:32]
+            assert code_hash(v1.kern.fn) == expect == v1.kern.tuner.source_hash
+            v2 = load_copy(tmp_path, "v2", _version(TRITON_MODULE, inc="2.0"), name)
+            assert v2.kern.fn.cache_key != jit_fn.cache_key
+            assert v2.kern.tuner.source_hash != v1.kern.tuner.source_hash
+        finally:
+            sys.modules.pop(name, None)
+    assert "interpret" not in vars(triton.knobs.runtime), "the knob is left set explicitly"
 
 
 def test_heuristics_wrapper_is_unwrapped_to_the_kernel():

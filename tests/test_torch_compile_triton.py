@@ -16,7 +16,6 @@ it cannot do through Triton's interpreter; the drop-in of an interpreted kernel 
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,16 +38,12 @@ def _double(x, y, n, B: tl.constexpr):  # noqa: ANN001, ANN202, N803
 
 
 def _jit(fn: Any, *, interpret: bool) -> Any:
-    """`triton.jit(fn)` with TRITON_INTERPRET set to `interpret` while it decorates."""
-    old = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
-    try:
+    """`triton.jit(fn)` with Triton's interpreter knob set to `interpret` while it decorates (set on the
+    knob, not only TRITON_INTERPRET: a knob set explicitly elsewhere in the worker wins over the variable);
+    the knob's scope restores its state afterwards."""
+    with triton.knobs.runtime.scope():
+        triton.knobs.runtime.interpret = interpret
         return triton.jit(fn)
-    finally:
-        if old is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = old
 
 
 def _jit_launching_in_interpreter(fn: Any) -> Any:
