@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.dialects import plugins
-from sqlalchemy.engine import Connection, Engine, ExceptionContext, make_url
+from sqlalchemy.engine import URL, Connection, CreateEnginePlugin, Engine, ExceptionContext, make_url
 
 from tuner._settings import text as _setting_text
 
@@ -36,6 +36,7 @@ __all__ = [
     "install_sqlite_errors",
     "sqlite_fault_in",
     "install_timeout_errors",
+    "migration_timeout_s",
     "normalize_url",
     "operation",
     "pg_timeout_s",
@@ -73,6 +74,11 @@ _PG_TIMEOUT_PARAMS = ("statement_timeout", "idle_in_transaction_session_timeout"
 # `connection_factory` (`_watchdog_pg3`); SQLAlchemy imports it when an engine names it.
 PG3_DEADLINE_PLUGIN = "tuner_pg3_deadline"
 plugins.register(PG3_DEADLINE_PLUGIN, "tuner.storage._watchdog_pg3", "Psycopg3Deadline")
+# The SQLAlchemy plugin that hands an engine to a callback as soon as `create_engine` has made it, before
+# its first connection (`EngineCreated`): for an engine that a library makes and uses inside one call.
+ENGINE_CREATED_PLUGIN = "tuner_engine_created"
+ENGINE_CREATED_ARG = "tuner_engine_created"
+plugins.register(ENGINE_CREATED_PLUGIN, "tuner.storage._engine", "EngineCreated")
 
 
 class StoreError(RuntimeError):
@@ -122,6 +128,12 @@ def operation(what: str) -> Iterator[None]:
         _operation.reset(token)
 
 
+def migration_timeout_s() -> float:
+    """The PostgreSQL timeouts of the statements that create or upgrade a schema (tuner's or Optuna's), in
+    seconds: the larger of `pg_timeout_s()` and `PG_MIGRATION_TIMEOUT_S` (0: none, as `TUNER_PG_TIMEOUT=0`)."""
+    return pg_timeout_s() and max(pg_timeout_s(), PG_MIGRATION_TIMEOUT_S)
+
+
 def pg_timeout_s() -> float:
     """`TUNER_PG_TIMEOUT` in seconds (default `PG_TIMEOUT_S`); 0: no limit."""
     raw = _setting_text("TUNER_PG_TIMEOUT")
@@ -156,10 +168,15 @@ def statement_timeout_option(options: str | None) -> str | None:
     return found[-1] if found else None
 
 
-def _limit_text(url_options: str | None, timeout_s: float) -> str:
+def _limit_text(url_options: str | None, timeout_s: float, *, migration: bool = False) -> str:
     named = statement_timeout_option(url_options)
     if named:
         return f"statement_timeout={named} (the URL's options)"
+    if timeout_s > 0 and migration:
+        return (
+            f"{timeout_s:g} s (the migration limit: the larger of TUNER_PG_TIMEOUT and "
+            f"{PG_MIGRATION_TIMEOUT_S:g} s)"
+        )
     if timeout_s > 0:
         return f"{timeout_s:g} s (TUNER_PG_TIMEOUT; default {PG_TIMEOUT_S:g})"
     return "the server's own timeout (TUNER_PG_TIMEOUT=0 sets none)"
@@ -204,17 +221,23 @@ def _sqlstate(exc: BaseException) -> str | None:
     return code if isinstance(code, str) else None
 
 
-def install_timeout_errors(engine: Engine, url: str) -> None:
+def install_timeout_errors(engine: Engine, url: str, *, migration: bool = False) -> None:
     """Turn the timeout errors of a PostgreSQL engine's statements into a `StoreTimeout` that names the
     store, the operation and the limit, a connection the server ended under a statement into a
     `StoreConnectionLost`, and a write the server refused because it only reads (a hot standby) into a
-    `StoreError` that says so (the rest of SQLAlchemy's handling, the rollback, is unchanged)."""
+    `StoreError` that says so (the rest of SQLAlchemy's handling, the rollback, is unchanged).
+    `migration`: the engine's connections were made with the migration limit (`engine_kwargs(url,
+    migration_timeout_s())`), which the message then names."""
     if engine.dialect.name != "postgresql" or engine in _with_timeout_errors:
         return
     _with_timeout_errors.add(engine)
     parsed = make_url(normalize_url(url))
     url_options = parsed.query.get("options")
-    limit = _limit_text(url_options if isinstance(url_options, str) else None, pg_timeout_s())
+    limit = _limit_text(
+        url_options if isinstance(url_options, str) else None,
+        migration_timeout_s() if migration else pg_timeout_s(),
+        migration=migration,
+    )
     where = redact(parsed.render_as_string(hide_password=True))
     in_url = parsed.query.get("connect_timeout")
     connect_limit = (
@@ -257,6 +280,8 @@ def install_timeout_errors(engine: Engine, url: str) -> None:
                     else "its transaction was not committed, nothing of it was written"
                 )
             )
+        migrating = _migration_limit_of(ctx)  # the schema lock's connection: SET to the migration's
+        named = limit if migrating is None else _limit_text(None, migrating, migration=True)
         if kind == "idle_in_transaction_session_timeout":
             why = (
                 "the server ended the session: it sat inside a transaction past "
@@ -268,11 +293,23 @@ def install_timeout_errors(engine: Engine, url: str) -> None:
                 "held a lock it needed)"
             )
         raise StoreTimeout(
-            f"store {where}: {what} gave up after {limit}: {why}; its transaction was rolled back, "
+            f"store {where}: {what} gave up after {named}: {why}; its transaction was rolled back, "
             "nothing of it was written"
         )
 
     event.listen(engine, "handle_error", _on_error)
+
+
+def _migration_limit_of(ctx: ExceptionContext) -> float | None:
+    """The limit a connection runs under while `set_statement_limit` gave it the migration's (the schema
+    lock's connection), else None (the limit it connected with, which the engine's message names)."""
+    try:
+        dbapi_conn = ctx.connection.connection.dbapi_connection if ctx.connection is not None else None
+    except Exception:  # noqa: BLE001 - an invalidated connection: the engine's limit is named
+        return None
+    now = getattr(dbapi_conn, "tuner_limit_s", None)
+    own = getattr(dbapi_conn, "tuner_own_limit_s", None)
+    return now if now and now != own else None
 
 
 def _connection_lost(ctx: ExceptionContext, where: str) -> None:
@@ -567,6 +604,34 @@ def engine_kwargs(url: str, timeout_s: float | None = None) -> dict[str, Any]:
                 kw["connect_args"]["connection_factory"] = GuardedConnection
             else:  # psycopg 3 takes no connection class: a plugin connects (`_watchdog_pg3`)
                 kw["plugins"] = [PG3_DEADLINE_PLUGIN]
+    return kw
+
+
+class EngineCreated(CreateEnginePlugin):
+    """The SQLAlchemy plugin (`plugins=[ENGINE_CREATED_PLUGIN]` and `tuner_engine_created=fn` in
+    `create_engine`'s arguments) that calls `fn(engine)` as soon as the engine is made, before it connects.
+    Optuna's RDBStorage makes its engine and runs statements on it inside its constructor: this is how
+    tuner gives that engine its error handler before the first statement, and keeps hold of it to dispose
+    of it when the constructor raises (`optuna_storage`)."""
+
+    def __init__(self, url: URL, kwargs: dict[str, Any]) -> None:
+        super().__init__(url, kwargs)
+        self.callback = kwargs.pop(ENGINE_CREATED_ARG, None)  # taken out: not create_engine's
+
+    def update_url(self, url: URL) -> URL:  # the URL names no plugin: nothing to take out of it
+        return url
+
+    def engine_created(self, engine: Engine) -> None:
+        if self.callback is not None:
+            self.callback(engine)
+
+
+def engine_kwargs_calling(url: str, timeout_s: float | None, callback: Any) -> dict[str, Any]:
+    """`engine_kwargs(url, timeout_s)`, plus the plugin that calls `callback(engine)` as soon as the
+    engine is made (`EngineCreated`)."""
+    kw = engine_kwargs(url, timeout_s)
+    kw["plugins"] = [*kw.get("plugins", ()), ENGINE_CREATED_PLUGIN]
+    kw[ENGINE_CREATED_ARG] = callback
     return kw
 
 
