@@ -15,7 +15,7 @@ import threading
 import weakref
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.dialects import plugins
@@ -42,6 +42,7 @@ __all__ = [
     "pg_timeout_s",
     "read_only_url",
     "immutable_url",
+    "locked_read_only_url",
     "disk_full_in",
     "redact",
     "set_statement_limit",
@@ -451,8 +452,6 @@ def install_sqlite_errors(engine: Engine) -> None:
     if engine.dialect.name != "sqlite" or engine in _with_sqlite_errors:
         return
     path = sqlite_path(engine.url.render_as_string(hide_password=False)) or str(engine.url.database)
-    from urllib.parse import unquote
-
     path = unquote(path)  # the engine's URL renders a read-only URI's "file:" as "file%3A"
     if path.startswith("file:"):  # a read-only URI: file:/path?mode=ro&immutable=1
         path = path[len("file:") :]
@@ -557,6 +556,11 @@ def immutable_url(path: str) -> str:
     """The URL that reads the SQLite file `path` as it is, read-only, creating nothing beside it (no
     `-shm`, no lock): what is only in a non-empty `-wal` is not read, and a warning says so."""
     path = os.path.abspath(path)
+    _warn_unread_wal(path)
+    return f"sqlite:///file:{quote(path)}?mode=ro&immutable=1&uri=true"
+
+
+def _warn_unread_wal(path: str) -> None:
     wal = path + "-wal"
     if os.path.isfile(wal) and os.path.getsize(wal) > 0 and wal not in _wal_warned:
         _wal_warned.add(wal)
@@ -566,7 +570,51 @@ def immutable_url(path: str) -> str:
             path,
             wal,
         )
-    return f"sqlite:///file:{quote(path)}?mode=ro&immutable=1&uri=true"
+
+
+_LOCKED_READ_ONLY = "?mode=ro&uri=true"
+
+
+def locked_read_only_url(path: str) -> str:
+    """The URL that reads the SQLite file `path` read-only through SQLite's own locks (`mode=ro`): each
+    read sees one committed state, another process's write-ahead log included, and no checkpoint of a
+    writer overwrites the pages it reads. For a store opened read-only because its disk is full.
+
+    Its engine (`make_engine`) opens a new connection for each use and decides there: SQLite cannot open
+    a WAL database so when its `-shm` file cannot be made or grown (a full disk; then no process has the
+    wal-index that read needs), and that connection reads the file immutable instead (`immutable_url`),
+    as it is. The next use tries the locked read again."""
+    return f"sqlite:///file:{quote(os.path.abspath(path))}{_LOCKED_READ_ONLY}"
+
+
+def _locked_read_only_engine(url: str) -> Engine:
+    """The engine of a `locked_read_only_url` (one connection per use, see there)."""
+    import sqlite3
+
+    from sqlalchemy.pool import NullPool
+
+    path = unquote(url[len("sqlite:///file:") : -len(_LOCKED_READ_ONLY)])
+    folder = os.path.dirname(path)
+
+    def open_(query: str) -> sqlite3.Connection:
+        uri = f"file:{quote(path)}?{query}"
+        return sqlite3.connect(uri, uri=True, timeout=SQLITE_TIMEOUT_S, check_same_thread=False)
+
+    def connect() -> sqlite3.Connection:
+        conn = open_("mode=ro")
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # a WAL database: maps its -shm
+            return conn
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            if not _disk_full(exc, folder):
+                raise
+        _warn_unread_wal(path)
+        return open_("mode=ro&immutable=1")
+
+    eng = create_engine(url, creator=connect, poolclass=NullPool)
+    install_sqlite_errors(eng)
+    return eng
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -656,6 +704,8 @@ def make_engine(url: str) -> Engine:
     """A new engine for `url` (normalised), with the SQLite pragmas (WAL, busy timeout) installed.
     Most code wants the shared `engine_for(url)`."""
     url = normalize_url(url)
+    if url.startswith("sqlite:///file:") and url.endswith(_LOCKED_READ_ONLY):
+        return _locked_read_only_engine(url)
     eng = create_engine(url, **engine_kwargs(url))
     if url.startswith("sqlite"):
         event.listen(eng, "connect", _sqlite_pragmas)
