@@ -178,6 +178,57 @@ def test_sqlites_shm_error_on_a_full_disk_is_named_a_full_disk(
     _stored_keys_hit_and_new_ones_tune(_tuner_home, caplog)
 
 
+def _open_read_only_for_a_full_disk(home: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A ResultStore of `home`'s store opened as on a full disk (SQLite's error, the disk not really full)."""
+    from tuner.storage._engine import sqlite_fault_message
+    from tuner.store import ResultStore, StoreError
+
+    shm = sqlite3.OperationalError("disk I/O error")
+    shm.sqlite_errorcode = 10 | (19 << 8)  # type: ignore[attr-defined] # SQLITE_IOERR_SHMSIZE
+    got = sqlite_fault_message(str(home / "tuner.db"), "opening the store", shm)
+    assert got is not None
+
+    def full(engine: Any) -> None:
+        raise StoreError(got[1]) from shm
+
+    monkeypatch.setattr("tuner.store.ensure_schema", full)
+    store = ResultStore()
+    assert store.full_disk is not None and store.read_only
+    return store
+
+
+def test_a_store_read_only_for_a_full_disk_reads_one_state_while_another_process_writes(
+    _tuner_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fallback read the file with `immutable=1`: no locks, so a checkpoint of a process still writing
+    # the store (its disk had room again, or the write needed none) rewrote the pages a read of the
+    # fallback was going through. A read came back half old and half new (or "database disk image is
+    # malformed", a store wrongly called corrupt), and what was only in the other's log was never seen.
+    from sqlalchemy import text
+
+    rt._populate(_tuner_home, ns=(100,))
+    writer = sqlite3.connect(_tuner_home / "tuner.db", isolation_level=None)
+    writer.execute("PRAGMA wal_autocheckpoint=0")  # checkpointed below only
+    writer.execute("CREATE TABLE t (x INTEGER, pad TEXT)")
+    writer.executemany("INSERT INTO t VALUES (?, ?)", [(i, "x" * 200) for i in range(1, 2001)])
+    writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store = _open_read_only_for_a_full_disk(_tuner_home, monkeypatch)
+    try:
+        with store.engine.connect() as conn:
+            rows = conn.exec_driver_sql("SELECT x FROM t ORDER BY rowid")
+            first = [rows.fetchone()[0] for _ in range(10)]  # the read is under way
+            writer.execute("UPDATE t SET x = -x")  # another process commits a change of every row
+            writer.execute("PRAGMA wal_checkpoint(PASSIVE)")  # and copies into the file what it may
+            rest = [r[0] for r in rows.fetchall()]
+        seen = first + rest
+        assert len(seen) == 2000 and all(x > 0 for x in seen), sorted({x > 0 for x in seen})  # one state
+        with store.session() as s:  # the next read sees the whole commit, though it is only in the log
+            assert s.execute(text("SELECT count(*) FROM t WHERE x < 0")).scalar_one() == 2000
+    finally:
+        writer.close()
+        store.engine.dispose()
+
+
 # ---- files tuner writes: the error names the file, and the old file stays --------------------------------
 def test_an_export_to_a_full_disk_names_the_file_and_keeps_the_old_one(
     tmp_path: Path,

@@ -467,3 +467,88 @@ def test_a_store_is_created_under_a_short_timeout_even_when_its_migration_idles(
     study = optuna.create_study(storage=ResultStore(pg_url).optuna_storage(), study_name="after")
     study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
     assert len(study.get_trials()) == 1
+
+
+def _other_sessions(url: str, *but: int) -> list[str]:
+    """The sessions on `url`'s database other than the one asking and `but`: their state and query."""
+    eng = create_engine(url)
+    try:
+        with eng.connect() as c:
+            rows = c.execute(
+                text(
+                    "SELECT pid, state, query FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid()"
+                )
+            ).all()
+    finally:
+        eng.dispose()
+    return [f"{r.state}: {r.query}" for r in rows if r.pid not in but]
+
+
+def test_creating_optunas_tables_that_times_out_is_a_store_timeout_and_leaves_no_connection(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Optuna's tables are made on an engine of tuner's own with the migration limit. A statement of
+    Optuna's constructor that ran past it (here: another program creating the same table in a transaction
+    it holds open) raised the driver's error (psycopg2's QueryCanceled, not tuner's StoreTimeout naming
+    the operation and the limit), and that engine was never disposed: its connection stayed open on the
+    server for as long as the error (a traceback, a notebook's last error) was kept."""
+    from tuner.storage import StoreTimeout, _engine, engine_for
+    from tuner.store import ResultStore
+
+    monkeypatch.setenv("TUNER_PG_TIMEOUT", "1")
+    monkeypatch.setattr(_engine, "PG_MIGRATION_TIMEOUT_S", 1.0)  # the migration limit: 1 s here
+    store = ResultStore(pg_url)  # tuner's tables
+    other = create_engine(pg_url)
+    holder = other.connect()
+    holder.execute(text("CREATE TABLE studies (study_id integer)"))  # uncommitted: ours waits on it
+    try:
+        exc, took = bounded(store.optuna_storage)
+        assert isinstance(exc, StoreTimeout), repr(exc)
+        assert took < 15, took
+        msg = str(exc)
+        assert "creating Optuna's tables gave up after 1 s (the migration limit" in msg, msg
+        assert "s3cret-pw" not in msg and "rolled back" in msg, msg
+        engine_for(store.url).dispose()  # tuner's own pool; what is left is the failed creation's
+        left = _other_sessions(pg_url, _backend_pid(holder.connection.dbapi_connection))
+        assert left == [], left  # `exc` (and its traceback) is still held here
+    finally:
+        holder.rollback()
+        holder.close()
+        other.dispose()
+    # the lock gone, the tables are made and the storage works (under OPTUNA_LIMIT_S: see there)
+    monkeypatch.setenv("TUNER_PG_TIMEOUT", str(OPTUNA_LIMIT_S))
+    storage = ResultStore(pg_url).optuna_storage()
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # for this test (conftest puts it back after)
+    study = optuna.create_study(storage=storage, study_name="after")
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
+    assert len(study.get_trials()) == 1
+
+
+def test_a_migration_that_times_out_names_the_migration_limit(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tuner's own migration runs on the schema lock's connection under the migration limit; its timeout
+    named the store's usual limit (TUNER_PG_TIMEOUT), not the one that ran out."""
+    from tuner.storage import StoreTimeout, _engine
+    from tuner.storage._schema import VERSION_TABLE
+    from tuner.store import ResultStore
+
+    monkeypatch.setenv("TUNER_PG_TIMEOUT", "1")
+    monkeypatch.setattr(_engine, "PG_MIGRATION_TIMEOUT_S", 2.0)
+    other = create_engine(pg_url)
+    holder = other.connect()
+    holder.execute(text(f"CREATE TABLE {VERSION_TABLE} (version_num varchar(32))"))  # uncommitted
+    try:
+        exc, took = bounded(lambda: ResultStore(pg_url))
+    finally:
+        holder.rollback()
+        holder.close()
+        other.dispose()
+    assert isinstance(exc, StoreTimeout) and took < 15, (repr(exc), took)
+    msg = str(exc)
+    assert "upgrading the schema from empty to" in msg, msg
+    assert "gave up after 2 s (the migration limit: the larger of TUNER_PG_TIMEOUT and 2 s)" in msg, msg
+    assert ResultStore(pg_url).count() == 0  # the lock gone, the store is made

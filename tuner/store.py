@@ -36,7 +36,7 @@ from .storage import (
     engine_for,
     ensure_schema,
     guard_for,
-    immutable_url,
+    locked_read_only_url,
     normalize_url,
     operation,
     read_only_url,
@@ -186,7 +186,9 @@ class ResultStore:
                 raise
             if os.path.getsize(path) == 0 or not disk_full_in(path, exc):
                 raise
-            self.engine = engine_for(immutable_url(path))
+            # read through SQLite's locks (another process may still write it), or as it is while
+            # SQLite cannot map its -shm (`locked_read_only_url`)
+            self.engine = engine_for(locked_read_only_url(path))
             self._sessions = sessionmaker(self.engine, expire_on_commit=False)
             with operation("opening the store"):
                 check_schema(self.engine, self.url)

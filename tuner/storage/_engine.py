@@ -15,11 +15,11 @@ import threading
 import weakref
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.dialects import plugins
-from sqlalchemy.engine import Connection, Engine, ExceptionContext, make_url
+from sqlalchemy.engine import URL, Connection, CreateEnginePlugin, Engine, ExceptionContext, make_url
 
 from tuner._settings import text as _setting_text
 
@@ -36,11 +36,13 @@ __all__ = [
     "install_sqlite_errors",
     "sqlite_fault_in",
     "install_timeout_errors",
+    "migration_timeout_s",
     "normalize_url",
     "operation",
     "pg_timeout_s",
     "read_only_url",
     "immutable_url",
+    "locked_read_only_url",
     "disk_full_in",
     "redact",
     "set_statement_limit",
@@ -73,6 +75,11 @@ _PG_TIMEOUT_PARAMS = ("statement_timeout", "idle_in_transaction_session_timeout"
 # `connection_factory` (`_watchdog_pg3`); SQLAlchemy imports it when an engine names it.
 PG3_DEADLINE_PLUGIN = "tuner_pg3_deadline"
 plugins.register(PG3_DEADLINE_PLUGIN, "tuner.storage._watchdog_pg3", "Psycopg3Deadline")
+# The SQLAlchemy plugin that hands an engine to a callback as soon as `create_engine` has made it, before
+# its first connection (`EngineCreated`): for an engine that a library makes and uses inside one call.
+ENGINE_CREATED_PLUGIN = "tuner_engine_created"
+ENGINE_CREATED_ARG = "tuner_engine_created"
+plugins.register(ENGINE_CREATED_PLUGIN, "tuner.storage._engine", "EngineCreated")
 
 
 class StoreError(RuntimeError):
@@ -122,6 +129,12 @@ def operation(what: str) -> Iterator[None]:
         _operation.reset(token)
 
 
+def migration_timeout_s() -> float:
+    """The PostgreSQL timeouts of the statements that create or upgrade a schema (tuner's or Optuna's), in
+    seconds: the larger of `pg_timeout_s()` and `PG_MIGRATION_TIMEOUT_S` (0: none, as `TUNER_PG_TIMEOUT=0`)."""
+    return pg_timeout_s() and max(pg_timeout_s(), PG_MIGRATION_TIMEOUT_S)
+
+
 def pg_timeout_s() -> float:
     """`TUNER_PG_TIMEOUT` in seconds (default `PG_TIMEOUT_S`); 0: no limit."""
     raw = _setting_text("TUNER_PG_TIMEOUT")
@@ -156,10 +169,15 @@ def statement_timeout_option(options: str | None) -> str | None:
     return found[-1] if found else None
 
 
-def _limit_text(url_options: str | None, timeout_s: float) -> str:
+def _limit_text(url_options: str | None, timeout_s: float, *, migration: bool = False) -> str:
     named = statement_timeout_option(url_options)
     if named:
         return f"statement_timeout={named} (the URL's options)"
+    if timeout_s > 0 and migration:
+        return (
+            f"{timeout_s:g} s (the migration limit: the larger of TUNER_PG_TIMEOUT and "
+            f"{PG_MIGRATION_TIMEOUT_S:g} s)"
+        )
     if timeout_s > 0:
         return f"{timeout_s:g} s (TUNER_PG_TIMEOUT; default {PG_TIMEOUT_S:g})"
     return "the server's own timeout (TUNER_PG_TIMEOUT=0 sets none)"
@@ -204,17 +222,23 @@ def _sqlstate(exc: BaseException) -> str | None:
     return code if isinstance(code, str) else None
 
 
-def install_timeout_errors(engine: Engine, url: str) -> None:
+def install_timeout_errors(engine: Engine, url: str, *, migration: bool = False) -> None:
     """Turn the timeout errors of a PostgreSQL engine's statements into a `StoreTimeout` that names the
     store, the operation and the limit, a connection the server ended under a statement into a
     `StoreConnectionLost`, and a write the server refused because it only reads (a hot standby) into a
-    `StoreError` that says so (the rest of SQLAlchemy's handling, the rollback, is unchanged)."""
+    `StoreError` that says so (the rest of SQLAlchemy's handling, the rollback, is unchanged).
+    `migration`: the engine's connections were made with the migration limit (`engine_kwargs(url,
+    migration_timeout_s())`), which the message then names."""
     if engine.dialect.name != "postgresql" or engine in _with_timeout_errors:
         return
     _with_timeout_errors.add(engine)
     parsed = make_url(normalize_url(url))
     url_options = parsed.query.get("options")
-    limit = _limit_text(url_options if isinstance(url_options, str) else None, pg_timeout_s())
+    limit = _limit_text(
+        url_options if isinstance(url_options, str) else None,
+        migration_timeout_s() if migration else pg_timeout_s(),
+        migration=migration,
+    )
     where = redact(parsed.render_as_string(hide_password=True))
     in_url = parsed.query.get("connect_timeout")
     connect_limit = (
@@ -257,6 +281,8 @@ def install_timeout_errors(engine: Engine, url: str) -> None:
                     else "its transaction was not committed, nothing of it was written"
                 )
             )
+        migrating = _migration_limit_of(ctx)  # the schema lock's connection: SET to the migration's
+        named = limit if migrating is None else _limit_text(None, migrating, migration=True)
         if kind == "idle_in_transaction_session_timeout":
             why = (
                 "the server ended the session: it sat inside a transaction past "
@@ -268,11 +294,23 @@ def install_timeout_errors(engine: Engine, url: str) -> None:
                 "held a lock it needed)"
             )
         raise StoreTimeout(
-            f"store {where}: {what} gave up after {limit}: {why}; its transaction was rolled back, "
+            f"store {where}: {what} gave up after {named}: {why}; its transaction was rolled back, "
             "nothing of it was written"
         )
 
     event.listen(engine, "handle_error", _on_error)
+
+
+def _migration_limit_of(ctx: ExceptionContext) -> float | None:
+    """The limit a connection runs under while `set_statement_limit` gave it the migration's (the schema
+    lock's connection), else None (the limit it connected with, which the engine's message names)."""
+    try:
+        dbapi_conn = ctx.connection.connection.dbapi_connection if ctx.connection is not None else None
+    except Exception:  # noqa: BLE001 - an invalidated connection: the engine's limit is named
+        return None
+    now = getattr(dbapi_conn, "tuner_limit_s", None)
+    own = getattr(dbapi_conn, "tuner_own_limit_s", None)
+    return now if now and now != own else None
 
 
 def _connection_lost(ctx: ExceptionContext, where: str) -> None:
@@ -414,8 +452,6 @@ def install_sqlite_errors(engine: Engine) -> None:
     if engine.dialect.name != "sqlite" or engine in _with_sqlite_errors:
         return
     path = sqlite_path(engine.url.render_as_string(hide_password=False)) or str(engine.url.database)
-    from urllib.parse import unquote
-
     path = unquote(path)  # the engine's URL renders a read-only URI's "file:" as "file%3A"
     if path.startswith("file:"):  # a read-only URI: file:/path?mode=ro&immutable=1
         path = path[len("file:") :]
@@ -520,6 +556,11 @@ def immutable_url(path: str) -> str:
     """The URL that reads the SQLite file `path` as it is, read-only, creating nothing beside it (no
     `-shm`, no lock): what is only in a non-empty `-wal` is not read, and a warning says so."""
     path = os.path.abspath(path)
+    _warn_unread_wal(path)
+    return f"sqlite:///file:{quote(path)}?mode=ro&immutable=1&uri=true"
+
+
+def _warn_unread_wal(path: str) -> None:
     wal = path + "-wal"
     if os.path.isfile(wal) and os.path.getsize(wal) > 0 and wal not in _wal_warned:
         _wal_warned.add(wal)
@@ -529,7 +570,51 @@ def immutable_url(path: str) -> str:
             path,
             wal,
         )
-    return f"sqlite:///file:{quote(path)}?mode=ro&immutable=1&uri=true"
+
+
+_LOCKED_READ_ONLY = "?mode=ro&uri=true"
+
+
+def locked_read_only_url(path: str) -> str:
+    """The URL that reads the SQLite file `path` read-only through SQLite's own locks (`mode=ro`): each
+    read sees one committed state, another process's write-ahead log included, and no checkpoint of a
+    writer overwrites the pages it reads. For a store opened read-only because its disk is full.
+
+    Its engine (`make_engine`) opens a new connection for each use and decides there: SQLite cannot open
+    a WAL database so when its `-shm` file cannot be made or grown (a full disk; then no process has the
+    wal-index that read needs), and that connection reads the file immutable instead (`immutable_url`),
+    as it is. The next use tries the locked read again."""
+    return f"sqlite:///file:{quote(os.path.abspath(path))}{_LOCKED_READ_ONLY}"
+
+
+def _locked_read_only_engine(url: str) -> Engine:
+    """The engine of a `locked_read_only_url` (one connection per use, see there)."""
+    import sqlite3
+
+    from sqlalchemy.pool import NullPool
+
+    path = unquote(url[len("sqlite:///file:") : -len(_LOCKED_READ_ONLY)])
+    folder = os.path.dirname(path)
+
+    def open_(query: str) -> sqlite3.Connection:
+        uri = f"file:{quote(path)}?{query}"
+        return sqlite3.connect(uri, uri=True, timeout=SQLITE_TIMEOUT_S, check_same_thread=False)
+
+    def connect() -> sqlite3.Connection:
+        conn = open_("mode=ro")
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # a WAL database: maps its -shm
+            return conn
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            if not _disk_full(exc, folder):
+                raise
+        _warn_unread_wal(path)
+        return open_("mode=ro&immutable=1")
+
+    eng = create_engine(url, creator=connect, poolclass=NullPool)
+    install_sqlite_errors(eng)
+    return eng
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -570,6 +655,34 @@ def engine_kwargs(url: str, timeout_s: float | None = None) -> dict[str, Any]:
     return kw
 
 
+class EngineCreated(CreateEnginePlugin):
+    """The SQLAlchemy plugin (`plugins=[ENGINE_CREATED_PLUGIN]` and `tuner_engine_created=fn` in
+    `create_engine`'s arguments) that calls `fn(engine)` as soon as the engine is made, before it connects.
+    Optuna's RDBStorage makes its engine and runs statements on it inside its constructor: this is how
+    tuner gives that engine its error handler before the first statement, and keeps hold of it to dispose
+    of it when the constructor raises (`optuna_storage`)."""
+
+    def __init__(self, url: URL, kwargs: dict[str, Any]) -> None:
+        super().__init__(url, kwargs)
+        self.callback = kwargs.pop(ENGINE_CREATED_ARG, None)  # taken out: not create_engine's
+
+    def update_url(self, url: URL) -> URL:  # the URL names no plugin: nothing to take out of it
+        return url
+
+    def engine_created(self, engine: Engine) -> None:
+        if self.callback is not None:
+            self.callback(engine)
+
+
+def engine_kwargs_calling(url: str, timeout_s: float | None, callback: Any) -> dict[str, Any]:
+    """`engine_kwargs(url, timeout_s)`, plus the plugin that calls `callback(engine)` as soon as the
+    engine is made (`EngineCreated`)."""
+    kw = engine_kwargs(url, timeout_s)
+    kw["plugins"] = [*kw.get("plugins", ()), ENGINE_CREATED_PLUGIN]
+    kw[ENGINE_CREATED_ARG] = callback
+    return kw
+
+
 def set_statement_limit(conn: Connection, seconds: float | None) -> None:
     """`SET statement_timeout` and `idle_in_transaction_session_timeout` on one PostgreSQL connection
     (None: `RESET`, back to its own), and the client-side deadline of its calls with it. A migration
@@ -591,6 +704,8 @@ def make_engine(url: str) -> Engine:
     """A new engine for `url` (normalised), with the SQLite pragmas (WAL, busy timeout) installed.
     Most code wants the shared `engine_for(url)`."""
     url = normalize_url(url)
+    if url.startswith("sqlite:///file:") and url.endswith(_LOCKED_READ_ONLY):
+        return _locked_read_only_engine(url)
     eng = create_engine(url, **engine_kwargs(url))
     if url.startswith("sqlite"):
         event.listen(eng, "connect", _sqlite_pragmas)

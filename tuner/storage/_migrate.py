@@ -27,16 +27,16 @@ from sqlalchemy.pool import NullPool
 from tuner._scoped import SharedOverride
 
 from ._engine import (
-    PG_MIGRATION_TIMEOUT_S,
     SQLITE_TIMEOUT_S,
     StoreConnectionLost,
     StoreError,
     _sqlite_pragmas,
     engine_kwargs,
+    engine_kwargs_calling,
     install_sqlite_errors,
     install_timeout_errors,
+    migration_timeout_s,
     operation,
-    pg_timeout_s,
     read_only_url,
     redact,
     set_statement_limit,
@@ -115,8 +115,7 @@ def schema_lock(engine: Engine) -> Iterator[Connection | None]:
             with engine.connect() as conn:
                 # waiting for another process's migration, and a migration itself, may take longer than
                 # one of tuner's statements: this connection gets the migration limit until it is returned
-                limit = pg_timeout_s() and max(pg_timeout_s(), PG_MIGRATION_TIMEOUT_S)
-                set_statement_limit(conn, limit)
+                set_statement_limit(conn, migration_timeout_s())
                 with operation(
                     "waiting for the schema lock (another process creates or upgrades the schema)"
                 ):
@@ -293,6 +292,31 @@ def _optuna_tables_made(engine: Engine) -> bool:
         return conn.execute(text("SELECT count(*) FROM alembic_version")).scalar_one() > 0
 
 
+def _make_optuna_tables(full_url: str, url: str) -> None:
+    """Create Optuna's tables on PostgreSQL (the caller holds the schema lock). Optuna creates them and
+    stamps their version in transactions that may idle while alembic imports its scripts: on an engine of
+    its own with the migration limit, as tuner's. Its constructor runs those statements on the engine it
+    has just made, so the engine gets tuner's error handler as it is made (a timeout there is a
+    `StoreTimeout` naming the operation and the limit, not the driver's error) and is disposed of however
+    the constructor ends (its pool would otherwise keep a connection open on the server for as long as the
+    error is kept)."""
+    import optuna
+
+    made: list[Engine] = []
+
+    def _made(engine: Engine) -> None:
+        made.append(engine)
+        install_timeout_errors(engine, url, migration=True)
+
+    kw = engine_kwargs_calling(url, migration_timeout_s(), _made)
+    try:
+        with operation("creating Optuna's tables"):
+            optuna.storages.RDBStorage(full_url, engine_kwargs=kw)
+    finally:
+        for engine in made:
+            engine.dispose()
+
+
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:
     """Optuna's RDBStorage on `url`, created under the schema lock (Optuna creates its tables and stamps
     its version check-then-create; concurrent first opens would race). A SQLite store whose folder cannot
@@ -316,13 +340,7 @@ def optuna_storage(url: str) -> optuna.storages.RDBStorage:
     full_url = str(eng.url.render_as_string(hide_password=False))
     with schema_lock(eng), _alembic_quiet(), _sqlite_faults(url):
         if eng.dialect.name == "postgresql" and not _optuna_tables_made(eng):
-            # Optuna creates its tables and stamps their version in transactions that may idle while
-            # alembic imports its scripts: on an engine of its own with the migration limit, as tuner's
-            limit = pg_timeout_s() and max(pg_timeout_s(), PG_MIGRATION_TIMEOUT_S)
-            with operation("creating Optuna's tables"):
-                maker = optuna.storages.RDBStorage(full_url, engine_kwargs=engine_kwargs(url, limit))
-            install_timeout_errors(maker.engine, url)
-            maker.engine.dispose()
+            _make_optuna_tables(full_url, url)
         storage = optuna.storages.RDBStorage(full_url, engine_kwargs=engine_kwargs(url))
     install_timeout_errors(storage.engine, url)  # same timeouts (engine_kwargs), same clear error
     install_sqlite_errors(storage.engine)  # a corrupt file, a full disk: named, not Optuna's generic error
