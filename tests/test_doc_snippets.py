@@ -467,3 +467,29 @@ def test_doc_block_runs(block: Block, tmp_path: Path):
                 f"{block.where}: the ```python block printed other than the doc shows:\n" + "\n".join(wrong),
                 pytrace=False,
             )
+
+
+# ---- the shipped example cache --------------------------------------------------------------------------
+EXAMPLE_CACHE = REPO / "docs" / "examples" / "quickstart-report" / "cache.json"
+
+
+def test_the_example_cache_is_of_the_shipped_kernels():
+    """README.md's `tuner.kernel` example reads docs/examples/quickstart-report/cache.json and shows an
+    exact hit: an entry whose kernel source hash is not the shipped kernel's is a miss there (on any device
+    and versions, so this holds where that example's hit cannot be checked). After a change to a kernel's
+    source, regenerate the example as docs/examples/quickstart-report/README.md says."""
+    from tuner.runtime import kernel_source_hash
+
+    entries = json.loads(EXAMPLE_CACHE.read_text(encoding="utf-8"))["entries"]
+    assert entries
+    stale = sorted(
+        {
+            f"{e['kernel']} (stored {e['source_hash'][:12]}, now {kernel_source_hash(e['kernel'])[:12]})"
+            for e in entries
+            if e["source_hash"] != kernel_source_hash(e["kernel"])
+        }
+    )
+    assert not stale, (
+        f"{EXAMPLE_CACHE.relative_to(REPO)} is stale, its kernels' source changed since: {', '.join(stale)}; "
+        "regenerate the example (docs/examples/quickstart-report/README.md says how)"
+    )
