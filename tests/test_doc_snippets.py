@@ -5,6 +5,10 @@ The convention (CONTRIBUTING readers: see the "Code blocks in the docs" note in 
   `<!-- doc-test: skip (why) -->`; the reason is required.
 - A ```bash / ```sh / ```shell block runs only when the line before its fence is `<!-- doc-test: run -->`.
 - Blocks in any other language (toml, text, none) never run.
+- Output a ```python block shows is checked: a `print(...)` statement followed on its own (last) line by
+  the comment `# -> TEXT`, or directly by comment lines `# -> TEXT` (one per printed line), must print
+  TEXT (trailing blanks aside); `...` in TEXT stands for any text, as in doctest. A print run several
+  times must print that each time; one that never runs fails. Other comments are prose, never compared.
 Each block runs in a subprocess with a fresh TUNER_HOME and a fresh working folder that holds links to the
 repository's top-level folders (so `studies/quickstart.toml` and `docs/examples/...` resolve and nothing is
 written into the checkout's root), on the CPU (TRITON_INTERPRET=1, JAX_PLATFORMS=cpu), with `tuner`,
@@ -13,11 +17,15 @@ written into the checkout's root), on the CPU (TRITON_INTERPRET=1, JAX_PLATFORMS
 
 from __future__ import annotations
 
+import ast
+import io
+import json
 import os
 import re
 import subprocess
 import sys
 import textwrap
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -202,6 +210,193 @@ def test_markers_are_well_formed():
         extract_blocks(f.read_text(encoding="utf-8"), f.relative_to(REPO).as_posix())
 
 
+# ---- shown output ----------------------------------------------------------------------------------------
+SHOWN = re.compile(r"^#\s*->\s?(?P<text>.*)$")
+
+
+@dataclass(frozen=True)
+class Shown:
+    line: int  # 1-based line of the print statement's start in the block
+    col: int  # column of its `print`
+    text: str  # what the doc says it prints; "..." stands for any text
+
+
+def shown_output(code: str, where: str = "<block>") -> list[Shown]:
+    """The `# -> TEXT` comments of a block's code, each with the print statement it shows the output of.
+    A `# -> ` comment that follows no print statement is an error naming its line."""
+    comments: dict[int, tuple[str, bool]] = {}  # line -> (text, alone on its line)
+    for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+        if tok.type == tokenize.COMMENT:
+            m = SHOWN.match(tok.string)
+            if m:
+                alone = not tok.line[: tok.start[1]].strip()
+                comments[tok.start[0]] = (m["text"].rstrip(), alone)
+    prints: dict[int, tuple[int, int]] = {}  # last line of a print statement -> (first line, column)
+    for node in ast.walk(ast.parse(code)):
+        if (
+            isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+            and node.value.func.id == "print"
+            and node.end_lineno is not None
+        ):
+            prints[node.end_lineno] = (node.lineno, node.value.func.col_offset)
+    out: list[Shown] = []
+    taken: set[int] = set()
+    for end, (first, col) in sorted(prints.items()):
+        lines = []
+        if end in comments and not comments[end][1]:
+            lines.append(comments[end][0])
+            taken.add(end)
+        nxt = end + 1
+        while nxt in comments and comments[nxt][1]:
+            lines.append(comments[nxt][0])
+            taken.add(nxt)
+            nxt += 1
+        if lines:
+            out.append(Shown(first, col, "\n".join(lines)))
+    stray = sorted(set(comments) - taken)
+    if stray:
+        raise MarkerError(
+            f"{where}: block line {stray[0]}: a `# -> ` comment follows no print(...) statement"
+        )
+    return out
+
+
+def shows(expected: str, printed: str) -> bool:
+    """Whether `printed` (one print's text, its final newline removed) is what the doc shows."""
+    norm = "\n".join(line.rstrip() for line in printed.split("\n"))
+    pattern = ".*?".join(re.escape(part) for part in expected.split("..."))
+    return re.fullmatch(pattern, norm, re.DOTALL) is not None
+
+
+# Written next to a block that shows output; the block's prints with `# -> ` comments call `at(line)`,
+# which prints as print does and appends what it printed to $DOC_PRINT_LOG (worker processes too).
+DOCPRINT = """\
+import io, json, os
+
+
+def at(line):
+    def show(*args, sep=" ", end="\\n", file=None, flush=False):
+        buf = io.StringIO()
+        print(*args, sep=sep, end=end, file=buf)
+        print(*args, sep=sep, end=end, file=file, flush=flush)
+        log = os.environ.get("DOC_PRINT_LOG")
+        if log:
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"line": line, "text": buf.getvalue()}) + "\\n")
+
+    return show
+"""
+
+
+def instrument(code: str, shown: list[Shown]) -> str:
+    """The block with each showing print's `print` replaced by a recording one (same line numbers)."""
+    lines = code.split("\n")
+    for s in shown:
+        line = lines[s.line - 1]
+        assert line[s.col : s.col + 5] == "print", (s, line)
+        lines[s.line - 1] = line[: s.col] + f'__import__("_docprint").at({s.line})' + line[s.col + 5 :]
+    return "\n".join(lines)
+
+
+def output_mismatches(block: Block, shown: list[Shown], records: list[dict[str, object]]) -> list[str]:
+    """What the block printed against what its `# -> ` comments show, one line per difference."""
+    by_line: dict[int, list[str]] = {}
+    for r in records:
+        by_line.setdefault(int(str(r["line"])), []).append(str(r["text"]))
+    out = []
+    for s in shown:
+        where = f"{block.file}:{block.line + s.line}"
+        got = by_line.get(s.line)
+        if not got:
+            out.append(f"{where}: the print never ran; the doc shows {s.text!r}")
+            continue
+        for text in got:
+            printed = text[:-1] if text.endswith("\n") else text
+            if not shows(s.text, printed):
+                out.append(f"{where}: printed {printed!r}; the doc shows {s.text!r}")
+    return out
+
+
+SHOWN_SAMPLE = """\
+x = 2
+print(x + 1)  # -> 3
+print("a", "b")
+# -> a b
+print("# -> not a comment")
+if x:
+    print(
+        {"k": x},
+    )  # -> {'k': ...}
+print("two\\nlines")
+# -> two
+# -> lines
+print(x)  # a remark, not output
+"""
+
+
+def test_shown_output_is_found_and_compared():
+    shown = shown_output(SHOWN_SAMPLE)
+    assert [(s.line, s.col, s.text) for s in shown] == [
+        (2, 0, "3"),
+        (3, 0, "a b"),
+        (7, 4, "{'k': ...}"),
+        (10, 0, "two\nlines"),
+    ]
+    assert shows("{'k': ...}", "{'k': 2}") and not shows("{'k': ...}", "{'j': 2}")
+    assert shows("a b", "a b  ") and not shows("a b", "a b c")
+    code = instrument(SHOWN_SAMPLE, shown)
+    assert code.count('__import__("_docprint").at(') == 4 and len(code.split("\n")) == len(
+        SHOWN_SAMPLE.split("\n")
+    )
+    block = Block("S.md", 10, "python", SHOWN_SAMPLE, "run")
+    records: list[dict[str, object]] = [
+        {"line": 2, "text": "3\n"},
+        {"line": 3, "text": "a c\n"},
+        {"line": 7, "text": "{'k': 2}\n"},
+    ]
+    assert output_mismatches(block, shown, records) == [
+        "S.md:13: printed 'a c'; the doc shows 'a b'",
+        "S.md:20: the print never ran; the doc shows 'two\\nlines'",
+    ]
+
+
+def test_a_shown_output_comment_must_follow_a_print():
+    with pytest.raises(MarkerError, match=r"^S\.md:3: block line 2: "):
+        shown_output("x = 1\n# -> 1\n", "S.md:3")
+
+
+def test_shown_output_runs_and_is_compared(tmp_path: Path):
+    code = 'import sys\nprint(sys.argv[0] and "ok")  # -> ok\nfor i in range(2):\n    print(i)  # -> 0\n'
+    shown = shown_output(code)
+    (tmp_path / "_docprint.py").write_text(DOCPRINT)
+    (tmp_path / "b.py").write_text(instrument(code, shown))
+    log = tmp_path / "log.jsonl"
+    r = subprocess.run(
+        [sys.executable, str(tmp_path / "b.py")],
+        env={**os.environ, "DOC_PRINT_LOG": str(log)},
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0 and r.stdout == "ok\n0\n1\n"
+    records = [json.loads(x) for x in log.read_text().splitlines()]
+    block = Block("S.md", 1, "python", code, "run")
+    assert output_mismatches(block, shown, records) == ["S.md:5: printed '1'; the doc shows '0'"]
+
+
+def _shown_blocks() -> list[Block]:
+    try:
+        return [b for b in _runnable() if b.lang in PYTHON]
+    except MarkerError:
+        return []
+
+
+def test_shown_output_comments_are_well_formed():
+    for b in _shown_blocks():
+        shown_output(b.code, b.where)
+
+
 # ---- the docs ------------------------------------------------------------------------------------------
 def _shims(folder: Path) -> Path:
     """`tuner`, `python` and `python3` meaning this interpreter (a venv's bin may not be on PATH)."""
@@ -241,9 +436,14 @@ def test_doc_block_runs(block: Block, tmp_path: Path):
     )
     for k in ("TUNER_STORAGE", "TUNER_MODE", "TUNER_CACHE_FILE"):
         env.pop(k, None)
+    shown: list[Shown] = []
     if block.lang in PYTHON:
+        shown = shown_output(block.code, block.where)
         script = work / "doc_block.py"
-        script.write_text(block.code)
+        script.write_text(instrument(block.code, shown))
+        if shown:
+            (work / "_docprint.py").write_text(DOCPRINT)
+            env["DOC_PRINT_LOG"] = str(tmp_path / "printed.jsonl")
         cmd = [sys.executable, str(script)]
     else:
         cmd = ["bash", "-euo", "pipefail", "-c", block.code]
@@ -258,3 +458,38 @@ def test_doc_block_runs(block: Block, tmp_path: Path):
             f"--- stdout (end) ---\n{r.stdout[-1500:]}",
             pytrace=False,
         )
+    if shown:
+        log = tmp_path / "printed.jsonl"
+        records = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+        wrong = output_mismatches(block, shown, records)
+        if wrong:
+            pytest.fail(
+                f"{block.where}: the ```python block printed other than the doc shows:\n" + "\n".join(wrong),
+                pytrace=False,
+            )
+
+
+# ---- the shipped example cache --------------------------------------------------------------------------
+EXAMPLE_CACHE = REPO / "docs" / "examples" / "quickstart-report" / "cache.json"
+
+
+def test_the_example_cache_is_of_the_shipped_kernels():
+    """README.md's `tuner.kernel` example reads docs/examples/quickstart-report/cache.json and shows an
+    exact hit: an entry whose kernel source hash is not the shipped kernel's is a miss there (on any device
+    and versions, so this holds where that example's hit cannot be checked). After a change to a kernel's
+    source, regenerate the example as docs/examples/quickstart-report/README.md says."""
+    from tuner.runtime import kernel_source_hash
+
+    entries = json.loads(EXAMPLE_CACHE.read_text(encoding="utf-8"))["entries"]
+    assert entries
+    stale = sorted(
+        {
+            f"{e['kernel']} (stored {e['source_hash'][:12]}, now {kernel_source_hash(e['kernel'])[:12]})"
+            for e in entries
+            if e["source_hash"] != kernel_source_hash(e["kernel"])
+        }
+    )
+    assert not stale, (
+        f"{EXAMPLE_CACHE.relative_to(REPO)} is stale, its kernels' source changed since: {', '.join(stale)}; "
+        "regenerate the example (docs/examples/quickstart-report/README.md says how)"
+    )

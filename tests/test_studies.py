@@ -653,3 +653,68 @@ def test_the_retry_hint_hides_the_storage_password(
     assert cli(*args, "--json", "--no-report") == 1
     out = json.loads(capsys.readouterr().out)
     assert out["retry"] == f"tuner study run {p} --retry-failed --storage {url}"
+
+
+def _norm_study(tmp_path: Path) -> Path:
+    """A study of registered kernels whose TOML leaves out a problem field the kernel has a default for
+    (rmsnorm's eps); softmax has no such field."""
+    p = tmp_path / "norms.toml"
+    p.write_text("""
+[study]
+name = "norms"
+device = "cpu"
+budget = { trials = 3 }
+strategy = "random"
+output = "out-norms"
+
+[[tasks]]
+kernel = "rmsnorm"
+problems = [{ M = 64, N = 128 }]
+
+[[tasks]]
+kernel = "softmax"
+problems = [{ M = 64, N = 128 }]
+""")
+    return p
+
+
+def test_export_and_report_find_tasks_whose_kernel_fills_default_fields(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The runner fills rmsnorm's eps into the task (and its key); `study export` and `study report` load
+    the file without kernel checks and used to look the task up without it: the task was left out of both,
+    without a word."""
+    from tuner.studies import load_study, run_study
+
+    p = _norm_study(tmp_path)
+    spec = load_study(p)  # as `tuner study run` loads it for the default executor
+    assert {t.kernel: "eps" in t.problem for t in spec.tasks} == {"rmsnorm": True, "softmax": False}
+    run_study(spec, executor=FAKE)
+    assert [t.key for t in load_study(p, check_kernels=False).tasks] == [t.key for t in spec.tasks]
+    assert cli("study", "export", str(p), "--out", str(tmp_path / "c.json")) == 0
+    assert cli("study", "report", str(p), "--out", str(tmp_path / "r")) == 0
+    entries = json.loads((tmp_path / "c.json").read_text())["entries"]
+    assert sorted(e["kernel"] for e in entries) == ["rmsnorm", "softmax"]
+    md = (tmp_path / "r" / "report.md").read_text()
+    for t in spec.tasks:
+        assert f"`{t.key}` | done |" in md
+
+
+def test_a_task_with_no_results_is_reported_not_left_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A task the study file lists but the database holds nothing of (added after the run): the report
+    lists it as having no results, and the export says it is not exported, instead of dropping it."""
+    from tuner.studies import export_study, load_study, run_study, write_report
+
+    p = write_study(tmp_path, n_m=1, budget=3)
+    run_study(load_study(p, check_kernels=False), executor=FAKE)
+    p.write_text(p.read_text().replace("M = [64]", "M = [64, 256]"))
+    spec = load_study(p, check_kernels=False)
+    new = next(t.key for t in spec.tasks if t.problem["M"] == 256)
+    md = write_report(spec, tmp_path / "rep").markdown.read_text()
+    assert f"| `{new}` | no results | 0/3 |" in md
+    assert "1 with no results in the database" in md and f"## {new}\n" in md
+    with caplog.at_level(logging.WARNING, logger="tuner.studies._export"):
+        assert export_study(spec, tmp_path / "c.json").entries == 1
+    assert f"task {new} has no results in the study's database" in caplog.text

@@ -138,9 +138,18 @@ def cache_entries(spec: StudySpec) -> list[dict[str, Any]]:
     from ._runner import study_rows
 
     rows = study_rows(spec)
+    stored = {r.key for r in rows}
+    for t in spec.tasks:
+        if t.key not in stored:
+            log.warning(
+                "task %s has no results in the study's database (it never ran under this key: `tuner study "
+                "run` runs it); not exported",
+                t.key,
+            )
     out = []
     for r in rows:
         if r.status != DONE:
+            log.warning("task %s is %s; not exported", r.key, r.status)
             continue
         e = entry_for(r)
         if e is None:

@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ReportResult", "write_report", "roofline_fraction"]
 
+# The summary's status of a task the study file lists but the database has no row of.
+NO_RESULTS = "no results"
+
 # fANOVA fits a random forest to the trials: with fewer than this many successes it reports noise.
 MIN_TRIALS_FOR_IMPORTANCE = 8
 
@@ -284,6 +287,8 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
             f"cannot write the report of study {spec.name} into {out}: {exc.strerror or exc}; "
             "give a folder that can be written with --out DIR (the study's database is only read)"
         ) from exc
+    stored = {r.key for r in rows}
+    unstored = [t for t in spec.tasks if t.key not in stored]  # listed, but never ran under this key
     store = _result_store(spec.storage)
     storage = store.optuna_storage()
     inconsistent: list[str] = []
@@ -295,7 +300,8 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
             "p",
             f"Generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC} from `{redacted}` by "
             f"`tuner study report`. Tasks: {counts[DONE]} done, {counts['failed']} failed, "
-            f"{counts['pending']} pending, {counts['running']} running.",
+            f"{counts['pending']} pending, {counts['running']} running"
+            + (f", {len(unstored)} with no results in the database." if unstored else "."),
         ),
         (
             "p",
@@ -406,6 +412,16 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
             inconsistent.append(t.key)
         for name, check in checks:
             sections.append(("p", _check_text(check) + (f" (Optuna study `{name}`)" if t.retries else "")))
+    for t in unstored:
+        summary_rows.append([f"`{t.key}`", NO_RESULTS, f"0/{t.budget or '-'}", "-", "n/a", "`-`"])
+        sections.append(("h2", t.key))
+        sections.append(
+            (
+                "p",
+                f"Kernel `{t.kernel}`, backend `{t.backend}`, dtype `{t.dtype}`: no results in the study's "
+                "database; the task never ran under this key (`tuner study run` runs it).",
+            )
+        )
     if inconsistent:
         blocks.append(
             (

@@ -276,6 +276,23 @@ def _check_kernel(
         raise _err(where, f"kernel {kernel!r}: {str(exc).splitlines()[0]}") from None
 
 
+def _filled(kernel: str, problem: Mapping[str, Any]) -> dict[str, Any]:
+    """The problem as the runner runs it, without checking it: a registered kernel's default problem
+    fields filled in where the study leaves them out (rmsnorm's eps), as `validate_problem` fills them for
+    `_check_kernel`. So a study loaded without kernel checks (`tuner study report` / `export`, a custom
+    executor) has the same task keys as the run that stored the results. An unregistered kernel's problem,
+    and a decorated function's (from-misses --factory), stay as given."""
+    if "factory" in problem:
+        return dict(problem)
+    try:
+        from tuner.kernels import get_kernel
+
+        spec = get_kernel(kernel)
+    except Exception:  # noqa: BLE001 - not a registered kernel (a custom executor's): nothing to fill
+        return dict(problem)
+    return {**dict(spec.default_problem), **dict(problem)}
+
+
 def parse_study(
     data: Mapping[str, Any],
     *,
@@ -283,7 +300,9 @@ def parse_study(
     storage: str | None = None,
     check_kernels: bool = True,
 ) -> StudySpec:
-    """Validate a parsed study document (see the module docstring) and expand its tasks."""
+    """Validate a parsed study document (see the module docstring) and expand its tasks. Without
+    `check_kernels` the kernel registry checks nothing, but a registered kernel's default problem fields
+    are still filled in (`_filled`), so the task keys are the same either way."""
     src = str(path) if path is not None else "<study>"
     if not isinstance(data, Mapping):
         raise _err(src, "not a table")
@@ -384,7 +403,11 @@ def parse_study(
                 for dt in [p["dtype"]] if "dtype" in p else t_dtypes:
                     if not isinstance(dt, str):
                         raise _err(w, f"dtype must be a string, got {dt!r}")
-                    prob = _check_kernel(w, kernel, backend, dt, p) if check_kernels else {**p, "dtype": dt}
+                    prob = (
+                        _check_kernel(w, kernel, backend, dt, p)
+                        if check_kernels
+                        else _filled(kernel, {**p, "dtype": dt})
+                    )
                     key = f"{kernel}/{backend}/{dt}/{_shape_key(prob)}"
                     if key in seen:
                         raise _err(w, f"task {key} is listed twice")
