@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 
@@ -339,10 +340,18 @@ def test_collective_over_a_vmap_axis_name_is_chosen_untimed(caplog):
         return x * s / s / lax.psum(x.sum(), "batch")
 
     x = jnp.ones((4, 8))
-    with caplog.at_level(logging.WARNING, logger="tuner"), jax.checking_leaks():
+    with (
+        caplog.at_level(logging.WARNING, logger="tuner"),
+        jax.checking_leaks(),
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("error", tuner.AllTrialsFailedWarning)  # an untimed choice is no failure
         r = jax.vmap(normalise, axis_name="batch")(x)  # the old code raised AllConfigsFailedError here
     np.testing.assert_allclose(np.asarray(r), np.full((4, 8), 1 / 32), rtol=1e-6)
     assert bench.calls == 0 and normalise.tuner.stats["offline_fallback"] == 1
+    # the first config on the stand-ins, then the traced call with the choice; the other config was not
+    # tried (the old code tried every config, each failing alike, and warned that all trials failed)
+    assert len(calls) == 2 and ConfigCache().entries() == []
     why = normalise.tuner.last_choice["why"]
     assert "not timed" in why and "unbound axis name: batch" in why and "shard_map" in why
     assert any("unbound axis name" in rec.getMessage() for rec in caplog.records)
@@ -352,14 +361,63 @@ def test_collective_over_a_vmap_axis_name_is_chosen_untimed(caplog):
 
 
 def test_other_failures_with_a_named_axis_still_raise():
+    tried: list = []
+
     @tuner.autotune(configs=[{"s": 1.0}, {"s": 2.0}], key=lambda x: {"n": x.shape[0]}, bench=Bench())
     def broken(x, *, s):
-        if s == 2.0:
+        tried.append(s)
+        if s == 1.0:
             raise ValueError("bad block")
         return lax.psum(x, "batch")
 
-    with pytest.raises(AllConfigsFailedError, match="unbound axis name"):  # one config: another error
+    # the first config fails for a reason of its own: the tuning goes on, the other config fails on
+    # the stand-ins' unbound axis, and no config ran: raised, with optimize's warning, as before
+    with (
+        pytest.warns(tuner.AllTrialsFailedWarning, match="bad block"),
+        pytest.raises(AllConfigsFailedError, match="every one of 2 configs failed; first error: ValueError"),
+    ):
         jax.vmap(broken, axis_name="batch")(jnp.ones((2, 4)))
+    assert tried == [1.0, 2.0]
+
+
+def test_a_failing_config_chosen_untimed_raises_its_own_error():
+    tried: list = []
+
+    @tuner.autotune(configs=[{"s": 1.0}, {"s": 2.0}], key=lambda x: {"n": x.shape[0]}, bench=Bench())
+    def broken(x, *, s):
+        tried.append(s)
+        out = lax.psum(x, "batch")  # the stand-ins fail here, whatever the config
+        if s == 2.0:
+            raise ValueError("bad block")
+        return out
+
+    # the first config meets the unbound axis on the stand-ins: chosen untimed, without trying the other
+    # config; the choice (the space default, s=2.0) fails in the traced call with its own error, which
+    # reaches the caller as it is (the old code tried s=2.0 on the stand-ins too, where the axis failed
+    # first, and chose untimed all the same, with an AllTrialsFailedWarning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tuner.AllTrialsFailedWarning)
+        with pytest.raises(ValueError, match="bad block"):
+            jax.vmap(broken, axis_name="batch")(jnp.ones((2, 4)))
+    assert tried == [1.0, 2.0] and broken.tuner.last_choice["config"] == {"s": 2.0}
+
+
+def test_an_unbound_axis_outside_any_trace_is_a_real_failure():
+    tried: list = []
+
+    @tuner.autotune(configs=[{"s": 1.0}, {"s": 2.0}], key=lambda x: {"n": x.shape[0]}, bench=Bench())
+    def summed(x, *, s):
+        tried.append(s)
+        return lax.psum(x, "batch")
+
+    # called eagerly there are no stand-ins: the axis is unbound for the caller too, every config is
+    # tried and the tuning fails as any tuning whose configs all fail
+    with (
+        pytest.warns(tuner.AllTrialsFailedWarning, match="unbound axis name"),
+        pytest.raises(AllConfigsFailedError, match="every one of 2 configs failed"),
+    ):
+        summed(jnp.ones((2, 4)))
+    assert tried == [1.0, 2.0] and summed.tuner.stats["offline_fallback"] == 0
 
 
 # ---- jax.export with symbolic dimensions -------------------------------------------------------------------

@@ -307,10 +307,13 @@ class Autotuned:
         """A miss with tracers among the arguments: tuned on concrete stand-ins (`_jax`). A launcher
         that reads values of the caller's trace that it is not passed (an attribute of a `self` that is
         not a pytree, a closure over a traced value), or that uses a collective over a named axis of the
-        caller's shard_map, pmap or vmap, fails there in every config (jax's UnexpectedTracerError, or
-        NameError "unbound axis name"), although the traced call itself works: its config is then
-        chosen untimed, as offline mode chooses (store, files, nearest key, cost model, space default),
-        for this trace and later traces of the key; an eager call of the key still tunes. A call with
+        caller's shard_map, pmap or vmap, fails there whatever the config (jax's UnexpectedTracerError,
+        or NameError "unbound axis name"), although the traced call itself works: the tuning stops at
+        its first config (no other is tried, no AllTrialsFailedWarning: `_tuning._stop_if_untimeable`)
+        and the config is chosen untimed, as offline mode chooses (store, files, nearest key, cost
+        model, space default), for this trace and later traces of the key; an eager call of the key
+        still tunes. A first config that fails otherwise is that config's failure: the tuning goes on,
+        and raises AllConfigsFailedError when no config runs. A call with
         symbolic dimensions (`jax.export` shape polymorphism) has no size to time: chosen untimed too,
         for this call only (a later trace with concrete shapes of the key tunes it)."""
         if memo is not None and memo in self.untimed:
