@@ -446,6 +446,54 @@ def test_export_with_symbolic_dimensions():
         export.export(jax.jit(sine))(jax.ShapeDtypeStruct((2, c), jnp.float32))
 
 
+def test_export_with_symbolic_dimensions_says_whether_the_key_is_known(caplog):
+    from jax import export
+
+    sine, bench = _sine()
+    (b,) = export.symbolic_shape("b")
+    spec = jax.ShapeDtypeStruct((b, 4), jnp.float32)
+    with caplog.at_level(logging.WARNING, logger="tuner"):
+        export.export(jax.jit(sine))(spec)
+    # no entry of the key: the line says so, and what is used instead (the old line said neither)
+    [line] = [r.getMessage() for r in caplog.records if "symbolic dimensions" in r.getMessage()]
+    assert "{'n': 4} ['float32']: using {'s': 2.0}" in line
+    assert "the key, computed with 1 for every symbolic dimension, is not known (no cached entry" in line
+    assert "offline: space default" in line and "to tune it, call it once with concrete shapes" in line
+    assert line.endswith(f"({sine.tuner.last_choice['why']})")
+    jax.jit(sine)(jnp.ones((3, 4)))  # the key tuned on concrete shapes
+    assert bench.calls == 2 and sine.tuner.stats["tuned"] == 1
+    sine.cache_clear()  # a new process, as it were: the export's miss finds the stored entry
+    jax.clear_caches()  # (jax would reuse its trace of the first export)
+    export.export(jax.jit(sine))(spec)
+    why = sine.tuner.last_choice["why"]
+    # known: nothing says to tune it (the old why asked to tune a key that was tuned already)
+    assert why == (
+        "not timed: shapes with symbolic dimensions (jax.export shape polymorphism) have no size to "
+        "time; exact entry in the store"
+    )
+    assert bench.calls == 2 and sine.tuner.stats["from_store"] == 1
+
+
+def test_export_key_computed_on_the_stand_ins_that_no_tuning_made_is_not_known():
+    from jax import export
+
+    # a key field that jax decides for a symbolic dimension (b == 1 is False) but the stand-ins (1 for
+    # it) make True: the stored key of the export's miss is not the concrete calls' key, and the line
+    # says it is not known
+    sine, bench = _sine(key=lambda x: {"n": x.shape[-1], "single": x.shape[0] == 1})
+    jax.jit(sine)(jnp.ones((3, 4)))
+    assert sine.tuner.last_choice["key"]["key"] == {"n": 4, "single": False}
+    sine.cache_clear()  # a new process, as it were (in this one the export hits the in-memory key)
+    (b,) = export.symbolic_shape("b")
+    export.export(jax.jit(sine))(jax.ShapeDtypeStruct((b, 4), jnp.float32))
+    choice = sine.tuner.last_choice
+    assert choice["key"]["key"] == {"n": 4, "single": True} and bench.calls == 2
+    assert (
+        "the key, computed with 1 for every symbolic dimension, is not known (no entry for key "
+        "{'n': 4, 'single': True}; 1 entries of kernel"
+    ) in choice["why"]
+
+
 def test_export_with_concrete_shapes_and_compile_time_eval():
     from jax import export
 

@@ -33,8 +33,10 @@ config: the tuning goes on, and raises (with optimize's AllTrialsFailedWarning) 
 
 `jax.export` with symbolic dimensions (`export.symbolic_shape("b")`) traces with tracers whose shapes
 hold dimension expressions: there is no size to time (`symbolic_shapes`). The config is then chosen
-untimed too, the stand-ins holding 1 for every symbolic dimension; a key field whose value is such a
-dimension is refused (`refuse_traced_key`), as a traced one is.
+untimed too, the stand-ins holding 1 for every symbolic dimension, and so does the stored key looked up
+(a key field derived from such a dimension, `x.shape[0] == 1`, takes the stand-ins' value; where no entry
+has the key, the decorator's log line says so); a key field whose value is such a dimension is refused
+(`refuse_traced_key`), as a traced one is.
 
 A launcher called inside a trace with no tracer among its arguments (static arguments only, making
 its arrays itself) returns tracers too: its miss is resolved in the helper thread as well
