@@ -381,7 +381,8 @@ class Autotuned:
         before the chain's own reason (`quiet`: at debug level). `unknown`, when no memory, file or store
         entry has the key (the chain's tail chose), takes the chain's reason's place, formatted with
         `reason` (" (why the key missed)", or "" where the note says it: an entry of the key that cannot
-        be used) and `chosen` (the tail's reason: nearest key, cost model or space default)."""
+        be used) and `chosen` (the tail's reason: nearest key, cost model, zero-shot prediction or space
+        default)."""
         ck = self.keys.full(args, kwargs)
         res = resolve(Request(self, ck, args, kwargs, target, "offline", create=False, retune=False))
         chain = res.why

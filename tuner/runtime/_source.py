@@ -21,8 +21,8 @@
   (the type of a closure cell holding one is a tracer's only inside `jax.jit`, `grad` or `vmap`: a
   launcher built inside the traced function and the same launcher built outside are one kernel), and
   a torch `FakeTensor` or `FunctionalTensor` (what a tensor is under `torch.compile`, `torch.export`,
-  a `FakeTensorMode` or functionalization) as a `torch.Tensor` (an `nn.Parameter` as one), for the
-  same reason. Modules count by nothing (their
+  a `FakeTensorMode` or functionalization) as a `torch.Tensor` (a parameter's as an `nn.Parameter`),
+  for the same reason. Modules count by nothing (their
   attributes by the source's text, their code by the versions in the key). A function with none of these
   values hashes as its sources alone. A top-level `functools.partial` adds its bound arguments.
 - A registered kernel (`tuner.kernels`): the bytes of the module that defines its launcher and of every
