@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 
@@ -339,10 +340,18 @@ def test_collective_over_a_vmap_axis_name_is_chosen_untimed(caplog):
         return x * s / s / lax.psum(x.sum(), "batch")
 
     x = jnp.ones((4, 8))
-    with caplog.at_level(logging.WARNING, logger="tuner"), jax.checking_leaks():
+    with (
+        caplog.at_level(logging.WARNING, logger="tuner"),
+        jax.checking_leaks(),
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("error", tuner.AllTrialsFailedWarning)  # an untimed choice is no failure
         r = jax.vmap(normalise, axis_name="batch")(x)  # the old code raised AllConfigsFailedError here
     np.testing.assert_allclose(np.asarray(r), np.full((4, 8), 1 / 32), rtol=1e-6)
     assert bench.calls == 0 and normalise.tuner.stats["offline_fallback"] == 1
+    # the first config on the stand-ins, then the traced call with the choice; the other config was not
+    # tried (the old code tried every config, each failing alike, and warned that all trials failed)
+    assert len(calls) == 2 and ConfigCache().entries() == []
     why = normalise.tuner.last_choice["why"]
     assert "not timed" in why and "unbound axis name: batch" in why and "shard_map" in why
     assert any("unbound axis name" in rec.getMessage() for rec in caplog.records)
@@ -352,14 +361,63 @@ def test_collective_over_a_vmap_axis_name_is_chosen_untimed(caplog):
 
 
 def test_other_failures_with_a_named_axis_still_raise():
+    tried: list = []
+
     @tuner.autotune(configs=[{"s": 1.0}, {"s": 2.0}], key=lambda x: {"n": x.shape[0]}, bench=Bench())
     def broken(x, *, s):
-        if s == 2.0:
+        tried.append(s)
+        if s == 1.0:
             raise ValueError("bad block")
         return lax.psum(x, "batch")
 
-    with pytest.raises(AllConfigsFailedError, match="unbound axis name"):  # one config: another error
+    # the first config fails for a reason of its own: the tuning goes on, the other config fails on
+    # the stand-ins' unbound axis, and no config ran: raised, with optimize's warning, as before
+    with (
+        pytest.warns(tuner.AllTrialsFailedWarning, match="bad block"),
+        pytest.raises(AllConfigsFailedError, match="every one of 2 configs failed; first error: ValueError"),
+    ):
         jax.vmap(broken, axis_name="batch")(jnp.ones((2, 4)))
+    assert tried == [1.0, 2.0]
+
+
+def test_a_failing_config_chosen_untimed_raises_its_own_error():
+    tried: list = []
+
+    @tuner.autotune(configs=[{"s": 1.0}, {"s": 2.0}], key=lambda x: {"n": x.shape[0]}, bench=Bench())
+    def broken(x, *, s):
+        tried.append(s)
+        out = lax.psum(x, "batch")  # the stand-ins fail here, whatever the config
+        if s == 2.0:
+            raise ValueError("bad block")
+        return out
+
+    # the first config meets the unbound axis on the stand-ins: chosen untimed, without trying the other
+    # config; the choice (the space default, s=2.0) fails in the traced call with its own error, which
+    # reaches the caller as it is (the old code tried s=2.0 on the stand-ins too, where the axis failed
+    # first, and chose untimed all the same, with an AllTrialsFailedWarning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tuner.AllTrialsFailedWarning)
+        with pytest.raises(ValueError, match="bad block"):
+            jax.vmap(broken, axis_name="batch")(jnp.ones((2, 4)))
+    assert tried == [1.0, 2.0] and broken.tuner.last_choice["config"] == {"s": 2.0}
+
+
+def test_an_unbound_axis_outside_any_trace_is_a_real_failure():
+    tried: list = []
+
+    @tuner.autotune(configs=[{"s": 1.0}, {"s": 2.0}], key=lambda x: {"n": x.shape[0]}, bench=Bench())
+    def summed(x, *, s):
+        tried.append(s)
+        return lax.psum(x, "batch")
+
+    # called eagerly there are no stand-ins: the axis is unbound for the caller too, every config is
+    # tried and the tuning fails as any tuning whose configs all fail
+    with (
+        pytest.warns(tuner.AllTrialsFailedWarning, match="unbound axis name"),
+        pytest.raises(AllConfigsFailedError, match="every one of 2 configs failed"),
+    ):
+        summed(jnp.ones((2, 4)))
+    assert tried == [1.0, 2.0] and summed.tuner.stats["offline_fallback"] == 0
 
 
 # ---- jax.export with symbolic dimensions -------------------------------------------------------------------
@@ -386,6 +444,54 @@ def test_export_with_symbolic_dimensions():
     (c,) = export.symbolic_shape("c")
     with pytest.raises(TypeError, match=r"key field\(s\) n are symbolic dimensions"):
         export.export(jax.jit(sine))(jax.ShapeDtypeStruct((2, c), jnp.float32))
+
+
+def test_export_with_symbolic_dimensions_says_whether_the_key_is_known(caplog):
+    from jax import export
+
+    sine, bench = _sine()
+    (b,) = export.symbolic_shape("b")
+    spec = jax.ShapeDtypeStruct((b, 4), jnp.float32)
+    with caplog.at_level(logging.WARNING, logger="tuner"):
+        export.export(jax.jit(sine))(spec)
+    # no entry of the key: the line says so, and what is used instead (the old line said neither)
+    [line] = [r.getMessage() for r in caplog.records if "symbolic dimensions" in r.getMessage()]
+    assert "{'n': 4} ['float32']: using {'s': 2.0}" in line
+    assert "the key, computed with 1 for every symbolic dimension, is not known (no cached entry" in line
+    assert "offline: space default" in line and "to tune it, call it once with concrete shapes" in line
+    assert line.endswith(f"({sine.tuner.last_choice['why']})")
+    jax.jit(sine)(jnp.ones((3, 4)))  # the key tuned on concrete shapes
+    assert bench.calls == 2 and sine.tuner.stats["tuned"] == 1
+    sine.cache_clear()  # a new process, as it were: the export's miss finds the stored entry
+    jax.clear_caches()  # (jax would reuse its trace of the first export)
+    export.export(jax.jit(sine))(spec)
+    why = sine.tuner.last_choice["why"]
+    # known: nothing says to tune it (the old why asked to tune a key that was tuned already)
+    assert why == (
+        "not timed: shapes with symbolic dimensions (jax.export shape polymorphism) have no size to "
+        "time; exact entry in the store"
+    )
+    assert bench.calls == 2 and sine.tuner.stats["from_store"] == 1
+
+
+def test_export_key_computed_on_the_stand_ins_that_no_tuning_made_is_not_known():
+    from jax import export
+
+    # a key field that jax decides for a symbolic dimension (b == 1 is False) but the stand-ins (1 for
+    # it) make True: the stored key of the export's miss is not the concrete calls' key, and the line
+    # says it is not known
+    sine, bench = _sine(key=lambda x: {"n": x.shape[-1], "single": x.shape[0] == 1})
+    jax.jit(sine)(jnp.ones((3, 4)))
+    assert sine.tuner.last_choice["key"]["key"] == {"n": 4, "single": False}
+    sine.cache_clear()  # a new process, as it were (in this one the export hits the in-memory key)
+    (b,) = export.symbolic_shape("b")
+    export.export(jax.jit(sine))(jax.ShapeDtypeStruct((b, 4), jnp.float32))
+    choice = sine.tuner.last_choice
+    assert choice["key"]["key"] == {"n": 4, "single": True} and bench.calls == 2
+    assert (
+        "the key, computed with 1 for every symbolic dimension, is not known (no entry for key "
+        "{'n': 4, 'single': True}; 1 entries of kernel"
+    ) in choice["why"]
 
 
 def test_export_with_concrete_shapes_and_compile_time_eval():

@@ -106,6 +106,60 @@ def test_launchers_a_factory_builds_around_different_values_are_different_entrie
     assert f3.tuner.source_hash == f1.tuner.source_hash != f2.tuner.source_hash
 
 
+@pytest.mark.parametrize("factory", [closure_factory, default_factory], ids=["closure", "default"])
+def test_torch_tracing_tensors_hash_as_the_tensors_they_stand_for(factory):
+    """A launcher built where torch traces (torch.compile's and torch.export's fake propagation, a
+    FakeTensorMode, functionalization), around a FakeTensor or FunctionalTensor, is the kernel built
+    around a real tensor (by type: `torch.Tensor`, `nn.Parameter` for a parameter's), so that its first
+    miss there finds that kernel's entries; the old code hashed them by their subclass: another kernel."""
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch._subclasses.functional_tensor import FunctionalTensorMode
+
+    real = factory(torch.ones(3)).tuner.source_hash
+    param = factory(torch.nn.Parameter(torch.ones(3))).tuner.source_hash
+    assert real != param
+    values = _Values(lambda o: False, [])
+    with FakeTensorMode() as mode:
+        fake, fake_param = (
+            mode.from_tensor(torch.ones(3)),
+            mode.from_tensor(torch.nn.Parameter(torch.ones(3))),
+        )
+        assert type(fake).__name__ == "FakeTensor"
+        assert factory(fake).tuner.source_hash == real  # taken inside the mode, as a first miss there
+        assert factory(fake_param).tuner.source_hash == param
+        assert values.text(fake, "w") == values.text(torch.ones(3), "w") == "<torch.Tensor>"
+    with FunctionalTensorMode():
+        functional = torch.ones(3)
+        assert type(functional).__name__ == "FunctionalTensor"
+        assert factory(functional).tuner.source_hash == real
+    assert factory(functional).tuner.source_hash == real  # and outside the mode
+
+
+def test_a_launcher_built_under_fake_tensors_finds_the_eager_tuning():
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    def build(w):  # a layer's launcher closing over its weight, made where it is used
+        @tuner.autotune(configs=CONFIGS, key=lambda x: {"n": x.shape[0]}, bench=_bench)
+        def scaled(x, *, a):
+            return x * w * a
+
+        return scaled
+
+    eager = build(torch.ones(4))
+    eager(torch.ones(4))
+    assert eager.tuner.stats["tuned"] == 1
+    with FakeTensorMode() as mode:  # torch.compile's fake propagation: a fake weight, a fake input
+        fake = build(mode.from_tensor(torch.ones(4)))
+        fake(mode.from_tensor(torch.ones(4)))
+    # one kernel: its untimed choice is the eager tuning's entry (the old code hashed the closure's
+    # FakeTensor by its type, another kernel with no entry: the space default)
+    assert fake.tuner.source_hash == eager.tuner.source_hash
+    assert fake.tuner.last_choice["config"] == eager.tuner.last_choice["config"]
+    assert "exact entry in the store" in fake.tuner.last_choice["why"]
+
+
 def _scaled(x, *, shape, a):
     return x * a
 

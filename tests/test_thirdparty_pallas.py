@@ -463,13 +463,15 @@ class Dense:
 DENSE_SEEN: list = []
 
 
-@pytest.mark.filterwarnings("ignore::tuner.AllTrialsFailedWarning")  # the stand-in trials, as said
+@pytest.mark.filterwarnings("error::tuner.AllTrialsFailedWarning")  # an untimed choice is no failure
 def test_launcher_reading_traced_values_it_is_not_passed(caplog):
     # Inside jit, `self.w` is a tracer of the caller's trace that tuner cannot see (self is no pytree;
     # a closure over a traced value is the same case). Timed on stand-ins in the helper thread, every
     # config raised jax's UnexpectedTracerError and the traced call failed, although it works without
-    # tuner. Now its config is chosen untimed, as offline mode would, said once in the log, and kept for
-    # later traces of the key; an eager call of the key tunes, and the traces after it use the winner.
+    # tuner. Now the first config's error stops the tuning (the others would fail alike: they are not
+    # tried, and nothing warns that all trials failed), its config is chosen untimed, as offline mode
+    # would, said once in the log, and kept for later traces of the key; an eager call of the key tunes,
+    # and the traces after it use the winner.
     times = {4: 2e-3, 8: 1e-3}
     bench = OnceBench(DENSE_SEEN, lambda c: times[c])
     layer_call = tuner.autotune(
@@ -489,6 +491,7 @@ def test_launcher_reading_traced_values_it_is_not_passed(caplog):
     assert bench.calls == 0 and layer_call.tuner.stats["tuned"] == 0
     assert "reads traced values it is not passed" in caplog.text
     tries = len(DENSE_SEEN)
+    assert tries == 2  # the first config on the stand-ins, then the traced call with the choice
     jax.jit(lambda w, x: layer_call(Dense(w), x) * 2)(w, x)  # a new trace of the key: nothing tried again
     assert len(DENSE_SEEN) == tries + 1
     np.testing.assert_allclose(np.asarray(layer_call(Dense(w), x)), np.asarray(x @ w), rtol=1e-5, atol=1e-5)

@@ -224,7 +224,9 @@ def optimize(
     - `recorder(trial)`: where each new trial is recorded, instead of the store's `record_trial` (the
       default with `storage`). `tune_kernel` passes its own, which records the full measurement. It is
       called before the trial is told to the Optuna study (see `_search`).
-    - `callback(trial, None)` is called after each evaluation (progress bars).
+    - `callback(trial, None)` is called after each evaluation (progress bars). An exception it raises
+      ends the search and reaches the caller (no result, and no `AllTrialsFailedWarning`): the runtime
+      stops a tuning so when its first trial shows that no config can be timed.
 
     Returns a `TuneResult`: `best_config` (None when every trial failed, with an
     `AllTrialsFailedWarning`), `best_value` (inf then), `trials` in evaluation order, `stopped_because`

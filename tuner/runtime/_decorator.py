@@ -307,20 +307,27 @@ class Autotuned:
         """A miss with tracers among the arguments: tuned on concrete stand-ins (`_jax`). A launcher
         that reads values of the caller's trace that it is not passed (an attribute of a `self` that is
         not a pytree, a closure over a traced value), or that uses a collective over a named axis of the
-        caller's shard_map, pmap or vmap, fails there in every config (jax's UnexpectedTracerError, or
-        NameError "unbound axis name"), although the traced call itself works: its config is then
-        chosen untimed, as offline mode chooses (store, files, nearest key, cost model, space default),
-        for this trace and later traces of the key; an eager call of the key still tunes. A call with
+        caller's shard_map, pmap or vmap, fails there whatever the config (jax's UnexpectedTracerError,
+        or NameError "unbound axis name"), although the traced call itself works: the tuning stops at
+        its first config (no other is tried, no AllTrialsFailedWarning: `_tuning._stop_if_untimeable`)
+        and the config is chosen untimed, as offline mode chooses (store, files, nearest key, cost
+        model, space default), for this trace and later traces of the key; an eager call of the key
+        still tunes. A first config that fails otherwise is that config's failure: the tuning goes on,
+        and raises AllConfigsFailedError when no config runs. A call with
         symbolic dimensions (`jax.export` shape polymorphism) has no size to time: chosen untimed too,
-        for this call only (a later trace with concrete shapes of the key tunes it)."""
+        for this call only (a later trace with concrete shapes of the key tunes it), on stand-ins
+        holding 1 for each symbolic dimension; the log line says when no entry has the key computed
+        from them."""
         if memo is not None and memo in self.untimed:
             return self.untimed[memo]
         if _jax.symbolic_shapes(args, kwargs):
-            why = (
-                "shapes with symbolic dimensions (jax.export shape polymorphism) have no size to time; "
-                "call it once with concrete shapes of this key (eagerly or under jax.jit) to tune it"
+            why = "shapes with symbolic dimensions (jax.export shape polymorphism) have no size to time"
+            unknown = (
+                "the key, computed with 1 for every symbolic dimension, is not known{reason}; {chosen}; "
+                "to tune it, call it once with concrete shapes of this key (eagerly or under jax.jit)"
             )
-            return _jax.resolve_on_concrete(self._untimed(why), self.name, args, kwargs, memo, target)
+            miss = self._untimed(why, unknown=unknown)
+            return _jax.resolve_on_concrete(miss, self.name, args, kwargs, memo, target)
         try:
             return _jax.resolve_on_concrete(self.miss, self.name, args, kwargs, memo, target)
         except AllConfigsFailedError as exc:
@@ -332,14 +339,17 @@ class Autotuned:
             self.untimed[memo] = cfg
         return cfg
 
-    def _untimed(self, reason: str) -> Callable[[tuple, dict, Any, Callable[..., Any]], dict[str, Any]]:
+    def _untimed(
+        self, reason: str, *, unknown: str = ""
+    ) -> Callable[[tuple, dict, Any, Callable[..., Any]], dict[str, Any]]:
         """A miss function (as `miss`) giving the config of offline mode's chain for a call that cannot
-        be timed (`_traced_miss`), noted as not timed for `reason`."""
+        be timed (`_traced_miss`), noted as not timed for `reason` (and `unknown` as `_offline_choice`
+        says)."""
 
         def untimed_miss(
             args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]
         ) -> dict[str, Any]:
-            return self._offline_choice(args, kwargs, target, f"not timed: {reason}")[1]
+            return self._offline_choice(args, kwargs, target, f"not timed: {reason}", unknown=unknown)[1]
 
         return untimed_miss
 
@@ -358,13 +368,28 @@ class Autotuned:
         return cfg
 
     def _offline_choice(
-        self, args: tuple, kwargs: dict, target: Callable[..., Any], why: str, *, quiet: bool = False
+        self,
+        args: tuple,
+        kwargs: dict,
+        target: Callable[..., Any],
+        why: str,
+        *,
+        quiet: bool = False,
+        unknown: str = "",
     ) -> tuple[Any, dict[str, Any]]:
         """(stored key, config) of offline mode's chain for a call that is not timed, noted with `why`
-        before the chain's own reason (`quiet`: at debug level)."""
+        before the chain's own reason (`quiet`: at debug level). `unknown`, when no memory, file or store
+        entry has the key (the chain's tail chose), takes the chain's reason's place, formatted with
+        `reason` (" (why the key missed)", or "" where the note says it: an entry of the key that cannot
+        be used) and `chosen` (the tail's reason: nearest key, cost model, zero-shot prediction or space
+        default)."""
         ck = self.keys.full(args, kwargs)
         res = resolve(Request(self, ck, args, kwargs, target, "offline", create=False, retune=False))
-        self._note(ck, dataclasses.replace(res, why=f"{why}; {res.why}", quiet=quiet or res.quiet))
+        chain = res.why
+        if unknown and res.hit is None:
+            reason = "" if res.unused or not self.last_miss_reason else f" ({self.last_miss_reason})"
+            chain = unknown.format(reason=reason, chosen=res.why)
+        self._note(ck, dataclasses.replace(res, why=f"{why}; {chain}", quiet=quiet or res.quiet))
         return ck, res.config
 
     def retune_requested(self, args: tuple, kwargs: dict) -> bool:

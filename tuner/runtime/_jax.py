@@ -22,16 +22,21 @@ XLA metadata): the stand-ins are unsharded arrays of the traced shapes, outside 
 
 The stand-ins replace the tracers among the arguments only. A launcher that reads a tracer of the
 caller's trace that it is not passed (an attribute of a `self` that is not a pytree, a closure) raises
-jax's UnexpectedTracerError in the helper thread for every config; one that uses a collective over a
-named axis of the caller's transformation (`lax.psum(x, "d")` inside `shard_map`, `pmap` or
+jax's UnexpectedTracerError in the helper thread, whatever the config; one that uses a collective over
+a named axis of the caller's transformation (`lax.psum(x, "d")` inside `shard_map`, `pmap` or
 `vmap(..., axis_name=...)`) raises jax's NameError "unbound axis name" there, the axis existing only
-in the caller's trace. In both cases (`untimeable_reason`) the decorator then chooses its config
-untimed (`_decorator.Autotuned._traced_miss`).
+in the caller's trace. When the first config of a tuning on stand-ins (`on_stand_ins`) fails so
+(`untimeable_reason`), the tuning stops there, without trying the other configs or warning that every
+trial failed (`_tuning._tune`), and the decorator chooses its config untimed
+(`_decorator.Autotuned._traced_miss`). A first config that fails otherwise is a failure of that
+config: the tuning goes on, and raises (with optimize's AllTrialsFailedWarning) if no config runs.
 
 `jax.export` with symbolic dimensions (`export.symbolic_shape("b")`) traces with tracers whose shapes
 hold dimension expressions: there is no size to time (`symbolic_shapes`). The config is then chosen
-untimed too, the stand-ins holding 1 for every symbolic dimension; a key field whose value is such a
-dimension is refused (`refuse_traced_key`), as a traced one is.
+untimed too, the stand-ins holding 1 for every symbolic dimension, and so does the stored key looked up
+(a key field derived from such a dimension, `x.shape[0] == 1`, takes the stand-ins' value; where no entry
+has the key, the decorator's log line says so); a key field whose value is such a dimension is refused
+(`refuse_traced_key`), as a traced one is.
 
 A launcher called inside a trace with no tracer among its arguments (static arguments only, making
 its arrays itself) returns tracers too: its miss is resolved in the helper thread as well
@@ -71,6 +76,7 @@ __all__ = [
     "has_tracer",
     "under_trace",
     "untimeable_reason",
+    "on_stand_ins",
     "symbolic_shapes",
     "concrete_like",
     "resolve_on_concrete",
@@ -250,8 +256,8 @@ _UNBOUND_AXIS = (
 
 
 def untimeable_reason(errors: tuple[str, ...]) -> str | None:
-    """Why the stand-ins cannot time the launcher, when every config failed for a reason of the caller's
-    trace only (trial error texts, "TypeName: message"): it reads tracers it is not passed
+    """Why the stand-ins cannot time the launcher, when every config tried failed for a reason of the
+    caller's trace only (trial error texts, "TypeName: message"): it reads tracers it is not passed
     (UnexpectedTracerError), or it uses a named axis that exists only in the caller's transformation
     (NameError "unbound axis name"). None when some config failed otherwise."""
     if not errors:
@@ -264,6 +270,17 @@ def untimeable_reason(errors: tuple[str, ...]) -> str | None:
         [_UNBOUND_AXIS.format(what=axis[0].removeprefix("NameError: ").strip())] if axis else []
     )
     return "; ".join(reasons)
+
+
+# True in the helper thread of `resolve_on_concrete` (set in the copy of the caller's context it runs in).
+_ON_STAND_INS: contextvars.ContextVar[bool] = contextvars.ContextVar("tuner_on_stand_ins", default=False)
+
+
+def on_stand_ins() -> bool:
+    """Whether this is the miss path of a traced call, running on concrete stand-ins of its tracers
+    (`resolve_on_concrete`), where a failure of the caller's trace alone (`untimeable_reason`) is no
+    failure of the config."""
+    return _ON_STAND_INS.get()
 
 
 def resolve_on_concrete(
@@ -279,6 +296,7 @@ def resolve_on_concrete(
     context = contextvars.copy_context()
 
     def work() -> None:
+        _ON_STAND_INS.set(True)  # in the copy of the caller's context: never seen by the caller
         try:
             with settings():
                 cargs, ckwargs = _materialise(sargs, skwargs)

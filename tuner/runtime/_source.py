@@ -19,7 +19,10 @@
   text, and anything else (arrays, lists, dicts, objects) by its type's name only: never by a repr that
   holds an address, nor in an order that varies between processes. A jax tracer counts as a jax array
   (the type of a closure cell holding one is a tracer's only inside `jax.jit`, `grad` or `vmap`: a
-  launcher built inside the traced function and the same launcher built outside are one kernel). Modules count by nothing (their
+  launcher built inside the traced function and the same launcher built outside are one kernel), and
+  a torch `FakeTensor` or `FunctionalTensor` (what a tensor is under `torch.compile`, `torch.export`,
+  a `FakeTensorMode` or functionalization) as a `torch.Tensor` (a parameter's as an `nn.Parameter`),
+  for the same reason. Modules count by nothing (their
   attributes by the source's text, their code by the versions in the key). A function with none of these
   values hashes as its sources alone. A top-level `functools.partial` adds its bound arguments.
 - A registered kernel (`tuner.kernels`): the bytes of the module that defines its launcher and of every
@@ -338,6 +341,26 @@ def _is_jax_tracer(v: Any) -> bool:
     return jax is not None and isinstance(v, jax.core.Tracer)
 
 
+# torch's tracing stand-ins for a tensor: (module, class name)
+_TORCH_STAND_INS = (
+    ("torch._subclasses.fake_tensor", "FakeTensor"),
+    ("torch._subclasses.functional_tensor", "FunctionalTensor"),
+)
+
+
+def _torch_stand_in_type(v: Any) -> str | None:
+    """When `v` is a torch FakeTensor or FunctionalTensor: the type name of the tensor it stands for
+    (`torch.Tensor`, or `torch.nn.parameter.Parameter` for a parameter's), as `_type_name` gives it for
+    a real one; else None (also when torch is not imported)."""
+    for module, name in _TORCH_STAND_INS:
+        cls = getattr(sys.modules.get(module), name, None)
+        if cls is not None and isinstance(v, cls):
+            torch = sys.modules["torch"]
+            real = torch.nn.Parameter if isinstance(v, torch.nn.Parameter) else torch.Tensor
+            return f"{real.__module__}.{real.__qualname__}"
+    return None
+
+
 def _jax_array_type() -> str:
     """The type name of a concrete jax array (`_type_name` of one), without making one."""
     try:
@@ -349,6 +372,10 @@ def _jax_array_type() -> str:
 
 
 def _type_name(v: Any) -> str:
+    """module.qualname of `v`'s type; for a torch tracing stand-in, of the tensor it stands for."""
+    stands_for = _torch_stand_in_type(v)
+    if stands_for is not None:
+        return stands_for
     t = type(v)
     return f"{t.__module__}.{t.__qualname__}"
 

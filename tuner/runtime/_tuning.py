@@ -40,8 +40,10 @@ __all__ = ["tune_once", "AllConfigsFailedError", "stored_timings"]
 
 
 class AllConfigsFailedError(RuntimeError):
-    """Tuning a key found no config that runs: every timed config raised (or timed inf/NaN).
-    `.errors`: each failed trial's error text ("TypeName: message"; "" where it has none)."""
+    """Tuning a key found no config that runs: every timed config raised (or timed inf/NaN), or, on the
+    stand-ins of a jax trace, the first config failed for a reason of that trace, which every config
+    meets (`_stop_if_untimeable`). `.errors`: each failed trial's error text ("TypeName: message"; ""
+    where it has none)."""
 
     def __init__(self, message: str, errors: tuple[str, ...] = ()) -> None:
         super().__init__(message)
@@ -231,8 +233,12 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
 
     study = dict(t.study_run or {})  # a study executor's task: keep the trials in its Optuna study
     outer = study.get("callback")
+    on_stand_ins = [_jax.on_stand_ins()]  # a tuning on jax stand-ins, before its first trial is seen
 
     def progress(trial: Any, res: Any) -> None:
+        if on_stand_ins[0]:
+            on_stand_ins[0] = False
+            _stop_if_untimeable(t.name, ck, trial)
         renew(trial, res)
         if outer is not None:
             outer(trial, res)
@@ -306,6 +312,21 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
         f"tuned: {len(res.trials)} evaluations in {time.perf_counter() - t0:.2f}s, best {res.best_value:.3g}s"
     )
     return Resolution(cfg, why, "tuned")
+
+
+def _stop_if_untimeable(name: str, ck: CacheKey, trial: Any) -> None:
+    """After the first trial of a tuning on jax stand-ins (`_jax.on_stand_ins`): AllConfigsFailedError when
+    it failed for a reason of the caller's trace alone (`_jax.untimeable_reason`), which every config
+    meets there. Raised from optimize's callback, it ends the search (no other config is tried, and
+    optimize does not warn that every trial failed) and the decorator chooses the config untimed.
+    Nothing is recorded: the error says nothing about the config."""
+    if trial.value is not None or _jax.untimeable_reason((trial.error or "",)) is None:
+        return
+    raise AllConfigsFailedError(
+        f"{name} {ck.fields_dict}: the first config failed for a reason of the caller's jax trace, which "
+        f"every config meets on stand-ins; no other config tried: {trial.error}",
+        (trial.error,),
+    )
 
 
 def stored_timings(db: ConfigCache, name: str, ck: CacheKey) -> list[tuple[dict[str, Any], float, float]]:
