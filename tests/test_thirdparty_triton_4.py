@@ -418,3 +418,109 @@ def test_a_prune_configs_by_field_that_triton_ignores_is_ignored(impl, recwarn):
             "prune_configs_by fields ['prune_num_stages_by'] are ignored, as triton.autotune ignores them; "
             "it uses perf_model, top_k and early_config_prune"
         ]
+
+
+# ---- Liger-Kernel: ops/utils.py (`calculate_settings`), ops/rms_norm.py ----------------------------------
+# Liger (and Unsloth, whose kernels Liger's RMSNorm cites) launch each kernel with BLOCK_SIZE, the next
+# power of two of the row, and num_warps chosen from it. With the drop-in, num_warps is tuned instead
+# (configs that differ only in it, keyed on the row length) and BLOCK_SIZE still comes from the
+# settings; the explicit `num_warps=` leaves the launch (both autotuners refuse a launch option that the
+# configs set). The backward kernel writes dX into dY in place, so it names dY in `restore_value`: every
+# timed run must start from the incoming gradient. The forward keeps the num_warps it ran with on ctx,
+# as Liger keeps its settings.
+def calculate_settings(n):
+    MAX_FUSED_SIZE = 65536
+    BLOCK_SIZE = triton.next_power_of_2(n)
+    if BLOCK_SIZE > MAX_FUSED_SIZE:
+        raise RuntimeError(f"Cannot launch Triton kernel since n = {n} exceeds the maximum {MAX_FUSED_SIZE}.")
+    num_warps = 32 if BLOCK_SIZE >= 32768 else 16 if BLOCK_SIZE >= 8192 else 8 if BLOCK_SIZE >= 2048 else 4
+    return BLOCK_SIZE, num_warps
+
+
+def _liger_rms_norm(autotune, fwd_bench, bwd_bench):
+    warps = [triton.Config({}, num_warps=w) for w in (2, 4, 8)]
+
+    @autotune(configs=warps, key=["n_cols"], do_bench=fwd_bench)
+    @triton.jit
+    def _rms_norm_forward(Y_ptr, Y_row_stride, X_ptr, X_row_stride, W_ptr, r_ptr, n_cols, eps,
+                          offset, BLOCK_SIZE: tl.constexpr):  # fmt: skip
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK_SIZE)
+        mask = cols < n_cols
+        x = tl.load(X_ptr + row * X_row_stride + cols, mask=mask, other=0)
+        w = tl.load(W_ptr + cols, mask=mask, other=0)
+        inv_rms = tl.math.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+        tl.store(r_ptr + row, inv_rms)  # kept for the backward
+        tl.store(Y_ptr + row * Y_row_stride + cols, x * inv_rms * (offset + w), mask=mask)
+
+    @autotune(configs=warps, key=["n_cols"], restore_value=["dY_ptr"], do_bench=bwd_bench)
+    @triton.jit
+    def _rms_norm_backward(dY_ptr, dY_row_stride, X_ptr, X_row_stride, W_ptr, r_ptr, dW_ptr, dW_row_stride,
+                           n_cols, offset, BLOCK_SIZE: tl.constexpr):  # fmt: skip
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK_SIZE)
+        mask = cols < n_cols
+        dy = tl.load(dY_ptr + row * dY_row_stride + cols, mask=mask, other=0)
+        x = tl.load(X_ptr + row * X_row_stride + cols, mask=mask, other=0)
+        w = tl.load(W_ptr + cols, mask=mask, other=0) + offset
+        inv_rms = tl.load(r_ptr + row)
+        dx = inv_rms * (dy * w - (1 / n_cols) * inv_rms * inv_rms * tl.sum(dy * w * x, axis=0) * x)
+        tl.store(dY_ptr + row * dY_row_stride + cols, dx, mask=mask)  # dX in place of dY
+        tl.store(dW_ptr + row * dW_row_stride + cols, dy * x * inv_rms, mask=mask)
+
+    class LigerRMSNormFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, X, W, eps, offset=0.0):
+            shape = X.shape
+            X = X.reshape(-1, shape[-1]).contiguous()
+            n_rows, n_cols = X.shape
+            BLOCK_SIZE, _num_warps = calculate_settings(n_cols)  # num_warps: tuned instead
+            Y = torch.empty_like(X)
+            r = torch.empty(n_rows, dtype=X.dtype)
+            _rms_norm_forward[(n_rows,)](Y, Y.stride(0), X, X.stride(0), W, r, n_cols, eps, offset,
+                                         BLOCK_SIZE=BLOCK_SIZE)  # fmt: skip
+            ctx.offset, ctx.BLOCK_SIZE = offset, BLOCK_SIZE
+            ctx.num_warps = _rms_norm_forward.best_config.num_warps
+            ctx.save_for_backward(X, W, r)
+            return Y.view(*shape)
+
+        @staticmethod
+        def backward(ctx, dY):
+            shape = dY.shape
+            dY = dY.reshape(-1, shape[-1]).contiguous()
+            X, W, r = ctx.saved_tensors
+            n_rows, n_cols = dY.shape
+            dW = torch.zeros_like(X)
+            _rms_norm_backward[(n_rows,)](dY, dY.stride(0), X, X.stride(0), W, r, dW, dW.stride(0), n_cols,
+                                          ctx.offset, BLOCK_SIZE=ctx.BLOCK_SIZE)  # fmt: skip
+            return dY.view(*shape), dW.sum(dim=0), None, None
+
+    return _rms_norm_forward, _rms_norm_backward, LigerRMSNormFunction
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_liger_rms_norm_forward_and_backward_tune_apart(impl):
+    fwd_bench = Bench(times=[2.0, 1.0, 3.0, 3.0, 2.0, 1.0])  # forward: 4 warps at 40 columns, 8 at 24
+    bwd_bench = Bench(times=[1.0, 3.0, 2.0, 2.0, 1.0, 3.0])  # backward: 2 warps at 40, 4 at 24
+    fwd, bwd, RMSNorm = _liger_rms_norm(autotune_of(impl), fwd_bench, bwd_bench)
+    torch.manual_seed(0)
+    eps, offset = 1e-6, 1.0  # offset 1.0: Gemma's (1 + w) weights
+    warps = []
+    for shape in [(2, 3, 40), (2, 3, 40), (5, 24)]:
+        x = torch.randn(*shape, requires_grad=True)
+        w = torch.randn(shape[-1], requires_grad=True)
+        dy = torch.randn(*shape)
+        y = RMSNorm.apply(x, w, eps, offset)
+        y.backward(dy.clone())  # the backward writes dX over the gradient it is given
+        xr, wr = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        ref = xr * torch.rsqrt(xr.pow(2).mean(-1, keepdim=True) + eps) * (offset + wr)
+        ref.backward(dy)
+        torch.testing.assert_close(y, ref)
+        torch.testing.assert_close(x.grad, xr.grad)  # dY restored around each timed run of the backward
+        torch.testing.assert_close(w.grad, wr.grad)
+        warps.append((fwd.best_config.num_warps, bwd.best_config.num_warps))
+    assert warps == [(4, 2), (4, 2), (8, 4)]
+    assert fwd_bench.calls == 6 and bwd_bench.calls == 6  # each kernel tunes each row length once
+    f32 = "torch.float32"
+    assert sorted(fwd.cache) == [(24, f32, f32, f32, f32), (40, f32, f32, f32, f32)]
+    assert sorted(bwd.cache) == [(24, f32, f32, f32, f32, f32), (40, f32, f32, f32, f32, f32)]
