@@ -524,3 +524,195 @@ def test_liger_rms_norm_forward_and_backward_tune_apart(impl):
     f32 = "torch.float32"
     assert sorted(fwd.cache) == [(24, f32, f32, f32, f32), (40, f32, f32, f32, f32)]
     assert sorted(bwd.cache) == [(24, f32, f32, f32, f32, f32), (40, f32, f32, f32, f32, f32)]
+
+
+# ---- vLLM / SGLang: model_executor/layers/fused_moe/fused_moe.py, benchmarks/kernels/benchmark_moe.py ----
+# fused_moe is launched without an autotuner: `try_get_optimal_moe_config` reads the JSON table of this
+# device, expert count E and width N (`get_config_file_name(E, N, dtype)`, keys the batch sizes M that
+# the tuning script benchmarked), takes the entry of the nearest M, and the host code sorts and pads the
+# routed tokens to multiples of that config's BLOCK_SIZE_M before the launch (`moe_align_block_size`):
+# the config is needed before the kernel, so the decorator goes on the launcher, a plain function that
+# takes the block sizes as keyword arguments. tuner's workflow replaces the table: tune the batch sizes
+# (what benchmark_moe.py does), `tuner cache export` the winners, and serve with `mode="offline"` and the
+# exported file, whose nearest-key fallback answers the batch sizes nobody tuned.
+MOE_CONFIGS = [
+    {
+        "BLOCK_SIZE_M": m,
+        "BLOCK_SIZE_N": n,
+        "BLOCK_SIZE_K": 16,
+        "GROUP_SIZE_M": g,
+        "num_warps": 4,
+        "num_stages": 2,
+    }
+    for (m, n, g) in [(16, 16, 1), (16, 32, 1), (32, 32, 8)]
+]
+
+
+@triton.jit
+def fused_moe_kernel(a_ptr, b_ptr, c_ptr, topk_weights_ptr, sorted_token_ids_ptr, expert_ids_ptr,
+                     num_tokens_post_padded_ptr, N, K, EM, num_valid_tokens, stride_am, stride_ak, stride_be,
+                     stride_bk, stride_bn, stride_cm, stride_cn, BLOCK_SIZE_M: tl.constexpr,
+                     BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
+                     MUL_ROUTED_WEIGHT: tl.constexpr, top_k: tl.constexpr):  # fmt: skip
+    pid = tl.program_id(axis=0)
+    num_pid_in_group = GROUP_SIZE_M * tl.cdiv(N, BLOCK_SIZE_N)
+    first_pid_m = (pid // num_pid_in_group) * GROUP_SIZE_M
+    group_rows = min(tl.cdiv(EM, BLOCK_SIZE_M) - first_pid_m, GROUP_SIZE_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_rows)
+    pid_n = (pid % num_pid_in_group) // group_rows
+    if pid_m * BLOCK_SIZE_M < tl.load(num_tokens_post_padded_ptr):
+        offs_token = tl.load(sorted_token_ids_ptr + pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M))
+        token_mask = offs_token < num_valid_tokens
+        expert = tl.load(expert_ids_ptr + pid_m)
+        offs_bn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+        offs_k = tl.arange(0, BLOCK_SIZE_K)
+        a_ptrs = a_ptr + (offs_token[:, None] // top_k * stride_am + offs_k[None, :] * stride_ak)
+        b_ptrs = b_ptr + expert * stride_be + offs_k[:, None] * stride_bk + (offs_bn % N)[None, :] * stride_bn
+        acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+            k_left = K - k * BLOCK_SIZE_K
+            a = tl.load(a_ptrs, mask=token_mask[:, None] & (offs_k[None, :] < k_left), other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+            acc = tl.dot(a, b, acc=acc)
+            a_ptrs += BLOCK_SIZE_K * stride_ak
+            b_ptrs += BLOCK_SIZE_K * stride_bk
+        if MUL_ROUTED_WEIGHT:
+            acc = acc * tl.load(topk_weights_ptr + offs_token, mask=token_mask, other=0)[:, None]
+        c_ptrs = c_ptr + stride_cm * offs_token[:, None] + stride_cn * offs_bn[None, :]
+        tl.store(c_ptrs, acc, mask=token_mask[:, None] & (offs_bn[None, :] < N))
+
+
+def moe_align_block_size(topk_ids, block_size, num_experts):
+    """The routed (token, k) slots sorted by expert, each expert's run padded to a multiple of
+    block_size with the out-of-range id numel (vLLM does this in a CUDA op)."""
+    flat = topk_ids.flatten()
+    sorted_ids, expert_ids = [], []
+    for e in range(num_experts):
+        ids = (flat == e).nonzero().flatten().tolist()
+        ids += [flat.numel()] * (-len(ids) % block_size)
+        sorted_ids += ids
+        expert_ids += [e] * (len(ids) // block_size)
+    as_i32 = lambda v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
+    return as_i32(sorted_ids), as_i32(expert_ids), as_i32([len(sorted_ids)])
+
+
+def _moe_launcher(**tuner_options):
+    import tuner
+
+    ran = []  # the configs launched, for the fake timer
+
+    @tuner.autotune(
+        configs=MOE_CONFIGS,
+        key=lambda hidden_states, w, topk_weights, topk_ids: {
+            "E": w.shape[0],
+            "N": w.shape[2],
+            "K": w.shape[1],
+            "M": hidden_states.shape[0],
+        },  # fmt: skip
+        name="fused_moe",
+        **tuner_options,
+    )
+    def fused_moe(hidden_states, w, topk_weights, topk_ids, *, BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K,
+                  GROUP_SIZE_M, num_warps, num_stages):  # fmt: skip
+        M, K = hidden_states.shape
+        E, _, N = w.shape
+        top_k = topk_ids.shape[1]
+        sorted_ids, expert_ids, num_post_padded = moe_align_block_size(topk_ids, BLOCK_SIZE_M, E)
+        out = torch.zeros((M, top_k, N), dtype=hidden_states.dtype)
+        EM = sorted_ids.numel()
+        grid = (triton.cdiv(EM, BLOCK_SIZE_M) * triton.cdiv(N, BLOCK_SIZE_N),)
+        fused_moe_kernel[grid](
+            hidden_states, w, out, topk_weights, sorted_ids, expert_ids, num_post_padded, N, K, EM,
+            topk_ids.numel(), hidden_states.stride(0), hidden_states.stride(1), w.stride(0), w.stride(1),
+            w.stride(2), out.stride(1), out.stride(2), BLOCK_SIZE_M=BLOCK_SIZE_M, BLOCK_SIZE_N=BLOCK_SIZE_N,
+            BLOCK_SIZE_K=BLOCK_SIZE_K, GROUP_SIZE_M=GROUP_SIZE_M, MUL_ROUTED_WEIGHT=True, top_k=top_k,
+            num_warps=num_warps, num_stages=num_stages,
+        )  # fmt: skip
+        ran.append((M, BLOCK_SIZE_M, BLOCK_SIZE_N))
+        return out.sum(dim=1)
+
+    return fused_moe, ran
+
+
+def _moe_inputs(M, E=4, K=32, N=32, top_k=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(M, K, generator=g)
+    w = torch.randn(E, K, N, generator=g)
+    weights, ids = torch.softmax(torch.randn(M, E, generator=g), -1).topk(top_k, dim=-1)
+    ref = sum(weights[:, j, None] * torch.einsum("mk,mkn->mn", x, w[ids[:, j]]) for j in range(top_k))
+    return (x, w, weights.contiguous(), ids.to(torch.int32).contiguous()), ref
+
+
+def vllm_nearest(table, M):
+    """try_get_optimal_moe_config's lookup: the entry of the batch size nearest M (linear distance)."""
+    return table[min(table, key=lambda m: abs(m - M))]
+
+
+def test_vllm_moe_config_table_replaced_by_tune_export_and_offline_lookup(tmp_path):
+    import tuner
+    from tuner.cli import main
+
+    # the tuning script: each batch size tuned on this machine (a fake timer that makes the winner known:
+    # small blocks for small batches, as vLLM's tables have them)
+    best_for = {1: (16, 16), 4: (16, 16), 16: (16, 32), 64: (32, 32)}
+
+    def bench(call):
+        call()
+        M, bm, bn = ran[-1]
+        return 1e-3 if (bm, bn) == best_for[M] else 2e-3
+
+    tune, ran = _moe_launcher(bench=bench)
+    for M in best_for:
+        args, ref = _moe_inputs(M)
+        torch.testing.assert_close(tune(*args), ref, rtol=1e-4, atol=1e-4)
+    assert len(ran) == 4 * (3 + 1)  # every config timed, then the call itself
+    out = tmp_path / "E=4,N=32,device_name=cpu.json"
+    assert main(["cache", "export", "--out", str(out)]) == 0
+
+    # production: never tunes, reads only the shipped file; the table of M -> config that vLLM would ship
+    serve, ran = _moe_launcher(mode="offline", storage=False, cache=tuner.load_cache(out))
+    table = {M: {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn} for M, (bm, bn) in best_for.items()}
+    why = {}
+    for M in [16, 48, 200, 2, 8, 32]:
+        args, ref = _moe_inputs(M, seed=M)
+        torch.testing.assert_close(serve(*args), ref, rtol=1e-4, atol=1e-4)
+        want = vllm_nearest(table, M)
+        assert ran[-1][1:] == (want["BLOCK_SIZE_M"], want["BLOCK_SIZE_N"]), M
+        why[M] = serve.tuner.last_choice["why"]
+    assert why[16] == f"exact entry in {out}"
+    # tuner's distance is |log2 a - log2 b|, vLLM's |a - b|: they agree on 48 -> 64 and 200 -> 64; where
+    # log2 ties (2 between 1 and 4, 8 between 4 and 16, 32 between 16 and 64) the value nearer in |a - b|
+    # wins, as in vLLM's lookup
+    near = "offline: nearest cached key {'E': 4, 'K': 32, 'M': %d, 'N': 32} (distance %s)"
+    assert why[48] == near % (64, "0.415") and why[200] == near % (64, "1.64")
+    assert (why[2], why[8], why[32]) == (near % (1, "1"), near % (4, "1"), near % (16, "1"))
+
+    # vLLM keeps one file per (E, N): another expert count has no table and takes the default config.
+    # tuner's numeric key fields all count in the distance, so E=8 borrows the E=4 entries' configs;
+    # to keep them apart, give such fields as strings (the non-numeric fields must match)
+    args, ref = _moe_inputs(16, E=8)
+    torch.testing.assert_close(serve(*args), ref, rtol=1e-4, atol=1e-4)
+    assert ran[-1][1:] == (16, 32)
+
+
+def test_offline_nearest_key_ties_go_to_the_nearer_value():
+    """A value halfway in log2 between two tuned ones (8 between 4 and 16) takes the entry nearer in
+    value, on every such tie (before, the key hashes decided each one)."""
+    import tuner
+
+    space = tuner.SearchSpace.from_configs([{"b": b} for b in (1, 4, 16, 64, 256, 1024)])
+
+    def make(**opts):
+        @tuner.autotune(space, key=["m"], name="tie_breaks", **opts)
+        def f(m, *, b):
+            return b
+
+        return f
+
+    tuning = [0]
+    online = make(bench=lambda call: 1e-3 if call() == tuning[0] else 2e-3)
+    for m in (1, 4, 16, 64, 256, 1024):  # tuned: m's winner is b == m
+        tuning[0] = m
+        assert online(m) == m
+    offline = make(mode="offline")
+    assert [offline(m) for m in (2, 8, 32, 128, 512)] == [1, 4, 16, 64, 256]
