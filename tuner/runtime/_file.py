@@ -33,7 +33,7 @@ from tuner._atomic import atomic_write
 from tuner._schema import cache_entry_schema_error, cache_file_schema_error
 
 from ._entry import CacheEntry, EntryError, entry_from_json
-from ._key import CacheKey, shape_distance
+from ._key import CacheKey, shape_distance, value_gap
 
 __all__ = [
     "CacheFileError",
@@ -305,10 +305,11 @@ class ReadOnlyCache:
 
 
 def rank_nearest(key: CacheKey, entries: Iterable[CacheEntry]) -> list[tuple[float, CacheEntry]]:
-    """Entries of the key's family, nearest first by `shape_distance` (ties: by key hash)."""
+    """Entries of the key's family, nearest first by `shape_distance`; ties (to 1e-9) go to the entry
+    nearer in value (`value_gap`: 8 takes 4's entry before 16's), then by key hash."""
     fam = key.family()
     ranked = [(shape_distance(key, e.key), e) for e in entries if e.key.family() == fam]
-    ranked.sort(key=lambda t: (t[0], t[1].key.hash))
+    ranked.sort(key=lambda t: (round(t[0], 9), value_gap(key, t[1].key), t[1].key.hash))
     return ranked
 
 

@@ -135,6 +135,17 @@ def shape_distance(a: CacheKey, b: CacheKey) -> float:
     return d
 
 
+def value_gap(a: CacheKey, b: CacheKey) -> float:
+    """The sum over the numeric key fields of |x - y|: what breaks a tie of `shape_distance`, whose
+    log2 puts a value halfway (geometrically) between two others, as 8 between 4 and 16; of those the
+    one nearer in value (4) wins, as it does in a table looked up by |M - m| (vLLM's fused_moe configs)."""
+    return sum(
+        abs(x - y)  # type: ignore[operator]
+        for (_, x), (_, y) in zip(a.fields, b.fields, strict=True)
+        if _numeric(x) and _numeric(y)
+    )
+
+
 def pow2_bucket(_name: str, value: Any) -> Any:
     """Round a positive int up to the next power of two (others unchanged): 1000 -> 1024, 1024 -> 1024."""
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:

@@ -147,10 +147,14 @@ class TritonAutotuned(Autotuned):
         self.use_cuda_graph = bool(use_cuda_graph)
         self.user_do_bench = do_bench
         pc = dict(prune_configs_by or {})
-        unknown = set(pc) - {"perf_model", "top_k", "early_config_prune"}
-        if unknown:
-            raise ValueError(
-                f"prune_configs_by has unknown fields {sorted(unknown)}; use perf_model, top_k, early_config_prune"
+        unknown = sorted(set(pc) - {"perf_model", "top_k", "early_config_prune"}, key=str)
+        if unknown:  # Triton reads the three fields it knows and ignores the rest (Triton 1's
+            # `prune_num_stages_by`, still passed by matmuls copied from it); so does the drop-in, saying so
+            warnings.warn(
+                f"prune_configs_by fields {unknown} are ignored, as triton.autotune ignores them; "
+                "it uses perf_model, top_k and early_config_prune",
+                UserWarning,
+                stacklevel=4,
             )
         self.perf_model = pc.get("perf_model")
         self.configs_top_k = pc.get("top_k", 1.0)
