@@ -17,7 +17,7 @@ import os
 import secrets
 from pathlib import Path
 
-__all__ = ["atomic_write"]
+__all__ = ["atomic_write", "make_folders", "remove_made_folders"]
 
 
 def atomic_write(
@@ -31,12 +31,22 @@ def atomic_write(
     """Replace `path` with `data` (bytes, or text encoded with `encoding`) atomically; returns the path.
 
     `mode` is filtered by the process umask, like `open()`. `mkdir=True` creates missing parent folders.
-    On any error the temporary file is removed and `path` is left as it was."""
+    On any error the temporary file is removed, `path` is left as it was and the folders this call made
+    are removed again (while empty)."""
     p = Path(path)
     payload = data.encode(encoding) if isinstance(data, str) else bytes(data)
     folder = p.parent
-    if mkdir:
-        folder.mkdir(parents=True, exist_ok=True)
+    made = make_folders(folder) if mkdir else []
+    try:
+        _write(p, payload, mode)
+    except BaseException:
+        remove_made_folders(made)  # a failed write leaves no new, empty folder behind
+        raise
+    return p
+
+
+def _write(p: Path, payload: bytes, mode: int) -> None:
+    folder = p.parent
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     while True:  # O_EXCL: never write into a file someone else made; a name clash just draws another name
         tmp = folder / f".{p.name[:200]}.{secrets.token_hex(6)}.tmp"
@@ -60,7 +70,40 @@ def atomic_write(
             raise _naming(exc, p) from exc
         raise
     _fsync_folder(folder)
-    return p
+
+
+def make_folders(folder: str | os.PathLike[str]) -> list[Path]:
+    """Create `folder` and its missing parents (as `mkdir -p`); returns the folders this call made, the
+    outermost first, for `remove_made_folders` when what was to go into them could not be written."""
+    f = Path(folder)
+    missing = []
+    while not f.is_dir() and f.parent != f:
+        missing.append(f)
+        f = f.parent
+    made: list[Path] = []
+    try:
+        for f in reversed(missing):
+            try:
+                f.mkdir()
+            except FileExistsError:  # another process made it meanwhile: not this call's to remove
+                if not f.is_dir():
+                    raise
+                continue
+            made.append(f)
+    except BaseException:
+        remove_made_folders(made)
+        raise
+    return made
+
+
+def remove_made_folders(made: list[Path]) -> None:
+    """Remove the folders `make_folders` made, the innermost first, while they are empty: one that another
+    process has put a file into meanwhile stays, with those above it. Never raises."""
+    for f in reversed(made):
+        try:
+            f.rmdir()
+        except OSError:
+            return
 
 
 def _naming(exc: OSError, path: Path) -> OSError:

@@ -26,6 +26,7 @@ from tuner._settings import text
 
 from .storage import (
     SCHEMA_VERSION,
+    NewFile,
     StoreConnectionLost,
     StoreCorrupt,
     StoreError,
@@ -34,6 +35,7 @@ from .storage import (
     check_schema,
     disk_full_in,
     engine_for,
+    engine_of,
     ensure_schema,
     guard_for,
     locked_read_only_url,
@@ -158,6 +160,17 @@ class ResultStore:
 
     def __init__(self, url: str | None = None, *, create: bool = True) -> None:
         self.url = normalize_url(url or default_storage_url())
+        # A new SQLite file that this call makes and cannot make a store of (a full disk) is removed again
+        new = NewFile.before_opening(self.url) if create else None
+        try:
+            self._open(create, new)
+        except BaseException:
+            if new is not None:
+                new.remove_if_empty(engine_of(self.url))
+            raise
+        self._optuna_storage: optuna.storages.BaseStorage | None = None
+
+    def _open(self, create: bool, new: NewFile | None) -> None:
         # A SQLite store in a folder that cannot be written is opened read-only: its entries still hit,
         # and a write fails with a StoreError (the runtime then keeps the result in memory).
         ro_url = read_only_url(self.url)
@@ -180,9 +193,10 @@ class ResultStore:
                     ensure_schema(self.engine)
         except StoreError as exc:
             # A full disk: SQLite cannot even open a WAL store to read it (its `-shm` file cannot grow),
-            # so every stored winner was unseen and tuned again. Read the file as it is instead.
+            # so every stored winner was unseen and tuned again. Read the file as it is instead; not a
+            # file this call made (it holds nothing to read).
             path = sqlite_path(self.url)
-            if path is None or path.startswith("file:") or not os.path.isfile(path):
+            if new is not None or path is None or path.startswith("file:") or not os.path.isfile(path):
                 raise
             if os.path.getsize(path) == 0 or not disk_full_in(path, exc):
                 raise
@@ -191,10 +205,9 @@ class ResultStore:
             self.engine = engine_for(locked_read_only_url(path))
             self._sessions = sessionmaker(self.engine, expire_on_commit=False)
             with operation("opening the store"):
-                check_schema(self.engine, self.url)
+                check_schema(self.engine, self.url, disk_full=True)
             self.read_only, self.full_disk = True, str(exc)
             log.info("store %s: its disk is full; opened read-only", self._redacted())
-        self._optuna_storage: optuna.storages.BaseStorage | None = None
 
     def _redacted(self) -> str:
         return redact(self.url)

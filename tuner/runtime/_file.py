@@ -243,14 +243,17 @@ def dumps_entries(entries: Iterable[CacheEntry]) -> str:
     return head + ("\n" + body + "\n" if rows else "") + "]}\n"
 
 
-def write_cache_file(path: str | os.PathLike[str], entries: Iterable[CacheEntry]) -> int:
+def write_cache_file(
+    path: str | os.PathLike[str], entries: Iterable[CacheEntry], *, mkdir: bool = False
+) -> int:
     """Write atomically (tuner._atomic: a new file renamed over the old one), gzip-compressed when the
-    name ends in .gz. Returns the entry count."""
+    name ends in .gz. Returns the entry count. `mkdir=True` creates missing parent folders (removed again
+    when the write fails)."""
     rows = list(entries)
     data = dumps_entries(rows).encode("utf-8")
     if Path(path).name.endswith(".gz"):
         data = gzip.compress(data, mtime=0)  # mtime=0: the same cache still gives the same bytes
-    atomic_write(path, data)
+    atomic_write(path, data, mkdir=mkdir)
     return len(rows)
 
 

@@ -10,7 +10,9 @@ lost or written twice by a race. A line is one JSON object, a *delta* for one ke
 
 `read_misses` merges every file into one row per key (calls summed, first/last seen widened, the latest
 fallback kept); a torn last line (a process killed mid-write) is skipped. Nothing here raises into the
-caller: the writer thread logs a failed write once and keeps the counts for the next try.
+caller: the writer thread logs a failed write once (a full disk: the write is taken back, and a new file
+that got nothing is removed with the folders made for it) and keeps the counts for the next try; what
+the last flush at exit cannot write is named in one line on stderr (`flush_at_exit`).
 
 Counting calls without touching the hit path: a recorded key's config is a `CountingConfig`, a dict
 that counts each time the hit path unpacks it (`**config` calls its `keys()`); configs of keys that
@@ -32,6 +34,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import threading
 import uuid
 from collections.abc import Iterable, Mapping
@@ -39,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner._atomic import make_folders, remove_made_folders
 from tuner._settings import text
 
 from ._key import CacheKey
@@ -68,6 +72,26 @@ def misses_dir() -> Path:
     from ..store import tuner_home
 
     return tuner_home() / "misses"
+
+
+def _open_log(path: Path) -> tuple[int, bool]:
+    """The miss log `path` opened for appending, and whether this call created it."""
+    flags = os.O_WRONLY | os.O_APPEND
+    while True:
+        try:
+            return os.open(path, flags), False
+        except FileNotFoundError:
+            pass
+        try:
+            return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:  # made meanwhile (a flush of a forked child's would not use this name)
+            continue
+
+
+def _unwritten(lines: list[tuple[_Pending, int, str]]) -> tuple[int, int]:
+    """(keys, calls) these lines of a flush hold: the keys with something not written yet (the key itself,
+    or calls), and the calls not written."""
+    return len(lines), sum(max(0, c - p.written_calls) for p, c, _ in lines)
 
 
 def _now() -> str:
@@ -129,6 +153,7 @@ class MissRecorder:
         self._file: Path | None = None
         self._failed_once = False
         self.write_errors = 0
+        self.last_error: str | None = None  # the file and the error of the last failed write
 
     @property
     def folder(self) -> Path:
@@ -203,20 +228,22 @@ class MissRecorder:
         with self._flush_lock:
             return self._flush()
 
-    def _flush(self) -> int:
+    def _flush(self, *, at_exit: bool = False) -> int:
         lines = self._lines()
         if not lines:
             return 0
         where: Any = self._folder or "the misses dir"
+        made: list[Path] = []
+        created = False
         try:
             where = folder = self.folder
-            folder.mkdir(parents=True, exist_ok=True)
+            made = make_folders(folder)
             if self._file is None or self._file.parent != folder:
                 name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
                 self._file = folder / name
             where = self._file
             data = ("\n".join(text for _, _, text in lines) + "\n").encode()
-            fd = os.open(self._file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd, created = _open_log(self._file)
             try:
                 start = os.lseek(fd, 0, os.SEEK_END)
                 view = memoryview(data)
@@ -234,12 +261,17 @@ class MissRecorder:
             finally:
                 os.close(fd)
         except Exception as exc:  # noqa: BLE001 - recording must never take the caller down
+            self._unmake(created, made)
             self.write_errors += 1
-            (log.debug if self._failed_once else log.warning)(
-                "record mode: cannot write the miss log %s (%s: %s); counts kept for the next try",
-                where,
-                type(exc).__name__,
-                exc,
+            self.last_error = f"{where} ({type(exc).__name__}: {exc})"
+            keys, calls = _unwritten(lines)
+            (log.debug if self._failed_once or at_exit else log.warning)(
+                "record mode: cannot write the miss log %s; %d call(s) of %d key(s) kept in memory for the "
+                "next try (every %g s, and at exit)",
+                self.last_error,
+                calls,
+                keys,
+                self.flush_s,
             )
             self._failed_once = True
             return 0
@@ -247,7 +279,42 @@ class MissRecorder:
             for p, calls, _ in lines:
                 p.written_calls = max(p.written_calls, calls)
                 p.written = True
+        if self._failed_once:
+            log.warning(
+                "record mode: the miss log %s is written again, the counts kept meanwhile included", where
+            )
+            self._failed_once = False
+        self.last_error = None
         return len(lines)
+
+    def _unmake(self, created: bool, made: list[Path]) -> None:
+        """After a failed write: remove the log file this flush made if it is still empty (a full disk
+        cuts a new file's first write), and the folders it made for it."""
+        if created and self._file is not None:
+            with contextlib.suppress(OSError):
+                if os.path.getsize(self._file) == 0:
+                    os.unlink(self._file)
+        remove_made_folders(made)
+
+    def unwritten(self) -> tuple[int, int]:
+        """(keys, calls) this process has counted and not written yet: the keys with new keys or calls not
+        in the file, and those calls."""
+        return _unwritten(self._lines())
+
+    def flush_at_exit(self) -> None:
+        """The last flush (atexit). What it cannot write is lost with the process: one line on stderr
+        says where, why and how much (the process's logging may already be gone or go elsewhere; this is
+        how Python itself reports an error at exit)."""
+        with self._flush_lock:
+            self._flush(at_exit=True)  # its failure is said below, once
+        keys, calls = self.unwritten()
+        if keys or calls:
+            with contextlib.suppress(Exception):
+                sys.stderr.write(
+                    f"tuner: record mode: {calls} call(s) of {keys} missed key(s) were not written to the miss "
+                    f"log {self.last_error or self.folder} and are lost with this process\n"
+                )
+                sys.stderr.flush()
 
     def reset(self) -> None:
         """Forget what this process noted (tests); the files stay."""
@@ -280,7 +347,7 @@ def recorder() -> MissRecorder:
         with _recorder_lock:
             if _recorder is None:
                 _recorder = MissRecorder()
-                atexit.register(_recorder.flush)
+                atexit.register(_recorder.flush_at_exit)
                 if hasattr(os, "register_at_fork"):
                     os.register_at_fork(after_in_child=_recorder._after_fork)
     return _recorder

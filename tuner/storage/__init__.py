@@ -16,7 +16,9 @@
   the busy timeout stays SQLAlchemy's `OperationalError` ("database is locked"), which callers retry. A
   write into a SQLite file deleted or replaced while the process has it open (SQLite would write into the
   deleted file) raises `StoreError` naming it before it commits, and no new file is made at the path
-  (`_replaced`); disposing of `engine_for(url)`'s engine opens the path again.
+  (`_replaced`); disposing of `engine_for(url)`'s engine opens the path again. A new SQLite file whose
+  store could not be created (a full disk) is removed again while still empty (`NewFile`), its `-wal` and
+  `-shm` never.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ._engine import (
     disk_full_in,
     engine_for,
     engine_kwargs,
+    engine_of,
     immutable_url,
     locked_read_only_url,
     make_engine,
@@ -43,6 +46,7 @@ from ._engine import (
 )
 from ._fence import LeaseLost, WriteGuard, guard_for, guarding
 from ._migrate import check_schema, ensure_schema, optuna_storage, schema_lock, schema_revision
+from ._new_file import NewFile
 from ._schema import SCHEMA_REVISION, SCHEMA_VERSION, VERSION_TABLE
 
 __all__ = [
@@ -54,6 +58,7 @@ __all__ = [
     "StoreCorrupt",
     "WriteGuard",
     "LeaseLost",
+    "NewFile",
     "StoreError",
     "StoreTimeout",
     "StoreUnreachable",
@@ -61,6 +66,7 @@ __all__ = [
     "disk_full_in",
     "engine_for",
     "engine_kwargs",
+    "engine_of",
     "immutable_url",
     "locked_read_only_url",
     "ensure_schema",

@@ -43,6 +43,7 @@ from ._engine import (
     sqlite_fault_in,
     sqlite_path,
 )
+from ._new_file import is_at
 from ._replaced import check_file, watch_file
 from ._schema import SCHEMA_REVISION, SCHEMA_VERSION, VERSION_TABLE
 
@@ -86,21 +87,31 @@ def schema_revision(conn: Connection) -> str | None:
 @contextlib.contextmanager
 def _file_lock(path: str) -> Iterator[None]:
     lock_path = path + ".lock"
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:  # a read-only directory: nobody can create the schema there anyway
-        log.debug("no schema lock file %s (%s); creating without it", lock_path, exc)
-        yield
-        return
-    try:
-        if sys.platform == "win32":  # pragma: no cover - Windows
-            import msvcrt
+    while True:
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:  # a read-only directory: nobody can create the schema there anyway
+            log.debug("no schema lock file %s (%s); creating without it", lock_path, exc)
+            yield
+            return
+        try:
+            if sys.platform == "win32":  # pragma: no cover - Windows
+                import msvcrt
 
-            msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
-        else:
+                msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
+                break
             import fcntl
 
             fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        # A failed first opening removes the lock file it made while it holds the lock (`_new_file`):
+        # a lock taken on the removed file is no lock; take the one at the path now.
+        if is_at(fd, lock_path):
+            break
+        os.close(fd)
+    try:
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
@@ -202,18 +213,24 @@ def _check_known(conn: Connection, rev: str | None, url: str) -> None:
         )
 
 
-def check_schema(engine: Engine, url: str) -> None:
-    """Refuse a store that cannot be migrated (opened read-only) unless it is at this tuner's schema."""
+def check_schema(engine: Engine, url: str, *, disk_full: bool = False) -> None:
+    """Refuse a store that cannot be migrated (opened read-only: its folder cannot be written, or
+    `disk_full`) unless it is at this tuner's schema."""
     try:
         with engine.connect() as conn:
             rev = schema_revision(conn)
     except SQLAlchemyError as exc:
         raise StoreError(f"cannot open store {redact(url)}: {exc.__class__.__name__}: {exc}") from exc
     if rev != SCHEMA_REVISION:
+        why, then = (
+            ("its disk is full", "free space on its disk and run again")
+            if disk_full
+            else ("its folder cannot be written", "open it once where it can be written")
+        )
         raise StoreError(
-            f"store {redact(url)} is read-only (its folder cannot be written) and not at this tuner's "
+            f"store {redact(url)} is read-only ({why}) and not at this tuner's "
             f"schema revision ({rev or 'no tuner schema'}, this tuner needs {SCHEMA_REVISION}), so it "
-            "cannot be migrated in place: open it once where it can be written"
+            f"cannot be migrated in place: {then}"
         )
 
 

@@ -28,10 +28,12 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ..storage import (
     LeaseLost,
+    NewFile,
     StoreConnectionLost,
     StoreUnreachable,
     check_schema,
     engine_for,
+    engine_of,
     ensure_schema,
     normalize_url,
     operation,
@@ -109,12 +111,20 @@ class TaskBoard:
         # read-only, as the results store opens it: `rows` and `studies` read it, every write fails.
         ro_url = read_only_url(self.url)
         self.read_only = ro_url is not None
-        self.engine = engine_for(ro_url or self.url)
-        with operation("opening the task board"):
-            if ro_url is not None:
-                check_schema(self.engine, self.url)
-            else:
-                ensure_schema(self.engine)  # the board is one table of the store's schema, migrated with it
+        new = NewFile.before_opening(self.url)  # removed again if no store could be made of it
+        try:
+            self.engine = engine_for(ro_url or self.url)
+            with operation("opening the task board"):
+                if ro_url is not None:
+                    check_schema(self.engine, self.url)
+                else:
+                    ensure_schema(
+                        self.engine
+                    )  # the board is one table of the store's schema, migrated with it
+        except BaseException:
+            if new is not None:
+                new.remove_if_empty(engine_of(self.url))
+            raise
 
     def close(self) -> None:
         """Nothing to free: the engine is this process's shared engine of the URL (`tuner.storage`)."""

@@ -203,6 +203,5 @@ def export_study(spec: StudySpec, out: str | os.PathLike[str]) -> ExportResult:
         raise ExportRefused(
             f"not written: tuner cache import would refuse it: {str(exc).splitlines()[0]}"
         ) from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_cache_file(path, objs)
+    write_cache_file(path, objs, mkdir=True)
     return ExportResult(path, len(objs), "tuner.runtime writer")

@@ -52,7 +52,10 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
+
+from tuner._atomic import make_folders, remove_made_folders
 
 from ..storage import LeaseLost, StoreError, guarding, normalize_url, sqlite_path
 from ..storage._replaced import file_identity, holding, reopen_if_replaced, replaced_error
@@ -818,11 +821,16 @@ def prepare_study(spec: StudySpec, *, retry_failed: bool = False) -> StudySpec:
             spec,
             tasks=tuple(replace(t, device=archs[t.backend]) if t.device == "auto" else t for t in spec.tasks),
         )
+    made: list[Path] = []  # the study's output folder, when this run makes it
     if spec.storage.startswith("sqlite:///"):
         path = spec.storage[len("sqlite:///") :]
         if path and path != ":memory:":
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    board = TaskBoard(spec.storage)
+            made = make_folders(os.path.dirname(os.path.abspath(path)))
+    try:
+        board = TaskBoard(spec.storage)
+    except BaseException:
+        remove_made_folders(made)  # a store that could not be made (a full disk) leaves no empty folder
+        raise
     if board.read_only:
         from ..storage import StoreError, redact
 

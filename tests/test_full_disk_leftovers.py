@@ -1,0 +1,359 @@
+"""What a full disk leaves behind: the files and folders tuner makes on first use (a new store, its schema
+lock file, the miss log of record mode, a study's output folder, an export's folder) are removed again when
+what was to go into them could not be written; what was there before, and what another process may be
+making at the same moment, is left alone. And record mode's counts that the last flush at exit cannot
+write are named on stderr, not lost in silence.
+
+The full-disk cases run on a real tmpfs (root and mount(8), as tests/test_prod_faults.py: they skip where
+mounting is not permitted); each has an unprivileged twin that makes the same failure from Python."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import test_runtime_faults as rt
+from tests.test_prod_faults import _fill, _tmpfs
+from tests.test_runtime_faults import _fresh_stores, mount  # noqa: F401 - the fixtures
+from tests.test_studies import REPO, cli, write_study
+from tuner.runtime._sources import close_stores
+
+
+def _left(folder: Path) -> list[tuple[str, int]]:
+    """Everything under `folder` but the filler: (relative path, size; -1 for a folder)."""
+    out = []
+    for p in sorted(folder.rglob("*")):
+        if p.name != "filler":
+            out.append((str(p.relative_to(folder)), -1 if p.is_dir() else p.stat().st_size))
+    return out
+
+
+def _full(tmp_path: Path, mounter: Callable[..., None], room: int = 0) -> Path:
+    """A small tmpfs filled to `room` bytes of free space."""
+    small = _tmpfs(tmp_path / "small", mounter, "256k")
+    if room == 0:
+        _fill(small)
+    else:
+        st = os.statvfs(small)
+        (small / "filler").write_bytes(b"\0" * (st.f_bavail * st.f_frsize - room))
+    return small
+
+
+# ---- a new store ---------------------------------------------------------------------------------------
+def _open(kind: str, url: str) -> Any:
+    from tuner.runtime import ConfigCache
+    from tuner.store import ResultStore
+    from tuner.studies import TaskBoard
+
+    return {"ResultStore": ResultStore, "ConfigCache": ConfigCache, "TaskBoard": TaskBoard}[kind](url)
+
+
+@pytest.mark.parametrize("kind", ["ResultStore", "ConfigCache", "TaskBoard"])
+@pytest.mark.parametrize("room", [0, 4096])
+def test_a_new_store_on_a_full_disk_leaves_no_empty_file(
+    tmp_path: Path,
+    kind: str,
+    room: int,
+    mount: Callable[..., None],  # noqa: F811
+) -> None:
+    # A 0-byte tuner.db (and, with a page of room, a 0-byte tuner.db.lock) stayed in the folder.
+    from tuner.store import ResultStore, StoreError
+
+    small = _full(tmp_path, mount, room)
+    url = f"sqlite:///{small / 'tuner.db'}"
+    with pytest.raises(StoreError, match=f"the disk that holds {small} is full"):
+        _open(kind, url)
+    assert _left(small) == []
+    # space back: the same process makes the store there (the removed file is not taken for a replaced one)
+    (small / "filler").unlink()
+    _open(kind, url)
+    s = ResultStore(url)
+    assert not s.read_only and s.full_disk is None
+    close_stores()
+
+
+def test_a_new_store_with_a_page_of_room_is_kept_and_named_a_full_disk(
+    tmp_path: Path,
+    mount: Callable[..., None],  # noqa: F811
+) -> None:
+    # With room for the first page the new file is not empty: it is kept (another process's new store may
+    # have its tables in its log). Its error said "read-only (its folder cannot be written) and not at
+    # this tuner's schema" (the new file was opened read-only as a full disk's store), and so did every
+    # later opening of it while the disk stayed full.
+    from tuner.store import ResultStore, StoreError
+
+    small = _full(tmp_path, mount, 8192)
+    url = f"sqlite:///{small / 'tuner.db'}"
+    for _ in range(2):  # the call that made the file, then one that finds it
+        with pytest.raises(StoreError) as exc:
+            ResultStore(url)
+        msg = str(exc.value)
+        assert "cannot be written" not in msg and "disk" in msg and "full" in msg, msg
+    assert ("tuner.db", 4096) in _left(small)
+
+
+def test_a_failed_opening_removes_only_the_empty_file_it_made(
+    _tuner_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the unprivileged twin: the schema cannot be made after SQLite made the file
+    from tuner.store import ResultStore, StoreError
+
+    db = _tuner_home / "new.db"
+
+    def full(engine: Any) -> None:
+        db.touch()  # the file SQLite made, empty (its first page did not fit)
+        raise StoreError("store x: the test's disk is full")
+
+    monkeypatch.setattr("tuner.store.ensure_schema", full)
+    with pytest.raises(StoreError, match="the test's disk"):
+        ResultStore(f"sqlite:///{db}")
+    assert list(_tuner_home.iterdir()) == []
+    db.touch()  # an empty file that was there before the call: not this call's to remove
+    with pytest.raises(StoreError, match="the test's disk"):
+        ResultStore(f"sqlite:///{db}")
+    assert db.exists()
+
+
+def test_a_new_file_that_another_process_makes_a_store_of_is_kept(
+    _tuner_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another process holds the schema lock (it creates the tables in the same new file): the empty
+    # file is its, and stays, with its lock file.
+    import fcntl
+
+    from tuner.store import ResultStore, StoreError
+
+    db = _tuner_home / "new.db"
+    holder = os.open(str(db) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another open file: conflicts as another process's would
+
+    def full(engine: Any) -> None:
+        db.touch()  # the file SQLite made, empty (its first page did not fit)
+        raise StoreError("store x: the test's disk is full")
+
+    monkeypatch.setattr("tuner.store.ensure_schema", full)
+    try:
+        with pytest.raises(StoreError, match="the test's disk"):
+            ResultStore(f"sqlite:///{db}")
+        assert db.exists() and db.stat().st_size == 0 and Path(str(db) + ".lock").exists()
+    finally:
+        os.close(holder)
+
+
+def test_the_schema_lock_follows_a_lock_file_removed_under_a_waiter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A failed first opening removes the lock file it made while it holds it; a process that waited on
+    # that file then held a lock on a removed file, and a third process could take the new one: two
+    # holders at once.
+    import fcntl
+
+    from tuner.storage._migrate import _file_lock
+
+    db = str(tmp_path / "s.db")
+    first = os.open(db + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(first, fcntl.LOCK_EX)
+    waiting, held, leave = threading.Event(), threading.Event(), threading.Event()
+    real_flock = fcntl.flock
+
+    def flock(fd: int, how: int) -> None:
+        if threading.current_thread() is t:
+            waiting.set()  # its file is open: the one about to be removed
+        real_flock(fd, how)
+
+    def waiter() -> None:
+        with _file_lock(db):
+            held.set()
+            leave.wait(10)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    t = threading.Thread(target=waiter)
+    t.start()
+    assert waiting.wait(10)
+    os.unlink(db + ".lock")  # as `NewFile.remove_if_empty` does, holding the lock
+    os.close(first)
+    assert held.wait(10)
+    third = os.open(db + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        with pytest.raises(BlockingIOError):  # the waiter holds the file at the path now
+            fcntl.flock(third, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(third)
+        leave.set()
+        t.join(10)
+
+
+def test_a_study_run_on_a_full_disk_leaves_no_empty_output_folder(
+    tmp_path: Path,
+    _tuner_home: Path,
+    capsys: pytest.CaptureFixture[str],
+    mount: Callable[..., None],  # noqa: F811
+) -> None:
+    small = _tmpfs(tmp_path / "small", mount, "256k")
+    p = write_study(small)  # output = "out-s", beside the study file
+    _fill(small)
+    capsys.readouterr()
+    assert cli("study", "run", str(p), "--executor", "tests._study_fake:executor", "--no-report") == 1
+    err = capsys.readouterr().err
+    assert f"the disk that holds {small / 'out-s'} is full" in err, err
+    assert _left(small) == [("s.toml", p.stat().st_size)]  # was: out-s/ (and out-s/study.db, 0 bytes)
+
+
+# ---- files written whole: an export into a new folder --------------------------------------------------
+def test_an_export_into_a_new_folder_on_a_full_disk_leaves_no_folder(
+    tmp_path: Path,
+    mount: Callable[..., None],  # noqa: F811
+) -> None:
+    from tuner._atomic import atomic_write
+
+    small = _full(tmp_path, mount)
+    (small / "ship").mkdir()  # there before: stays
+    with pytest.raises(OSError) as exc:
+        atomic_write(small / "ship" / "v2" / "gpu" / "tuned.json", "x" * 100_000, mkdir=True)
+    assert exc.value.errno == errno.ENOSPC and "tuned.json" in str(exc.value)
+    assert _left(small) == [("ship", -1)]  # was: ship/v2/gpu/, empty
+
+
+def test_a_failed_write_removes_the_folders_it_made_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the unprivileged twin
+    from tuner import _atomic
+
+    monkeypatch.setattr(
+        _atomic.os,
+        "fsync",
+        lambda fd: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device")),
+    )
+    tmp_path = tmp_path / "w"
+    (tmp_path / "a").mkdir(parents=True)
+    with pytest.raises(OSError):
+        _atomic.atomic_write(tmp_path / "a" / "b" / "c" / "f.json", "x", mkdir=True)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a"]
+    # a folder another process put a file into meanwhile stays, with those above it
+    made = _atomic.make_folders(tmp_path / "a" / "b" / "c")
+    assert made == [tmp_path / "a" / "b", tmp_path / "a" / "b" / "c"]
+    (tmp_path / "a" / "b" / "theirs").write_text("x")
+    _atomic.remove_made_folders(made)
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == ["a", "a/b", "a/b/theirs"]
+
+
+# ---- record mode -----------------------------------------------------------------------------------------
+_RECORD = """
+import os, sys
+import numpy as np
+import tuner
+from tuner import PowerOfTwo, SearchSpace
+from tuner.runtime import _misses
+
+@tuner.autotune(SearchSpace([PowerOfTwo("b", 16, 256)]), key=["n"], name="rec", mode="record", storage=False)
+def f(x, n, *, b):
+    return x
+
+rec = _misses.recorder()
+rec.flush_s = 3600  # flushed below and at exit, not by the writer thread's clock
+small = os.path.dirname(os.environ["TUNER_MISSES_DIR"])
+filler = os.path.join(small, "filler")
+with open(filler, "wb", buffering=0) as fh:
+    try:
+        while True:
+            fh.write(b"\\0" * 4096)
+    except OSError:
+        pass
+for n in range(1, 6):
+    f(np.ones(2), n)
+    f(np.ones(2), n)
+rec.flush()
+print(rec.unwritten(), sorted(os.listdir(small)), flush=True)
+if sys.argv[1] == "space back":
+    os.remove(filler)
+"""
+
+
+def _record(small: Path, how: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TUNER_MISSES_DIR": str(small / "m"), "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-c", _RECORD, how], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_record_mode_names_the_counts_a_full_disk_loses_at_exit(
+    tmp_path: Path,
+    mount: Callable[..., None],  # noqa: F811
+) -> None:
+    # The flush at exit failed in silence (its warning was logged once, at the first failure, and at
+    # DEBUG after): 10 calls of 5 keys were gone without a word, and a 0-byte miss log (and its folder)
+    # stayed on the disk.
+    from tuner.runtime._misses import read_misses
+
+    small = _full(tmp_path, mount)
+    (small / "filler").unlink()
+    r = _record(small, "still full")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[0] == "(5, 10) ['filler']", (r.stdout, r.stderr)  # kept, nothing on disk
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "tuner: record mode: 10 call(s) of 5 missed key(s) were not written to the miss log "
+    ), last
+    assert str(small / "m") in last and "No space left on device" in last and "lost" in last, last
+    assert _left(small) == [], _left(small)
+    assert read_misses(small / "m") == []
+
+
+def test_record_mode_keeps_the_counts_until_space_is_back(
+    tmp_path: Path,
+    mount: Callable[..., None],  # noqa: F811
+) -> None:
+    from tuner.runtime._misses import read_misses
+
+    small = _full(tmp_path, mount)
+    (small / "filler").unlink()
+    r = _record(small, "space back")
+    assert r.returncode == 0, r.stderr
+    assert "lost" not in r.stderr, r.stderr
+    assert "is written again" in r.stderr, r.stderr  # the warning of the failure is followed up
+    rows = read_misses(small / "m")
+    assert len(rows) == 5 and sum(x.calls for x in rows) == 10, [(x.key.fields_dict, x.calls) for x in rows]
+
+
+def test_a_new_miss_log_that_a_full_disk_cuts_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the unprivileged twin: the first write of a new miss log fails for want of space
+    from tuner.runtime import _misses
+
+    tmp_path = tmp_path / "w"
+    tmp_path.mkdir()
+    monkeypatch.setenv("TUNER_MISSES_DIR", str(tmp_path / "m" / "logs"))
+    rec = _misses.MissRecorder()
+    monkeypatch.setattr(rec, "_ensure_thread", lambda: None)  # flushed below only
+    monkeypatch.setattr(_misses, "_recorder", rec)
+    f, _ = rt.make(mode="record", storage=False, name="rec_leftover")
+    rt.check_calls(f, (1, 2, 2))
+
+    def no_space(fd: int, data: Any) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    real_write = os.write
+    monkeypatch.setattr(_misses.os, "write", no_space)
+    assert rec.flush() == 0
+    assert list(tmp_path.iterdir()) == []  # no 0-byte log, no folder
+    assert rec.unwritten() == (2, 3)
+    rec.flush_at_exit()
+    line = capsys.readouterr().err.strip()
+    assert len(line.splitlines()) == 1 and line.startswith("tuner: record mode: 3 call(s) of 2 missed key(s)")
+    assert str(tmp_path / "m" / "logs") in line and os.strerror(errno.ENOSPC) in line, line
+    monkeypatch.setattr(_misses.os, "write", real_write)
+    rec.flush_at_exit()  # space back: everything written, nothing said
+    assert capsys.readouterr().err == ""
+    rows = [r for r in _misses.read_misses() if r.key.kernel.endswith("rec_leftover")]
+    assert sorted((r.key.fields_dict["n"], r.calls) for r in rows) == [(1, 1), (2, 2)]
+    close_stores()
