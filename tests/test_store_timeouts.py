@@ -485,6 +485,31 @@ def _other_sessions(url: str, *but: int) -> list[str]:
     return [f"{r.state}: {r.query}" for r in rows if r.pid not in but]
 
 
+def _optuna_storage_timeout(store: Any, statement: str) -> str:
+    """`store.optuna_storage()` while another connection has run `statement` in a transaction it holds
+    open: its error must be a StoreTimeout (its message is returned) that leaves no session of tuner's on
+    the server while the error is still held (the store's own pool aside)."""
+    from tuner.storage import StoreTimeout, engine_for
+
+    other = create_engine(store.url)
+    holder = other.connect()
+    holder.execute(text(statement))
+    try:
+        exc, took = bounded(store.optuna_storage)
+        assert isinstance(exc, StoreTimeout), repr(exc)
+        assert took < 15, took
+        msg = str(exc)
+        assert "s3cret-pw" not in msg and "rolled back" in msg, msg
+        engine_for(store.url).dispose()  # tuner's own pool; what is left is the failed opening's
+        left = _other_sessions(store.url, _backend_pid(holder.connection.dbapi_connection))
+        assert left == [], left  # `exc` (and its traceback) is still held here
+    finally:
+        holder.rollback()
+        holder.close()
+        other.dispose()
+    return msg
+
+
 def test_creating_optunas_tables_that_times_out_is_a_store_timeout_and_leaves_no_connection(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -493,29 +518,15 @@ def test_creating_optunas_tables_that_times_out_is_a_store_timeout_and_leaves_no
     it holds open) raised the driver's error (psycopg2's QueryCanceled, not tuner's StoreTimeout naming
     the operation and the limit), and that engine was never disposed: its connection stayed open on the
     server for as long as the error (a traceback, a notebook's last error) was kept."""
-    from tuner.storage import StoreTimeout, _engine, engine_for
+    from tuner.storage import _engine
     from tuner.store import ResultStore
 
     monkeypatch.setenv("TUNER_PG_TIMEOUT", "1")
     monkeypatch.setattr(_engine, "PG_MIGRATION_TIMEOUT_S", 1.0)  # the migration limit: 1 s here
     store = ResultStore(pg_url)  # tuner's tables
-    other = create_engine(pg_url)
-    holder = other.connect()
-    holder.execute(text("CREATE TABLE studies (study_id integer)"))  # uncommitted: ours waits on it
-    try:
-        exc, took = bounded(store.optuna_storage)
-        assert isinstance(exc, StoreTimeout), repr(exc)
-        assert took < 15, took
-        msg = str(exc)
-        assert "creating Optuna's tables gave up after 1 s (the migration limit" in msg, msg
-        assert "s3cret-pw" not in msg and "rolled back" in msg, msg
-        engine_for(store.url).dispose()  # tuner's own pool; what is left is the failed creation's
-        left = _other_sessions(pg_url, _backend_pid(holder.connection.dbapi_connection))
-        assert left == [], left  # `exc` (and its traceback) is still held here
-    finally:
-        holder.rollback()
-        holder.close()
-        other.dispose()
+    # another program creates the same table in a transaction it holds open: ours waits on it
+    msg = _optuna_storage_timeout(store, "CREATE TABLE studies (study_id integer)")
+    assert "creating Optuna's tables gave up after 1 s (the migration limit" in msg, msg
     # the lock gone, the tables are made and the storage works (under OPTUNA_LIMIT_S: see there)
     monkeypatch.setenv("TUNER_PG_TIMEOUT", str(OPTUNA_LIMIT_S))
     storage = ResultStore(pg_url).optuna_storage()
@@ -552,3 +563,22 @@ def test_a_migration_that_times_out_names_the_migration_limit(
     assert "upgrading the schema from empty to" in msg, msg
     assert "gave up after 2 s (the migration limit: the larger of TUNER_PG_TIMEOUT and 2 s)" in msg, msg
     assert ResultStore(pg_url).count() == 0  # the lock gone, the store is made
+
+
+def test_opening_optunas_storage_that_times_out_is_a_store_timeout_and_leaves_no_connection(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Optuna's tables already made, its storage's own constructor still runs statements (it reads and
+    stamps `version_info`) on the engine it has just made, before tuner could give that engine its error
+    handler. One that ran past the limit (another program holding a lock on the table) raised Optuna's
+    StorageInternalError over the driver's error, not tuner's StoreTimeout, and its engine's pooled
+    connection stayed open on the server for as long as the error was kept."""
+    from tuner.store import ResultStore
+
+    monkeypatch.setenv("TUNER_PG_TIMEOUT", "1")
+    store = ResultStore(pg_url)
+    store.optuna_storage().engine.dispose()  # Optuna's tables made and stamped
+    store._optuna_storage = None
+    msg = _optuna_storage_timeout(store, "LOCK TABLE version_info IN ACCESS EXCLUSIVE MODE")
+    assert "opening Optuna's tables gave up after 1 s (TUNER_PG_TIMEOUT" in msg, msg
+    assert store.optuna_storage() is not None  # the lock gone, it opens

@@ -312,26 +312,38 @@ def _optuna_tables_made(engine: Engine) -> bool:
 def _make_optuna_tables(full_url: str, url: str) -> None:
     """Create Optuna's tables on PostgreSQL (the caller holds the schema lock). Optuna creates them and
     stamps their version in transactions that may idle while alembic imports its scripts: on an engine of
-    its own with the migration limit, as tuner's. Its constructor runs those statements on the engine it
-    has just made, so the engine gets tuner's error handler as it is made (a timeout there is a
-    `StoreTimeout` naming the operation and the limit, not the driver's error) and is disposed of however
-    the constructor ends (its pool would otherwise keep a connection open on the server for as long as the
-    error is kept)."""
+    its own with the migration limit, as tuner's (`_rdb_storage`), disposed of once they are made."""
+    with operation("creating Optuna's tables"):
+        maker = _rdb_storage(full_url, url, migration=True)
+    maker.engine.dispose()
+
+
+def _rdb_storage(full_url: str, url: str, *, migration: bool = False) -> optuna.storages.RDBStorage:
+    """Optuna's RDBStorage on `full_url` with tuner's engine settings (`engine_kwargs`; the migration
+    limit when `migration`). Its constructor runs statements on the engine it has just made (it creates
+    and reads its tables, reads and stamps `version_info`), so the engine gets tuner's error handlers as it
+    is made (a timeout there is a `StoreTimeout` naming the operation and the limit, not Optuna's error
+    over the driver's) and is disposed of when the constructor raises (its pool would otherwise keep a
+    connection open on the server for as long as the error is kept)."""
     import optuna
 
     made: list[Engine] = []
 
     def _made(engine: Engine) -> None:
         made.append(engine)
-        install_timeout_errors(engine, url, migration=True)
+        install_timeout_errors(engine, url, migration=migration)
+        install_sqlite_errors(engine)
 
-    kw = engine_kwargs_calling(url, migration_timeout_s(), _made)
+    limit = migration_timeout_s() if migration else None
     try:
-        with operation("creating Optuna's tables"):
-            optuna.storages.RDBStorage(full_url, engine_kwargs=kw)
-    finally:
+        storage = optuna.storages.RDBStorage(full_url, engine_kwargs=engine_kwargs_calling(url, limit, _made))
+    except BaseException:
         for engine in made:
             engine.dispose()
+        raise
+    # what Optuna keeps to make its engine again after unpickling: without the callback (a closure)
+    storage.engine_kwargs = engine_kwargs(url, limit)
+    return storage
 
 
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:
@@ -358,9 +370,8 @@ def optuna_storage(url: str) -> optuna.storages.RDBStorage:
     with schema_lock(eng), _alembic_quiet(), _sqlite_faults(url):
         if eng.dialect.name == "postgresql" and not _optuna_tables_made(eng):
             _make_optuna_tables(full_url, url)
-        storage = optuna.storages.RDBStorage(full_url, engine_kwargs=engine_kwargs(url))
-    install_timeout_errors(storage.engine, url)  # same timeouts (engine_kwargs), same clear error
-    install_sqlite_errors(storage.engine)  # a corrupt file, a full disk: named, not Optuna's generic error
+        with operation("opening Optuna's tables"):  # a timeout, a corrupt file, a full disk: named
+            storage = _rdb_storage(full_url, url)
     if path is not None:
         watch_file(storage.engine, path)  # a file deleted or replaced under this process
     return storage
