@@ -99,3 +99,36 @@ def test_default_location(_tuner_home: Path, monkeypatch: pytest.MonkeyPatch) ->
 def test_bad_url_is_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError):
         ResultStore(f"sqlite:///{tmp_path}/no/such/dir/x.db")
+
+
+@pytest.mark.parametrize("name", ["josé", "run #1", "what?"])
+def test_a_store_in_a_folder_whose_name_a_url_escapes_takes_its_schema_lock(
+    tmp_path: Path, name: str
+) -> None:
+    # SQLAlchemy's rendered URL percent-encodes a path's non-ASCII letters, '#' and '?'; the schema lock
+    # was taken beside that path, in a folder that is not there, so it was skipped (at debug level) and
+    # two processes opening a new store made its schema at once.
+    import threading
+
+    fcntl = pytest.importorskip("fcntl")
+    folder = tmp_path / "stores" / name
+    folder.mkdir(parents=True)
+    db = folder / "t.db"
+    url = f"sqlite:///{db}".replace("?", "%3F")  # a '?' in the path is written escaped in a URL
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def open_store() -> None:
+        try:
+            ResultStore(url).count()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            errors.append(exc)
+        finally:
+            done.set()
+
+    with open(f"{db}.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another process creating the schema
+        threading.Thread(target=open_store, daemon=True).start()
+        assert not done.wait(1.0), errors  # it waits for that process
+    assert done.wait(60) and not errors, errors
+    assert [p.name for p in folder.parent.iterdir()] == [name]  # nothing made beside the folder

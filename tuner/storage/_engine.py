@@ -35,6 +35,7 @@ __all__ = [
     "engine_kwargs",
     "install_sqlite_errors",
     "sqlite_fault_in",
+    "sqlite_file",
     "install_timeout_errors",
     "migration_timeout_s",
     "normalize_url",
@@ -531,6 +532,18 @@ def sqlite_path(url: str) -> str | None:
     if not path or path == ":memory:" or path.startswith("file::memory:"):
         return None
     return path
+
+
+def sqlite_file(engine: Engine) -> str | None:
+    """The file a SQLite engine opens (None: not SQLite, or an in-memory database): its URL's database as
+    SQLAlchemy decodes it. Not `sqlite_path(str(engine.url))`: the rendered URL percent-encodes a path's
+    '#', '?', '%' and non-ASCII letters (a folder named `josé`), a file that is not there."""
+    if engine.dialect.name != "sqlite":
+        return None
+    db = engine.url.database
+    if not db or db == ":memory:" or db.startswith("file::memory:"):
+        return None
+    return db
 
 
 _wal_warned: set[str] = set()

@@ -41,6 +41,7 @@ from ._engine import (
     redact,
     set_statement_limit,
     sqlite_fault_in,
+    sqlite_file,
     sqlite_path,
 )
 from ._new_file import is_at
@@ -141,8 +142,8 @@ def schema_lock(engine: Engine) -> Iterator[Connection | None]:
                         set_statement_limit(conn, None)
                         conn.commit()
             return
-        path = sqlite_path(str(engine.url)) if engine.dialect.name == "sqlite" else None
-        if path is None:
+        path = sqlite_file(engine)
+        if path is None or path.startswith("file:"):  # a read-only URI (`read_only_url`): no migration
             yield None
             return
         with _file_lock(path):
@@ -363,7 +364,7 @@ def optuna_storage(url: str) -> optuna.storages.RDBStorage:
         install_sqlite_errors(ro.engine)
         return ro
     eng = engine_for(url)
-    path = sqlite_path(str(eng.url))
+    path = sqlite_file(eng)
     if path is not None:  # RDBStorage connects (which makes the file) before its engine can be watched
         check_file(path, "opening Optuna's tables")
     full_url = str(eng.url.render_as_string(hide_password=False))
