@@ -357,3 +357,58 @@ def test_a_new_miss_log_that_a_full_disk_cuts_is_removed(
     rows = [r for r in _misses.read_misses() if r.key.kernel.endswith("rec_leftover")]
     assert sorted((r.key.fields_dict["n"], r.calls) for r in rows) == [(1, 1), (2, 2)]
     close_stores()
+
+
+# ---- the removal of a folder made and another writer of the same folder -----------------------------------
+def test_a_write_into_a_folder_that_another_writers_failure_removes_makes_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two exports into the same new folder: one made it, this one found it there, then the first one's
+    # write failed and it removed the folder, still empty, before this one made its file in it: this
+    # write failed with FileNotFoundError (folders were never removed before, so it never did).
+    from tuner import _atomic
+
+    shared = tmp_path / "w" / "ship"
+    shared.mkdir(parents=True)  # made by the other writer
+    real_open, removed = os.open, []
+
+    def open_(path: Any, *a: Any, **kw: Any) -> int:
+        if not removed and str(path).endswith(".tmp"):
+            removed.append(path)
+            shared.rmdir()  # the other writer's failure: the empty folder it made goes
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr(_atomic.os, "open", open_)
+    _atomic.atomic_write(shared / "tuned.json", "x", mkdir=True)
+    assert removed and (shared / "tuned.json").read_text() == "x"
+    # a folder above removed while this call makes the ones below it
+    deep, real_mkdir, gone = tmp_path / "w" / "v2", Path.mkdir, []
+
+    def mkdir(self: Path, *a: Any, **kw: Any) -> None:
+        if not gone and self == deep / "gpu":
+            gone.append(self)
+            deep.rmdir()
+        real_mkdir(self, *a, **kw)
+
+    deep.mkdir()
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    _atomic.atomic_write(deep / "gpu" / "tuned.json", "y", mkdir=True)
+    assert gone and (deep / "gpu" / "tuned.json").read_text() == "y"
+
+
+def test_the_folders_made_are_removed_where_they_were_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A relative folder, then a chdir (another thread's) before the write failed: the folders were
+    # removed by their relative names, in the new current folder: another empty folder of that name
+    # went, and the one made stayed.
+    from tuner import _atomic
+
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two" / "out").mkdir(parents=True)  # someone's, empty
+    monkeypatch.chdir(tmp_path / "one")
+    made = _atomic.make_folders("out")
+    monkeypatch.chdir(tmp_path / "two")
+    _atomic.remove_made_folders(made)
+    assert (tmp_path / "two" / "out").is_dir()
+    assert not (tmp_path / "one" / "out").exists()
