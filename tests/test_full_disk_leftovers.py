@@ -412,3 +412,87 @@ def test_the_folders_made_are_removed_where_they_were_made(
     _atomic.remove_made_folders(made)
     assert (tmp_path / "two" / "out").is_dir()
     assert not (tmp_path / "one" / "out").exists()
+
+
+def _recorder_in(monkeypatch: pytest.MonkeyPatch, folder: Path, name: str) -> tuple[Any, Any]:
+    """A record-mode function and the recorder it writes to `folder` (made) with, flushed by the test only;
+    two keys and three calls counted."""
+    from tuner.runtime import _misses
+
+    folder.mkdir()
+    monkeypatch.setenv("TUNER_MISSES_DIR", str(folder))
+    rec = _misses.MissRecorder()
+    monkeypatch.setattr(rec, "_ensure_thread", lambda: None)
+    monkeypatch.setattr(_misses, "_recorder", rec)
+    f, _ = rt.make(mode="record", storage=False, name=name)
+    rt.check_calls(f, (1, 2, 2))
+    return f, rec
+
+
+def test_a_miss_log_whose_folder_another_process_removes_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another process made the misses folder, its first write failed and it removed the folder (empty)
+    # while this process was about to make its log in it: this flush failed, and one at exit lost the counts.
+    from tuner.runtime import _misses
+
+    _, rec = _recorder_in(monkeypatch, folder := tmp_path / "m", "rec_vanish")
+    real_open, removed = os.open, []
+
+    def open_(path: Any, flags: int, *a: Any) -> int:
+        if not removed and flags & os.O_CREAT:
+            removed.append(path)
+            folder.rmdir()
+        return real_open(path, flags, *a)
+
+    monkeypatch.setattr(_misses.os, "open", open_)
+    assert rec.flush() == 2
+    assert removed and rec.unwritten() == (0, 0) and rec.write_errors == 0
+    close_stores()
+
+
+def test_a_miss_log_name_that_cannot_be_opened_or_made_fails_the_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A dangling symbolic link at the log's name: appending finds no file, creating finds the name taken,
+    # and the flush looped between the two for ever (the writer thread spun, and so did the exit).
+    _, rec = _recorder_in(monkeypatch, folder := tmp_path / "m", "rec_dangling")
+    rec._file = folder / "x.jsonl"
+    os.symlink(tmp_path / "nowhere", rec._file)
+    t = threading.Thread(target=rec.flush, daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive()
+    assert rec.write_errors == 1 and rec.unwritten() == (2, 3) and "x.jsonl" in str(rec.last_error)
+    close_stores()
+
+
+def test_a_forked_child_warns_of_its_own_failed_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The child inherited the parent's "failed once": its own first failure was logged at DEBUG only, and
+    # its first write said "written again, the counts kept meanwhile included" of counts it never kept.
+    import logging
+
+    from tuner.runtime import _misses
+
+    f, rec = _recorder_in(monkeypatch, tmp_path / "m", "rec_fork")
+    real_write = os.write
+
+    def no_space(fd: int, data: Any) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(_misses.os, "write", no_space)
+    assert rec.flush() == 0  # the parent's failure, warned
+    rec._after_fork()  # as in a forked child
+    monkeypatch.setattr(rec, "_ensure_thread", lambda: None)
+    caplog.clear()
+    rt.check_calls(f, (1,))
+    with caplog.at_level(logging.DEBUG, logger=_misses.__name__):
+        assert rec.flush() == 0
+        monkeypatch.setattr(_misses.os, "write", real_write)
+        rt.check_calls(f, (2,))
+        assert rec.flush() == 2
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 2 and "cannot write" in warned[0] and "written again" in warned[1], warned
+    close_stores()
