@@ -357,3 +357,142 @@ def test_a_new_miss_log_that_a_full_disk_cuts_is_removed(
     rows = [r for r in _misses.read_misses() if r.key.kernel.endswith("rec_leftover")]
     assert sorted((r.key.fields_dict["n"], r.calls) for r in rows) == [(1, 1), (2, 2)]
     close_stores()
+
+
+# ---- the removal of a folder made and another writer of the same folder -----------------------------------
+def test_a_write_into_a_folder_that_another_writers_failure_removes_makes_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two exports into the same new folder: one made it, this one found it there, then the first one's
+    # write failed and it removed the folder, still empty, before this one made its file in it: this
+    # write failed with FileNotFoundError (folders were never removed before, so it never did).
+    from tuner import _atomic
+
+    shared = tmp_path / "w" / "ship"
+    shared.mkdir(parents=True)  # made by the other writer
+    real_open, removed = os.open, []
+
+    def open_(path: Any, *a: Any, **kw: Any) -> int:
+        if not removed and str(path).endswith(".tmp"):
+            removed.append(path)
+            shared.rmdir()  # the other writer's failure: the empty folder it made goes
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr(_atomic.os, "open", open_)
+    _atomic.atomic_write(shared / "tuned.json", "x", mkdir=True)
+    assert removed and (shared / "tuned.json").read_text() == "x"
+    # a folder above removed while this call makes the ones below it
+    deep, real_mkdir, gone = tmp_path / "w" / "v2", Path.mkdir, []
+
+    def mkdir(self: Path, *a: Any, **kw: Any) -> None:
+        if not gone and self == deep / "gpu":
+            gone.append(self)
+            deep.rmdir()
+        real_mkdir(self, *a, **kw)
+
+    deep.mkdir()
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    _atomic.atomic_write(deep / "gpu" / "tuned.json", "y", mkdir=True)
+    assert gone and (deep / "gpu" / "tuned.json").read_text() == "y"
+
+
+def test_the_folders_made_are_removed_where_they_were_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A relative folder, then a chdir (another thread's) before the write failed: the folders were
+    # removed by their relative names, in the new current folder: another empty folder of that name
+    # went, and the one made stayed.
+    from tuner import _atomic
+
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two" / "out").mkdir(parents=True)  # someone's, empty
+    monkeypatch.chdir(tmp_path / "one")
+    made = _atomic.make_folders("out")
+    monkeypatch.chdir(tmp_path / "two")
+    _atomic.remove_made_folders(made)
+    assert (tmp_path / "two" / "out").is_dir()
+    assert not (tmp_path / "one" / "out").exists()
+
+
+def _recorder_in(monkeypatch: pytest.MonkeyPatch, folder: Path, name: str) -> tuple[Any, Any]:
+    """A record-mode function and the recorder it writes to `folder` (made) with, flushed by the test only;
+    two keys and three calls counted."""
+    from tuner.runtime import _misses
+
+    folder.mkdir()
+    monkeypatch.setenv("TUNER_MISSES_DIR", str(folder))
+    rec = _misses.MissRecorder()
+    monkeypatch.setattr(rec, "_ensure_thread", lambda: None)
+    monkeypatch.setattr(_misses, "_recorder", rec)
+    f, _ = rt.make(mode="record", storage=False, name=name)
+    rt.check_calls(f, (1, 2, 2))
+    return f, rec
+
+
+def test_a_miss_log_whose_folder_another_process_removes_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another process made the misses folder, its first write failed and it removed the folder (empty)
+    # while this process was about to make its log in it: this flush failed, and one at exit lost the counts.
+    from tuner.runtime import _misses
+
+    _, rec = _recorder_in(monkeypatch, folder := tmp_path / "m", "rec_vanish")
+    real_open, removed = os.open, []
+
+    def open_(path: Any, flags: int, *a: Any) -> int:
+        if not removed and flags & os.O_CREAT:
+            removed.append(path)
+            folder.rmdir()
+        return real_open(path, flags, *a)
+
+    monkeypatch.setattr(_misses.os, "open", open_)
+    assert rec.flush() == 2
+    assert removed and rec.unwritten() == (0, 0) and rec.write_errors == 0
+    close_stores()
+
+
+def test_a_miss_log_name_that_cannot_be_opened_or_made_fails_the_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A dangling symbolic link at the log's name: appending finds no file, creating finds the name taken,
+    # and the flush looped between the two for ever (the writer thread spun, and so did the exit).
+    _, rec = _recorder_in(monkeypatch, folder := tmp_path / "m", "rec_dangling")
+    rec._file = folder / "x.jsonl"
+    os.symlink(tmp_path / "nowhere", rec._file)
+    t = threading.Thread(target=rec.flush, daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive()
+    assert rec.write_errors == 1 and rec.unwritten() == (2, 3) and "x.jsonl" in str(rec.last_error)
+    close_stores()
+
+
+def test_a_forked_child_warns_of_its_own_failed_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The child inherited the parent's "failed once": its own first failure was logged at DEBUG only, and
+    # its first write said "written again, the counts kept meanwhile included" of counts it never kept.
+    import logging
+
+    from tuner.runtime import _misses
+
+    f, rec = _recorder_in(monkeypatch, tmp_path / "m", "rec_fork")
+    real_write = os.write
+
+    def no_space(fd: int, data: Any) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(_misses.os, "write", no_space)
+    assert rec.flush() == 0  # the parent's failure, warned
+    rec._after_fork()  # as in a forked child
+    monkeypatch.setattr(rec, "_ensure_thread", lambda: None)
+    caplog.clear()
+    rt.check_calls(f, (1,))
+    with caplog.at_level(logging.DEBUG, logger=_misses.__name__):
+        assert rec.flush() == 0
+        monkeypatch.setattr(_misses.os, "write", real_write)
+        rt.check_calls(f, (2,))
+        assert rec.flush() == 2
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 2 and "cannot write" in warned[0] and "written again" in warned[1], warned
+    close_stores()

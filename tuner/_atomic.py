@@ -19,6 +19,9 @@ from pathlib import Path
 
 __all__ = ["atomic_write", "make_folders", "remove_made_folders"]
 
+# How often a write into a folder that another writer's failure removed (see `make_folders`) makes it again
+_TRIES = 3
+
 
 def atomic_write(
     path: str | os.PathLike[str],
@@ -38,7 +41,16 @@ def atomic_write(
     folder = p.parent
     made = make_folders(folder) if mkdir else []
     try:
-        _write(p, payload, mode)
+        for tries_left in range(_TRIES - 1, -1, -1):
+            try:
+                _write(p, payload, mode)
+                break
+            except FileNotFoundError:
+                # The folder was there and is gone: another writer whose write failed removed the empty
+                # folder it had made (as this call does), between this call's making and its writing.
+                if not mkdir or not tries_left or folder.is_dir():
+                    raise
+                made += make_folders(folder)
     except BaseException:
         remove_made_folders(made)  # a failed write leaves no new, empty folder behind
         raise
@@ -74,26 +86,39 @@ def _write(p: Path, payload: bytes, mode: int) -> None:
 
 def make_folders(folder: str | os.PathLike[str]) -> list[Path]:
     """Create `folder` and its missing parents (as `mkdir -p`); returns the folders this call made, the
-    outermost first, for `remove_made_folders` when what was to go into them could not be written."""
-    f = Path(folder)
-    missing = []
-    while not f.is_dir() and f.parent != f:
-        missing.append(f)
-        f = f.parent
+    outermost first, for `remove_made_folders` when what was to go into them could not be written.
+
+    The folders are named from the current directory of this call (a relative `folder`), so a `chdir`
+    before their removal cannot remove another folder of the same relative name. A folder above that
+    another call removes meanwhile (its `remove_made_folders`) is made again."""
+    top = Path(folder)
+    if not top.is_absolute():
+        top = Path(os.getcwd(), top)  # not os.path.abspath: `link/..` is the kernel's to resolve
     made: list[Path] = []
     try:
-        for f in reversed(missing):
+        for tries_left in range(_TRIES - 1, -1, -1):
+            f = top
+            missing = []
+            while not f.is_dir() and f.parent != f:
+                missing.append(f)
+                f = f.parent
             try:
-                f.mkdir()
-            except FileExistsError:  # another process made it meanwhile: not this call's to remove
-                if not f.is_dir():
+                for f in reversed(missing):
+                    try:
+                        f.mkdir()
+                    except FileExistsError:  # another process made it meanwhile: not this call's to remove
+                        if not f.is_dir():
+                            raise
+                        continue
+                    made.append(f)
+                return made
+            except FileNotFoundError:  # a folder above, there a moment ago, was removed meanwhile
+                if not tries_left:
                     raise
-                continue
-            made.append(f)
     except BaseException:
         remove_made_folders(made)
         raise
-    return made
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def remove_made_folders(made: list[Path]) -> None:

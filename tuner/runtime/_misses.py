@@ -29,6 +29,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import datetime as dt
+import errno
 import itertools
 import json
 import logging
@@ -61,6 +62,7 @@ __all__ = [
 ]
 
 FLUSH_S = 5.0  # count deltas are written at most this long after the calls (and at exit)
+_TRIES = 3  # openings of the log in one flush (its folder removed meanwhile, see `_flush`)
 LINE_VERSION = 1
 
 
@@ -75,9 +77,11 @@ def misses_dir() -> Path:
 
 
 def _open_log(path: Path) -> tuple[int, bool]:
-    """The miss log `path` opened for appending, and whether this call created it."""
+    """The miss log `path` opened for appending, and whether this call created it. A name that can be
+    neither opened nor created (a dangling symbolic link) raises, not loops: the writer thread, and the
+    flush at exit, would spin on it for ever."""
     flags = os.O_WRONLY | os.O_APPEND
-    while True:
+    for _ in range(_TRIES):
         try:
             return os.open(path, flags), False
         except FileNotFoundError:
@@ -86,6 +90,7 @@ def _open_log(path: Path) -> tuple[int, bool]:
             return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644), True
         except FileExistsError:  # made meanwhile (a flush of a forked child's would not use this name)
             continue
+    raise FileExistsError(errno.EEXIST, "neither a file to append to nor a name to create", str(path))
 
 
 def _unwritten(lines: list[tuple[_Pending, int, str]]) -> tuple[int, int]:
@@ -243,7 +248,16 @@ class MissRecorder:
                 self._file = folder / name
             where = self._file
             data = ("\n".join(text for _, _, text in lines) + "\n").encode()
-            fd, created = _open_log(self._file)
+            for tries_left in range(_TRIES - 1, -1, -1):
+                try:
+                    fd, created = _open_log(self._file)
+                    break
+                except FileNotFoundError:
+                    # the folder was there and is gone: another process whose first write failed removed
+                    # the empty folder it had made (as `_unmake` does), between `make_folders` and here
+                    if not tries_left or folder.is_dir():
+                        raise
+                    made += make_folders(folder)
             try:
                 start = os.lseek(fd, 0, os.SEEK_END)
                 view = memoryview(data)
@@ -334,6 +348,7 @@ class MissRecorder:
             p.written = True
         self._file = None
         self._thread = None
+        self._failed_once, self.last_error = False, None  # the parent's failures were the parent's to say
 
 
 _recorder: MissRecorder | None = None
