@@ -229,6 +229,52 @@ def test_a_store_read_only_for_a_full_disk_reads_one_state_while_another_process
         store.engine.dispose()
 
 
+@pytest.mark.parametrize("disk", ["tmpfs", "twin"])
+def test_a_full_disks_read_of_a_store_another_process_locks_is_not_read_immutable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, disk: str
+) -> None:
+    # The read-only store of a full disk fell back to an immutable read on any SQLite error once under
+    # 64 KiB were free, "database is locked" included: a read that another process's exclusive lock kept
+    # out was read as the file is, lock-free (torn by that process's writes), in place of failing.
+    from sqlalchemy.exc import OperationalError
+
+    from tuner.storage import _engine
+    from tuner.storage._engine import locked_read_only_url, make_engine
+
+    if disk == "tmpfs":
+        folder = _tmpfs(tmp_path / "small", request.getfixturevalue("mount"), "256k")
+    else:  # the twin: the folder's disk reports itself full
+        folder = tmp_path / "small"
+        folder.mkdir()
+        real_statvfs = os.statvfs
+
+        def statvfs(path: Any) -> Any:
+            if os.path.abspath(path) != str(folder):
+                return real_statvfs(path)
+            return os.statvfs_result((4096, 4096, 64, 0, 0, 64, 0, 0, 0, 255))
+
+        monkeypatch.setattr(os, "statvfs", statvfs)
+    db = folder / "s.db"
+    writer = sqlite3.connect(db, isolation_level=None)
+    try:
+        writer.execute("PRAGMA journal_mode=WAL")
+        writer.execute("CREATE TABLE t (x INTEGER)")
+        writer.execute("PRAGMA locking_mode=EXCLUSIVE")  # another process holds the store exclusively
+        writer.execute("INSERT INTO t VALUES (1)")
+        if disk == "tmpfs":
+            _fill(folder)
+        assert _engine._disk_full(sqlite3.OperationalError("disk I/O error"), str(folder))  # nearly full
+        monkeypatch.setattr(_engine, "SQLITE_TIMEOUT_S", 0.2)  # the busy timeout, short
+        eng = make_engine(locked_read_only_url(str(db)))
+        try:
+            with pytest.raises(OperationalError, match="database is locked"), eng.connect() as conn:
+                conn.exec_driver_sql("SELECT count(*) FROM t").scalar_one()
+        finally:
+            eng.dispose()
+    finally:
+        writer.close()
+
+
 # ---- files tuner writes: the error names the file, and the old file stays --------------------------------
 def test_an_export_to_a_full_disk_names_the_file_and_keeps_the_old_one(
     tmp_path: Path,

@@ -396,15 +396,37 @@ def sqlite_fault_message(path: str, what: str, exc: BaseException) -> tuple[type
 
 
 _SQLITE_IOERR_SHMSIZE = 10 | (19 << 8)
+_SQLITE_CANTOPEN = 14
 _LOW_SPACE = 64 * 1024  # below this many free bytes, an I/O error of SQLite's is the full disk's
+# The errors of a file SQLite could not make, map or grow (the `-shm` of a WAL database, a write): what a
+# full disk makes. A lock ("database is locked", SQLITE_BUSY) or a bad statement is never the disk's.
+_SPACE_ERRORS = {
+    _SQLITE_IOERR: "disk I/O error",
+    _SQLITE_FULL: "database or disk is full",
+    _SQLITE_CANTOPEN: "unable to open database file",
+}
+
+
+def _space_error(exc: BaseException | None) -> bool:
+    """`exc` is a SQLite error of the kind a full disk makes (`_SPACE_ERRORS`), by its result code (Python
+    3.11's `sqlite_errorcode`), else by its message."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return (code & 0xFF) in _SPACE_ERRORS
+    msg = str(exc)
+    return any(text_ in msg for text_ in _SPACE_ERRORS.values())
 
 
 def _disk_full(exc: BaseException | None, folder: str) -> bool:
-    """A SQLite error that a full disk caused: SQLITE_FULL, or an I/O error (the `-shm` file of a WAL
-    database that could not grow, SQLITE_IOERR_SHMSIZE; a write that failed) with no space left there."""
+    """A SQLite error that a full disk caused: SQLITE_FULL, or an I/O error or a file that could not be
+    opened (the `-shm` file of a WAL database that could not be made or grow, SQLITE_IOERR_SHMSIZE; a
+    write that failed) with no space left there. Any other error (a lock held past the busy timeout) is
+    not the disk's, however little space is left."""
     code = getattr(exc, "sqlite_errorcode", None)
     if code in (_SQLITE_FULL, _SQLITE_IOERR_SHMSIZE):
         return True
+    if not _space_error(exc):
+        return False
     try:
         st = os.statvfs(folder)
     except (OSError, AttributeError):  # gone, or no statvfs (Windows)
