@@ -109,15 +109,14 @@ def _fail(args: argparse.Namespace, what: str, reason: str, extra: dict[str, Any
 
 def _require_database(spec: Any) -> None:
     """A study that never ran has no SQLite file yet: say so instead of creating an empty database."""
+    from tuner.storage import sqlite_path
     from tuner.studies._export import NothingToDo
 
-    url = str(spec.storage)
-    if url.startswith("sqlite:///"):
-        path = url[len("sqlite:///") :]
-        if path and path != ":memory:" and not os.path.exists(path):
-            raise NothingToDo(
-                f"study {spec.name} has no database at {path}: it never ran (run `tuner study run` first)"
-            )
+    path = sqlite_path(str(spec.storage))
+    if path is not None and not path.startswith("file:") and not os.path.exists(path):
+        raise NothingToDo(
+            f"study {spec.name} has no database at {path}: it never ran (run `tuner study run` first)"
+        )
 
 
 def _shown_url(url: str) -> str:

@@ -236,7 +236,10 @@ def open_store(storage: Any, *, create: bool) -> ConfigCache | None:
 
 def _exists(url: str) -> bool:
     """False only for a SQLite file that does not exist."""
-    return not url.startswith("sqlite:///") or os.path.exists(url[len("sqlite:///") :])
+    from ..storage import sqlite_path
+
+    path = sqlite_path(url)
+    return path is None or path.startswith("file:") or os.path.exists(path)
 
 
 def _identity(url: str) -> tuple[int, int] | None:

@@ -474,10 +474,9 @@ def install_sqlite_errors(engine: Engine) -> None:
     Other errors (a lock held past the busy timeout, a constraint) are left as SQLAlchemy raises them."""
     if engine.dialect.name != "sqlite" or engine in _with_sqlite_errors:
         return
-    path = sqlite_path(engine.url.render_as_string(hide_password=False)) or str(engine.url.database)
-    path = unquote(path)  # the engine's URL renders a read-only URI's "file:" as "file%3A"
+    path = sqlite_file(engine) or str(engine.url.database)
     if path.startswith("file:"):  # a read-only URI: file:/path?mode=ro&immutable=1
-        path = path[len("file:") :]
+        path = _uri_file(path)
     _with_sqlite_errors.add(engine)
 
     def _on_error(ctx: ExceptionContext) -> None:
@@ -546,14 +545,30 @@ def redact(url: str) -> str:
 
 
 def sqlite_path(url: str) -> str | None:
-    """The file of a SQLite URL, or None (not SQLite, or an in-memory database)."""
+    """The file of a SQLite URL, or None (not SQLite, or an in-memory database): its database part
+    percent-decoded, as SQLAlchemy opens it (`sqlite:///runs/a%20b%3F/s.db` is the file `runs/a b?/s.db`;
+    SQLAlchemy's rendered URL escapes a path's '#', '?', '%' and non-ASCII letters so). A read-only URI
+    (`immutable_url`) comes back as the SQLite URI it is, `file:` and its own escapes kept: `_uri_file`."""
     if not url.startswith("sqlite"):
         return None
     path = url.split(":///", 1)[1] if ":///" in url else ""
-    path = path.split("?", 1)[0]
+    path = unquote(path.split("?", 1)[0])  # as sqlalchemy.engine.make_url decodes its database
     if not path or path == ":memory:" or path.startswith("file::memory:"):
         return None
     return path
+
+
+def _uri_file(path: str) -> str:
+    """The file of a SQLite URI filename (`file:/a%20b/s.db?mode=ro`, what `sqlite_path` gives for a
+    read-only URI): its path, decoded (SQLite decodes it once more than SQLAlchemy does)."""
+    return unquote(path.removeprefix("file:").split("?", 1)[0])
+
+
+def _file_uri_url(path: str, query: str) -> str:
+    """The SQLAlchemy URL of the SQLite URI filename `file:{path}?{query}`: the path escaped twice, once
+    for the SQLite URI (whose '#' and '?' would end it, and whose '%' escapes) and once for the URL,
+    which SQLAlchemy decodes before it hands SQLite the URI."""
+    return f"sqlite:///file:{quote(quote(os.path.abspath(path)))}?{query}"
 
 
 def sqlite_file(engine: Engine) -> str | None:
@@ -592,7 +607,7 @@ def immutable_url(path: str) -> str:
     `-shm`, no lock): what is only in a non-empty `-wal` is not read, and a warning says so."""
     path = os.path.abspath(path)
     _warn_unread_wal(path)
-    return f"sqlite:///file:{quote(path)}?mode=ro&immutable=1&uri=true"
+    return _file_uri_url(path, "mode=ro&immutable=1&uri=true")
 
 
 def _warn_unread_wal(path: str) -> None:
@@ -607,7 +622,7 @@ def _warn_unread_wal(path: str) -> None:
         )
 
 
-_LOCKED_READ_ONLY = "?mode=ro&uri=true"
+_LOCKED_READ_ONLY = "mode=ro&uri=true"
 
 
 def locked_read_only_url(path: str) -> str:
@@ -619,7 +634,7 @@ def locked_read_only_url(path: str) -> str:
     a WAL database so when its `-shm` file cannot be made or grown (a full disk; then no process has the
     wal-index that read needs), and that connection reads the file immutable instead (`immutable_url`),
     as it is. The next use tries the locked read again."""
-    return f"sqlite:///file:{quote(os.path.abspath(path))}{_LOCKED_READ_ONLY}"
+    return _file_uri_url(path, _LOCKED_READ_ONLY)
 
 
 def _locked_read_only_engine(url: str) -> Engine:
@@ -628,7 +643,7 @@ def _locked_read_only_engine(url: str) -> Engine:
 
     from sqlalchemy.pool import NullPool
 
-    path = unquote(url[len("sqlite:///file:") : -len(_LOCKED_READ_ONLY)])
+    path = _uri_file(sqlite_path(url) or "")
     folder = os.path.dirname(path)
 
     def open_(query: str) -> sqlite3.Connection:
@@ -739,7 +754,7 @@ def make_engine(url: str) -> Engine:
     """A new engine for `url` (normalised), with the SQLite pragmas (WAL, busy timeout) installed.
     Most code wants the shared `engine_for(url)`."""
     url = normalize_url(url)
-    if url.startswith("sqlite:///file:") and url.endswith(_LOCKED_READ_ONLY):
+    if url.startswith("sqlite:///file:") and url.endswith("?" + _LOCKED_READ_ONLY):
         return _locked_read_only_engine(url)
     eng = create_engine(url, **engine_kwargs(url))
     if url.startswith("sqlite"):

@@ -822,10 +822,9 @@ def prepare_study(spec: StudySpec, *, retry_failed: bool = False) -> StudySpec:
             tasks=tuple(replace(t, device=archs[t.backend]) if t.device == "auto" else t for t in spec.tasks),
         )
     made: list[Path] = []  # the study's output folder, when this run makes it
-    if spec.storage.startswith("sqlite:///"):
-        path = spec.storage[len("sqlite:///") :]
-        if path and path != ":memory:":
-            made = make_folders(os.path.dirname(os.path.abspath(path)))
+    path = sqlite_path(spec.storage)
+    if path is not None and not path.startswith("file:"):
+        made = make_folders(os.path.dirname(os.path.abspath(path)))
     try:
         board = TaskBoard(spec.storage)
     except BaseException:
