@@ -226,3 +226,23 @@ def test_a_study_report_finds_its_database(tmp_path: Path) -> None:
     db.touch()
     _require_database(SimpleNamespace(storage=_url(db), name="s"))  # no "it never ran"
     assert _exists(_url(db))
+
+
+def test_the_default_store_and_a_studys_store_are_in_their_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # their URLs were the path as it is: SQLAlchemy ended the file at a folder's '?' and decoded its '%20'
+    from tuner.storage import sqlite_path
+    from tuner.store import ResultStore, default_storage_url
+    from tuner.studies import load_study
+
+    home = _folder(tmp_path)
+    monkeypatch.setenv("TUNER_HOME", str(home))
+    monkeypatch.delenv("TUNER_STORAGE", raising=False)
+    ResultStore().record(None, "fp", {"b": 1}, 1.0, "ok")
+    assert (home / "tuner.db").is_file() and make_url(default_storage_url()).database == str(
+        home / "tuner.db"
+    )
+    spec = load_study(write_study(home, n_m=1), check_kernels=False)
+    db = home / "out-s" / "study.db"
+    assert sqlite_path(spec.storage) == make_url(spec.storage).database == str(db)

@@ -44,6 +44,7 @@ from .storage import (
     read_only_url,
     redact,
     sqlite_path,
+    sqlite_url,
 )
 from .storage import optuna_storage as _optuna_storage
 from .storage._schema import MeasurementRow
@@ -92,7 +93,7 @@ def default_storage_url() -> str:
         return url
     home = tuner_home()
     home.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{home / 'tuner.db'}"
+    return sqlite_url(home / "tuner.db")
 
 
 def _canon(obj: Any) -> str:

@@ -43,6 +43,7 @@ from ._engine import (
     read_only_url,
     redact,
     sqlite_path,
+    sqlite_url,
 )
 from ._fence import LeaseLost, WriteGuard, guard_for, guarding
 from ._migrate import check_schema, ensure_schema, optuna_storage, schema_lock, schema_revision
@@ -82,4 +83,5 @@ __all__ = [
     "schema_lock",
     "schema_revision",
     "sqlite_path",
+    "sqlite_url",
 ]

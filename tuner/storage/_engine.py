@@ -48,6 +48,7 @@ __all__ = [
     "redact",
     "set_statement_limit",
     "sqlite_path",
+    "sqlite_url",
 ]
 
 log = logging.getLogger(__name__)
@@ -556,6 +557,12 @@ def sqlite_path(url: str) -> str | None:
     if not path or path == ":memory:" or path.startswith("file::memory:"):
         return None
     return path
+
+
+def sqlite_url(path: str | os.PathLike[str]) -> str:
+    """The URL of the SQLite file `path`, its '%' and '?' escaped: SQLAlchemy decodes a URL's `%xx` and
+    ends its database at the first '?' (a folder named `what?` or `a%20b` named another file)."""
+    return "sqlite:///" + os.fspath(path).replace("%", "%25").replace("?", "%3F")
 
 
 def _uri_file(path: str) -> str:

@@ -43,6 +43,7 @@ from typing import Any
 
 from tuner.errors import BadInput
 from tuner.search_spaces._params import brief_list
+from tuner.storage import sqlite_url
 from tuner.store import normalize_url  # noqa: F401  (re-exported)
 
 __all__ = [
@@ -356,7 +357,7 @@ def parse_study(
         raise _err(where, f"output must be a path string, got {out!r}")
     url = storage or st.get("storage")
     if url is None:
-        url = f"sqlite:///{(output_dir / 'study.db').resolve()}"
+        url = sqlite_url((output_dir / "study.db").resolve())
     if not isinstance(url, str) or "://" not in url:
         raise _err(where, f"storage must be a database URL such as sqlite:///study.db, got {url!r}")
     url = normalize_url(url)
