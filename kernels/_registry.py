@@ -142,7 +142,8 @@ _loaded = False
 
 def _load_all() -> None:
     """Import every public module of the `kernels` package; each registers its kernels on import
-    (and imports torch/jax/triton lazily, inside functions)."""
+    (and imports torch/jax/triton lazily, inside functions). One that cannot be imported is an
+    ImportError naming it."""
     global _loaded
     if _loaded:
         return
@@ -153,7 +154,15 @@ def _load_all() -> None:
 
     for info in pkgutil.iter_modules(kernels.__path__):
         if not info.name.startswith("_"):
-            importlib.import_module(f"tuner.kernels.{info.name}")
+            module = f"tuner.kernels.{info.name}"
+            try:
+                importlib.import_module(module)
+            except Exception as exc:  # a missing dependency, a syntax error: the registry is incomplete
+                raise ImportError(
+                    f"kernel module {module} cannot be imported ({type(exc).__name__}: {exc}); the kernels "
+                    "it registers are unknown until it can",
+                    name=module,
+                ) from exc
     _loaded = True
 
 

@@ -496,3 +496,34 @@ def test_a_forked_child_warns_of_its_own_failed_write(
     warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warned) == 2 and "cannot write" in warned[0] and "written again" in warned[1], warned
     close_stores()
+
+
+def test_a_failed_miss_log_write_leaves_the_tuner_home_it_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The misses folder is $TUNER_HOME/misses; the flush made both. While it wrote, the store of this
+    # process was opened (`default_storage_url` makes TUNER_HOME, found there); the write failed, and the
+    # flush removed the empty TUNER_HOME it had made: the store's file could not be made ("unable to open
+    # database file", its folder gone). The misses folder it made goes; TUNER_HOME stays.
+    from tuner.runtime import _misses
+    from tuner.store import ResultStore, default_storage_url
+
+    home = tmp_path / "w" / "home"
+    monkeypatch.setenv("TUNER_HOME", str(home))
+    monkeypatch.delenv("TUNER_MISSES_DIR", raising=False)
+    rec = _misses.MissRecorder()
+    monkeypatch.setattr(rec, "_ensure_thread", lambda: None)
+    monkeypatch.setattr(_misses, "_recorder", rec)
+    f, _ = rt.make(mode="record", storage=False, name="rec_home")
+    rt.check_calls(f, (1, 2, 2))
+    urls = []
+
+    def no_space(fd: int, data: Any) -> int:
+        urls.append(default_storage_url())  # another thread opens the default store meanwhile
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(_misses.os, "write", no_space)
+    assert rec.flush() == 0 and rec.unwritten() == (2, 3)
+    assert sorted(str(p.relative_to(tmp_path / "w")) for p in (tmp_path / "w").rglob("*")) == ["home"]
+    assert ResultStore(urls[0]).count() == 0
+    close_stores()

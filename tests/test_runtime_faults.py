@@ -443,3 +443,29 @@ def test_a_read_that_timed_out_stops_using_the_store_for_a_while(_tuner_home: Pa
     assert sources.open_store(None, create=True) is None  # left alone meanwhile
     monkeypatch.setattr(sources, "STORE_RETRY_S", 0.0)
     assert sources.open_store(None, create=True) is not None  # and opened again after
+
+
+def test_an_untimed_choice_names_its_own_miss_reason_not_another_threads() -> None:
+    # `_offline_choice` read the miss reason back from `.tuner.last_miss_reason` after the chain had run:
+    # another thread's miss of the same function in between (here: while the cost model is asked) wrote
+    # its own there, and this call's note said why that other key missed.
+    import threading
+
+    seen: list[int] = []
+
+    def hook(name: str, key: CacheKey, space: SearchSpace) -> None:
+        if key.fields_dict["n"] == 2 and not seen:
+            seen.append(2)
+            other = threading.Thread(
+                target=f.tuner._offline_choice, args=((X, 3), {}, f.tuner.fn, "not timed")
+            )
+            other.start()
+            other.join()
+
+    f, _ = make(cost_model=hook)
+    f(X.astype(np.float32), 1)  # an entry of the kernel, of another family: no nearest key for float64
+    f.tuner._offline_choice((X, 2), {}, f.tuner.fn, "not timed", unknown="unknown{reason}; {chosen}")
+    why = f.tuner.last_choice["why"]
+    assert seen and why.startswith("not timed; unknown (no entry for key {'n': 2}; "), why
+    assert "'n': 3" not in why, why
+    close_stores()

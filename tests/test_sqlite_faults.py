@@ -327,3 +327,34 @@ def test_optimize_whose_store_is_deleted_during_the_run_stops_naming_it(tmp_path
     with pytest.raises(StoreError, match="deleted or replaced"):
         tuner.optimize(_space(), objective, budget=5, storage=url, study_name="s")
     assert len(calls) == 2 and not db.exists()  # stopped at that trial's write; no new file made
+
+
+def test_an_opening_that_fails_on_a_deleted_store_leaves_the_runs_engine_alone(tmp_path: Path) -> None:
+    # A run of this process holds its store (`holding`); the file is deleted; another part of the process
+    # opens the same store, and that opening fails (the shared engine refuses to make a new file at the
+    # path). Its clean-up (`NewFile.remove_if_empty`) disposed of the shared engine: the run's pool was
+    # replaced and the file unpinned, so the run's next connection made a new, empty file at the path and
+    # its write failed with "no such table" in it, not with the error naming the deleted store.
+    from sqlalchemy import text
+
+    from tuner.storage import StoreError, engine_of
+    from tuner.storage._replaced import holding
+    from tuner.store import ResultStore
+
+    db = tmp_path / "run.db"
+    url = f"sqlite:///{db}"
+    store = ResultStore(url)
+    eng = engine_of(url)
+    assert eng is not None and store.engine is eng
+    pool = eng.pool
+    with holding(url):
+        for f in tmp_path.glob("run.db*"):
+            f.unlink()
+        # the run's connection in use (another thread's transaction) while the store is opened
+        with eng.connect(), pytest.raises(StoreError, match="deleted or replaced"):
+            ResultStore(url)
+        assert eng.pool is pool
+        with pytest.raises(StoreError, match="deleted or replaced"), eng.begin() as conn:
+            conn.execute(text("DELETE FROM tuner_measurements"))
+        assert not db.exists()
+    eng.dispose()

@@ -718,3 +718,27 @@ def test_a_task_with_no_results_is_reported_not_left_out(
     with caplog.at_level(logging.WARNING, logger="tuner.studies._export"):
         assert export_study(spec, tmp_path / "c.json").entries == 1
     assert f"task {new} has no results in the study's database" in caplog.text
+
+
+def test_a_kernel_module_that_cannot_be_imported_is_named_not_taken_for_an_unknown_kernel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A study loaded without kernel checks (`study export`, `study report`) fills a registered kernel's
+    default problem fields. A kernel module whose import failed (a missing dependency) was taken for an
+    unregistered kernel: rmsnorm's eps was left out of its task key, and the stored results were not
+    found, without a word."""
+    import tuner.kernels
+    from tuner.kernels import _registry
+
+    from tuner.studies import load_study
+
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "broken_dep.py").write_text("import tuner_no_such_dependency\n")
+    monkeypatch.setattr(tuner.kernels, "__path__", [*tuner.kernels.__path__, str(mods)])
+    monkeypatch.setattr(_registry, "_loaded", False)
+    with pytest.raises(
+        ImportError, match=r"kernel module tuner\.kernels\.broken_dep cannot be imported"
+    ) as e:
+        load_study(_norm_study(tmp_path), check_kernels=False)
+    assert "tuner_no_such_dependency" in str(e.value)

@@ -106,3 +106,47 @@ def test_read_commands_on_a_folder_that_cannot_be_written(
         lambda p, mode, **kw: False if str(p) in unwritable else real_access(p, mode, **kw),
     )
     _read_commands_work(path, db, tmp_path, capsys, default_out_fails=True)
+
+
+def _open_fds(path: Path) -> list[str]:
+    """The descriptors of this process open on `path` (Linux's /proc)."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == str(path):
+                out.append(fd)
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_optunas_storage_of_a_read_only_store_that_fails_keeps_no_file_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Optuna's storage of a store in a folder that cannot be written: its constructor ran statements on
+    # the engine it had made (here: Optuna's tables were never made in this store) and raised; that
+    # engine was never disposed of, and its pooled connection kept the file open for as long as the error
+    # was kept (a traceback, a notebook's last error), as the other branch's did before c953b7f.
+    from optuna.exceptions import StorageInternalError
+
+    from tuner.storage import engine_of
+    from tuner.storage._migrate import optuna_storage
+    from tuner.store import ResultStore
+
+    db = tmp_path / "ro" / "s.db"
+    db.parent.mkdir()
+    url = f"sqlite:///{db}"
+    assert ResultStore(url).count() == 0  # tuner's tables only
+    eng = engine_of(url)
+    assert eng is not None
+    eng.dispose()
+    assert _open_fds(db) == []
+    real_access = os.access
+    monkeypatch.setattr(
+        "tuner.storage._engine.os.access",
+        lambda p, mode, **kw: False if str(p) == str(db.parent) else real_access(p, mode, **kw),
+    )
+    with pytest.raises(StorageInternalError) as err:  # Optuna's, over the driver's "no such table"
+        optuna_storage(url)
+    assert err.value is not None and _open_fds(db) == []  # the error still held

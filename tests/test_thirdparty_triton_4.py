@@ -716,3 +716,27 @@ def test_offline_nearest_key_ties_go_to_the_nearer_value():
         assert online(m) == m
     offline = make(mode="offline")
     assert [offline(m) for m in (2, 8, 32, 128, 512)] == [1, 4, 16, 64, 256]
+
+
+def test_offline_nearest_key_ties_are_ties_however_the_logs_round():
+    """An exact tie of two fields: (693, 2635) is 693/527 from (527, 2635) in M and 3465/2635 = 693/527
+    from (693, 3465) in N, so the entry nearer in value (527, 166 away) wins. The two distances, each a
+    difference of two log2 in floating point, are 0.39505239050000010 and 0.39505239049999830: they
+    rounded (to 9 digits) to either side of 0.3950523905, and the farther entry won."""
+    import tuner
+
+    space = tuner.SearchSpace.from_configs([{"b": 1}, {"b": 2}])
+
+    def make(**opts):
+        @tuner.autotune(space, key=["m", "n"], name="tie_rounding", **opts)
+        def f(m, n, *, b):
+            return b
+
+        return f
+
+    winner = [0]
+    online = make(bench=lambda call: 1e-3 if call() == winner[0] else 2e-3)
+    for (m, n), b in (((527, 2635), 1), ((693, 3465), 2)):
+        winner[0] = b
+        assert online(m, n) == b
+    assert make(mode="offline")(693, 2635) == 1

@@ -387,7 +387,7 @@ class Autotuned:
         res = resolve(Request(self, ck, args, kwargs, target, "offline", create=False, retune=False))
         chain = res.why
         if unknown and res.hit is None:
-            reason = "" if res.unused or not self.last_miss_reason else f" ({self.last_miss_reason})"
+            reason = "" if res.unused or not res.miss else f" ({res.miss})"  # this call's, not the last's
             chain = unknown.format(reason=reason, chosen=res.why)
         self._note(ck, dataclasses.replace(res, why=f"{why}; {chain}", quiet=quiet or res.quiet))
         return ck, res.config

@@ -307,12 +307,29 @@ class ReadOnlyCache:
         return rank_nearest(key, self.for_kernel(key.kernel))
 
 
+# Distances this close are a tie: `shape_distance` sums differences of log2 in floating point, so an exact
+# tie comes out a few ulps apart (as 0.39505239050000010 and 0.39505239049999830)
+_TIE = 1e-9
+
+
 def rank_nearest(key: CacheKey, entries: Iterable[CacheEntry]) -> list[tuple[float, CacheEntry]]:
-    """Entries of the key's family, nearest first by `shape_distance`; ties (to 1e-9) go to the entry
-    nearer in value (`value_gap`: 8 takes 4's entry before 16's), then by key hash."""
+    """Entries of the key's family, nearest first by `shape_distance`; ties (distances within 1e-9 of the
+    nearest of them) go to the entry nearer in value (`value_gap`: 8 takes 4's entry before 16's), then by
+    key hash. A tolerance, not rounding: two distances a few ulps apart can round to either side of a
+    9th digit, and the exact tie was then decided by those ulps."""
     fam = key.family()
-    ranked = [(shape_distance(key, e.key), e) for e in entries if e.key.family() == fam]
-    ranked.sort(key=lambda t: (round(t[0], 9), value_gap(key, t[1].key), t[1].key.hash))
+    by_distance = sorted(
+        ((shape_distance(key, e.key), e) for e in entries if e.key.family() == fam),
+        key=lambda t: (t[0], t[1].key.hash),
+    )
+    ranked: list[tuple[float, CacheEntry]] = []
+    i = 0
+    while i < len(by_distance):
+        j = i + 1
+        while j < len(by_distance) and by_distance[j][0] - by_distance[i][0] <= _TIE:
+            j += 1
+        ranked += sorted(by_distance[i:j], key=lambda t: (value_gap(key, t[1].key), t[1].key.hash))
+        i = j
     return ranked
 
 

@@ -11,8 +11,8 @@ lost or written twice by a race. A line is one JSON object, a *delta* for one ke
 `read_misses` merges every file into one row per key (calls summed, first/last seen widened, the latest
 fallback kept); a torn last line (a process killed mid-write) is skipped. Nothing here raises into the
 caller: the writer thread logs a failed write once (a full disk: the write is taken back, and a new file
-that got nothing is removed with the folders made for it) and keeps the counts for the next try; what
-the last flush at exit cannot write is named in one line on stderr (`flush_at_exit`).
+that got nothing is removed with the folders made for it below TUNER_HOME) and keeps the counts for the
+next try; what the last flush at exit cannot write is named in one line on stderr (`flush_at_exit`).
 
 Counting calls without touching the hit path: a recorded key's config is a `CountingConfig`, a dict
 that counts each time the hit path unpacks it (`**config` calls its `keys()`); configs of keys that
@@ -91,6 +91,21 @@ def _open_log(path: Path) -> tuple[int, bool]:
         except FileExistsError:  # made meanwhile (a flush of a forked child's would not use this name)
             continue
     raise FileExistsError(errno.EEXIST, "neither a file to append to nor a name to create", str(path))
+
+
+def _below_home(made: list[Path]) -> list[Path]:
+    """The folders of `made` (outermost first) below TUNER_HOME: TUNER_HOME, and those above it, stay
+    once made. The rest of the process uses TUNER_HOME as soon as it is there (`default_storage_url`
+    makes it, finding it made, and the store's file is made in it next): removed meanwhile, the store
+    could not be opened."""
+    from ..store import tuner_home
+
+    home = tuner_home()
+    for i in range(len(made) - 1, -1, -1):
+        with contextlib.suppress(OSError):
+            if os.path.samefile(made[i], home):
+                return made[i + 1 :]
+    return made
 
 
 def _unwritten(lines: list[tuple[_Pending, int, str]]) -> tuple[int, int]:
@@ -303,12 +318,12 @@ class MissRecorder:
 
     def _unmake(self, created: bool, made: list[Path]) -> None:
         """After a failed write: remove the log file this flush made if it is still empty (a full disk
-        cuts a new file's first write), and the folders it made for it."""
+        cuts a new file's first write), and the folders it made for it below TUNER_HOME (`_below_home`)."""
         if created and self._file is not None:
             with contextlib.suppress(OSError):
                 if os.path.getsize(self._file) == 0:
                     os.unlink(self._file)
-        remove_made_folders(made)
+        remove_made_folders(_below_home(made))
 
     def unwritten(self) -> tuple[int, int]:
         """(keys, calls) this process has counted and not written yet: the keys with new keys or calls not

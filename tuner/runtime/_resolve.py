@@ -198,6 +198,8 @@ class Resolution:
     hit: str | None = None
     quiet: bool = True
     unused: str = ""  # why an entry stored for these key fields was not used (logged with the choice)
+    miss: str = ""  # why the lookups missed (the tail's resolutions: `resolve`); this call's own, where
+    # `.tuner.last_miss_reason` is the last call's of any thread
 
 
 Resolver = Callable[[Request], "Resolution | str"]
@@ -333,6 +335,7 @@ def resolve(req: Request) -> Resolution:
     res, reasons = run_tail(req, _MODES[req.mode])
     if res is None:
         raise RuntimeError(f"{req.t.name}: mode {req.mode!r} resolved nothing: {'; '.join(reasons)}")
+    res = replace(res, miss=reason)
     if reason.startswith(_UNUSED_ENTRY):  # say so where production sees it: the choice's log line
         res = replace(res, unused=reason)
     return res

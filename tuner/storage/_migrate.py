@@ -319,9 +319,11 @@ def _make_optuna_tables(full_url: str, url: str) -> None:
     maker.engine.dispose()
 
 
-def _rdb_storage(full_url: str, url: str, *, migration: bool = False) -> optuna.storages.RDBStorage:
+def _rdb_storage(
+    full_url: str, url: str, *, migration: bool = False, skip_table_creation: bool = False
+) -> optuna.storages.RDBStorage:
     """Optuna's RDBStorage on `full_url` with tuner's engine settings (`engine_kwargs`; the migration
-    limit when `migration`). Its constructor runs statements on the engine it has just made (it creates
+    limit when `migration`; Optuna's `skip_table_creation` for a store opened read-only). Its constructor runs statements on the engine it has just made (it creates
     and reads its tables, reads and stamps `version_info`), so the engine gets tuner's error handlers as it
     is made (a timeout there is a `StoreTimeout` naming the operation and the limit, not Optuna's error
     over the driver's) and is disposed of when the constructor raises (its pool would otherwise keep a
@@ -337,7 +339,11 @@ def _rdb_storage(full_url: str, url: str, *, migration: bool = False) -> optuna.
 
     limit = migration_timeout_s() if migration else None
     try:
-        storage = optuna.storages.RDBStorage(full_url, engine_kwargs=engine_kwargs_calling(url, limit, _made))
+        storage = optuna.storages.RDBStorage(
+            full_url,
+            engine_kwargs=engine_kwargs_calling(url, limit, _made),
+            skip_table_creation=skip_table_creation,
+        )
     except BaseException:
         for engine in made:
             engine.dispose()
@@ -351,18 +357,12 @@ def optuna_storage(url: str) -> optuna.storages.RDBStorage:
     """Optuna's RDBStorage on `url`, created under the schema lock (Optuna creates its tables and stamps
     its version check-then-create; concurrent first opens would race). A SQLite store whose folder cannot
     be written (`read_only_url`) is opened read-only, creating nothing."""
-    import optuna
-
     from ._engine import engine_for
 
     ro_url = read_only_url(url)
     if ro_url is not None:  # a SQLite store in a folder that cannot be written: read as it is, no lock file
         with _alembic_quiet(), _sqlite_faults(url):
-            ro = optuna.storages.RDBStorage(
-                ro_url, engine_kwargs=engine_kwargs(ro_url), skip_table_creation=True
-            )
-        install_sqlite_errors(ro.engine)
-        return ro
+            return _rdb_storage(ro_url, ro_url, skip_table_creation=True)
     eng = engine_for(url)
     path = sqlite_file(eng)
     if path is not None:  # RDBStorage connects (which makes the file) before its engine can be watched

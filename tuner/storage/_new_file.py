@@ -9,7 +9,10 @@ what this call made, only:
 - the database file, when it was not there before this call and is still empty (0 bytes). A file with a
   page in it is kept: it may be another process's new store, whose tables are only in its write-ahead log.
   The `-wal` and `-shm` files are never touched (deleting them under a process that opens the store can
-  corrupt it); closing this process's connections first lets SQLite remove its own.
+  corrupt it); closing this process's connections first lets SQLite remove its own. Those are its shared
+  engine's, which has no file open at the path: where it has one (deleted since), it refuses to make a
+  new one, the opening makes nothing, and neither the file nor that engine, which a run of this process
+  may still use, is touched (`before_opening`).
 - the lock file, when it was not there before either, and only while this call holds its lock: a process
   that creates the schema holds it for as long as it does (`_migrate._file_lock`), so a file that another
   process is creating at the same moment is left to it. `_file_lock` checks, once it has the lock, that
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 
 from ._engine import sqlite_path
+from ._replaced import pinned
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +50,16 @@ class NewFile:
     @classmethod
     def before_opening(cls, url: str) -> NewFile | None:
         """The file of SQLite `url` when nothing is at its path yet, else None (an existing file, a server
-        or in-memory database, a `file:` URI)."""
+        or in-memory database, a `file:` URI). None as well when this process has a file open at the path
+        that was deleted since (`_replaced.pinned`): its shared engine refuses to make a new file there,
+        so the opening makes nothing to remove, and that engine is not this opening's to dispose of: a
+        run that still uses it (`holding`) would lose its pin and go on in a new, empty file made at the
+        path."""
         path = sqlite_path(url)
         if path is None or path.startswith("file:"):
             return None
         path = os.path.abspath(path)
-        if os.path.lexists(path):
+        if os.path.lexists(path) or pinned(path):
             return None
         return cls(path, os.path.lexists(path + ".lock"))
 

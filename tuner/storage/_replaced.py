@@ -31,7 +31,15 @@ from sqlalchemy.engine import Connection, Engine
 
 from ._engine import StoreError, _operation, engine_of, normalize_url, sqlite_path
 
-__all__ = ["check_file", "file_identity", "holding", "reopen_if_replaced", "replaced_error", "watch_file"]
+__all__ = [
+    "check_file",
+    "file_identity",
+    "holding",
+    "pinned",
+    "reopen_if_replaced",
+    "replaced_error",
+    "watch_file",
+]
 
 _OPENED = "tuner_file_identity"  # connection record info: (device, inode) of the file it opened
 _WROTE = "tuner_wrote"  # connection record info: its open transaction wrote
@@ -93,6 +101,12 @@ def check_file(path: str, what: str) -> None:
     was = _pinned.get(os.path.abspath(path))
     if was is not None and file_identity(path) != was:
         raise replaced_error(path, f"{what} was not done, and nothing more is written")
+
+
+def pinned(path: str) -> bool:
+    """This process has a file at `path` open (pinned): its connections to the path refuse to make a new
+    file there until the process lets go of it (`reopen_if_replaced`)."""
+    return os.path.abspath(path) in _pinned
 
 
 def _unpin(path: str) -> None:

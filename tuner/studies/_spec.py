@@ -282,14 +282,15 @@ def _filled(kernel: str, problem: Mapping[str, Any]) -> dict[str, Any]:
     fields filled in where the study leaves them out (rmsnorm's eps), as `validate_problem` fills them for
     `_check_kernel`. So a study loaded without kernel checks (`tuner study report` / `export`, a custom
     executor) has the same task keys as the run that stored the results. An unregistered kernel's problem,
-    and a decorated function's (from-misses --factory), stay as given."""
+    and a decorated function's (from-misses --factory), stay as given. A kernel module that cannot be
+    imported raises (ImportError naming it): its kernels' defaults would be missing from the task keys."""
     if "factory" in problem:
         return dict(problem)
-    try:
-        from tuner.kernels import get_kernel
+    from tuner.kernels import get_kernel
 
+    try:
         spec = get_kernel(kernel)
-    except Exception:  # noqa: BLE001 - not a registered kernel (a custom executor's): nothing to fill
+    except ValueError:  # not a registered kernel (a custom executor's): nothing to fill
         return dict(problem)
     return {**dict(spec.default_problem), **dict(problem)}
 
