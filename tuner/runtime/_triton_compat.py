@@ -55,11 +55,11 @@ from ._decorator import Autotuned, _attach
 from ._env import array_framework, signature_names, underlying_function
 from ._hit import launch_args, make_hit_path
 from ._key import canon
+from ._launcher import TRITON_KEYWORDS
 from ._restore import Restorer, copy_into, snapshot
 from ._sources import open_store
 from ._triton_support import (
     _QUANTILES,
-    TRITON_KEYWORDS,
     InOrder,
     TritonCache,
     _all_kwargs,

@@ -19,19 +19,6 @@ from ._argkeys import ArgKeys
 from ._bench import cpu_bench, normalise_bench_result
 from ._launcher import triton_configs_to_dicts
 
-# The keywords of triton.autotune beyond configs and key.
-TRITON_KEYWORDS = (
-    "prune_configs_by",
-    "reset_to_zero",
-    "restore_value",
-    "pre_hook",
-    "post_hook",
-    "warmup",
-    "rep",
-    "use_cuda_graph",
-    "do_bench",
-    "cache_results",
-)
 _QUANTILES = (0.5, 0.2, 0.8)
 
 
