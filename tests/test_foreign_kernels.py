@@ -299,11 +299,9 @@ def test_triton_kernel_from_two_threads_tunes_each_key_once():
 
 
 # ---- a do_bench of the user's that returns one number (triton.testing.do_bench without quantiles) --------
-@pytest.mark.parametrize("impl", IMPLS)
-def test_configs_timings_hold_what_the_users_do_bench_returned(impl):
-    """Triton keeps each config's do_bench result as returned: a float from a do_bench that ignores
-    `quantiles` (code that formats `f"{t:.3f}"` relies on it), the quantiles otherwise."""
-    times = iter([2.5, 1.5, [3.0, 2.0, 4.0], [1.0, 0.5, 1.5]])
+def _copy_timed_by(impl, results):
+    """A copy kernel over two configs whose do_bench returns `results`, one after another."""
+    times = iter(results)
 
     def bench(kernel_call, quantiles):
         kernel_call()
@@ -317,6 +315,14 @@ def test_configs_timings_hold_what_the_users_do_bench_returned(impl):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         tl.store(dst + offs, tl.load(src + offs, mask=offs < N), mask=offs < N)
 
+    return copy, cfgs
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_configs_timings_hold_what_the_users_do_bench_returned(impl):
+    """Triton keeps each config's do_bench result as returned: a float from a do_bench that ignores
+    `quantiles` (code that formats `f"{t:.3f}"` relies on it), the quantiles otherwise."""
+    copy, cfgs = _copy_timed_by(impl, [2.5, 1.5, [3.0, 2.0, 4.0], [1.0, 0.5, 1.5]])
     src, dst = torch.randn(50), torch.empty(50)
     copy[lambda m: (triton.cdiv(50, m["BLOCK"]),)](dst, src, 50)
     assert copy.configs_timings == {cfgs[0]: 2.5, cfgs[1]: 1.5}
@@ -325,6 +331,18 @@ def test_configs_timings_hold_what_the_users_do_bench_returned(impl):
     copy[lambda m: (triton.cdiv(70, m["BLOCK"]),)](dst, src, 70)
     assert torch.equal(dst, src) and copy.best_config is cfgs[1]
     assert copy.configs_timings == {cfgs[0]: [3.0, 2.0, 4.0], cfgs[1]: [1.0, 0.5, 1.5]}
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_configs_timings_keep_skewed_quantiles_as_returned(impl):
+    """Quantiles that are not symmetric about the median (a few slow runs: p80 far above it, as GPU timings
+    often are) are kept as do_bench returned them. tuner rebuilt them from the median and the p80 - p20
+    spread, as [median, median - spread/2, median + spread/2]: [1.0, -0.55, 2.55] for [1.0, 0.9, 4.0]."""
+    copy, cfgs = _copy_timed_by(impl, [[1.0, 0.9, 4.0], [2.0, 1.95, 2.1]])
+    src, dst = torch.randn(50), torch.empty(50)
+    copy[lambda m: (triton.cdiv(50, m["BLOCK"]),)](dst, src, 50)
+    assert torch.equal(dst, src) and copy.best_config is cfgs[0]
+    assert copy.configs_timings == {cfgs[0]: [1.0, 0.9, 4.0], cfgs[1]: [2.0, 1.95, 2.1]}
 
 
 # ======================================== JAX / Pallas ========================================

@@ -41,7 +41,7 @@ from ._env import (
 from ._file import CacheFileError, ReadOnlyCache, load_cache
 from ._hit import make_hit_path
 from ._key import Bucket, CacheKey
-from ._launcher import AutotunedKernel, triton_configs_to_dicts
+from ._launcher import TRITON_KEYWORDS, AutotunedKernel, triton_configs_to_dicts
 from ._resolve import (
     CostModelHook,
     Request,
@@ -472,10 +472,40 @@ def _attach(wrapper: Any, t: Autotuned) -> Any:
     return wrapper
 
 
+def _triton_positional(
+    space: Any, triton_args: tuple[Any, ...], configs: Any, key: Any, triton_kw: dict[str, Any]
+) -> tuple[list[Any], Any]:
+    """triton.autotune's positional form (code written for Triton may use it: `triton.autotune(configs,
+    key)`, as Triton's fused-attention tutorial did): a list (or tuple) of configs first, then `key` and
+    `TRITON_KEYWORDS` in Triton's order. Returns the configs and the key, and puts the positional keywords
+    in `triton_kw`; a parameter given both ways is a TypeError, as Python raises for Triton's function."""
+    if not isinstance(space, (list, tuple)):
+        raise TypeError(
+            f"autotune() takes one positional argument (a SearchSpace or a function returning one) unless "
+            f"the first is triton.autotune's list of configs; got {type(space).__name__} and "
+            f"{len(triton_args)} more"
+        )
+    if configs is not None:
+        raise TypeError("autotune() got multiple values for argument 'configs'")
+    names = ("key", *TRITON_KEYWORDS)
+    if len(triton_args) > len(names):
+        raise TypeError(
+            f"autotune() takes at most {len(names) + 1} positional arguments in triton.autotune's order "
+            f"(configs, {', '.join(names)}); {len(triton_args) + 1} were given"
+        )
+    given = {"key": key, **triton_kw}
+    for name, value in zip(names, triton_args, strict=False):
+        if given[name] is not (False if name == "use_cuda_graph" else None):
+            raise TypeError(f"autotune() got multiple values for argument {name!r}")
+        given[name] = value
+    triton_kw.update((n, given[n]) for n in TRITON_KEYWORDS)
+    return list(space), given["key"]
+
+
 def autotune(
     space: SearchSpace | Callable[..., SearchSpace] | None = None,
-    *,
-    key: Sequence[str] | Callable[..., Any],
+    *triton_args: Any,
+    key: Sequence[str] | Callable[..., Any] | None = None,
     configs: Sequence[Any] | None = None,
     budget: int | None = None,
     time_budget_s: float | None = None,
@@ -507,6 +537,8 @@ def autotune(
 
     - `space`: a SearchSpace, or a function of the call's arguments returning one; or give `configs`,
       a list of dicts or `triton.Config`s (kwargs plus num_warps/num_stages) as with triton.autotune.
+      triton.autotune's positional form works too: `autotune(configs, key, prune_configs_by, ...)`, the
+      list first and the others in Triton's order.
     - `key`: argument names (their values form the key, as in triton.autotune), or a function of the
       arguments returning a dict of key fields. The dtypes of array arguments, and of the arrays inside
       pytree arguments (a params dict, a tuple of arrays), are added (`dtypes=False` turns that off),
@@ -558,6 +590,11 @@ def autotune(
         "do_bench": do_bench,
         "cache_results": cache_results,
     }
+    if triton_args or isinstance(space, (list, tuple)):
+        configs, key = _triton_positional(space, triton_args, configs, key, triton_kw)
+        space = None
+    if key is None:
+        raise TypeError("autotune() missing required argument: 'key'")
     opts = {
         "time_budget_s": time_budget_s,
         "mode": mode,

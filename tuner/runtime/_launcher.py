@@ -10,6 +10,20 @@ from typing import TYPE_CHECKING, Any
 
 from ._hit import hit_paths
 
+# The parameters of triton.autotune beyond configs and key, in its order (triton 3.7).
+TRITON_KEYWORDS = (
+    "prune_configs_by",
+    "reset_to_zero",
+    "restore_value",
+    "pre_hook",
+    "post_hook",
+    "warmup",
+    "rep",
+    "use_cuda_graph",
+    "do_bench",
+    "cache_results",
+)
+
 if TYPE_CHECKING:  # pragma: no cover
     from ._decorator import Autotuned
 

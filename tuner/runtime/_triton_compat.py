@@ -50,16 +50,16 @@ from tuner._units import ms_to_s, s_to_ms
 from tuner.search_spaces import SearchSpace
 
 from . import _jax
-from ._bench import BenchFn, default_bench, is_jax_call, normalise_bench_result
+from ._bench import BenchFn, default_bench, is_jax_call, normalise_bench_result, triton_bench
 from ._decorator import Autotuned, _attach
 from ._env import array_framework, signature_names, underlying_function
 from ._hit import launch_args, make_hit_path
 from ._key import canon
+from ._launcher import TRITON_KEYWORDS
 from ._restore import Restorer, copy_into, snapshot
 from ._sources import open_store
 from ._triton_support import (
     _QUANTILES,
-    TRITON_KEYWORDS,
     InOrder,
     TritonCache,
     _all_kwargs,
@@ -431,10 +431,12 @@ class TritonAutotuned(Autotuned):
             cur = getattr(self._tl, "current", None)
             raw, self._tl.raw_timing = getattr(self._tl, "raw_timing", None), None
             if cur is not None:
-                if raw is not None and not isinstance(raw, (list, tuple)):
-                    entry: Any = float(raw)  # a do_bench that returned one number: Triton keeps it so
+                # What Triton's timer (a do_bench) returned, as Triton keeps it: one number, or its
+                # [median, p20, p80]; tuner's own timers give (median, spread) only.
+                if raw is None:
+                    entry: Any = _timing_ms(*normalise_bench_result(res))
                 else:
-                    entry = _timing_ms(*normalise_bench_result(res))
+                    entry = raw if isinstance(raw, (list, tuple)) else float(raw)
                 timings[_timing_key(self.config_obj(cur))] = entry
             return res
 
@@ -460,10 +462,10 @@ class TritonAutotuned(Autotuned):
         if db is None:
             return {}
         out: dict[Any, Any] = {}
-        for cfg, med, spread in stored_timings(db, self.name, ck):
+        for cfg, med, spread, quantiles in stored_timings(db, self.name, ck):
             obj = objs.get(canon(cfg))
             if obj is not None:
-                out[_timing_key(obj)] = _timing_ms(med, spread)
+                out[_timing_key(obj)] = _timing_ms(med, spread, quantiles)
         return out
 
     def _note(self, ck: CacheKey, res: Resolution) -> None:
@@ -484,23 +486,28 @@ class TritonAutotuned(Autotuned):
         elif res.hit not in (None, "in memory"):
             self.configs_timings = {}
 
+    def _ms_timer(self, do_bench: Callable[[Callable[[], Any]], Any]) -> BenchFn:
+        """A timer of Triton's kind (milliseconds: a number, or [median, p20, p80]) as tuner's, keeping
+        what it returned for `.configs_timings` (`timed`), as Triton keeps it."""
+
+        def timer(call: Callable[[], Any]) -> tuple[float, ...]:
+            raw = do_bench(call)
+            out = _ms_result_to_s(raw)
+            self._tl.raw_timing = raw
+            return out
+
+        return timer
+
     def _raw_timer(self, args: tuple, kwargs: dict, device: str) -> BenchFn:
         user = self.user_do_bench
         if user is not None:
-
-            def user_bench(call: Callable[[], Any]) -> tuple[float, float]:
-                raw = user(call, quantiles=_QUANTILES)
-                out = _ms_result_to_s(raw)
-                self._tl.raw_timing = raw  # a single number stays one in `.configs_timings` (`timed`)
-                return out
-
-            return user_bench
+            return self._ms_timer(lambda call: user(call, quantiles=_QUANTILES))
         gpu = device != "cpu"
         if self.use_cuda_graph and gpu:
             from triton.testing import do_bench_cudagraph
 
             rep = self.num_reps if self.num_reps is not None else 100
-            return lambda call: _ms_result_to_s(do_bench_cudagraph(call, rep=rep, quantiles=list(_QUANTILES)))
+            return self._ms_timer(lambda call: do_bench_cudagraph(call, rep=rep, quantiles=list(_QUANTILES)))
         if self.num_warmups is not None or self.num_reps is not None:
             warm = self.num_warmups if self.num_warmups is not None else 25
             rep = self.num_reps if self.num_reps is not None else 100
@@ -510,15 +517,20 @@ class TritonAutotuned(Autotuned):
             if gpu:
                 from triton.testing import do_bench
 
-                return lambda call: _ms_result_to_s(
-                    do_bench(call, warmup=warm, rep=rep, quantiles=list(_QUANTILES))
+                return self._ms_timer(
+                    lambda call: do_bench(call, warmup=warm, rep=rep, quantiles=list(_QUANTILES))
                 )
             return lambda call: _budgeted_cpu_bench(call, ms_to_s(warm), ms_to_s(rep))
         if self.use_cuda_graph:
             log.info("%s: use_cuda_graph needs a CUDA device; timing with the default timer", self.name)
         if self.bench is not None:
             return self.bench
-        return default_bench(self.kind, array_framework(list(args) + list(kwargs.values())), device)
+        timer = default_bench(self.kind, array_framework(list(args) + list(kwargs.values())), device)
+        if timer is triton_bench:  # Triton's own default, do_bench: its quantiles kept, as Triton keeps them
+            from triton.testing import do_bench as triton_do_bench
+
+            return self._ms_timer(lambda call: triton_do_bench(call, quantiles=list(_QUANTILES)))
+        return timer
 
     def _bench_target(
         self, args: tuple, kwargs: dict, grid: Any, target: Callable[..., Any]
@@ -723,10 +735,11 @@ def _timing_key(obj: Any) -> Any:
     return tuple(obj.items()) if isinstance(obj, Mapping) else obj
 
 
-def _timing_ms(med: float, spread: float) -> list[float]:
-    """A config's entry in `.configs_timings` from its median and spread (seconds): Triton's quantiles
-    (median, low, high) in milliseconds."""
-    return [s_to_ms(med), s_to_ms(med - spread / 2), s_to_ms(med + spread / 2)]
+def _timing_ms(med: float, spread: float, quantiles: tuple[float, float] | None = None) -> list[float]:
+    """A config's entry in `.configs_timings` from its median and spread (seconds), or its p20 and p80
+    where the timer gave them: Triton's quantiles (median, low, high) in milliseconds."""
+    low, high = quantiles if quantiles is not None else (med - spread / 2, med + spread / 2)
+    return [s_to_ms(med), s_to_ms(low), s_to_ms(high)]
 
 
 def _keyed_names(fn: Any, key: tuple[str, ...], configs: Sequence[Any]) -> list[str]:

@@ -19,19 +19,6 @@ from ._argkeys import ArgKeys
 from ._bench import cpu_bench, normalise_bench_result
 from ._launcher import triton_configs_to_dicts
 
-# The keywords of triton.autotune beyond configs and key.
-TRITON_KEYWORDS = (
-    "prune_configs_by",
-    "reset_to_zero",
-    "restore_value",
-    "pre_hook",
-    "post_hook",
-    "warmup",
-    "rep",
-    "use_cuda_graph",
-    "do_bench",
-    "cache_results",
-)
 _QUANTILES = (0.5, 0.2, 0.8)
 
 
@@ -110,9 +97,12 @@ def _to_triton_config(d: Mapping[str, Any]) -> Any:
     return triton.Config(d, **opts)
 
 
-def _ms_result_to_s(res: Any) -> tuple[float, float]:
-    """A do_bench result (ms: a number, or [median, p20, p80]) -> (median s, spread s)."""
+def _ms_result_to_s(res: Any) -> tuple[float, ...]:
+    """A do_bench result (ms: a number, or [median, p20, p80]) -> (median s, p20 s, p80 s), or (median s,
+    spread s) for a number or a pair; each a timer result `normalise_bench_result` reads."""
     if isinstance(res, (list, tuple)):
+        if len(res) == 3:
+            return tuple(ms_to_s(float(x)) for x in res)
         return normalise_bench_result([ms_to_s(float(x)) for x in res])
     return ms_to_s(float(res)), 0.0
 

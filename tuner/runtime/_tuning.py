@@ -18,7 +18,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import _jax
@@ -205,12 +205,16 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
     restore = t.restorer.take(req.args, req.kwargs)
     invoke = _invoker(req, restore)
     spreads: dict[str, float] = {}
+    quantiles: dict[str, tuple[float, float]] = {}  # (p20, p80) s, of a timer that gives them
 
     def objective(cfg: dict[str, Any]) -> float:
         if restore is not None:
             restore()
-        med, spread = normalise_bench_result(bench(invoke(cfg)))
+        timed = bench(invoke(cfg))
+        med, spread = normalise_bench_result(timed)
         spreads[canon(cfg)] = spread
+        if isinstance(timed, (tuple, list)) and len(timed) == 3:
+            quantiles[canon(cfg)] = (float(timed[1]), float(timed[2]))
         return med
 
     store = db.store if db is not None else None
@@ -272,7 +276,13 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
             for tr in res.trials:
                 # the exact key and the spread: what `stored_timings` gives a later process that hits,
                 # and what `_coverage` reads to see which configs a tuning of the key tried
-                extra = {"key": ck.hash, "tuning": run, "spread_s": spreads.get(canon(tr.config), 0.0)}
+                extra: dict[str, Any] = {
+                    "key": ck.hash,
+                    "tuning": run,
+                    "spread_s": spreads.get(canon(tr.config), 0.0),
+                }
+                if canon(tr.config) in quantiles:  # Triton's do_bench quantiles, for `.configs_timings`
+                    extra["p20_s"], extra["p80_s"] = quantiles[canon(tr.config)]
                 st.record_trial(task, space, tr, strategy=res.strategy, stats=extra)
 
         guarded(db, "write", "record the trials", each, None)
@@ -329,11 +339,14 @@ def _stop_if_untimeable(name: str, ck: CacheKey, trial: Any) -> None:
     )
 
 
-def stored_timings(db: ConfigCache, name: str, ck: CacheKey) -> list[tuple[dict[str, Any], float, float]]:
-    """(config, median s, spread s) of each config that the newest tuning of exactly `ck` (kernel, source
-    hash, key fields, dtypes, device, versions) measured in `db`'s store, in the order it measured them;
-    failed configs left out. Empty when the store has none (trials recorded before the key was kept with
-    them, or a store that cannot be read)."""
+def stored_timings(
+    db: ConfigCache, name: str, ck: CacheKey
+) -> list[tuple[dict[str, Any], float, float, tuple[float, float] | None]]:
+    """(config, median s, spread s, (p20 s, p80 s) or None) of each config that the newest tuning of
+    exactly `ck` (kernel, source hash, key fields, dtypes, device, versions) measured in `db`'s store, in
+    the order it measured them; failed configs left out. The quantiles are there where the timer gave them
+    (Triton's do_bench) and this release recorded them. Empty when the store has none (trials recorded
+    before the key was kept with them, or a store that cannot be read)."""
     none: list[Measurement] = []
     task_id = task_of(name, ck).task_id
     rows = guarded(db, "read", "read the measurements", lambda: db.store.measurements(task_id=task_id), none)
@@ -342,10 +355,17 @@ def stored_timings(db: ConfigCache, name: str, ck: CacheKey) -> list[tuple[dict[
         return []
     run = mine[-1].stats.get("tuning")
     return [
-        (dict(m.config), m.value, float(m.stats.get("spread_s", 0.0)))
+        (dict(m.config), m.value, float(m.stats.get("spread_s", 0.0)), _quantiles(m.stats))
         for m in mine
         if m.stats.get("tuning") == run and m.value is not None
     ]
+
+
+def _quantiles(stats: Mapping[str, Any]) -> tuple[float, float] | None:
+    low, high = stats.get("p20_s"), stats.get("p80_s")
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)):
+        return float(low), float(high)
+    return None
 
 
 def _uses_prior(strategy: Any) -> bool:
