@@ -742,3 +742,36 @@ def test_a_kernel_module_that_cannot_be_imported_is_named_not_taken_for_an_unkno
     ) as e:
         load_study(_norm_study(tmp_path), check_kernels=False)
     assert "tuner_no_such_dependency" in str(e.value)
+
+
+def test_a_kernel_module_that_cannot_be_imported_is_named_by_the_key_builders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`kernel_cache_key` (what `study export` and `tuner.kernel` key an entry by), `kernel_source_hash`
+    and from-misses' registered check took a registry that cannot be imported for an unregistered kernel,
+    as `_filled` did: rmsnorm's key was built without its eps and with the hash of an unregistered name,
+    a key no stored or exported entry has, without a word."""
+    import tuner.kernels
+    from tuner.kernels import _registry
+
+    from tuner.runtime._kernel import kernel_cache_key, kernel_source_hash
+    from tuner.studies._from_misses import _is_registered
+
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "broken_dep.py").write_text("import tuner_no_such_dependency\n")
+    monkeypatch.setattr(tuner.kernels, "__path__", [*tuner.kernels.__path__, str(mods)])
+    monkeypatch.setattr(_registry, "_loaded", False)
+    kernel_source_hash.cache_clear()  # an earlier test's hash of rmsnorm would not ask the registry
+    named = r"kernel module tuner\.kernels\.broken_dep cannot be imported"
+    try:
+        with pytest.raises(ImportError, match=named):
+            kernel_cache_key("rmsnorm", {"M": 64, "N": 128}, backend="triton", device="cpu", versions={})
+        with pytest.raises(ImportError, match=named):
+            kernel_source_hash("rmsnorm")
+        with pytest.raises(ImportError, match=named):
+            _is_registered("rmsnorm")
+    finally:
+        kernel_source_hash.cache_clear()
+    monkeypatch.setattr(tuner.kernels, "__path__", [p for p in tuner.kernels.__path__ if p != str(mods)])
+    assert _is_registered("rmsnorm") and not _is_registered("no_such_kernel_anywhere")
