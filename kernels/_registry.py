@@ -155,9 +155,14 @@ def _load_all() -> None:
     for info in pkgutil.iter_modules(kernels.__path__):
         if not info.name.startswith("_"):
             module = f"tuner.kernels.{info.name}"
+            before = set(REGISTRY)
             try:
                 importlib.import_module(module)
             except Exception as exc:  # a missing dependency, a syntax error: the registry is incomplete
+                # what it registered before it failed goes too: the next try imports it again, and would
+                # fail on "registered twice" in place of the cause
+                for name in set(REGISTRY) - before:
+                    del REGISTRY[name]
                 raise ImportError(
                     f"kernel module {module} cannot be imported ({type(exc).__name__}: {exc}); the kernels "
                     "it registers are unknown until it can",

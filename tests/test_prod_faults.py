@@ -155,7 +155,6 @@ def test_sqlites_shm_error_on_a_full_disk_is_named_a_full_disk(
     _tuner_home: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The unprivileged twin of the tmpfs test above: SQLite's own error, as a full disk makes it.
-    from tuner.storage import _migrate
     from tuner.storage._engine import sqlite_fault_message
 
     shm = sqlite3.OperationalError("disk I/O error")
@@ -165,16 +164,83 @@ def test_sqlites_shm_error_on_a_full_disk_is_named_a_full_disk(
     got = sqlite_fault_message(str(db), "opening the store", shm)
     assert got is not None and f"the disk that holds {_tuner_home} is full" in got[1], got
     rt._populate(_tuner_home, ns=(100, 200))
+    _opening_fails(monkeypatch, got[1], shm)
+    _stored_keys_hit_and_new_ones_tune(_tuner_home, caplog)
+
+
+def _opening_fails(monkeypatch: pytest.MonkeyPatch, message: str, cause: BaseException) -> None:
+    """The store's opening for writing fails with `message` (a StoreError from SQLite's `cause`)."""
+    from tuner.storage import _migrate
+    from tuner.store import StoreError
+
     real = _migrate.ensure_schema
 
     def full(engine: Any) -> None:
         if "immutable" not in str(engine.url):
-            from tuner.store import StoreError
-
-            raise StoreError(got[1]) from shm
+            raise StoreError(message) from cause
         real(engine)
 
     monkeypatch.setattr("tuner.store.ensure_schema", full)
+
+
+def _fill_inodes(folder: Path) -> None:
+    """Take every free inode of `folder`'s file system (many small files, as a compiler's cache makes)."""
+    try:
+        for i in range(1_000_000):
+            (folder / f"small-{i}").touch()
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+
+
+def test_a_disk_without_a_free_inode_keeps_the_stored_entries_in_use(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    mount: Callable[..., None],  # noqa: F811
+) -> None:
+    # SQLite cannot make a WAL store's -shm file where no inode is left (SQLITE_CANTOPEN), most bytes free:
+    # the full-disk check counted free bytes only and the store's fallback took I/O and full-disk errors
+    # only, so the store could not be opened at all ("unable to open database file") and every stored
+    # winner was tuned again
+    home = tmp_path / "small"
+    home.mkdir()
+    mount("-t", "tmpfs", "-o", "size=4m,nr_inodes=64", "tmpfs", target=home)
+    monkeypatch.setenv("TUNER_HOME", str(home))
+    rt._populate(home, ns=(100, 200))
+    _fill_inodes(home)
+    st = os.statvfs(home)
+    assert st.f_favail == 0 and st.f_bavail * st.f_frsize > 1 << 20
+    db = home / "tuner.db"
+    before = db.read_bytes()
+    _stored_keys_hit_and_new_ones_tune(home, caplog)
+    assert db.read_bytes() == before
+
+
+def test_sqlites_cantopen_with_no_inode_left_is_named_a_full_disk(
+    _tuner_home: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The unprivileged twin of the tmpfs test above: SQLite's error, and a file system without a free inode.
+    from types import SimpleNamespace
+
+    from tuner.storage._engine import sqlite_fault_message
+
+    cant = sqlite3.OperationalError("unable to open database file")
+    cant.sqlite_errorcode = 14  # type: ignore[attr-defined] # SQLITE_CANTOPEN
+    db = _tuner_home / "tuner.db"
+    assert sqlite_fault_message(str(db), "opening the store", cant) is None  # inodes to spare: not the disk
+    rt._populate(_tuner_home, ns=(100, 200))
+    real_statvfs = os.statvfs
+
+    def statvfs(path: Any) -> Any:
+        st = real_statvfs(path)
+        if os.path.realpath(path) != os.path.realpath(_tuner_home):
+            return st
+        return SimpleNamespace(f_bavail=st.f_bavail, f_frsize=st.f_frsize, f_files=64, f_favail=0)
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
+    got = sqlite_fault_message(str(db), "opening the store", cant)
+    assert got is not None and f"the disk that holds {_tuner_home} is full" in got[1], got
+    _opening_fails(monkeypatch, got[1], cant)
     _stored_keys_hit_and_new_ones_tune(_tuner_home, caplog)
 
 

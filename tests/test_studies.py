@@ -742,3 +742,64 @@ def test_a_kernel_module_that_cannot_be_imported_is_named_not_taken_for_an_unkno
     ) as e:
         load_study(_norm_study(tmp_path), check_kernels=False)
     assert "tuner_no_such_dependency" in str(e.value)
+
+
+def test_a_kernel_module_that_cannot_be_imported_is_named_by_the_key_builders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`kernel_cache_key` (what `study export` and `tuner.kernel` key an entry by), `kernel_source_hash`
+    and from-misses' registered check took a registry that cannot be imported for an unregistered kernel,
+    as `_filled` did: rmsnorm's key was built without its eps and with the hash of an unregistered name,
+    a key no stored or exported entry has, without a word."""
+    import tuner.kernels
+    from tuner.kernels import _registry
+
+    from tuner.runtime._kernel import kernel_cache_key, kernel_source_hash
+    from tuner.studies._from_misses import _is_registered
+
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "broken_dep.py").write_text("import tuner_no_such_dependency\n")
+    monkeypatch.setattr(tuner.kernels, "__path__", [*tuner.kernels.__path__, str(mods)])
+    monkeypatch.setattr(_registry, "_loaded", False)
+    kernel_source_hash.cache_clear()  # an earlier test's hash of rmsnorm would not ask the registry
+    named = r"kernel module tuner\.kernels\.broken_dep cannot be imported"
+    try:
+        with pytest.raises(ImportError, match=named):
+            kernel_cache_key("rmsnorm", {"M": 64, "N": 128}, backend="triton", device="cpu", versions={})
+        with pytest.raises(ImportError, match=named):
+            kernel_source_hash("rmsnorm")
+        with pytest.raises(ImportError, match=named):
+            _is_registered("rmsnorm")
+    finally:
+        kernel_source_hash.cache_clear()
+    monkeypatch.setattr(tuner.kernels, "__path__", [p for p in tuner.kernels.__path__ if p != str(mods)])
+    assert _is_registered("rmsnorm") and not _is_registered("no_such_kernel_anywhere")
+
+
+def test_a_kernel_module_that_fails_halfway_names_its_cause_every_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel module that registered a kernel before its import failed: the next look-up imported it
+    again and failed on "kernel ... is registered twice", which hid the missing dependency from then on
+    (a notebook's second try, a later command of the same process)."""
+    import tuner.kernels
+    from tuner.kernels import _registry, get_kernel
+
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "half_registered.py").write_text(
+        "import dataclasses\n"
+        "from tuner.kernels._registry import REGISTRY, register\n"
+        "register(dataclasses.replace(REGISTRY['softmax'], name='half_registered_kernel'))\n"
+        "import tuner_no_such_dependency\n"
+    )
+    get_kernel("softmax")  # the shipped modules are imported
+    monkeypatch.setattr(tuner.kernels, "__path__", [*tuner.kernels.__path__, str(mods)])
+    monkeypatch.setattr(_registry, "_loaded", False)
+    monkeypatch.setattr(_registry, "REGISTRY", dict(_registry.REGISTRY))
+    for _ in range(2):
+        with pytest.raises(ImportError, match="half_registered cannot be imported") as e:
+            get_kernel("softmax")
+        assert "tuner_no_such_dependency" in str(e.value)
+    assert "half_registered_kernel" not in _registry.REGISTRY

@@ -56,12 +56,13 @@ def kernel_source_hash(kernel: str) -> str:
     launcher (`KernelSpec.run`, partials unwrapped) and every module of the same package that it imports,
     transitively (the Triton and Pallas kernel modules, the shared helpers); or `spec.extra["source_hash"]`
     when the spec sets one; an unregistered name (a test's synthetic
-    kernel) hashes the name."""
-    try:
-        from tuner.kernels import get_kernel
+    kernel) hashes the name. A kernel module that cannot be imported raises (ImportError naming it): the
+    hash of an unregistered name would be a key no stored entry of the kernel has."""
+    from tuner.kernels import get_kernel
 
+    try:
         spec = get_kernel(kernel)
-    except Exception:  # noqa: BLE001 - not a registered kernel
+    except ValueError:  # not a registered kernel
         return hashlib.sha256(f"unregistered kernel {kernel}".encode()).hexdigest()[:32]
     if isinstance(spec.extra.get("source_hash"), str):
         return str(spec.extra["source_hash"])
@@ -77,11 +78,13 @@ def kernel_source_hash(kernel: str) -> str:
 
 
 def _default_flags(kernel: str) -> dict[str, Any]:
-    try:
-        from tuner.kernels import get_kernel
+    """A registered kernel's default problem flags; none for an unregistered name. A kernel module that
+    cannot be imported raises (ImportError naming it), as `_filled` does: no defaults would be a wrong key."""
+    from tuner.kernels import get_kernel
 
+    try:
         spec = get_kernel(kernel)
-    except Exception:  # noqa: BLE001 - unregistered: no defaults
+    except ValueError:  # unregistered: no defaults
         return {}
     return {k: v for k, v in spec.default_problem.items() if k != "dtype" and k not in spec.shape_fields}
 

@@ -373,7 +373,10 @@ def _sqlite_fault(exc: BaseException | None) -> int | None:
 def sqlite_fault_message(path: str, what: str, exc: BaseException) -> tuple[type[StoreError], str] | None:
     """The error a SQLite fault of the file or the disk (`exc`) is raised as: its class and a message that
     names the file and what to do; None for any other error (a lock, a constraint, a bad statement)."""
+    folder = os.path.dirname(path) or "."
     code = _sqlite_fault(exc)
+    if code is None and _disk_full(exc, folder):
+        code = _SQLITE_FULL  # a file that cannot be made (the WAL's `-shm`): no byte or inode left there
     if code is None:
         return None
     sqlite_msg = " ".join(str(exc).split())
@@ -382,7 +385,6 @@ def sqlite_fault_message(path: str, what: str, exc: BaseException) -> tuple[type
             f"store {path} is corrupt ({sqlite_msg}); tuner does not change or delete it: move it aside (a "
             f"new store is then made in its place) or salvage its rows with `sqlite3 {path} .recover | sqlite3 {path}.recovered`"
         )
-    folder = os.path.dirname(path) or "."
     if code == _SQLITE_IOERR and _disk_full(exc, folder):
         code = _SQLITE_FULL  # WAL's shared-memory file could not grow (SQLITE_IOERR_SHMSIZE): no space
     why = {
@@ -398,7 +400,7 @@ def sqlite_fault_message(path: str, what: str, exc: BaseException) -> tuple[type
 
 _SQLITE_IOERR_SHMSIZE = 10 | (19 << 8)
 _SQLITE_CANTOPEN = 14
-_LOW_SPACE = 64 * 1024  # below this many free bytes, an I/O error of SQLite's is the full disk's
+_LOW_SPACE = 64 * 1024  # below this many free bytes (or with no free inode), an I/O error is the full disk's
 # The errors of a file SQLite could not make, map or grow (the `-shm` of a WAL database, a write): what a
 # full disk makes. A lock ("database is locked", SQLITE_BUSY) or a bad statement is never the disk's.
 _SPACE_ERRORS = {
@@ -421,8 +423,10 @@ def _space_error(exc: BaseException | None) -> bool:
 def _disk_full(exc: BaseException | None, folder: str) -> bool:
     """A SQLite error that a full disk caused: SQLITE_FULL, or an I/O error or a file that could not be
     opened (the `-shm` file of a WAL database that could not be made or grow, SQLITE_IOERR_SHMSIZE; a
-    write that failed) with no space left there. Any other error (a lock held past the busy timeout) is
-    not the disk's, however little space is left."""
+    write that failed) with no space left there, or no inode to make a file with (a disk that many small
+    files filled, as a compiler's cache does: the `-shm` cannot be made, SQLITE_CANTOPEN, however many
+    bytes are free). Any other error (a lock held past the busy timeout) is not the disk's, however
+    little space is left."""
     code = getattr(exc, "sqlite_errorcode", None)
     if code in (_SQLITE_FULL, _SQLITE_IOERR_SHMSIZE):
         return True
@@ -432,7 +436,8 @@ def _disk_full(exc: BaseException | None, folder: str) -> bool:
         st = os.statvfs(folder)
     except (OSError, AttributeError):  # gone, or no statvfs (Windows)
         return False
-    return st.f_bavail * st.f_frsize < _LOW_SPACE
+    no_inode = st.f_files > 0 and st.f_favail == 0  # (a file system that counts no inodes says 0 of 0)
+    return st.f_bavail * st.f_frsize < _LOW_SPACE or no_inode
 
 
 def disk_full_in(path: str, exc: BaseException) -> bool:
@@ -442,7 +447,7 @@ def disk_full_in(path: str, exc: BaseException) -> bool:
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
-        if type(cur).__module__ == "sqlite3" and _sqlite_fault(cur) in (_SQLITE_FULL, _SQLITE_IOERR):
+        if type(cur).__module__ == "sqlite3" and _space_error(cur):  # full, an I/O error, cannot open
             return _disk_full(cur, folder)
         cur = cur.__cause__ or cur.__context__
     return False
