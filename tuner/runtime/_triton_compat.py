@@ -625,6 +625,15 @@ class TritonAutotuned(Autotuned):
         self._obj_of[id(cfg)] = (cfg, obj)
         return obj
 
+    def set_best_config(self, value: Any) -> None:
+        """Code assigned `.best_config` (Triton's is a plain attribute: a replacement `run`, such as vLLM's
+        first-config launcher, sets it after its launch): reads give `value` until the next launch."""
+        cfg: dict[str, Any] = {}  # a record of its own (the next launch replaces it in `last`)
+        if callable(getattr(value, "all_kwargs", None)) or isinstance(value, Mapping):
+            cfg = self.dicts_of([value])[0]
+        self._obj_of[id(cfg)] = (cfg, value)
+        self.last[0] = cfg
+
     def _resolve_triton(
         self, args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]
     ) -> dict[str, Any]:

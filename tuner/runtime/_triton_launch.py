@@ -159,11 +159,16 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
 
     @property
     def best_config(self) -> Any:
-        """The triton.Config of the last launch (as Triton's; set by the first)."""
-        cfg = self.tuner.best_config()
-        if cfg is None:
+        """The triton.Config of the last launch (as Triton's; set by the first), or what code assigned
+        since."""
+        if self.tuner.last[0] is None:
             raise AttributeError("best_config is set by the first launch")
-        return cfg
+        return self.tuner.best_config()
+
+    @best_config.setter
+    def best_config(self, value: Any) -> None:
+        """As on Triton's, where it is a plain attribute: reads give `value` until the next launch."""
+        self.tuner.set_best_config(value)
 
     @property
     def configs_timings(self) -> dict[Any, Any]:
