@@ -148,6 +148,71 @@ def test_every_config_timed_and_fastest_chosen(impl):
     assert bench.calls == 3
 
 
+class QuantileBench:
+    """A fake do_bench that returns the next of `results` as given ([median, p20, p80] ms)."""
+
+    def __init__(self, results):
+        self.results = list(results)
+        self.calls = 0
+
+    def __call__(self, kernel_call, quantiles):
+        if self.calls >= len(self.results):
+            raise AssertionError(f"timed {self.calls + 1} times, expected {len(self.results)}")
+        kernel_call()
+        self.calls += 1
+        return list(self.results[self.calls - 1])
+
+
+# Medians tie at 1.0 but for the third config; among the tied, the lowest p20 (0.8) is the second's and
+# the fourth's, and of those the fourth has the lower p80; the fifth times the same as the fourth.
+_TIED = [[1.0, 0.9, 1.1], [1.0, 0.8, 1.5], [2.0, 0.1, 2.1], [1.0, 0.8, 1.2], [1.0, 0.8, 1.2]]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_tie_on_the_median_goes_to_the_lower_p20_then_p80(impl):
+    """Triton's choice is `min(timings, key=timings.get)` over what do_bench returned: lists compare item by
+    item, so a tie on the median goes to the lower p20, then the lower p80, and a full tie to the first."""
+    bench = QuantileBench(_TIED)
+    k = copy_kernel(autotune_of(impl), configs=configs_of(16, 32, 64, 128, 256), key=["N"], do_bench=bench)
+    src, dst = torch.randn(128), torch.empty(128)
+    k[grid_for(128)](dst, src, 128)
+    assert bench.calls == 5 and torch.equal(dst, src)
+    assert k.best_config.kwargs == {"BLOCK_SIZE": 128}
+    assert [c.kwargs for c in k.cache.values()] == [{"BLOCK_SIZE": 128}]
+
+
+def test_tuners_own_timer_keeps_the_first_config_on_a_tie():
+    """tuner's own timers (`bench=`, seconds) are not Triton's: a tie on the median goes to the config timed
+    first, whatever quantiles they return."""
+    timed = []
+
+    def bench(call):
+        call()
+        timed.append(1)
+        return tuple(t / 1e3 for t in _TIED[len(timed) - 1])
+
+    k = copy_kernel(tuner.autotune, configs=configs_of(16, 32, 64, 128, 256), key=["N"], bench=bench)
+    src, dst = torch.randn(128), torch.empty(128)
+    k[grid_for(128)](dst, src, 128)
+    assert len(timed) == 5 and k.best_config.kwargs == {"BLOCK_SIZE": 16}
+
+
+def test_a_tied_winner_read_back_from_the_store_is_the_same():
+    """A later decoration of the kernel (as in another process: nothing in memory) finds the store's entry
+    for the key, the config chosen on the tie, and times nothing."""
+    first = copy_kernel(
+        tuner.autotune, configs=configs_of(16, 32, 64, 128, 256), key=["N"], do_bench=QuantileBench(_TIED)
+    )
+    src, dst = torch.randn(128), torch.empty(128)
+    first[grid_for(128)](dst, src, 128)
+    again = copy_kernel(
+        tuner.autotune, configs=configs_of(16, 32, 64, 128, 256), key=["N"], do_bench=QuantileBench([])
+    )
+    again[grid_for(128)](dst, src, 128)
+    assert again.tuner.stats["from_store"] == 1 and torch.equal(dst, src)
+    assert first.best_config.kwargs == again.best_config.kwargs == {"BLOCK_SIZE": 128}
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 def test_thirty_explicit_configs_are_all_timed(impl):
     bench = Bench()

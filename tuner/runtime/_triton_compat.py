@@ -15,7 +15,9 @@ What Triton does, and so what this does (see triton/runtime/autotuner.py):
   `post_hook(args, exception=...)` replace those defaults, called once each per timed run; after tuning
   the pre-hook runs once more with `reset_only=True`. A `triton.Config(pre_hook=...)` runs before every
   timed run and before every real launch.
-- `do_bench(kernel_call, quantiles)` (milliseconds, as Triton's), `warmup` / `rep` (deprecated, with
+- `do_bench(kernel_call, quantiles)` (milliseconds, as Triton's; the winner is the lowest of its results,
+  compared as Triton's `min` compares them: [median, p20, p80] lists item by item, so a tie on the median
+  goes to the lower p20, then p80, and a full tie to the config timed first), `warmup` / `rep` (deprecated, with
   Triton's DeprecationWarning; milliseconds of warm-up and of timed repetitions), `use_cuda_graph`
   (CUDA graphs timing on a GPU).
 - `cache_results`: the store already keeps every winner across processes (`$TUNER_HOME`); True keeps
@@ -50,7 +52,14 @@ from tuner._units import ms_to_s, s_to_ms
 from tuner.search_spaces import SearchSpace
 
 from . import _jax
-from ._bench import BenchFn, default_bench, is_jax_call, normalise_bench_result, triton_bench
+from ._bench import (
+    BenchFn,
+    TritonTiming,
+    default_bench,
+    is_jax_call,
+    normalise_bench_result,
+    triton_bench,
+)
 from ._decorator import Autotuned, _attach
 from ._env import array_framework, signature_names, underlying_function
 from ._hit import launch_args, make_hit_path
@@ -429,14 +438,13 @@ class TritonAutotuned(Autotuned):
                     self._tl.first_error = exc
                 raise
             cur = getattr(self._tl, "current", None)
-            raw, self._tl.raw_timing = getattr(self._tl, "raw_timing", None), None
             if cur is not None:
                 # What Triton's timer (a do_bench) returned, as Triton keeps it: one number, or its
                 # [median, p20, p80]; tuner's own timers give (median, spread) only.
-                if raw is None:
+                if not isinstance(res, TritonTiming):
                     entry: Any = _timing_ms(*normalise_bench_result(res))
                 else:
-                    entry = raw if isinstance(raw, (list, tuple)) else float(raw)
+                    entry = res.raw if isinstance(res.raw, (list, tuple)) else float(res.raw)
                 timings[_timing_key(self.config_obj(cur))] = entry
             return res
 
@@ -488,13 +496,12 @@ class TritonAutotuned(Autotuned):
 
     def _ms_timer(self, do_bench: Callable[[Callable[[], Any]], Any]) -> BenchFn:
         """A timer of Triton's kind (milliseconds: a number, or [median, p20, p80]) as tuner's, keeping
-        what it returned for `.configs_timings` (`timed`), as Triton keeps it."""
+        what it returned (`TritonTiming.raw`): for `.configs_timings` (`timed`), as Triton keeps it, and
+        for the choice of the winner, which Triton makes on it (`_tuning._winner`)."""
 
-        def timer(call: Callable[[], Any]) -> tuple[float, ...]:
+        def timer(call: Callable[[], Any]) -> TritonTiming:
             raw = do_bench(call)
-            out = _ms_result_to_s(raw)
-            self._tl.raw_timing = raw
-            return out
+            return TritonTiming(_ms_result_to_s(raw), raw)
 
         return timer
 
