@@ -228,6 +228,61 @@ def test_thirty_explicit_configs_are_all_timed(impl):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("key", [["N", "BLOCK_SIZE"], ("N",), "N"], ids=["list", "tuple", "str"])
+@pytest.mark.parametrize("kind", [list, tuple])
+def test_configs_and_keys_are_the_objects_given(impl, key, kind):
+    """Triton's Autotuner keeps `configs` and `key` as given (`self.configs = configs`, `self.keys = key`):
+    the same object, of the same type, with every name (one that the configs supply too), and hands
+    `early_config_prune` that object; code reads them (`len(k.configs)`, `k.configs[0].kwargs`,
+    `k.keys`). Assigning them keeps what was assigned."""
+    cfgs = kind(configs_of(32, 64))
+    seen = []
+
+    def prune(configs, named_args, **kwargs):
+        seen.append(configs)
+        return configs
+
+    k = copy_kernel(
+        autotune_of(impl),
+        configs=cfgs,
+        key=key,
+        prune_configs_by={"early_config_prune": prune},
+        do_bench=Bench([2.0, 1.0]),
+    )
+    assert k.configs is cfgs and k.keys is key
+    src, dst = torch.randn(128), torch.empty(128)
+    k[grid_for(128)](dst, src, 128)
+    assert torch.equal(dst, src) and k.best_config.kwargs == {"BLOCK_SIZE": 64}
+    assert list(k.cache) == [(128, "torch.float32", "torch.float32")]
+    assert len(seen) == 1 and seen[0] is cfgs
+    new_cfgs, new_key = kind(configs_of(16, 32, 64)), kind(["N"])
+    k.configs, k.keys = new_cfgs, new_key
+    assert k.configs is new_cfgs and k.keys is new_key
+    k[grid_for(64)](dst, src, 64)
+    assert len(seen) == 2 and seen[1] is new_cfgs and torch.equal(dst, src)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_configs_changed_in_place_are_timed_on_the_next_miss(impl):
+    """`.configs` is the caller's list, which Triton reads on every miss: a config appended to it (by the
+    caller, or through `k.configs`) is timed for the next new key; a key already tuned keeps its config."""
+    cfgs = configs_of(32, 64)
+    bench = Bench([2.0, 1.0, 3.0, 2.0, 1.0])
+    k = copy_kernel(autotune_of(impl), configs=cfgs, key=["N"], do_bench=bench)
+    src, dst = torch.randn(128), torch.empty(128)
+    k[grid_for(128)](dst, src, 128)
+    assert bench.calls == 2 and k.best_config.kwargs == {"BLOCK_SIZE": 64}
+    cfgs.append(triton.Config({"BLOCK_SIZE": 16}))
+    k[grid_for(64)](dst, src, 64)
+    assert bench.calls == 5 and k.best_config.kwargs == {"BLOCK_SIZE": 16}
+    k.configs.pop()
+    k[grid_for(128)](dst, src, 128)
+    assert bench.calls == 5 and k.best_config.kwargs == {"BLOCK_SIZE": 64} and torch.equal(dst, src)
+    k[grid_for(32)](dst, src, 32)  # a new key: the two configs left
+    assert bench.calls == 7 and len(k.cache) == 3
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_single_config_is_never_timed(impl):
     def no_bench(kernel_call, quantiles):
         raise AssertionError("a single config must not be timed")

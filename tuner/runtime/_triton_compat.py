@@ -24,8 +24,8 @@ What Triton does, and so what this does (see triton/runtime/autotuner.py):
   that, an explicit False keeps winners in memory only (Triton's default behaviour).
 - The kernel object is an instance of `triton.runtime.Autotuner` (`_triton_launch.py`), with
   `.cache` (Triton's key tuple -> `triton.Config`; an entry put there is used for its key, emptying it
-  tunes again), `.best_config` (of the last launch), `.configs` and `.keys` (assigning them acts on the
-  next misses), `.configs_timings`, `.bench_time`, `.arg_names`, `.fn`, `.base_fn`, `.warmup()`, `.run()`,
+  tunes again), `.best_config` (of the last launch), `.configs` and `.keys` (the objects given, as Triton
+  keeps them; assigning them, or changing the configs in place, acts on the next misses), `.configs_timings`, `.bench_time`, `.arg_names`, `.fn`, `.base_fn`, `.warmup()`, `.run()`,
   `.prune_configs()`, `.nargs` (the positional arguments by name while a launch runs, None after it).
 - `TRITON_PRINT_AUTOTUNING=1` prints what Triton prints: each config as it is timed and the choice.
 
@@ -194,6 +194,9 @@ class TritonAutotuned(Autotuned):
         self._tl = threading.local()
         self.named_key = not callable(key)  # Triton's key (names): `.keys`, and `.cache` is consulted
         self.key_request: tuple[str, ...] = ()
+        self.key_given: Any = key  # the kernel's `.keys`: the object given, as Triton keeps it
+        # what the launcher that owns this tuner does when the configs change in place: rebuild its hit path
+        self.rebuilt: Callable[[], None] = lambda: None
         if not callable(key):
             self.key_request = (key,) if isinstance(key, str) else tuple(key)
             key = _keyed_names(fn, self.key_request, self.configs)
@@ -224,6 +227,9 @@ class TritonAutotuned(Autotuned):
             import triton
 
             configs = [triton.Config({}, num_warps=4, num_stages=3, num_ctas=1)]
+        # The kernel's `.configs`, and what `early_config_prune` gets: the object given (a tuple stays a
+        # tuple), as Triton keeps it; what tuning reads is a list of its configs as they were then.
+        self.configs_given: Sequence[Any] = configs
         self.configs: list[Any] = list(configs)
         self._dicts = _config_dicts(self.configs)
         self._obj_by_canon: dict[str, Any] = {}
@@ -261,11 +267,25 @@ class TritonAutotuned(Autotuned):
         if single or len(self.configs) == 1:
             self.forget()
 
+    def follow_in_place_changes(self) -> None:
+        """Code that changed the configs given in place (`k.configs.append(c)`, the caller's own list, an
+        `early_config_prune` that sorts the list it gets), which Triton reads at every miss: reconfigure
+        for them (`reconfigure`) and have the launcher rebuild its hit path (`rebuilt`). Checked on a
+        miss, never on a hit: as on Triton, a key already tuned keeps its config. The launch whose miss
+        finds the change times the new configs; a config pre_hook, or a launch option that only some
+        configs set, brought in by the change reaches the real launch from the next launch on."""
+        given, have = self.configs_given, self.configs
+        if len(given) == len(have) and all(a is b for a, b in zip(given, have, strict=True)):
+            return
+        self.reconfigure(given)
+        self.rebuilt()
+
     def rekey(self, names: Sequence[str] | str) -> None:
         """`kernel.keys = [...]`: later calls are keyed by these argument names (Triton's `.keys`)."""
         if not self.named_key:
             raise TypeError(f"{self.name} is keyed by a function; its key names cannot be assigned")
         self.key_request = (names,) if isinstance(names, str) else tuple(names)
+        self.key_given = names
         self._set_key(_keyed_names(self.fn, self.key_request, self.configs))
         self.forget()
 
@@ -393,9 +413,10 @@ class TritonAutotuned(Autotuned):
     def prune_named(self, nargs: dict[str, Any], kw: dict[str, Any]) -> list[Any]:
         """`prune` with the positional arguments by name and the keywords as the prune functions get them
         (Triton's `Autotuner.prune_configs(kwargs)` with `nargs`)."""
+        self.follow_in_place_changes()  # `.warmup()` and `.prune_configs()` too read the configs as they are
         pruned = list(self.configs)
         if self.early_config_prune is not None:
-            pruned = list(self.early_config_prune(self.configs, nargs, **kw) or [])
+            pruned = list(self.early_config_prune(self.configs_given, nargs, **kw) or [])
             if not pruned:
                 raise _autotuner_error(
                     "No valid autotuner configs after pruning. `early_config_prune` should return at least one config."
@@ -583,6 +604,7 @@ class TritonAutotuned(Autotuned):
     def miss(self, args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]) -> dict[str, Any]:
         if _jax.has_tracer(args, kwargs):
             return _jax.resolve_on_concrete(self.miss, self.name, args, kwargs, fast_key, target)
+        self.follow_in_place_changes()
         cfg = self._known(args, kwargs, fast_key)
         if cfg is None:
             cfg = self._resolve_triton(args, kwargs, fast_key, target)
@@ -693,7 +715,7 @@ class TritonAutotuned(Autotuned):
         (hooks, perf model, do_bench) are shared, as deepcopy shares functions."""
         made = dict(self._made_with)
         if self.named_key:
-            made["key"] = list(self.key_request)
+            made["key"] = copy.deepcopy(self.key_given, memo)
 
         def own(hook: Any) -> bool:  # the default hooks are bound to this tuner: the copy makes its own
             return getattr(hook, "__self__", None) is self
@@ -701,7 +723,7 @@ class TritonAutotuned(Autotuned):
         with warnings.catch_warnings():  # warmup/rep/use_cuda_graph were warned about at decoration
             warnings.simplefilter("ignore", DeprecationWarning)
             new = TritonAutotuned(
-                configs=copy.deepcopy(self.configs, memo),
+                configs=copy.deepcopy(self.configs_given, memo),
                 prune_configs_by={
                     "perf_model": self.perf_model,
                     "top_k": self.configs_top_k,
@@ -790,5 +812,5 @@ def build(fn: Any, triton_kw: dict[str, Any], **opts: Any) -> Any:
 
     w = _attach(make_hit_path(fn, t.keys.fast, t.mem, t.miss), t)
     w.cache = t.triton_cache
-    w.configs = t.configs
+    w.configs = t.configs_given
     return w
