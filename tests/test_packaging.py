@@ -123,6 +123,29 @@ def test_a_missing_kernel_backend_names_the_extra():
     assert "pip install 'tuner[kernels]'" in describe_exception(exc)
 
 
+def test_a_kernel_module_that_needs_a_missing_backend_names_the_extra(tmp_path, monkeypatch):
+    """The kernel registry wraps a kernel module's import failure in an ImportError naming the module; the
+    hint of the extra stays, read from the error it wraps."""
+    import tuner.kernels as kernels
+    from tuner.kernels import _registry
+
+    from tuner.measure._gate import describe_exception
+
+    (tmp_path / "needs_torch.py").write_text("import torch\n")
+    monkeypatch.setattr(kernels, "__path__", [*kernels.__path__, str(tmp_path)])
+    monkeypatch.setattr(_registry, "_loaded", False)
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` is a ModuleNotFoundError naming torch
+    with pytest.raises(ImportError, match="tuner.kernels.needs_torch") as info:
+        _registry.get_kernel("softmax")
+    text = describe_exception(info.value)
+    assert "tuner.kernels.needs_torch" in text and "pip install 'tuner[kernels]'" in text
+    # a module that fails for another reason gets no such hint
+    (tmp_path / "needs_torch.py").write_text("import torch_is_not_here\n")
+    with pytest.raises(ImportError, match="torch_is_not_here") as info:
+        _registry.get_kernel("softmax")
+    assert "tuner[kernels]" not in describe_exception(info.value)
+
+
 def test_one_xgboost_distribution():
     names = {canonicalize_name(r.name) for r in _requirements("kernels", "dev")}
     assert "xgboost" in names and "xgboost-cpu" not in names

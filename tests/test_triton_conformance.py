@@ -148,6 +148,71 @@ def test_every_config_timed_and_fastest_chosen(impl):
     assert bench.calls == 3
 
 
+class QuantileBench:
+    """A fake do_bench that returns the next of `results` as given ([median, p20, p80] ms)."""
+
+    def __init__(self, results):
+        self.results = list(results)
+        self.calls = 0
+
+    def __call__(self, kernel_call, quantiles):
+        if self.calls >= len(self.results):
+            raise AssertionError(f"timed {self.calls + 1} times, expected {len(self.results)}")
+        kernel_call()
+        self.calls += 1
+        return list(self.results[self.calls - 1])
+
+
+# Medians tie at 1.0 but for the third config; among the tied, the lowest p20 (0.8) is the second's and
+# the fourth's, and of those the fourth has the lower p80; the fifth times the same as the fourth.
+_TIED = [[1.0, 0.9, 1.1], [1.0, 0.8, 1.5], [2.0, 0.1, 2.1], [1.0, 0.8, 1.2], [1.0, 0.8, 1.2]]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_tie_on_the_median_goes_to_the_lower_p20_then_p80(impl):
+    """Triton's choice is `min(timings, key=timings.get)` over what do_bench returned: lists compare item by
+    item, so a tie on the median goes to the lower p20, then the lower p80, and a full tie to the first."""
+    bench = QuantileBench(_TIED)
+    k = copy_kernel(autotune_of(impl), configs=configs_of(16, 32, 64, 128, 256), key=["N"], do_bench=bench)
+    src, dst = torch.randn(128), torch.empty(128)
+    k[grid_for(128)](dst, src, 128)
+    assert bench.calls == 5 and torch.equal(dst, src)
+    assert k.best_config.kwargs == {"BLOCK_SIZE": 128}
+    assert [c.kwargs for c in k.cache.values()] == [{"BLOCK_SIZE": 128}]
+
+
+def test_tuners_own_timer_keeps_the_first_config_on_a_tie():
+    """tuner's own timers (`bench=`, seconds) are not Triton's: a tie on the median goes to the config timed
+    first, whatever quantiles they return."""
+    timed = []
+
+    def bench(call):
+        call()
+        timed.append(1)
+        return tuple(t / 1e3 for t in _TIED[len(timed) - 1])
+
+    k = copy_kernel(tuner.autotune, configs=configs_of(16, 32, 64, 128, 256), key=["N"], bench=bench)
+    src, dst = torch.randn(128), torch.empty(128)
+    k[grid_for(128)](dst, src, 128)
+    assert len(timed) == 5 and k.best_config.kwargs == {"BLOCK_SIZE": 16}
+
+
+def test_a_tied_winner_read_back_from_the_store_is_the_same():
+    """A later decoration of the kernel (as in another process: nothing in memory) finds the store's entry
+    for the key, the config chosen on the tie, and times nothing."""
+    first = copy_kernel(
+        tuner.autotune, configs=configs_of(16, 32, 64, 128, 256), key=["N"], do_bench=QuantileBench(_TIED)
+    )
+    src, dst = torch.randn(128), torch.empty(128)
+    first[grid_for(128)](dst, src, 128)
+    again = copy_kernel(
+        tuner.autotune, configs=configs_of(16, 32, 64, 128, 256), key=["N"], do_bench=QuantileBench([])
+    )
+    again[grid_for(128)](dst, src, 128)
+    assert again.tuner.stats["from_store"] == 1 and torch.equal(dst, src)
+    assert first.best_config.kwargs == again.best_config.kwargs == {"BLOCK_SIZE": 128}
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 def test_thirty_explicit_configs_are_all_timed(impl):
     bench = Bench()
@@ -160,6 +225,61 @@ def test_thirty_explicit_configs_are_all_timed(impl):
     src, dst = torch.randn(64), torch.empty(64)
     k[grid_for(64)](dst, src, 64)
     assert bench.calls == 30
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("key", [["N", "BLOCK_SIZE"], ("N",), "N"], ids=["list", "tuple", "str"])
+@pytest.mark.parametrize("kind", [list, tuple])
+def test_configs_and_keys_are_the_objects_given(impl, key, kind):
+    """Triton's Autotuner keeps `configs` and `key` as given (`self.configs = configs`, `self.keys = key`):
+    the same object, of the same type, with every name (one that the configs supply too), and hands
+    `early_config_prune` that object; code reads them (`len(k.configs)`, `k.configs[0].kwargs`,
+    `k.keys`). Assigning them keeps what was assigned."""
+    cfgs = kind(configs_of(32, 64))
+    seen = []
+
+    def prune(configs, named_args, **kwargs):
+        seen.append(configs)
+        return configs
+
+    k = copy_kernel(
+        autotune_of(impl),
+        configs=cfgs,
+        key=key,
+        prune_configs_by={"early_config_prune": prune},
+        do_bench=Bench([2.0, 1.0]),
+    )
+    assert k.configs is cfgs and k.keys is key
+    src, dst = torch.randn(128), torch.empty(128)
+    k[grid_for(128)](dst, src, 128)
+    assert torch.equal(dst, src) and k.best_config.kwargs == {"BLOCK_SIZE": 64}
+    assert list(k.cache) == [(128, "torch.float32", "torch.float32")]
+    assert len(seen) == 1 and seen[0] is cfgs
+    new_cfgs, new_key = kind(configs_of(16, 32, 64)), kind(["N"])
+    k.configs, k.keys = new_cfgs, new_key
+    assert k.configs is new_cfgs and k.keys is new_key
+    k[grid_for(64)](dst, src, 64)
+    assert len(seen) == 2 and seen[1] is new_cfgs and torch.equal(dst, src)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_configs_changed_in_place_are_timed_on_the_next_miss(impl):
+    """`.configs` is the caller's list, which Triton reads on every miss: a config appended to it (by the
+    caller, or through `k.configs`) is timed for the next new key; a key already tuned keeps its config."""
+    cfgs = configs_of(32, 64)
+    bench = Bench([2.0, 1.0, 3.0, 2.0, 1.0])
+    k = copy_kernel(autotune_of(impl), configs=cfgs, key=["N"], do_bench=bench)
+    src, dst = torch.randn(128), torch.empty(128)
+    k[grid_for(128)](dst, src, 128)
+    assert bench.calls == 2 and k.best_config.kwargs == {"BLOCK_SIZE": 64}
+    cfgs.append(triton.Config({"BLOCK_SIZE": 16}))
+    k[grid_for(64)](dst, src, 64)
+    assert bench.calls == 5 and k.best_config.kwargs == {"BLOCK_SIZE": 16}
+    k.configs.pop()
+    k[grid_for(128)](dst, src, 128)
+    assert bench.calls == 5 and k.best_config.kwargs == {"BLOCK_SIZE": 64} and torch.equal(dst, src)
+    k[grid_for(32)](dst, src, 32)  # a new key: the two configs left
+    assert bench.calls == 7 and len(k.cache) == 3
 
 
 @pytest.mark.parametrize("impl", IMPLS)

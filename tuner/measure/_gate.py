@@ -295,13 +295,27 @@ def classify_exception(exc: BaseException, phase: str) -> tuple[str, bool]:
 _BACKEND_MODULES = frozenset({"torch", "triton", "jax", "jaxlib"})
 
 
+def _missing_backend(exc: BaseException) -> bool:
+    """Whether `exc`, or an error it was raised from or while handling (the kernel registry's ImportError
+    naming the kernel module that failed, `kernels/_registry.py`), is a ModuleNotFoundError naming a
+    kernel backend."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, ModuleNotFoundError) and (cur.name or "").split(".")[0] in _BACKEND_MODULES:
+            return True
+        cur = cur.__cause__ or (None if cur.__suppress_context__ else cur.__context__)
+    return False
+
+
 def describe_exception(exc: BaseException, limit: int = 2000) -> str:
     import traceback
 
     from tuner.search_spaces.devices import interpreter_fault_note
 
     tb = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in _BACKEND_MODULES:
+    if _missing_backend(exc):
         tb += " (a kernel backend, not installed by plain `pip install tuner`: pip install 'tuner[kernels]')"
     note = interpreter_fault_note(exc)
     frames = traceback.extract_tb(exc.__traceback__)

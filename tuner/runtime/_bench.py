@@ -28,9 +28,25 @@ __all__ = [
     "default_bench",
     "is_jax_call",
     "normalise_bench_result",
+    "TritonTiming",
 ]
 
 BenchFn = Callable[[Callable[[], Any]], Any]
+
+
+class TritonTiming(tuple):
+    """The result of a timer of Triton's kind (a `do_bench`, milliseconds) in seconds, as any timer's
+    ((median, p20, p80), or (median, spread)), with what that timer returned (`raw`): what
+    `triton.autotune` compares configs by, `min` over those results, so that a tie on the median goes to
+    the lower p20, then the lower p80 (lists compare item by item). A tuning picks its winner so when every
+    config was timed so (`_tuning`); other timers' ties go to the config timed first."""
+
+    raw: Any
+
+    def __new__(cls, values: Sequence[float], raw: Any) -> TritonTiming:
+        self = super().__new__(cls, values)
+        self.raw = raw
+        return self
 
 
 def _quantile(xs: Sequence[float], q: float) -> float:

@@ -15,15 +15,17 @@ What Triton does, and so what this does (see triton/runtime/autotuner.py):
   `post_hook(args, exception=...)` replace those defaults, called once each per timed run; after tuning
   the pre-hook runs once more with `reset_only=True`. A `triton.Config(pre_hook=...)` runs before every
   timed run and before every real launch.
-- `do_bench(kernel_call, quantiles)` (milliseconds, as Triton's), `warmup` / `rep` (deprecated, with
+- `do_bench(kernel_call, quantiles)` (milliseconds, as Triton's; the winner is the lowest of its results,
+  compared as Triton's `min` compares them: [median, p20, p80] lists item by item, so a tie on the median
+  goes to the lower p20, then p80, and a full tie to the config timed first), `warmup` / `rep` (deprecated, with
   Triton's DeprecationWarning; milliseconds of warm-up and of timed repetitions), `use_cuda_graph`
   (CUDA graphs timing on a GPU).
 - `cache_results`: the store already keeps every winner across processes (`$TUNER_HOME`); True keeps
   that, an explicit False keeps winners in memory only (Triton's default behaviour).
 - The kernel object is an instance of `triton.runtime.Autotuner` (`_triton_launch.py`), with
   `.cache` (Triton's key tuple -> `triton.Config`; an entry put there is used for its key, emptying it
-  tunes again), `.best_config` (of the last launch), `.configs` and `.keys` (assigning them acts on the
-  next misses), `.configs_timings`, `.bench_time`, `.arg_names`, `.fn`, `.base_fn`, `.warmup()`, `.run()`,
+  tunes again), `.best_config` (of the last launch), `.configs` and `.keys` (the objects given, as Triton
+  keeps them; assigning them, or changing the configs in place, acts on the next misses), `.configs_timings`, `.bench_time`, `.arg_names`, `.fn`, `.base_fn`, `.warmup()`, `.run()`,
   `.prune_configs()`, `.nargs` (the positional arguments by name while a launch runs, None after it).
 - `TRITON_PRINT_AUTOTUNING=1` prints what Triton prints: each config as it is timed and the choice.
 
@@ -50,7 +52,14 @@ from tuner._units import ms_to_s, s_to_ms
 from tuner.search_spaces import SearchSpace
 
 from . import _jax
-from ._bench import BenchFn, default_bench, is_jax_call, normalise_bench_result, triton_bench
+from ._bench import (
+    BenchFn,
+    TritonTiming,
+    default_bench,
+    is_jax_call,
+    normalise_bench_result,
+    triton_bench,
+)
 from ._decorator import Autotuned, _attach
 from ._env import array_framework, signature_names, underlying_function
 from ._hit import launch_args, make_hit_path
@@ -185,6 +194,9 @@ class TritonAutotuned(Autotuned):
         self._tl = threading.local()
         self.named_key = not callable(key)  # Triton's key (names): `.keys`, and `.cache` is consulted
         self.key_request: tuple[str, ...] = ()
+        self.key_given: Any = key  # the kernel's `.keys`: the object given, as Triton keeps it
+        # what the launcher that owns this tuner does when the configs change in place: rebuild its hit path
+        self.rebuilt: Callable[[], None] = lambda: None
         if not callable(key):
             self.key_request = (key,) if isinstance(key, str) else tuple(key)
             key = _keyed_names(fn, self.key_request, self.configs)
@@ -215,6 +227,9 @@ class TritonAutotuned(Autotuned):
             import triton
 
             configs = [triton.Config({}, num_warps=4, num_stages=3, num_ctas=1)]
+        # The kernel's `.configs`, and what `early_config_prune` gets: the object given (a tuple stays a
+        # tuple), as Triton keeps it; what tuning reads is a list of its configs as they were then.
+        self.configs_given: Sequence[Any] = configs
         self.configs: list[Any] = list(configs)
         self._dicts = _config_dicts(self.configs)
         self._obj_by_canon: dict[str, Any] = {}
@@ -252,11 +267,25 @@ class TritonAutotuned(Autotuned):
         if single or len(self.configs) == 1:
             self.forget()
 
+    def follow_in_place_changes(self) -> None:
+        """Code that changed the configs given in place (`k.configs.append(c)`, the caller's own list, an
+        `early_config_prune` that sorts the list it gets), which Triton reads at every miss: reconfigure
+        for them (`reconfigure`) and have the launcher rebuild its hit path (`rebuilt`). Checked on a
+        miss, never on a hit: as on Triton, a key already tuned keeps its config. The launch whose miss
+        finds the change times the new configs; a config pre_hook, or a launch option that only some
+        configs set, brought in by the change reaches the real launch from the next launch on."""
+        given, have = self.configs_given, self.configs
+        if len(given) == len(have) and all(a is b for a, b in zip(given, have, strict=True)):
+            return
+        self.reconfigure(given)
+        self.rebuilt()
+
     def rekey(self, names: Sequence[str] | str) -> None:
         """`kernel.keys = [...]`: later calls are keyed by these argument names (Triton's `.keys`)."""
         if not self.named_key:
             raise TypeError(f"{self.name} is keyed by a function; its key names cannot be assigned")
         self.key_request = (names,) if isinstance(names, str) else tuple(names)
+        self.key_given = names
         self._set_key(_keyed_names(self.fn, self.key_request, self.configs))
         self.forget()
 
@@ -384,9 +413,10 @@ class TritonAutotuned(Autotuned):
     def prune_named(self, nargs: dict[str, Any], kw: dict[str, Any]) -> list[Any]:
         """`prune` with the positional arguments by name and the keywords as the prune functions get them
         (Triton's `Autotuner.prune_configs(kwargs)` with `nargs`)."""
+        self.follow_in_place_changes()  # `.warmup()` and `.prune_configs()` too read the configs as they are
         pruned = list(self.configs)
         if self.early_config_prune is not None:
-            pruned = list(self.early_config_prune(self.configs, nargs, **kw) or [])
+            pruned = list(self.early_config_prune(self.configs_given, nargs, **kw) or [])
             if not pruned:
                 raise _autotuner_error(
                     "No valid autotuner configs after pruning. `early_config_prune` should return at least one config."
@@ -429,14 +459,13 @@ class TritonAutotuned(Autotuned):
                     self._tl.first_error = exc
                 raise
             cur = getattr(self._tl, "current", None)
-            raw, self._tl.raw_timing = getattr(self._tl, "raw_timing", None), None
             if cur is not None:
                 # What Triton's timer (a do_bench) returned, as Triton keeps it: one number, or its
                 # [median, p20, p80]; tuner's own timers give (median, spread) only.
-                if raw is None:
+                if not isinstance(res, TritonTiming):
                     entry: Any = _timing_ms(*normalise_bench_result(res))
                 else:
-                    entry = raw if isinstance(raw, (list, tuple)) else float(raw)
+                    entry = res.raw if isinstance(res.raw, (list, tuple)) else float(res.raw)
                 timings[_timing_key(self.config_obj(cur))] = entry
             return res
 
@@ -488,13 +517,12 @@ class TritonAutotuned(Autotuned):
 
     def _ms_timer(self, do_bench: Callable[[Callable[[], Any]], Any]) -> BenchFn:
         """A timer of Triton's kind (milliseconds: a number, or [median, p20, p80]) as tuner's, keeping
-        what it returned for `.configs_timings` (`timed`), as Triton keeps it."""
+        what it returned (`TritonTiming.raw`): for `.configs_timings` (`timed`), as Triton keeps it, and
+        for the choice of the winner, which Triton makes on it (`_tuning._winner`)."""
 
-        def timer(call: Callable[[], Any]) -> tuple[float, ...]:
+        def timer(call: Callable[[], Any]) -> TritonTiming:
             raw = do_bench(call)
-            out = _ms_result_to_s(raw)
-            self._tl.raw_timing = raw
-            return out
+            return TritonTiming(_ms_result_to_s(raw), raw)
 
         return timer
 
@@ -576,6 +604,7 @@ class TritonAutotuned(Autotuned):
     def miss(self, args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]) -> dict[str, Any]:
         if _jax.has_tracer(args, kwargs):
             return _jax.resolve_on_concrete(self.miss, self.name, args, kwargs, fast_key, target)
+        self.follow_in_place_changes()
         cfg = self._known(args, kwargs, fast_key)
         if cfg is None:
             cfg = self._resolve_triton(args, kwargs, fast_key, target)
@@ -695,7 +724,7 @@ class TritonAutotuned(Autotuned):
         (hooks, perf model, do_bench) are shared, as deepcopy shares functions."""
         made = dict(self._made_with)
         if self.named_key:
-            made["key"] = list(self.key_request)
+            made["key"] = copy.deepcopy(self.key_given, memo)
 
         def own(hook: Any) -> bool:  # the default hooks are bound to this tuner: the copy makes its own
             return getattr(hook, "__self__", None) is self
@@ -703,7 +732,7 @@ class TritonAutotuned(Autotuned):
         with warnings.catch_warnings():  # warmup/rep/use_cuda_graph were warned about at decoration
             warnings.simplefilter("ignore", DeprecationWarning)
             new = TritonAutotuned(
-                configs=copy.deepcopy(self.configs, memo),
+                configs=copy.deepcopy(self.configs_given, memo),
                 prune_configs_by={
                     "perf_model": self.perf_model,
                     "top_k": self.configs_top_k,
@@ -792,5 +821,5 @@ def build(fn: Any, triton_kw: dict[str, Any], **opts: Any) -> Any:
 
     w = _attach(make_hit_path(fn, t.keys.fast, t.mem, t.miss), t)
     w.cache = t.triton_cache
-    w.configs = t.configs
+    w.configs = t.configs_given
     return w

@@ -56,6 +56,7 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
         super().__init__(t)
         self.tuner: TritonAutotuned = t
         self.base_fn = underlying_function(t.fn)
+        t.rebuilt = self._rebuild
         self._rebuild()
 
     def _rebuild(self) -> None:
@@ -127,8 +128,9 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
 
     # ---- what code reads and writes -----------------------------------------------------------------
     @property
-    def configs(self) -> list[Any]:
-        return self.tuner.configs
+    def configs(self) -> Sequence[Any]:
+        """The configs given (or assigned), the very object, as Triton's `.configs`."""
+        return self.tuner.configs_given
 
     @configs.setter
     def configs(self, value: Sequence[Any]) -> None:
@@ -136,9 +138,12 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
         self._rebuild()
 
     @property
-    def keys(self) -> list[str]:
-        """The argument names of the key (Triton's `.keys`; names no call passes are left out)."""
-        return self.tuner.key_names
+    def keys(self) -> Any:
+        """The key given (or assigned), the very object, as Triton's `.keys`: every name, also one that no
+        call passes (a constexpr the configs supply), which the key leaves out; with a function as the
+        key (tuner's), an empty list."""
+        t = self.tuner
+        return t.key_given if t.named_key else t.key_names
 
     @keys.setter
     def keys(self, value: Sequence[str]) -> None:

@@ -13,6 +13,7 @@ current space, the old winner included if it is still there.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import sys
@@ -22,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import _jax
-from ._bench import normalise_bench_result
+from ._bench import TritonTiming, normalise_bench_result
 from ._coverage import task_of
 from ._entry import CacheEntry, EntryError, now_iso
 from ._key import canon
@@ -30,6 +31,7 @@ from ._resolve import Request, Resolution, usable_config, valid_config
 from ._sources import guarded
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .._optimize import TuneResult
     from ..store import Measurement
     from ._db import ConfigCache
     from ._key import CacheKey
@@ -206,6 +208,7 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
     invoke = _invoker(req, restore)
     spreads: dict[str, float] = {}
     quantiles: dict[str, tuple[float, float]] = {}  # (p20, p80) s, of a timer that gives them
+    raw: dict[str, Any] = {}  # what a timer of Triton's kind returned (`TritonTiming`): Triton's order
 
     def objective(cfg: dict[str, Any]) -> float:
         if restore is not None:
@@ -215,6 +218,8 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
         spreads[canon(cfg)] = spread
         if isinstance(timed, (tuple, list)) and len(timed) == 3:
             quantiles[canon(cfg)] = (float(timed[1]), float(timed[2]))
+        if isinstance(timed, TritonTiming):
+            raw[canon(cfg)] = timed.raw
         return med
 
     store = db.store if db is not None else None
@@ -295,8 +300,8 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
             f"first error: {first or 'unknown'}",
             tuple(tr.error or "" for tr in res.trials),
         )
-    cfg = dict(res.best_config)
-    entry = CacheEntry(ck, cfg, res.best_value, spreads.get(canon(cfg), 0.0), now_iso(), space.fingerprint())
+    cfg, best_value = _winner(res, raw)
+    entry = CacheEntry(ck, cfg, best_value, spreads.get(canon(cfg), 0.0), now_iso(), space.fingerprint())
     if db is not None:
         try:
             guarded(db, "write", "store the winner", lambda: db.put(entry, replace=stale), None)
@@ -316,12 +321,25 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
         ck.fields_dict,
         len(res.trials),
         cfg,
-        res.best_value,
+        best_value,
     )
-    why = (
-        f"tuned: {len(res.trials)} evaluations in {time.perf_counter() - t0:.2f}s, best {res.best_value:.3g}s"
-    )
+    why = f"tuned: {len(res.trials)} evaluations in {time.perf_counter() - t0:.2f}s, best {best_value:.3g}s"
     return Resolution(cfg, why, "tuned")
+
+
+def _winner(res: TuneResult, raw: Mapping[str, Any]) -> tuple[dict[str, Any], float]:
+    """The winner of a tuning and its median: optimize's best (the lowest median, the first timed on a
+    tie), or, where every config that ran was timed by a timer of Triton's kind (`raw`: what it returned,
+    by config), `triton.autotune`'s choice, `min` over those results: a tie on the median goes to the lower
+    p20, then the lower p80 ([median, p20, p80] lists compare item by item), a full tie to the first
+    timed. Results that do not compare (a number and a list) leave optimize's best."""
+    assert res.best_config is not None
+    ok = [(tr, tr.value) for tr in res.trials if tr.value is not None]
+    if raw and all(canon(tr.config) in raw for tr, _ in ok):
+        with contextlib.suppress(TypeError):
+            best, value = min(ok, key=lambda tv: (raw[canon(tv[0].config)], tv[0].number))
+            return dict(best.config), float(value)
+    return dict(res.best_config), res.best_value
 
 
 def _stop_if_untimeable(name: str, ck: CacheKey, trial: Any) -> None:
