@@ -296,12 +296,17 @@ def test_tune_kernel_stores_every_trial_and_picks_the_fastest_correct(tmp_path):
     st = {t.config["block"]: t.status for t in res.trials}
     assert st[1] == "incorrect" and st[5] == "compile_error"
     assert sum(s == "ok" for s in st.values()) == 6
-    assert res.best_config == {"block": 2}
     assert res.tflops is not None and res.tflops > 0
     assert res.device == "cpu" and res.best.backend == "cpu-interpreter"
     rows = ResultStore(url).measurements(kernel="toy_blocks")
     trials = [r for r in rows if r.stats.get("phase") != "final"]
-    assert len(trials) == 8 and len([r for r in rows if r.stats.get("phase") == "final"]) == 3
+    finals = [r for r in rows if r.stats.get("phase") == "final"]
+    assert len(trials) == 8 and len(finals) == 3
+    # the winner is a re-measured finalist that is correct: block 1, the fastest, is wrong. Which correct
+    # block wins is a CPU timing (block 2 does 4 passes, block 3 nine): on a loaded 2-core machine the two
+    # can swap, so the test does not name it (the choice among finalists is tests of measure/_select.py)
+    assert res.best_config in [r.config for r in finals] and res.best_config["block"] not in (1, 5)
+    assert all(r.status == "ok" for r in finals)
     assert all(r.versions == software_versions() for r in rows)
     bad = next(r for r in trials if r.config["block"] == 5)
     assert bad.status == "compile_error" and "cannot be lowered" in bad.error
