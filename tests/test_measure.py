@@ -304,7 +304,7 @@ def test_tune_kernel_stores_every_trial_and_picks_the_fastest_correct(tmp_path):
     assert len(trials) == 8 and len(finals) == 3
     # the winner is a re-measured finalist that is correct: block 1, the fastest, is wrong. Which correct
     # block wins is a CPU timing (block 2 does 4 passes, block 3 nine): on a loaded 2-core machine the two
-    # can swap, so the test does not name it (the choice among finalists is tests of measure/_select.py)
+    # can swap, so the test does not name it (choose_winner has its own tests above)
     assert res.best_config in [r.config for r in finals] and res.best_config["block"] not in (1, 5)
     assert all(r.status == "ok" for r in finals)
     assert all(r.versions == software_versions() for r in rows)
