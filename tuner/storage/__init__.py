@@ -6,7 +6,9 @@
   (`read_only_url(url)`: a SQLite file in a folder that cannot be written), which is read, never migrated.
 - `guarding(url, study_name, check)`: while a study worker runs a task, the measurements of its study are
   written only while `check` finds the worker's lease held (`LeaseLost` otherwise; `_fence`).
-- `optuna_storage(url)`: Optuna's RDBStorage on the same database, created under the same lock.
+- `optuna_storage(url)`: Optuna's RDBStorage on the same database, created under the same lock; on
+  PostgreSQL one per URL and process, shared (`close_idle_connections(url)` closes what its pool and
+  `engine_for(url)`'s hold idle).
 - On PostgreSQL every connection has a statement timeout (`TUNER_PG_TIMEOUT`, `pg_timeout_s()`); a statement
   that runs past it raises `StoreTimeout`, naming the store, the `operation(...)` and the limit; one whose
   connection the server ends (a restart, `pg_terminate_backend`) raises `StoreConnectionLost`; a connection
@@ -46,7 +48,14 @@ from ._engine import (
     sqlite_url,
 )
 from ._fence import LeaseLost, WriteGuard, guard_for, guarding
-from ._migrate import check_schema, ensure_schema, optuna_storage, schema_lock, schema_revision
+from ._migrate import (
+    check_schema,
+    close_idle_connections,
+    ensure_schema,
+    optuna_storage,
+    schema_lock,
+    schema_revision,
+)
 from ._new_file import NewFile
 from ._schema import SCHEMA_REVISION, SCHEMA_VERSION, VERSION_TABLE
 
@@ -64,6 +73,7 @@ __all__ = [
     "StoreTimeout",
     "StoreUnreachable",
     "check_schema",
+    "close_idle_connections",
     "disk_full_in",
     "engine_for",
     "engine_kwargs",
