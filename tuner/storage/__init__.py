@@ -12,7 +12,11 @@
 - On PostgreSQL every connection has a statement timeout (`TUNER_PG_TIMEOUT`, `pg_timeout_s()`); a statement
   that runs past it raises `StoreTimeout`, naming the store, the `operation(...)` and the limit; one whose
   connection the server ends (a restart, `pg_terminate_backend`) raises `StoreConnectionLost`; a connection
-  that cannot be made (a server down, a wrong host, port or database) raises `StoreUnreachable`.
+  that cannot be made (a server down, a wrong host, port or database) raises `StoreUnreachable`, one the
+  server refuses for a connection limit `StoreConnectionLimit` after `TUNER_PG_CONNECT_WAIT` seconds of
+  trying again (`pg_connect_wait_s()`). Each engine keeps `TUNER_PG_POOL_SIZE` connections (`pg_pool_size()`)
+  and opens as many more at peaks; a process has two per PostgreSQL store (`engine_for(url)` and the one
+  Optuna storage `optuna_storage(url)` shares).
 - On SQLite a fault of the file or the disk (corrupt, not a database, disk full, read-only, I/O error)
   raises `StoreError` naming the file and what to do (`StoreCorrupt` for a damaged file); a lock held past
   the busy timeout stays SQLAlchemy's `OperationalError` ("database is locked"), which callers retry. A
@@ -26,7 +30,10 @@
 from __future__ import annotations
 
 from ._engine import (
+    PG_CONNECT_WAIT_S,
+    PG_POOL_SIZE,
     PG_TIMEOUT_S,
+    StoreConnectionLimit,
     StoreConnectionLost,
     StoreCorrupt,
     StoreError,
@@ -41,6 +48,8 @@ from ._engine import (
     make_engine,
     normalize_url,
     operation,
+    pg_connect_wait_s,
+    pg_pool_size,
     pg_timeout_s,
     read_only_url,
     redact,
@@ -60,10 +69,13 @@ from ._new_file import NewFile
 from ._schema import SCHEMA_REVISION, SCHEMA_VERSION, VERSION_TABLE
 
 __all__ = [
+    "PG_CONNECT_WAIT_S",
+    "PG_POOL_SIZE",
     "PG_TIMEOUT_S",
     "SCHEMA_REVISION",
     "SCHEMA_VERSION",
     "VERSION_TABLE",
+    "StoreConnectionLimit",
     "StoreConnectionLost",
     "StoreCorrupt",
     "WriteGuard",
@@ -87,6 +99,8 @@ __all__ = [
     "normalize_url",
     "operation",
     "optuna_storage",
+    "pg_connect_wait_s",
+    "pg_pool_size",
     "pg_timeout_s",
     "read_only_url",
     "redact",
