@@ -171,7 +171,6 @@ def sigterm_in_commit_executor(task: Any, *, prior: Any = None, callback: Any = 
     import sys
     import threading
 
-    from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
     after = int(os.environ.get("FAKE_SIGTERM_AFTER") or 2)
@@ -201,8 +200,46 @@ def sigterm_in_commit_executor(task: Any, *, prior: Any = None, callback: Any = 
         if callback is not None:
             callback(*args, **kw)
 
-    event.listen(Engine, "commit", on_commit)
+    return _listening(Engine, "commit", on_commit, lambda: executor(task, prior=prior, callback=each))
+
+
+def limit_executor(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
+    """`executor` that, once FAKE_LIMIT_AFTER trials of this process have finished, has the server refuse
+    every new connection of the role FAKE_LIMIT_ROLE (its CONNECTION LIMIT set to 0 through
+    FAKE_LIMIT_ADMIN, a superuser's URL, which no limit binds) and closes the idle connections of the
+    pools of this process's engines, so its next statement needs a new connection: a pool that grows or
+    renews a connection on a server whose limit other clients have reached."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import Connection, Engine
+
+    after = int(os.environ["FAKE_LIMIT_AFTER"])
+    engines: list[Engine] = []
+
+    def seen(conn: Connection) -> None:
+        if all(e is not conn.engine for e in engines):
+            engines.append(conn.engine)
+
+    def each(*args: Any, **kw: Any) -> None:
+        _trials_here[0] += 1
+        if _trials_here[0] == after:
+            admin = create_engine(os.environ["FAKE_LIMIT_ADMIN"], isolation_level="AUTOCOMMIT")
+            with admin.connect() as c:
+                c.execute(text(f'ALTER ROLE "{os.environ["FAKE_LIMIT_ROLE"]}" CONNECTION LIMIT 0'))
+            admin.dispose()
+            for engine in engines:
+                engine.pool.dispose()  # closes the connections it holds idle; it makes new ones when asked
+        if callback is not None:
+            callback(*args, **kw)
+
+    return _listening(Engine, "engine_connect", seen, lambda: executor(task, prior=prior, callback=each))
+
+
+def _listening(target: Any, name: str, fn: Any, run: Any) -> Any:
+    """`run()` with the SQLAlchemy event listener `fn` of `name` on `target` installed meanwhile."""
+    from sqlalchemy import event
+
+    event.listen(target, name, fn)
     try:
-        return executor(task, prior=prior, callback=each)
+        return run()
     finally:
-        event.remove(Engine, "commit", on_commit)
+        event.remove(target, name, fn)

@@ -329,3 +329,38 @@ def test_a_tuning_on_an_event_loops_thread_is_warned_about_once(caplog: pytest.L
     said = [r.getMessage() for r in caplog.records if "event loop" in r.getMessage()]
     assert len(said) == 1 and "evloop_on" in said[0], said
     assert on_loop.tuner.stats["tuned"] == 2 and off_loop.tuner.stats["tuned"] == 1
+
+
+FORK_OPTUNA = """
+import contextlib, os, sys
+from sqlalchemy import text
+from tuner.store import ResultStore
+
+store = ResultStore(sys.argv[1])
+storage = store.optuna_storage()  # the process's one Optuna storage of the URL
+def backends(n):  # the server processes of n connections taken from the pool at once
+    with contextlib.ExitStack() as stack:
+        conns = [stack.enter_context(storage.engine.connect()) for _ in range(n)]
+        return {c.execute(text("SELECT pg_backend_pid()")).scalar_one() for c in conns}
+pooled = backends(max(1, storage.engine.pool.checkedin()))  # every connection the pool holds
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.write(w, str(backends(1).pop()).encode())
+    storage.create_new_study([], "from the child")  # an Optuna write of the child's
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+child = int(os.read(r, 64).decode())
+print(len(pooled), child in pooled, backends(1) <= pooled, os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_forked_child_does_not_share_the_parents_optuna_storage_connections(pg_url: str) -> None:
+    """A ResultStore's Optuna storage (and the one a process shares per URL) made before a fork: the child
+    took a pooled connection of the parent's (the engines of `engine_for` got new pools at the fork;
+    Optuna's did not), so the two processes shared one socket."""
+    out = _run(FORK_OPTUNA, pg_url)
+    assert out.returncode == 0, out.stderr[-3000:]
+    n, shared, parent_kept, code = out.stdout.split()
+    assert int(n) >= 1 and code == "0", out.stdout
+    assert shared == "False" and parent_kept == "True", out.stdout

@@ -573,12 +573,14 @@ def test_opening_optunas_storage_that_times_out_is_a_store_timeout_and_leaves_no
     handler. One that ran past the limit (another program holding a lock on the table) raised Optuna's
     StorageInternalError over the driver's error, not tuner's StoreTimeout, and its engine's pooled
     connection stayed open on the server for as long as the error was kept."""
+    from tuner.storage import _migrate
     from tuner.store import ResultStore
 
     monkeypatch.setenv("TUNER_PG_TIMEOUT", "1")
     store = ResultStore(pg_url)
     store.optuna_storage().engine.dispose()  # Optuna's tables made and stamped
     store._optuna_storage = None
+    _migrate._optuna_storages.clear()  # opened anew, not the one this process shares (`optuna_storage`)
     msg = _optuna_storage_timeout(store, "LOCK TABLE version_info IN ACCESS EXCLUSIVE MODE")
     assert "opening Optuna's tables gave up after 1 s (TUNER_PG_TIMEOUT" in msg, msg
     assert store.optuna_storage() is not None  # the lock gone, it opens

@@ -69,6 +69,23 @@ SETTINGS: dict[str, Setting] = {
             "`60`",
         ),
         Setting(
+            "TUNER_PG_POOL_SIZE",
+            "str",
+            None,
+            "PostgreSQL connections each of a process's two engines per store (tuner's tables, Optuna's) "
+            "keeps open between calls; as many more are opened at peaks, so a process holds at most 4 times "
+            "this many",
+            "`4`",
+        ),
+        Setting(
+            "TUNER_PG_CONNECT_WAIT",
+            "str",
+            None,
+            "seconds a new PostgreSQL connection that the server refuses for a connection limit is tried "
+            "again before it fails with a `StoreConnectionLimit`; `0`: fail at once",
+            "`10`",
+        ),
+        Setting(
             "TUNER_MODE",
             "str",
             None,

@@ -27,6 +27,7 @@ from tuner._settings import text
 from .storage import (
     SCHEMA_VERSION,
     NewFile,
+    StoreConnectionLimit,
     StoreConnectionLost,
     StoreCorrupt,
     StoreError,
@@ -65,6 +66,7 @@ DEFAULT_PRIOR_TASKS = 8
 
 __all__ = [
     "ResultStore",
+    "StoreConnectionLimit",
     "StoreConnectionLost",
     "StoreCorrupt",
     "StoreError",

@@ -6,11 +6,17 @@
   (`read_only_url(url)`: a SQLite file in a folder that cannot be written), which is read, never migrated.
 - `guarding(url, study_name, check)`: while a study worker runs a task, the measurements of its study are
   written only while `check` finds the worker's lease held (`LeaseLost` otherwise; `_fence`).
-- `optuna_storage(url)`: Optuna's RDBStorage on the same database, created under the same lock.
+- `optuna_storage(url)`: Optuna's RDBStorage on the same database, created under the same lock; on
+  PostgreSQL one per URL and process, shared (`close_idle_connections(url)` closes what its pool and
+  `engine_for(url)`'s hold idle).
 - On PostgreSQL every connection has a statement timeout (`TUNER_PG_TIMEOUT`, `pg_timeout_s()`); a statement
   that runs past it raises `StoreTimeout`, naming the store, the `operation(...)` and the limit; one whose
   connection the server ends (a restart, `pg_terminate_backend`) raises `StoreConnectionLost`; a connection
-  that cannot be made (a server down, a wrong host, port or database) raises `StoreUnreachable`.
+  that cannot be made (a server down, a wrong host, port or database) raises `StoreUnreachable`, one the
+  server refuses for a connection limit `StoreConnectionLimit` after `TUNER_PG_CONNECT_WAIT` seconds of
+  trying again (`pg_connect_wait_s()`). Each engine keeps `TUNER_PG_POOL_SIZE` connections (`pg_pool_size()`)
+  and opens as many more at peaks; a process has two per PostgreSQL store (`engine_for(url)` and the one
+  Optuna storage `optuna_storage(url)` shares).
 - On SQLite a fault of the file or the disk (corrupt, not a database, disk full, read-only, I/O error)
   raises `StoreError` naming the file and what to do (`StoreCorrupt` for a damaged file); a lock held past
   the busy timeout stays SQLAlchemy's `OperationalError` ("database is locked"), which callers retry. A
@@ -24,7 +30,10 @@
 from __future__ import annotations
 
 from ._engine import (
+    PG_CONNECT_WAIT_S,
+    PG_POOL_SIZE,
     PG_TIMEOUT_S,
+    StoreConnectionLimit,
     StoreConnectionLost,
     StoreCorrupt,
     StoreError,
@@ -39,6 +48,8 @@ from ._engine import (
     make_engine,
     normalize_url,
     operation,
+    pg_connect_wait_s,
+    pg_pool_size,
     pg_timeout_s,
     read_only_url,
     redact,
@@ -46,15 +57,25 @@ from ._engine import (
     sqlite_url,
 )
 from ._fence import LeaseLost, WriteGuard, guard_for, guarding
-from ._migrate import check_schema, ensure_schema, optuna_storage, schema_lock, schema_revision
+from ._migrate import (
+    check_schema,
+    close_idle_connections,
+    ensure_schema,
+    optuna_storage,
+    schema_lock,
+    schema_revision,
+)
 from ._new_file import NewFile
 from ._schema import SCHEMA_REVISION, SCHEMA_VERSION, VERSION_TABLE
 
 __all__ = [
+    "PG_CONNECT_WAIT_S",
+    "PG_POOL_SIZE",
     "PG_TIMEOUT_S",
     "SCHEMA_REVISION",
     "SCHEMA_VERSION",
     "VERSION_TABLE",
+    "StoreConnectionLimit",
     "StoreConnectionLost",
     "StoreCorrupt",
     "WriteGuard",
@@ -64,6 +85,7 @@ __all__ = [
     "StoreTimeout",
     "StoreUnreachable",
     "check_schema",
+    "close_idle_connections",
     "disk_full_in",
     "engine_for",
     "engine_kwargs",
@@ -77,6 +99,8 @@ __all__ = [
     "normalize_url",
     "operation",
     "optuna_storage",
+    "pg_connect_wait_s",
+    "pg_pool_size",
     "pg_timeout_s",
     "read_only_url",
     "redact",

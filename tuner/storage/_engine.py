@@ -10,11 +10,13 @@ import importlib.util
 import logging
 import math
 import os
+import random
 import re
 import threading
+import time
 import weakref
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 from urllib.parse import quote, unquote
 
 from sqlalchemy import create_engine, event, text
@@ -24,7 +26,10 @@ from sqlalchemy.engine import URL, Connection, CreateEnginePlugin, Engine, Excep
 from tuner._settings import text as _setting_text
 
 __all__ = [
+    "PG_CONNECT_WAIT_S",
+    "PG_POOL_SIZE",
     "PG_TIMEOUT_S",
+    "StoreConnectionLimit",
     "StoreConnectionLost",
     "StoreCorrupt",
     "StoreError",
@@ -40,6 +45,8 @@ __all__ = [
     "migration_timeout_s",
     "normalize_url",
     "operation",
+    "pg_connect_wait_s",
+    "pg_pool_size",
     "pg_timeout_s",
     "read_only_url",
     "immutable_url",
@@ -73,6 +80,15 @@ PG_TIMEOUT_S = 60.0
 # wait for its lock: those statements get this longer limit (or none where the timeout is 0).
 PG_MIGRATION_TIMEOUT_S = 600.0
 _PG_TIMEOUT_PARAMS = ("statement_timeout", "idle_in_transaction_session_timeout")
+# Each engine keeps up to this many connections open between calls and opens as many more at peaks (closed
+# when returned); a process has two engines per PostgreSQL store (tuner's tables, Optuna's storage), so it
+# holds at most 4 times this many connections to a store. `TUNER_PG_POOL_SIZE` changes it.
+PG_POOL_SIZE = 4
+# A new connection the server refuses because a connection limit is reached (its max_connections, the
+# role's or the database's CONNECTION LIMIT, a pooler's) is tried again with a growing, jittered pause for
+# up to this many seconds (`TUNER_PG_CONNECT_WAIT`; 0: not at all): a fleet that starts at once, or
+# another program's burst, frees its slots within seconds.
+PG_CONNECT_WAIT_S = 10.0
 # The SQLAlchemy plugin that gives psycopg 3 connections the client-side deadline psycopg2's get from their
 # `connection_factory` (`_watchdog_pg3`); SQLAlchemy imports it when an engine names it.
 PG3_DEADLINE_PLUGIN = "tuner_pg3_deadline"
@@ -112,6 +128,15 @@ class StoreUnreachable(StoreError):
     being done and libpq's reason, on one line. Nothing was written."""
 
 
+class StoreConnectionLimit(StoreUnreachable):
+    """The PostgreSQL server refused a new connection of tuner because a connection limit is reached
+    ("sorry, too many clients already": its `max_connections`; "too many connections for role ..." or
+    "... for database ...": a `CONNECTION LIMIT`; "remaining connection slots are reserved ..."; a
+    pooler's "no more connections allowed"), and no slot came free within `TUNER_PG_CONNECT_WAIT` seconds.
+    The message names the store, what was being done, the server's reason, how long tuner waited, how
+    many connections a tuner process holds at most, and what to do. Nothing was written."""
+
+
 class StoreCorrupt(StoreError):
     """The SQLite file of a store is damaged ("database disk image is malformed") or is not a SQLite
     database at all ("file is not a database"). tuner never changes or deletes such a file: the message
@@ -137,11 +162,10 @@ def migration_timeout_s() -> float:
     return pg_timeout_s() and max(pg_timeout_s(), PG_MIGRATION_TIMEOUT_S)
 
 
-def pg_timeout_s() -> float:
-    """`TUNER_PG_TIMEOUT` in seconds (default `PG_TIMEOUT_S`); 0: no limit."""
-    raw = _setting_text("TUNER_PG_TIMEOUT")
+def _seconds_setting(name: str, default: float, doc: str) -> float:
+    raw = _setting_text(name)
     if raw is None:
-        return PG_TIMEOUT_S
+        return default
     try:
         value = float(raw)
     except ValueError:
@@ -149,8 +173,36 @@ def pg_timeout_s() -> float:
     if not (math.isfinite(value) and value >= 0):
         from tuner.errors import BadInput
 
-        raise BadInput(f"TUNER_PG_TIMEOUT must be a number of seconds >= 0 (0: no limit), got {raw!r}")
+        raise BadInput(f"{name} must be a number of seconds >= 0 ({doc}), got {raw!r}")
     return value
+
+
+def pg_connect_wait_s() -> float:
+    """`TUNER_PG_CONNECT_WAIT` in seconds (default `PG_CONNECT_WAIT_S`): how long a new PostgreSQL
+    connection refused for a connection limit is tried again; 0: not at all."""
+    return _seconds_setting("TUNER_PG_CONNECT_WAIT", PG_CONNECT_WAIT_S, "0: fail at once")
+
+
+def pg_pool_size() -> int:
+    """`TUNER_PG_POOL_SIZE` (default `PG_POOL_SIZE`): the connections each PostgreSQL engine keeps open
+    between calls; as many more are opened at peaks."""
+    raw = _setting_text("TUNER_PG_POOL_SIZE")
+    if raw is None:
+        return PG_POOL_SIZE
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        from tuner.errors import BadInput
+
+        raise BadInput(f"TUNER_PG_POOL_SIZE must be a whole number >= 1, got {raw!r}")
+    return value
+
+
+def pg_timeout_s() -> float:
+    """`TUNER_PG_TIMEOUT` in seconds (default `PG_TIMEOUT_S`); 0: no limit."""
+    return _seconds_setting("TUNER_PG_TIMEOUT", PG_TIMEOUT_S, "0: no limit")
 
 
 def _pg_options(url_options: str | None, timeout_s: float) -> str | None:
@@ -301,6 +353,7 @@ def install_timeout_errors(engine: Engine, url: str, *, migration: bool = False)
         )
 
     event.listen(engine, "handle_error", _on_error)
+    event.listen(engine, "do_connect", _connect_waiting)  # after psycopg 3's deadline, which connects first
 
 
 def _migration_limit_of(ctx: ExceptionContext) -> float | None:
@@ -335,15 +388,86 @@ def _connection_lost(ctx: ExceptionContext, where: str) -> None:
 
 
 def _cannot_connect(ctx: ExceptionContext, where: str, limit: str) -> None:
-    """Raise the `StoreUnreachable` of a connection the driver could not make (libpq's reason, one line)."""
+    """Raise the `StoreUnreachable` of a connection the driver could not make (libpq's reason, one line);
+    `StoreConnectionLimit` when the server refused it for a connection limit."""
     exc = ctx.original_exception
     if not isinstance(exc, ctx.dialect.loaded_dbapi.Error):
         return  # not the driver's: a bug of ours or of a plugin, left as it is
     what = _operation.get() or "connecting"
     said = " ".join(str(exc).split()).removeprefix("connection failed: ")
+    if connection_limit_refusal(exc):
+        n, wait_s = pg_pool_size(), pg_connect_wait_s()
+        waited = (
+            f"no slot came free within {wait_s:g} s (TUNER_PG_CONNECT_WAIT)"
+            if wait_s
+            else "TUNER_PG_CONNECT_WAIT=0: no wait for a free slot"
+        )
+        raise StoreConnectionLimit(
+            f"cannot connect to store {where} ({what}): the server refused a new connection, a connection "
+            f"limit is reached ({said}); {waited}. A tuner process holds "
+            f"at most {4 * n} connections to a store (TUNER_PG_POOL_SIZE={n} kept by each of its 2 "
+            "engines, as many more at peaks; a study worker uses about 4): run fewer worker processes "
+            "against this server, lower TUNER_PG_POOL_SIZE, raise the limit (max_connections, the role's "
+            "or database's CONNECTION LIMIT) or put a pooler such as PgBouncer in front; nothing was "
+            "written"
+        ) from exc
     raise StoreUnreachable(
         f"cannot connect to store {where} ({what}): {said} ({limit}); nothing was written"
     ) from exc
+
+
+# What PostgreSQL (SQLSTATE 53300, too_many_connections) and PgBouncer say when they refuse a connection for
+# a connection limit. Neither driver gives a refused connection's SQLSTATE, so its message is read (a server
+# that answers in another language, lc_messages, is reported as any other refusal, not waited for).
+_LIMIT_REFUSALS = (
+    "too many clients already",  # max_connections
+    "too many connections for role",  # ALTER ROLE ... CONNECTION LIMIT
+    "too many connections for database",  # ALTER DATABASE ... CONNECTION LIMIT
+    "remaining connection slots are reserved",  # the slots left are superuser_reserved_connections'
+    "no more connections allowed",  # PgBouncer's max_client_conn, max_db_connections, max_user_connections
+)
+
+
+def connection_limit_refusal(exc: BaseException) -> bool:
+    """`exc` is a driver's error for a connection the server refused because a connection limit is
+    reached."""
+    code = _sqlstate(exc)
+    return code == "53300" or any(m in str(exc) for m in _LIMIT_REFUSALS)
+
+
+_T = TypeVar("_T")
+
+
+def connect_waiting(make: Callable[[], _T]) -> _T:
+    """`make()` (a new PostgreSQL connection); while the server refuses it for a connection limit, again
+    after a pause that grows from 0.1 s to 2 s (jittered, so a fleet does not come back at once) for up to
+    `pg_connect_wait_s()` in all; then the last refusal is raised (the engine's error handler makes it a
+    `StoreConnectionLimit`). Any other error is raised at once."""
+    wait_s = pg_connect_wait_s()
+    start = time.monotonic()
+    pause = 0.1
+    while True:
+        try:
+            return make()
+        except Exception as exc:
+            waited = time.monotonic() - start
+            if not connection_limit_refusal(exc) or waited >= wait_s:
+                raise
+            if pause == 0.1:  # the first refusal
+                log.info(
+                    "the PostgreSQL server refused a connection (%s): waiting up to %g s for a free slot",
+                    " ".join(str(exc).split()),
+                    wait_s,
+                )
+            time.sleep(min(pause * random.uniform(0.5, 1.5), max(0.0, wait_s - waited)))
+            pause = min(2.0, pause * 2)
+
+
+def _connect_waiting(dialect: Any, _rec: Any, cargs: Any, cparams: Any) -> Any:
+    """The `do_connect` listener of tuner's PostgreSQL engines: the driver's connect, tried again while
+    the server refuses it for a connection limit (`connect_waiting`). psycopg 3 engines with a deadline
+    connect in `_watchdog_pg3`, which waits the same way."""
+    return connect_waiting(lambda: dialect.connect(*cargs, **cparams))
 
 
 # SQLite's primary result codes of the faults that are the file's or the disk's, not the statement's (a file
@@ -694,7 +818,8 @@ def engine_kwargs(url: str, timeout_s: float | None = None) -> dict[str, Any]:
     `timeout_s`: the PostgreSQL timeouts in seconds in place of `pg_timeout_s()` (0: none)."""
     if url.startswith("sqlite"):
         return {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
-    kw: dict[str, Any] = {"pool_pre_ping": True, "pool_size": 4, "max_overflow": 4}
+    pool = pg_pool_size()
+    kw: dict[str, Any] = {"pool_pre_ping": True, "pool_size": pool, "max_overflow": pool}
     parsed = make_url(normalize_url(url))
     if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() in ("psycopg2", "psycopg"):
         # libpq's own connection parameters; those the URL names are left to it

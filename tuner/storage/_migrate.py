@@ -30,13 +30,16 @@ from ._engine import (
     SQLITE_TIMEOUT_S,
     StoreConnectionLost,
     StoreError,
+    _inherited_pools,
     _sqlite_pragmas,
     engine_kwargs,
     engine_kwargs_calling,
     install_sqlite_errors,
     install_timeout_errors,
     migration_timeout_s,
+    normalize_url,
     operation,
+    pg_timeout_s,
     read_only_url,
     redact,
     set_statement_limit,
@@ -54,6 +57,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "close_idle_connections",
     "check_schema",
     "ensure_schema",
     "schema_lock",
@@ -66,11 +70,27 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # pg_advisory_lock key: the first 8 bytes of sha256("tuner schema"), as a signed 64-bit integer.
 _PG_LOCK_KEY = 0x2B8F3E1C5A7D9064
 _thread_lock = threading.RLock()
+# One Optuna storage per PostgreSQL URL, statement timeout and process (`optuna_storage`). Each RDBStorage
+# has an engine and a pool of its own: one made for every `ResultStore(url).optuna_storage()` (each
+# `optimize(storage=url)` call, so each task of a study worker) kept its pooled connections open on the
+# server until the garbage collector found it, and a worker's connections grew with the tasks it ran until
+# the server's connection limit refused them. Optuna's RDBStorage is safe to share between threads (a
+# session per thread). SQLite stores keep one per call: a file deleted or replaced under the process is
+# opened anew (`_replaced`), and a file has no connection limit.
+_optuna_storages: dict[tuple[str, float], optuna.storages.RDBStorage] = {}
+_storages_lock = threading.Lock()
 
 
-def _after_fork_in_child() -> None:  # a parent thread may have held the lock (migrating) at the fork
-    global _thread_lock
+def _after_fork_in_child() -> None:
+    """A parent thread may have held the locks (migrating, opening Optuna's storage) at the fork; the
+    Optuna storages the child inherited get new, empty pools (as `engine_for`'s engines do: the parent's
+    PostgreSQL sockets must not be shared), their old pools kept, untouched."""
+    global _thread_lock, _storages_lock
     _thread_lock = threading.RLock()
+    _storages_lock = threading.Lock()
+    for storage in _optuna_storages.values():
+        _inherited_pools.append(storage.engine.pool)
+        storage.engine.pool = storage.engine.pool.recreate()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -356,7 +376,8 @@ def _rdb_storage(
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:
     """Optuna's RDBStorage on `url`, created under the schema lock (Optuna creates its tables and stamps
     its version check-then-create; concurrent first opens would race). A SQLite store whose folder cannot
-    be written (`read_only_url`) is opened read-only, creating nothing."""
+    be written (`read_only_url`) is opened read-only, creating nothing. On PostgreSQL one storage per URL
+    and process is made and shared (`_optuna_storages`)."""
     from ._engine import engine_for
 
     ro_url = read_only_url(url)
@@ -364,6 +385,36 @@ def optuna_storage(url: str) -> optuna.storages.RDBStorage:
         with _alembic_quiet(), _sqlite_faults(url):
             return _rdb_storage(ro_url, ro_url, skip_table_creation=True)
     eng = engine_for(url)
+    if eng.dialect.name != "postgresql":
+        return _open_optuna_storage(eng, url)
+    key = (normalize_url(url), pg_timeout_s())
+    with _storages_lock:
+        storage = _optuna_storages.get(key)
+        if storage is None:
+            storage = _optuna_storages[key] = _open_optuna_storage(eng, url)
+    return storage
+
+
+def close_idle_connections(url: str) -> None:
+    """Close the connections this process's engines of the PostgreSQL store `url` hold idle in their pools
+    (`engine_for(url)`'s and the shared Optuna storage's); they open new ones when next used. For a
+    process that only waits while others work (`run_study` with local worker processes), so its idle
+    connections do not count against the server's limit meanwhile. Nothing for other stores."""
+    from ._engine import engine_of
+
+    url = normalize_url(url)
+    eng = engine_of(url)
+    if eng is None or eng.dialect.name != "postgresql":
+        return
+    eng.pool.dispose()  # a QueuePool closes the connections checked in and stays usable
+    with _storages_lock:
+        shared = [s for (u, _), s in _optuna_storages.items() if u == url]
+    for storage in shared:
+        storage.engine.pool.dispose()
+
+
+def _open_optuna_storage(eng: Engine, url: str) -> optuna.storages.RDBStorage:
+    """A new RDBStorage on `eng`'s database (`optuna_storage`), its tables made under the schema lock."""
     path = sqlite_file(eng)
     if path is not None:  # RDBStorage connects (which makes the file) before its engine can be watched
         check_file(path, "opening Optuna's tables")

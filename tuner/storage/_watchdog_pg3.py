@@ -15,6 +15,7 @@ import psycopg
 from sqlalchemy import event
 from sqlalchemy.engine import URL, CreateEnginePlugin, Engine
 
+from ._engine import connect_waiting
 from ._watchdog import Guarded, UnansweredCall, _call
 
 __all__ = ["GuardedPsycopg3Connection", "Psycopg3Deadline", "UnansweredPsycopg3"]
@@ -46,7 +47,8 @@ class GuardedPsycopg3Connection(Guarded, psycopg.Connection[Any]):
 
 
 def _connect(dialect: Any, conn_rec: Any, cargs: Any, cparams: Any) -> GuardedPsycopg3Connection:
-    return GuardedPsycopg3Connection.connect(*cargs, **cparams)
+    # tried again while the server refuses it for a connection limit, as every engine of tuner's
+    return connect_waiting(lambda: GuardedPsycopg3Connection.connect(*cargs, **cparams))
 
 
 class Psycopg3Deadline(CreateEnginePlugin):

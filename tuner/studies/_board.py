@@ -29,6 +29,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..storage import (
     LeaseLost,
     NewFile,
+    StoreConnectionLimit,
     StoreConnectionLost,
     StoreUnreachable,
     check_schema,
@@ -90,12 +91,13 @@ def make_engine(url: str) -> Engine:
 def retry(fn: Any, *, what: str, attempts: int = 6) -> Any:
     """Run `fn()`; on a database error wait and retry (schema creation races between workers that start
     together on an empty database, SQLite 'database is locked', a connection the server ended, a server
-    that is restarting)."""
+    that is restarting). Not a connection limit: the engine has waited `TUNER_PG_CONNECT_WAIT` for a
+    slot already (`StoreConnectionLimit`)."""
     for i in range(attempts):
         try:
             return fn()
         except (SQLAlchemyError, StoreConnectionLost, StoreUnreachable) as exc:
-            if i == attempts - 1:
+            if i == attempts - 1 or isinstance(exc, StoreConnectionLimit):
                 raise
             log.info("%s: %s; retrying", what, str(exc).splitlines()[0])
             time.sleep(0.2 * 2**i)

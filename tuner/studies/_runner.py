@@ -57,7 +57,7 @@ from typing import Any
 
 from tuner._atomic import make_folders, remove_made_folders
 
-from ..storage import LeaseLost, StoreError, guarding, normalize_url, sqlite_path
+from ..storage import LeaseLost, StoreError, close_idle_connections, guarding, normalize_url, sqlite_path
 from ..storage._replaced import file_identity, holding, reopen_if_replaced, replaced_error
 from ._board import DONE, FAILED, PENDING, RUNNING, Claim, TaskBoard, TaskRow, retry, summarize
 from ._retry import seed_retry, task_trials
@@ -931,6 +931,9 @@ def _run_prepared(
     if lease_s:
         cmd += ["--lease-seconds", str(lease_s)]
     env = {**os.environ, ENV_STORAGE: spec.storage}
+    # this process only waits (and polls the board for the progress display): the connections its
+    # preparation left idle in its pools would count against the server's limit for the whole run
+    close_idle_connections(spec.storage)
     procs = [subprocess.Popen(cmd, env=env) for _ in range(workers)]
     try:
         if monitor:

@@ -1,0 +1,313 @@
+"""A PostgreSQL server that refuses connections because a connection limit is reached ("too many connections
+for role ...", "... for database ...", "sorry, too many clients already": SQLSTATE 53300), as it does when
+a fleet of workers each hold a pool. Real server (127.0.0.1:5432, trust auth; tests/pg.py): a fresh role
+that is not a superuser (superusers are exempt) owns a fresh database, and its `CONNECTION LIMIT` is set
+without a restart.
+
+- A refusal raises `StoreConnectionLimit` (a `StoreUnreachable`), one line naming the limit and what to do,
+  after `TUNER_PG_CONNECT_WAIT` seconds of trying again; a slot that frees meanwhile is taken.
+- One process holds a bounded number of connections however many tasks it runs: Optuna's storage is
+  shared per URL (one RDBStorage, and a pool of its own, per `optimize` call kept connections open until
+  the garbage collector found it).
+- A study worker refused mid-run stops with that line (exit 1), and the next run finishes its task
+  without losing or repeating a finished trial."""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import ProgrammingError
+
+from tests.pg import ADMIN_URL, DRIVERS, LimitedDatabase, limited_database
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture(params=DRIVERS)
+def limited(request: pytest.FixtureRequest) -> Iterator[LimitedDatabase]:
+    yield from limited_database(request.param)
+
+
+@pytest.fixture
+def fresh_runtime() -> Iterator[None]:
+    from tuner.runtime._sources import close_stores
+
+    close_stores()
+    yield
+    close_stores()
+
+
+def _limit_message(
+    exc: BaseException | None, limited: LimitedDatabase, what: str, *, kind: str = "role"
+) -> str:
+    from tuner.store import StoreConnectionLimit
+
+    assert isinstance(exc, StoreConnectionLimit), repr(exc)
+    return _limit_text(str(exc), limited, what, kind=kind)
+
+
+def _limit_text(msg: str, limited: LimitedDatabase, what: str, *, kind: str = "role") -> str:
+    shown = f"{limited.url.split('://', 1)[0]}://{limited.url.split('@', 1)[1]}"
+    assert msg.startswith(f"cannot connect to store {shown} ({what}): "), msg
+    assert "a connection limit is reached" in msg and f'too many connections for {kind} "' in msg, msg
+    # what to do: fewer workers, a smaller pool, a higher limit, a pooler; and not a timeout's wording
+    for hint in ("fewer worker processes", "TUNER_PG_POOL_SIZE", "CONNECTION LIMIT", "max_connections"):
+        assert hint in msg, (hint, msg)
+    assert "connect_timeout" not in msg and "\n" not in msg and "sqlalche.me" not in msg, msg
+    return msg
+
+
+@pytest.mark.parametrize("kind", ["role", "database"])
+def test_a_connection_refused_for_a_limit_is_named_so_with_what_to_do(
+    limited: LimitedDatabase, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: `StoreUnreachable` with libpq's line and "(connect_timeout=10 s)", as if the server did not
+    answer in time, and nothing about the limit or what to do."""
+    from tuner.store import ResultStore
+    from tuner.studies import TaskBoard
+
+    monkeypatch.setenv("TUNER_PG_CONNECT_WAIT", "0")
+    (limited.limit_role if kind == "role" else limited.limit_database)(0)
+    with pytest.raises(Exception) as got:
+        ResultStore(limited.url)
+    _limit_message(got.value, limited, "opening the store", kind=kind)
+    with pytest.raises(Exception) as got:
+        TaskBoard(limited.url)  # its retries are for a server that restarts, not for a limit
+    _limit_message(got.value, limited, "opening the task board", kind=kind)
+
+
+def test_the_cli_and_a_decorated_function_on_a_full_server(
+    limited: LimitedDatabase,
+    monkeypatch: pytest.MonkeyPatch,
+    fresh_runtime: None,
+    caplog: pytest.LogCaptureFixture,
+    capsys: Any,
+    tmp_path: Path,
+) -> None:
+    """`tuner study run` prints the one line and exits 1; a decorated function goes on in memory with one
+    warning that names the limit."""
+    from tests.test_store_terminated import X, _decorated
+    from tests.test_studies import FAKE, cli, write_study
+
+    monkeypatch.setenv("TUNER_PG_CONNECT_WAIT", "0")
+    limited.limit_role(0)
+    path = write_study(tmp_path, n_m=1, budget=2)
+    capsys.readouterr()
+    assert cli("study", "run", str(path), "--storage", limited.url, "--executor", FAKE, "--quiet") == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tuner: failed: StoreConnectionLimit: cannot connect to store "), err
+    _limit_text(err.removeprefix("tuner: failed: StoreConnectionLimit: "), limited, "opening the task board")
+    caplog.set_level(logging.WARNING)
+    f, runs = _decorated(limited.url)
+    np.testing.assert_array_equal(f(X, 1), X * 2.0)
+    np.testing.assert_array_equal(f(X, 1), X * 2.0)
+    assert runs and f.tuner.stats["tuned"] == 1
+    warned = [r.getMessage() for r in caplog.records if r.name.startswith("tuner")]
+    assert len(warned) == 1 and "a connection limit is reached" in warned[0], warned
+
+
+def test_a_slot_that_frees_within_the_wait_is_taken(
+    limited: LimitedDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The role's one slot is held by another client; tuner needs a new connection and waits for it
+    (`TUNER_PG_CONNECT_WAIT`), the other client lets go, and tuner's read succeeds. Was: it failed at once."""
+    from tuner.storage import engine_for
+    from tuner.store import ResultStore
+
+    monkeypatch.setenv("TUNER_PG_CONNECT_WAIT", "120")  # far longer than the test needs: never reached
+    store = ResultStore(limited.url)
+    engine_for(limited.url).dispose()  # no idle connection left: the next read connects
+    limited.limit_role(1)
+    other = create_engine(limited.url)
+    holder = other.connect()  # the one slot
+    refused = threading.Event()
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "waiting up to" in record.getMessage():
+                refused.set()
+
+    logger = logging.getLogger("tuner.storage._engine")
+    handler, level = Seen(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    got: list[Any] = []
+
+    def read() -> None:
+        try:
+            got.append(store.count())
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            got.append(exc)
+        finally:
+            refused.set()
+
+    try:
+        reader = threading.Thread(target=read)
+        reader.start()
+        assert refused.wait(60), "the read neither waited nor ended"
+        holder.close()
+        other.dispose()  # the slot is free now
+        reader.join(120)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        holder.close()
+        other.dispose()
+    assert got == [0], got
+
+
+@pytest.mark.parametrize("pool_size, limit", [(None, 6), ("1", 4)])
+def test_a_study_worker_holds_few_connections_however_many_tasks_it_runs(
+    limited: LimitedDatabase,
+    pool_size: str | None,
+    limit: int,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Each task's `optimize(storage=url)` opened a new Optuna RDBStorage with a pool of its own, whose
+    connections stayed open until the garbage collector found it: one worker held 22 connections after 18
+    tasks, so a fleet ran into the server's limit. Optuna's storage is now one per URL and process. Under
+    a limit of 6 sessions for the role, a study of 8 tasks (preparation and worker in this process)
+    finishes; with TUNER_PG_POOL_SIZE=1 (two engines, each at most 2 connections) under a limit of 4. The
+    garbage collector is off, so nothing depends on when it runs."""
+    from tests.test_studies import FAKE, write_study
+    from tuner.studies import DONE, load_study, run_study
+
+    monkeypatch.setenv("TUNER_PG_CONNECT_WAIT", "0")  # a refusal fails at once
+    if pool_size is not None:
+        monkeypatch.setenv("TUNER_PG_POOL_SIZE", pool_size)
+    limited.limit_role(limit)
+    spec = load_study(write_study(tmp_path, n_m=4, n_k=2, budget=2), storage=limited.url, check_kernels=False)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        summary = run_study(spec, executor=FAKE)
+    finally:
+        if enabled:
+            gc.enable()
+    assert summary.counts[DONE] == 8, summary.counts
+    assert limited.sessions() <= limit
+
+
+@pytest.mark.parametrize("name", ["TUNER_PG_POOL_SIZE", "TUNER_PG_CONNECT_WAIT"])
+@pytest.mark.parametrize("value", ["-1", "many"])
+def test_a_bad_pool_size_or_wait_is_bad_input(name: str, value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tuner.errors import BadInput
+    from tuner.storage import engine_kwargs, pg_connect_wait_s
+
+    monkeypatch.setenv(name, value)
+    with pytest.raises(BadInput, match=name):
+        engine_kwargs("postgresql+psycopg2://u@127.0.0.1:5432/db")
+        pg_connect_wait_s()
+
+
+def test_a_worker_refused_mid_run_stops_with_the_line_and_loses_no_trial(
+    limited: LimitedDatabase, tmp_path: Path
+) -> None:
+    """A worker process whose pool needs a new connection after its second trial, on a server whose limit
+    is reached, stops with the one `StoreConnectionLimit` line (exit 1). With the limit lifted, the next
+    run finishes the study: every task has exactly its budget of distinct trials, and no trial finished
+    before the stop is measured again."""
+    from tests.test_studies import REPO, finished_configs, write_study
+    from tuner.studies import DONE, TaskBoard, load_study, prepare_study
+
+    budget = 4
+    path = write_study(tmp_path, n_m=2, budget=budget)
+    spec = prepare_study(load_study(path, storage=limited.url, check_kernels=False))
+    log_file = tmp_path / "evals.jsonl"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "FAKE_EVAL_LOG": str(log_file),
+        "FAKE_LIMIT_AFTER": "2",
+        "FAKE_LIMIT_ROLE": limited.role,
+        "FAKE_LIMIT_ADMIN": ADMIN_URL,
+        "TUNER_PG_CONNECT_WAIT": "0",
+        "TUNER_STUDY_STORAGE": limited.url,
+    }
+    cmd = [sys.executable, "-m", "tuner.cli", "study", "run", str(path), "--workers", "1", "--quiet"]
+
+    def run(executor: str) -> subprocess.CompletedProcess[str]:
+        argv = [*cmd, "--no-report", "--executor", f"tests._study_fake:{executor}"]
+        return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+    first = run("limit_executor")
+    assert first.returncode == 1, first.stderr
+    last = first.stderr.strip().splitlines()[-1]
+    assert last.startswith("tuner: failed: StoreConnectionLimit: cannot connect to store "), first.stderr
+    assert "a connection limit is reached" in last and "Traceback" not in first.stderr, first.stderr
+    limited.limit_role(-1)
+    again = run("executor")
+    assert again.returncode == 0, again.stderr
+    board = TaskBoard(limited.url)
+    assert all(r.status == DONE for r in board.rows(spec.name))
+    evals: Counter[tuple[str, str]] = Counter()
+    for line in log_file.read_text().splitlines():
+        d = json.loads(line)
+        evals[(d["task"], json.dumps(d["config"], sort_keys=True))] += 1
+    for t in spec.tasks:
+        keys = [json.dumps(c, sort_keys=True) for c in finished_configs(limited.url, t)]
+        assert len(keys) == len(set(keys)) == budget, (t.key, keys)
+    # only the trial whose write was refused may have been measured twice
+    assert sum(n - 1 for n in evals.values()) <= 1, evals
+
+
+def test_local_workers_parent_holds_no_idle_connection_while_they_run(
+    limited: LimitedDatabase, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`run_study(..., workers=2)` (`tuner study run --workers 2`) prepares the study and then only waits
+    for its worker processes: the connections its preparation left in its pools (tuner's engine and
+    Optuna's storage) stayed open on the server for the whole run, counted against its limit."""
+    from tests.test_studies import REPO, write_study
+    from tuner.storage import _migrate, engine_of
+    from tuner.studies import DONE, load_study, run_study
+
+    monkeypatch.setenv("PYTHONPATH", str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setenv("FAKE_TRIAL_SLEEP", "0.2")
+    spec = load_study(write_study(tmp_path, n_m=2, budget=3), storage=limited.url, check_kernels=False)
+    watcher = create_engine(limited.url)  # reads the board without using this process's pools
+    idle: list[int] = []
+    stop = threading.Event()
+
+    def parents_idle() -> int:
+        pools = [e.pool for e in [engine_of(limited.url)] if e is not None]
+        pools += [s.engine.pool for (u, _), s in list(_migrate._optuna_storages.items()) if u == limited.url]
+        return sum(p.checkedin() for p in pools)
+
+    def watch() -> None:
+        with watcher.connect() as c:
+            while not stop.is_set():
+                q = "SELECT count(*) FROM tuner_study_tasks WHERE status IN ('running', 'done')"
+                try:
+                    claimed = c.execute(text(q)).scalar_one()  # a worker process has claimed a task
+                except ProgrammingError:  # the preparation has not made the table yet
+                    claimed = 0
+                if claimed:
+                    idle.append(parents_idle())
+                    return
+                c.rollback()
+                stop.wait(0.05)
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    try:
+        summary = run_study(spec, workers=2, executor="tests._study_fake:executor")
+    finally:
+        stop.set()
+        thread.join()
+        watcher.dispose()
+    assert summary.counts[DONE] == 2, summary.counts
+    assert idle == [0], idle
