@@ -28,6 +28,9 @@ What Triton does, and so what this does (see triton/runtime/autotuner.py):
   keeps them; assigning them, or changing the configs in place, acts on the next misses), `.configs_timings`, `.bench_time`, `.arg_names`, `.fn`, `.base_fn`, `.warmup()`, `.run()`,
   `.prune_configs()`, `.nargs` (the positional arguments by name while a launch runs, None after it).
 - `TRITON_PRINT_AUTOTUNING=1` prints what Triton prints: each config as it is timed and the choice.
+- The `run` of the function beneath (`.fn.run`: the JIT function's, or a `@triton.heuristics`'s) is
+  looked up at every timed run and launch, as Triton looks up `self.fn.run`: a wrapper that code puts
+  there after decoration (on the instance or its class) is called.
 
 Where tuner differs on purpose: a config whose launch raises any exception is a failed candidate (Triton
 only skips out-of-resource and compile-time-assertion errors and re-raises the rest), and only when every
