@@ -25,7 +25,8 @@ do not cover). The kernels and the code around them are written here after the s
   DeepSpeed pickles the table; here it is JSON (this project unpickles nothing).
 - Wrappers of `run` put in place after decoration: a lock or launch counter on the JIT function's `run`
   (its instance, its class, a `@triton.heuristics` between), which both call at every timed run and
-  launch.
+  launch; and a function put on Triton's `Autotuner` class (vLLM's first-config launcher), which only
+  Triton calls (a documented difference).
 
 On the CPU both decorators get an injected `do_bench` (Triton's default times with CUDA events), so the
 winner is known in advance and the two can be compared.
@@ -529,3 +530,33 @@ def test_run_wrappers_installed_after_decoration_see_every_launch(impl, layers, 
     assert calls == {"class": 6, "jit": 6, "heuristics": 6 if layers == "heuristics" else 0}
     if layers == "config_pre_hook":
         assert len(hooked) == 6  # before each timed run and each launch
+
+
+# ---- a function put on Triton's Autotuner class in place of `run` --------------------------------------
+# vLLM's VLLM_TRITON_FORCE_FIRST_CONFIG does `Autotuner.run = first_config_run`; other code wraps
+# `Autotuner.run` to add a lock. Triton's kernels call it. The drop-in, though an instance of Autotuner,
+# has a `run` of its own and does not: a deliberate difference (docs/api.md, "Where the drop-in differs"),
+# since a wrapper that calls the `run` it replaced would run Triton's own tuning on the drop-in. The same
+# function assigned to the kernel's own `run` is called by both (the vLLM test above).
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_run_put_on_tritons_autotuner_class_is_not_called_by_the_drop_in(impl, monkeypatch):
+    from triton.runtime.errors import InterpreterError
+
+    picked = {}
+    monkeypatch.setattr(Autotuner, "run", _first_valid_config_run((InterpreterError,), picked))
+    bench = Bench(times=[3.0, 1.0, 2.0])
+    fill = fill_kernel(impl, bench)  # BLOCK 16, 32, 64
+    assert isinstance(fill, Autotuner)
+    for _ in range(2):
+        dst = torch.zeros(50)
+        fill[grid_of(50)](dst, N=50)
+        if impl == "triton":  # the class's function: the first config, untimed
+            assert torch.equal(dst, torch.full((50,), 16.0))
+            assert bench.calls == 0 and picked == {(id(fill), (50,)): 0}
+        else:  # the drop-in's own launch: tuned (the fastest is BLOCK 32), the function never called
+            assert torch.equal(dst, torch.full((50,), 32.0))
+            assert bench.calls == 3 and picked == {}
+    monkeypatch.undo()
+    fill.run = types.MethodType(_first_valid_config_run((InterpreterError,), picked), fill)
+    fill[grid_of(20)](dst, N=20)  # on the kernel itself: called by both
+    assert picked[(id(fill), (20,))] == 0

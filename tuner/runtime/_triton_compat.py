@@ -36,7 +36,9 @@ Where tuner differs on purpose: a config whose launch raises any exception is a 
 only skips out-of-resource and compile-time-assertion errors and re-raises the rest), and only when every
 config failed is the first one's error raised (with a note); the winner is
 stored with its key (source hash, dtypes, device, versions) and reused in later processes; an explicit
-`budget=k` smaller than the number of configs times only k of them, chosen by the cost model.
+`budget=k` smaller than the number of configs times only k of them, chosen by the cost model; a function
+put on Triton's `Autotuner` class in place of `run` is not called (the kernel object has a `run` of its
+own; one assigned to the kernel itself is called, docs/api.md).
 """
 
 from __future__ import annotations
