@@ -23,6 +23,10 @@ do not cover). The kernels and the code around them are written here after the s
   and an integer `top_k`, the autotune table (`kernel.cache`) merged into a file at exit and assigned to
   the kernel of the next process, and `skip_autotune` (`kernel.configs = [kernel.configs[0]]`).
   DeepSpeed pickles the table; here it is JSON (this project unpickles nothing).
+- Wrappers of `run` put in place after decoration: a lock or launch counter on the JIT function's `run`
+  (its instance, its class, a `@triton.heuristics` between), which both call at every timed run and
+  launch; and a function put on Triton's `Autotuner` class (vLLM's first-config launcher), which only
+  Triton calls (a documented difference).
 
 On the CPU both decorators get an injected `do_bench` (Triton's default times with CUDA events), so the
 winner is known in advance and the two can be compared.
@@ -473,3 +477,86 @@ def test_deepspeed_matmul_autotune_table_moves_to_the_next_process(impl, tmp_pat
     a, b = torch.randn(64, 16), torch.randn(16, 64)
     torch.testing.assert_close(matmul2(a, b), a @ b)
     assert bench2.calls == 0 and kernel2.best_config.kwargs["BLOCK_M"] == 32
+
+
+# ---- wrappers put on the JIT function's `run` after decoration ----------------------------------------
+# A lock for thread safety, a launch recorder or a profiler shim is often installed on the JIT function
+# once the kernel is defined: on the kernel's own JIT instance (`kernel.fn.run = wrap(kernel.fn.run)`) or
+# on the class (`JITFunction.run = wrap(JITFunction.run)`). Triton's Autotuner (and a `@triton.heuristics`
+# between it and the JIT function) looks up `self.fn.run` at every timed run and launch, so the wrapper
+# sees them all.
+def _counting(calls, name, run, lock):
+    def wrapped(*args, **kwargs):
+        with lock:
+            calls[name] += 1
+            return run(*args, **kwargs)
+
+    return wrapped
+
+
+@pytest.mark.parametrize("layers", ["jit", "heuristics", "config_pre_hook"])
+@pytest.mark.parametrize("impl", IMPLS)
+def test_run_wrappers_installed_after_decoration_see_every_launch(impl, layers, monkeypatch):
+    import threading
+
+    hooked = []
+    hook = hooked.append if layers == "config_pre_hook" else None
+    cfgs = [triton.Config({"BLOCK": b}, num_warps=4, pre_hook=hook) for b in (16, 32, 64)]
+    bench = Bench(times=[3.0, 1.0, 2.0])
+
+    @triton.jit
+    def fill(dst, N, SCALE: tl.constexpr, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(dst + offs, tl.full([BLOCK], BLOCK * SCALE, tl.float32), mask=offs < N)
+
+    inner = triton.heuristics({"SCALE": lambda args: 2})(fill) if layers == "heuristics" else fill
+    kernel = autotune_of(impl)(configs=cfgs, key=["N"], do_bench=bench)(inner)
+    assert kernel.fn is inner
+
+    calls = {"class": 0, "jit": 0, "heuristics": 0}
+    lock = threading.RLock()
+    cls = type(fill)  # JITFunction, or the interpreter's InterpretedFunction
+    monkeypatch.setattr(cls, "run", _counting(calls, "class", cls.run, lock))
+    fill.run = _counting(calls, "jit", fill.run, lock)  # calls the class's (wrapped) run
+    if layers == "heuristics":
+        inner.run = _counting(calls, "heuristics", inner.run, lock)
+    scale = (2,) if layers == "heuristics" else (1,)
+    args = () if layers == "heuristics" else scale  # SCALE from the heuristic, or passed
+    for _ in range(3):  # a miss (three timed runs and the launch), then two hits
+        dst = torch.zeros(50)
+        kernel[grid_of(50)](dst, 50, *args)
+        assert torch.equal(dst, torch.full((50,), 32.0 * scale[0]))
+    assert bench.calls == 3 and kernel.best_config is cfgs[1]
+    assert calls == {"class": 6, "jit": 6, "heuristics": 6 if layers == "heuristics" else 0}
+    if layers == "config_pre_hook":
+        assert len(hooked) == 6  # before each timed run and each launch
+
+
+# ---- a function put on Triton's Autotuner class in place of `run` --------------------------------------
+# vLLM's VLLM_TRITON_FORCE_FIRST_CONFIG does `Autotuner.run = first_config_run`; other code wraps
+# `Autotuner.run` to add a lock. Triton's kernels call it. The drop-in, though an instance of Autotuner,
+# has a `run` of its own and does not: a deliberate difference (docs/api.md, "Where the drop-in differs"),
+# since a wrapper that calls the `run` it replaced would run Triton's own tuning on the drop-in. The same
+# function assigned to the kernel's own `run` is called by both (the vLLM test above).
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_run_put_on_tritons_autotuner_class_is_not_called_by_the_drop_in(impl, monkeypatch):
+    from triton.runtime.errors import InterpreterError
+
+    picked = {}
+    monkeypatch.setattr(Autotuner, "run", _first_valid_config_run((InterpreterError,), picked))
+    bench = Bench(times=[3.0, 1.0, 2.0])
+    fill = fill_kernel(impl, bench)  # BLOCK 16, 32, 64
+    assert isinstance(fill, Autotuner)
+    for _ in range(2):
+        dst = torch.zeros(50)
+        fill[grid_of(50)](dst, N=50)
+        if impl == "triton":  # the class's function: the first config, untimed
+            assert torch.equal(dst, torch.full((50,), 16.0))
+            assert bench.calls == 0 and picked == {(id(fill), (50,)): 0}
+        else:  # the drop-in's own launch: tuned (the fastest is BLOCK 32), the function never called
+            assert torch.equal(dst, torch.full((50,), 32.0))
+            assert bench.calls == 3 and picked == {}
+    monkeypatch.undo()
+    fill.run = types.MethodType(_first_valid_config_run((InterpreterError,), picked), fill)
+    fill[grid_of(20)](dst, N=20)  # on the kernel itself: called by both
+    assert picked[(id(fill), (20,))] == 0

@@ -1,8 +1,9 @@
-"""The hit path (in two variants that differ by one store, see `hit_paths`): shared by `@tuner.autotune` on a
-plain function, the Triton launcher (`kernel[grid](...)`) and `tuner.kernel`.
+"""The hit path (in two variants: `hit_paths`, and `launcher_paths` for the Triton drop-in, which also stores
+the config and looks the launcher's `run` up at each call): shared by `@tuner.autotune` on a plain function,
+the Triton launcher (`kernel[grid](...)`) and `tuner.kernel`.
 
 A positional call costs one fast key (`keys[len(args)](args)`, see `_argkeys.py`), one dict lookup (and for
-the Triton drop-in one store of the config, its `best_config`) and the call: no logging, no locks, no
+the Triton drop-in one store of the config, its `best_config`, and one lookup of `run`) and the call: no logging, no locks, no
 allocation beyond the key tuple, as in Triton's Autotuner, whose hit is a dict lookup too. Keyword
 arguments bound to a launcher (Triton's grid) are passed along. Anything
 else (keyword arguments, an unhashable key value, a key not in the dict) goes to
@@ -11,8 +12,8 @@ fast key and returns it. The config reaches the target as keyword arguments.
 
 Extension point: a new front end (a drop-in for another autotuner, a recording wrapper) builds its
 `target` (what to call with the config: the function, Triton's `run` with `grid` and `warmup` bound, a
-kernel launcher) and calls `make_hit_path` (or `hit_paths` once, then `make(bound)` per launch); it does
-not write its own lookup.
+kernel launcher) and calls `make_hit_path` (or `hit_paths` once, then `make(bound)` per launch; or
+`launcher_paths` with an object whose `run` is the target); it does not write its own lookup.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import Any
 
-__all__ = ["make_hit_path", "hit_paths", "launch_args", "Miss"]
+__all__ = ["make_hit_path", "hit_paths", "launcher_paths", "run_of", "launch_args", "Miss"]
 
 # miss(args, kwargs, fast key or None, call) -> config; `call` is what the hit path calls (the target
 # with its bound keywords), so the tuner benches exactly what the caller will run (for Triton: `run`
@@ -43,53 +44,76 @@ def hit_paths(
     keys: Sequence[Callable[[tuple], Any] | None],
     mem: dict[Any, dict[str, Any]],
     miss: Miss,
-    last: list[Any] | None = None,
 ) -> Callable[[Mapping[str, Any]], Callable[..., Any]]:
     """`make(bound)` -> `hit(*args, **kwargs)`, which calls `target(*args, **bound, **kwargs, **config)`
-    with the config of the call's key. With `last`, each call first puts its config in `last[0]` (one
-    store: Triton's `best_config` is the config of the last launch; `launch_args(last)` finds the
-    arguments of such a call while it runs, without a store); without, nothing is stored (the plain
-    decorators need no record, so their hit does not pay for it: docs/benchmarks.md).
+    with the config of the call's key. Nothing is stored (the plain decorators need no record, so their
+    hit does not pay for it: docs/benchmarks.md); `launcher_paths` is the variant of a launcher object.
 
     `keys` is the fast-key table of a key builder (indexed by the number of positional arguments; None
     where there are too few), `mem` the dict of fast key -> config that `miss` fills, `bound` keyword
     arguments of one launcher that are not part of the key (Triton: the grid). `make` allocates what a
     lambda does (the parts above live in this factory's cells), so Triton's `kernel[grid]` can make a hit
-    path per launch, as Triton's own `kernel[grid]` makes a lambda. The two bodies below differ only in
-    that store: a shared helper or a flag would cost the hit a call or a branch."""
-    if last is None:
+    path per launch, as Triton's own `kernel[grid]` makes a lambda."""
 
-        def make(b: Mapping[str, Any]) -> Callable[..., Any]:
-            # No annotations on `hit`: they would be built into a dict each time a hit path is made.
-            def hit(*args, **kwargs):  # type: ignore[no-untyped-def]
-                if kwargs:
-                    return target(*args, **b, **kwargs, **miss(args, kwargs, None, _with(target, b)))
-                try:
-                    cfg = mem[keys[len(args)](args)]
-                except KeyError:
-                    cfg = miss(args, kwargs, keys[len(args)](args), _with(target, b))
-                except (TypeError, IndexError, AttributeError):  # unhashable key value, too few or many args
-                    cfg = miss(args, kwargs, None, _with(target, b))
-                return target(*args, **b, **cfg)
+    def make(b: Mapping[str, Any]) -> Callable[..., Any]:
+        # No annotations on `hit`: they would be built into a dict each time a hit path is made.
+        def hit(*args, **kwargs):  # type: ignore[no-untyped-def]
+            if kwargs:
+                return target(*args, **b, **kwargs, **miss(args, kwargs, None, _with(target, b)))
+            try:
+                cfg = mem[keys[len(args)](args)]
+            except KeyError:
+                cfg = miss(args, kwargs, keys[len(args)](args), _with(target, b))
+            except (TypeError, IndexError, AttributeError):  # unhashable key value, too few or many args
+                cfg = miss(args, kwargs, None, _with(target, b))
+            return target(*args, **b, **cfg)
 
-            return hit
+        return hit
 
-        return make
+    return make
+
+
+def run_of(owner: Any, *args: Any, **kwargs: Any) -> Any:
+    """`owner.run(*args, **kwargs)`, `run` looked up now: what `launcher_paths` hands its miss path (bound
+    as `partial(run_of, owner, **bound)`), so every timed run looks `run` up again, as Triton's does."""
+    return owner.run(*args, **kwargs)
+
+
+def launcher_paths(
+    owner: Any,
+    keys: Sequence[Callable[[tuple], Any] | None],
+    mem: dict[Any, dict[str, Any]],
+    miss: Miss,
+    last: list[Any],
+) -> Callable[[Mapping[str, Any]], Callable[..., Any]]:
+    """The hit path of the Triton drop-in: as `hit_paths`, with two differences.
+
+    - The target is `owner.run`, looked up at every call (one attribute lookup), as Triton's Autotuner
+      calls `self.fn.run` at every launch and every timed run: a wrapper that code puts on the JIT
+      function's `run` after decoration (on the instance or on its class: a lock, a launch recorder, a
+      profiler) is called. The miss path gets `partial(run_of, owner, **bound)`, which looks it up at
+      each call too.
+    - Each call first puts its config in `last[0]` (one store: Triton's `best_config` is the config of
+      the last launch; `launch_args(last)` finds the arguments of such a call while it runs, without a
+      store).
+
+    The body is `hit_paths`'s with these two changes written in: a shared helper or a flag would cost the
+    hit a call or a branch."""
     noted = last
 
     def make_noting(b: Mapping[str, Any]) -> Callable[..., Any]:
         def hit(*args, **kwargs):  # type: ignore[no-untyped-def]
             if kwargs:
-                cfg = noted[0] = miss(args, kwargs, None, _with(target, b))
-                return target(*args, **b, **kwargs, **cfg)
+                cfg = noted[0] = miss(args, kwargs, None, functools.partial(run_of, owner, **b))
+                return owner.run(*args, **b, **kwargs, **cfg)
             try:
                 cfg = mem[keys[len(args)](args)]
             except KeyError:
-                cfg = miss(args, kwargs, keys[len(args)](args), _with(target, b))
+                cfg = miss(args, kwargs, keys[len(args)](args), functools.partial(run_of, owner, **b))
             except (TypeError, IndexError, AttributeError):
-                cfg = miss(args, kwargs, None, _with(target, b))
+                cfg = miss(args, kwargs, None, functools.partial(run_of, owner, **b))
             noted[0] = cfg
-            return target(*args, **b, **cfg)
+            return owner.run(*args, **b, **cfg)
 
         return hit
 
@@ -111,15 +135,15 @@ def _noting_code() -> Any:
     def never(*args: Any, **kwargs: Any) -> dict[str, Any]:  # pragma: no cover - never called
         raise AssertionError
 
-    return hit_paths(never, (), {}, never, [None])(_NO_KWARGS).__code__
+    return launcher_paths(None, (), {}, never, [None])(_NO_KWARGS).__code__
 
 
-_NOTING_HIT = _noting_code()  # the code of every hit made with `last` (one code object, many closures)
+_NOTING_HIT = _noting_code()  # the code of every hit `launcher_paths` makes (one code object, many closures)
 
 
 def launch_args(last: list[Any]) -> tuple | None:
-    """The positional arguments of the innermost call, in this thread, of a hit path made with `last`
-    that is running (its miss path, a prune function, a hook or the launch's grid function may ask), or
+    """The positional arguments of the innermost call, in this thread, of a hit path that
+    `launcher_paths` made with `last` that is running (its miss path, a prune function, a hook or the launch's grid function may ask), or
     None outside one. Found by walking this thread's frames up to that hit's frame (its `noted` is
     `last`), so the hit path itself stores nothing for it: Triton's `Autotuner.nargs` costs each of
     its launches a dict; this costs only the code that reads it."""

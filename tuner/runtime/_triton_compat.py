@@ -28,12 +28,17 @@ What Triton does, and so what this does (see triton/runtime/autotuner.py):
   keeps them; assigning them, or changing the configs in place, acts on the next misses), `.configs_timings`, `.bench_time`, `.arg_names`, `.fn`, `.base_fn`, `.warmup()`, `.run()`,
   `.prune_configs()`, `.nargs` (the positional arguments by name while a launch runs, None after it).
 - `TRITON_PRINT_AUTOTUNING=1` prints what Triton prints: each config as it is timed and the choice.
+- The `run` of the function beneath (`.fn.run`: the JIT function's, or a `@triton.heuristics`'s) is
+  looked up at every timed run and launch, as Triton looks up `self.fn.run`: a wrapper that code puts
+  there after decoration (on the instance or its class) is called.
 
 Where tuner differs on purpose: a config whose launch raises any exception is a failed candidate (Triton
 only skips out-of-resource and compile-time-assertion errors and re-raises the rest), and only when every
 config failed is the first one's error raised (with a note); the winner is
 stored with its key (source hash, dtypes, device, versions) and reused in later processes; an explicit
-`budget=k` smaller than the number of configs times only k of them, chosen by the cost model.
+`budget=k` smaller than the number of configs times only k of them, chosen by the cost model; a function
+put on Triton's `Autotuner` class in place of `run` is not called (the kernel object has a `run` of its
+own; one assigned to the kernel itself is called, docs/api.md).
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 from triton.runtime.autotuner import Autotuner
 
 from ._env import underlying_function
-from ._hit import hit_paths
+from ._hit import launcher_paths
 from ._launcher import AutotunedKernel
-from ._triton_support import _BOUND, TritonCache, _all_kwargs, launch_kwargs
+from ._triton_support import ConfigLaunch, TritonCache, _all_kwargs
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._triton_compat import TritonAutotuned
@@ -62,9 +62,11 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
     def _rebuild(self) -> None:
         """The hit path for the tuner's current key and configs (again after `.keys`/`.configs` change)."""
         t = self.tuner
-        # configs with pre_hooks or UNSET keys need the launch target; else `run` as is: no extra frame
-        target = self._launch_target() if t.has_config_hooks or t.irregular else t.fn.run
-        self._make = hit_paths(target, t.keys.fast, t.mem, t.miss, t.last)
+        # configs with pre_hooks or UNSET keys launch through a ConfigLaunch; else the JIT function's
+        # `run`, no extra frame. Either way `run` is looked up at each launch, as Triton's Autotuner does
+        # (`self.fn.run`): a wrapper put on it after decoration is called.
+        owner = ConfigLaunch(t, t.fn) if t.has_config_hooks or t.irregular else t.fn
+        self._make = launcher_paths(owner, t.keys.fast, t.mem, t.miss, t.last)
         self._route()
 
     def _route(self) -> None:
@@ -83,26 +85,6 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
 
     def __getitem__(self, grid: Any) -> Callable[..., Any]:
         return self._launch({"grid": grid, "warmup": False})
-
-    def _launch_target(self) -> Callable[..., Any]:
-        """With configs that have their own pre_hook, or that set different keys: what the hit path
-        calls with `grid=`, `warmup=` and the config: the config's pre_hook, then `run` without the keys
-        the config leaves UNSET. `.bare` is `run` alone (what tuning times, with Triton's hooks around
-        it, and the UNSET keys dropped)."""
-        t = self.tuner
-        jit_run = self.fn.run
-        run = (lambda *a, **kw: jit_run(*a, **launch_kwargs(kw))) if t.irregular else jit_run
-
-        def target(*args: Any, **kw: Any) -> Any:
-            cfg = t.split_config(kw)
-            cobj = t.config_obj(cfg)
-            if getattr(cobj, "pre_hook", None) is not None:
-                user_kw = {k: v for k, v in kw.items() if k not in t._cfg_names and k not in _BOUND}
-                cobj.pre_hook(t.full_nargs(args, user_kw, kw.get("grid"), cobj))
-            return run(*args, **kw)
-
-        target.bare = run  # type: ignore[attr-defined]
-        return target
 
     def __getattr__(self, name: str) -> Any:
         """The other attributes of Triton's Autotuner that code reads (`reset_to_zero`, `pre_hook`,

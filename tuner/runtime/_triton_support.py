@@ -17,6 +17,7 @@ from tuner.strategies import Strategy
 
 from ._argkeys import ArgKeys
 from ._bench import cpu_bench, normalise_bench_result
+from ._hit import run_of
 from ._launcher import triton_configs_to_dicts
 
 _QUANTILES = (0.5, 0.2, 0.8)
@@ -272,10 +273,36 @@ class TritonCache(dict):
 _BOUND = ("grid", "warmup")  # keywords the Triton hit path binds for a launch
 
 
+class ConfigLaunch:
+    """What the drop-in's hit path launches (its `owner`, see `_hit.launcher_paths`) when configs have a
+    pre_hook of their own or set different keys: `run` (called with `grid=`, `warmup=` and the config)
+    runs the config's pre_hook, then `bare`; `bare` is the JIT function's `run` (looked up at each call,
+    as Triton's Autotuner looks up `self.fn.run`) without the keys the config leaves UNSET: what tuning
+    times, with Triton's hooks around it."""
+
+    __slots__ = ("fn", "tuner")
+
+    def __init__(self, tuner: Any, fn: Any) -> None:
+        self.tuner, self.fn = tuner, fn
+
+    def run(self, *args: Any, **kw: Any) -> Any:
+        t = self.tuner
+        cfg = t.split_config(kw)
+        cobj = t.config_obj(cfg)
+        if getattr(cobj, "pre_hook", None) is not None:
+            user_kw = {k: v for k, v in kw.items() if k not in t._cfg_names and k not in _BOUND}
+            cobj.pre_hook(t.full_nargs(args, user_kw, kw.get("grid"), cobj))
+        return self.bare(*args, **kw)
+
+    def bare(self, *args: Any, **kw: Any) -> Any:
+        return self.fn.run(*args, **(launch_kwargs(kw) if self.tuner.irregular else kw))
+
+
 def _bare(call: Callable[..., Any]) -> Callable[..., Any]:
-    """The hit path's call (`target`, or `partial(target, grid=..., warmup=...)`) with its target
-    replaced by the target's `.bare` launch, when it has one."""
-    if isinstance(call, functools.partial):
-        bare = getattr(call.func, "bare", None)
-        return functools.partial(bare, *call.args, **call.keywords) if bare is not None else call
-    return getattr(call, "bare", call)
+    """The hit path's call (`partial(run_of, owner, grid=..., warmup=...)`) with the owner's `run`
+    replaced by its `bare` launch, when the owner is a `ConfigLaunch`."""
+    if isinstance(call, functools.partial) and call.func is run_of and call.args:
+        owner = call.args[0]
+        if isinstance(owner, ConfigLaunch):
+            return functools.partial(owner.bare, *call.args[1:], **call.keywords)
+    return call
