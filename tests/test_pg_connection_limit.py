@@ -119,6 +119,37 @@ def test_the_cli_and_a_decorated_function_on_a_full_server(
     assert len(warned) == 1 and "a connection limit is reached" in warned[0], warned
 
 
+def test_a_decorated_function_waits_for_a_slot_once_not_at_every_step_of_every_miss(
+    limited: LimitedDatabase,
+    monkeypatch: pytest.MonkeyPatch,
+    fresh_runtime: None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The store is open (the first key is tuned and stored), then its idle connections are gone and the
+    server's limit is reached. Was: every read and write of every new key's miss connected anew and waited
+    out TUNER_PG_CONNECT_WAIT (four waits per key: 40 s per new key at the default 10 s). Now the first
+    refusal stops the process using the store for STORE_RETRY_S, as a read that timed out does: one wait,
+    and the calls go on in memory."""
+    from tests.test_store_terminated import X, _decorated
+    from tuner.runtime._sources import STORE_RETRY_S
+    from tuner.storage import engine_for
+
+    monkeypatch.setenv("TUNER_PG_CONNECT_WAIT", "0.3")
+    f, runs = _decorated(limited.url)
+    np.testing.assert_array_equal(f(X, 1), X * 2.0)  # tuned and stored
+    engine_for(limited.url).pool.dispose()  # its idle connections closed (a restart, the server's idle end)
+    limited.limit_role(0)
+    caplog.set_level(logging.INFO, logger="tuner")
+    for n in (2, 3, 4):
+        np.testing.assert_array_equal(f(X, n), X * 2.0)
+    assert f.tuner.stats["tuned"] == 4, f.tuner.stats
+    waits = [r for r in caplog.records if "waiting up to 0.3 s for a free slot" in r.getMessage()]
+    assert len(waits) == 1, [r.getMessage() for r in waits]
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 1 and "a connection limit is reached" in warned[0], warned
+    assert f"it is not used for {STORE_RETRY_S:g} s" in warned[0], warned
+
+
 def test_a_slot_that_frees_within_the_wait_is_taken(
     limited: LimitedDatabase, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -443,6 +443,19 @@ def test_default_bench_follows_kind_framework_and_device(monkeypatch):
     assert default_bench("python", "jax", "tpu:TPU v5 lite") is jax_bench
 
 
+def test_a_triton_timing_copies_and_pickles_with_its_raw_result():
+    """A `TritonTiming` is a tuple with what the timer returned (`raw`); copies and pickles keep both. Was:
+    each raised TypeError (`__new__` got only the tuple back)."""
+    import copy
+    import pickle
+
+    from tuner.runtime._bench import TritonTiming
+
+    t = TritonTiming((1e-3, 0.9e-3, 1.1e-3), [1.0, 0.9, 1.1])
+    for back in (copy.copy(t), copy.deepcopy(t), pickle.loads(pickle.dumps(t))):
+        assert type(back) is TritonTiming and back == t and back.raw == [1.0, 0.9, 1.1]
+
+
 def test_cpu_bench_median_and_spread_with_a_fake_clock():
     from tuner.runtime import cpu_bench
 

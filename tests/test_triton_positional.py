@@ -54,6 +54,31 @@ def test_configs_first_then_key(impl, key_by_name):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("kind", [list, tuple])
+def test_positional_configs_are_the_object_given(impl, kind):
+    """As with `configs=` (tests/test_triton_conformance.py): `.configs` is the very object given, and a
+    config appended to the caller's list is timed at the next new key. Was: the positional form made a
+    list copy, so `.configs` was another object (a tuple came back a list) and an append was never timed."""
+    bench = Bench([2.0, 1.0, 3.0, 3.0, 1.0])
+    configs = kind(configs_of(32, 64))
+
+    @autotune_of(impl)(configs, ["N"], do_bench=bench)
+    @triton.jit
+    def _copy(dst, src, N, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(dst + offs, tl.load(src + offs, mask=offs < N), mask=offs < N)
+
+    assert _copy.configs is configs
+    src, dst = torch.randn(128), torch.empty(128)
+    _copy[grid_for(128)](dst, src, 128)
+    assert bench.calls == 2 and _copy.best_config.kwargs == {"BLOCK": 64}
+    if kind is list:
+        configs.append(triton.Config({"BLOCK": 16}))
+        _copy[grid_for(64)](dst, src, 64)
+        assert bench.calls == 5 and _copy.best_config.kwargs == {"BLOCK": 16} and torch.equal(dst, src)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_every_parameter_in_tritons_order(impl):
     """configs, key, prune_configs_by, reset_to_zero, restore_value, pre_hook, post_hook, warmup, rep,
     use_cuda_graph, do_bench: each lands where Triton puts it (the prune runs, the buffer is restored

@@ -48,6 +48,10 @@ class TritonTiming(tuple):
         self.raw = raw
         return self
 
+    def __getnewargs__(self) -> tuple[tuple[float, ...], Any]:
+        # copies and pickles: tuple's gives the values only, and `__new__` needs `raw` too
+        return (tuple(self), self.raw)
+
 
 def _quantile(xs: Sequence[float], q: float) -> float:
     s = sorted(xs)

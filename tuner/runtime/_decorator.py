@@ -474,11 +474,12 @@ def _attach(wrapper: Any, t: Autotuned) -> Any:
 
 def _triton_positional(
     space: Any, triton_args: tuple[Any, ...], configs: Any, key: Any, triton_kw: dict[str, Any]
-) -> tuple[list[Any], Any]:
+) -> tuple[Sequence[Any], Any]:
     """triton.autotune's positional form (code written for Triton may use it: `triton.autotune(configs,
     key)`, as Triton's fused-attention tutorial did): a list (or tuple) of configs first, then `key` and
-    `TRITON_KEYWORDS` in Triton's order. Returns the configs and the key, and puts the positional keywords
-    in `triton_kw`; a parameter given both ways is a TypeError, as Python raises for Triton's function."""
+    `TRITON_KEYWORDS` in Triton's order. Returns the configs (the object given, which the kernel's
+    `.configs` is, as with `configs=`) and the key, and puts the positional keywords in `triton_kw`; a
+    parameter given both ways is a TypeError, as Python raises for Triton's function."""
     if not isinstance(space, (list, tuple)):
         raise TypeError(
             f"autotune() takes one positional argument (a SearchSpace or a function returning one) unless "
@@ -499,7 +500,7 @@ def _triton_positional(
             raise TypeError(f"autotune() got multiple values for argument {name!r}")
         given[name] = value
     triton_kw.update((n, given[n]) for n in TRITON_KEYWORDS)
-    return list(space), given["key"]
+    return space, given["key"]
 
 
 def autotune(

@@ -63,6 +63,11 @@ _dbs_lock = threading.Lock()
 # process, a PostgreSQL statement timeout): its writes are skipped until STORE_RETRY_S has passed, so each
 # new key does not wait the whole timeout again (60 s by default) while the lock is held
 _write_paused: weakref.WeakKeyDictionary[ConfigCache, float] = weakref.WeakKeyDictionary()
+# store -> when a read of it waited out the store's timeout, or when a new connection to it was refused for
+# a connection limit (after TUNER_PG_CONNECT_WAIT seconds of trying again): neither its reads nor its writes
+# are tried until STORE_RETRY_S has passed. Dropping it from `_dbs` alone left it to a call that already
+# held it: each of that call's next reads and writes waited as long again (a miss makes four).
+_unused_since: weakref.WeakKeyDictionary[ConfigCache, float] = weakref.WeakKeyDictionary()
 _warned: set[tuple[str, ...]] = set()
 _warned_lock = threading.Lock()
 
@@ -290,6 +295,7 @@ def close_stores() -> None:
         _failed_opens.clear()
         _full_since.clear()
         _write_paused.clear()
+        _unused_since.clear()
 
 
 def _timed_out(exc: BaseException) -> bool:
@@ -303,11 +309,24 @@ def _timed_out(exc: BaseException) -> bool:
     return "database is locked" in text or "database table is locked" in text
 
 
+def _connection_limit(exc: BaseException) -> bool:
+    """A new connection the server refused for a connection limit, after `TUNER_PG_CONNECT_WAIT`."""
+    from ..store import StoreConnectionLimit
+
+    return isinstance(exc, StoreConnectionLimit)
+
+
 def guarded(db: ConfigCache, op: str, what: str, fn: Callable[[], T], default: T) -> T:
     """`fn()`, or `default` (with one warning per cause) when the store fails. `op` is "read" or "write";
     `what` names the step in the warning. An EntryError (a bad entry, not a bad store) propagates. A write
     that waited out the store's timeout pauses the store's writes for STORE_RETRY_S (the results of that
-    time are kept in memory only); a read that did stops using the store for as long."""
+    time are kept in memory only); a read that did, or any step refused a connection for a connection
+    limit (`StoreConnectionLimit`, after its wait), stops using the store for as long."""
+    unused = _unused_since.get(db)
+    if unused is not None:
+        if time.monotonic() - unused < STORE_RETRY_S:
+            return default
+        _unused_since.pop(db, None)
     if op == "write":
         if getattr(db.store, "full_disk", None) is not None:
             return default  # opened read-only for a full disk: said once when opened (`open_store`)
@@ -326,14 +345,15 @@ def guarded(db: ConfigCache, op: str, what: str, fn: Callable[[], T], default: T
             _drop(db)  # no more reads or writes of a damaged file (for STORE_RETRY_S, then opened again)
             return default
         then = "skipping the store for this step" if op == "read" else "the result is kept in memory only"
-        if _timed_out(exc):
-            if op == "write":
+        if _timed_out(exc) or _connection_limit(exc):
+            if op == "write" and not _connection_limit(exc):
                 _write_paused[db] = time.monotonic()
             else:
+                _unused_since[db] = time.monotonic()
                 _drop(db)
             then = (
                 f"it is not written to for {STORE_RETRY_S:g} s; results are kept in memory meanwhile"
-                if op == "write"
+                if db not in _unused_since
                 else f"it is not used for {STORE_RETRY_S:g} s"
             )
         warn_once(
