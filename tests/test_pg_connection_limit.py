@@ -150,6 +150,19 @@ def test_a_decorated_function_waits_for_a_slot_once_not_at_every_step_of_every_m
     assert f"it is not used for {STORE_RETRY_S:g} s" in warned[0], warned
 
 
+def _stuck(reader: threading.Thread, logger: logging.Logger) -> str:
+    """Why the waiting read was not seen: where the reader is, and the state of the logger that reports the
+    wait (a CI run once failed here without a trace)."""
+    import traceback
+
+    frame = sys._current_frames().get(reader.ident or -1)
+    where = "".join(traceback.format_stack(frame)) if frame is not None else "(the reader has ended)"
+    return (
+        f"the read neither waited nor ended; logger disabled={logger.disabled} level={logger.level} "
+        f"handlers={logger.handlers} logging.disable={logging.root.manager.disable}; the reader is at:\n{where}"
+    )
+
+
 def test_a_slot_that_frees_within_the_wait_is_taken(
     limited: LimitedDatabase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -188,7 +201,7 @@ def test_a_slot_that_frees_within_the_wait_is_taken(
     try:
         reader = threading.Thread(target=read)
         reader.start()
-        assert refused.wait(60), "the read neither waited nor ended"
+        assert refused.wait(60), _stuck(reader, logger)
         holder.close()
         other.dispose()  # the slot is free now
         reader.join(120)
