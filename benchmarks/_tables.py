@@ -7,9 +7,11 @@ leak a held-out table into its own leave-one-out prior) and Kernel Tuner's resul
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 NOT_TABLES = ("_T4", "-results", "-metadata")
@@ -34,3 +36,16 @@ def table_files(data: str | Path, patterns: Sequence[str] = ("*/*.json*",), *, s
             file=sys.stderr,
         )
     return files
+
+
+@contextlib.contextmanager
+def quiet_logging() -> Iterator[None]:
+    """Log records below ERROR dropped while inside (tuner's notes on each of thousands of replayed runs would
+    bury the figures), and the process's previous `logging.disable` level put back after: a caller in the same
+    process (a test calling a script's `main`) keeps its logging. Also a decorator: `@quiet_logging()`."""
+    before = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(before)

@@ -76,7 +76,7 @@ for _p in (REPO, REPO / "benchmarks"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-from _tables import is_table_file, table_files  # noqa: E402  (benchmarks/ is not a package)
+from _tables import is_table_file, quiet_logging, table_files  # noqa: E402  (benchmarks/ is not a package)
 
 DEFAULT_DATA = Path(__file__).resolve().parent / "data"  # the committed tables (benchmarks/data/README.md)
 
@@ -141,13 +141,11 @@ def random_time_to(values_sorted: np.ndarray, threshold: float, budget: int) -> 
 
 
 # ---- one run ---------------------------------------------------------------------------------------
+@quiet_logging()
 def run_one(job: tuple[str, str, int, int, str]) -> dict[str, Any]:
     path, strategy, seed, budget, prior_mode = job
     if strategy.startswith(KT_PREFIX):
         return run_kt(path, strategy[len(KT_PREFIX) :], seed, budget)
-    import logging
-
-    logging.disable(logging.WARNING)
     import tuner
 
     table = _table(path)

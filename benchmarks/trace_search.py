@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import math
 import sys
 from collections import Counter
@@ -44,6 +43,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import replay_search as rs  # noqa: E402  (the sibling script: tables, priors, variants)
+from _tables import quiet_logging  # noqa: E402
 
 
 def resolve_table(name: str, data: Path = rs.DEFAULT_DATA) -> str:
@@ -237,6 +237,7 @@ def print_summary(summary: dict[str, Any]) -> None:
         )
 
 
+@quiet_logging()
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -263,7 +264,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("--budget must be >= 1")
     if args.early < 1:
         raise SystemExit("--early must be >= 1")
-    logging.disable(logging.WARNING)
     if args.summary:
         if args.region or args.all:
             raise SystemExit("--summary takes neither --region nor --all")

@@ -3,6 +3,7 @@ gets its own TUNER_HOME so nothing touches the user's store."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -26,6 +27,19 @@ def _tuner_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("TUNER_STORAGE", raising=False)
     monkeypatch.delenv("TUNER_MODE", raising=False)
     return home
+
+
+@pytest.fixture(autouse=True)
+def _logging_disable_kept() -> Iterator[None]:
+    """A test that leaves `logging.disable` changed fails here, and the level is put back: a benchmark
+    script's `main` run in-process once left WARNING disabled for every later test in that worker, and a test
+    waiting for an INFO record from tuner failed far from the cause."""
+    before = logging.root.manager.disable
+    yield
+    after = logging.root.manager.disable
+    if after != before:
+        logging.disable(before)
+        pytest.fail(f"the test left logging.disable at {after} (was {before})", pytrace=False)
 
 
 # Optuna's verbosity as a fresh `import optuna` leaves it (INFO): what a test that imports optuna first
