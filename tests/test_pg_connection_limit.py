@@ -14,6 +14,7 @@ without a restart.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import logging
@@ -211,6 +212,79 @@ def test_a_slot_that_frees_within_the_wait_is_taken(
         holder.close()
         other.dispose()
     assert got == [0], got
+
+
+class _WaitSeen(logging.Handler):
+    """Sets `event` when tuner logs that a new connection waits for a free slot."""
+
+    def __init__(self, event: threading.Event) -> None:
+        super().__init__()
+        self.event = event
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "waiting up to" in record.getMessage():
+            self.event.set()
+
+
+def test_a_connection_waiting_for_a_slot_holds_up_no_other_store(
+    limited: LimitedDatabase, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """One thread opens Optuna's storage on a PostgreSQL store whose role is at its limit and waits for a
+    free slot (`TUNER_PG_CONNECT_WAIT`). Another thread opens Optuna's storage on a SQLite file and on
+    another PostgreSQL store meanwhile, and is done before the first gets its slot. Was: the first waited
+    holding the process-wide schema lock (`schema_lock`'s) and the lock of the shared Optuna storages, so
+    every other store's Optuna storage in the process waited as long (up to TUNER_PG_CONNECT_WAIT)."""
+    from tests.pg import fresh_database
+    from tuner.storage import engine_for, optuna_storage, sqlite_url
+    from tuner.store import ResultStore
+
+    monkeypatch.setenv("TUNER_PG_CONNECT_WAIT", "120")  # far longer than the test: the slot is freed below
+    ResultStore(limited.url)
+    engine_for(limited.url).dispose()  # no idle connection left: Optuna's storage connects anew
+    other_pg = fresh_database()
+    other_url = next(other_pg)
+    limited.limit_role(1)
+    holder_engine = create_engine(limited.url)
+    holder = holder_engine.connect()  # the one slot
+    refused, first_done, others_done = threading.Event(), threading.Event(), threading.Event()
+    got: dict[str, Any] = {}
+
+    def run(name: str, done: threading.Event, *urls: str) -> None:
+        try:
+            got[name] = [optuna_storage(u) for u in urls]
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            got[name] = exc
+        finally:
+            done.set()
+
+    logger = logging.getLogger("tuner.storage._engine")
+    handler, level = _WaitSeen(refused), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    first = threading.Thread(target=run, args=("first", first_done, limited.url))
+    others = threading.Thread(
+        target=run, args=("others", others_done, sqlite_url(tmp_path / "s.db"), other_url)
+    )
+    try:
+        first.start()
+        assert refused.wait(60) or first_done.is_set(), _stuck(first, logger)
+        assert not first_done.is_set(), got
+        others.start()
+        # on the old code the others wait for the first thread's slot: not done in 30 s, not done at all
+        others_done.wait(30)
+        assert others_done.is_set() and not first_done.is_set(), (others_done.is_set(), got)
+        assert not isinstance(got["others"], BaseException), got["others"]
+    finally:
+        limited.limit_role(-1)  # the first thread needs two connections (schema lock, Optuna's engine)
+        holder.close()
+        holder_engine.dispose()
+        first.join(120)
+        others.join(120)
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        with contextlib.suppress(StopIteration):
+            next(other_pg)  # drops the other database
+    assert not isinstance(got["first"], BaseException), got["first"]
 
 
 @pytest.mark.parametrize("pool_size, limit", [(None, 6), ("1", 4)])

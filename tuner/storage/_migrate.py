@@ -69,7 +69,12 @@ __all__ = [
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # pg_advisory_lock key: the first 8 bytes of sha256("tuner schema"), as a signed 64-bit integer.
 _PG_LOCK_KEY = 0x2B8F3E1C5A7D9064
-_thread_lock = threading.RLock()
+# The threads of this process take the schema lock of a database one at a time: one lock per database
+# (`_thread_lock`), never one for all. A thread that holds it may wait long (for a connection slot, up to
+# TUNER_PG_CONNECT_WAIT; for another process's migration): a process-wide lock made every other store's
+# migration and Optuna storage, a SQLite file's too, wait as long.
+_thread_locks: dict[str, threading.RLock] = {}
+_locks_lock = threading.Lock()  # held only to look up or add an entry of `_thread_locks` or `_opening`
 # One Optuna storage per PostgreSQL URL, statement timeout and process (`optuna_storage`). Each RDBStorage
 # has an engine and a pool of its own: one made for every `ResultStore(url).optuna_storage()` (each
 # `optimize(storage=url)` call, so each task of a study worker) kept its pooled connections open on the
@@ -78,16 +83,19 @@ _thread_lock = threading.RLock()
 # session per thread). SQLite stores keep one per call: a file deleted or replaced under the process is
 # opened anew (`_replaced`), and a file has no connection limit.
 _optuna_storages: dict[tuple[str, float], optuna.storages.RDBStorage] = {}
-_storages_lock = threading.Lock()
+_storages_lock = threading.Lock()  # held only to read or change `_optuna_storages`, never while connecting
+# key of `_optuna_storages` -> the lock the thread that opens its storage holds (it connects, and may wait
+# for a slot): other threads of that key wait for its storage, those of other stores do not
+_opening: dict[tuple[str, float], threading.Lock] = {}
 
 
 def _after_fork_in_child() -> None:
     """A parent thread may have held the locks (migrating, opening Optuna's storage) at the fork; the
     Optuna storages the child inherited get new, empty pools (as `engine_for`'s engines do: the parent's
     PostgreSQL sockets must not be shared), their old pools kept, untouched."""
-    global _thread_lock, _storages_lock
-    _thread_lock = threading.RLock()
-    _storages_lock = threading.Lock()
+    global _thread_locks, _locks_lock, _storages_lock, _opening
+    _thread_locks, _locks_lock = {}, threading.Lock()
+    _storages_lock, _opening = threading.Lock(), {}
     for storage in _optuna_storages.values():
         _inherited_pools.append(storage.engine.pool)
         storage.engine.pool = storage.engine.pool.recreate()
@@ -138,11 +146,21 @@ def _file_lock(path: str) -> Iterator[None]:
         os.close(fd)  # closing the descriptor releases the lock
 
 
+def _thread_lock(engine: Engine) -> threading.RLock:
+    """The lock of this process's threads on the schema of `engine`'s database (`_thread_locks`)."""
+    key = engine.url.render_as_string(hide_password=False)
+    with _locks_lock:
+        lock = _thread_locks.get(key)
+        if lock is None:
+            lock = _thread_locks[key] = threading.RLock()
+        return lock
+
+
 @contextlib.contextmanager
 def schema_lock(engine: Engine) -> Iterator[Connection | None]:
     """Hold the schema lock of `engine`'s database: PostgreSQL yields the connection that holds the
     advisory lock (migrate on it); SQLite yields None."""
-    with _thread_lock:
+    with _thread_lock(engine):
         if engine.dialect.name == "postgresql":
             with engine.connect() as conn:
                 # waiting for another process's migration, and a migration itself, may take longer than
@@ -390,8 +408,17 @@ def optuna_storage(url: str) -> optuna.storages.RDBStorage:
     key = (normalize_url(url), pg_timeout_s())
     with _storages_lock:
         storage = _optuna_storages.get(key)
+    if storage is not None:
+        return storage
+    with _locks_lock:
+        opening = _opening.setdefault(key, threading.Lock())
+    with opening:  # one thread opens it (connecting, maybe waiting for a slot); the others of `key` wait
+        with _storages_lock:
+            storage = _optuna_storages.get(key)
         if storage is None:
-            storage = _optuna_storages[key] = _open_optuna_storage(eng, url)
+            storage = _open_optuna_storage(eng, url)
+            with _storages_lock:
+                _optuna_storages[key] = storage
     return storage
 
 
