@@ -358,3 +358,26 @@ def test_an_opening_that_fails_on_a_deleted_store_leaves_the_runs_engine_alone(t
             conn.execute(text("DELETE FROM tuner_measurements"))
         assert not db.exists()
     eng.dispose()
+
+
+def test_a_write_into_a_file_moved_away_is_not_blamed_on_a_read_only_folder(tmp_path: Path) -> None:
+    """SQLite refuses a write of a rollback-journal connection whose file was renamed or deleted since it
+    opened it with SQLITE_READONLY_DBMOVED, whose text is every read-only fault's ("attempt to write a
+    readonly database"). Was: tuner's message said the file or its folder cannot be written (a read-only
+    mount?), sending the user to check a folder that can be written. The other SQLITE_READONLY_* codes stay
+    the read-only fault."""
+    from tuner.storage import StoreError
+    from tuner.storage._engine import sqlite_fault_message
+
+    path = tmp_path / "s.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (x)")
+    con.commit()
+    path.rename(tmp_path / "moved.db")
+    with pytest.raises(sqlite3.OperationalError) as got:
+        con.execute("INSERT INTO t VALUES (1)")
+    con.close()
+    assert got.value.sqlite_errorname == "SQLITE_READONLY_DBMOVED", got.value.sqlite_errorname
+    cls, msg = sqlite_fault_message(str(path), "a write", got.value) or (None, "")
+    assert cls is StoreError, (cls, msg)
+    assert "deleted or moved away while this process had it open" in msg and "read-only mount" not in msg, msg

@@ -473,6 +473,12 @@ def _connect_waiting(dialect: Any, _rec: Any, cargs: Any, cparams: Any) -> Any:
 # SQLite's primary result codes of the faults that are the file's or the disk's, not the statement's (a file
 # that cannot be opened at all is left to the callers, which say whether its folder can be written)
 _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_NOTADB = 8, 10, 11, 13, 26
+# Every SQLITE_READONLY_* extended code (RECOVERY, CANTLOCK, ROLLBACK, CANTINIT: a WAL database whose `-shm`
+# cannot be written; DIRECTORY: its folder) is the read-only fault, but for DBMOVED: a connection in a
+# rollback-journal mode writing into a file deleted or renamed since it opened it. SQLite's text is the same
+# for all of them ("attempt to write a readonly database"): the extended code (Python 3.11's
+# `sqlite_errorcode`) tells them apart.
+_SQLITE_READONLY_DBMOVED = _SQLITE_READONLY | (4 << 8)
 _SQLITE_FAULTS = {
     _SQLITE_CORRUPT: "database disk image is malformed",
     _SQLITE_NOTADB: "file is not a database",
@@ -516,6 +522,11 @@ def sqlite_fault_message(path: str, what: str, exc: BaseException) -> tuple[type
         _SQLITE_READONLY: f"the file or its folder {folder} cannot be written (a read-only mount?)",
         _SQLITE_IOERR: f"the file or its folder {folder} was removed, moved or unmounted, or the disk failed",
     }[code]
+    if getattr(exc, "sqlite_errorcode", None) == _SQLITE_READONLY_DBMOVED:
+        why = (
+            "the file was deleted or moved away while this process had it open (SQLite refuses to write "
+            "into it); open the store again where its file is now"
+        )
     return StoreError, (
         f"store {path}: {what} failed ({sqlite_msg}): {why}; its transaction was rolled back, nothing of "
         "it was written"
