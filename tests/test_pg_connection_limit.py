@@ -214,6 +214,73 @@ def test_a_slot_that_frees_within_the_wait_is_taken(
     assert got == [0], got
 
 
+# The server's refusals for a connection limit (`tuner.storage._refusals`), and other errors that end a
+# connection's start, which are not
+_LIMIT_MSGIDS = (
+    "sorry, too many clients already",
+    'too many connections for role "%s"',
+    'too many connections for database "%s"',
+    "remaining connection slots are reserved for non-replication superuser connections",
+)
+_OTHER_MSGIDS = (
+    'password authentication failed for user "%s"',
+    'database "%s" does not exist',
+    'role "%s" does not exist',
+    'role "%s" is not permitted to log in',
+    'permission denied for database "%s"',
+    "the database system is starting up",
+    "the database system is shutting down",
+)
+
+
+def test_a_refusal_in_the_servers_language_is_one_for_a_limit() -> None:
+    """A server whose own `lc_messages` is not English refuses a connection for a limit in its language, and
+    libpq gives no SQLSTATE for it: each translation in the server's own message catalogs, as the server
+    writes it (its translated severity) inside libpq's line, is recognised as a refusal for a limit, and
+    the other errors that end a connection's start are not. Was: English only, so a German, Japanese, ...
+    server's refusal failed at once as an unreachable server, never waited for. (No server here can send
+    a translated refusal: it writes it before the role's, database's or client's `lc_messages` apply, in
+    its configuration's, which only an installed locale may set.)"""
+    import gettext
+    import glob
+
+    import psycopg2
+
+    from tests.pg import _admin_or_skip
+    from tuner.storage._engine import connection_limit_refusal
+
+    admin = _admin_or_skip(None)
+    try:
+        with admin.connect() as c:
+            localedir = c.execute(text("SELECT setting FROM pg_config WHERE name = 'LOCALEDIR'")).scalar()
+            major = int(c.execute(text("SHOW server_version_num")).scalar_one()) // 10000
+    finally:
+        admin.dispose()
+    files = sorted(
+        f
+        for name in (f"postgres-{major}.mo", "postgres.mo")
+        for f in glob.glob(os.path.join(localedir or "", "*", "LC_MESSAGES", name))
+    )
+    if not files:
+        pytest.skip(f"the server's message catalogs are not readable here ({localedir})")
+    seen = 0
+    for path in files:
+        with open(path, "rb") as fh:
+            catalog = gettext.GNUTranslations(fh)
+        fatal = catalog.gettext("FATAL")
+        for msgid in _LIMIT_MSGIDS + _OTHER_MSGIDS:
+            said = catalog.gettext(msgid)
+            if said == msgid:
+                continue  # not translated, or not a message of this version
+            said = said.replace("%s", "tuner_lim_0a1b2c")
+            exc = psycopg2.OperationalError(
+                f'connection to server at "127.0.0.1", port 5432 failed: {fatal}:  {said}\n'
+            )
+            assert connection_limit_refusal(exc) is (msgid in _LIMIT_MSGIDS), (path, msgid, str(exc))
+            seen += msgid in _LIMIT_MSGIDS
+    assert seen, files
+
+
 class _WaitSeen(logging.Handler):
     """Sets `event` when tuner logs that a new connection waits for a free slot."""
 

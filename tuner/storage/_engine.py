@@ -132,7 +132,8 @@ class StoreConnectionLimit(StoreUnreachable):
     """The PostgreSQL server refused a new connection of tuner because a connection limit is reached
     ("sorry, too many clients already": its `max_connections`; "too many connections for role ..." or
     "... for database ...": a `CONNECTION LIMIT`; "remaining connection slots are reserved ..."; a
-    pooler's "no more connections allowed"), and no slot came free within `TUNER_PG_CONNECT_WAIT` seconds.
+    pooler's "no more connections allowed"; or the same in a language PostgreSQL translates them to), and no
+    slot came free within `TUNER_PG_CONNECT_WAIT` seconds.
     The message names the store, what was being done, the server's reason, how long tuner waited, how
     many connections a tuner process holds at most, and what to do. Nothing was written."""
 
@@ -417,8 +418,9 @@ def _cannot_connect(ctx: ExceptionContext, where: str, limit: str) -> None:
 
 
 # What PostgreSQL (SQLSTATE 53300, too_many_connections) and PgBouncer say when they refuse a connection for
-# a connection limit. Neither driver gives a refused connection's SQLSTATE, so its message is read (a server
-# that answers in another language, lc_messages, is reported as any other refusal, not waited for).
+# a connection limit. Neither driver gives the SQLSTATE of a refusal that ends the connection's start (libpq
+# keeps it to itself: psycopg2's `pgcode` and psycopg 3's `sqlstate` are None), so its message is read: in
+# English, or in a language PostgreSQL's catalogs translate it to (a server's own `lc_messages`: `_refusals`).
 _LIMIT_REFUSALS = (
     "too many clients already",  # max_connections
     "too many connections for role",  # ALTER ROLE ... CONNECTION LIMIT
@@ -432,7 +434,13 @@ def connection_limit_refusal(exc: BaseException) -> bool:
     """`exc` is a driver's error for a connection the server refused because a connection limit is
     reached."""
     code = _sqlstate(exc)
-    return code == "53300" or any(m in str(exc) for m in _LIMIT_REFUSALS)
+    if code == "53300" or any(m in str(exc) for m in _LIMIT_REFUSALS):
+        return True
+    if code is not None:  # another error the driver gave the SQLSTATE of
+        return False
+    from ._refusals import localized_limit_refusal
+
+    return localized_limit_refusal(str(exc))
 
 
 _T = TypeVar("_T")
