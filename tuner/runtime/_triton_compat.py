@@ -21,7 +21,8 @@ What Triton does, and so what this does (see triton/runtime/autotuner.py):
   Triton's DeprecationWarning; milliseconds of warm-up and of timed repetitions), `use_cuda_graph`
   (CUDA graphs timing on a GPU).
 - `cache_results`: the store already keeps every winner across processes (`$TUNER_HOME`); True keeps
-  that, an explicit False keeps winners in memory only (Triton's default behaviour).
+  that, an explicit False keeps winners in memory only (Triton's default behaviour). `.cache_results`
+  reads what Triton's would for the same argument (False under the interpreter).
 - The kernel object is an instance of `triton.runtime.Autotuner` (`_triton_launch.py`), with
   `.cache` (Triton's key tuple -> `triton.Config`; an entry put there is used for its key, emptying it
   tunes again), `.best_config` (of the last launch), `.configs` and `.keys` (the objects given, as Triton
@@ -47,6 +48,7 @@ import contextlib
 import copy
 import functools
 import logging
+import sys
 import threading
 import time
 import warnings
@@ -191,7 +193,9 @@ class TritonAutotuned(Autotuned):
         # are read from its measurements when code reads them (never on the launch path)
         self._timings_later: tuple[CacheKey, dict[str, Any]] | None = None
         self.bench_time = 0.0
-        self.cache_results = storage is not False  # winners kept in the store (Triton: on disk)
+        # what Triton's Autotuner reads for the same arguments (its disk cache: off under the interpreter);
+        # the store is kept or not as `cache_results` and `storage` say, above
+        self.cache_results = _triton_cache_results(cache_results)
         # [the config of the last launch] (`best_config`): the hit path stores into it on every call
         self.last: list[dict[str, Any] | None] = [None]
         self._nargs_assigned: dict[str, Any] | None = None  # what code assigned to `.nargs`
@@ -771,6 +775,19 @@ class TritonAutotuned(Autotuned):
         dict.clear(self.triton_cache)
         self.retune.clear()
         self.forget()
+
+
+def _triton_cache_results(given: bool | None) -> bool:
+    """`.cache_results` as Triton's Autotuner sets it for the same argument: `(cache_results or
+    TRITON_CACHE_AUTOTUNING) and not TRITON_INTERPRET` (Triton's knobs, read at decoration); without
+    triton loaded (a plain callable), the argument."""
+    if "triton" not in sys.modules:
+        return bool(given)
+    try:
+        from triton import knobs
+    except ImportError:  # pragma: no cover - a triton without knobs (older than any supported)
+        return bool(given)
+    return bool((given or knobs.autotuning.cache) and not knobs.runtime.interpret)
 
 
 def _timing_key(obj: Any) -> Any:
