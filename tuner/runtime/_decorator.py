@@ -155,6 +155,7 @@ class Autotuned:
         self.arg_names, self.defaults = signature_names(fn)
         self._depends = tuple(depends)
         self._source_hash = source_hash  # None: computed on the first miss (see the property)
+        self._hash_given = source_hash is not None
         self.keys: KeyBuilder = (
             keys
             if keys is not None
@@ -218,6 +219,14 @@ class Autotuned:
     @source_hash.setter
     def source_hash(self, value: str) -> None:
         self._source_hash = value
+
+    def replace_fn(self, fn: Any) -> None:
+        """Code assigned the kernel's `.fn` (`AutotunedKernel.fn`): the misses from now on time it and
+        store their winners under its code; the configs already chosen in memory are kept (as Triton's
+        `.cache` is, which its Autotuner keeps when code assigns its `fn`)."""
+        self.fn = fn
+        if not self._hash_given:
+            self._source_hash = None
 
     # ---- the call's parts ----------------------------------------------------------------------------
     def arg_value(self, name: str, args: tuple, kwargs: dict) -> Any:

@@ -110,7 +110,7 @@ def traced_launch(kernel: Any, grid: Any) -> Callable[..., None]:
         floats = [v for v, k in zip(values, kinds) if k == _FLOAT]  # noqa: B905
         consts = tuple(v for v, k in zip(values, kinds) if k == _CONST)  # noqa: B905
         named = {**dict(zip(kernel.arg_names, args)), **kwargs}  # noqa: B905
-        configs: Sequence[Any] = kernel.configs
+        configs: Sequence[Any] = kernel.tuner.configs_given  # not `.configs`, which arms a check
         cfg_items = tuple(tuple(sorted(c.kwargs.items())) for c in configs)
         grids: list[Any] = []
         for c in configs:

@@ -1,4 +1,4 @@
-"""The hit path (in two variants: `hit_paths`, and `launcher_paths` for the Triton drop-in, which also stores
+"""The hit path (in two variants: `hit_paths`, and `launcher_paths` for Triton kernels, which also stores
 the config and looks the launcher's `run` up at each call): shared by `@tuner.autotune` on a plain function,
 the Triton launcher (`kernel[grid](...)`) and `tuner.kernel`.
 
@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import Any
 
-__all__ = ["make_hit_path", "hit_paths", "launcher_paths", "run_of", "launch_args", "Miss"]
+__all__ = ["make_hit_path", "hit_paths", "launcher_paths", "run_of", "launch_args", "Miss", "Retarget"]
 
 # miss(args, kwargs, fast key or None, call) -> config; `call` is what the hit path calls (the target
 # with its bound keywords), so the tuner benches exactly what the caller will run (for Triton: `run`
@@ -79,14 +79,19 @@ def run_of(owner: Any, *args: Any, **kwargs: Any) -> Any:
     return owner.run(*args, **kwargs)
 
 
+# retarget(owner, keys): what every hit path of one `launcher_paths` calls and keys by from its next read
+Retarget = Callable[[Any, Sequence[Callable[[tuple], Any] | None]], None]
+
+
 def launcher_paths(
     owner: Any,
     keys: Sequence[Callable[[tuple], Any] | None],
     mem: dict[Any, dict[str, Any]],
     miss: Miss,
     last: list[Any],
-) -> Callable[[Mapping[str, Any]], Callable[..., Any]]:
-    """The hit path of the Triton drop-in: as `hit_paths`, with two differences.
+) -> tuple[Callable[[Mapping[str, Any]], Callable[..., Any]], Retarget]:
+    """The hit path of a Triton kernel (the drop-in's, and `tuner.autotune`'s own on a JIT function): as
+    `hit_paths`, with three differences.
 
     - The target is `owner.run`, looked up at every call (one attribute lookup), as Triton's Autotuner
       calls `self.fn.run` at every launch and every timed run: a wrapper that code puts on the JIT
@@ -96,8 +101,14 @@ def launcher_paths(
     - Each call first puts its config in `last[0]` (one store: Triton's `best_config` is the config of
       the last launch; `launch_args(last)` finds the arguments of such a call while it runs, without a
       store).
+    - It returns `(make, retarget)`: `retarget(owner, keys)` changes the owner and the fast-key table of
+      every hit path `make` made and will make, from their next read of either (one a launch, the other
+      each time it computes a fast key), at no cost to the hit: they are cells of this call, which each
+      hit reads anyway. A launcher that code kept (`launch = kernel[grid]`) follows a change of the
+      configs or key names, and so does the launch whose miss found the change: it launches through
+      the owner the change called for (a config's pre_hook), not the one it started with.
 
-    The body is `hit_paths`'s with these two changes written in: a shared helper or a flag would cost the
+    The body is `hit_paths`'s with these changes written in: a shared helper or a flag would cost the
     hit a call or a branch."""
     noted = last
 
@@ -117,7 +128,11 @@ def launcher_paths(
 
         return hit
 
-    return make_noting
+    def retarget(new_owner: Any, new_keys: Sequence[Callable[[tuple], Any] | None]) -> None:
+        nonlocal owner, keys
+        owner, keys = new_owner, new_keys
+
+    return make_noting, retarget
 
 
 def make_hit_path(
@@ -135,7 +150,7 @@ def _noting_code() -> Any:
     def never(*args: Any, **kwargs: Any) -> dict[str, Any]:  # pragma: no cover - never called
         raise AssertionError
 
-    return launcher_paths(None, (), {}, never, [None])(_NO_KWARGS).__code__
+    return launcher_paths(None, (), {}, never, [None])[0](_NO_KWARGS).__code__
 
 
 _NOTING_HIT = _noting_code()  # the code of every hit `launcher_paths` makes (one code object, many closures)

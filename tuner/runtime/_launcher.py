@@ -1,14 +1,14 @@
 """A Triton JIT function under `tuner.autotune`: launched as `kernel[grid](*args)`, as with
-triton.autotune. `kernel[grid]` makes the one hit path (`_hit.py`) around the JIT function's `run` with
-the grid bound (one closure, as Triton's own `kernel[grid]` makes one; no grid is kept past the launch),
-so the tuner benches `run` with the caller's grid."""
+triton.autotune. `kernel[grid]` makes the one hit path (`_hit.py`) around the JIT function's `run`
+(looked up at each launch) with the grid bound (one closure, as Triton's own `kernel[grid]` makes one; no
+grid is kept past the launch), so the tuner benches `run` with the caller's grid."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._hit import hit_paths
+from ._hit import launcher_paths
 
 # The parameters of triton.autotune beyond configs and key, in its order (triton 3.7).
 TRITON_KEYWORDS = (
@@ -69,15 +69,41 @@ def triton_configs_to_dicts(configs: Sequence[Any]) -> list[dict[str, Any]]:
 
 class AutotunedKernel:
     """A Triton JIT function under tuner.autotune: launch it as `kernel[grid](*args)`, as with
-    triton.autotune. `.tuner` holds the state; `.explain(*args)` says what a call would use."""
+    triton.autotune. `.tuner` holds the state; `.explain(*args)` says what a call would use.
+
+    Every launch and timed run looks up the `run` of `.fn` when it happens (`_hit.launcher_paths`), as
+    Triton's Autotuner calls `self.fn.run`: a wrapper put there after decoration (on the JIT instance or
+    its class) is called. Assigning `.fn` launches the function assigned from the next launch on (also
+    through a launcher made before), and keys the store by its code."""
 
     def __init__(self, t: Autotuned) -> None:
         self.tuner = t
-        self.fn = t.fn
         self.arg_names = t.arg_names
         self.explain = t.explain
         self.cache_clear = t.cache_clear
-        self._make = hit_paths(t.fn.run, t.keys.fast, t.mem, t.miss)
+        self._make, self._retarget = launcher_paths(self._owner(), t.keys.fast, t.mem, t.miss, self._last())
+
+    def _owner(self) -> Any:
+        """What the hit path calls `run` of."""
+        return self.tuner.fn
+
+    def _last(self) -> list[Any]:
+        """Where the hit path notes each launch's config (the drop-in's `best_config`)."""
+        return [None]
+
+    def _rebuild(self) -> None:
+        """The hit paths launch through the current owner and key by the current fast keys."""
+        self._retarget(self._owner(), self.tuner.keys.fast)
+
+    @property
+    def fn(self) -> Any:
+        """The function launched (the JIT function, or what code assigned since)."""
+        return self.tuner.fn
+
+    @fn.setter
+    def fn(self, value: Any) -> None:
+        self.tuner.replace_fn(value)
+        self._rebuild()
 
     def __getitem__(self, grid: Any) -> Callable[..., Any]:
         return self._make({"grid": grid, "warmup": False})

@@ -21,11 +21,14 @@ What Triton does, and so what this does (see triton/runtime/autotuner.py):
   Triton's DeprecationWarning; milliseconds of warm-up and of timed repetitions), `use_cuda_graph`
   (CUDA graphs timing on a GPU).
 - `cache_results`: the store already keeps every winner across processes (`$TUNER_HOME`); True keeps
-  that, an explicit False keeps winners in memory only (Triton's default behaviour).
+  that, an explicit False keeps winners in memory only (Triton's default behaviour). `.cache_results`
+  reads what Triton's would for the same argument (False under the interpreter).
 - The kernel object is an instance of `triton.runtime.Autotuner` (`_triton_launch.py`), with
   `.cache` (Triton's key tuple -> `triton.Config`; an entry put there is used for its key, emptying it
   tunes again), `.best_config` (of the last launch), `.configs` and `.keys` (the objects given, as Triton
-  keeps them; assigning them, or changing the configs in place, acts on the next misses), `.configs_timings`, `.bench_time`, `.arg_names`, `.fn`, `.base_fn`, `.warmup()`, `.run()`,
+  keeps them; assigning them acts on the next misses; changing them in place, through the kernel, from the
+  next launch, else from the next miss: `follow_in_place_changes`), `.configs_timings`, `.bench_time`,
+  `.arg_names`, `.fn` (assigned: launched from the next launch), `.base_fn`, `.warmup()`, `.run()`,
   `.prune_configs()`, `.nargs` (the positional arguments by name while a launch runs, None after it).
 - `TRITON_PRINT_AUTOTUNING=1` prints what Triton prints: each config as it is timed and the choice.
 - The `run` of the function beneath (`.fn.run`: the JIT function's, or a `@triton.heuristics`'s) is
@@ -47,6 +50,7 @@ import contextlib
 import copy
 import functools
 import logging
+import sys
 import threading
 import time
 import warnings
@@ -191,12 +195,17 @@ class TritonAutotuned(Autotuned):
         # are read from its measurements when code reads them (never on the launch path)
         self._timings_later: tuple[CacheKey, dict[str, Any]] | None = None
         self.bench_time = 0.0
-        self.cache_results = storage is not False  # winners kept in the store (Triton: on disk)
+        # what Triton's Autotuner reads for the same arguments (its disk cache: off under the interpreter);
+        # the store is kept or not as `cache_results` and `storage` say, above
+        self.cache_results = _triton_cache_results(cache_results)
         # [the config of the last launch] (`best_config`): the hit path stores into it on every call
         self.last: list[dict[str, Any] | None] = [None]
         self._nargs_assigned: dict[str, Any] | None = None  # what code assigned to `.nargs`
         self._obj_of: dict[int, tuple[dict[str, Any], Any]] = {}  # id(config dict) -> (it, its Config)
         self._tl = threading.local()
+        # held while the configs or key names are compared with what was given and set again: two threads
+        # that find one change in place do not both set them, and none reads them half set
+        self.follow_lock = threading.RLock()
         self.named_key = not callable(key)  # Triton's key (names): `.keys`, and `.cache` is consulted
         self.key_request: tuple[str, ...] = ()
         self.key_given: Any = key  # the kernel's `.keys`: the object given, as Triton keeps it
@@ -233,17 +242,20 @@ class TritonAutotuned(Autotuned):
 
             configs = [triton.Config({}, num_warps=4, num_stages=3, num_ctas=1)]
         # The kernel's `.configs`, and what `early_config_prune` gets: the object given (a tuple stays a
-        # tuple), as Triton keeps it; what tuning reads is a list of its configs as they were then.
+        # tuple), as Triton keeps it; what tuning reads is a list of its configs as they were then. All
+        # is computed from that list before any is set (another thread may change `configs` meanwhile).
+        have = list(configs)
+        dicts = _config_dicts(have)
+        by_canon: dict[str, Any] = {}
+        for c, d in zip(have, dicts, strict=True):
+            by_canon.setdefault(canon(d), c)
         self.configs_given: Sequence[Any] = configs
-        self.configs: list[Any] = list(configs)
-        self._dicts = _config_dicts(self.configs)
-        self._obj_by_canon: dict[str, Any] = {}
-        for c, d in zip(self.configs, self._dicts, strict=True):
-            self._obj_by_canon.setdefault(canon(d), c)
-        self._cfg_names = frozenset().union(*(d.keys() for d in self._dicts))
+        self.configs: list[Any] = have
+        self._dicts, self._obj_by_canon = dicts, by_canon
+        self._cfg_names = frozenset().union(*(d.keys() for d in dicts))
         # some config leaves out a key another sets: launches drop the UNSET keys (see _triton_support)
-        self.irregular = any(d != launch_kwargs(d) for d in self._dicts)
-        self.has_config_hooks = any(getattr(c, "pre_hook", None) is not None for c in self.configs)
+        self.irregular = any(d != launch_kwargs(d) for d in dicts)
+        self.has_config_hooks = _config_hooks(have)
 
     def _set_key(self, key: Sequence[str] | Callable[..., Any]) -> None:
         self.keys = _TritonKeys(
@@ -262,37 +274,61 @@ class TritonAutotuned(Autotuned):
         """`kernel.configs = [...]`: the next misses prune and time these. As Triton, a key already
         resolved keeps its config (in memory and in `.cache`), except that a single config is used for
         every key; a stored winner that is not among these is not used (the store validates it)."""
-        single = len(self.configs) == 1  # a single config was never put in `.cache`: Triton tunes its keys
-        self._set_configs(configs)
-        self._obj_of.clear()
-        if self.user_budget is None:
-            self._budget = len(self.configs)
-        if self.named_key:
-            self._set_key(_keyed_names(self.fn, self.key_request, self.configs))
-        if single or len(self.configs) == 1:
-            self.forget()
+        with self.follow_lock:
+            # a single config was never put in `.cache`: Triton tunes its keys
+            single = len(self.configs) == 1
+            self._set_configs(configs)
+            self._obj_of.clear()
+            if self.user_budget is None:
+                self._budget = len(self.configs)
+            if self.named_key:
+                self._set_key(_keyed_names(self.fn, self.key_request, self.configs))
+            if single or len(self.configs) == 1:
+                self.forget()
 
-    def follow_in_place_changes(self) -> None:
-        """Code that changed the configs given in place (`k.configs.append(c)`, the caller's own list, an
-        `early_config_prune` that sorts the list it gets), which Triton reads at every miss: reconfigure
-        for them (`reconfigure`) and have the launcher rebuild its hit path (`rebuilt`). Checked on a
-        miss, never on a hit: as on Triton, a key already tuned keeps its config. The launch whose miss
-        finds the change times the new configs; a config pre_hook, or a launch option that only some
-        configs set, brought in by the change reaches the real launch from the next launch on."""
-        given, have = self.configs_given, self.configs
-        if len(given) == len(have) and all(a is b for a, b in zip(given, have, strict=True)):
-            return
-        self.reconfigure(given)
-        self.rebuilt()
+    def follow_in_place_changes(self) -> bool:
+        """Code that changed in place what Triton reads at every launch: the configs given
+        (`k.configs.append(c)`, the caller's own list, an `early_config_prune` that sorts the list it
+        gets), a config's `pre_hook` (`k.configs[0].pre_hook = f`) or the key names given
+        (`k.keys.append("K")`). Reconfigure (`reconfigure`) or key again (`rekey`) for them, and have the
+        launcher rebuild its hit paths (`rebuilt`), which every launcher of the kernel then follows, the
+        running launch included. Checked on a miss, and on the next launch after code read `.configs` or
+        `.keys` (the launcher's armed check); never on another hit. Returns whether anything changed.
+
+        Under `follow_lock`: a thread that finds a change while another is setting one waits for it,
+        then compares with what it set."""
+        with self.follow_lock:
+            given, have = self.configs_given, self.configs
+            configs = len(given) != len(have) or any(a is not b for a, b in zip(given, have, strict=True))
+            # a config given a pre_hook in place: launches run it from now on (a ConfigLaunch)
+            hooks = not configs and not self.has_config_hooks and _config_hooks(have)
+            names = None
+            if self.named_key:
+                k = self.key_given
+                names = (k,) if isinstance(k, str) else tuple(k)
+                if names == self.key_request:
+                    names = None
+            if not (configs or hooks or names is not None):
+                return False
+            if names is not None:
+                self.key_request = names
+            if configs or hooks:
+                self.reconfigure(given)  # keys again by `key_request`
+            if names is not None:
+                self._set_key(_keyed_names(self.fn, self.key_request, self.configs))
+                self.forget()
+            self.rebuilt()
+            return True
 
     def rekey(self, names: Sequence[str] | str) -> None:
         """`kernel.keys = [...]`: later calls are keyed by these argument names (Triton's `.keys`)."""
         if not self.named_key:
             raise TypeError(f"{self.name} is keyed by a function; its key names cannot be assigned")
-        self.key_request = (names,) if isinstance(names, str) else tuple(names)
-        self.key_given = names
-        self._set_key(_keyed_names(self.fn, self.key_request, self.configs))
-        self.forget()
+        with self.follow_lock:
+            self.key_request = (names,) if isinstance(names, str) else tuple(names)
+            self.key_given = names
+            self._set_key(_keyed_names(self.fn, self.key_request, self.configs))
+            self.forget()
 
     def forget(self) -> None:
         """Forget the configs resolved in memory (the hit path's and the general key's), not `.cache`."""
@@ -445,7 +481,8 @@ class TritonAutotuned(Autotuned):
     def dicts_of(self, configs: Sequence[Any]) -> list[dict[str, Any]]:
         """The runtime dicts of `configs` (some of `self.configs`, or configs an early prune made), with
         the keys of `self.configs`' dicts."""
-        return _config_dicts(list(self.configs) + list(configs))[len(self.configs) :]
+        have = self.configs  # read once: another thread may set it meanwhile
+        return _config_dicts(list(have) + list(configs))[len(have) :]
 
     def _pruned_space(self, *args: Any, **kwargs: Any) -> SearchSpace:
         pruned = getattr(self._tl, "pruned", None) or self.configs
@@ -609,7 +646,8 @@ class TritonAutotuned(Autotuned):
     def miss(self, args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]) -> dict[str, Any]:
         if _jax.has_tracer(args, kwargs):
             return _jax.resolve_on_concrete(self.miss, self.name, args, kwargs, fast_key, target)
-        self.follow_in_place_changes()
+        if self.follow_in_place_changes() and fast_key is not None:
+            fast_key = self._fast_key(args)  # the hit's was of the key before the change
         cfg = self._known(args, kwargs, fast_key)
         if cfg is None:
             cfg = self._resolve_triton(args, kwargs, fast_key, target)
@@ -620,6 +658,18 @@ class TritonAutotuned(Autotuned):
                 self.triton_cache.put(tk, self.config_obj(cfg))
                 self.retune.discard(tk)  # in `.cache` again
         return cfg
+
+    def _fast_key(self, args: tuple) -> Any:
+        """The hit path's key of a positional call (None where it has none, or it is unhashable)."""
+        try:
+            fk = self.keys.fast[len(args)]
+            if fk is None:
+                return None
+            key = fk(args)
+            hash(key)
+        except (TypeError, IndexError, AttributeError):
+            return None
+        return key
 
     def _known(self, args: tuple, kwargs: dict, fast_key: Any) -> dict[str, Any] | None:
         """A config this process already chose for the call's key, or one that code put in `.cache`
@@ -727,7 +777,7 @@ class TritonAutotuned(Autotuned):
         (configs, keys, hooks, pruning, do_bench), and copies of `.cache`, of the configs resolved in
         memory and of the last tuning's timings. The JIT function, the store and the functions given
         (hooks, perf model, do_bench) are shared, as deepcopy shares functions."""
-        made = dict(self._made_with)
+        made = dict(self._made_with, fn=self.fn)  # the function assigned to `.fn` since, if any
         if self.named_key:
             made["key"] = copy.deepcopy(self.key_given, memo)
 
@@ -771,6 +821,24 @@ class TritonAutotuned(Autotuned):
         dict.clear(self.triton_cache)
         self.retune.clear()
         self.forget()
+
+
+def _config_hooks(configs: Sequence[Any]) -> bool:
+    """Whether any of `configs` has a pre_hook of its own."""
+    return any(getattr(c, "pre_hook", None) is not None for c in configs)
+
+
+def _triton_cache_results(given: bool | None) -> bool:
+    """`.cache_results` as Triton's Autotuner sets it for the same argument: `(cache_results or
+    TRITON_CACHE_AUTOTUNING) and not TRITON_INTERPRET` (Triton's knobs, read at decoration); without
+    triton loaded (a plain callable), the argument."""
+    if "triton" not in sys.modules:
+        return bool(given)
+    try:
+        from triton import knobs
+    except ImportError:  # pragma: no cover - a triton without knobs (older than any supported)
+        return bool(given)
+    return bool((given or knobs.autotuning.cache) and not knobs.runtime.interpret)
 
 
 def _timing_key(obj: Any) -> Any:
@@ -824,7 +892,15 @@ def build(fn: Any, triton_kw: dict[str, Any], **opts: Any) -> Any:
         def fn(*args: Any, **kw: Any) -> Any:
             return t.fn(*args, **launch_kwargs(kw))
 
-    w = _attach(make_hit_path(fn, t.keys.fast, t.mem, t.miss), t)
+    # the hit path's fast-key table, a list that `rebuilt` refills when the key names change in place (a
+    # list indexes as fast as the builder's tuple)
+    table = list(t.keys.fast)
+
+    def rebuilt() -> None:
+        table[:] = t.keys.fast
+
+    t.rebuilt = rebuilt
+    w = _attach(make_hit_path(fn, table, t.mem, t.miss), t)
     w.cache = t.triton_cache
     w.configs = t.configs_given
     return w

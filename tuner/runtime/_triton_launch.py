@@ -8,14 +8,15 @@ triton: `_triton_compat.build` imports it only for a Triton kernel, when triton 
 from __future__ import annotations
 
 import copy
+import functools
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from triton.runtime.autotuner import Autotuner
 
+from ._argkeys import MAX_FAST_ARGS
 from ._env import underlying_function
-from ._hit import launcher_paths
 from ._launcher import AutotunedKernel
 from ._triton_support import ConfigLaunch, TritonCache, _all_kwargs
 
@@ -53,21 +54,54 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
     does on Triton's."""
 
     def __init__(self, t: TritonAutotuned) -> None:  # Autotuner.__init__ is not called (see the module)
-        super().__init__(t)
         self.tuner: TritonAutotuned = t
+        self._armed = False  # a check of the in-place changes is due at the next launch (`_arm`)
+        super().__init__(t)
         self.base_fn = underlying_function(t.fn)
+        # the fast-key table of an armed check (`_arm`): each entry checks the configs and key names first
+        self._checking = tuple(functools.partial(self._checked_key, n) for n in range(MAX_FAST_ARGS))
         t.rebuilt = self._rebuild
-        self._rebuild()
+        self._route()
 
-    def _rebuild(self) -> None:
-        """The hit path for the tuner's current key and configs (again after `.keys`/`.configs` change)."""
-        t = self.tuner
+    def _owner(self) -> Any:
         # configs with pre_hooks or UNSET keys launch through a ConfigLaunch; else the JIT function's
         # `run`, no extra frame. Either way `run` is looked up at each launch, as Triton's Autotuner does
         # (`self.fn.run`): a wrapper put on it after decoration is called.
-        owner = ConfigLaunch(t, t.fn) if t.has_config_hooks or t.irregular else t.fn
-        self._make = launcher_paths(owner, t.keys.fast, t.mem, t.miss, t.last)
-        self._route()
+        t = self.tuner
+        return ConfigLaunch(t, t.fn) if t.has_config_hooks or t.irregular else t.fn
+
+    def _last(self) -> list[Any]:
+        return self.tuner.last
+
+    def _rebuild(self) -> None:
+        """The hit paths for the tuner's current key and configs (again after `.keys`/`.configs`/`.fn`
+        change), keeping a check that is due (`_arm`): one armed while another thread followed a change."""
+        t = self.tuner
+        with t.follow_lock:
+            self._retarget(self._owner(), self._checking if self._armed else t.keys.fast)
+
+    def _arm(self) -> None:
+        """Code read `.configs` or `.keys`, the objects given, which it may now change in place
+        (`kernel.keys.append("K")`, `kernel.configs[0].pre_hook = f`): the next launch, hit or miss, of
+        any launcher of this kernel first follows such a change (`_checked_key`), as Triton reads both at
+        its next launch. The hit path itself never checks: only the fast-key table is swapped, until then."""
+        with self.tuner.follow_lock:
+            self._armed = True
+            self._retarget(self._owner(), self._checking)
+
+    def _checked_key(self, n: int, args: tuple) -> Any:
+        """The fast key of a launch with `n` positional arguments, after an armed check: disarmed first (a
+        read of `.configs`/`.keys` while this runs arms again), then the tuner follows what changed in
+        place (rebuilding the hit paths) and the key is the current table's (None: the miss path)."""
+        t = self.tuner
+        with t.follow_lock:
+            self._armed = False
+            self._retarget(self._owner(), t.keys.fast)
+        t.follow_in_place_changes()
+        fast = t.keys.fast[n]
+        if fast is None:
+            raise TypeError("too few positional arguments for a fast key")  # the hit's miss path
+        return fast(args)
 
     def _route(self) -> None:
         """What `kernel[grid]` makes: the hit path, or, once code has assigned the instance a `run` of its
@@ -111,7 +145,9 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
     # ---- what code reads and writes -----------------------------------------------------------------
     @property
     def configs(self) -> Sequence[Any]:
-        """The configs given (or assigned), the very object, as Triton's `.configs`."""
+        """The configs given (or assigned), the very object, as Triton's `.configs`: a change made in
+        place through it is followed from the next launch (`_arm`)."""
+        self._arm()
         return self.tuner.configs_given
 
     @configs.setter
@@ -123,8 +159,10 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
     def keys(self) -> Any:
         """The key given (or assigned), the very object, as Triton's `.keys`: every name, also one that no
         call passes (a constexpr the configs supply), which the key leaves out; with a function as the
-        key (tuner's), an empty list."""
+        key (tuner's), an empty list. A change made in place through it is followed from the next launch
+        (`_arm`)."""
         t = self.tuner
+        self._arm()
         return t.key_given if t.named_key else t.key_names
 
     @keys.setter
