@@ -97,6 +97,19 @@ def test_ensemble_uncertainty_shrinks_near_data() -> None:
     assert (m.predict_std(X) >= 0).all()
 
 
+def test_ensemble_members_sample_different_columns() -> None:
+    """Each member of an ensemble has its own seed, so its own column sample (`colsample_bytree`): without
+    bootstrap or row subsampling that is all that sets them apart. XGBoost before 2.1.3 seeded its column
+    sampler without the `seed` parameter, so every member drew the same columns and the ensemble's spread
+    (its uncertainty) was zero; pyproject's `xgboost>=2.1.3` is for this."""
+    rng = np.random.default_rng(0)
+    X = rng.random((120, 8))
+    y = X @ rng.random(8)
+    m = XGBEnsemble(n_models=3, n_estimators=10, subsample=1.0, colsample_bytree=0.5, bootstrap=False)
+    m.fit(X, y)
+    assert float(m.predict_std(X).max()) > 0.0
+
+
 # ---- features ------------------------------------------------------------------------------------
 def test_schema_features_and_derived() -> None:
     table = load_table(DATA / "convolution_A100_sample.json")

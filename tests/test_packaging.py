@@ -86,6 +86,25 @@ def _third_party_imports() -> dict[str, str]:
 OPTIONAL_DRIVERS = {"psycopg"}
 
 
+def test_the_documented_lower_bound_check_installs_each_lower_bound():
+    """docs/packaging.md's check of the lower bounds installs every library dependency at the lower bound
+    pyproject.toml declares: a bound raised (or added) without that check's command changing fails here."""
+    text = (REPO / "docs" / "packaging.md").read_text(encoding="utf-8")
+    m = re.search(r"floor/bin/pip install (numpy==.*?)\nfloor/bin/pip install --no-deps", text, flags=re.S)
+    assert m, "docs/packaging.md lost its lower-bound command"
+    words = m.group(1).replace("\\\n", " ").replace("'", "").split()
+    pins = {}
+    for w in words:
+        r = Requirement(w)
+        (spec,) = r.specifier
+        pins[canonicalize_name(r.name)] = Version(spec.version)
+    for r in _requirements():
+        lows = [Version(s.version) for s in r.specifier if s.operator in (">=", "~=")]
+        name = canonicalize_name(r.name)
+        assert name in pins, f"docs/packaging.md's lower-bound check does not install {name}"
+        assert pins[name] == lows[0], f"docs/packaging.md checks {name}=={pins[name]}, pyproject has {r}"
+
+
 def test_every_imported_distribution_is_declared():
     """A module tuner imports must come from a distribution it declares (the library's, or the kernels
     extra's; an optional driver's, the dev extra's), not from one that another dependency happens to pull
@@ -105,6 +124,26 @@ def test_every_imported_distribution_is_declared():
         assert {canonicalize_name(d) for d in dists} & allowed, (
             f"{where} imports {module} (distribution {dists[0]}), which pyproject.toml does not declare"
         )
+
+
+def test_a_new_store_and_optuna_on_it_use_no_deprecated_sqlalchemy_api(tmp_path):
+    """Opening a new store (tuner's Alembic migrations) and running an Optuna study on it ask nothing of
+    SQLAlchemy that it deprecates: with SQLAlchemy 2.1, alembic before 1.13.2 passes `execute()` an empty
+    parameter sequence (a SADeprecationWarning, "will raise an exception in a future SQLAlchemy release"),
+    which is why pyproject asks for alembic>=1.13.2."""
+    import warnings
+
+    import optuna
+    from sqlalchemy.exc import SADeprecationWarning
+
+    from tuner.store import ResultStore
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SADeprecationWarning)
+        store = ResultStore(f"sqlite:///{tmp_path / 'tuner.db'}")
+        study = optuna.create_study(storage=store.optuna_storage(), study_name="s")
+        study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+        assert len(study.trials) == 2 and store.count() == 0
 
 
 def test_a_missing_kernel_backend_names_the_extra():
@@ -268,11 +307,14 @@ def test_wheel_installs_beside_the_kernels_distribution(wheel: Path, tmp_path: P
     # tuner without its dependencies but numpy (all that importing tuner.kernels needs: the import stays
     # light), and the other `kernels` with its own dependencies, from the package index.
     others = ["kernels", f"numpy=={pins['numpy']}"]
+    # pip and the check without PYTHONPATH: a checkout on it with a tuner.egg-info is an installed tuner
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     r = subprocess.run(
         [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *others],
         capture_output=True,
         text=True,
         timeout=900,
+        env=env,
     )
     if r.returncode != 0:
         if re.search(r"(?i)connection|network|resolve|No matching distribution|Could not find", r.stderr):
@@ -283,9 +325,9 @@ def test_wheel_installs_beside_the_kernels_distribution(wheel: Path, tmp_path: P
         capture_output=True,
         text=True,
         timeout=300,
+        env=env,
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     r = subprocess.run(
         [str(py), "-c", _CHECK], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env
     )
@@ -368,19 +410,22 @@ print(json.dumps({"version": tuner.__version__, "file": tuner.__file__, "heavy":
 def test_wheel_with_its_dependencies_works_without_the_kernel_backends(wheel: Path, tmp_path: Path):
     """What a user gets from `pip install tuner` (no `[kernels]`): the import, the CLI, a replay of a
     recorded table and the store work, torch / jax / triton are not installed, `pip check` is clean; and
-    beside a stack that pins older allowed releases (numpy 1.26, SQLAlchemy 2.0) pip keeps those pins."""
+    beside a stack that pins older allowed releases (numpy 1.26, SQLAlchemy 2.1.0) pip keeps those pins."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     py = str(venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python"))
-    pins = ["numpy==1.26.4", "sqlalchemy==2.0.0"]  # a neighbour's pins, inside pyproject's ranges
+    pins = ["numpy==1.26.4", "sqlalchemy==2.1.0"]  # a neighbour's pins, inside pyproject's ranges
+    # without PYTHONPATH: a checkout on it that has a tuner.egg-info (an editable install made one) is an
+    # installed tuner 0.1.0 to pip, which then skips the wheel
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     r = subprocess.run(
         [py, "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel), *pins],
         capture_output=True,
         text=True,
         timeout=1800,
+        env=env,
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env["TUNER_HOME"] = str(tmp_path / "home")
 
     def run(*args: str) -> str:
@@ -402,5 +447,5 @@ def test_wheel_with_its_dependencies_works_without_the_kernel_backends(wheel: Pa
     listing = run(py, "-m", "pip", "list", "--format=json", "--disable-pip-version-check")
     installed = {canonicalize_name(d["name"]): d["version"] for d in json.loads(listing)}
     assert not {"torch", "jax", "jaxlib", "triton"} & set(installed), sorted(installed)
-    assert installed["numpy"] == "1.26.4" and installed["sqlalchemy"] == "2.0.0"
+    assert installed["numpy"] == "1.26.4" and installed["sqlalchemy"] == "2.1.0"
     run(py, "-m", "pip", "check", "--disable-pip-version-check")
