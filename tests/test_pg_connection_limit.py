@@ -459,7 +459,10 @@ def test_a_store_that_fails_to_open_is_kept_by_no_thread_and_opened_again_later(
     handler, level = Count(waits), logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
-    first, second = threading.Thread(target=run, args=("first",)), threading.Thread(target=run, args=("second",))
+    first, second = (
+        threading.Thread(target=run, args=("first",)),
+        threading.Thread(target=run, args=("second",)),
+    )
     try:
         first.start()
         assert waits.wait(60) or not first.is_alive(), _stuck(first, logger)
