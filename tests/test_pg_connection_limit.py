@@ -354,6 +354,133 @@ def test_a_connection_waiting_for_a_slot_holds_up_no_other_store(
     assert not isinstance(got["first"], BaseException), got["first"]
 
 
+def test_a_store_that_waits_for_a_slot_to_open_holds_up_no_other_decorated_function(
+    limited: LimitedDatabase, monkeypatch: pytest.MonkeyPatch, fresh_runtime: None, tmp_path: Path
+) -> None:
+    """One thread's decorated function opens its PostgreSQL store while the role is at its limit and waits
+    for a free slot (`TUNER_PG_CONNECT_WAIT`). Another thread's decorated function on a SQLite store tunes,
+    stores and returns meanwhile. Was: the runtime opened every store under one process-wide lock
+    (`open_store`'s), so every decorated function's store look-up in the process waited as long (up to
+    TUNER_PG_CONNECT_WAIT), SQLite stores too. A second thread of the waiting store gets the same store
+    once it is open (one `ConfigCache` per store)."""
+    from tests.test_store_terminated import X, _decorated
+    from tuner.runtime._sources import open_store
+    from tuner.storage import engine_for, sqlite_url
+    from tuner.store import ResultStore
+
+    monkeypatch.setenv("TUNER_PG_CONNECT_WAIT", "120")  # far longer than the test: the slot is freed below
+    ResultStore(limited.url)  # its schema made: opening it again needs one connection
+    engine_for(limited.url).dispose()  # no idle connection left: opening the store connects anew
+    limited.limit_role(1)
+    holder_engine = create_engine(limited.url)
+    holder = holder_engine.connect()  # the one slot
+    f_pg, _ = _decorated(limited.url)
+    f_lite, lite_runs = _decorated(sqlite_url(tmp_path / "s.db"))
+    refused, first_done, lite_done = threading.Event(), threading.Event(), threading.Event()
+    got: dict[str, Any] = {}
+
+    def run(name: str, done: threading.Event, call: Any) -> None:
+        try:
+            got[name] = call()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            got[name] = exc
+        finally:
+            done.set()
+
+    logger = logging.getLogger("tuner.storage._engine")
+    handler, level = _WaitSeen(refused), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    first = threading.Thread(target=run, args=("first", first_done, lambda: f_pg(X, 1)))
+    same = threading.Thread(
+        target=run, args=("same", threading.Event(), lambda: open_store(limited.url, create=True))
+    )
+    lite = threading.Thread(target=run, args=("lite", lite_done, lambda: f_lite(X, 1)))
+    try:
+        first.start()
+        assert refused.wait(60) or first_done.is_set(), _stuck(first, logger)
+        assert not first_done.is_set(), got
+        same.start()
+        lite.start()
+        # on the old code the SQLite function waits for the first thread's slot: not done in 30 s
+        lite_done.wait(30)
+        assert lite_done.is_set() and not first_done.is_set(), (lite_done.is_set(), got)
+        assert not isinstance(got["lite"], BaseException), got["lite"]
+        np.testing.assert_array_equal(got["lite"], X * 2.0)
+        assert lite_runs and f_lite.tuner.stats["tuned"] == 1, f_lite.tuner.stats
+        assert ResultStore(sqlite_url(tmp_path / "s.db")).count() >= 1  # stored, not kept in memory only
+    finally:
+        limited.limit_role(-1)
+        holder.close()
+        holder_engine.dispose()
+        first.join(120)
+        same.join(120)
+        lite.join(120)
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert not isinstance(got["first"], BaseException), got["first"]
+    np.testing.assert_array_equal(got["first"], X * 2.0)
+    assert f_pg.tuner.stats["tuned"] == 1, f_pg.tuner.stats
+    assert got["same"] is not None and got["same"] is open_store(limited.url, create=True), got
+
+
+def test_a_store_that_fails_to_open_is_kept_by_no_thread_and_opened_again_later(
+    limited: LimitedDatabase, monkeypatch: pytest.MonkeyPatch, fresh_runtime: None
+) -> None:
+    """Two threads open the same store at its limit: the one that waits for a slot fails
+    (`TUNER_PG_CONNECT_WAIT`), and the other, waiting for that opening, gets no store without waiting for
+    a slot again. Nothing of the failed opening is kept: once the retry pause is over, a call opens it."""
+    import tuner.runtime._sources as sources
+    from tuner.storage import engine_for
+    from tuner.store import ResultStore
+
+    monkeypatch.setenv("TUNER_PG_CONNECT_WAIT", "0.5")
+    ResultStore(limited.url)
+    engine_for(limited.url).dispose()  # no idle connection left: opening the store connects anew
+    limited.limit_role(0)
+    waits = threading.Event()
+    got: dict[str, Any] = {}
+
+    def run(name: str) -> None:
+        try:
+            got[name] = sources.open_store(limited.url, create=True)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            got[name] = exc
+
+    counted: list[str] = []
+
+    class Count(_WaitSeen):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "waiting up to" in record.getMessage():
+                counted.append(record.getMessage())
+            super().emit(record)
+
+    logger = logging.getLogger("tuner.storage._engine")
+    handler, level = Count(waits), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    first, second = (
+        threading.Thread(target=run, args=("first",)),
+        threading.Thread(target=run, args=("second",)),
+    )
+    try:
+        first.start()
+        assert waits.wait(60) or not first.is_alive(), _stuck(first, logger)
+        second.start()
+        first.join(60)
+        second.join(60)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert got == {"first": None, "second": None}, got
+    assert len(counted) == 1, counted  # the second thread did not wait for a slot of its own
+    assert limited.url not in sources._dbs
+    limited.limit_role(-1)
+    monkeypatch.setattr(sources, "STORE_RETRY_S", 0.0)  # the retry pause is over
+    again = sources.open_store(limited.url, create=True)
+    assert again is not None and again is sources.open_store(limited.url, create=True)
+
+
 @pytest.mark.parametrize("pool_size, limit", [(None, 6), ("1", 4)])
 def test_a_study_worker_holds_few_connections_however_many_tasks_it_runs(
     limited: LimitedDatabase,

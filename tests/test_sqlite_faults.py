@@ -1,6 +1,7 @@
 """SQLite stores failing the way they do in production, beyond tests/test_runtime_faults.py: a file that
 turns corrupt while a process has it open, a corrupt study database under the CLI (Optuna's own reads
-included), a disk that fills during a study, and a store deleted from under a running process.
+included), a disk that fills during a study, a store deleted from under a running process, and a schema
+lock file held by a process that stopped.
 
 Each case runs on a real SQLite file; only the disk-full study needs mount(8) (root), and skips, saying
 so, where it is not permitted."""
@@ -10,6 +11,9 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import subprocess
+import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -381,3 +385,113 @@ def test_a_write_into_a_file_moved_away_is_not_blamed_on_a_read_only_folder(tmp_
     cls, msg = sqlite_fault_message(str(path), "a write", got.value) or (None, "")
     assert cls is StoreError, (cls, msg)
     assert "deleted or moved away while this process had it open" in msg and "read-only mount" not in msg, msg
+
+
+def _schema_lock_holder(lock: Path) -> subprocess.Popen[str]:
+    """Another process that takes the schema lock file `lock` and keeps it until its stdin is closed (as a
+    process stopped (SIGSTOP), hung or in a debugger while it holds the lock does)."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys\n"
+            "fd = open(sys.argv[1], 'a')\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "print('locked', flush=True)\n"
+            "sys.stdin.read()\n",
+            str(lock),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    return holder
+
+
+def _in_thread(fn: Callable[[], Any]) -> tuple[threading.Event, dict[str, Any]]:
+    done, got = threading.Event(), {}
+
+    def run() -> None:
+        try:
+            got["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            got["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    return done, got
+
+
+def test_optunas_tables_once_made_are_opened_without_the_schema_lock(tmp_path: Path) -> None:
+    """A process stopped while it holds the schema lock file holds up no process that opens a store whose
+    schemas (tuner's and Optuna's) are made. Was: Optuna's storage on SQLite took the lock at every
+    opening (each `tuner.optimize`, each study task) and waited for it without end."""
+    pytest.importorskip("fcntl")
+    from tuner.storage import sqlite_url
+    from tuner.store import ResultStore
+
+    db = tmp_path / "s.db"
+    ResultStore(sqlite_url(db)).optuna_storage()  # both schemas made
+    holder = _schema_lock_holder(tmp_path / "s.db.lock")
+    try:
+        done, got = _in_thread(lambda: ResultStore(sqlite_url(db)).optuna_storage())
+        done.wait(30)  # on the old code: not done until the holder lets go
+        assert done.is_set() and "error" not in got, got
+    finally:
+        _release(holder)
+
+
+def _release(holder: subprocess.Popen[str]) -> None:
+    assert holder.stdin is not None
+    holder.stdin.close()
+    holder.wait(timeout=60)
+
+
+def test_a_schema_lock_held_past_the_timeout_fails_the_opening_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store whose schema must be made while another process holds its schema lock file (stopped, hung):
+    the opening waits SQLite's busy timeout (`SQLITE_TIMEOUT_S`), then fails with `StoreTimeout` naming
+    the lock file and what to do; a decorated function goes on in memory with one warning saying so.
+    Was: every process opening the store waited for ever."""
+    pytest.importorskip("fcntl")
+    import numpy as np
+
+    import tuner.storage._engine as engine
+    from tests.test_store_terminated import X, _decorated
+    from tuner.storage import sqlite_url
+    from tuner.store import ResultStore, StoreTimeout
+
+    monkeypatch.setattr(engine, "SQLITE_TIMEOUT_S", 0.5)
+    fresh, made = tmp_path / "fresh.db", tmp_path / "made.db"
+    ResultStore(sqlite_url(made))  # tuner's schema made, Optuna's not yet
+    holders = [_schema_lock_holder(Path(f"{db}.lock")) for db in (fresh, made)]
+    try:
+        done, got = _in_thread(lambda: ResultStore(sqlite_url(fresh)))
+        done.wait(30)  # on the old code: not done until the holder lets go
+        assert done.is_set() and isinstance(got.get("error"), StoreTimeout), got
+        msg = str(got["error"])
+        assert f"schema lock {fresh}.lock" in msg and "0.5 s" in msg, msg
+        assert "another process" in msg and "stopped or hung" in msg and "fuser" in msg, msg
+        assert "\n" not in msg, msg
+        done, got = _in_thread(lambda: ResultStore(sqlite_url(made)).optuna_storage())
+        done.wait(30)
+        assert done.is_set() and isinstance(got.get("error"), StoreTimeout), got
+        assert f"schema lock {made}.lock" in str(got["error"]), got
+        close_stores()
+        caplog.set_level(logging.WARNING)
+        f, _ = _decorated(sqlite_url(fresh))
+        done, got = _in_thread(lambda: f(X, 1))
+        done.wait(30)
+        assert done.is_set() and "error" not in got, got
+        np.testing.assert_array_equal(got["value"], X * 2.0)
+        msgs = store_warnings(caplog)
+        assert len(msgs) == 1 and f"schema lock {fresh}.lock" in msgs[0], msgs
+    finally:
+        for holder in holders:
+            _release(holder)
+        close_stores()
+    ResultStore(sqlite_url(fresh)).optuna_storage()  # the lock let go: both open
+    ResultStore(sqlite_url(made)).optuna_storage()

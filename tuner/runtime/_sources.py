@@ -58,7 +58,13 @@ _dbs: dict[str, ConfigCache] = {}
 _failed_opens: dict[str, float] = {}  # url -> time of the last failed open
 _files: dict[str, tuple[int, int] | None] = {}  # url -> (device, inode) of its SQLite file when opened
 _full_since: dict[str, float] = {}  # url -> when it was opened read-only for a full disk (opened again later)
+# `_dbs_lock` is held only to read or change the dicts above, never while a store is opened: opening may wait
+# long (for a PostgreSQL connection slot, up to TUNER_PG_CONNECT_WAIT; for another process's schema lock),
+# and a process-wide lock held meanwhile made every decorated function's store look-up wait as long, those
+# of SQLite stores too. The thread that opens a store holds that store's lock in `_opening` instead: the
+# other threads of that store wait for it (one ConfigCache per store), those of other stores do not.
 _dbs_lock = threading.Lock()
+_opening: dict[str, threading.Lock] = {}  # url -> the lock held while that store is opened
 # store -> when one of its writes last waited out the store's timeout (a SQLite lock held by another
 # process, a PostgreSQL statement timeout): its writes are skipped until STORE_RETRY_S has passed, so each
 # new key does not wait the whole timeout again (60 s by default) while the lock is held
@@ -76,8 +82,8 @@ def _after_fork_in_child() -> None:
     """New locks in a forked child: a parent thread may have held one at the fork (opening a store, whose
     schema creation can wait on another process's lock), and would never release it here. The stores
     stay: their engines get new connection pools (`tuner.storage._engine`)."""
-    global _dbs_lock, _warned_lock
-    _dbs_lock = threading.Lock()
+    global _dbs_lock, _opening, _warned_lock
+    _dbs_lock, _opening = threading.Lock(), {}
     _warned_lock = threading.Lock()
 
 
@@ -208,35 +214,60 @@ def open_store(storage: Any, *, create: bool) -> ConfigCache | None:
             del _dbs[url]
             if not create and not _exists(url):
                 return None
-        failed = _failed_opens.get(url)
-        if failed is not None and time.monotonic() - failed < STORE_RETRY_S:
+        if _failed_recently(url):
             return None
-        try:
-            c = ConfigCache(store or url)
-        except _store_errors() as exc:
+        opening = _opening.setdefault(url, threading.Lock())
+    with opening:  # one thread opens `url` (maybe waiting long); the others of `url` wait for its store
+        with _dbs_lock:
+            c = _dbs.get(url)
+            if c is not None:
+                return c  # opened by the thread this one waited for
+            if _failed_recently(url):
+                return None  # that thread's opening failed: not tried again before STORE_RETRY_S
+        return _open(url, store)
+
+
+def _failed_recently(url: str) -> bool:
+    """An opening of `url` failed less than STORE_RETRY_S ago (the caller holds `_dbs_lock`)."""
+    failed = _failed_opens.get(url)
+    return failed is not None and time.monotonic() - failed < STORE_RETRY_S
+
+
+def _open(url: str, store: Any) -> ConfigCache | None:
+    """Open the store of `url` (`store`: a caller's ResultStore of it, or None) and keep it in `_dbs`; None
+    when it cannot be opened (warned once per cause; not tried again for STORE_RETRY_S). The caller holds
+    `url`'s lock in `_opening`, not `_dbs_lock`: nothing is kept of an opening that fails or raises."""
+    from ._db import ConfigCache
+
+    try:
+        c = ConfigCache(store or url)
+    except _store_errors() as exc:
+        with _dbs_lock:
             _failed_opens[url] = time.monotonic()
-            if _corrupt(url, exc):
-                return None
-            warn_once(
-                ("store", url, "open", type(exc).__name__),
-                "store %s cannot be opened (%s); using memory, shipped files and fallbacks",
-                _redact(url),
-                _describe(exc),
-            )
+        if _corrupt(url, exc):
             return None
+        warn_once(
+            ("store", url, "open", type(exc).__name__),
+            "store %s cannot be opened (%s); using memory, shipped files and fallbacks",
+            _redact(url),
+            _describe(exc),
+        )
+        return None
+    if c.store.full_disk is not None:
+        warn_once(
+            ("store", url, "full"),
+            "%s; opened read-only: its entries are used, new results are kept in memory only (tried "
+            "for writing again every %g s)",
+            c.store.full_disk.replace("; its transaction was rolled back, nothing of it was written", ""),
+            STORE_RETRY_S,
+        )
+    with _dbs_lock:
         _failed_opens.pop(url, None)
         if c.store.full_disk is not None:
             _full_since[url] = time.monotonic()
-            warn_once(
-                ("store", url, "full"),
-                "%s; opened read-only: its entries are used, new results are kept in memory only (tried "
-                "for writing again every %g s)",
-                c.store.full_disk.replace("; its transaction was rolled back, nothing of it was written", ""),
-                STORE_RETRY_S,
-            )
         _dbs[url] = c
         _files[url] = _identity(url)
-        return c
+    return c
 
 
 def _exists(url: str) -> bool:

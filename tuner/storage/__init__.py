@@ -19,7 +19,8 @@
   Optuna storage `optuna_storage(url)` shares).
 - On SQLite a fault of the file or the disk (corrupt, not a database, disk full, read-only, I/O error)
   raises `StoreError` naming the file and what to do (`StoreCorrupt` for a damaged file); a lock held past
-  the busy timeout stays SQLAlchemy's `OperationalError` ("database is locked"), which callers retry. A
+  the busy timeout stays SQLAlchemy's `OperationalError` ("database is locked"), which callers retry; the
+  schema lock file held past it by another process raises `StoreTimeout` naming it. A
   write into a SQLite file deleted or replaced while the process has it open (SQLite would write into the
   deleted file) raises `StoreError` naming it before it commits, and no new file is made at the path
   (`_replaced`); disposing of `engine_for(url)`'s engine opens the path again. A new SQLite file whose

@@ -107,7 +107,9 @@ class StoreError(RuntimeError):
 class StoreTimeout(StoreError):
     """A PostgreSQL statement ran past the store's timeout (`TUNER_PG_TIMEOUT`): the server did not answer
     in time, or another transaction held a lock it needed. Its transaction was rolled back. The message
-    names the store (without user and password), the operation and the limit."""
+    names the store (without user and password), the operation and the limit. Also: another process held
+    a SQLite store's schema lock file (`<file>.lock`) past SQLite's busy timeout (`SQLITE_TIMEOUT_S`),
+    while this one had to create or upgrade the schema; the message names the lock file and what to do."""
 
 
 class StoreConnectionLost(StoreError):

@@ -4,8 +4,10 @@
 take the schema lock, read it again and run the Alembic migrations (as Optuna's RDBStorage does). The lock
 is `pg_advisory_lock` on PostgreSQL and an exclusive lock on a file next to the database on SQLite (the
 database file itself is never locked by tuner: closing a descriptor of it would drop SQLite's own locks).
-On SQLite the migrations run in one `BEGIN IMMEDIATE` transaction, so a crash leaves the store as it was.
-Optuna's tables are created under the same lock (`optuna_storage`).
+On SQLite the migrations run in one `BEGIN IMMEDIATE` transaction, so a crash leaves the store as it was,
+and the lock file is waited for at most SQLite's busy timeout (`SQLITE_TIMEOUT_S`; then `StoreTimeout`
+naming it): a process stopped or hung while it holds the lock holds up no other for ever. Optuna's tables
+are created under the same lock (`optuna_storage`); once made, they are opened with no lock.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,10 +29,12 @@ from sqlalchemy.pool import NullPool
 
 from tuner._scoped import SharedOverride
 
+from . import _engine
 from ._engine import (
     SQLITE_TIMEOUT_S,
     StoreConnectionLost,
     StoreError,
+    StoreTimeout,
     _inherited_pools,
     _sqlite_pragmas,
     engine_kwargs,
@@ -116,6 +121,7 @@ def schema_revision(conn: Connection) -> str | None:
 @contextlib.contextmanager
 def _file_lock(path: str) -> Iterator[None]:
     lock_path = path + ".lock"
+    deadline = time.monotonic() + float(_engine.SQLITE_TIMEOUT_S)
     while True:
         try:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -124,14 +130,7 @@ def _file_lock(path: str) -> Iterator[None]:
             yield
             return
         try:
-            if sys.platform == "win32":  # pragma: no cover - Windows
-                import msvcrt
-
-                msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
-                break
-            import fcntl
-
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _lock_by(fd, deadline, path, lock_path)
         except BaseException:
             os.close(fd)
             raise
@@ -144,6 +143,42 @@ def _file_lock(path: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def _lock_by(fd: int, deadline: float, path: str, lock_path: str) -> None:
+    """Take the exclusive lock of `fd`, the schema lock file `lock_path` of the SQLite store `path`, by
+    `deadline` (`time.monotonic()`), or raise `StoreTimeout`. The wait is bounded by SQLite's busy timeout
+    (`SQLITE_TIMEOUT_S`), as a write to the store is: a process stopped (SIGSTOP, a debugger) or hung while
+    it held the lock made every process that opened the store wait for ever."""
+    pause = 0.005
+    while True:
+        try:
+            if sys.platform == "win32":  # pragma: no cover - Windows
+                import msvcrt
+
+                msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+            else:
+                import fcntl
+
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        except OSError:  # pragma: no cover - Windows: a region locked by another process
+            if sys.platform != "win32":
+                raise
+        left = deadline - time.monotonic()
+        if left <= 0:
+            waited = float(_engine.SQLITE_TIMEOUT_S)
+            raise StoreTimeout(
+                f"store {path}: its schema lock {lock_path} was held by another process for {waited:g} s "
+                f"(SQLite's busy timeout): that process creates or upgrades the store's schema, or it is "
+                f"stopped or hung while it holds the lock. Find it (`fuser {lock_path}` or "
+                f"`lsof {lock_path}`) and let it finish, resume it (`kill -CONT PID`) or end it, then try "
+                "again; nothing was written"
+            )
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, 0.05)
 
 
 def _thread_lock(engine: Engine) -> threading.RLock:
@@ -392,8 +427,9 @@ def _rdb_storage(
 
 
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:
-    """Optuna's RDBStorage on `url`, created under the schema lock (Optuna creates its tables and stamps
-    its version check-then-create; concurrent first opens would race). A SQLite store whose folder cannot
+    """Optuna's RDBStorage on `url`, its tables created under the schema lock (Optuna creates its tables
+    and stamps its version check-then-create; concurrent first opens would race); tables made and
+    stamped already are opened with no lock (`_open_optuna_storage`). A SQLite store whose folder cannot
     be written (`read_only_url`) is opened read-only, creating nothing. On PostgreSQL one storage per URL
     and process is made and shared (`_optuna_storages`)."""
     from ._engine import engine_for
@@ -441,16 +477,25 @@ def close_idle_connections(url: str) -> None:
 
 
 def _open_optuna_storage(eng: Engine, url: str) -> optuna.storages.RDBStorage:
-    """A new RDBStorage on `eng`'s database (`optuna_storage`), its tables made under the schema lock."""
+    """A new RDBStorage on `eng`'s database (`optuna_storage`). Its tables are made under the schema lock;
+    once they are made and stamped (by an earlier opening), opening them only reads them, and takes no
+    lock (a process stopped while it held the lock holds up no opening of a store whose schema is made)."""
     path = sqlite_file(eng)
     if path is not None:  # RDBStorage connects (which makes the file) before its engine can be watched
         check_file(path, "opening Optuna's tables")
     full_url = str(eng.url.render_as_string(hide_password=False))
-    with schema_lock(eng), _alembic_quiet(), _sqlite_faults(url):
-        if eng.dialect.name == "postgresql" and not _optuna_tables_made(eng):
-            _make_optuna_tables(full_url, url)
-        with operation("opening Optuna's tables"):  # a timeout, a corrupt file, a full disk: named
-            storage = _rdb_storage(full_url, url)
+    with _alembic_quiet(), _sqlite_faults(url):
+        # (a SQLite file that is not there yet is not connected to before the lock: that would make it)
+        made = (path is None or os.path.exists(path)) and _optuna_tables_made(eng)
+        if made:  # Optuna's constructor then only reads: its version row and stamp are there
+            with operation("opening Optuna's tables"):
+                storage = _rdb_storage(full_url, url, skip_table_creation=True)
+        else:
+            with schema_lock(eng):
+                if eng.dialect.name == "postgresql" and not _optuna_tables_made(eng):
+                    _make_optuna_tables(full_url, url)
+                with operation("opening Optuna's tables"):  # a timeout, a corrupt file, a full disk: named
+                    storage = _rdb_storage(full_url, url)
     if path is not None:
         watch_file(storage.engine, path)  # a file deleted or replaced under this process
     return storage
