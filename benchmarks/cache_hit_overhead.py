@@ -141,14 +141,24 @@ def triton_rows(number: int, repeats: int) -> dict[str, float]:
     grid = (1,)
     ours = tuner.autotune(configs=configs, key=["n"], budget=4, storage=False, bench=lambda call: 1.0)(stub)
     ours[grid](t, 1024)
-    launch_direct, launch_at, launch_ours = stub[grid], at[grid], ours[grid]
+    native = tuner.autotune(
+        tuner.SearchSpace([tuner.PowerOfTwo("BLOCK", 16, 128)]),
+        key=["n"],
+        budget=4,
+        storage=False,
+        bench=lambda call: 1.0,
+    )(stub)  # tuner's own form: a SearchSpace in place of Triton's config list (AutotunedKernel)
+    native[grid](t, 1024)
+    launch_direct, launch_at, launch_ours, launch_native = stub[grid], at[grid], ours[grid], native[grid]
     rows = {
         "stub[grid](...) direct": lambda: launch_direct(t, 1024, BLOCK=64, num_warps=4, num_stages=3),
         "triton Autotuner (hit)": lambda: launch_at(t, 1024),
         "tuner.autotune (hit)": lambda: launch_ours(t, 1024),
+        "native tuner.autotune(space) (hit)": lambda: launch_native(t, 1024),
         "stub[grid] per launch": lambda: stub[grid](t, 1024, BLOCK=64, num_warps=4, num_stages=3),
         "triton Autotuner [grid] per launch": lambda: at[grid](t, 1024),
         "tuner.autotune [grid] per launch": lambda: ours[grid](t, 1024),
+        "native tuner.autotune(space) [grid] per launch": lambda: native[grid](t, 1024),
         "stub[lambda grid] made per launch": lambda: stub[lambda meta: (1,)](
             t, 1024, BLOCK=64, num_warps=4, num_stages=3
         ),
