@@ -573,14 +573,16 @@ def test_opening_optunas_storage_that_times_out_is_a_store_timeout_and_leaves_no
     handler. One that ran past the limit (another program holding a lock on the table) raised Optuna's
     StorageInternalError over the driver's error, not tuner's StoreTimeout, and its engine's pooled
     connection stayed open on the server for as long as the error was kept."""
-    from tuner.storage import _migrate
+    from tuner.storage import _engine, _migrate
     from tuner.store import ResultStore
 
+    # Optuna's tables made and stamped at the default limit: at 1 s, a CI machine under load once stalled
+    # longer than that between two statements of Optuna's constructor, and the server ended the session
+    ResultStore(pg_url).optuna_storage().engine.dispose()
+    _migrate._optuna_storages.clear()  # opened anew, not the one this process shares (`optuna_storage`)
+    _engine._engines.pop(_engine.normalize_url(pg_url)).dispose()  # the store's engine anew, at 1 s
     monkeypatch.setenv("TUNER_PG_TIMEOUT", "1")
     store = ResultStore(pg_url)
-    store.optuna_storage().engine.dispose()  # Optuna's tables made and stamped
-    store._optuna_storage = None
-    _migrate._optuna_storages.clear()  # opened anew, not the one this process shares (`optuna_storage`)
     msg = _optuna_storage_timeout(store, "LOCK TABLE version_info IN ACCESS EXCLUSIVE MODE")
     assert "opening Optuna's tables gave up after 1 s (TUNER_PG_TIMEOUT" in msg, msg
     assert store.optuna_storage() is not None  # the lock gone, it opens

@@ -830,8 +830,8 @@ def _config_hooks(configs: Sequence[Any]) -> bool:
 
 def _triton_cache_results(given: bool | None) -> bool:
     """`.cache_results` as Triton's Autotuner sets it for the same argument: `(cache_results or
-    TRITON_CACHE_AUTOTUNING) and not TRITON_INTERPRET` (Triton's knobs, read at decoration); without
-    triton loaded (a plain callable), the argument."""
+    knobs.autotuning.cache) and not knobs.runtime.interpret` (Triton's knobs, which its environment
+    variables set, read at decoration); without triton loaded (a plain callable), the argument."""
     if "triton" not in sys.modules:
         return bool(given)
     try:
