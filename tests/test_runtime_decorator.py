@@ -437,10 +437,25 @@ def test_default_bench_follows_kind_framework_and_device(monkeypatch):
     assert default_bench("python", None, "cpu") is jax_bench
     monkeypatch.undo()
     assert default_bench("triton", "torch", "cpu") is cpu_bench  # the interpreter: do_bench does not work
-    assert default_bench("triton", "torch", "NVIDIA H100 (sm90)") is triton_bench
-    assert default_bench("python", "torch", "NVIDIA H100 (sm90)") is triton_bench  # a launcher of a kernel
     assert default_bench("jax", "jax", "cpu") is jax_bench
     assert default_bench("python", "jax", "tpu:TPU v5 lite") is jax_bench
+    # CUDA tensors: Triton's do_bench where triton is installed, else a synchronising CPU timer
+    import importlib.util
+
+    from tuner.runtime._bench import torch_cuda_bench
+
+    real_find_spec = importlib.util.find_spec
+    for installed, want in ((True, triton_bench), (False, torch_cuda_bench)):
+        monkeypatch.setattr(
+            importlib.util,
+            "find_spec",
+            lambda name, *a, _i=installed: (
+                (object() if _i else None) if name == "triton" else real_find_spec(name, *a)
+            ),
+        )
+        assert default_bench("triton", "torch", "NVIDIA H100 (sm90)") is want
+        assert default_bench("python", "torch", "NVIDIA H100 (sm90)") is want  # a launcher of a kernel
+    monkeypatch.undo()
 
 
 def test_a_triton_timing_copies_and_pickles_with_its_raw_result():
@@ -490,8 +505,8 @@ def test_triton_warmup_and_rep_counts_are_not_sized_on_one_preempted_run():
 
 
 def test_triton_configs_one_line_switch():
-    import torch
-    import triton
+    torch = pytest.importorskip("torch", reason="needs the kernels extra (torch, triton)")
+    triton = pytest.importorskip("triton", reason="needs the kernels extra (torch, triton)")
     import triton.language as tl
 
     @tuner.autotune(
@@ -522,6 +537,7 @@ def test_triton_configs_one_line_switch():
 def test_pallas_block_sizes_as_static_args():
     import functools
 
+    pytest.importorskip("jax", reason="needs the kernels extra (jax)")
     import jax
     import jax.numpy as jnp
     from jax.experimental import pallas as pl
@@ -557,6 +573,8 @@ def test_runtime_device_check_script_runs_on_the_interpreter(tmp_path: Path) -> 
     import subprocess
     import sys
 
+    pytest.importorskip("torch", reason="the script runs a Triton kernel: needs the kernels extra")
+    pytest.importorskip("triton", reason="the script runs a Triton kernel: needs the kernels extra")
     repo = Path(__file__).resolve().parent.parent
     env = {
         **os.environ,

@@ -12,6 +12,13 @@ import pytest
 
 from tuner.cli import main as cli
 
+pytest.importorskip(
+    "torch", reason="runs the Triton rmsnorm through the interpreter: needs the kernels extra"
+)
+pytest.importorskip(
+    "triton", reason="runs the Triton rmsnorm through the interpreter: needs the kernels extra"
+)
+
 PROBLEM = {"M": 8, "N": 64}
 
 
