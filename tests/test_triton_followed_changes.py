@@ -288,3 +288,24 @@ def test_a_plain_callable_follows_its_key_list_changed_in_place():
     f(None, 1, 6)  # n=1 and k=5 were tuned, not k=6
     f(None, 1, 6)
     assert bench.calls == 8
+
+def test_a_plain_callable_leaves_out_the_keys_that_configs_changed_in_place_leave_unset():
+    """Configs made irregular after decoration (one appended sets `c`, the others do not): the configs
+    without `c` run without it, in the timed runs and the launch, as Triton's `all_kwargs` passes only
+    what a config sets (before, the drop-in decided at decoration and passed a placeholder)."""
+    cfgs = [{"b": 1}, {"b": 2}]
+    calls = []
+
+    @tuner.autotune(configs=cfgs, key=["n"], do_bench=Bench([2.0, 1.0, 1.0, 3.0, 2.0]), storage=False)
+    def f(x, n, *, b, c=0):
+        calls.append((b, c))
+        return b, c
+
+    assert f(None, 1) == (2, 0)
+    cfgs.append({"b": 3, "c": 5})
+    del calls[:]
+    assert f(None, 2) == (1, 0)  # timed 1, 2, then (3, 5); 1 wins
+    assert calls == [(1, 0), (2, 0), (3, 5), (1, 0)]
+    assert f(None, 2) == (1, 0) and f(x=None, n=2) == (1, 0)
+    cfgs[:] = [{"b": 4, "c": 6}, {"b": 5, "c": 7}]  # regular again: every key passed
+    assert f(None, 3) == (4, 6) and f(None, 3) == (4, 6)

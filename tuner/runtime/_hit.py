@@ -24,7 +24,16 @@ from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import Any
 
-__all__ = ["make_hit_path", "hit_paths", "launcher_paths", "run_of", "launch_args", "Miss", "Retarget"]
+__all__ = [
+    "make_hit_path",
+    "retargetable_hit_path",
+    "hit_paths",
+    "launcher_paths",
+    "run_of",
+    "launch_args",
+    "Miss",
+    "Retarget",
+]
 
 # miss(args, kwargs, fast key or None, call) -> config; `call` is what the hit path calls (the target
 # with its bound keywords), so the tuner benches exactly what the caller will run (for Triton: `run`
@@ -54,12 +63,25 @@ def hit_paths(
     arguments of one launcher that are not part of the key (Triton: the grid). `make` allocates what a
     lambda does (the parts above live in this factory's cells), so Triton's `kernel[grid]` can make a hit
     path per launch, as Triton's own `kernel[grid]` makes a lambda."""
+    return _hit_paths(target, keys, mem, miss)[0]
+
+
+def _hit_paths(
+    target: Callable[..., Any],
+    keys: Sequence[Callable[[tuple], Any] | None],
+    mem: dict[Any, dict[str, Any]],
+    miss: Miss,
+) -> tuple[Callable[[Mapping[str, Any]], Callable[..., Any]], Retarget]:
+    """`hit_paths`'s `make`, and its `retarget(target, keys)` (as `launcher_paths`'s, with the target in
+    place of the owner): target and keys are cells of this call, which each hit reads anyway."""
 
     def make(b: Mapping[str, Any]) -> Callable[..., Any]:
         # No annotations on `hit`: they would be built into a dict each time a hit path is made.
         def hit(*args, **kwargs):  # type: ignore[no-untyped-def]
             if kwargs:
-                return target(*args, **b, **kwargs, **miss(args, kwargs, None, _with(target, b)))
+                # the miss first: the target is read after it, so a change that it follows reaches this call
+                cfg = miss(args, kwargs, None, _with(target, b))
+                return target(*args, **b, **kwargs, **cfg)
             try:
                 cfg = mem[keys[len(args)](args)]
             except KeyError:
@@ -70,7 +92,11 @@ def hit_paths(
 
         return hit
 
-    return make
+    def retarget(new_target: Any, new_keys: Sequence[Callable[[tuple], Any] | None]) -> None:
+        nonlocal target, keys
+        target, keys = new_target, new_keys
+
+    return make, retarget
 
 
 def run_of(owner: Any, *args: Any, **kwargs: Any) -> Any:
@@ -144,6 +170,19 @@ def make_hit_path(
 ) -> Callable[..., Any]:
     """The hit path of `hit_paths(target, keys, mem, miss)` with `bound` (default: none)."""
     return hit_paths(target, keys, mem, miss)(_NO_KWARGS if bound is None else bound)
+
+
+def retargetable_hit_path(
+    target: Callable[..., Any],
+    keys: Sequence[Callable[[tuple], Any] | None],
+    mem: dict[Any, dict[str, Any]],
+    miss: Miss,
+) -> tuple[Callable[..., Any], Retarget]:
+    """`make_hit_path` (no bound keywords) and its `retarget(target, keys)`: what the hit path calls and
+    keys by from its next read of either (the one whose miss called `retarget` included), at no cost to
+    the hit."""
+    make, retarget = _hit_paths(target, keys, mem, miss)
+    return make(_NO_KWARGS), retarget
 
 
 def _noting_code() -> Any:

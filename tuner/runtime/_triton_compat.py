@@ -71,7 +71,7 @@ from ._bench import (
 )
 from ._decorator import Autotuned, _attach
 from ._env import array_framework, signature_names, underlying_function
-from ._hit import launch_args, make_hit_path
+from ._hit import launch_args, retargetable_hit_path
 from ._key import canon
 from ._launcher import TRITON_KEYWORDS
 from ._restore import Restorer, copy_into, snapshot
@@ -886,21 +886,21 @@ def build(fn: Any, triton_kw: dict[str, Any], **opts: Any) -> Any:
         from ._triton_launch import InterpretedTritonAutotuner, TritonAutotuner, interpreted
 
         return InterpretedTritonAutotuner(t) if interpreted(t.fn) else TritonAutotuner(t)
-    fn = t.fn
-    if t.irregular:
+    def target() -> Callable[..., Any]:
+        # configs of which some leave a key UNSET that others set: the call leaves it out (decided again
+        # whenever the configs change in place, `rebuilt`); else the function itself, no extra frame
+        if not t.irregular:
+            return t.fn
 
-        def fn(*args: Any, **kw: Any) -> Any:
+        def stripped(*args: Any, **kw: Any) -> Any:
             return t.fn(*args, **launch_kwargs(kw))
 
-    # the hit path's fast-key table, a list that `rebuilt` refills when the key names change in place (a
-    # list indexes as fast as the builder's tuple)
-    table = list(t.keys.fast)
+        return stripped
 
-    def rebuilt() -> None:
-        table[:] = t.keys.fast
-
-    t.rebuilt = rebuilt
-    w = _attach(make_hit_path(fn, table, t.mem, t.miss), t)
+    hit, retarget = retargetable_hit_path(target(), t.keys.fast, t.mem, t.miss)
+    # the configs or key names changed in place: the hit path calls and keys by the new ones from then on
+    t.rebuilt = lambda: retarget(target(), t.keys.fast)
+    w = _attach(hit, t)
     w.cache = t.triton_cache
     w.configs = t.configs_given
     return w
