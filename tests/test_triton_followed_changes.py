@@ -121,6 +121,80 @@ def test_a_pre_hook_set_in_place_through_configs_runs_at_the_next_launch(impl):
     assert seen == [128, 128] and torch.equal(dst, src)
 
 
+# ---- a config's values changed in place ------------------------------------------------------------------
+def recording(k):
+    """What each timed run and launch of `k` passes the JIT function: its meta-parameters and options."""
+    seen, run = [], k.fn.run
+
+    def recorded(*args, **kwargs):
+        seen.append({n: v for n, v in kwargs.items() if n in ("BLOCK_SIZE", "num_warps", "maxnreg")})
+        return run(*args, **kwargs)
+
+    k.fn.run = recorded
+    return seen
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("how", ["item", "replaced", "through kernel", "an option set"])
+def test_a_configs_values_changed_in_place_are_what_the_next_tuning_times(impl, how):
+    """The same Config object with other values (`cfg.kwargs["BLOCK_SIZE"] = 16`, `cfg.kwargs = {...}`,
+    through `kernel.configs`, a launch option that no other config sets): Triton reads them at every
+    timed run, so the next tuning times and launches the new values, and the other configs run without
+    the option (before, the drop-in passed them a placeholder for it)."""
+    cfgs = configs_of(32, 64)
+    k = copy_nk(autotune_of(impl), configs=cfgs, key=["N"], do_bench=Bench([2.0, 1.0, 1.0, 2.0]))
+    seen = recording(k)
+    dst, src = tensors()
+    k[grid](dst, src, 128, 1)
+    assert [s["BLOCK_SIZE"] for s in seen] == [32, 64, 64]
+    del seen[:]
+    new = {"BLOCK_SIZE": 16, "num_warps": 4}
+    if how == "item":
+        cfgs[0].kwargs["BLOCK_SIZE"] = 16
+    elif how == "replaced":
+        cfgs[0].kwargs = {"BLOCK_SIZE": 16}
+    elif how == "through kernel":
+        k.configs[0].kwargs["BLOCK_SIZE"] = 16
+    else:
+        cfgs[0].kwargs["BLOCK_SIZE"], cfgs[0].maxnreg, new["maxnreg"] = 16, 128, 128
+    k[grid](dst, src, 64, 1)  # a new key: times the new values, which win
+    assert seen == [new, {"BLOCK_SIZE": 64, "num_warps": 4}, new] and torch.equal(dst, src)
+    assert k.best_config is cfgs[0] and k.cache[(64, F32, F32)] is cfgs[0]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_winners_values_changed_through_configs_are_launched_by_its_keys_next_launch(impl):
+    """`kernel.configs[i].kwargs[...] = v` on the config that won a key: Triton's next launch of that key,
+    a cache hit, launches the config as it is now; so does the drop-in's (the read of `.configs` armed a
+    check; its keys read their configs from `.cache` again), without timing anything."""
+    bench = Bench([2.0, 1.0])
+    k = copy_nk(autotune_of(impl), configs=configs_of(32, 64), key=["N"], do_bench=bench)
+    seen = recording(k)
+    dst, src = tensors()
+    k[grid](dst, src, 128, 1)
+    del seen[:]
+    k.configs[1].kwargs["BLOCK_SIZE"] = 16
+    k[grid](dst, src, 128, 1)
+    k[grid](dst, src, 128, 1)
+    assert [s["BLOCK_SIZE"] for s in seen] == [16, 16] and bench.calls == 2 and torch.equal(dst, src)
+    assert k.best_config is k.configs[1]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_single_configs_values_changed_in_place_are_what_the_next_miss_launches(impl):
+    """A kernel with one config (never timed): its values changed in place are launched from the next
+    launch of a new key (before, the drop-in launched the values of the decoration and named the config,
+    with its new values, as `best_config`)."""
+    cfgs = configs_of(32)
+    k = copy_nk(autotune_of(impl), configs=cfgs, key=["N"], do_bench=Bench())
+    seen = recording(k)
+    dst, src = tensors()
+    k[grid](dst, src, 128, 1)
+    cfgs[0].kwargs["BLOCK_SIZE"] = 16
+    k[grid](dst, src, 64, 1)
+    assert [s["BLOCK_SIZE"] for s in seen] == [32, 16] and torch.equal(dst, src)
+
+
 # ---- the kernel's fn assigned ----------------------------------------------------------------------------
 class Recorder:
     """What code may put in place of an autotuner's `fn`: a layer whose `run` records and forwards."""
@@ -288,6 +362,7 @@ def test_a_plain_callable_follows_its_key_list_changed_in_place():
     f(None, 1, 6)  # n=1 and k=5 were tuned, not k=6
     f(None, 1, 6)
     assert bench.calls == 8
+
 
 def test_a_plain_callable_leaves_out_the_keys_that_configs_changed_in_place_leave_unset():
     """Configs made irregular after decoration (one appended sets `c`, the others do not): the configs

@@ -26,8 +26,8 @@ What Triton does, and so what this does (see triton/runtime/autotuner.py):
 - The kernel object is an instance of `triton.runtime.Autotuner` (`_triton_launch.py`), with
   `.cache` (Triton's key tuple -> `triton.Config`; an entry put there is used for its key, emptying it
   tunes again), `.best_config` (of the last launch), `.configs` and `.keys` (the objects given, as Triton
-  keeps them; assigning them acts on the next misses; changing them in place, through the kernel, from the
-  next launch, else from the next miss: `follow_in_place_changes`), `.configs_timings`, `.bench_time`,
+  keeps them; assigning them acts on the next misses; changing them in place, a config's values included,
+  through the kernel, from the next launch, else from the next miss: `follow_in_place_changes`), `.configs_timings`, `.bench_time`,
   `.arg_names`, `.fn` (assigned: launched from the next launch), `.base_fn`, `.warmup()`, `.run()`,
   `.prune_configs()`, `.nargs` (the positional arguments by name while a launch runs, None after it).
 - `TRITON_PRINT_AUTOTUNING=1` prints what Triton prints: each config as it is timed and the choice.
@@ -77,6 +77,7 @@ from ._launcher import TRITON_KEYWORDS
 from ._restore import Restorer, copy_into, snapshot
 from ._sources import open_store
 from ._triton_support import (
+    _OPTIONS,
     _QUANTILES,
     InOrder,
     TritonCache,
@@ -256,6 +257,8 @@ class TritonAutotuned(Autotuned):
         # some config leaves out a key another sets: launches drop the UNSET keys (see _triton_support)
         self.irregular = any(d != launch_kwargs(d) for d in dicts)
         self.has_config_hooks = _config_hooks(have)
+        # what each config held then (copies), which `follow_in_place_changes` compares with what it holds
+        self._values = [_config_values(c, copy=True) for c in have]
 
     def _set_key(self, key: Sequence[str] | Callable[..., Any]) -> None:
         self.keys = _TritonKeys(
@@ -289,10 +292,11 @@ class TritonAutotuned(Autotuned):
     def follow_in_place_changes(self) -> bool:
         """Code that changed in place what Triton reads at every launch: the configs given
         (`k.configs.append(c)`, the caller's own list, an `early_config_prune` that sorts the list it
-        gets), a config's `pre_hook` (`k.configs[0].pre_hook = f`) or the key names given
-        (`k.keys.append("K")`). Reconfigure (`reconfigure`) or key again (`rekey`) for them, and have the
-        launcher rebuild its hit paths (`rebuilt`), which every launcher of the kernel then follows, the
-        running launch included. Checked on a miss, and on the next launch after code read `.configs` or
+        gets), a config's `pre_hook` (`k.configs[0].pre_hook = f`), a config's values
+        (`k.configs[0].kwargs["BLOCK"] = 64`, `cfg.num_warps = 8`: the keys resolved before read theirs
+        from `.cache` again) or the key names given (`k.keys.append("K")`). Reconfigure (`reconfigure`)
+        or key again (`rekey`) for them, and have the launcher rebuild its hit paths (`rebuilt`), which
+        every launcher of the kernel then follows, the running launch included. Checked on a miss, and on the next launch after code read `.configs` or
         `.keys` (the launcher's armed check); never on another hit. Returns whether anything changed.
 
         Under `follow_lock`: a thread that finds a change while another is setting one waits for it,
@@ -300,6 +304,11 @@ class TritonAutotuned(Autotuned):
         with self.follow_lock:
             given, have = self.configs_given, self.configs
             configs = len(given) != len(have) or any(a is not b for a, b in zip(given, have, strict=True))
+            # a config's values set in place (`cfg.kwargs["BLOCK"] = 64`, `cfg.kwargs = {...}`,
+            # `cfg.num_warps = 8`, a dict config's item): Triton launches a config with what it holds then
+            values = not configs and any(
+                _config_values(c) != v for c, v in zip(have, self._values, strict=True)
+            )
             # a config given a pre_hook in place: launches run it from now on (a ConfigLaunch)
             hooks = not configs and not self.has_config_hooks and _config_hooks(have)
             names = None
@@ -308,12 +317,14 @@ class TritonAutotuned(Autotuned):
                 names = (k,) if isinstance(k, str) else tuple(k)
                 if names == self.key_request:
                     names = None
-            if not (configs or hooks or names is not None):
+            if not (configs or values or hooks or names is not None):
                 return False
             if names is not None:
                 self.key_request = names
-            if configs or hooks:
+            if configs or values or hooks:
                 self.reconfigure(given)  # keys again by `key_request`
+            if values:  # the keys resolved before read their configs (in `.cache`) again, as they are now
+                self.forget()
             if names is not None:
                 self._set_key(_keyed_names(self.fn, self.key_request, self.configs))
                 self.forget()
@@ -655,7 +666,7 @@ class TritonAutotuned(Autotuned):
         if len(self.configs) > 1:
             with contextlib.suppress(TypeError):  # an unhashable key value: keep serving
                 tk = self.triton_key(args, kwargs)
-                self.triton_cache.put(tk, self.config_obj(cfg))
+                self.triton_cache.put(tk, self.best_config())  # the object `.cache` gave, if it did
                 self.retune.discard(tk)  # in `.cache` again
         return cfg
 
@@ -689,7 +700,10 @@ class TritonAutotuned(Autotuned):
                 obj = self.triton_cache.get(self.triton_key(args, kwargs))
                 if obj is not None:
                     cfg = self.dicts_of([obj])[0]
-                    self._obj_by_canon.setdefault(canon(cfg), obj)
+                    if self._obj_by_canon.setdefault(canon(cfg), obj) is not obj:
+                        # another config of the same values (configs that an early prune or code made
+                        # equal in place): its `best_config` is still this object, as Triton's
+                        self._obj_of[id(cfg)] = (cfg, obj)
                     self._remember(args, kwargs, fast_key, cfg)
                     return cfg
         cfg = self.by_hash.get(self.keys.full(args, kwargs).hash)
@@ -828,6 +842,19 @@ def _config_hooks(configs: Sequence[Any]) -> bool:
     return any(getattr(c, "pre_hook", None) is not None for c in configs)
 
 
+def _config_values(c: Any, copy: bool = False) -> Any:
+    """What a launch reads of config `c` besides its pre_hook: a dict config's items; a `triton.Config`'s
+    kwargs and launch options. With `copy`, a copy to keep; else what it holds, which compares equal to
+    that copy until code changes it (no copy made: `follow_in_place_changes` runs it on every miss)."""
+    if isinstance(c, Mapping):
+        return dict(c) if copy or type(c) is not dict else c
+    kwargs = getattr(c, "kwargs", None)
+    return (
+        dict(kwargs) if copy and isinstance(kwargs, Mapping) else kwargs,
+        *(getattr(c, name, None) for name in _OPTIONS),
+    )
+
+
 def _triton_cache_results(given: bool | None) -> bool:
     """`.cache_results` as Triton's Autotuner sets it for the same argument: `(cache_results or
     knobs.autotuning.cache) and not knobs.runtime.interpret` (Triton's knobs, which its environment
@@ -886,6 +913,7 @@ def build(fn: Any, triton_kw: dict[str, Any], **opts: Any) -> Any:
         from ._triton_launch import InterpretedTritonAutotuner, TritonAutotuner, interpreted
 
         return InterpretedTritonAutotuner(t) if interpreted(t.fn) else TritonAutotuner(t)
+
     def target() -> Callable[..., Any]:
         # configs of which some leave a key UNSET that others set: the call leaves it out (decided again
         # whenever the configs change in place, `rebuilt`); else the function itself, no extra frame
