@@ -58,3 +58,17 @@ def _optuna_verbosity_restored() -> Iterator[None]:
     mod = sys.modules.get("optuna")
     if mod is not None and mod.logging.get_verbosity() != before:
         mod.logging.set_verbosity(before)
+
+
+def pytest_report_header() -> list[str]:
+    """Says when the kernels extra is missing: the tests that run kernels then fail on the missing
+    framework (ModuleNotFoundError), and this line says why and what to install."""
+    import importlib.util
+
+    missing = [m for m in ("torch", "triton", "jax") if importlib.util.find_spec(m) is None]
+    if not missing:
+        return []
+    return [
+        f"tuner: the kernels extra is not installed (missing: {', '.join(missing)}); the tests that run "
+        "kernels fail without it: pip install -c constraints.txt -e '.[kernels,dev]'"
+    ]
