@@ -155,6 +155,8 @@ def triton_rows(number: int, repeats: int) -> dict[str, float]:
         "triton Autotuner (hit)": lambda: launch_at(t, 1024),
         "tuner.autotune (hit)": lambda: launch_ours(t, 1024),
         "native tuner.autotune(space) (hit)": lambda: launch_native(t, 1024),
+        "triton Autotuner keyword launch (hit)": lambda: launch_at(t, n=1024),
+        "tuner.autotune keyword launch (hit)": lambda: launch_ours(t, n=1024),
         "stub[grid] per launch": lambda: stub[grid](t, 1024, BLOCK=64, num_warps=4, num_stages=3),
         "triton Autotuner [grid] per launch": lambda: at[grid](t, 1024),
         "tuner.autotune [grid] per launch": lambda: ours[grid](t, 1024),

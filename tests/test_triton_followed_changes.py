@@ -384,3 +384,100 @@ def test_a_plain_callable_leaves_out_the_keys_that_configs_changed_in_place_leav
     assert f(None, 2) == (1, 0) and f(x=None, n=2) == (1, 0)
     cfgs[:] = [{"b": 4, "c": 6}, {"b": 5, "c": 7}]  # regular again: every key passed
     assert f(None, 3) == (4, 6) and f(None, 3) == (4, 6)
+
+
+# ---- a review of the following (6 Dec) -----------------------------------------------------------------
+def test_cache_gets_the_config_of_its_own_key_when_another_thread_launches_meanwhile():
+    """A miss put `best_config()` in `.cache` under its key: the config of the last launch of any thread,
+    so another thread's launch between the miss's choice and that line gave the key the other key's
+    winner (read back once `.cache` is consulted again). Each key's winner here is B == n."""
+    calls: list[tuple[int, int]] = []
+
+    def bench(fn, *a, **k):
+        calls.clear()
+        fn()
+        n, b = calls[-1]
+        return 0.1 if b == n else 1.0
+
+    @tuner.autotune(configs=[{"B": 5}, {"B": 7}], key=["n"], do_bench=bench, storage=False)
+    def f(x, n, B=0):
+        calls.append((n, B))
+        return B
+
+    assert f(1, 7) == 7
+    t = f.tuner
+    orig, once = t.triton_key, [True]
+
+    def triton_key(args, kwargs):  # called by the miss after its choice: another thread launches key 7
+        if once[0] and args[1:2] == (5,) and t.last[0] == {"B": 5}:  # after the miss chose B=5
+            once[0] = False
+            th = threading.Thread(target=lambda: f(1, n=7))
+            th.start()
+            th.join()
+        return orig(args, kwargs)
+
+    t.triton_key = triton_key
+    assert f(1, 5) == 5
+    assert {k[0]: v["B"] for k, v in f.cache.items()} == {7: 7, 5: 5}
+
+
+def test_a_forked_child_follows_a_change_while_a_parent_thread_held_the_follow_lock():
+    """A thread of the parent held the lock that guards following in-place changes when another forked:
+    the child's next miss waited on it for ever (the lock was not made anew in the child)."""
+    import os
+    import signal
+
+    cfgs = [{"B": 1}, {"B": 2}]
+
+    @tuner.autotune(configs=cfgs, key=["n"], do_bench=lambda fn, *a, **k: (fn(), 1.0)[1], storage=False)
+    def f(x, n, B=0):
+        return B
+
+    f(1, 5)
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with f.tuner.follow_lock:
+            held.set()
+            release.wait()
+
+    th = threading.Thread(target=holder, daemon=True)
+    th.start()
+    held.wait()
+    pid = os.fork()
+    if pid == 0:  # the child: a miss after a change in place; exit 3 if it hangs
+        signal.signal(signal.SIGALRM, lambda *a: os._exit(3))
+        signal.alarm(10)
+        try:
+            cfgs[0]["B"] = 3
+            os._exit(0 if f(1, 6) in (2, 3) else 4)
+        except BaseException:  # noqa: BLE001 - any failure is the child's exit code
+            os._exit(5)
+    release.set()
+    th.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the child's miss hung (3) or failed"
+
+
+def test_a_keyword_launch_of_a_tuned_key_compares_no_config_values_until_code_reads_configs(monkeypatch):
+    """A keyword launch takes the miss path at every call; it compared every config's values with what
+    was set (a cost growing with the configs: 1.6-3.5x slower launches at 8-64 configs). Now only a real
+    miss, or the first launch after code read `.configs`/`.keys`, compares them; a change made then is
+    still what that launch uses."""
+    from tuner.runtime import _triton_compat
+
+    compared = []
+    real = _triton_compat._config_values
+    monkeypatch.setattr(
+        _triton_compat, "_config_values", lambda c, **kw: (compared.append(1), real(c, **kw))[1]
+    )
+    k = copy_nk(tuner.autotune, configs=configs_of(32, 64), key=["N"], do_bench=Bench())
+    dst, src = tensors()
+    k[grid](dst, src, N=128, K=1)
+    compared.clear()
+    for _ in range(3):
+        k[grid](dst, src, N=128, K=1)  # a key already tuned: keyword launches
+    assert compared == []
+    k.configs[0].kwargs["BLOCK_SIZE"] = 16  # read `.configs`, then a value changed in place
+    k[grid](dst, src, N=128, K=1)
+    assert compared and torch.equal(dst, src)

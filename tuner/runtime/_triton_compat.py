@@ -207,6 +207,9 @@ class TritonAutotuned(Autotuned):
         # held while the configs or key names are compared with what was given and set again: two threads
         # that find one change in place do not both set them, and none reads them half set
         self.follow_lock = threading.RLock()
+        # code read `.configs` or `.keys` (the launcher's `_arm`): the next miss also compares the configs'
+        # values and hooks, which a keyword launch of a key already tuned (always the miss path) does not
+        self.deep_check_due = False
         self.named_key = not callable(key)  # Triton's key (names): `.keys`, and `.cache` is consulted
         self.key_request: tuple[str, ...] = ()
         self.key_given: Any = key  # the kernel's `.keys`: the object given, as Triton keeps it
@@ -237,6 +240,12 @@ class TritonAutotuned(Autotuned):
             )
 
     # ---- configs and key: set at decoration, and again when code assigns `.configs` / `.keys` ---------
+    def _after_fork(self) -> None:
+        """In a forked child: a new `follow_lock` too (a parent thread that held it, reading `.configs` or
+        following a change, did not come along, and the child's next miss would wait on it without end)."""
+        super()._after_fork()
+        self.follow_lock = threading.RLock()
+
     def _set_configs(self, configs: Sequence[Any]) -> None:
         if not configs:
             import triton
@@ -289,7 +298,7 @@ class TritonAutotuned(Autotuned):
             if single or len(self.configs) == 1:
                 self.forget()
 
-    def follow_in_place_changes(self) -> bool:
+    def follow_in_place_changes(self, deep: bool = True) -> bool:
         """Code that changed in place what Triton reads at every launch: the configs given
         (`k.configs.append(c)`, the caller's own list, an `early_config_prune` that sorts the list it
         gets), a config's `pre_hook` (`k.configs[0].pre_hook = f`), a config's values
@@ -300,17 +309,24 @@ class TritonAutotuned(Autotuned):
         `.keys` (the launcher's armed check); never on another hit. Returns whether anything changed.
 
         Under `follow_lock`: a thread that finds a change while another is setting one waits for it,
-        then compares with what it set."""
+        then compares with what it set. `deep=False` (a keyword launch of a key already tuned) compares the
+        list and the key names only, not each config's values and hooks (a cost that grows with the
+        configs, on a path that runs at every keyword launch)."""
         with self.follow_lock:
             given, have = self.configs_given, self.configs
             configs = len(given) != len(have) or any(a is not b for a, b in zip(given, have, strict=True))
+            deep = deep or self.deep_check_due
+            if deep:
+                self.deep_check_due = False
             # a config's values set in place (`cfg.kwargs["BLOCK"] = 64`, `cfg.kwargs = {...}`,
             # `cfg.num_warps = 8`, a dict config's item): Triton launches a config with what it holds then
-            values = not configs and any(
-                _config_values(c) != v for c, v in zip(have, self._values, strict=True)
+            values = (
+                deep
+                and not configs
+                and any(_config_values(c) != v for c, v in zip(have, self._values, strict=True))
             )
             # a config given a pre_hook in place: launches run it from now on (a ConfigLaunch)
-            hooks = not configs and not self.has_config_hooks and _config_hooks(have)
+            hooks = deep and not configs and not self.has_config_hooks and _config_hooks(have)
             names = None
             if self.named_key:
                 k = self.key_given
@@ -657,16 +673,24 @@ class TritonAutotuned(Autotuned):
     def miss(self, args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]) -> dict[str, Any]:
         if _jax.has_tracer(args, kwargs):
             return _jax.resolve_on_concrete(self.miss, self.name, args, kwargs, fast_key, target)
-        if self.follow_in_place_changes() and fast_key is not None:
+        # a keyword launch of a key already tuned comes here at every call: the configs' values and hooks
+        # are compared only where the key is not known (a real miss), or once code read `.configs`/`.keys`
+        if self.follow_in_place_changes(deep=False) and fast_key is not None:
             fast_key = self._fast_key(args)  # the hit's was of the key before the change
         cfg = self._known(args, kwargs, fast_key)
+        if cfg is None and self.follow_in_place_changes(deep=True):
+            if fast_key is not None:
+                fast_key = self._fast_key(args)
+            cfg = self._known(args, kwargs, fast_key)
         if cfg is None:
             cfg = self._resolve_triton(args, kwargs, fast_key, target)
         self.last[0] = cfg
         if len(self.configs) > 1:
             with contextlib.suppress(TypeError):  # an unhashable key value: keep serving
                 tk = self.triton_key(args, kwargs)
-                self.triton_cache.put(tk, self.best_config())  # the object `.cache` gave, if it did
+                # the object `.cache` gave for this call's config, if it did (not `best_config()`, which
+                # another thread's launch may have changed since)
+                self.triton_cache.put(tk, self._obj_for(cfg))
                 self.retune.discard(tk)  # in `.cache` again
         return cfg
 
@@ -714,8 +738,11 @@ class TritonAutotuned(Autotuned):
     def best_config(self) -> Any:
         """The triton.Config of the last launch (None before the first)."""
         cfg = self.last[0]
-        if cfg is None:
-            return None
+        return None if cfg is None else self._obj_for(cfg)
+
+    def _obj_for(self, cfg: dict[str, Any]) -> Any:
+        """The triton.Config (or dict) of a runtime config dict: the object `.cache` gave for it, if it
+        did, else the one given with the same values."""
         seen = self._obj_of.get(id(cfg))
         if seen is not None and seen[0] is cfg:
             return seen[1]

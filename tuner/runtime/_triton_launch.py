@@ -87,6 +87,7 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
         its next launch. The hit path itself never checks: only the fast-key table is swapped, until then."""
         with self.tuner.follow_lock:
             self._armed = True
+            self.tuner.deep_check_due = True  # a keyword launch (the miss path) checks as well
             self._retarget(self._owner(), self._checking)
 
     def _checked_key(self, n: int, args: tuple) -> Any:
