@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -180,15 +180,6 @@ def test_a_slot_that_frees_within_the_wait_is_taken(
     holder = other.connect()  # the one slot
     refused = threading.Event()
 
-    class Seen(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if "waiting up to" in record.getMessage():
-                refused.set()
-
-    logger = logging.getLogger("tuner.storage._engine")
-    handler, level = Seen(), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
     got: list[Any] = []
 
     def read() -> None:
@@ -199,18 +190,17 @@ def test_a_slot_that_frees_within_the_wait_is_taken(
         finally:
             refused.set()
 
-    try:
-        reader = threading.Thread(target=read)
-        reader.start()
-        assert refused.wait(60), _stuck(reader, logger)
-        holder.close()
-        other.dispose()  # the slot is free now
-        reader.join(120)
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-        holder.close()
-        other.dispose()
+    with _engine_log(_WaitSeen(refused)) as logger:
+        try:
+            reader = threading.Thread(target=read)
+            reader.start()
+            assert refused.wait(60), _stuck(reader, logger)
+            holder.close()
+            other.dispose()  # the slot is free now
+            reader.join(120)
+        finally:
+            holder.close()
+            other.dispose()
     assert got == [0], got
 
 
@@ -293,6 +283,31 @@ class _WaitSeen(logging.Handler):
             self.event.set()
 
 
+@contextlib.contextmanager
+def _engine_log(handler: logging.Handler) -> Iterator[logging.Logger]:
+    """`handler` on the logger of tuner's engines, at INFO (where the wait for a slot is logged), while
+    inside; the logger as it was after."""
+    logger = logging.getLogger("tuner.storage._engine")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield logger
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _into(got: dict[str, Any], name: str, done: threading.Event, call: Callable[[], Any]) -> None:
+    """A thread's body: `got[name]` is what `call()` returned, or what it raised; `done` is set after."""
+    try:
+        got[name] = call()
+    except BaseException as exc:  # noqa: BLE001 - the test reports it
+        got[name] = exc
+    finally:
+        done.set()
+
+
 def test_a_connection_waiting_for_a_slot_holds_up_no_other_store(
     limited: LimitedDatabase, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -316,41 +331,31 @@ def test_a_connection_waiting_for_a_slot_holds_up_no_other_store(
     refused, first_done, others_done = threading.Event(), threading.Event(), threading.Event()
     got: dict[str, Any] = {}
 
-    def run(name: str, done: threading.Event, *urls: str) -> None:
-        try:
-            got[name] = [optuna_storage(u) for u in urls]
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            got[name] = exc
-        finally:
-            done.set()
-
-    logger = logging.getLogger("tuner.storage._engine")
-    handler, level = _WaitSeen(refused), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    first = threading.Thread(target=run, args=("first", first_done, limited.url))
-    others = threading.Thread(
-        target=run, args=("others", others_done, sqlite_url(tmp_path / "s.db"), other_url)
+    first = threading.Thread(
+        target=_into, args=(got, "first", first_done, lambda: optuna_storage(limited.url))
     )
-    try:
-        first.start()
-        assert refused.wait(60) or first_done.is_set(), _stuck(first, logger)
-        assert not first_done.is_set(), got
-        others.start()
-        # on the old code the others wait for the first thread's slot: not done in 30 s, not done at all
-        others_done.wait(30)
-        assert others_done.is_set() and not first_done.is_set(), (others_done.is_set(), got)
-        assert not isinstance(got["others"], BaseException), got["others"]
-    finally:
-        limited.limit_role(-1)  # the first thread needs two connections (schema lock, Optuna's engine)
-        holder.close()
-        holder_engine.dispose()
-        first.join(120)
-        others.join(120)
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-        with contextlib.suppress(StopIteration):
-            next(other_pg)  # drops the other database
+    others_urls = (sqlite_url(tmp_path / "s.db"), other_url)
+    others = threading.Thread(
+        target=_into, args=(got, "others", others_done, lambda: [optuna_storage(u) for u in others_urls])
+    )
+    with _engine_log(_WaitSeen(refused)) as logger:
+        try:
+            first.start()
+            assert refused.wait(60) or first_done.is_set(), _stuck(first, logger)
+            assert not first_done.is_set(), got
+            others.start()
+            # on the old code the others wait for the first thread's slot: not done in 30 s, not done at all
+            others_done.wait(30)
+            assert others_done.is_set() and not first_done.is_set(), (others_done.is_set(), got)
+            assert not isinstance(got["others"], BaseException), got["others"]
+        finally:
+            limited.limit_role(-1)  # the first thread needs two connections (schema lock, Optuna's engine)
+            holder.close()
+            holder_engine.dispose()
+            first.join(120)
+            others.join(120)
+            with contextlib.suppress(StopIteration):
+                next(other_pg)  # drops the other database
     assert not isinstance(got["first"], BaseException), got["first"]
 
 
@@ -379,45 +384,33 @@ def test_a_store_that_waits_for_a_slot_to_open_holds_up_no_other_decorated_funct
     refused, first_done, lite_done = threading.Event(), threading.Event(), threading.Event()
     got: dict[str, Any] = {}
 
-    def run(name: str, done: threading.Event, call: Any) -> None:
-        try:
-            got[name] = call()
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            got[name] = exc
-        finally:
-            done.set()
-
-    logger = logging.getLogger("tuner.storage._engine")
-    handler, level = _WaitSeen(refused), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    first = threading.Thread(target=run, args=("first", first_done, lambda: f_pg(X, 1)))
+    first = threading.Thread(target=_into, args=(got, "first", first_done, lambda: f_pg(X, 1)))
     same = threading.Thread(
-        target=run, args=("same", threading.Event(), lambda: open_store(limited.url, create=True))
+        target=_into,
+        args=(got, "same", threading.Event(), lambda: open_store(limited.url, create=True)),
     )
-    lite = threading.Thread(target=run, args=("lite", lite_done, lambda: f_lite(X, 1)))
-    try:
-        first.start()
-        assert refused.wait(60) or first_done.is_set(), _stuck(first, logger)
-        assert not first_done.is_set(), got
-        same.start()
-        lite.start()
-        # on the old code the SQLite function waits for the first thread's slot: not done in 30 s
-        lite_done.wait(30)
-        assert lite_done.is_set() and not first_done.is_set(), (lite_done.is_set(), got)
-        assert not isinstance(got["lite"], BaseException), got["lite"]
-        np.testing.assert_array_equal(got["lite"], X * 2.0)
-        assert lite_runs and f_lite.tuner.stats["tuned"] == 1, f_lite.tuner.stats
-        assert ResultStore(sqlite_url(tmp_path / "s.db")).count() >= 1  # stored, not kept in memory only
-    finally:
-        limited.limit_role(-1)
-        holder.close()
-        holder_engine.dispose()
-        first.join(120)
-        same.join(120)
-        lite.join(120)
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+    lite = threading.Thread(target=_into, args=(got, "lite", lite_done, lambda: f_lite(X, 1)))
+    with _engine_log(_WaitSeen(refused)) as logger:
+        try:
+            first.start()
+            assert refused.wait(60) or first_done.is_set(), _stuck(first, logger)
+            assert not first_done.is_set(), got
+            same.start()
+            lite.start()
+            # on the old code the SQLite function waits for the first thread's slot: not done in 30 s
+            lite_done.wait(30)
+            assert lite_done.is_set() and not first_done.is_set(), (lite_done.is_set(), got)
+            assert not isinstance(got["lite"], BaseException), got["lite"]
+            np.testing.assert_array_equal(got["lite"], X * 2.0)
+            assert lite_runs and f_lite.tuner.stats["tuned"] == 1, f_lite.tuner.stats
+            assert ResultStore(sqlite_url(tmp_path / "s.db")).count() >= 1  # stored, not kept in memory only
+        finally:
+            limited.limit_role(-1)
+            holder.close()
+            holder_engine.dispose()
+            first.join(120)
+            same.join(120)
+            lite.join(120)
     assert not isinstance(got["first"], BaseException), got["first"]
     np.testing.assert_array_equal(got["first"], X * 2.0)
     assert f_pg.tuner.stats["tuned"] == 1, f_pg.tuner.stats
@@ -455,23 +448,16 @@ def test_a_store_that_fails_to_open_is_kept_by_no_thread_and_opened_again_later(
                 counted.append(record.getMessage())
             super().emit(record)
 
-    logger = logging.getLogger("tuner.storage._engine")
-    handler, level = Count(waits), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
     first, second = (
         threading.Thread(target=run, args=("first",)),
         threading.Thread(target=run, args=("second",)),
     )
-    try:
+    with _engine_log(Count(waits)) as logger:
         first.start()
         assert waits.wait(60) or not first.is_alive(), _stuck(first, logger)
         second.start()
         first.join(60)
         second.join(60)
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
     assert got == {"first": None, "second": None}, got
     assert len(counted) == 1, counted  # the second thread did not wait for a slot of its own
     assert limited.url not in sources._dbs
