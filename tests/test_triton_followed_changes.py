@@ -460,10 +460,10 @@ def test_a_forked_child_follows_a_change_while_a_parent_thread_held_the_follow_l
 
 
 def test_a_keyword_launch_of_a_tuned_key_compares_no_config_values_until_code_reads_configs(monkeypatch):
-    """A keyword launch takes the miss path at every call; it compared every config's values with what
-    was set (a cost growing with the configs: 1.6-3.5x slower launches at 8-64 configs). Now only a real
+    """A keyword launch took the miss path at every call and compared every config's values with what
+    was set (a cost growing with the configs: 1.6-3.5x slower launches at 8-64 configs). Only a real
     miss, or the first launch after code read `.configs`/`.keys`, compares them; a change made then is
-    still what that launch uses."""
+    still what that launch uses (the keyword key of the armed table checks first)."""
     from tuner.runtime import _triton_compat
 
     compared = []

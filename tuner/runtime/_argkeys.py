@@ -2,12 +2,16 @@
 hit path and the stored `CacheKey` of the miss path.
 
 A key builder (the `KeyBuilder` protocol) gives three things:
-- `fast`: a table indexed by the number of positional arguments, each entry a one-argument function
-  `key(args) -> hashable` (C-level `operator.itemgetter` where it can be, one Python frame at most) or None
-  (too few positional arguments: such calls take the general key). The hit path (`_hit.py`) computes
-  `fast[len(args)](args)` and looks it up in a dict; nothing else.
+- `fast`: a table of `MAX_FAST_ARGS + 1` entries. Entry `n < MAX_FAST_ARGS` is the key of a call with
+  `n` positional arguments and no keywords, a one-argument function `key(args) -> hashable` (C-level
+  `operator.itemgetter` where it can be, one Python frame at most) or None (too few positional
+  arguments: such calls take the general key). The last entry (`fast[KW]`, `fast[-1]`) is the key of a
+  call with keyword arguments, `key(args, kwargs) -> key`, the general key without the hash check (or
+  None: such calls take the miss path). The hit path (`_hit.py`) computes `fast[len(args)](args)`, or
+  `fast[-1](args, kwargs)` for a call with keywords, and looks it up in a dict; nothing else.
 - `general(args, kwargs)`: a key for any call (keyword arguments, defaults), never equal to a fast key.
-  Raises TypeError for an unhashable key value. Used on the miss path before the stored key is built.
+  Raises TypeError for an unhashable key value. Used on the miss path before the stored key is built,
+  and remembered there, so that the next call of that form hits by `fast[-1]`.
 - `full(args, kwargs) -> CacheKey`: the stored key (kernel, source hash, key fields, dtypes, device,
   versions). Built on a miss only.
 
@@ -28,10 +32,12 @@ from typing import Any, Protocol
 from ._env import arg_dtype, device_of, dtype_name, flat_args, framework_versions
 from ._key import Bucket, CacheKey, make_bucketer
 
-__all__ = ["KeyBuilder", "ArgKeys", "FastKey", "MAX_FAST_ARGS", "scalar_key_value"]
+__all__ = ["KeyBuilder", "ArgKeys", "FastKey", "KwKey", "MAX_FAST_ARGS", "KW", "scalar_key_value"]
 
 FastKey = Callable[[tuple], Any]
+KwKey = Callable[[tuple, dict], Any]
 MAX_FAST_ARGS = 64  # calls with more positional arguments take the general key
+KW = MAX_FAST_ARGS  # the fast-key table's last entry: the key of a call with keyword arguments
 
 _g = getattr
 _DTYPE = itertools.repeat("dtype")
@@ -44,19 +50,23 @@ class KeyBuilder(Protocol):
     """What the hit path and the miss path need from a key builder (see the module docstring)."""
 
     @property
-    def fast(self) -> Sequence[FastKey | None]: ...
+    def fast(self) -> Sequence[Any]: ...  # FastKey | None at n < KW, KwKey | None at KW
 
     def general(self, args: tuple, kwargs: dict) -> Any: ...
 
     def full(self, args: tuple, kwargs: dict) -> CacheKey: ...
 
 
-def dtypes_of(a: tuple) -> tuple:
+def _nothing(a: Any) -> tuple:
+    return ()
+
+
+def dtypes_of(a: Any) -> tuple:
     """The dtypes of the positional arguments (None for arguments without one)."""
     return tuple(map(getattr, a, _DTYPE, _NONE))
 
 
-def arg_dtypes(a: tuple) -> tuple:
+def arg_dtypes(a: Any) -> tuple:
     """dtypes_of, reading the dtypes of the arrays inside container arguments (`_env.arg_dtype`): the
     fast keys of a function once it has been called with a pytree of arrays."""
     return tuple(map(arg_dtype, a))
@@ -122,26 +132,27 @@ _BY_ARITY = (_k0, _k1, _k2, _k3, _k4, _k5, _k6)
 
 
 def positional_fast_keys(
-    ig: Callable[[tuple], Any], need: int, dtypes: bool, *, deep: bool = False
-) -> tuple[FastKey | None, ...]:
+    ig: Callable[[tuple], Any], need: int, dtypes: bool, *, deep: bool = False, kw: KwKey | None = None
+) -> tuple[Any, ...]:
     """The fast-key table for keys taken from positional arguments by `ig` (which needs `need` of them):
     with `dtypes`, the key is (values, dtypes of the arguments), else the values alone; `deep` reads
-    the dtypes inside container arguments too (`arg_dtypes`)."""
+    the dtypes inside container arguments too (`arg_dtypes`). `kw` is the keyword entry (`fast[KW]`)."""
     if not dtypes:
-        return (None,) * need + (ig,) * (MAX_FAST_ARGS - need)
+        return (None,) * need + (ig,) * (MAX_FAST_ARGS - need) + (kw,)
     if deep:
-        return (None,) * need + ((lambda a: (ig(a), arg_dtypes(a))),) * (MAX_FAST_ARGS - need)
-    table: list[FastKey | None] = [None] * need
+        return (None,) * need + ((lambda a: (ig(a), arg_dtypes(a))),) * (MAX_FAST_ARGS - need) + (kw,)
+    table: list[Any] = [None] * need
     for n in range(need, MAX_FAST_ARGS):
         table.append((_BY_ARITY[n] if n < len(_BY_ARITY) else _kn)(ig))
+    table.append(kw)
     return tuple(table)
 
 
 def key_fn_fast_keys(
-    kf: Callable[..., Any], dtypes: bool, *, deep: bool = False
-) -> tuple[FastKey | None, ...]:
+    kf: Callable[..., Any], dtypes: bool, *, deep: bool = False, kw: KwKey | None = None
+) -> tuple[Any, ...]:
     """The fast-key table for a key function of the positional arguments (a dict result is made hashable);
-    `deep` reads the dtypes inside container arguments too (`arg_dtypes`)."""
+    `deep` reads the dtypes inside container arguments too (`arg_dtypes`). `kw` is the keyword entry."""
     if dtypes:
         dts = arg_dtypes if deep else dtypes_of
 
@@ -158,7 +169,7 @@ def key_fn_fast_keys(
                 r = tuple(r.items())
             return (_KEYFN, r)
 
-    return (key,) * MAX_FAST_ARGS
+    return (key,) * MAX_FAST_ARGS + (kw,)
 
 
 def scalar_key_value(name: str, v: Any) -> Any:
@@ -223,7 +234,7 @@ class ArgKeys:
         self.defaults = dict(defaults)
         self.use_dtypes = dtypes
         self.bucketer = make_bucketer(bucket)
-        self.fast: list[FastKey | None]
+        self.fast: list[Any]  # FastKey | None per positional count, then the KwKey (`KW`)
         self.key_fn: Callable[..., Any] | None = None
         self.key_names: tuple[str, ...] = ()
         self._deep = False  # whether the fast keys read dtypes inside containers (see the class doc)
@@ -231,7 +242,7 @@ class ArgKeys:
         self._need = 0
         if callable(key):
             self.key_fn = key
-            self.fast = list(key_fn_fast_keys(key, dtypes))
+            self.fast = list(key_fn_fast_keys(key, dtypes, kw=self._kw_key(False)))
         else:
             self.key_names = (key,) if isinstance(key, str) else tuple(key)
             unknown = [k for k in self.key_names if k not in self.arg_names]
@@ -240,7 +251,7 @@ class ArgKeys:
             pos = [self.arg_names.index(n) for n in self.key_names]
             ig: Callable[[tuple], Any] = operator.itemgetter(*pos) if pos else (lambda args: ())
             self._ig, self._need = ig, max(pos) + 1 if pos else 0
-            self.fast = list(positional_fast_keys(ig, self._need, dtypes))
+            self.fast = list(positional_fast_keys(ig, self._need, dtypes, kw=self._kw_key(False)))
         self._env: dict[tuple[str, str], tuple[str, dict[str, str]]] = {}
 
     @property
@@ -279,7 +290,84 @@ class ArgKeys:
                 raise TypeError(f"{self.name}() missing key argument {n!r}")
         return out
 
+    def _kw_key(self, deep: bool) -> KwKey:
+        """The keyword entry of the fast-key table (`fast[KW]`): the general key of a call with keyword
+        arguments, without the hash check. The key values are read by C-level getters planned once per
+        form of call (the number of positional arguments and the keyword names, in order), with the
+        dtypes of every argument (`deep`: also inside containers, `arg_dtypes`), so a keyword launch
+        that hits costs about what a positional one does. Raises TypeError for a call that lacks a key
+        argument (the miss path then says which)."""
+        dts: Callable[[Any], tuple] = (arg_dtypes if deep else dtypes_of) if self.use_dtypes else _nothing
+        kf = self.key_fn
+        if kf is not None:
+
+            def by_fn(a: tuple, k: dict) -> Any:
+                r = kf(*a, **k)
+                if type(r) is dict:
+                    r = tuple(r.items())
+                return (_GENERAL, r, dts(a), tuple(k), dts(k.values()))
+
+            return by_fn
+        plans: dict[tuple, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {}
+        plan = self._plan
+
+        def by_names(a: tuple, k: dict) -> Any:
+            form = (len(a), *k)
+            p = plans.get(form)
+            if p is None:
+                p = plans[form] = plan(form)
+            return (_GENERAL, form, p[0](a), p[1](k), dts(a), dts(k.values()))
+
+        if dts is not dtypes_of:
+            return by_names
+
+        def by_names_dtypes(a: tuple, k: dict) -> Any:  # by_names with dtypes_of written in: no frames
+            form = (len(a), *k)
+            p = plans.get(form)
+            if p is None:
+                p = plans[form] = plan(form)
+            return (
+                _GENERAL,
+                form,
+                p[0](a),
+                p[1](k),
+                tuple(map(_g, a, _DTYPE, _NONE)),
+                tuple(map(_g, k.values(), _DTYPE, _NONE)),
+            )
+
+        return by_names_dtypes
+
+    def _plan(self, form: tuple) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+        """Getters of the key values of a call of this form (`_kw_key`): from the positional arguments,
+        from the keywords (a default is the same in every call of the form, so it is left out)."""
+        n, names = form[0], form[1:]
+        pos: list[int] = []
+        kws: list[str] = []
+        for name in self.key_names:
+            i = self.arg_names.index(name)
+            if i < n:
+                pos.append(i)
+            elif name in names:
+                kws.append(name)
+            elif name not in self.defaults:
+                raise TypeError(f"{self.name}() missing key argument {name!r}")
+        return (
+            operator.itemgetter(*pos) if pos else _nothing,
+            operator.itemgetter(*kws) if kws else _nothing,
+        )
+
     def general(self, args: tuple, kwargs: dict) -> Any:
+        kw: KwKey = self.fast[KW]
+        key = kw(args, kwargs)
+        try:
+            hash(key)
+        except TypeError:  # a key value that is not hashable as given: the key of the values as stored
+            return self._stored_values_key(args, kwargs)
+        return key
+
+    def _stored_values_key(self, args: tuple, kwargs: dict) -> Any:
+        """The general key of a call whose key values are unhashable as given (`raw_values` may make them
+        hashable, as `_TritonKeys` does); TypeError where they stay unhashable."""
         vals = self.raw_values(args, kwargs)
         items = tuple(sorted(kwargs.items()))
         dts = tuple(arg_dtype(a) for a in args) if self.use_dtypes else ()
@@ -304,18 +392,19 @@ class ArgKeys:
                 if d is not None and not _weak_scalar(v):
                     dts.append(dtype_name(d))
             if not self._deep:
-                self._read_containers(args)
+                self._read_containers(args, kwargs)
         device, versions = self._device_versions(values)
         return CacheKey.make(self.name, self.source_hash, fields, dts, device, versions)
 
-    def _read_containers(self, args: tuple) -> None:
-        """Switch the fast keys to `arg_dtypes` once a positional argument is a container of arrays."""
-        if not any(isinstance(arg_dtype(a), tuple) for a in args):
+    def _read_containers(self, args: tuple, kwargs: dict) -> None:
+        """Switch the fast keys to `arg_dtypes` once an argument is a container of arrays."""
+        if not any(isinstance(arg_dtype(a), tuple) for a in (*args, *kwargs.values())):
             return
+        kw = self._kw_key(True)
         if self.key_fn is not None:
-            self.fast[:] = key_fn_fast_keys(self.key_fn, True, deep=True)
+            self.fast[:] = key_fn_fast_keys(self.key_fn, True, deep=True, kw=kw)
         else:
-            self.fast[:] = positional_fast_keys(self._ig, self._need, True, deep=True)
+            self.fast[:] = positional_fast_keys(self._ig, self._need, True, deep=True, kw=kw)
         self._deep = True
 
     def _device_versions(self, values: list[Any]) -> tuple[str, dict[str, str]]:

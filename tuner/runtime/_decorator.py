@@ -27,7 +27,7 @@ from tuner._settings import text
 from tuner.search_spaces import SearchSpace
 
 from . import _jax, _torch
-from ._argkeys import ArgKeys, KeyBuilder
+from ._argkeys import KW, ArgKeys, KeyBuilder
 from ._bench import BenchFn, default_bench
 from ._env import (
     array_framework,
@@ -288,14 +288,19 @@ class Autotuned:
         fake = _torch.placeholder(args, kwargs)
         if fake is not None:  # no data to time: chosen untimed, never stored; real tensors tune the key
             return self._placeholder_miss(args, kwargs, fast_key if fast_key is not None else general, fake)
-        # A fast key of the table (else the general key): its function, to see whether building the
-        # stored key switched the table (`ArgKeys`, on the first pytree of arrays).
-        table_fn = self.keys.fast[len(args)] if fast_key is not None else None
+        # The table's entry of this call (the keyword one for the general key): its function, to see
+        # whether building the stored key switched the table (`ArgKeys`, on the first pytree of arrays).
+        slot = len(args) if fast_key is not None else KW
+        table_fn = self.keys.fast[slot] if slot < len(self.keys.fast) else None
+        ck = self.keys.full(args, kwargs)
+        if table_fn is not None and self.keys.fast[slot] is not table_fn:
+            if fast_key is not None:
+                fast_key = self.keys.fast[slot](args)  # type: ignore[misc]
+            else:
+                with contextlib.suppress(TypeError):
+                    general = self.keys.general(args, kwargs)
         if fast_key is None:
             fast_key = general
-        ck = self.keys.full(args, kwargs)
-        if table_fn is not None and self.keys.fast[len(args)] is not table_fn:
-            fast_key = self.keys.fast[len(args)](args)  # type: ignore[misc]
         mode = self.current_mode()
         with self._guard:
             lock = self._locks.setdefault(ck.hash, threading.Lock())

@@ -4,11 +4,13 @@ the Triton launcher (`kernel[grid](...)`) and `tuner.kernel`.
 
 A positional call costs one fast key (`keys[len(args)](args)`, see `_argkeys.py`), one dict lookup (and for
 the Triton drop-in one store of the config, its `best_config`, and one lookup of `run`) and the call: no logging, no locks, no
-allocation beyond the key tuple, as in Triton's Autotuner, whose hit is a dict lookup too. Keyword
-arguments bound to a launcher (Triton's grid) are passed along. Anything
-else (keyword arguments, an unhashable key value, a key not in the dict) goes to
-`miss(args, kwargs, fast_key, call)`, which resolves the config (`_resolve.py`), remembers it under the
-fast key and returns it. The config reaches the target as keyword arguments.
+allocation beyond the key tuple, as in Triton's Autotuner, whose hit is a dict lookup too. A call with
+keyword arguments does the same with the table's keyword key (`keys[-1](args, kwargs)`, the general key).
+Keyword arguments bound to a launcher (Triton's grid) are passed along. Anything else (an unhashable key
+value, a key not in the dict, a table without a keyword key) goes to `miss(args, kwargs, fast_key,
+call)`, which resolves the config (`_resolve.py`), remembers it under the fast key (None for a call
+with keywords: it remembers it under the general key) and returns it. The config reaches the target as
+keyword arguments.
 
 Extension point: a new front end (a drop-in for another autotuner, a recording wrapper) builds its
 `target` (what to call with the config: the function, Triton's `run` with `grid` and `warmup` bound, a
@@ -41,6 +43,9 @@ __all__ = [
 Miss = Callable[[tuple, dict, Any, Callable[..., Any]], dict[str, Any]]
 
 
+# a fast-key table (`_argkeys.py`): `FastKey | None` per positional count, then the keyword key (or None)
+KeyTable = Sequence[Any]
+
 _NO_KWARGS: dict[str, Any] = {}  # never written to (a plain dict: `**` of a dict is the fast case)
 
 
@@ -50,7 +55,7 @@ def _with(target: Callable[..., Any], bound: Mapping[str, Any]) -> Callable[...,
 
 def hit_paths(
     target: Callable[..., Any],
-    keys: Sequence[Callable[[tuple], Any] | None],
+    keys: KeyTable,
     mem: dict[Any, dict[str, Any]],
     miss: Miss,
 ) -> Callable[[Mapping[str, Any]], Callable[..., Any]]:
@@ -59,7 +64,7 @@ def hit_paths(
     hit does not pay for it: docs/benchmarks.md); `launcher_paths` is the variant of a launcher object.
 
     `keys` is the fast-key table of a key builder (indexed by the number of positional arguments; None
-    where there are too few), `mem` the dict of fast key -> config that `miss` fills, `bound` keyword
+    where there are too few; the last entry keys a call with keyword arguments), `mem` the dict of fast key -> config that `miss` fills, `bound` keyword
     arguments of one launcher that are not part of the key (Triton: the grid). `make` allocates what a
     lambda does (the parts above live in this factory's cells), so Triton's `kernel[grid]` can make a hit
     path per launch, as Triton's own `kernel[grid]` makes a lambda."""
@@ -68,7 +73,7 @@ def hit_paths(
 
 def _hit_paths(
     target: Callable[..., Any],
-    keys: Sequence[Callable[[tuple], Any] | None],
+    keys: KeyTable,
     mem: dict[Any, dict[str, Any]],
     miss: Miss,
 ) -> tuple[Callable[[Mapping[str, Any]], Callable[..., Any]], Retarget]:
@@ -79,8 +84,11 @@ def _hit_paths(
         # No annotations on `hit`: they would be built into a dict each time a hit path is made.
         def hit(*args, **kwargs):  # type: ignore[no-untyped-def]
             if kwargs:
-                # the miss first: the target is read after it, so a change that it follows reaches this call
-                cfg = miss(args, kwargs, None, _with(target, b))
+                try:
+                    cfg = mem[keys[-1](args, kwargs)]
+                except (KeyError, TypeError, IndexError):  # not resolved in this form yet, unhashable, no key
+                    # the target is read after the miss, so a change that it follows reaches this call
+                    cfg = miss(args, kwargs, None, _with(target, b))
                 return target(*args, **b, **kwargs, **cfg)
             try:
                 cfg = mem[keys[len(args)](args)]
@@ -92,7 +100,7 @@ def _hit_paths(
 
         return hit
 
-    def retarget(new_target: Any, new_keys: Sequence[Callable[[tuple], Any] | None]) -> None:
+    def retarget(new_target: Any, new_keys: KeyTable) -> None:
         nonlocal target, keys
         target, keys = new_target, new_keys
 
@@ -106,12 +114,12 @@ def run_of(owner: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 # retarget(owner, keys): what every hit path of one `launcher_paths` calls and keys by from its next read
-Retarget = Callable[[Any, Sequence[Callable[[tuple], Any] | None]], None]
+Retarget = Callable[[Any, KeyTable], None]
 
 
 def launcher_paths(
     owner: Any,
-    keys: Sequence[Callable[[tuple], Any] | None],
+    keys: KeyTable,
     mem: dict[Any, dict[str, Any]],
     miss: Miss,
     last: list[Any],
@@ -141,7 +149,11 @@ def launcher_paths(
     def make_noting(b: Mapping[str, Any]) -> Callable[..., Any]:
         def hit(*args, **kwargs):  # type: ignore[no-untyped-def]
             if kwargs:
-                cfg = noted[0] = miss(args, kwargs, None, functools.partial(run_of, owner, **b))
+                try:
+                    cfg = mem[keys[-1](args, kwargs)]
+                except (KeyError, TypeError, IndexError):
+                    cfg = miss(args, kwargs, None, functools.partial(run_of, owner, **b))
+                noted[0] = cfg
                 return owner.run(*args, **b, **kwargs, **cfg)
             try:
                 cfg = mem[keys[len(args)](args)]
@@ -154,7 +166,7 @@ def launcher_paths(
 
         return hit
 
-    def retarget(new_owner: Any, new_keys: Sequence[Callable[[tuple], Any] | None]) -> None:
+    def retarget(new_owner: Any, new_keys: KeyTable) -> None:
         nonlocal owner, keys
         owner, keys = new_owner, new_keys
 
@@ -163,7 +175,7 @@ def launcher_paths(
 
 def make_hit_path(
     target: Callable[..., Any],
-    keys: Sequence[Callable[[tuple], Any] | None],
+    keys: KeyTable,
     mem: dict[Any, dict[str, Any]],
     miss: Miss,
     bound: Mapping[str, Any] | None = None,
@@ -174,7 +186,7 @@ def make_hit_path(
 
 def retargetable_hit_path(
     target: Callable[..., Any],
-    keys: Sequence[Callable[[tuple], Any] | None],
+    keys: KeyTable,
     mem: dict[Any, dict[str, Any]],
     miss: Miss,
 ) -> tuple[Callable[..., Any], Retarget]:

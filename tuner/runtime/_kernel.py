@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from tuner._versions import BACKEND_KIND, backend_versions
 from tuner.search_spaces.devices import device_label
 
+from ._argkeys import KW
 from ._bench import BenchFn, default_bench
 from ._decorator import Autotuned, CostModelHook
 from ._env import array_framework, cuda_index_of, device_of, source_hash
@@ -134,8 +135,9 @@ class ProblemKeys:
     def __init__(self, kernel: str, backend: str) -> None:
         self.kernel = kernel
         self.backend = backend
-        # fast[2]: the only positional form; other arities take the general key (which says how to call).
-        self.fast = (None, None, _problem_fast_key)
+        # fast[2]: the only positional form; other arities take the general key (which says how to call),
+        # and a call with keywords (`f(problem, inputs=x)`) keys by `fast[KW]`, the general key unchecked.
+        self.fast = (None, None, _problem_fast_key, *(None,) * (KW - 3), _problem_kw_key)
 
     def general(self, args: tuple, kwargs: dict) -> Any:
         problem, inputs = _split(args, kwargs)
@@ -151,6 +153,10 @@ class ProblemKeys:
 
 def _problem_fast_key(a: tuple) -> Any:
     return (tuple(a[0].items()), _device_tag(a[1]))
+
+
+def _problem_kw_key(args: tuple, kwargs: dict) -> Any:
+    return _problem_fast_key(_split(args, kwargs))
 
 
 class _SpaceOnDevice:

@@ -208,7 +208,7 @@ class TritonAutotuned(Autotuned):
         # that find one change in place do not both set them, and none reads them half set
         self.follow_lock = threading.RLock()
         # code read `.configs` or `.keys` (the launcher's `_arm`): the next miss also compares the configs'
-        # values and hooks, which a keyword launch of a key already tuned (always the miss path) does not
+        # values and hooks, which a launch the hit path cannot key (an unhashable key value) does not
         self.deep_check_due = False
         self.named_key = not callable(key)  # Triton's key (names): `.keys`, and `.cache` is consulted
         self.key_request: tuple[str, ...] = ()
@@ -309,9 +309,9 @@ class TritonAutotuned(Autotuned):
         `.keys` (the launcher's armed check); never on another hit. Returns whether anything changed.
 
         Under `follow_lock`: a thread that finds a change while another is setting one waits for it,
-        then compares with what it set. `deep=False` (a keyword launch of a key already tuned) compares the
-        list and the key names only, not each config's values and hooks (a cost that grows with the
-        configs, on a path that runs at every keyword launch)."""
+        then compares with what it set. `deep=False` (a launch of a key already tuned that the hit path cannot
+        key: an unhashable key value) compares the list and the key names only, not each config's values
+        and hooks (a cost that grows with the configs, on a path that such a launch takes every time)."""
         with self.follow_lock:
             given, have = self.configs_given, self.configs
             configs = len(given) != len(have) or any(a is not b for a, b in zip(given, have, strict=True))
@@ -673,8 +673,9 @@ class TritonAutotuned(Autotuned):
     def miss(self, args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]) -> dict[str, Any]:
         if _jax.has_tracer(args, kwargs):
             return _jax.resolve_on_concrete(self.miss, self.name, args, kwargs, fast_key, target)
-        # a keyword launch of a key already tuned comes here at every call: the configs' values and hooks
-        # are compared only where the key is not known (a real miss), or once code read `.configs`/`.keys`
+        # a launch that the hit path cannot key (an unhashable key value) comes here at every call: the
+        # configs' values and hooks are compared only where the key is not known (a real miss), or once
+        # code read `.configs`/`.keys`
         if self.follow_in_place_changes(deep=False) and fast_key is not None:
             fast_key = self._fast_key(args)  # the hit's was of the key before the change
         cfg = self._known(args, kwargs, fast_key)
@@ -731,8 +732,8 @@ class TritonAutotuned(Autotuned):
                     self._remember(args, kwargs, fast_key, cfg)
                     return cfg
         cfg = self.by_hash.get(self.keys.full(args, kwargs).hash)
-        if cfg is not None and fast_key is not None:
-            self.mem[fast_key] = cfg
+        if cfg is not None:
+            self._remember(args, kwargs, fast_key, cfg)  # a call with keywords: under the general key
         return cfg
 
     def best_config(self) -> Any:

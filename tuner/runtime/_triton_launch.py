@@ -59,7 +59,10 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
         super().__init__(t)
         self.base_fn = underlying_function(t.fn)
         # the fast-key table of an armed check (`_arm`): each entry checks the configs and key names first
-        self._checking = tuple(functools.partial(self._checked_key, n) for n in range(MAX_FAST_ARGS))
+        self._checking = (
+            *(functools.partial(self._checked_key, n) for n in range(MAX_FAST_ARGS)),
+            self._checked_kw_key,
+        )
         t.rebuilt = self._rebuild
         self._route()
 
@@ -87,22 +90,33 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
         its next launch. The hit path itself never checks: only the fast-key table is swapped, until then."""
         with self.tuner.follow_lock:
             self._armed = True
-            self.tuner.deep_check_due = True  # a keyword launch (the miss path) checks as well
+            self.tuner.deep_check_due = True  # a launch that takes the miss path checks as well
             self._retarget(self._owner(), self._checking)
 
     def _checked_key(self, n: int, args: tuple) -> Any:
         """The fast key of a launch with `n` positional arguments, after an armed check: disarmed first (a
         read of `.configs`/`.keys` while this runs arms again), then the tuner follows what changed in
         place (rebuilding the hit paths) and the key is the current table's (None: the miss path)."""
+        fast = self._disarmed()[n]
+        if fast is None:
+            raise TypeError("too few positional arguments for a fast key")  # the hit's miss path
+        return fast(args)
+
+    def _checked_kw_key(self, args: tuple, kwargs: dict) -> Any:
+        """`_checked_key` of a launch with keyword arguments (the table's keyword entry)."""
+        kw = self._disarmed()[-1]
+        if kw is None:
+            raise TypeError("no keyword key")  # the hit's miss path
+        return kw(args, kwargs)
+
+    def _disarmed(self) -> Any:
+        """The armed check of `_checked_key`: the current fast-key table once the changes are followed."""
         t = self.tuner
         with t.follow_lock:
             self._armed = False
             self._retarget(self._owner(), t.keys.fast)
         t.follow_in_place_changes()
-        fast = t.keys.fast[n]
-        if fast is None:
-            raise TypeError("too few positional arguments for a fast key")  # the hit's miss path
-        return fast(args)
+        return t.keys.fast
 
     def _route(self) -> None:
         """What `kernel[grid]` makes: the hit path, or, once code has assigned the instance a `run` of its
