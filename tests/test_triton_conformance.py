@@ -484,6 +484,27 @@ def test_post_hook_sees_a_failing_config(impl):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+def test_every_config_timing_inf_launches_the_first(impl, caplog):
+    """A do_bench that times every config inf (as Triton's own benchmarking does for a config out of
+    resources): Triton's min() over the timings is the first config, which it launches and puts in
+    `.cache`. tuner raised AllConfigsFailedError (an inf timing counts as a failed config); the drop-in
+    now does as Triton (with a warning), and keeps nothing in the store for it."""
+    N = 64
+    src, dst = torch.randn(N), torch.zeros(N)
+    k = copy_kernel(
+        autotune_of(impl), configs=configs_of(32, 16), key=["N"], do_bench=Bench([float("inf")] * 2)
+    )
+    k[grid_for(N)](dst, src, N)
+    assert torch.equal(dst, src)
+    assert k.best_config.kwargs == {"BLOCK_SIZE": 32}
+    assert list(k.cache.values()) == [k.best_config]
+    assert len(k.configs_timings) == 2
+    if impl == "tuner":
+        assert "every config timed inf" in caplog.text
+        assert not tuner.ConfigCache().entries()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_config_pre_hook_runs_before_timed_and_real_runs(impl):
     N = 64
     x = torch.zeros(N)

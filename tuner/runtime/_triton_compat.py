@@ -50,6 +50,7 @@ import contextlib
 import copy
 import functools
 import logging
+import math
 import sys
 import threading
 import time
@@ -785,11 +786,20 @@ class TritonAutotuned(Autotuned):
             cfg = super().miss(args, kwargs, fast_key, self._bench_target(args, kwargs, grid, target))
         except AllConfigsFailedError as exc:
             first = self._tl.first_error
-            if first is None:
+            if first is None and _all_infinite(self._tl.timings):
+                # every config ran and timed inf (a do_bench that says so): Triton's min() of its timings
+                # is then the first config timed, which it launches and puts in `.cache`; not stored here
+                log.warning(
+                    "%s: every config timed inf; using the first, as Triton does (%s)", self.name, exc
+                )
+                cfg = self.dicts_of(pruned)[0]
+                self._remember(args, kwargs, fast_key, cfg)
+            elif first is None:
                 raise
-            # Triton raises the first config's error; so does the drop-in once no config is left
-            first.add_note(f"tuner: {exc}")
-            raise first from None
+            else:
+                # Triton raises the first config's error; so does the drop-in once no config is left
+                first.add_note(f"tuner: {exc}")
+                raise first from None
         finally:
             self._tl.pruned = self._tl.first_error = None
         if self._tl.benched:  # tuned here: Triton resets once more, and prints the choice
@@ -894,6 +904,12 @@ def _triton_cache_results(given: bool | None) -> bool:
     except ImportError:  # pragma: no cover - a triton without knobs (older than any supported)
         return bool(given)
     return bool((given or knobs.autotuning.cache) and not knobs.runtime.interpret)
+
+
+def _all_infinite(timings: Mapping[Any, Any]) -> bool:
+    """Whether a tuning's `.configs_timings` are all there and all infinite (or NaN): every config ran."""
+    firsts = [t[0] if isinstance(t, (list, tuple)) and t else t for t in timings.values()]
+    return bool(firsts) and all(isinstance(t, (int, float)) and not math.isfinite(t) for t in firsts)
 
 
 def _timing_key(obj: Any) -> Any:
