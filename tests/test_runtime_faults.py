@@ -469,3 +469,78 @@ def test_an_untimed_choice_names_its_own_miss_reason_not_another_threads() -> No
     assert seen and why.startswith("not timed; unknown (no entry for key {'n': 2}; "), why
     assert "'n': 3" not in why, why
     close_stores()
+
+
+def test_a_store_opening_that_a_close_overtakes_keeps_nothing_and_opens_again(tmp_path: Path, monkeypatch):
+    """`close_stores` runs while another thread is opening a store (outside `_dbs_lock`, under that store's
+    own lock). Was: the close did not wait for it, and the opening registered its store and engine after
+    the close, the one the close was meant to drop. Now that opening disposes of what it made and opens
+    the store again: the caller gets a store made after the close, and the close does not wait for it."""
+    import threading
+
+    import tuner.runtime._db as db_mod
+    import tuner.runtime._sources as sources
+    from tuner.storage import sqlite_url
+
+    url = sqlite_url(tmp_path / "s.db")
+    started, release = threading.Event(), threading.Event()
+    made: list[ConfigCache] = []
+
+    class Held(ConfigCache):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+            if len(made) == 1:  # the first opening stays in progress until the test releases it
+                started.set()
+                assert release.wait(30)
+
+    monkeypatch.setattr(db_mod, "ConfigCache", Held)
+    got: dict[str, object] = {}
+    opener = threading.Thread(target=lambda: got.update(c=sources.open_store(url, create=True)))
+    opener.start()
+    try:
+        assert started.wait(30)
+        closer = threading.Thread(target=close_stores)
+        closer.start()
+        closer.join(10)
+        assert not closer.is_alive()  # the close does not wait for the opening
+    finally:
+        release.set()
+        opener.join(30)
+    assert len(made) == 2, made  # opened again after the close
+    assert got["c"] is made[1] and sources._dbs.get(url) is made[1], (got, made)
+    assert sources.open_store(url, create=True) is made[1]
+
+
+@pytest.mark.parametrize("op", ["read", "write"])
+def test_a_step_whose_connection_cannot_be_made_stops_using_the_store_for_a_while(
+    _tuner_home: Path, monkeypatch, caplog, op: str
+) -> None:
+    """An open store whose PostgreSQL server stops answering: each step's new connection waits out libpq's
+    `connect_timeout` (10 s) and raises `StoreUnreachable`. Was: only a connection limit's refusal (a
+    `StoreUnreachable` too) stopped the use of the store; after any other the next read and write of the
+    same miss, and of every next miss, waited out `connect_timeout` again. Now the store is left alone for
+    STORE_RETRY_S after the first, then opened again."""
+    import tuner.runtime._sources as sources
+    from tuner.store import StoreUnreachable
+
+    db = sources.open_store(None, create=True)
+    assert db is not None
+    tries: list[str] = []
+
+    def unanswered() -> None:
+        tries.append(op)
+        raise StoreUnreachable(
+            "cannot connect to store postgresql+psycopg2://h:5432/db (reading an entry): timeout expired "
+            "(connect_timeout=10 s); nothing was written (synthetic)"
+        )
+
+    caplog.set_level(logging.WARNING)
+    assert sources.guarded(db, op, "read an entry", unanswered, "fallback") == "fallback"
+    for then in ("read", "write"):
+        assert sources.guarded(db, then, "a next step", unanswered, "fallback") == "fallback"
+    assert tries == [op], tries  # the next steps did not try to connect
+    assert any("not used for 30 s" in w for w in store_warnings(caplog)), store_warnings(caplog)
+    assert sources.open_store(None, create=True) is None  # left alone meanwhile
+    monkeypatch.setattr(sources, "STORE_RETRY_S", 0.0)
+    assert sources.open_store(None, create=True) is not None  # and opened again after

@@ -65,14 +65,20 @@ _full_since: dict[str, float] = {}  # url -> when it was opened read-only for a 
 # other threads of that store wait for it (one ConfigCache per store), those of other stores do not.
 _dbs_lock = threading.Lock()
 _opening: dict[str, threading.Lock] = {}  # url -> the lock held while that store is opened
+# How many times `close_stores` has run. An opening reads it when it starts and keeps nothing of itself when
+# it changed meanwhile (a close ran while it opened outside `_dbs_lock`): it disposes of the store it made
+# and opens the store again, rather than register, after the close, a store and engine the close was meant
+# to drop (a filesystem pulled away, connections that came from before a fork).
+_closes = 0
 # store -> when one of its writes last waited out the store's timeout (a SQLite lock held by another
 # process, a PostgreSQL statement timeout): its writes are skipped until STORE_RETRY_S has passed, so each
 # new key does not wait the whole timeout again (60 s by default) while the lock is held
 _write_paused: weakref.WeakKeyDictionary[ConfigCache, float] = weakref.WeakKeyDictionary()
-# store -> when a read of it waited out the store's timeout, or when a new connection to it was refused for
-# a connection limit (after TUNER_PG_CONNECT_WAIT seconds of trying again): neither its reads nor its writes
-# are tried until STORE_RETRY_S has passed. Dropping it from `_dbs` alone left it to a call that already
-# held it: each of that call's next reads and writes waited as long again (a miss makes four).
+# store -> when a read of it waited out the store's timeout, or when a new connection to it could not be made
+# (no answer within connect_timeout; refused, for a connection limit after TUNER_PG_CONNECT_WAIT seconds of
+# trying again): neither its reads nor its writes are tried until STORE_RETRY_S has passed. Dropping it
+# from `_dbs` alone left it to a call that already held it: each of that call's next reads and writes
+# waited as long again (a miss makes four).
 _unused_since: weakref.WeakKeyDictionary[ConfigCache, float] = weakref.WeakKeyDictionary()
 _warned: set[tuple[str, ...]] = set()
 _warned_lock = threading.Lock()
@@ -224,7 +230,11 @@ def open_store(storage: Any, *, create: bool) -> ConfigCache | None:
                 return c  # opened by the thread this one waited for
             if _failed_recently(url):
                 return None  # that thread's opening failed: not tried again before STORE_RETRY_S
-        return _open(url, store)
+            closes = _closes
+        c = _open(url, store, closes)
+    if c is _RACED:
+        return open_store(storage, create=create)  # `close_stores` ran meanwhile: opened again after it
+    return c
 
 
 def _failed_recently(url: str) -> bool:
@@ -233,17 +243,23 @@ def _failed_recently(url: str) -> bool:
     return failed is not None and time.monotonic() - failed < STORE_RETRY_S
 
 
-def _open(url: str, store: Any) -> ConfigCache | None:
+_RACED: Any = object()  # what `_open` returns for an opening that `close_stores` overtook
+
+
+def _open(url: str, store: Any, closes: int) -> ConfigCache | None:
     """Open the store of `url` (`store`: a caller's ResultStore of it, or None) and keep it in `_dbs`; None
     when it cannot be opened (warned once per cause; not tried again for STORE_RETRY_S). The caller holds
-    `url`'s lock in `_opening`, not `_dbs_lock`: nothing is kept of an opening that fails or raises."""
+    `url`'s lock in `_opening`, not `_dbs_lock`: nothing is kept of an opening that fails or raises.
+    `closes`: `_closes` when the opening started; if `close_stores` ran since, nothing is kept of the
+    opening either (its store's engine is disposed of) and `_RACED` is returned."""
     from ._db import ConfigCache
 
     try:
         c = ConfigCache(store or url)
     except _store_errors() as exc:
         with _dbs_lock:
-            _failed_opens[url] = time.monotonic()
+            if _closes == closes:  # a failure from before a close is forgotten with the others
+                _failed_opens[url] = time.monotonic()
         if _corrupt(url, exc):
             return None
         warn_once(
@@ -262,11 +278,16 @@ def _open(url: str, store: Any) -> ConfigCache | None:
             STORE_RETRY_S,
         )
     with _dbs_lock:
-        _failed_opens.pop(url, None)
-        if c.store.full_disk is not None:
-            _full_since[url] = time.monotonic()
-        _dbs[url] = c
-        _files[url] = _identity(url)
+        raced = _closes != closes
+        if not raced:
+            _failed_opens.pop(url, None)
+            if c.store.full_disk is not None:
+                _full_since[url] = time.monotonic()
+            _dbs[url] = c
+            _files[url] = _identity(url)
+    if raced:
+        c.store.engine.dispose()
+        return _RACED
     return c
 
 
@@ -318,8 +339,12 @@ def _drop(db: ConfigCache) -> None:
 
 def close_stores() -> None:
     """Dispose of every store the runtime opened and forget failed opens (after a fork, or when a test
-    pulls the filesystem from under them); the next miss opens them again."""
+    pulls the filesystem from under them); the next miss opens them again. It does not wait for an opening
+    in progress in another thread (which may wait long for a PostgreSQL connection slot): that opening
+    keeps nothing, disposes of its store and opens it again after the close."""
+    global _closes
     with _dbs_lock:
+        _closes += 1
         for c in _dbs.values():
             c.store.engine.dispose()
         _dbs.clear()
@@ -340,19 +365,22 @@ def _timed_out(exc: BaseException) -> bool:
     return "database is locked" in text or "database table is locked" in text
 
 
-def _connection_limit(exc: BaseException) -> bool:
-    """A new connection the server refused for a connection limit, after `TUNER_PG_CONNECT_WAIT`."""
-    from ..store import StoreConnectionLimit
+def _unreachable(exc: BaseException) -> bool:
+    """A new connection that could not be made: no answer within libpq's `connect_timeout` (a server or
+    host that stopped answering), nothing listening, or a refusal for a connection limit after
+    `TUNER_PG_CONNECT_WAIT` (`StoreConnectionLimit`). The next step's connection would wait as long."""
+    from ..store import StoreUnreachable
 
-    return isinstance(exc, StoreConnectionLimit)
+    return isinstance(exc, StoreUnreachable)
 
 
 def guarded(db: ConfigCache, op: str, what: str, fn: Callable[[], T], default: T) -> T:
     """`fn()`, or `default` (with one warning per cause) when the store fails. `op` is "read" or "write";
     `what` names the step in the warning. An EntryError (a bad entry, not a bad store) propagates. A write
     that waited out the store's timeout pauses the store's writes for STORE_RETRY_S (the results of that
-    time are kept in memory only); a read that did, or any step refused a connection for a connection
-    limit (`StoreConnectionLimit`, after its wait), stops using the store for as long."""
+    time are kept in memory only); a read that did, or any step whose new connection could not be made
+    (`StoreUnreachable`: no answer within `connect_timeout`, or refused for a connection limit after its
+    wait), stops using the store for as long."""
     unused = _unused_since.get(db)
     if unused is not None:
         if time.monotonic() - unused < STORE_RETRY_S:
@@ -376,8 +404,8 @@ def guarded(db: ConfigCache, op: str, what: str, fn: Callable[[], T], default: T
             _drop(db)  # no more reads or writes of a damaged file (for STORE_RETRY_S, then opened again)
             return default
         then = "skipping the store for this step" if op == "read" else "the result is kept in memory only"
-        if _timed_out(exc) or _connection_limit(exc):
-            if op == "write" and not _connection_limit(exc):
+        if _timed_out(exc) or _unreachable(exc):
+            if op == "write" and not _unreachable(exc):
                 _write_paused[db] = time.monotonic()
             else:
                 _unused_since[db] = time.monotonic()
