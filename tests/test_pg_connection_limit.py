@@ -271,6 +271,60 @@ def test_a_refusal_in_the_servers_language_is_one_for_a_limit() -> None:
     assert seen, files
 
 
+# PostgreSQL 16's reserved-slot refusals (src/backend/utils/init/postinit.c), as its own catalogs
+# (postgres/postgres src/backend/po/<lang>.po, 16/17) translate them, with what the server puts for `%s`
+_PG16_RESERVED_MSGIDS = {
+    "remaining connection slots are reserved for roles with the %s attribute": "SUPERUSER",
+    'remaining connection slots are reserved for roles with privileges of the "%s" role': (
+        "pg_use_reserved_connections"
+    ),
+}
+_PG16_RESERVED = {
+    "de": (
+        "die verbleibenden Verbindungen sind für Rollen mit dem %s-Attribut reserviert",
+        "die verbleibenden Verbindungen sind für Rollen mit den Privilegien der Rolle »%s« reserviert",
+    ),
+    "es": (
+        "las conexiones restantes están reservadas a roles con el atributo %s",
+        "las conexiones restantes están reservadas a roles con privilegios del rol «%s»",
+    ),
+    "ja": (
+        "残りの接続枠は%s属性を持つロールのために予約されています",
+        '残りの接続枠は"%s"ロールの権限を持つロールのために予約されています',
+    ),
+    "ka": (
+        "დარჩენილი მიერთების სლოტები დაცულია %s ატრიბუტის მქონე როლებისთვის",
+        "დარჩენილი მიერთების სლოტები დაცულია %s როლის პრივილეგიების მქონე როლებისთვის",
+    ),
+    "sv": (
+        "resterande anslutningsslottar är reserverade för roller med attributet %s",
+        'resterande anslutningsslottar är reserverade för roller med rättigheter från rollen "%s"',
+    ),
+}
+
+
+@pytest.mark.parametrize("lang", sorted(_PG16_RESERVED))
+def test_a_pg16_reserved_slot_refusal_in_the_servers_language_is_one_for_a_limit(lang: str) -> None:
+    """PostgreSQL 16 refuses a connection for the slots left reserved with one of two new messages (roles
+    with the SUPERUSER attribute; roles with the privileges of pg_use_reserved_connections), `%s` filled in
+    by the server: each translation, as libpq's line carries it, is a refusal for a limit. Was: only
+    PostgreSQL 15's wording, so a German, Spanish, ... 16+ server's refusal failed at once as an unreachable
+    server, never waited for."""
+    import psycopg2
+
+    from tuner.storage._engine import connection_limit_refusal
+    from tuner.storage._refusals import localized_limit_refusal
+
+    for said, filled in zip(_PG16_RESERVED[lang], _PG16_RESERVED_MSGIDS.values(), strict=True):
+        assert "%s" in said
+        message = said.replace("%s", filled)
+        exc = psycopg2.OperationalError(
+            f'connection to server at "127.0.0.1", port 5432 failed: FATAL:  {message}\n'
+        )
+        assert localized_limit_refusal(str(exc)), (lang, message)
+        assert connection_limit_refusal(exc), (lang, message)
+
+
 class _WaitSeen(logging.Handler):
     """Sets `event` when tuner logs that a new connection waits for a free slot."""
 
