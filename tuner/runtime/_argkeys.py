@@ -295,7 +295,8 @@ class ArgKeys:
         arguments, without the hash check. The key values are read by C-level getters planned once per
         form of call (the number of positional arguments and the keyword names, in order), with the
         dtypes of every argument (`deep`: also inside containers, `arg_dtypes`), so a keyword launch
-        that hits costs about what a positional one does. Raises TypeError for a call that lacks a key
+        of a resolved key hits instead of taking the miss path (about twice a positional hit's cost:
+        docs/benchmarks.md). Raises TypeError for a call that lacks a key
         argument (the miss path then says which)."""
         dts: Callable[[Any], tuple] = (arg_dtypes if deep else dtypes_of) if self.use_dtypes else _nothing
         kf = self.key_fn

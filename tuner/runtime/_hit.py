@@ -64,10 +64,11 @@ def hit_paths(
     hit does not pay for it: docs/benchmarks.md); `launcher_paths` is the variant of a launcher object.
 
     `keys` is the fast-key table of a key builder (indexed by the number of positional arguments; None
-    where there are too few; the last entry keys a call with keyword arguments), `mem` the dict of fast key -> config that `miss` fills, `bound` keyword
-    arguments of one launcher that are not part of the key (Triton: the grid). `make` allocates what a
-    lambda does (the parts above live in this factory's cells), so Triton's `kernel[grid]` can make a hit
-    path per launch, as Triton's own `kernel[grid]` makes a lambda."""
+    where there are too few; the last entry keys a call with keyword arguments), `mem` the dict of fast
+    key -> config that `miss` fills, `bound` keyword arguments of one launcher that are not part of the
+    key (Triton: the grid). `make` allocates what a lambda does (the parts above live in this factory's
+    cells), so Triton's `kernel[grid]` can make a hit path per launch, as Triton's own `kernel[grid]`
+    makes a lambda."""
     return _hit_paths(target, keys, mem, miss)[0]
 
 
