@@ -361,6 +361,39 @@ def test_priors_that_do_not_fit_the_space_are_accepted(strategy, prior):
     assert again == calls
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("value", [[1], {"x": 1}, np.array([1, 2])], ids=["list", "dict", "array"])
+def test_a_prior_config_value_that_is_no_parameter_value_is_refused_before_any_call(strategy, value):
+    """A list, dict or array is not an int, float, str or bool: a ValueError naming it, for every strategy,
+    where the prior-using ones used to raise `TypeError: unhashable type` from deep inside."""
+    calls = []
+    prior = [[({"a": 1, "b": "1"}, 1.0)], [({"a": 2, "b": "2"}, 2.0), ({"a": value, "b": "1"}, 1.0)]]
+    with pytest.raises(
+        ValueError, match=r"prior\[1\]\[1\]: config value a=.* is not an int, float, str or bool"
+    ):
+        _run(
+            SearchSpace.from_configs(_SPACE),
+            lambda c: calls.append(c) or 1.0,
+            budget=3,
+            strategy=strategy,
+            prior=prior,
+        )
+    assert calls == []
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_the_largest_seed_runs_and_one_beyond_is_refused_before_any_call(strategy):
+    """Optuna's samplers take 32-bit seeds: 2**32 - 1 runs, 2**32 used to fail inside numpy ("Seed must be
+    between 0 and 2**32 - 1") and is now refused by optimize, naming `seed`."""
+    space = SearchSpace.from_configs(_SPACE)
+    r = _run(space, lambda c: c["a"], budget=3, strategy=strategy, seed=np.uint32(2**32 - 1))
+    assert r.evaluations == 3 and r.seed == 2**32 - 1
+    calls = []
+    with pytest.raises(ValueError, match=r"seed must be a non-negative int below 2\*\*32"):
+        _run(space, lambda c: calls.append(c) or 1.0, budget=3, strategy=strategy, seed=2**32)
+    assert calls == []
+
+
 # ---- determinism across processes -----------------------------------------------------------------------
 
 _CHILD = r"""

@@ -367,6 +367,7 @@ def test_objective_values_that_are_not_plain_floats() -> None:
         ({"budget": 2.0}, ValueError, "budget must be a positive int"),
         ({"seed": -1}, ValueError, "seed must be a non-negative int"),
         ({"seed": 1.5}, ValueError, "seed must be a non-negative int"),
+        ({"seed": 2**32}, ValueError, r"seed must be a non-negative int below 2\*\*32, got 4294967296"),
         ({"time_budget_s": float("nan")}, ValueError, "time_budget_s"),  # NaN would mean no limit
         ({"time_budget_s": "5"}, ValueError, "time_budget_s"),
         ({"strategy": None}, TypeError, "name or a Strategy instance"),

@@ -83,6 +83,8 @@ def _bad_files(tmp: Path) -> dict[str, Path]:
         v["time"] = "CompilationFailedConfig"
     (tmp / "allfail.json").write_text(json.dumps(allfail))
     files["all failed"] = tmp / "allfail.json"
+    (tmp / "deep.json").write_text('{"cache": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    files["nested too deep for the parser"] = tmp / "deep.json"
     return files
 
 
@@ -96,6 +98,12 @@ def test_cli_bad_files_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 def test_cli_bad_usage_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["replay", str(SAMPLE), "--strategy", "nope"]) == 2
     assert main(["replay", str(SAMPLE), "--budget", "0"]) == 2
+    for seed in ("-1", str(2**32)):  # were exit 1, from optimize's (or numpy's) ValueError
+        capsys.readouterr()
+        assert main(["replay", str(SAMPLE), "--seed", seed]) == 2, seed
+        err = capsys.readouterr().err.strip()
+        assert err == f"tuner: error: --seed must be from 0 to 2**32 - 1, got {seed}", err
+    assert main(["replay", str(SAMPLE), "--budget", "2", "--seed", str(2**32 - 1)]) == 0
 
 
 def test_cli_console_script_exit_code(tmp_path: Path) -> None:

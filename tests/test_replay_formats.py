@@ -187,6 +187,19 @@ def test_every_failure_string_and_nan_is_a_failure(tmp_path: Path) -> None:
     assert table.lookup(BEST) is None and table.best_config() != BEST
 
 
+@pytest.mark.parametrize("objective", ["time", "GFLOP/s"])
+def test_an_int_beyond_a_floats_range_is_a_failure_as_infinity_is(
+    objective: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """JSON reads the literal 1e400 as inf (a failure); the int 10**400 is the same number, and used to end
+    the replay with OverflowError (exit 1) instead."""
+    doc = _doc(objective, lambda c: {objective: 10**400 if c == WORST_OK else 1000.0 / _time(c)})
+    path = _write(tmp_path / "huge.json", doc)
+    table = load_table(path)
+    assert table.lookup(WORST_OK) is None and sum(v is None for v in table.values.values()) == 1
+    assert _replay_json(path, capsys)["evaluations"] == 18
+
+
 @pytest.mark.parametrize("bad", [0.0, -1.5])
 def test_a_time_that_is_not_positive_is_refused(
     bad: float, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -37,6 +37,8 @@ __all__ = ["AllTrialsFailedWarning", "Trial", "TuneResult", "optimize", "validat
 
 OK = "ok"
 FAILED = "failed"
+# The largest seed `optimize` takes: Optuna's samplers seed numpy's RandomState, which takes 32 bits.
+MAX_SEED = 2**32 - 1
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,14 @@ def validate_prior(prior: Any) -> list[list[tuple[dict[str, Any], float | None]]
             cfg, val = row
             if not isinstance(cfg, Mapping):
                 raise ValueError(f"prior[{ti}][{ri}]: config must be a dict, got {type(cfg).__name__}")
+            cfg = {k: native(v) for k, v in cfg.items()}
+            for k, v in cfg.items():  # a list or dict is no parameter value (the strategies hash them)
+                try:
+                    hash(v)
+                except TypeError:
+                    raise ValueError(
+                        f"prior[{ti}][{ri}]: config value {k}={_short_repr(v)} is not an int, float, str or bool"
+                    ) from None
             if val is not None:
                 try:
                     val = float(val)
@@ -109,7 +119,7 @@ def validate_prior(prior: Any) -> list[list[tuple[dict[str, Any], float | None]]
                     ) from None
                 if not math.isfinite(val):
                     val = None
-            rows.append(({k: native(v) for k, v in cfg.items()}, val))
+            rows.append((cfg, val))
         out.append(rows)
     return out
 
@@ -292,8 +302,9 @@ def _check_arguments(
         raise TypeError("objective must be callable")
     if isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 1:
         raise ValueError(f"budget must be a positive int, got {budget!r}")
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) <= MAX_SEED:
+        # the upper bound is Optuna's: its samplers seed numpy's RandomState, which takes 32 bits
+        raise ValueError(f"seed must be a non-negative int below 2**32, got {seed!r}")
     if time_budget_s is not None and (
         isinstance(time_budget_s, bool)
         or not isinstance(time_budget_s, numbers.Real)

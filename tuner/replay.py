@@ -172,7 +172,11 @@ def _cost(raw: Any, objective: str, higher_is_better: bool, ck: str, where: str)
         raise ReplayFormatError(f"{where}: cache entry {ck!r}: {objective}={raw!r} is not a number")
     if isinstance(raw, str):
         return None  # Kernel Tuner records failures as strings ("CompilationFailedConfig", ...)
-    if not math.isfinite(raw):
+    try:
+        finite = math.isfinite(raw)
+    except OverflowError:  # an int beyond a float's range: infinite, as the literal 1e400 reads
+        finite = False
+    if not finite:
         return None  # NaN or infinity: nothing was measured
     if raw <= 0:
         raise ReplayFormatError(
@@ -358,8 +362,10 @@ def load_table(
         if text.startswith("{") and not text.endswith("}}"):
             try:
                 data = json.loads(text.rstrip(",\n ") + "}}")
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 data = None
         if data is None:
             raise ReplayFormatError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:  # nested deeper than the parser goes: no table is
+        raise ReplayFormatError(f"{where}: not a table (JSON nested too deep to read)") from None
     return table_from_dict(data, where=where, objective=objective, higher_is_better=higher_is_better)

@@ -58,7 +58,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tuner import optimize
-    from tuner._optimize import AllTrialsFailedWarning
+    from tuner._optimize import MAX_SEED, AllTrialsFailedWarning
     from tuner.errors import BadInput
     from tuner.replay import ReplayFormatError, load_table
     from tuner.strategies import STRATEGIES
@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput(f"unknown strategy {args.strategy!r}; choose one of {', '.join(STRATEGIES)}")
     if args.budget < 1:
         raise BadInput(f"--budget must be >= 1, got {args.budget}")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise BadInput(f"--seed must be from 0 to 2**32 - 1, got {args.seed}")
     try:
         how = {"objective": args.objective, "higher_is_better": args.higher_is_better}
         table = load_table(args.file, **how)
