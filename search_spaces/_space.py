@@ -567,8 +567,15 @@ class SearchSpace:
         for p in self.params:
             vals = list(p.values)
             ints = [v for v in vals if isinstance(v, int) and not isinstance(v, bool)]
-            if len(ints) == len(vals) > 1 and ints == list(range(ints[0], ints[-1] + 1, ints[1] - ints[0])):
-                out[p.name] = IntDistribution(ints[0], ints[-1], step=ints[1] - ints[0])
+            step = ints[1] - ints[0] if len(ints) > 1 else 0
+            # an evenly spaced ascending range, checked pairwise: `list(range(...))` of a domain such as
+            # (1, 2**1000) would not fit in memory (OverflowError)
+            if (
+                len(ints) == len(vals) > 1
+                and step > 0
+                and all(b - a == step for a, b in itertools.pairwise(ints))
+            ):
+                out[p.name] = IntDistribution(ints[0], ints[-1], step=step)
             else:
                 out[p.name] = CategoricalDistribution(vals)
         return out

@@ -394,6 +394,20 @@ def test_the_largest_seed_runs_and_one_beyond_is_refused_before_any_call(strateg
     assert calls == []
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize(
+    "values", [(1e308, 1.0, 2.0), (-1e308, 1.0, 2.0), (2**1000, 1, 2)], ids=["1e308", "-1e308", "2**1000"]
+)
+def test_numbers_near_the_ends_of_a_float_are_searched_like_others(strategy, values):
+    """Legal values at the edge of a float: tpe's projection of a repeated proposal took the distance to
+    1e308 as NaN and chose among nothing (`a cannot be empty`); an int domain (1, 2, 2**1000) was
+    checked for being a range by building the range (OverflowError), for every strategy."""
+    space = SearchSpace.from_configs([{"a": v, "b": b} for v in values for b in (1, 2)])
+    calls = []
+    r = _run(space, lambda c: calls.append(_typed(c)) or float(len(calls) % 4), budget=8, strategy=strategy)
+    assert len(calls) == 6 == len(set(calls)) and r.stopped_because == "space_exhausted"
+
+
 # ---- determinism across processes -----------------------------------------------------------------------
 
 _CHILD = r"""

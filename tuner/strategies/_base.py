@@ -108,7 +108,9 @@ class CandidatePool:
                 x = self.encode([config])[0]
             except (KeyError, ValueError):
                 return self.random_unseen()
-            d = ((self.X[idx] - x) ** 2).sum(axis=1)
+            with np.errstate(over="ignore", invalid="ignore"):
+                d = ((self.X[idx] - x) ** 2).sum(axis=1)
+            d[np.isnan(d)] = np.inf  # values near a float's range (1e308) overflow: far, not lost
             best = np.flatnonzero(d <= d.min() + 1e-12)
             return self.config_at(int(idx[int(self.rng.choice(best))]))
         frontier = [dict(config)] if self.space.contains(config) else []
