@@ -162,6 +162,35 @@ def test_a_missing_kernel_backend_names_the_extra():
     assert "pip install 'tuner[kernels]'" in describe_exception(exc)
 
 
+_WITHOUT_BACKENDS = """
+import sys
+for name in ("torch", "triton", "jax", "jaxlib"):
+    sys.modules[name] = None  # `import torch` raises ModuleNotFoundError, as where [kernels] is not installed
+from tuner.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("backend", [[], ["--backend", "triton"], ["--backend", "pallas"]])
+def test_tuner_check_without_the_kernel_backends_names_the_extra(backend: list[str], tmp_path: Path):
+    """`tuner check` on a tuner installed without `[kernels]` fails with one line that says how to fix it
+    (it used to print only `tuner: failed: ModuleNotFoundError: No module named 'jax'`)."""
+    env = {**os.environ, "TUNER_HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
+    r = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_BACKENDS, "check", "softmax", "--configs", "1", *backend],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert r.returncode == 1, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("tuner: failed: ModuleNotFoundError") and "pip install 'tuner[kernels]'" in line, (
+        line
+    )
+
+
 def test_a_kernel_module_that_needs_a_missing_backend_names_the_extra(tmp_path, monkeypatch):
     """The kernel registry wraps a kernel module's import failure in an ImportError naming the module; the
     hint of the extra stays, read from the error it wraps."""
