@@ -311,6 +311,41 @@ def test_wheel_contents(wheel: Path):
     assert "Requires-Dist: xgboost>=" in meta and "xgboost-cpu" not in meta
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not _setuptools_at_least("77"), reason="builds with this environment's setuptools")
+def test_sdist_holds_the_package_and_no_partial_test_suite(tmp_path: Path):
+    """The sdist builds the wheel: the package's files, pyproject.toml, README.md and LICENSE. It used to
+    carry tests/test_*.py alone (setuptools' default), without conftest.py, the helpers and tests/data/, so
+    a packager's `pytest tests` on it failed at collection (`No module named 'tests._scripts'`)."""
+    import tarfile
+
+    src = tmp_path / "src"
+    shutil.copytree(REPO, src, ignore=_IGNORE, symlinks=True)
+    out = tmp_path / "dist"
+    r = subprocess.run(
+        [sys.executable, "-c", f"from setuptools import build_meta; build_meta.build_sdist({str(out)!r})"],
+        capture_output=True,
+        text=True,
+        cwd=src,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    (sdist,) = out.glob("tuner-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        names = {m.name.split("/", 1)[1] for m in tar.getmembers() if m.isfile()}
+    assert not [n for n in names if n.startswith("tests/")], sorted(names)
+    assert {"pyproject.toml", "README.md", "LICENSE"} <= names
+    listed = subprocess.run(
+        ["git", "ls-files", "tuner", "kernels", "search_spaces", "cost_models"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    if listed.returncode == 0 and listed.stdout.strip():
+        missing = sorted(set(listed.stdout.split()) - names)
+        assert not missing, missing
+
+
 _CHECK = """
 import importlib.metadata as md, json, sys
 import kernels
