@@ -582,13 +582,20 @@ def triton_interpreted() -> bool:
 # `range(0, N, BLOCK)` bound, say), so there every such kernel fails; triton 3.7.1's interpreter does not.
 _NUMPY_SCALAR_REFUSAL = "only 0-dimensional arrays can be converted to python scalars"
 _FAULT_MARK = "a known fault of the Triton interpreter"
+# What Triton raises when a compiled (not interpreted) @triton.jit kernel is launched on a machine without a
+# GPU driver: a kernel of the user's own, defined without TRITON_INTERPRET=1 (tuner's kernels turn the
+# interpreter on themselves, `tuner.kernels._common.prepare_triton`).
+_NO_DRIVER = "0 active drivers"
+_NO_DRIVER_MARK = "Triton found no GPU driver"
 
 
 def interpreter_fault_note(error: BaseException | str) -> str:
     """A note that explains `error` (an exception, or the text a failed trial recorded) when the installed
     Triton interpreter's known fault with numpy >= 2.4 raised it, else "". Told by its message, not by
     version numbers: the interpreter of triton <= 3.6 refuses every kernel that uses a scalar argument as
-    a Python int once numpy is 2.4 or later, which looks like a fault of the kernel."""
+    a Python int once numpy is 2.4 or later, which looks like a fault of the kernel. Also when Triton found
+    no GPU driver for a kernel defined with the interpreter off (a CPU machine without TRITON_INTERPRET=1),
+    whose error names no variable to set."""
     texts = [str(error)]
     cur: BaseException | str | None = error
     while isinstance(cur, BaseException) and len(texts) < 6:  # the exception and what it was raised from
@@ -597,6 +604,11 @@ def interpreter_fault_note(error: BaseException | str) -> str:
         if cur is not None:
             texts.append(str(cur))
     low = " ".join(texts).lower()
+    if _NO_DRIVER in low and _NO_DRIVER_MARK.lower() not in low:
+        return (
+            f" ({_NO_DRIVER_MARK}: on a machine without a GPU, set TRITON_INTERPRET=1 in the environment "
+            "before the @triton.jit kernel is defined, for Triton's CPU interpreter)"
+        )
     if _NUMPY_SCALAR_REFUSAL not in low or _FAULT_MARK.lower() in low:
         return ""
     if "interpretererror" not in low:  # the interpreter wraps every error of a kernel in InterpreterError
@@ -618,8 +630,11 @@ def interpreter_fault_note(error: BaseException | str) -> str:
 
 def split_interpreter_fault_note(text: str) -> tuple[str, str]:
     """(`text` without the note of `interpreter_fault_note`, the note or "")."""
-    head, sep, rest = text.partition(f" ({_FAULT_MARK}")
-    return head, (sep + rest).strip()
+    for mark in (_FAULT_MARK, _NO_DRIVER_MARK):
+        head, sep, rest = text.partition(f" ({mark}")
+        if sep:
+            return head, (sep + rest).strip()
+    return text, ""
 
 
 def on_gpu() -> bool:

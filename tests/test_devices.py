@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -453,3 +457,60 @@ def test_measure_and_optimize_carry_the_interpreter_fault_note() -> None:
     with pytest.warns(tuner.AllTrialsFailedWarning, match="triton>=3.7.1 or numpy<2.4"):
         res = tuner.optimize(space, objective, budget=2, strategy="random")
     assert all("a known fault of the Triton interpreter" in (t.error or "") for t in res.trials)
+
+
+_NO_DRIVER = "0 active drivers ([]). There should only be one."
+
+
+def test_no_gpu_driver_gets_a_note_naming_triton_interpret() -> None:
+    """A compiled @triton.jit kernel launched on a machine without a GPU fails in Triton with an error that
+    names no variable to set; the note says to set TRITON_INTERPRET=1 before the kernel is defined."""
+    err = RuntimeError(_NO_DRIVER)
+    note = dv.interpreter_fault_note(err)
+    assert "TRITON_INTERPRET=1" in note and "before the @triton.jit kernel is defined" in note
+    assert dv.split_interpreter_fault_note(f"RuntimeError: {err}{note}") == (
+        f"RuntimeError: {err}",
+        note.strip(),
+    )
+    assert dv.interpreter_fault_note(f"RuntimeError: {err}{note}") == ""  # noted once
+    assert dv.interpreter_fault_note(RuntimeError("2 active drivers")) == ""
+
+
+_DROP_IN_WITHOUT_INTERPRETER = """
+import torch
+import triton
+import triton.language as tl
+
+import tuner
+
+
+@tuner.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})], key=["n"])
+@triton.jit
+def add_one(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+add_one[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](torch.zeros(100), 100)
+"""
+
+
+@pytest.mark.slow
+def test_the_drop_in_on_a_cpu_without_the_interpreter_says_to_set_it(tmp_path: Path) -> None:
+    """README's `triton.autotune` drop-in run as a script on a CPU machine without TRITON_INTERPRET=1 (tuner
+    cannot turn the interpreter on for a kernel defined before it sees it) fails with a message that says
+    what to set; it used to end in Triton's bare `RuntimeError: 0 active drivers ([])`."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU: Triton has a driver")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TUNER_HOME=str(tmp_path), PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    script = tmp_path / "drop_in.py"
+    script.write_text(_DROP_IN_WITHOUT_INTERPRETER)
+    r = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300
+    )
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()[-1]
+    assert "0 active drivers" in last and "set TRITON_INTERPRET=1" in last, r.stderr[-2000:]

@@ -162,6 +162,35 @@ def test_a_missing_kernel_backend_names_the_extra():
     assert "pip install 'tuner[kernels]'" in describe_exception(exc)
 
 
+_WITHOUT_BACKENDS = """
+import sys
+for name in ("torch", "triton", "jax", "jaxlib"):
+    sys.modules[name] = None  # `import torch` raises ModuleNotFoundError, as where [kernels] is not installed
+from tuner.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("backend", [[], ["--backend", "triton"], ["--backend", "pallas"]])
+def test_tuner_check_without_the_kernel_backends_names_the_extra(backend: list[str], tmp_path: Path):
+    """`tuner check` on a tuner installed without `[kernels]` fails with one line that says how to fix it
+    (it used to print only `tuner: failed: ModuleNotFoundError: No module named 'jax'`)."""
+    env = {**os.environ, "TUNER_HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
+    r = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_BACKENDS, "check", "softmax", "--configs", "1", *backend],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert r.returncode == 1, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("tuner: failed: ModuleNotFoundError") and "pip install 'tuner[kernels]'" in line, (
+        line
+    )
+
+
 def test_a_kernel_module_that_needs_a_missing_backend_names_the_extra(tmp_path, monkeypatch):
     """The kernel registry wraps a kernel module's import failure in an ImportError naming the module; the
     hint of the extra stays, read from the error it wraps."""
@@ -280,6 +309,41 @@ def test_wheel_contents(wheel: Path):
     assert "License-Expression: Apache-2.0" in meta
     assert "Project-URL: Source, " in meta
     assert "Requires-Dist: xgboost>=" in meta and "xgboost-cpu" not in meta
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _setuptools_at_least("77"), reason="builds with this environment's setuptools")
+def test_sdist_holds_the_package_and_no_partial_test_suite(tmp_path: Path):
+    """The sdist builds the wheel: the package's files, pyproject.toml, README.md and LICENSE. It used to
+    carry tests/test_*.py alone (setuptools' default), without conftest.py, the helpers and tests/data/, so
+    a packager's `pytest tests` on it failed at collection (`No module named 'tests._scripts'`)."""
+    import tarfile
+
+    src = tmp_path / "src"
+    shutil.copytree(REPO, src, ignore=_IGNORE, symlinks=True)
+    out = tmp_path / "dist"
+    r = subprocess.run(
+        [sys.executable, "-c", f"from setuptools import build_meta; build_meta.build_sdist({str(out)!r})"],
+        capture_output=True,
+        text=True,
+        cwd=src,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    (sdist,) = out.glob("tuner-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        names = {m.name.split("/", 1)[1] for m in tar.getmembers() if m.isfile()}
+    assert not [n for n in names if n.startswith("tests/")], sorted(names)
+    assert {"pyproject.toml", "README.md", "LICENSE"} <= names
+    listed = subprocess.run(
+        ["git", "ls-files", "tuner", "kernels", "search_spaces", "cost_models"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    if listed.returncode == 0 and listed.stdout.strip():
+        missing = sorted(set(listed.stdout.split()) - names)
+        assert not missing, missing
 
 
 _CHECK = """

@@ -132,9 +132,10 @@ SETTINGS: dict[str, Setting] = {
             "TRITON_INTERPRET",
             "bool",
             False,
-            "Triton's: `1` runs `@triton.jit` kernels in its CPU interpreter (tuner sets it when there "
-            "is no CUDA device and it is unset)",
-            "set to `1` without a CUDA device",
+            "Triton's: `1` runs `@triton.jit` kernels in its CPU interpreter. tuner sets it for its own "
+            "kernels (`tuner.kernels`) when there is no CUDA device and it is unset; a kernel of your own "
+            "(the `triton.autotune` drop-in) needs it set before the kernel is defined",
+            "set to `1` for tuner's kernels without a CUDA device",
         ),
         Setting(
             "TRITON_PRINT_AUTOTUNING",

@@ -92,7 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if args.verbose:
             raise
-        print(f"tuner: failed: {exc.__class__.__name__}: {_one_line(exc)}", file=sys.stderr)
+        from .measure._gate import backend_hint  # `tuner check` without torch/jax: say how to get them
+
+        print(
+            f"tuner: failed: {exc.__class__.__name__}: {_one_line(exc)}{backend_hint(exc)}", file=sys.stderr
+        )
         return 1
 
 

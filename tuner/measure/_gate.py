@@ -309,14 +309,19 @@ def _missing_backend(exc: BaseException) -> bool:
     return False
 
 
+def backend_hint(exc: BaseException) -> str:
+    """What to add to the message of `exc` when it is (or wraps) a missing kernel backend, else ""."""
+    if _missing_backend(exc):
+        return " (a kernel backend, not installed by plain `pip install tuner`: pip install 'tuner[kernels]')"
+    return ""
+
+
 def describe_exception(exc: BaseException, limit: int = 2000) -> str:
     import traceback
 
     from tuner.search_spaces.devices import interpreter_fault_note
 
-    tb = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    if _missing_backend(exc):
-        tb += " (a kernel backend, not installed by plain `pip install tuner`: pip install 'tuner[kernels]')"
+    tb = "".join(traceback.format_exception_only(type(exc), exc)).strip() + backend_hint(exc)
     note = interpreter_fault_note(exc)
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" (at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
