@@ -89,3 +89,41 @@ def test_closed_pipe_ends_quietly(tmp_path: Path):
         os.close(write_end)
     assert r.stderr == "", r.stderr
     assert r.returncode == EXIT_BROKEN_PIPE == 141
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["replay", str(REPO / "tests" / "data" / "convolution_A100_sample.json"), "--budget", "3"],
+        ["cache", "show"],
+        ["study", "run", str(REPO / "studies" / "quickstart.toml"), "--quiet"],
+    ],
+    ids=["replay", "cache-show", "study-run"],
+)
+@pytest.mark.parametrize("url", ["bogus://x", "::not a url"], ids=["unknown-dialect", "unparsable"])
+def test_a_storage_url_that_names_no_database_is_bad_usage(tmp_path: Path, argv: list[str], url: str):
+    """A --storage URL that SQLAlchemy refuses as written is bad usage: exit 2, one line, nothing made."""
+    home = tmp_path / "home"
+    home.mkdir()
+    r = subprocess.run(
+        [sys.executable, "-m", "tuner", *argv, "--storage", url],
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tuner: error: "), r.stderr
+    assert not any(home.iterdir())
+
+
+def test_an_unreachable_store_is_a_failure_not_bad_usage(tmp_path: Path):
+    r = subprocess.run(
+        [sys.executable, "-m", "tuner", "cache", "show", "--storage", "postgresql://127.0.0.1:1/test"],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 1 and r.stderr.startswith("tuner: failed: "), r.stderr

@@ -68,6 +68,24 @@ def _silence_stdout() -> None:
         pass
 
 
+def _bad_store_url(exc: BaseException) -> bool:
+    """Whether `exc` is (or was raised from) SQLAlchemy's refusal of a store URL as written: a dialect it
+    does not know (`bogus://x`) or a URL it cannot parse. An unreachable server or a missing driver
+    package is no such refusal (exit 1)."""
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    if sa_exc is None:
+        return False
+    refusals = (sa_exc.NoSuchModuleError, sa_exc.ArgumentError)
+    cur: BaseException | None = exc
+    for _ in range(6):  # the exception and what it was raised from
+        if cur is None:
+            return False
+        if isinstance(cur, refusals):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from .errors import BadInput
 
@@ -92,6 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if args.verbose:
             raise
+        if _bad_store_url(exc):  # a --storage URL that names no database: bad usage, nothing opened
+            print(f"tuner: error: {_one_line(exc)}", file=sys.stderr)
+            return 2
         from .measure._gate import backend_hint  # `tuner check` without torch/jax: say how to get them
 
         print(
