@@ -162,3 +162,25 @@ def test_sm86_and_sm120_targets_compile_and_hold_their_own_shared_memory_limit(p
         ok, over = pool.compile("matmul", problem, [small, big], arch)
         assert ok.ok and ok.arch == arch and 0 < ok.features()["shared_bytes"] <= limit, ok
         assert over.status == "out_of_resources" and "shared memory" in (over.error or ""), over
+
+
+def test_the_compile_child_gets_a_checkout_first_and_never_site_packages(monkeypatch, tmp_path) -> None:
+    """The compile child runs `-m tuner.measure._compile` with the same interpreter. From a source checkout
+    the checkout goes first on its PYTHONPATH; a wheel's site-packages does not go there at all, where it
+    would come ahead of the standard library (a distribution that shadows a standard module would break
+    the child)."""
+    import os
+    import sysconfig
+    from pathlib import Path
+
+    import tuner
+    from tuner.measure import _compile
+
+    other = str(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", other)
+    purelib = sysconfig.get_paths()["purelib"]
+    monkeypatch.setattr(tuner, "__file__", os.path.join(purelib, "tuner", "__init__.py"))
+    assert _compile._child_env(None)["PYTHONPATH"].split(os.pathsep) == [other]
+    checkout = Path(__file__).resolve().parent.parent
+    monkeypatch.setattr(tuner, "__file__", str(checkout / "tuner" / "__init__.py"))
+    assert _compile._child_env(None)["PYTHONPATH"].split(os.pathsep) == [str(checkout), other]

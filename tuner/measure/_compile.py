@@ -348,6 +348,22 @@ def _serve() -> None:
 
 
 # ---- the parent's side --------------------------------------------------------------------------------
+def _site_folder(folder: str) -> bool:
+    """Whether `folder` is one of this interpreter's site-packages folders (tuner installed as a wheel),
+    which the child (the same interpreter) has on its path anyway. Put on PYTHONPATH it would go ahead of
+    the standard library, where a distribution that shadows a standard module breaks the child."""
+    import site
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    known = {paths.get("purelib"), paths.get("platlib")}
+    with contextlib.suppress(AttributeError):  # virtualenv's old site.py lacks them
+        known.update(site.getsitepackages())
+        known.add(site.getusersitepackages())
+    real = os.path.realpath(folder)
+    return any(p and os.path.realpath(p) == real for p in known)
+
+
 def _child_env(cache_dir: str | os.PathLike[str] | None) -> dict[str, str]:
     env = dict(os.environ)
     env["TRITON_INTERPRET"] = "0"  # compile for the GPU; set before any @triton.jit is defined
@@ -357,8 +373,9 @@ def _child_env(cache_dir: str | os.PathLike[str] | None) -> dict[str, str]:
     import tuner
 
     root = str(Path(tuner.__file__).resolve().parent.parent)
-    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join([root, *[p for p in paths if p != root]])
+    if not _site_folder(root):  # a source checkout: the child imports this tuner from it
+        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join([root, *[p for p in paths if p != root]])
     if cache_dir is not None:
         env["TRITON_CACHE_DIR"] = str(cache_dir)
     return env
