@@ -13,7 +13,7 @@ semantics; tests/test_check_cli.py holds a kernel that skips a block to keep tha
 launcher that allocates its own output should use NaN-filled memory for the same guarantee.
 
 Everything runs on the current machine: Triton on a CUDA GPU or under the interpreter, Pallas on
-TPU/GPU or with `interpret=True`. Call `tuner.kernels._common.prepare_triton()` before any kernel module is
+TPU/GPU or with `interpret=True`. Call `tuner.kernels.prepare_triton()` before any kernel module is
 imported. `detect_device` is `tuner.search_spaces.devices.detect_device`.
 """
 

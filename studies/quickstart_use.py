@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", help="the exported cache file (default: <study output>/cache.json)")
     args = ap.parse_args(argv)
 
-    from tuner.kernels._common import prepare_triton
+    from tuner.kernels import prepare_triton
 
     prepare_triton()  # the Triton interpreter on a machine without a GPU, before any kernel is defined
 

@@ -13,7 +13,7 @@ This module imports only the standard library and nothing of tuner, so every lay
 
 The variables of Triton that tuner reads (`TRITON_INTERPRET`, `TRITON_PRINT_AUTOTUNING`) are listed too,
 with Triton's meaning of them; tuner sets `TRITON_INTERPRET=1` itself only where there is no CUDA device
-and the user did not choose (`tuner.kernels._common.prepare_triton`).
+and the user did not choose (`tuner.kernels.prepare_triton`).
 """
 
 from __future__ import annotations

@@ -299,7 +299,7 @@ def kernel(
       `tuner study export` writes is an exact hit (see `kernel_cache_key`).
     - `device`: the device descriptor or arch ("sm90", "cpu", ...) whose space to tune over; default:
       detected for the backend.
-    Call `tuner.kernels._common.prepare_triton()` (or set TRITON_INTERPRET=1) before the first call on
+    Call `tuner.kernels.prepare_triton()` (or set TRITON_INTERPRET=1) before the first call on
     a machine without a GPU.
     """
     from tuner.kernels import get_kernel
