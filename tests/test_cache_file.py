@@ -117,6 +117,23 @@ def test_show_lists_entries(seeded: ConfigCache, capsys):
     assert json.loads(capsys.readouterr().out) == []
 
 
+def test_show_and_export_of_a_store_not_made_yet_make_none(tmp_path: Path, monkeypatch, capsys):
+    """`cache show` and `cache export` only read: on a fresh TUNER_HOME (or a --storage file that does not
+    exist) they find no entries and leave no database behind."""
+    home = tmp_path / "fresh"
+    home.mkdir()
+    monkeypatch.setenv("TUNER_HOME", str(home))
+    monkeypatch.delenv("TUNER_STORAGE", raising=False)
+    assert main(["cache", "show"]) == 0
+    assert "no cached entries" in capsys.readouterr().out
+    assert main(["cache", "show", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert main(["cache", "export", "--out", str(tmp_path / "out.json")]) == 1
+    elsewhere = tmp_path / "nowhere.db"
+    assert main(["cache", "show", "--storage", f"sqlite:///{elsewhere}"]) == 0
+    assert list(home.iterdir()) == [] and not elsewhere.exists() and not (tmp_path / "out.json").exists()
+
+
 def _valid_doc() -> dict:
     return json.loads(dumps_entries([entry(0), entry(1)]))
 

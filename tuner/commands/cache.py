@@ -92,6 +92,21 @@ def _cache(url: str | None) -> Any:
     return ConfigCache(url)
 
 
+def _stored_entries(url: str | None, kernel: str | None) -> list[Any]:
+    """The store's entries (of `kernel`) for `show` and `export`, which only read: a SQLite store whose
+    file does not exist yet holds none, and is not made by reading it."""
+    import os
+
+    from tuner.storage import sqlite_path
+    from tuner.store import default_storage_url, normalize_url
+
+    url = normalize_url(url or default_storage_url())
+    path = sqlite_path(url)
+    if path is not None and not path.startswith("file:") and not os.path.exists(path):
+        return []
+    return _cache(url).entries(kernel)
+
+
 def run_export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -103,7 +118,7 @@ def run_export(args: argparse.Namespace) -> int:
         raise BadInput(f"--out {out} is a directory")
     if not out.parent.exists():
         raise BadInput(f"--out {out}: folder {out.parent} does not exist")
-    entries = _cache(args.storage).entries(args.kernel)
+    entries = _stored_entries(args.storage, args.kernel)
     if not entries:  # nothing to export is work that did not happen: exit 1, and write no empty file
         what = f"of kernel {args.kernel!r} " if args.kernel else ""
         msg = f"nothing to export: the store holds no cache entry {what}(tune or import first); {out} not written"
@@ -147,7 +162,7 @@ def run_show(args: argparse.Namespace) -> int:
             (e for e in got if args.kernel is None or e.key.kernel == args.kernel), key=lambda e: e.key.hash
         )
     else:
-        entries = _cache(args.storage).entries(args.kernel)
+        entries = _stored_entries(args.storage, args.kernel)
     if args.json:
         _print_json([e.to_json() for e in entries])
         return 0
