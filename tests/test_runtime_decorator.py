@@ -385,6 +385,33 @@ def test_eight_threads_on_one_new_key_tune_once(storage):
     assert bench.calls == 5 and k.tuner.stats["tuned"] == 1
 
 
+@pytest.mark.parametrize("storage", [None, False], ids=["store", "memory-only"])
+def test_a_function_that_calls_itself_with_the_same_key_is_timed_whole(storage):
+    # The recursive call of a timed run misses the same key: it used to wait on the lock (or the claim
+    # row) of its own tuning, for ever. It runs with the candidate being timed, so each candidate is
+    # timed over the whole recursion; the key is tuned once, and then every level hits.
+    bench = Counter()
+    runs: list[list[int]] = []
+
+    @tuner.autotune(SPACE, key=["n"], bench=bench, budget=4, storage=storage)
+    def kernel(n, depth, *, block):
+        if depth == 2:
+            runs.append([])
+        runs[-1].append(block)
+        return _cost(block) + (kernel(n, depth - 1) if depth else 0.0)
+
+    out: list[float] = []
+    th = threading.Thread(target=lambda: out.append(kernel(100, 2)), daemon=True)
+    th.start()
+    th.join(60)
+    assert not th.is_alive(), "the recursive call waited on its own tuning"
+    assert bench.calls == 4 and kernel.tuner.stats["tuned"] == 1
+    assert len(runs) == 5 and all(len(set(r)) == 1 and len(r) == 3 for r in runs)
+    assert len({r[0] for r in runs[:4]}) == 4  # each timed run used one candidate at every level
+    assert runs[4][0] == kernel.tuner.last_choice["config"]["block"] == 64
+    assert out == [pytest.approx(3 * _cost(64))]
+
+
 # ---- kinds ------------------------------------------------------------------------------------------
 def test_space_as_function_of_arguments():
     bench = Counter()
