@@ -428,6 +428,18 @@ def test_space_as_function_of_arguments():
     assert bench.calls == 2  # only 16 and 32 exist for n=32
 
 
+def test_a_call_passing_a_tuned_parameter_is_refused_before_timing():
+    # Every candidate's call would raise (Python's "multiple values", or a bare KeyError 'block' where
+    # the call merges two ** mappings): that used to be timed config by config and reported as an
+    # AllConfigsFailedError with an AllTrialsFailedWarning quoting KeyError: 'block'.
+    k, bench = make()
+    with pytest.raises(TypeError, match=r"multiple values for keyword argument 'block'.*search space"):
+        k(None, 64, block=32)
+    assert bench.calls == 0 and k.tuner.stats["tuned"] == 0
+    k(None, 64)  # the same key without it tunes as usual
+    assert k.tuner.stats["tuned"] == 1
+
+
 def test_restore_in_place_arguments_numpy():
     @tuner.autotune(SPACE, key=["n"], budget=4, restore=["out"], bench=Counter())
     def accumulate(out, n, *, block):

@@ -216,8 +216,15 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
     from .._optimize import optimize
 
     t, ck = req.t, req.key
-    _warn_if_on_an_event_loop(t.name)
     space = req.space
+    clash = [n for n in space.names if n in req.kwargs]
+    if clash:  # every candidate would raise Python's own error (or a bare KeyError): say it once, untimed
+        raise TypeError(
+            f"{t.name}() got multiple values for keyword argument {clash[0]!r}: "
+            f"{', '.join(map(repr, clash))} {'is a parameter' if len(clash) == 1 else 'are parameters'} "
+            "of the search space, which the chosen config passes; do not pass it in the call"
+        )
+    _warn_if_on_an_event_loop(t.name)
     bench = t.timer(req.args, req.kwargs, ck.device)
     restore = t.restorer.take(req.args, req.kwargs)
     invoke = _invoker(req, restore)
