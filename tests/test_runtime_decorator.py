@@ -440,6 +440,43 @@ def test_a_call_passing_a_tuned_parameter_is_refused_before_timing():
     assert k.tuner.stats["tuned"] == 1
 
 
+def test_a_generator_of_configs_is_read_once_as_a_list():
+    # `configs=(... for ...)` used to fail at decoration with "object of type 'generator' has no len()"
+    bench = Counter()
+    gen = ({"block": b} for b in (16, 32, 64))
+    for deco in (
+        tuner.autotune(configs=gen, key=["n"], bench=bench),
+        tuner.autotune(iter([{"block": 8}]), ["n"]),
+    ):
+
+        @deco
+        def kernel(x, n, *, block):
+            return _cost(block)
+
+        assert kernel(None, 1) == kernel(None, 1)
+    assert bench.calls == 3  # every config of the generator timed (the single config is never timed)
+
+
+async def _coroutine(x, n, *, block):
+    return _cost(block)
+
+
+def _generator(x, n, *, block):
+    yield _cost(block)
+
+
+async def _async_generator(x, n, *, block):
+    yield _cost(block)
+
+
+@pytest.mark.parametrize("fn", [_coroutine, _generator, _async_generator], ids=lambda f: f.__name__)
+def test_a_function_whose_call_runs_nothing_is_refused(fn):
+    # Calling an async def (or a generator function) only makes a coroutine: the tuning used to time
+    # that, once per run (hundreds of "coroutine was never awaited" warnings), and keep a random config.
+    with pytest.raises(TypeError, match="cannot time .*whose call returns before the work runs"):
+        tuner.autotune(SPACE, key=["n"])(fn)
+
+
 def test_restore_in_place_arguments_numpy():
     @tuner.autotune(SPACE, key=["n"], budget=4, restore=["out"], bench=Counter())
     def accumulate(out, n, *, block):
