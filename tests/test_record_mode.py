@@ -323,3 +323,36 @@ def test_the_choice_warning_names_the_dtypes(caplog: pytest.LogCaptureFixture):
         "dt_kernel {'n': 8} ['float32']",
         "dt_kernel {'n': 8} ['float64']",
     ]
+
+
+def test_the_triton_drop_in_counts_each_launch_once_in_every_form():
+    # The drop-in's first launch of a key counted two calls (its `.cache` entry was built from a copy
+    # of the counting config), and launches with every argument by keyword counted none (they were
+    # served a plain dict made from `.cache`'s triton.Config).
+    triton = pytest.importorskip("triton")
+    import torch
+    import triton.language as tl
+
+    @tuner.autotune(
+        configs=[triton.Config({"B": 16}), triton.Config({"B": 32})],
+        key=["n"],
+        mode="record",
+        name="rec_triton",
+    )
+    @triton.jit
+    def add_one(x_ptr, n, B: tl.constexpr):
+        offs = tl.program_id(0) * B + tl.arange(0, B)
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+    x = torch.zeros(40)
+    grid = lambda meta: (triton.cdiv(40, meta["B"]),)  # noqa: E731
+    add_one[grid](x, 40)
+    recorder().flush()
+    assert [r.calls for r in read_misses()] == [1]
+    add_one[grid](x_ptr=x, n=40)
+    assert add_one.best_config.kwargs == {"B": 32} and len(add_one.cache) == 1
+    add_one[grid](x, n=40)
+    add_one[grid](x, 40)
+    add_one[grid](x_ptr=x, n=40)
+    recorder().flush()
+    assert [r.calls for r in read_misses()] == [5] and float(x.sum()) == 5 * 40

@@ -385,6 +385,33 @@ def test_eight_threads_on_one_new_key_tune_once(storage):
     assert bench.calls == 5 and k.tuner.stats["tuned"] == 1
 
 
+@pytest.mark.parametrize("storage", [None, False], ids=["store", "memory-only"])
+def test_a_function_that_calls_itself_with_the_same_key_is_timed_whole(storage):
+    # The recursive call of a timed run misses the same key: it used to wait on the lock (or the claim
+    # row) of its own tuning, for ever. It runs with the candidate being timed, so each candidate is
+    # timed over the whole recursion; the key is tuned once, and then every level hits.
+    bench = Counter()
+    runs: list[list[int]] = []
+
+    @tuner.autotune(SPACE, key=["n"], bench=bench, budget=4, storage=storage)
+    def kernel(n, depth, *, block):
+        if depth == 2:
+            runs.append([])
+        runs[-1].append(block)
+        return _cost(block) + (kernel(n, depth - 1) if depth else 0.0)
+
+    out: list[float] = []
+    th = threading.Thread(target=lambda: out.append(kernel(100, 2)), daemon=True)
+    th.start()
+    th.join(60)
+    assert not th.is_alive(), "the recursive call waited on its own tuning"
+    assert bench.calls == 4 and kernel.tuner.stats["tuned"] == 1
+    assert len(runs) == 5 and all(len(set(r)) == 1 and len(r) == 3 for r in runs)
+    assert len({r[0] for r in runs[:4]}) == 4  # each timed run used one candidate at every level
+    assert runs[4][0] == kernel.tuner.last_choice["config"]["block"] == 64
+    assert out == [pytest.approx(3 * _cost(64))]
+
+
 # ---- kinds ------------------------------------------------------------------------------------------
 def test_space_as_function_of_arguments():
     bench = Counter()
@@ -399,6 +426,55 @@ def test_space_as_function_of_arguments():
 
     kernel(None, 32)
     assert bench.calls == 2  # only 16 and 32 exist for n=32
+
+
+def test_a_call_passing_a_tuned_parameter_is_refused_before_timing():
+    # Every candidate's call would raise (Python's "multiple values", or a bare KeyError 'block' where
+    # the call merges two ** mappings): that used to be timed config by config and reported as an
+    # AllConfigsFailedError with an AllTrialsFailedWarning quoting KeyError: 'block'.
+    k, bench = make()
+    with pytest.raises(TypeError, match=r"multiple values for keyword argument 'block'.*search space"):
+        k(None, 64, block=32)
+    assert bench.calls == 0 and k.tuner.stats["tuned"] == 0
+    k(None, 64)  # the same key without it tunes as usual
+    assert k.tuner.stats["tuned"] == 1
+
+
+def test_a_generator_of_configs_is_read_once_as_a_list():
+    # `configs=(... for ...)` used to fail at decoration with "object of type 'generator' has no len()"
+    bench = Counter()
+    gen = ({"block": b} for b in (16, 32, 64))
+    for deco in (
+        tuner.autotune(configs=gen, key=["n"], bench=bench),
+        tuner.autotune(iter([{"block": 8}]), ["n"]),
+    ):
+
+        @deco
+        def kernel(x, n, *, block):
+            return _cost(block)
+
+        assert kernel(None, 1) == kernel(None, 1)
+    assert bench.calls == 3  # every config of the generator timed (the single config is never timed)
+
+
+async def _coroutine(x, n, *, block):
+    return _cost(block)
+
+
+def _generator(x, n, *, block):
+    yield _cost(block)
+
+
+async def _async_generator(x, n, *, block):
+    yield _cost(block)
+
+
+@pytest.mark.parametrize("fn", [_coroutine, _generator, _async_generator], ids=lambda f: f.__name__)
+def test_a_function_whose_call_runs_nothing_is_refused(fn):
+    # Calling an async def (or a generator function) only makes a coroutine: the tuning used to time
+    # that, once per run (hundreds of "coroutine was never awaited" warnings), and keep a random config.
+    with pytest.raises(TypeError, match="cannot time .*whose call returns before the work runs"):
+        tuner.autotune(SPACE, key=["n"])(fn)
 
 
 def test_restore_in_place_arguments_numpy():

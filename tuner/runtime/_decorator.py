@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from tuner._settings import text
@@ -55,7 +56,7 @@ from ._resolve import (
 )
 from ._restore import Restorer
 from ._sources import set_global_cache, warn_once
-from ._tuning import AllConfigsFailedError
+from ._tuning import AllConfigsFailedError, candidate_being_timed
 
 log = logging.getLogger(__name__)
 
@@ -301,6 +302,9 @@ class Autotuned:
                     general = self.keys.general(args, kwargs)
         if fast_key is None:
             fast_key = general
+        inner = candidate_being_timed(self, ck.hash)
+        if inner is not None:  # called from a timed run of this key's tuning (recursion): its candidate
+            return inner
         mode = self.current_mode()
         with self._guard:
             lock = self._locks.setdefault(ck.hash, threading.Lock())
@@ -517,6 +521,18 @@ def _triton_positional(
     return space, given["key"]
 
 
+def _lazy_kind(fn: Any) -> str | None:
+    """What kind of function `fn` is when calling it runs none of its body (an `async def`, an async or
+    plain generator function), else None."""
+    if inspect.iscoroutinefunction(fn):
+        return "a coroutine function (async def)"
+    if inspect.isasyncgenfunction(fn):
+        return "an async generator function"
+    if inspect.isgeneratorfunction(fn):
+        return "a generator function"
+    return None
+
+
 def autotune(
     space: SearchSpace | Callable[..., SearchSpace] | None = None,
     *triton_args: Any,
@@ -551,7 +567,8 @@ def autotune(
     """Decorate a kernel launcher so that it tunes itself once per key and then runs from a cache.
 
     - `space`: a SearchSpace, or a function of the call's arguments returning one; or give `configs`,
-      a list of dicts or `triton.Config`s (kwargs plus num_warps/num_stages) as with triton.autotune.
+      a list of dicts or `triton.Config`s (kwargs plus num_warps/num_stages) as with triton.autotune
+      (an iterator of them is read once into a list).
       triton.autotune's positional form works too: `autotune(configs, key, prune_configs_by, ...)`, the
       list first and the others in Triton's order.
     - `key`: argument names (their values form the key, as in triton.autotune), or a function of the
@@ -605,6 +622,10 @@ def autotune(
         "do_bench": do_bench,
         "cache_results": cache_results,
     }
+    if isinstance(configs, Iterator):  # a generator of configs: read once, as a list
+        configs = list(configs)
+    if isinstance(space, Iterator):  # the same, in the positional form
+        space = list(space)  # type: ignore[assignment]
     if triton_args or isinstance(space, (list, tuple)):
         configs, key = _triton_positional(space, triton_args, configs, key, triton_kw)
         space = None
@@ -628,6 +649,13 @@ def autotune(
     }
 
     def deco(fn: Any) -> Any:
+        lazy = _lazy_kind(fn)
+        if lazy is not None:
+            raise TypeError(
+                f"autotune cannot time {default_name(fn)}: it is {lazy}, whose call returns before the "
+                "work runs, so every config would time the same nothing; decorate the function that "
+                "does the work instead (for a coroutine: the launcher it awaits)"
+            )
         if configs is not None and (kind_of(fn) == "triton" or any(triton_kw.values())):
             from ._triton_compat import build  # triton.autotune's keywords, with Triton's semantics
 

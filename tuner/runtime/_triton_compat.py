@@ -456,10 +456,12 @@ class TritonAutotuned(Autotuned):
     # ---- configs -------------------------------------------------------------------------------------
     def config_obj(self, cfg: Mapping[str, Any]) -> Any:
         """The triton.Config (or dict) the user gave for a runtime config dict."""
-        k = canon(dict(cfg))
+        # through items(): `dict(cfg)` of a record mode's CountingConfig would count a call of its key
+        plain = dict(cfg.items())
+        k = canon(plain)
         c = self._obj_by_canon.get(k)
         if c is None:
-            c = self._obj_by_canon[k] = _to_triton_config(cfg) if self.kind == "triton" else dict(cfg)
+            c = self._obj_by_canon[k] = _to_triton_config(plain) if self.kind == "triton" else plain
         return c
 
     def split_config(self, kw: Mapping[str, Any]) -> dict[str, Any]:
@@ -726,7 +728,12 @@ class TritonAutotuned(Autotuned):
                 obj = self.triton_cache.get(self.triton_key(args, kwargs))
                 if obj is not None:
                     cfg = self.dicts_of([obj])[0]
-                    if self._obj_by_canon.setdefault(canon(cfg), obj) is not obj:
+                    chosen = self.by_hash.get(self.keys.full(args, kwargs).hash)
+                    if chosen is not None and self._obj_for(chosen) is obj:
+                        # this process's own choice for the key, still in `.cache`: that very dict (in
+                        # record mode it counts the key's calls, launched by keyword too)
+                        cfg = chosen
+                    elif self._obj_by_canon.setdefault(canon(cfg), obj) is not obj:
                         # another config of the same values (configs that an early prune or code made
                         # equal in place): its `best_config` is still this object, as Triton's
                         self._obj_of[id(cfg)] = (cfg, obj)

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -38,7 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-__all__ = ["tune_once", "AllConfigsFailedError", "stored_timings"]
+__all__ = ["tune_once", "AllConfigsFailedError", "stored_timings", "candidate_being_timed"]
 
 
 class AllConfigsFailedError(RuntimeError):
@@ -78,6 +79,20 @@ def _after_fork_in_child() -> None:  # the parent's claims are the parent's to r
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# The config each tuning of this thread is timing now, by (Autotuned id, key hash): a timed call that calls
+# the decorated function again with the same key (recursion) runs with it (`candidate_being_timed`).
+_timing = threading.local()
+
+
+def candidate_being_timed(t: Any, key_hash: str) -> dict[str, Any] | None:
+    """The config this thread's tuning of `t`'s key `key_hash` is timing now, or None. The miss path
+    asks before it takes the key's lock: a call made from inside a timed run (a decorated function
+    that calls itself with the same key) would otherwise wait on the lock its own tuning holds, for
+    ever. It runs with the candidate, so each candidate is timed over the whole recursion."""
+    current: dict[tuple[int, str], dict[str, Any]] | None = getattr(_timing, "current", None)
+    return None if current is None else current.get((id(t), key_hash))
 
 
 def _waited(cfg: dict[str, Any]) -> Resolution:
@@ -201,8 +216,15 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
     from .._optimize import optimize
 
     t, ck = req.t, req.key
-    _warn_if_on_an_event_loop(t.name)
     space = req.space
+    clash = [n for n in space.names if n in req.kwargs]
+    if clash:  # every candidate would raise Python's own error (or a bare KeyError): say it once, untimed
+        raise TypeError(
+            f"{t.name}() got multiple values for keyword argument {clash[0]!r}: "
+            f"{', '.join(map(repr, clash))} {'is a parameter' if len(clash) == 1 else 'are parameters'} "
+            "of the search space, which the chosen config passes; do not pass it in the call"
+        )
+    _warn_if_on_an_event_loop(t.name)
     bench = t.timer(req.args, req.kwargs, ck.device)
     restore = t.restorer.take(req.args, req.kwargs)
     invoke = _invoker(req, restore)
@@ -210,10 +232,19 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
     quantiles: dict[str, tuple[float, float]] = {}  # (p20, p80) s, of a timer that gives them
     raw: dict[str, Any] = {}  # what a timer of Triton's kind returned (`TritonTiming`): Triton's order
 
+    current = getattr(_timing, "current", None)
+    if current is None:
+        current = _timing.current = {}
+    slot = (id(t), ck.hash)
+
     def objective(cfg: dict[str, Any]) -> float:
         if restore is not None:
             restore()
-        timed = bench(invoke(cfg))
+        current[slot] = cfg
+        try:
+            timed = bench(invoke(cfg))
+        finally:
+            current.pop(slot, None)
         med, spread = normalise_bench_result(timed)
         spreads[canon(cfg)] = spread
         if isinstance(timed, (tuple, list)) and len(timed) == 3:
