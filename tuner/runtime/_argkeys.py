@@ -271,7 +271,13 @@ class ArgKeys:
 
     def raw_values(self, args: tuple, kwargs: dict) -> dict[str, Any]:
         if self.key_fn is not None:
-            r = self.key_fn(*args, **kwargs)
+            try:
+                r = self.key_fn(*args, **kwargs)
+            except TypeError as exc:  # most often a call with an argument the key function does not take
+                exc.add_note(
+                    f"tuner: raised by the key function of {self.name}, called with the call's arguments"
+                )
+                raise
             if isinstance(r, Mapping):
                 return dict(r)
             if isinstance(r, (tuple, list)):

@@ -245,7 +245,13 @@ class Autotuned:
     def space_for(self, args: tuple, kwargs: dict) -> SearchSpace:
         if isinstance(self.space, SearchSpace):
             return self.space
-        sp = self.space(*args, **kwargs)
+        try:
+            sp = self.space(*args, **kwargs)
+        except TypeError as exc:  # most often a call with an argument the space function does not take
+            exc.add_note(
+                f"tuner: raised by the space function of {self.name}, called with the call's arguments"
+            )
+            raise
         if not isinstance(sp, SearchSpace):
             raise TypeError(
                 f"the space function of {self.name} returned {type(sp).__name__}, not a SearchSpace"
