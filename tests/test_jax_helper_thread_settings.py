@@ -250,3 +250,28 @@ def test_user_contexts_not_listable_are_not_carried(monkeypatch):
     with flavour("spicy"), jax.enable_x64(True):
         jax.jit(lambda x: scale(x) + 1.0)(jnp.ones(8))
     assert seen == [("plain", True), ("plain", True)], seen
+
+
+@pytest.mark.parametrize("scope", ["context", "global"])
+def test_a_transfer_guard_does_not_stop_the_tuning_of_a_traced_call(scope):
+    """`jax.transfer_guard("disallow")` around a jitted step that itself moves no data: the tuning of a
+    traced miss makes its stand-ins and runs the launcher eagerly in the helper thread (transfers of
+    tuner's, not of the traced program), so it runs with transfers allowed; the caller's guard stays
+    as it was, in its thread and globally."""
+    scale = _tuned(lambda x: None, body=lambda x, b: x * 0.5 * b)  # a Python scalar, as jit makes of 0.5
+    x = jnp.ones(8)
+    step = jax.jit(lambda x: scale(x) + 1.0)
+    if scope == "context":
+        with jax.transfer_guard("disallow"):
+            out = step(x)
+            assert jax.config.jax_transfer_guard == "disallow"
+    else:
+        before = jax.config.jax_transfer_guard
+        jax.config.update("jax_transfer_guard", "disallow")
+        try:
+            out = step(x)
+            assert jax.config.jax_transfer_guard == "disallow"
+        finally:
+            jax.config.update("jax_transfer_guard", before)
+    assert scale.tuner.stats["tuned"] == 1
+    np.testing.assert_allclose(np.asarray(out), 1.5 if scale.tuner.last_choice["config"]["b"] == 1 else 2.0)

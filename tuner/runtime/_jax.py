@@ -19,6 +19,8 @@ TPU interpret mode, and the values the caller entered of contexts made by `jax.m
 jax's jit key: a launcher that reads one traces and caches as in the caller's thread). Not carried: what jax sets while it traces (the trace itself, shard_map's mesh and
 its vma check, `ensure_compile_time_eval`) and the scopes of the traced program (meshes, `compute_on`,
 XLA metadata): the stand-ins are unsharded arrays of the traced shapes, outside any transformation.
+A transfer guard (`jax.transfer_guard`, in the caller's thread or global) is lifted in the helper: the
+stand-ins and the eager runs of the launcher move data the traced program does not.
 
 The stand-ins replace the tracers among the arguments only. A launcher that reads a tracer of the
 caller's trace that it is not passed (an attribute of a `self` that is not a pytree, a closure) raises
@@ -298,7 +300,10 @@ def resolve_on_concrete(
     def work() -> None:
         _ON_STAND_INS.set(True)  # in the copy of the caller's context: never seen by the caller
         try:
-            with settings():
+            # Transfers allowed: making the stand-ins and running the launcher eagerly move data that the
+            # traced program does not (its Python numbers are constants there), so a caller's
+            # `jax.transfer_guard("disallow")`, in its thread or global, guards its program, not this.
+            with settings(), _transfers_allowed():
                 cargs, ckwargs = _materialise(sargs, skwargs)
                 box["cfg"] = miss(cargs, ckwargs, fast_key, target)
         except BaseException as exc:  # re-raised in the caller's thread
@@ -310,6 +315,14 @@ def resolve_on_concrete(
     if "exc" in box:
         raise box["exc"]
     return box["cfg"]
+
+
+def _transfers_allowed() -> contextlib.AbstractContextManager[Any]:
+    """`jax.transfer_guard("allow")` in this thread (a no-op in a jax without it)."""
+    import jax
+
+    guard = getattr(jax, "transfer_guard", None)
+    return guard("allow") if guard is not None else contextlib.nullcontext()
 
 
 # ---- the caller's jax settings, for the helper thread ---------------------------------------------------
