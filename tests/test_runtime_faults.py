@@ -136,7 +136,8 @@ def test_read_only_home(tmp_path: Path, monkeypatch, caplog, capsys, mount):
     _both_modes(caplog)
     assert store_warnings(caplog), "a store that cannot be written is worth one warning"
     assert (home / "tuner.db").read_bytes() == before
-    # an empty read-only home: no store can be created there, and the CLI says why in one line (exit 1)
+    # an empty read-only home: listing it finds nothing (reading makes no store); no store can be created
+    # there to import into, and the CLI says why in one line (exit 1)
     from tuner.cli import main
 
     empty = tmp_path / "empty"
@@ -145,7 +146,12 @@ def test_read_only_home(tmp_path: Path, monkeypatch, caplog, capsys, mount):
     mount("-o", "remount,ro,bind", target=empty)
     monkeypatch.setenv("TUNER_HOME", str(empty))
     capsys.readouterr()
-    assert main(["cache", "show"]) == 1
+    assert main(["cache", "show"]) == 0
+    assert "no cached entries" in capsys.readouterr().out
+    shipped = (
+        Path(__file__).resolve().parent.parent / "docs" / "examples" / "quickstart-report" / "cache.json"
+    )
+    assert main(["cache", "import", str(shipped)]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"folder {empty} cannot be written" in err, err
     # a home that does not exist yet under a read-only directory cannot even be created
