@@ -121,6 +121,15 @@ def test_order_groups_by_kernel_then_nearest_shape() -> None:
         ("[study]\nname='x'\nbudget=3\n[[tasks]]\nkernel='k'\nproblems=[{M=-4}]", "must be >= 1"),
         ("[study]\nname='x'\nbudget=3\n[[tasks]]\nkernel='k'\n", "needs problems"),
         ("[study\nname='x'", "invalid TOML"),
+        # numpy's and Optuna's samplers refuse a seed of 2**32 or more: it passed, and every task failed
+        (
+            "[study]\nname='x'\nbudget=3\nseed=4294967296\n[[tasks]]\nkernel='k'\nproblems=[{M=1}]",
+            "seed must be",
+        ),
+        (
+            "[study]\nname='x'\nbudget=3\n[[tasks]]\nkernel='k'\nseed=99999999999\nproblems=[{M=1}]",
+            "seed must be",
+        ),
     ],
 )
 def test_bad_study_files_exit_2_with_one_line(
@@ -132,6 +141,37 @@ def test_bad_study_files_exit_2_with_one_line(
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and needle in err and str(p.name) in err, err
     assert not (tmp_path / "out-x").exists()
+
+
+def test_a_relative_sqlite_storage_is_beside_the_study_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`storage = "sqlite:///runs/s.db"` names a file relative to the study file, as `output` is: it was
+    relative to the folder each command ran in, so a worker or `export` started elsewhere made or missed
+    another database (the report said the study never ran). `--storage` stays relative to the command's
+    folder, as any path on a command line."""
+    from tuner.studies import load_study
+
+    (tmp_path / "studies").mkdir()
+    p = write_study(tmp_path / "studies")
+    p.write_text(
+        p.read_text().replace("lease_seconds", 'storage = "sqlite:///runs/s.db?timeout=5"\nlease_seconds')
+    )
+    here, there = tmp_path / "a", tmp_path / "b"
+    here.mkdir(), there.mkdir()
+    db = tmp_path / "studies" / "runs" / "s.db"
+    monkeypatch.chdir(here)
+    assert load_study(p, check_kernels=False).storage == f"sqlite:///{db}?timeout=5"
+    assert cli("study", "run", str(p), "--executor", FAKE, "--quiet", "--no-report") == 0
+    assert db.exists() and not (here / "runs").exists()
+    monkeypatch.chdir(there)
+    capsys.readouterr()
+    assert cli("study", "export", str(p), "--out", "c.json", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["entries"] == 2
+    assert not (there / "runs").exists()
+    # the command line's own URL: relative to where the command runs
+    spec = load_study(p, storage="sqlite:///mine.db", check_kernels=False)
+    assert spec.storage == "sqlite:///mine.db"
 
 
 def test_unknown_kernel_is_bad_input_with_the_real_registry(
