@@ -174,6 +174,31 @@ def test_a_relative_sqlite_storage_is_beside_the_study_file(
     assert spec.storage == "sqlite:///mine.db"
 
 
+@pytest.mark.parametrize("command", ["study export", "cache export", "study from-misses"])
+def test_out_that_is_no_file_is_bad_usage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """`--out` naming a device, a pipe or nothing: exit 2, one line, nothing replaced. The export renamed its
+    new file over the path: a pipe (or, run as root, /dev/stdout or /dev/null) became a plain file, and an
+    empty --out failed with 'Device or resource busy: .' (exit 1)."""
+    import stat
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    args = {
+        "study export": ["study", "export", str(write_study(tmp_path))],
+        "cache export": ["cache", "export", "--storage", f"sqlite:///{tmp_path / 'none.db'}"],
+        "study from-misses": ["study", "from-misses", "--dir", str(tmp_path / "misses")],
+    }[command]
+    for out in (str(fifo), ""):
+        capsys.readouterr()
+        assert cli(*args, "--out", out) == 2, out
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and ("not a regular file" in err or "--out is empty" in err), err
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "tuner_home") == ["pipe", "s.toml"]
+
+
 def test_unknown_kernel_is_bad_input_with_the_real_registry(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
