@@ -132,3 +132,23 @@ def _callers_of_replace() -> list[str]:
 
 def test_no_hand_written_atomic_writers():
     assert _callers_of_replace() == []
+
+
+def test_a_device_pipe_or_socket_is_not_replaced_by_a_file(tmp_path: Path) -> None:
+    """The rename put a plain file where /dev/stdout, /dev/null or a named pipe was (allowed to root, as
+    in most containers: `tuner study export --out /dev/null` replaced the machine's /dev/null)."""
+    import errno
+    import stat
+
+    folder = tmp_path / "w"
+    folder.mkdir()
+    fifo = folder / "pipe"
+    os.mkfifo(fifo)
+    link = folder / "link"
+    link.symlink_to(fifo)
+    for target in (fifo, link):
+        with pytest.raises(OSError) as info:
+            atomic_write(target, "x")
+        assert info.value.errno == errno.EINVAL and str(target) in str(info.value)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and link.is_symlink()
+    assert sorted(p.name for p in folder.iterdir()) == ["link", "pipe"]  # no temporary file left

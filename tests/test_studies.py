@@ -121,6 +121,15 @@ def test_order_groups_by_kernel_then_nearest_shape() -> None:
         ("[study]\nname='x'\nbudget=3\n[[tasks]]\nkernel='k'\nproblems=[{M=-4}]", "must be >= 1"),
         ("[study]\nname='x'\nbudget=3\n[[tasks]]\nkernel='k'\n", "needs problems"),
         ("[study\nname='x'", "invalid TOML"),
+        # numpy's and Optuna's samplers refuse a seed of 2**32 or more: it passed, and every task failed
+        (
+            "[study]\nname='x'\nbudget=3\nseed=4294967296\n[[tasks]]\nkernel='k'\nproblems=[{M=1}]",
+            "seed must be",
+        ),
+        (
+            "[study]\nname='x'\nbudget=3\n[[tasks]]\nkernel='k'\nseed=99999999999\nproblems=[{M=1}]",
+            "seed must be",
+        ),
     ],
 )
 def test_bad_study_files_exit_2_with_one_line(
@@ -132,6 +141,62 @@ def test_bad_study_files_exit_2_with_one_line(
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and needle in err and str(p.name) in err, err
     assert not (tmp_path / "out-x").exists()
+
+
+def test_a_relative_sqlite_storage_is_beside_the_study_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`storage = "sqlite:///runs/s.db"` names a file relative to the study file, as `output` is: it was
+    relative to the folder each command ran in, so a worker or `export` started elsewhere made or missed
+    another database (the report said the study never ran). `--storage` stays relative to the command's
+    folder, as any path on a command line."""
+    from tuner.studies import load_study
+
+    (tmp_path / "studies").mkdir()
+    p = write_study(tmp_path / "studies")
+    p.write_text(
+        p.read_text().replace("lease_seconds", 'storage = "sqlite:///runs/s.db?timeout=5"\nlease_seconds')
+    )
+    here, there = tmp_path / "a", tmp_path / "b"
+    here.mkdir(), there.mkdir()
+    db = tmp_path / "studies" / "runs" / "s.db"
+    monkeypatch.chdir(here)
+    assert load_study(p, check_kernels=False).storage == f"sqlite:///{db}?timeout=5"
+    assert cli("study", "run", str(p), "--executor", FAKE, "--quiet", "--no-report") == 0
+    assert db.exists() and not (here / "runs").exists()
+    monkeypatch.chdir(there)
+    capsys.readouterr()
+    assert cli("study", "export", str(p), "--out", "c.json", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["entries"] == 2
+    assert not (there / "runs").exists()
+    # the command line's own URL: relative to where the command runs
+    spec = load_study(p, storage="sqlite:///mine.db", check_kernels=False)
+    assert spec.storage == "sqlite:///mine.db"
+
+
+@pytest.mark.parametrize("command", ["study export", "cache export", "study from-misses"])
+def test_out_that_is_no_file_is_bad_usage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """`--out` naming a device, a pipe or nothing: exit 2, one line, nothing replaced. The export renamed its
+    new file over the path: a pipe (or, run as root, /dev/stdout or /dev/null) became a plain file, and an
+    empty --out failed with 'Device or resource busy: .' (exit 1)."""
+    import stat
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    args = {
+        "study export": ["study", "export", str(write_study(tmp_path))],
+        "cache export": ["cache", "export", "--storage", f"sqlite:///{tmp_path / 'none.db'}"],
+        "study from-misses": ["study", "from-misses", "--dir", str(tmp_path / "misses")],
+    }[command]
+    for out in (str(fifo), ""):
+        capsys.readouterr()
+        assert cli(*args, "--out", out) == 2, out
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and ("not a regular file" in err or "--out is empty" in err), err
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "tuner_home") == ["pipe", "s.toml"]
 
 
 def test_unknown_kernel_is_bad_input_with_the_real_registry(

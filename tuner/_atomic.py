@@ -2,7 +2,8 @@
 
 `atomic_write(path, data)` writes `data` to a new file beside `path`, flushes it to disk and renames it over
 `path`, so a reader sees the old file or the new one, never half of one, and a crash or a full disk leaves the
-old file as it was. An `OSError` it raises (the same kind, errno kept) names `path`. The new file is created with mode `0o666` filtered by the umask (0644 under the usual
+old file as it was; a path that is a device, pipe or socket is refused (`OSError` EINVAL), never replaced by a
+file. An `OSError` it raises (the same kind, errno kept) names `path`. The new file is created with mode `0o666` filtered by the umask (0644 under the usual
 umask 022), as `open(path, "w")` would: a shipped cache or report is readable by other users, unlike the
 0600 of `tempfile.mkstemp`. Pass `mode=0o600` for a private file.
 
@@ -13,8 +14,10 @@ the cost models included) may use it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
+import stat
 from pathlib import Path
 
 __all__ = ["atomic_write", "make_folders", "remove_made_folders"]
@@ -38,6 +41,7 @@ def atomic_write(
     are removed again (while empty)."""
     p = Path(path)
     payload = data.encode(encoding) if isinstance(data, str) else bytes(data)
+    _refuse_special(p)
     folder = p.parent
     made = make_folders(folder) if mkdir else []
     try:
@@ -55,6 +59,22 @@ def atomic_write(
         remove_made_folders(made)  # a failed write leaves no new, empty folder behind
         raise
     return p
+
+
+def _refuse_special(p: Path) -> None:
+    """A path that holds something other than a file or a folder (a device such as /dev/null or
+    /dev/stdout, directly or through a link, a pipe, a socket) is not replaced: the rename would put a plain
+    file in its place (which only root may do in /dev, so a container running as root lost /dev/null)."""
+    try:
+        mode = os.stat(p).st_mode
+    except OSError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a folder: the rename fails and says so
+        raise OSError(
+            errno.EINVAL,
+            "not a regular file (a device, pipe or socket); not replaced, nothing written",
+            str(p),
+        )
 
 
 def _write(p: Path, payload: bytes, mode: int) -> None:

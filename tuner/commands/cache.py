@@ -19,6 +19,8 @@ from typing import Any
 
 from tuner._units import from_seconds
 
+from . import check_out_file
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
@@ -113,9 +115,8 @@ def run_export(args: argparse.Namespace) -> int:
     from tuner.errors import BadInput
     from tuner.runtime import write_cache_file
 
+    check_out_file(args.out, "cache file")
     out = Path(args.out)
-    if out.is_dir():
-        raise BadInput(f"--out {out} is a directory")
     if not out.parent.exists():
         raise BadInput(f"--out {out}: folder {out.parent} does not exist")
     entries = _stored_entries(args.storage, args.kernel)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from . import check_out_file
 
 
 def add_parser(sub: Any) -> None:
@@ -112,13 +113,12 @@ def run_from_misses(args: argparse.Namespace) -> int:
         study_from_misses,
     )
 
+    check_out_file(args.out, "study file")
     min_calls = args.min_calls
     args.min_calls = 1
     rows = _rows(args)
     if min_calls < 1:
         raise BadInput(f"--min-calls must be >= 1, got {min_calls}")
-    if os.path.isdir(args.out):
-        raise BadInput(f"--out {args.out} is a folder; give the study file's path")
     if args.factory:
         ignored = [
             o for o, v in (("--device", args.device), ("--finalists", args.finalists)) if v is not None

@@ -11,6 +11,8 @@ from typing import Any
 
 from tuner._settings import text
 
+from . import check_out_file
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
@@ -238,12 +240,10 @@ def report_cmd(args: argparse.Namespace) -> int:
 
 
 def export_cmd(args: argparse.Namespace) -> int:
-    from tuner.errors import BadInput
     from tuner.studies import export_study
     from tuner.studies._export import ExportRefused, NothingToDo
 
-    if os.path.isdir(args.out):
-        raise BadInput(f"--out {args.out} is a folder; give the cache file's path")
+    check_out_file(args.out, "cache file")
     spec = _load(args, check_kernels=False)
     try:
         _require_database(spec)

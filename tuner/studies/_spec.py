@@ -9,7 +9,7 @@ dtypes = ["float32"]
 strategy = "auto"
 seed = 0
 budget = { trials = 8, seconds = 30 }   # per task; at least one of the two
-# storage = "postgresql://user@host/db"  # default: sqlite:///<output>/study.db
+# storage = "postgresql://user@host/db"  # default: sqlite:///<output>/study.db; a relative file: this file's folder
 # output = "runs/quickstart"             # default: $TUNER_HOME/studies/<name>; relative to this file
 lease_seconds = 60
 
@@ -43,7 +43,7 @@ from typing import Any
 
 from tuner.errors import BadInput
 from tuner.search_spaces._params import brief_list
-from tuner.storage import sqlite_url
+from tuner.storage import sqlite_path, sqlite_url
 from tuner.store import normalize_url  # noqa: F401  (re-exported)
 
 __all__ = [
@@ -180,6 +180,14 @@ def _int(where: str, key: str, value: Any, *, minimum: int) -> int:
     return value
 
 
+def _seed(where: str, value: Any) -> int:
+    """A seed the samplers take (numpy's and Optuna's: below 2**32): a larger one passed the file's check
+    and then failed every task of the run."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
+        raise _err(where, f"seed must be an integer in [0, 2**32 - 1], got {value!r}")
+    return value
+
+
 def _budget(where: str, value: Any) -> tuple[int | None, float | None]:
     if isinstance(value, int) and not isinstance(value, bool):
         value = {"trials": value}
@@ -234,6 +242,19 @@ def _grid(where: str, g: Any) -> list[dict[str, Any]]:
             raise _err(where, f"grid.{k} is empty")
         values.append(v)
     return [_problem(where, dict(zip(keys, combo, strict=True))) for combo in itertools.product(*values)]
+
+
+def _sqlite_beside(url: str, base: Path) -> str:
+    """A SQLite URL of a relative file (`sqlite:///runs/study.db`) made absolute against `base`, the study
+    file's folder; any other URL (an absolute file, a SQLite `file:` URI, memory, a server) as it is. The
+    study's database is then the same file whatever folder a worker, `report` or `export` runs in; a
+    `--storage` URL keeps the command's own folder, as any path on a command line."""
+    path = sqlite_path(url)
+    if path is None or path.startswith("file:") or os.path.isabs(path):
+        return url
+    scheme, _, rest = url.partition(":///")
+    query = rest.partition("?")[2]
+    return scheme + sqlite_url(base / path)[len("sqlite") :] + (f"?{query}" if query else "")
 
 
 def _shape_key(problem: Mapping[str, Any]) -> str:
@@ -334,7 +355,7 @@ def parse_study(
     strategy = st.get("strategy", "auto")
     if not isinstance(strategy, str):
         raise _err(where, f"strategy must be a string, got {strategy!r}")
-    seed = _int(where, "seed", st.get("seed", 0), minimum=0)
+    seed = _seed(where, st.get("seed", 0))
     if "budget" not in st:
         raise _err(where, "missing budget (e.g. budget = { trials = 20 })")
     trials, seconds = _budget(where, st["budget"])
@@ -361,6 +382,8 @@ def parse_study(
         url = sqlite_url((output_dir / "study.db").resolve())
     if not isinstance(url, str) or "://" not in url:
         raise _err(where, f"storage must be a database URL such as sqlite:///study.db, got {url!r}")
+    if not storage:  # the file's own SQLite path is relative to the file, as `output` is
+        url = _sqlite_beside(url, base)
     url = normalize_url(url)
 
     from tuner.strategies import get_strategy
@@ -398,7 +421,7 @@ def parse_study(
             get_strategy(t_strategy)
         except ValueError as exc:
             raise _err(w, str(exc)) from None
-        t_seed = _int(w, "seed", e["seed"], minimum=0) if "seed" in e else seed
+        t_seed = _seed(w, e["seed"]) if "seed" in e else seed
         t_final = _int(w, "finalists", e["finalists"], minimum=1) if "finalists" in e else finalists
         for p in probs:
             for backend in t_backends:
