@@ -873,3 +873,60 @@ def test_a_kernel_module_that_fails_halfway_names_its_cause_every_time(
             get_kernel("softmax")
         assert "tuner_no_such_dependency" in str(e.value)
     assert "half_registered_kernel" not in _registry.REGISTRY
+
+
+def test_a_task_measured_on_one_device_is_not_resumed_on_another(tmp_path: Path, capsys) -> None:
+    """A fleet of two kinds of GPU on one study (device "auto"), or a study file whose device was edited:
+    a task's trials from one device must not mix with another's, so the run is refused (exit 2, one
+    line, the board unchanged) instead of continuing the task on the other device."""
+    from tuner.studies import load_study
+    from tuner.studies._board import TaskBoard
+
+    p = write_study(tmp_path, n_m=2, budget=3)
+    assert cli("study", "run", str(p), "--executor", FAKE, "--quiet", "--no-report") == 0
+    spec = load_study(p, check_kernels=False)
+
+    def board_rows() -> list[tuple[Any, ...]]:
+        board = TaskBoard(spec.storage)
+        try:
+            return [(r.key, r.status, r.trials_done, r.task.device, r.task.budget) for r in board.rows("s")]
+        finally:
+            board.close()
+
+    before = board_rows()
+    assert {r[3] for r in before} == {"cpu"} and all(r[2] == 3 for r in before)
+    p.write_text(
+        p.read_text().replace('device = "cpu"', 'device = "sm80"').replace("trials = 3", "trials = 5")
+    )
+    capsys.readouterr()
+    assert cli("study", "run", str(p), "--executor", FAKE, "--quiet", "--no-report") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "measured on device cpu" in err and "sm80" in err, err
+    assert board_rows() == before
+
+
+def test_a_worker_does_not_run_a_task_another_kind_of_device_registered(tmp_path: Path) -> None:
+    """Two machines of different kinds register the same new study at once: the tasks carry the device of
+    whichever registered last. A worker of the other kind that claims one hands it back untouched and
+    stops with the reason, rather than measuring it on its own device under the other's description."""
+    from dataclasses import replace
+
+    from tuner.studies import load_study
+    from tuner.studies._board import PENDING, TaskBoard
+    from tuner.studies._runner import _run_prepared, prepare_study
+    from tuner.studies._spec import StudyError
+
+    spec = prepare_study(load_study(write_study(tmp_path, n_m=2, budget=3), check_kernels=False))
+    board = TaskBoard(spec.storage)
+    try:
+        board.ensure([replace(t, device="sm80") for t in spec.tasks])  # the other machine, nothing run yet
+    finally:
+        board.close()
+    with pytest.raises(StudyError, match="measured on device sm80, and this run is for cpu"):
+        _run_prepared(spec, 1, FAKE, False, None)
+    board = TaskBoard(spec.storage)
+    try:
+        rows = board.rows("s")
+    finally:
+        board.close()
+    assert [(r.status, r.trials_done, r.task.device) for r in rows] == [(PENDING, 0, "sm80")] * 2

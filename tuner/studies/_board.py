@@ -42,7 +42,7 @@ from ..storage import (
 )
 from ..storage._owner import HOST, local_dead_pid
 from ..storage._schema import tasks_table
-from ._spec import StudyTask
+from ._spec import StudyError, StudyTask
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +160,14 @@ class TaskBoard:
             existing = {
                 r.key: r for r in conn.execute(select(tasks_table).where(tasks_table.c.study == study))
             }
+        clash = [
+            (t, existing[t.key]) for t in tasks if t.key in existing and _device_clash(existing[t.key], t)
+        ]
+        if clash:  # checked before anything is written: a refused run changes nothing
+            first, was = clash[0]
+            raise StudyError(
+                device_clash_message(study, first.key, was.spec["device"], first.device, len(clash))
+            )
         for t in tasks:
             spec = _stored_spec(t)
             row = existing.get(t.key)
@@ -489,6 +497,25 @@ class TaskBoard:
     def studies(self) -> list[str]:
         with self.engine.connect() as conn:
             return sorted(conn.execute(select(tasks_table.c.study).distinct()).scalars().all())
+
+
+def _device_clash(row: Any, t: StudyTask) -> bool:
+    """Whether the board's task `row` was measured (or is being measured) on another device than `t` is
+    for: trials of two devices must not mix in one task (its winner would be either device's). A task
+    that nothing has run yet takes the new description, as any other change."""
+    device = (row.spec or {}).get("device")
+    if device is None or device == t.device:
+        return False
+    return row.status != PENDING or (row.trials_done or 0) > 0
+
+
+def device_clash_message(study: str, key: str, registered: str, here: str, n: int = 1) -> str:
+    more = f" (and {n - 1} more task(s))" if n > 1 else ""
+    return (
+        f"study {study}: task {key}{more} is measured on device {registered}, and this run is for {here}; "
+        "trials of different devices do not mix in one task: give each kind of device a study of its own "
+        "(another `name` in the study file, or another storage)"
+    )
 
 
 def _stored_spec(t: StudyTask) -> dict[str, Any]:

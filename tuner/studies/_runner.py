@@ -59,9 +59,20 @@ from tuner._atomic import make_folders, remove_made_folders
 
 from ..storage import LeaseLost, StoreError, close_idle_connections, guarding, normalize_url, sqlite_path
 from ..storage._replaced import file_identity, holding, reopen_if_replaced, replaced_error
-from ._board import DONE, FAILED, PENDING, RUNNING, Claim, TaskBoard, TaskRow, retry, summarize
+from ._board import (
+    DONE,
+    FAILED,
+    PENDING,
+    RUNNING,
+    Claim,
+    TaskBoard,
+    TaskRow,
+    device_clash_message,
+    retry,
+    summarize,
+)
 from ._retry import seed_retry, task_trials
-from ._spec import StudySpec, StudyTask, task_distance
+from ._spec import StudyError, StudySpec, StudyTask, task_distance
 
 log = logging.getLogger(__name__)
 
@@ -619,6 +630,7 @@ class StudyWorker:
         self._storage: Any = None
         self._store: Any = None  # the results store of `spec.storage` (opened with `storage`)
         self._keys = {t.key for t in spec.tasks}
+        self._devices = {t.key: t.device for t in spec.tasks if t.device != "auto"}  # this machine's
         self._interrupt: threading.Event | None = None  # set by a signal while `run` is inside
 
     @property
@@ -661,6 +673,13 @@ class StudyWorker:
                     self.board.finish(claim, FAILED, error="removed from the study file")
                 log.info("task %s is no longer in the study file; not run", claim.task.key)
                 continue
+            own = self._devices.get(claim.task.key)
+            if own is not None and claim.task.device != own:
+                # registered by a machine of another kind (both registered at once, before either ran
+                # it): this one's measurements would mix with that device's, so the task goes back
+                with contextlib.suppress(Exception):
+                    self.board.finish(claim, PENDING)
+                raise StudyError(device_clash_message(self.spec.name, claim.task.key, claim.task.device, own))
             try:
                 outcome = self.run_task(claim)
             except StoreError as exc:
