@@ -378,3 +378,18 @@ def test_a_malformed_sidecar_is_a_value_error_naming_it(tmp_path, edit, match: s
     side.write_text(json.dumps(edit(json.loads(side.read_text()))))
     with pytest.raises(ValueError, match=match):
         load_model(path)
+
+
+def test_features_of_values_no_float_holds_are_missing_and_fitting_on_inf_is_named() -> None:
+    """A config outside the domain with an int beyond a float's range raised OverflowError from the
+    schema's transform, and inf went into the matrix, where XGBoost refused the whole fit with its C++
+    stack trace; both are missing values now (NaN), and a matrix with inf is refused by name."""
+    space = SearchSpace.from_configs([{"BLOCK_M": 16, "w": 1.5}, {"BLOCK_M": 32, "w": 2.5}])
+    schema = schema_for_space(space)
+    X = schema.transform([{"BLOCK_M": 2**1100, "w": math.inf}, {"BLOCK_M": 32, "w": -math.inf}])
+    assert np.isnan(X[0]).all() and np.isnan(X[1, 2]) and X[1, 0] == 32
+    Xi = np.ones((4, 2))
+    Xi[2, 1] = np.inf
+    for name in sorted(MODEL_FACTORIES):
+        with pytest.raises(ValueError, match=r"X holds inf \(column 1\)"):
+            MODEL_FACTORIES[name]().fit(Xi, [1.0, 2.0, 3.0, 4.0])
