@@ -3,7 +3,8 @@
 A schema lists, in order:
 - per parameter: numeric values raw and log2 (log2 only where every domain value is positive), booleans
   0/1, categoricals one-hot over the domain (a value outside the domain encodes as all zeros, a missing
-  parameter as NaN, which the boosted trees treat as "missing");
+  parameter, or a number no float holds (inf, 2**1100), as NaN, which the boosted trees treat as
+  "missing");
 - derived features, computed generically from the parameter names where they make that possible (all in
   log2, so a product is a sum): threads per block (block_size_x*y*z, MDIMC*NDIMC, num_warps*32),
   the elements a thread computes (tile_size_x*y*z), the block's extent per axis and its area
