@@ -401,3 +401,21 @@ def test_a_value_at_the_edge_of_a_float_is_still_a_domain_value() -> None:
     space = SearchSpace([Categorical("h", [1, 2**1023, 2.0**1023 * 1.5], ordered=True)])
     assert space.contains({"h": 2**1023}) and len(space.enumerate()) == 3
     assert space.encode({"h": 2**1023}).tolist() == [2.0**1023, 1023.0]
+
+
+@pytest.mark.parametrize("n", [-1, 1.5, True, "2"])
+@pytest.mark.parametrize("size", [4, 100], ids=["enumerable", "too-large-to-enumerate"])
+def test_sample_refuses_a_count_that_is_not_a_non_negative_int_alike_in_every_space(n, size: int) -> None:
+    """n=-1 raised numpy's "negative dimensions are not allowed" from an enumerable space and returned []
+    from a larger one; n=1.5 raised numpy's TypeError."""
+    space = SearchSpace([IntRange(f"p{i}", 0, size - 1) for i in range(4 if size == 100 else 1)])
+    with pytest.raises(ValueError, match="n must be None or a non-negative int"):
+        space.sample(0, n=n)
+    assert space.sample(0, n=0) == [] and len(space.sample(0, n=np.int64(2))) == 2
+
+
+def test_a_constraint_returning_an_array_is_named() -> None:
+    space = SearchSpace([PowerOfTwo("a", 1, 4)], [Constraint("arr", lambda c: np.array([True, False]))])
+    with pytest.raises(ValueError, match="ambiguous") as info:
+        space.enumerate()
+    assert "constraint 'arr' returned array([ True, False])" in "".join(info.value.__notes__)
