@@ -3,7 +3,8 @@
 A schema lists, in order:
 - per parameter: numeric values raw and log2 (log2 only where every domain value is positive), booleans
   0/1, categoricals one-hot over the domain (a value outside the domain encodes as all zeros, a missing
-  parameter as NaN, which the boosted trees treat as "missing");
+  parameter, or a number no float holds (inf, 2**1100), as NaN, which the boosted trees treat as
+  "missing");
 - derived features, computed generically from the parameter names where they make that possible (all in
   log2, so a product is a sum): threads per block (block_size_x*y*z, MDIMC*NDIMC, num_warps*32),
   the elements a thread computes (tile_size_x*y*z), the block's extent per axis and its area
@@ -90,15 +91,30 @@ class Derived:
 
 
 def _num_col(values: Sequence[Any], types: set[type] | None = None) -> np.ndarray:
-    """Floats; NaN for anything that is not a (non-bool) number. `types`: the set of the values' types,
-    if the caller has it (`set(map(type, values))` runs in C, a per-value check in Python)."""
+    """Floats; NaN (missing) for anything that is not a finite (non-bool) number, an int beyond a float's
+    range included (a config outside the domain; inf in a feature made XGBoost refuse the whole matrix).
+    `types`: the set of the values' types, if the caller has it (`set(map(type, values))` runs in C, a
+    per-value check in Python)."""
     if types is None:
         types = set(map(type, values))
     if types <= {int, float}:
-        return np.asarray(values, dtype=np.float64)
-    return np.array(
-        [float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan for v in values]
-    )
+        try:
+            x = np.asarray(values, dtype=np.float64)
+        except OverflowError:  # an int beyond a float's range
+            pass
+        else:
+            return np.where(np.isfinite(x), x, np.nan)
+    return np.array([_finite(v) for v in values], dtype=np.float64)
+
+
+def _finite(v: Any) -> float:
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return math.nan
+    try:
+        x = float(v)
+    except OverflowError:
+        return math.nan
+    return x if math.isfinite(x) else math.nan
 
 
 def _log2_odd_col(num: np.ndarray) -> np.ndarray:

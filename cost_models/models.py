@@ -73,6 +73,10 @@ def _check_xy(X: Any, y: Any | None = None) -> tuple[np.ndarray, np.ndarray | No
         raise ValueError(f"X must be 2-D, got shape {Xa.shape}")
     if y is None:
         return Xa, None
+    # fitting on inf: XGBoost refused it with its C++ stack trace (predicting takes it as a large value)
+    if np.isinf(Xa).any():
+        col = int(np.nonzero(np.isinf(Xa).any(axis=0))[0][0])
+        raise ValueError(f"X holds inf (column {col}); features must be finite, or NaN where missing")
     ya = np.asarray(y, dtype=np.float64).ravel()
     if len(ya) != len(Xa):
         raise ValueError(f"X has {len(Xa)} rows but y has {len(ya)}")

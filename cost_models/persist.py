@@ -3,13 +3,18 @@
 `save_model(model, path, schema)` writes `path` (the booster; `.json` or `.ubj`; an ensemble writes
 `path` for member 0 and `<stem>.<i><suffix>` for the others) and `<path>.meta.json` holding the model
 class, its hyperparameters, the feature schema, the format version and the training summary. Every file
-is written to a temporary name and renamed, so a crash never leaves half a model. `load_model(path,
-schema=...)` refuses a model trained on another feature schema. Nothing is pickled; a model that
-XGBoost's format cannot hold (the random forest baseline) is refused with a clear error.
+is written to a temporary name and renamed, so a crash never leaves half a file; the sidecar, written
+last, holds each booster file's SHA-256, so a save that failed after replacing some files of a model (a full
+disk while writing an ensemble's third member) leaves files that `load_model` refuses, never a model mixed
+from two saves. `load_model(path, schema=...)` refuses a model trained on another feature schema, and a
+file that is not what `save_model` writes (truncated, corrupt, edited, from a newer format) with a
+`ValueError` naming it. Nothing is pickled; a model that XGBoost's format cannot hold (the random forest
+baseline) is refused with a clear error.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -56,11 +61,14 @@ def save_model(
             f"schema has {len(schema.names)} features, the model was fitted on {model.n_features_in_}"
         )  # type: ignore[attr-defined]
     files = []
+    digests = []
     fmt = "json" if p.suffix == ".json" else "ubj"
     for i, b in enumerate(boosters):
         mp = _member_path(p, i)
-        atomic_write(mp, bytes(b.save_raw(raw_format=fmt)))
+        raw = bytes(b.save_raw(raw_format=fmt))
+        atomic_write(mp, raw)
         files.append(mp.name)
+        digests.append(hashlib.sha256(raw).hexdigest())
     meta = {
         "format_version": FORMAT_VERSION,
         "kind": kind,
@@ -70,6 +78,7 @@ def save_model(
         "feature_schema_fingerprint": schema.fingerprint(),
         "training_summary": getattr(model, "training_summary_", {}),
         "files": files,
+        "sha256": digests,
         "extra": extra or {},
     }
     atomic_write(sidecar_path(p), json.dumps(meta, indent=1, sort_keys=True, default=str).encode())
@@ -90,9 +99,11 @@ def load_model(
     if not side.exists():
         raise ValueError(f"{p}: no sidecar {side.name}; cannot tell which features the model expects")
     try:
-        meta = json.loads(side.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{side}: not valid JSON ({exc.msg})") from None
+        meta = json.loads(side.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{side}: not valid JSON ({getattr(exc, 'msg', exc)})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{side}: not a model sidecar (a JSON {type(meta).__name__}, not an object)")
     if meta.get("format_version") != FORMAT_VERSION:
         raise ValueError(
             f"{side}: model format version {meta.get('format_version')!r}, expected {FORMAT_VERSION}"
@@ -100,7 +111,13 @@ def load_model(
     kind = meta.get("kind")
     if kind not in _KINDS:
         raise ValueError(f"{side}: unknown model kind {kind!r}")
-    saved = FeatureSchema.from_dict(meta["feature_schema"])
+    files, digests, params, n_features = _checked_meta(meta, side, p)
+    if "feature_schema" not in meta:
+        raise ValueError(f"{side}: not a model sidecar (no feature_schema)")
+    try:
+        saved = FeatureSchema.from_dict(meta["feature_schema"])
+    except ValueError as exc:
+        raise ValueError(f"{side}: {exc}") from None
     if saved.version > FEATURE_SCHEMA_VERSION:  # its columns may be ones this code cannot compute
         raise SchemaMismatchError(
             f"{p}: feature schema version {saved.version}, newer than this tuner reads (up to "
@@ -108,14 +125,38 @@ def load_model(
         )
     if schema is not None:
         schema.check_compatible(saved, what=f"model {p.name}")
-    model = _KINDS[kind](**meta["params"])
+    try:
+        model = _KINDS[kind](**params)
+    except TypeError as exc:
+        raise ValueError(f"{side}: hyperparameters {sorted(params)} do not fit {kind} ({exc})") from None
 
-    def booster(name: str) -> Any:
+    def booster(i: int, name: str) -> Any:
+        mp = p.with_name(name)
+        try:
+            raw = mp.read_bytes()
+        except OSError as exc:
+            raise ValueError(
+                f"{mp}: booster file {i} of the model cannot be read ({exc.strerror or exc})"
+            ) from None
+        if digests is not None and hashlib.sha256(raw).hexdigest() != digests[i]:
+            raise ValueError(
+                f"{mp}: not the booster file its sidecar {side.name} was saved with (a save that did not "
+                "finish, or a file changed since); save the model again"
+            )
+        if len(raw) < 2:  # XGBoost aborts the process on an empty buffer
+            raise ValueError(f"{mp}: not an XGBoost model file ({len(raw)} bytes)")
         b = xgb.Booster()
-        b.load_model(str(p.with_name(name)))
+        try:
+            b.load_model(bytearray(raw))
+        except (xgb.core.XGBoostError, UnicodeDecodeError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ValueError(f"{mp}: not an XGBoost model file ({first})") from None
+        if b.num_features() != n_features:
+            raise ValueError(
+                f"{mp}: the booster reads {b.num_features()} features, its sidecar says {n_features}"
+            )
         return b
 
-    files = meta["files"]
     if isinstance(model, XGBEnsemble):
         members = []
         for i, name in enumerate(files):
@@ -130,12 +171,44 @@ def load_model(
                 normalise=False,
                 seed=model.seed * 1000 + i,
             )
-            m.booster_ = booster(name)
-            m.n_features_in_ = int(meta["n_features_in"])
+            m.booster_ = booster(i, name)
+            m.n_features_in_ = n_features
             members.append(m)
         model.members_ = members
     else:
-        model.booster_ = booster(files[0])  # type: ignore[attr-defined]
-    model.n_features_in_ = int(meta["n_features_in"])  # type: ignore[attr-defined]
+        if len(files) != 1:
+            raise ValueError(f"{side}: a {kind} has one booster file, the sidecar lists {len(files)}")
+        model.booster_ = booster(0, files[0])  # type: ignore[attr-defined]
+    model.n_features_in_ = n_features  # type: ignore[attr-defined]
     model.training_summary_ = meta.get("training_summary", {})  # type: ignore[attr-defined]
     return model, saved, meta
+
+
+def _checked_meta(
+    meta: dict[str, Any], side: Path, p: Path
+) -> tuple[list[str], list[str] | None, dict[str, Any], int]:
+    """The sidecar's booster file names, their SHA-256 (None in a sidecar saved before they were
+    written), hyperparameters and feature count, or a ValueError naming the sidecar."""
+    files = meta.get("files")
+    if (
+        not isinstance(files, list)
+        or not files
+        or not all(isinstance(f, str) and f and Path(f).name == f and f not in (".", "..") for f in files)
+    ):
+        raise ValueError(
+            f"{side}: 'files' must be a non-empty list of file names beside {p.name}, got {files!r}"
+        )
+    digests = meta.get("sha256")
+    if digests is not None and (
+        not isinstance(digests, list)
+        or len(digests) != len(files)
+        or not all(isinstance(d, str) for d in digests)
+    ):
+        raise ValueError(f"{side}: 'sha256' must list one digest per booster file")
+    params = meta.get("params")
+    if not isinstance(params, dict):
+        raise ValueError(f"{side}: 'params' must be an object of hyperparameters, got {params!r}")
+    n = meta.get("n_features_in")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"{side}: 'n_features_in' must be a non-negative int, got {n!r}")
+    return files, digests, params, n

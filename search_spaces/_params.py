@@ -41,6 +41,8 @@ class Param:
             raise ValueError(f"parameter name must be a non-empty string, got {self.name!r}")
         if len(self.values) == 0:
             raise ValueError(f"parameter {self.name!r} has an empty domain")
+        for v in self.values:
+            _check_value(self.name, v)
         # position of each value, keyed as _same compares (True apart from 1, 1 with 1.0): has() and
         # index() are a lookup, not a scan (a from_configs parameter can have 50,000 values)
         pos = {_hashable(v): i for i, v in reversed(list(enumerate(self.values)))}
@@ -56,9 +58,6 @@ class Param:
                 f"parameter {self.name!r} has duplicate values: {brief_list(list(dups.values()))}"
             )
         object.__setattr__(self, "_pos", pos)
-        for v in self.values:
-            if not isinstance(v, (int, float, str, bool)):
-                raise ValueError(f"parameter {self.name!r}: value {v!r} is not an int, float, str or bool")
         if self.default is not None and not self.has(self.default):
             raise ValueError(
                 f"parameter {self.name!r}: default {self.default!r} not in {brief_list(self.values)}"
@@ -127,6 +126,24 @@ class Param:
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "values": list(self.values), "ordered": self.ordered}
+
+
+def _check_value(name: str, v: Any) -> None:
+    """Raise ValueError unless `v` can be a domain value: an int, float, str or bool, a float finite (NaN
+    equals nothing, so a config holding it was in no domain; inf broke the cost model's features) and a
+    number within a float's range (features are floats: 2**1100 raised OverflowError inside optimize)."""
+    if not isinstance(v, (int, float, str, bool)):
+        raise ValueError(f"parameter {name!r}: value {brief(v)} is not an int, float, str or bool")
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ValueError(f"parameter {name!r}: value {v!r} is not a finite number")
+    if isinstance(v, int) and not isinstance(v, bool):
+        try:
+            float(v)
+        except OverflowError:
+            raise ValueError(
+                f"parameter {name!r}: value {brief(v, 40)} is beyond a float's range (about 1.8e308); "
+                "the cost model's features are floats"
+            ) from None
 
 
 def native(v: Any) -> Any:

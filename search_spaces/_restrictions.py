@@ -17,6 +17,9 @@ __all__ = ["RestrictionError", "restriction_constraint", "restriction_constraint
 
 _MAX_LEN = 1000  # characters in one restriction string
 _MAX_EXPONENT = 256  # 2**256 is plenty for a kernel parameter; 10**10**10 would hang the process
+# levels of nesting in one restriction (as Python's parser allows 200 levels of parentheses): the checker
+# and the evaluator recurse once per level, and "-" * 999 + "x" exceeded Python's recursion limit
+_MAX_DEPTH = 200
 
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -85,6 +88,11 @@ class _Expr:
         except SyntaxError as exc:
             raise RestrictionError(f"restriction {text!r} is not a Python expression ({exc.msg})") from None
         self.uses: list[str] = []
+        depth = _depth(self.tree)
+        if depth > _MAX_DEPTH:
+            raise RestrictionError(
+                f"restriction {_brief(text)} nests {depth} levels deep, over the limit of {_MAX_DEPTH}"
+            )
         self._check(self.tree, set(names))
 
     def _check(self, node: ast.AST, names: set[str]) -> None:
@@ -186,6 +194,21 @@ class _Expr:
             assert isinstance(node.func, ast.Name)
             return _FUNCS[node.func.id](*(self._eval(a, c) for a in node.args))
         raise RestrictionError(f"restriction {self.text!r}: cannot evaluate {type(node).__name__}")
+
+
+def _depth(tree: ast.AST) -> int:
+    """The nesting depth of `tree` (its longest path of expression nodes), found without recursion."""
+    deepest = 0
+    stack = [(tree, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        stack.extend((child, d + 1) for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr))
+    return deepest
+
+
+def _brief(text: str) -> str:
+    return repr(text) if len(text) <= 80 else repr(text[:75]) + " ..."
 
 
 def _from_string(text: str, names: Sequence[str]) -> Constraint:

@@ -53,7 +53,12 @@ class Constraint:
         except Exception as exc:  # a bug in the check (a typo in a name, a division by zero): say where
             exc.add_note(f"raised by constraint {self.name!r} checking the config {dict(config)}")
             raise
-        if ok is True or (ok is not False and not isinstance(ok, str) and bool(ok)):
+        try:
+            truth = ok is True or (ok is not False and not isinstance(ok, str) and bool(ok))
+        except Exception as exc:  # an array of several values: numpy's "truth value ... is ambiguous"
+            exc.add_note(f"constraint {self.name!r} returned {brief(ok)}, not True, False or a reason")
+            raise
+        if truth:
             return None
         vals = ", ".join(f"{k}={config.get(k)!r}" for k in self.uses) if self.uses else ""
         extra = ok if isinstance(ok, str) else (self.detail(config) if self.detail else "")
@@ -386,6 +391,10 @@ class SearchSpace:
     def sample(self, rng: np.random.Generator | int | None = None, n: int | None = None) -> Any:
         """One valid config (n=None) or a list of n (with replacement), uniformly over valid configs
         where the space is enumerable, else by rejection sampling."""
+        if n is not None:
+            n = native(n)
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise ValueError(f"n must be None or a non-negative int, got {n!r}")
         gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
         count = 1 if n is None else n
         out: list[Config] = []

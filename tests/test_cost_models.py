@@ -288,3 +288,108 @@ def test_pruning_report() -> None:
     rng = np.random.default_rng(0)
     noisy = [(y, rng.permutation(y)) for _ in range(3)]
     assert pruning_report(1000, noisy, keep=0.5).estimated_recall is not None
+
+
+def _saved_ensemble(tmp_path, seed: int = 1):
+    table = load_table(DATA / "convolution_A100_sample.json")
+    schema = schema_for_space(table.space)
+    configs = table.space.enumerate()
+    X = schema.transform(configs)
+    y = np.array([table.lookup(c) or np.nan for c in configs])
+    model = XGBEnsemble(n_models=3, n_estimators=5, seed=seed).fit(X, y if seed == 1 else y[::-1])
+    return model, schema, X
+
+
+def test_a_save_that_failed_part_way_leaves_no_model_that_loads(tmp_path) -> None:
+    """Each file is replaced atomically, but an ensemble is several files: a save that failed at its third
+    member (a full disk, a read-only file) left the new members 0 and 1 beside the old member 2 and the old
+    sidecar, and load_model returned that mix of two models (neither one's predictions) without a word.
+    The sidecar now holds each booster file's digest and load_model refuses a file that differs."""
+    old, schema, X = _saved_ensemble(tmp_path, seed=1)
+    path = save_model(old, tmp_path / "m.json", schema)
+    new, _, _ = _saved_ensemble(tmp_path, seed=2)
+    blocker = tmp_path / "m.2.json"
+    old_member_2 = blocker.read_bytes()
+    blocker.unlink()
+    (blocker / "x").mkdir(parents=True)  # writing member 2 fails
+    with pytest.raises(OSError):
+        save_model(new, path, schema)
+    (blocker / "x").rmdir()
+    blocker.rmdir()
+    blocker.write_bytes(old_member_2)
+    with pytest.raises(ValueError, match=r"m\.json: not the booster file its sidecar"):
+        load_model(path, schema=schema)
+    save_model(new, path, schema)  # a save that finishes loads again
+    assert np.allclose(load_model(path, schema=schema)[0].predict(X), new.predict(X))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["truncated", "empty", "pickle", "binary"],
+)
+def test_a_damaged_booster_file_is_a_value_error_naming_it(tmp_path, damage: str) -> None:
+    """A truncated or foreign booster file raised XGBoost's own error with its C++ stack trace (or a
+    UnicodeDecodeError); also where the sidecar predates the digests it is a ValueError naming the file."""
+    import pickle
+
+    model, schema, _ = _saved_ensemble(tmp_path)
+    path = save_model(model, tmp_path / "m.json", schema)
+    raw = path.read_bytes()
+    path.write_bytes(
+        {
+            "truncated": raw[: len(raw) // 2],
+            "empty": b"",
+            "pickle": pickle.dumps({"a": 1}),
+            "binary": b"\x00\x01garbage",
+        }[damage]
+    )
+    with pytest.raises(ValueError, match=r"m\.json: not the booster file"):
+        load_model(path)
+    side = sidecar_path(path)
+    meta = json.loads(side.read_text())
+    del meta["sha256"]  # a sidecar saved before the digests
+    side.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"m\.json: not an XGBoost model file"):
+        load_model(path)
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (lambda m: [m], "not a model sidecar"),
+        (lambda m: None, "not a model sidecar"),
+        (lambda m: {**m, "params": {"evil": 1}}, "hyperparameters"),
+        (lambda m: {**m, "params": [1]}, "'params' must be"),
+        (lambda m: {**m, "files": []}, "'files' must be"),
+        (lambda m: {k: v for k, v in m.items() if k != "files"}, "'files' must be"),
+        (lambda m: {**m, "files": ["../m.json", "/etc/passwd", "m.1.json"]}, "'files' must be"),
+        (lambda m: {k: v for k, v in m.items() if k != "feature_schema"}, "no feature_schema"),
+        (lambda m: {**m, "n_features_in": "x"}, "'n_features_in' must be"),
+        (lambda m: {**m, "n_features_in": 3}, "the booster reads"),
+    ],
+)
+def test_a_malformed_sidecar_is_a_value_error_naming_it(tmp_path, edit, match: str) -> None:
+    """A sidecar that is JSON but not what save_model writes raised AttributeError, KeyError, TypeError or
+    numpy's "need at least one array to concatenate"; a booster file name with a folder in it was read
+    from outside the model's folder (or refused by pathlib's "Invalid name")."""
+    model, schema, _ = _saved_ensemble(tmp_path)
+    path = save_model(model, tmp_path / "m.json", schema)
+    side = sidecar_path(path)
+    side.write_text(json.dumps(edit(json.loads(side.read_text()))))
+    with pytest.raises(ValueError, match=match):
+        load_model(path)
+
+
+def test_features_of_values_no_float_holds_are_missing_and_fitting_on_inf_is_named() -> None:
+    """A config outside the domain with an int beyond a float's range raised OverflowError from the
+    schema's transform, and inf went into the matrix, where XGBoost refused the whole fit with its C++
+    stack trace; both are missing values now (NaN), and a matrix with inf is refused by name."""
+    space = SearchSpace.from_configs([{"BLOCK_M": 16, "w": 1.5}, {"BLOCK_M": 32, "w": 2.5}])
+    schema = schema_for_space(space)
+    X = schema.transform([{"BLOCK_M": 2**1100, "w": math.inf}, {"BLOCK_M": 32, "w": -math.inf}])
+    assert np.isnan(X[0]).all() and np.isnan(X[1, 2]) and X[1, 0] == 32
+    Xi = np.ones((4, 2))
+    Xi[2, 1] = np.inf
+    for name in sorted(MODEL_FACTORIES):
+        with pytest.raises(ValueError, match=r"X holds inf \(column 1\)"):
+            MODEL_FACTORIES[name]().fit(Xi, [1.0, 2.0, 3.0, 4.0])

@@ -119,3 +119,14 @@ def test_bad_tune_params_are_refused() -> None:
     for bad in ({}, {"x": []}, {"x": "abc"}, {"x": 3}, {1: [1]}):
         with pytest.raises(ValueError):
             SearchSpace.from_kernel_tuner(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("text", ["-" * 999 + "x", "not " * 249 + "x", "+".join(["x"] * 300) + " > 0"])
+def test_a_restriction_nested_too_deep_is_refused_by_name_not_a_recursion_error(text: str) -> None:
+    """The checker and the evaluator recurse once per level of nesting: "-" * 999 + "x" (1,000 characters,
+    within the length limit) raised RecursionError from from_kernel_tuner, and one a little shallower
+    passed there and then raised it while a deeply called optimize evaluated it."""
+    with pytest.raises(ValueError, match=r"nests \d+ levels deep, over the limit of 200"):
+        SearchSpace.from_kernel_tuner({"x": [1, 2]}, [text])
+    ok = SearchSpace.from_kernel_tuner({"x": [1, 2]}, ["-" * 150 + "x < 5", "+".join(["x"] * 150) + " > 0"])
+    assert len(ok) == 2

@@ -589,3 +589,21 @@ def test_a_cold_start_measures_the_default_then_the_suggested_configs() -> None:
     ]
     assert strat.sources[:4] == ["default", "suggested", "suggested", "space_filling"]
     assert res.evaluations == 6
+
+
+@pytest.mark.parametrize("odd", [2**1100, math.inf], ids=["2**1100", "inf"])
+def test_a_prior_config_holding_a_number_no_feature_holds_is_a_missing_value(odd: Any) -> None:
+    """Past measurements are read as they were recorded: a prior config with an int beyond a float's range
+    made optimize raise OverflowError from the feature schema, and one with inf made XGBoost refuse the
+    prior task's model ("Input data contains `inf`"). The value is a missing feature now."""
+    space = SearchSpace.from_configs(
+        [{"BLOCK_M": m, "BLOCK_N": n} for m in (16, 32, 64) for n in (16, 32, 64)]
+    )
+    prior = [
+        [
+            ({"BLOCK_M": odd if i % 2 else m, "BLOCK_N": n}, float(m + n))
+            for i, (m, n) in enumerate((m, n) for m in (16, 32, 64) for n in (16, 32, 64))
+        ]
+    ]
+    r = tuner.optimize(space, lambda c: float(c["BLOCK_M"] + c["BLOCK_N"]), budget=5, prior=prior, seed=0)
+    assert r.evaluations == 5 and r.best_value == min(t.value for t in r.trials)

@@ -373,3 +373,49 @@ def test_gpu_gemm_spaces_suggest_the_tutorial_tiles() -> None:
     assert len({tuple(c.values()) for c in small.suggested}) == len(small.suggested) > 4
     assert get_kernel("matmul").space(problem, get_device("cpu"), "triton").suggested == []
     assert get_kernel("matmul").space(problem, get_device("gfx942"), "triton").suggested == []
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: Categorical("f", [float("nan"), 1.0]), "'f': value nan is not a finite number"),
+        (lambda: Categorical("f", [1.0, float("inf")], ordered=True), "'f': value inf is not a finite"),
+        (lambda: SearchSpace.from_kernel_tuner({"f": [float("-inf"), 1.0]}), "value -inf is not a finite"),
+        (lambda: PowerOfTwo("h", 1, 2**1100), "'h': value 1797693134862.* is beyond a float's range"),
+        (lambda: IntRange("h", 2**1100, 2**1100 + 3), "'h': value .* is beyond a float's range"),
+        (lambda: SearchSpace.from_configs([{"h": 1}, {"h": 2**1100}]), "'h': .* beyond a float's range"),
+        (lambda: Categorical("x", [1, [2]]), r"'x': value \[2\] is not an int, float, str or bool"),
+    ],
+)
+def test_a_domain_value_no_feature_or_membership_can_hold_is_refused_naming_it(make, match: str) -> None:
+    """NaN was accepted as a domain value (from_configs refused it, Categorical and from_kernel_tuner did
+    not) and equals nothing, so contains({"f": nan}) was False for the config enumerate() listed; inf made
+    the model-guided search fail inside XGBoost ("Input data contains `inf`"); an int beyond a float's
+    range (2**1100) raised "OverflowError: int too large to convert to float" from optimize; a list value
+    raised TypeError (unhashable) before the type check that names it."""
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_a_value_at_the_edge_of_a_float_is_still_a_domain_value() -> None:
+    space = SearchSpace([Categorical("h", [1, 2**1023, 2.0**1023 * 1.5], ordered=True)])
+    assert space.contains({"h": 2**1023}) and len(space.enumerate()) == 3
+    assert space.encode({"h": 2**1023}).tolist() == [2.0**1023, 1023.0]
+
+
+@pytest.mark.parametrize("n", [-1, 1.5, True, "2"])
+@pytest.mark.parametrize("size", [4, 100], ids=["enumerable", "too-large-to-enumerate"])
+def test_sample_refuses_a_count_that_is_not_a_non_negative_int_alike_in_every_space(n, size: int) -> None:
+    """n=-1 raised numpy's "negative dimensions are not allowed" from an enumerable space and returned []
+    from a larger one; n=1.5 raised numpy's TypeError."""
+    space = SearchSpace([IntRange(f"p{i}", 0, size - 1) for i in range(4 if size == 100 else 1)])
+    with pytest.raises(ValueError, match="n must be None or a non-negative int"):
+        space.sample(0, n=n)
+    assert space.sample(0, n=0) == [] and len(space.sample(0, n=np.int64(2))) == 2
+
+
+def test_a_constraint_returning_an_array_is_named() -> None:
+    space = SearchSpace([PowerOfTwo("a", 1, 4)], [Constraint("arr", lambda c: np.array([True, False]))])
+    with pytest.raises(ValueError, match="ambiguous") as info:
+        space.enumerate()
+    assert "constraint 'arr' returned array([ True, False])" in "".join(info.value.__notes__)
