@@ -415,3 +415,56 @@ def test_an_interpreted_drop_in_in_a_triton_op_compiles_fullgraph(fresh_dynamo: 
     g = torch.compile(lambda t: double(t) + 1, fullgraph=True, backend="aot_eager")
     assert torch.equal(g(x), x * 2 + 1)
     assert len(launches) == 1 and bench.calls == 2 and k.best_config.kwargs == {"B": 32}
+
+
+def _half_blocks(x, y, n, B: tl.constexpr, SUB: tl.constexpr, REP: tl.constexpr = 2):  # noqa: ANN001, ANN202, N803
+    # each program writes SUB elements REP times over; the grid is sized by SUB, which is not a config value
+    o = tl.program_id(0) * SUB + tl.arange(0, SUB)
+    for _ in tl.static_range(REP):
+        tl.store(y + o, tl.load(x + o, mask=o < n) * 2, mask=o < n)
+
+
+@no_triton_support
+@pytest.mark.parametrize("case", ["heuristics_beneath", "default_constexpr", "dict_configs"])
+def test_an_interpreted_drop_in_compiles_with_the_grid_meta_its_eager_launch_gets(
+    fresh_dynamo: None, tmp_path: Path, case: str
+) -> None:
+    # The grid function gets, per config, what the launch gives it outside torch.compile (and what
+    # Triton's JIT gives it on a GPU): the config's values, the values of a `@triton.heuristics` beneath
+    # the autotuner and the defaults of the kernel's parameters. Old code gave it the arguments and
+    # `config.kwargs` only: a KeyError while Dynamo traced ('SUB' from the heuristics, 'REP' the
+    # default), and dict configs (which tuner takes for a Triton kernel) raised AttributeError ('kwargs').
+    bench = Bench()
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    configs: list[Any] = [triton.Config({"B": 16}), triton.Config({"B": 32})]
+    if case == "heuristics_beneath":
+        inner = triton.heuristics({"SUB": lambda a: a["B"] // 2})(_jit(_half_blocks, interpret=True))
+        k = tuner.autotune(configs=configs, key=["n"], do_bench=bench, storage=url)(inner)
+
+        def grid(m: dict[str, Any]) -> tuple[int, ...]:
+            return (triton.cdiv(m["n"], m["SUB"]),)
+    else:
+        if case == "dict_configs":
+            configs = [{"B": 16, "SUB": 16}, {"B": 32, "SUB": 32, "num_warps": 2}]
+        else:
+            configs = [triton.Config({"B": b, "SUB": b}) for b in (16, 32)]
+        k = tuner.autotune(configs=configs, key=["n"], do_bench=bench, storage=url)(
+            _jit(_half_blocks, interpret=True)
+        )
+
+        def grid(m: dict[str, Any]) -> tuple[int, ...]:
+            return (triton.cdiv(m["n"], m["SUB"] * m["REP"] // 2),)
+
+    def f(x: Any) -> Any:
+        y = torch.zeros_like(x)
+        k[grid](x, y, x.numel())
+        return y + 1
+
+    x = torch.arange(64, dtype=torch.float32)
+    assert torch.equal(f(x), x * 2 + 1) and bench.calls == 2
+    launches = _counting_run(k)
+    g, graph = _compiled_twice(f, x, "aot_eager")
+    assert _ops(graph).count("tuner.interpreted_launch") == 1, _ops(graph)
+    assert len(launches) == 2 and bench.calls == 2
+    x2 = torch.arange(40, dtype=torch.float32)  # a new key, tuned when the graph runs
+    assert torch.equal(g(x2), x2 * 2 + 1) and bench.calls == 4

@@ -13,8 +13,10 @@ one call of the custom op `tuner::interpreted_launch`:
 - the integer arguments as a list of (possibly symbolic) ints, so that dynamic shapes stay symbolic;
 - the float arguments as a list of (possibly symbolic) floats: a float input of the compiled function
   (a scale, an epsilon) that changes between calls is a symbolic float once Dynamo recompiles for it;
-- the launch grid of each config (Dynamo calls the grid function with each config's meta-parameters, as it
-  does for `triton.autotune`) as a flat list of (possibly symbolic) ints;
+- the launch grid of each config (Dynamo calls the grid function once per config, as it does for
+  `triton.autotune`, with what the eager launch gives it: the arguments, the config's values, those of a
+  `@triton.heuristics` beneath the autotuner and the parameters' defaults) as a flat list of (possibly
+  symbolic) ints;
 - everything else (bools, None, strings, constexprs) and the kernel itself by a handle into a table
   of this process, registered once per distinct launch shape while Dynamo traces
   (`torch._dynamo.assume_constant_result`).
@@ -32,6 +34,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+
+from ._triton_support import _all_kwargs
 
 __all__ = ["traced_launch"]
 
@@ -97,6 +101,24 @@ def _grid3(g: Any) -> list[Any]:
     return g + [1] * (3 - len(g))
 
 
+def _grid_meta(kernel: Any, named: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
+    """What the grid function of a launch with config `cfg` gets outside `torch.compile`: the arguments,
+    the config's values, the values of the `@triton.heuristics` beneath the autotuner (each one sees
+    what those above it set, as Triton's `Heuristics.run` runs them) and the defaults of the parameters
+    left out (the interpreter's bound arguments, as Triton's JIT binds them on a GPU)."""
+    from triton.runtime.autotuner import Heuristics
+
+    meta = {**named, **cfg}
+    fn = kernel.tuner.fn
+    while isinstance(fn, Heuristics):
+        for name, heur in fn.values.items():
+            meta[name] = heur(dict(meta))
+        fn = fn.fn
+    for name, value in kernel.tuner.defaults.items():
+        meta.setdefault(name, value)
+    return meta
+
+
 def traced_launch(kernel: Any, grid: Any) -> Callable[..., None]:
     """What `kernel[grid]` is while Dynamo traces: a launch that becomes one `tuner::interpreted_launch`."""
 
@@ -111,10 +133,13 @@ def traced_launch(kernel: Any, grid: Any) -> Callable[..., None]:
         consts = tuple(v for v, k in zip(values, kinds) if k == _CONST)  # noqa: B905
         named = {**dict(zip(kernel.arg_names, args)), **kwargs}  # noqa: B905
         configs: Sequence[Any] = kernel.tuner.configs_given  # not `.configs`, which arms a check
-        cfg_items = tuple(tuple(sorted(c.kwargs.items())) for c in configs)
+        params = kernel.arg_names
+        # a config's values that reach the kernel as arguments (a dict config's launch options do not)
+        cfg_kw = [{k: v for k, v in _all_kwargs(c).items() if k in params} for c in configs]
+        cfg_items = tuple(tuple(sorted(kw.items())) for kw in cfg_kw)
         grids: list[Any] = []
-        for c in configs:
-            grids.extend(_grid3(grid({**named, **c.kwargs}) if callable(grid) else grid))
+        for kw in cfg_kw:
+            grids.extend(_grid3(grid(_grid_meta(kernel, named, kw)) if callable(grid) else grid))
         h = _handle(kernel, (kinds, names, consts, cfg_items))
         torch.ops.tuner.interpreted_launch(h, tensors, ints, floats, grids)
 
