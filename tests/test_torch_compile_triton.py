@@ -425,7 +425,9 @@ def _half_blocks(x, y, n, B: tl.constexpr, SUB: tl.constexpr, REP: tl.constexpr 
 
 
 @no_triton_support
-@pytest.mark.parametrize("case", ["heuristics_beneath", "default_constexpr", "dict_configs"])
+@pytest.mark.parametrize(
+    "case", ["heuristics_beneath", "default_constexpr", "dict_configs", "untraceable_heuristics_unread"]
+)
 def test_an_interpreted_drop_in_compiles_with_the_grid_meta_its_eager_launch_gets(
     fresh_dynamo: None, tmp_path: Path, case: str
 ) -> None:
@@ -434,11 +436,21 @@ def test_an_interpreted_drop_in_compiles_with_the_grid_meta_its_eager_launch_get
     # the autotuner and the defaults of the kernel's parameters. Old code gave it the arguments and
     # `config.kwargs` only: a KeyError while Dynamo traced ('SUB' from the heuristics, 'REP' the
     # default), and dict configs (which tuner takes for a Triton kernel) raised AttributeError ('kwargs').
+    # A heuristic that Dynamo cannot trace (`data_ptr()`) is run only for a grid that reads its value.
     bench = Bench()
     url = f"sqlite:///{tmp_path / 'w.db'}"
     configs: list[Any] = [triton.Config({"B": 16}), triton.Config({"B": 32})]
     if case == "heuristics_beneath":
         inner = triton.heuristics({"SUB": lambda a: a["B"] // 2})(_jit(_half_blocks, interpret=True))
+        k = tuner.autotune(configs=configs, key=["n"], do_bench=bench, storage=url)(inner)
+
+        def grid(m: dict[str, Any]) -> tuple[int, ...]:
+            return (triton.cdiv(m["n"], m["SUB"]),)
+    elif case == "untraceable_heuristics_unread":
+        configs = [triton.Config({"B": b, "SUB": b}) for b in (16, 32)]
+        inner = triton.heuristics({"REP": lambda a: 1 + a["x"].data_ptr() % 16 // 16})(
+            _jit(_half_blocks, interpret=True)
+        )
         k = tuner.autotune(configs=configs, key=["n"], do_bench=bench, storage=url)(inner)
 
         def grid(m: dict[str, Any]) -> tuple[int, ...]:

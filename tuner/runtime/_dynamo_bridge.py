@@ -101,22 +101,30 @@ def _grid3(g: Any) -> list[Any]:
     return g + [1] * (3 - len(g))
 
 
-def _grid_meta(kernel: Any, named: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
-    """What the grid function of a launch with config `cfg` gets outside `torch.compile`: the arguments,
-    the config's values, the values of the `@triton.heuristics` beneath the autotuner (each one sees
-    what those above it set, as Triton's `Heuristics.run` runs them) and the defaults of the parameters
-    left out (the interpreter's bound arguments, as Triton's JIT binds them on a GPU)."""
-    from triton.runtime.autotuner import Heuristics
-
+def _config_grid(kernel: Any, grid: Any, named: dict[str, Any], cfg: dict[str, Any]) -> Any:
+    """The grid of a launch with config `cfg`, from the grid function given what it gets outside
+    `torch.compile`: the arguments, the config's values and the defaults of the parameters left out
+    (the interpreter's bound arguments, as Triton's JIT binds them on a GPU), and, where it reads one
+    that these lack, the values of the `@triton.heuristics` beneath the autotuner (each one sees what
+    those above it set, as Triton's `Heuristics.run` runs them). The heuristics run only then: one that
+    Dynamo cannot trace (a `data_ptr()` alignment check) is no obstacle to a grid that does not need it."""
     meta = {**named, **cfg}
-    fn = kernel.tuner.fn
-    while isinstance(fn, Heuristics):
-        for name, heur in fn.values.items():
-            meta[name] = heur(dict(meta))
-        fn = fn.fn
     for name, value in kernel.tuner.defaults.items():
         meta.setdefault(name, value)
-    return meta
+    try:
+        return grid(meta)
+    except KeyError:
+        from triton.runtime.autotuner import Heuristics
+
+        meta = {**named, **cfg}
+        fn = kernel.tuner.fn
+        while isinstance(fn, Heuristics):
+            for name, heur in fn.values.items():
+                meta[name] = heur(dict(meta))
+            fn = fn.fn
+        for name, value in kernel.tuner.defaults.items():
+            meta.setdefault(name, value)
+        return grid(meta)
 
 
 def traced_launch(kernel: Any, grid: Any) -> Callable[..., None]:
@@ -139,7 +147,7 @@ def traced_launch(kernel: Any, grid: Any) -> Callable[..., None]:
         cfg_items = tuple(tuple(sorted(kw.items())) for kw in cfg_kw)
         grids: list[Any] = []
         for kw in cfg_kw:
-            grids.extend(_grid3(grid(_grid_meta(kernel, named, kw)) if callable(grid) else grid))
+            grids.extend(_grid3(_config_grid(kernel, grid, named, kw) if callable(grid) else grid))
         h = _handle(kernel, (kinds, names, consts, cfg_items))
         torch.ops.tuner.interpreted_launch(h, tensors, ints, floats, grids)
 
