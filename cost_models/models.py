@@ -77,7 +77,10 @@ def _check_xy(X: Any, y: Any | None = None) -> tuple[np.ndarray, np.ndarray | No
     if np.isinf(Xa).any():
         col = int(np.nonzero(np.isinf(Xa).any(axis=0))[0][0])
         raise ValueError(f"X holds inf (column {col}); features must be finite, or NaN where missing")
-    ya = np.asarray(y, dtype=np.float64).ravel()
+    ya = np.asarray(y, dtype=np.float64)
+    if ya.ndim > 1 and sum(d > 1 for d in ya.shape) > 1:  # one target per row; ravel() hid a 2-D y
+        raise ValueError(f"y must be 1-D (one target per row of X), got shape {ya.shape}")
+    ya = ya.ravel()
     if len(ya) != len(Xa):
         raise ValueError(f"X has {len(Xa)} rows but y has {len(ya)}")
     if len(ya) == 0:
@@ -421,6 +424,8 @@ class RandomForestModel(CostModel):
     def predict(self, X: Any) -> np.ndarray:
         Xa, _ = _check_xy(X)
         self._check_width(Xa)
+        if not len(Xa):  # no rows: no predictions, as the boosted models answer (scikit-learn refuses)
+            return np.zeros(0, dtype=np.float64)
         return np.asarray(self.forest_.predict(np.nan_to_num(Xa, nan=0.0)), dtype=np.float64)
 
 

@@ -73,6 +73,9 @@ def test_estimator_contract(name: str) -> None:
         model.predict(np.zeros((2, 4)))
     with pytest.raises(ValueError):
         type(model)(**params).fit(X, y[:-1])
+    with pytest.raises(ValueError, match="1-D"):  # a 2-D y is refused as such, not as a row count
+        type(model)(**params).fit(X, np.stack([y, y], axis=1))
+    assert model.predict(np.zeros((0, 3))).shape == (0,)  # no rows: no predictions, in every model
     # deterministic for the same hyperparameters
     assert np.allclose(type(model)(**params).fit(X, y, groups=g).predict(X), p)
     if name != "none":  # a real model ranks the easy case well (scores compare within a task)
