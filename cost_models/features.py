@@ -103,7 +103,7 @@ def _num_col(values: Sequence[Any], types: set[type] | None = None) -> np.ndarra
         except OverflowError:  # an int beyond a float's range
             pass
         else:
-            return np.where(np.isfinite(x), x, np.nan)
+            return np.where(np.abs(x) <= _F32_MAX, x, np.nan)
     return np.array([_finite(v) for v in values], dtype=np.float64)
 
 
@@ -114,7 +114,12 @@ def _finite(v: Any) -> float:
         x = float(v)
     except OverflowError:
         return math.nan
-    return x if math.isfinite(x) else math.nan
+    return x if abs(x) <= _F32_MAX else math.nan
+
+
+# XGBoost reads features as float32: a value beyond its range (a config value near a float64's 1e308) is
+# inf there, and it refuses the whole matrix. Such values are missing (NaN), as a non-number is.
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 def _log2_odd_col(num: np.ndarray) -> np.ndarray:

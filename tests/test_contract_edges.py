@@ -408,6 +408,27 @@ def test_numbers_near_the_ends_of_a_float_are_searched_like_others(strategy, val
     assert len(calls) == 6 == len(set(calls)) and r.stopped_because == "space_exhausted"
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_space_spanning_a_floats_range_is_searched_without_overflow(strategy):
+    """1e308, -1e308 and 5e-324 in one parameter: the standardised candidate matrix overflowed (its mean
+    and spread are inf: NaN distances, RuntimeWarnings), and XGBoost, which reads features as float32,
+    refused every matrix with 1e308 in it (auto, model, xgb_greedy raised XGBoostError after the
+    space-filling draws)."""
+    space = SearchSpace.from_configs(
+        [{"a": v, "b": b} for v in (1e308, -1e308, 5e-324, 0.0, 1.0) for b in range(6)]
+    )
+    calls = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        r = _run(
+            space,
+            lambda c: calls.append(_typed(c)) or abs(c["b"] - 3) + (c["a"] != 0.0),
+            budget=24,
+            strategy=strategy,
+        )
+    assert len(calls) == 24 == len(set(calls)) and r.best_value is not None
+
+
 # ---- determinism across processes -----------------------------------------------------------------------
 
 _CHILD = r"""

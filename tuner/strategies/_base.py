@@ -43,8 +43,16 @@ class CandidatePool:
                 raise ValueError(f"search space {space.name!r} has no valid config")
             self.index = {space._hkey(k): i for i, k in enumerate(self.keys)}
             enc = space.encode_keys(self.keys)
-            self._mu = enc.mean(axis=0)
-            self._sd = np.where(enc.std(axis=0) > 0, enc.std(axis=0), 1.0)
+            with np.errstate(over="ignore", invalid="ignore"):
+                mu, sd = enc.mean(axis=0), enc.std(axis=0)
+            wide = ~(np.isfinite(mu) & np.isfinite(sd))
+            self._scale = np.ones(enc.shape[1])
+            if wide.any():  # values near a float's range (1e308) overflow the sums: scale those columns first
+                self._scale[wide] = np.abs(enc[:, wide]).max(axis=0)
+                enc = enc / self._scale
+                mu, sd = enc.mean(axis=0), enc.std(axis=0)
+            self._mu = mu
+            self._sd = np.where(sd > 0, sd, 1.0)
             self.X = (enc - self._mu) / self._sd
             self.unseen_mask = np.ones(len(self.keys), dtype=bool)
 
@@ -79,7 +87,7 @@ class CandidatePool:
 
     def encode(self, configs: Sequence[Mapping[str, Any]]) -> np.ndarray:
         return (
-            (self.space.encode_many(configs) - self._mu) / self._sd
+            (self.space.encode_many(configs) / self._scale - self._mu) / self._sd
             if self.enumerable
             else self.space.encode_many(configs)
         )
