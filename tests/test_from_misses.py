@@ -365,6 +365,30 @@ def test_two_services_in_one_misses_folder(misses: Path, tmp_path: Path, capsys:
     assert "mine.launch key" in text and "other.svc_fn" not in text
 
 
+def test_a_factory_study_lists_the_registered_kernels_misses(
+    misses: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A service with registered kernels and functions of its own: the `--factory` study tunes the
+    functions and names the kernels' misses it leaves out (in its file and its line), as the study
+    without `--factory` names the functions'. They were dropped without a word, and lost for good once
+    `tuner misses --clear` ran after shipping its export."""
+    (tmp_path / "svc_factory.py").write_text(
+        "def make(kernel, fields, dtypes):\n    raise NotImplementedError\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "mine.toml"
+    args = ["study", "from-misses", "--factory", "svc_factory:make", "--min-calls", "5", "--out", str(out)]
+    assert cli(args) == 0
+    msg = capsys.readouterr().out
+    assert "1 tasks of mine.launch" in msg and "1 calls under --min-calls 5 left out" in msg, msg
+    assert "2 misses of registered kernels listed as comments" in msg, msg
+    text = out.read_text()
+    assert [t["kernel"] for t in tomllib.loads(text)["tasks"]] == ["mine.launch"]
+    listed = [line for line in text.splitlines() if line.startswith("#   rmsnorm (triton) key")]
+    assert len(listed) == 2 and "'M': 8," in listed[0] and listed[0].endswith(": 90 calls"), listed
+    assert "'M': 16," in listed[1] and listed[1].endswith(": 10 calls"), listed
+
+
 def _no_key_executor(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
     from types import SimpleNamespace
 

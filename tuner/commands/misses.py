@@ -140,8 +140,14 @@ def run_from_misses(args: argparse.Namespace) -> int:
             output=args.output,
         )
         path = render_study(dec, args.out, check_kernels=False)
+        left = [f"{dec.skipped_calls} calls under --min-calls {min_calls} left out"]
+        if dec.registered:
+            left.append(
+                f"{dec.registered} misses of registered kernels listed as comments (without --factory, "
+                "from-misses writes their study)"
+            )
         print(
-            f"study: {path} ({dec.tasks} tasks of {', '.join(dec.kernels)}); tune with: "
+            f"study: {path} ({dec.tasks} tasks of {', '.join(dec.kernels)}; {'; '.join(left)}); tune with: "
             f"tuner study run {path} --executor {DECORATED_EXECUTOR}"
         )
         return 0

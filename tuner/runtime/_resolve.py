@@ -125,8 +125,18 @@ class Request:
     def space(self) -> SearchSpace:
         return self.t.space_for(self.args, self.kwargs)
 
-    def files(self) -> list[ReadOnlyCache]:
+    @functools.cached_property
+    def _files(self) -> list[ReadOnlyCache]:
         return file_caches(self.t.cache)
+
+    def files(self) -> list[ReadOnlyCache]:
+        """The shipped files, read once per request: a `TUNER_CACHE_FILE` replaced while a miss is resolved
+        (a new export renamed over it) applies to the next miss, not to half of this one. Read anew at
+        each step, the exact lookup saw the old file and the miss reason and fallbacks the new one: the
+        key was logged as `cached config ... is not in the current search space: ` (no reason) and taken
+        as its own `nearest cached key (distance 0)`, the zero-shot memo keyed on one file and fitted on
+        the other."""
+        return self._files
 
     def store(self) -> ConfigCache | None:
         """The function's store (None: no store, or one that cannot be used); opened once per request,

@@ -142,7 +142,8 @@ def _stat_signature(path: str) -> tuple[int, int, int] | None:
 def env_cache() -> ReadOnlyCache | None:
     """The file named by `$TUNER_CACHE_FILE`, loaded once per path and version of the file (read again
     when its mtime, size or inode change: a file replaced by a new export); one that cannot be used is
-    skipped with one warning (the call goes on with the other layers) until it changes."""
+    skipped with one warning per version of the file (the call goes on with the other layers) until it
+    changes."""
     path = text("TUNER_CACHE_FILE")
     if not path:
         return None
@@ -153,8 +154,10 @@ def env_cache() -> ReadOnlyCache | None:
     try:
         c: ReadOnlyCache | None = load_cache(path)
     except CacheFileError as exc:
+        # once per version of the file, not per path: a service that started before the first export was
+        # there (one warning) and is later shipped a broken file must say so again (it logged nothing)
         warn_once(
-            ("file", path),
+            ("file", path, repr(sig)),
             "TUNER_CACHE_FILE is not usable, so it is skipped until the file changes: %s",
             exc,
         )

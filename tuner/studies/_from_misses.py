@@ -68,6 +68,7 @@ class FromMisses:
     kernels: tuple[str, ...]
     skipped_calls: int  # misses under --min-calls
     unregistered: int  # misses of decorated functions (listed as comments)
+    registered: int = 0  # misses of registered kernels in a `--factory` study (listed as comments)
 
 
 def _toml_value(v: Any) -> str:
@@ -175,12 +176,7 @@ def study_from_misses(
         if dtype:
             lines.append(f"dtypes = [{_toml_value(dtype)}]")
         lines += [f"problems = [{_inline(problem)}]", f"budget = {_inline({'trials': n})}"]
-    if other:
-        lines += ["", "# Misses of decorated functions (not registered kernels; see docs/production.md):"]
-        for r in sorted(other, key=lambda r: -r.calls):
-            lines.append(
-                f"#   {r.kernel} key {r.key.fields_dict} dtypes {list(r.key.dtypes)}: {r.calls} calls"
-            )
+    lines += _listed(other, "Misses of decorated functions (not registered kernels; see docs/production.md):")
     return FromMisses(
         "\n".join(lines) + "\n",
         len(seen),
@@ -188,6 +184,19 @@ def study_from_misses(
         skipped,
         len(other),
     )
+
+
+def _listed(rows: Sequence[Any], head: str) -> list[str]:
+    """Comment lines naming the misses a study file leaves to another kind of study, most calls first."""
+    if not rows:
+        return []
+    out = ["", f"# {head}"]
+    for r in sorted(rows, key=lambda r: (-r.calls, r.kernel, r.key.hash)):
+        backend = f" ({r.backend})" if r.backend else ""
+        out.append(
+            f"#   {r.kernel}{backend} key {r.key.fields_dict} dtypes {list(r.key.dtypes)}: {r.calls} calls"
+        )
+    return out
 
 
 def render_study(result: FromMisses, out: str | Path, *, check_kernels: bool = True) -> Path:
@@ -317,6 +326,9 @@ def decorated_study(
         raise BadInput(f"--trials must be >= 1, got {trials}")
     factory = factory_ref(factory)  # one that a worker cannot rebuild would fail every task: refuse it now
     kept = [r for r in rows if r.calls >= min_calls and not (r.registered or _is_registered(r.kernel))]
+    # listed as comments, and counted in the command's line: left out without a word, a service's kernel
+    # misses were gone once `tuner misses --clear` ran after shipping this study's export
+    kernels = [r for r in rows if r.calls >= min_calls and (r.registered or _is_registered(r.kernel))]
     skipped = sum(r.calls for r in rows if r.calls < min_calls)
     if not kept:
         raise BadInput(f"no recorded miss of a decorated function with at least {min_calls} calls")
@@ -354,7 +366,10 @@ def decorated_study(
         if r.key.dtypes:
             lines.append(f"dtypes = [{_toml_value(r.key.dtypes[0])}]")
         lines += [f"problems = [{_inline(problem)}]", f"budget = {_inline({'trials': n})}"]
-    return FromMisses("\n".join(lines) + "\n", len(kept), tuple(sorted({r.kernel for r in kept})), skipped, 0)
+    head = "Misses of registered kernels (a study written without --factory tunes them; docs/production.md):"
+    lines += _listed(kernels, head)
+    text = "\n".join(lines) + "\n"
+    return FromMisses(text, len(kept), tuple(sorted({r.kernel for r in kept})), skipped, 0, len(kernels))
 
 
 def _recorded_call(problem: dict[str, Any]) -> tuple[str, dict[str, Any], list[str]]:
