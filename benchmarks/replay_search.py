@@ -210,10 +210,13 @@ def variant_error(strategies: Sequence[str]) -> str | None:
     from tuner.strategies import get_strategy
 
     for spec in strategies:
-        if spec.startswith(KT_PREFIX) or "@" not in spec:
+        if spec.startswith(KT_PREFIX):
             continue
         try:
             name, sets = parse_variant(spec)
+            if not sets:
+                get_strategy(name)  # an unknown name: ValueError naming the known ones
+                continue
             config_cls = getattr(get_strategy(name), "config_class", None)
             if config_cls is None:
                 return f"strategy {name!r} has no settings to vary ({spec!r})"
@@ -675,6 +678,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "together instead of running anything (--budget and --prior must match)",
     )
     args = ap.parse_args(argv)
+    if args.seeds < 1 or args.budget < 1 or args.jobs < 1 or args.seed0 < 0:
+        ap.error("--seeds, --budget and --jobs must be >= 1 and --seed0 >= 0")
+    from_json = [fn for fn in args.from_json.split(",") if fn]
+    missing = [fn for fn in from_json if not Path(fn).is_file()]
+    if missing:
+        ap.error(f"--from-json: no file {', '.join(missing)}")
+    if args.json and not Path(args.json).resolve().parent.is_dir():
+        ap.error(f"--json: no folder {Path(args.json).resolve().parent} to write {args.json} into")
 
     data = Path(args.data)
     pats = [p for p in args.files.split(",") if p] or ["*/*.json*"]
@@ -701,8 +712,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     t0 = time.perf_counter()
     runs: list[dict[str, Any]] = []
-    if args.from_json:
-        for fn in args.from_json.split(","):
+    if from_json:
+        for fn in from_json:
             with open(fn) as fh:
                 doc = json.load(fh)
             if doc["args"]["budget"] != args.budget or doc["args"]["prior"] != args.prior:

@@ -78,3 +78,35 @@ def test_report_prints_intervals_and_keeps_them_in_the_json(
     lo, hi = groups["auto@n_init=4"]["ci"]["score"]
     assert lo <= groups["auto@n_init=4"]["score"] <= hi
     assert rs.main([*args, "--strategies", "auto@n_init=0"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--budget", "0"], "--budget"),  # was a ValueError traceback from optimize, exit 1
+        (["--seeds", "0"], "--seeds"),  # was "0 runs", exit 0
+        (["--jobs", "0"], "--jobs"),
+        (["--strategies", "random,no_such"], "unknown strategy 'no_such'"),  # a traceback, exit 1
+        (["--from-json", "no_such_run.json"], "--from-json: no file no_such_run.json"),  # a traceback
+        (["--json", "no_such_folder/run.json"], "--json: no folder"),  # lost the whole run at its end
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line_before_any_run(
+    args: list[str],
+    says: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(rs, "run_one", lambda job: pytest.fail("ran before refusing its arguments"))
+    base = ["--data", str(SAMPLE.parent), "--files", SAMPLE.name, "--seeds", "1", "--budget", "5"]
+    with pytest.raises(SystemExit) as exc:
+        code = rs.main([*base, *args])
+        raise SystemExit(code)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert says in err[-1] and "Traceback" not in "\n".join(err)
+    assert list(cwd.iterdir()) == []
