@@ -273,8 +273,8 @@ def compare(before: Path, a: argparse.Namespace) -> int:
     return 0
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=51)
     ap.add_argument("--number", type=int, default=20000)
     ap.add_argument("--skip-triton", action="store_true")
@@ -282,7 +282,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=6, help="with --before: alternating rounds")
     ap.add_argument("--stat", choices=sorted(STATS), default="median", help="per-call figure of the samples")
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # child mode of --before
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+    if a.repeats < 1 or a.number < 1 or a.rounds < 1:
+        ap.error("--repeats, --number and --rounds must be >= 1")
+    if a.before is not None and not (a.before / "tuner" / "__init__.py").is_file():
+        # the child would import whichever tuner the interpreter finds instead, and compare it with itself
+        ap.error(f"--before {a.before}: not a checkout of tuner (no tuner/__init__.py)")
     global STAT
     STAT = STATS[a.stat]
     if a.before is not None:

@@ -20,7 +20,12 @@ import time
 os.environ.setdefault("TUNER_HOME", tempfile.mkdtemp(prefix="tuner-devcheck-"))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0]).parse_args(
+        argv
+    )  # --help; no options
     import torch
 
     if not torch.cuda.is_available():

@@ -15,8 +15,13 @@ import sys
 import tempfile
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
     import os
+
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--allow-cpu", action="store_true", help="without CUDA: the CPU self-test (interpreter)")
+    args = ap.parse_args(argv)
 
     os.environ.setdefault("TUNER_HOME", tempfile.mkdtemp())
     import torch
@@ -26,7 +31,7 @@ def main() -> int:
     import tuner
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu" and "--allow-cpu" not in sys.argv:
+    if device == "cpu" and not args.allow_cpu:
         print("no CUDA device")
         return 2
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu (interpreter)"

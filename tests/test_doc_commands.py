@@ -3,17 +3,24 @@ commands the CLI takes: each names an existing subcommand, passes only options t
 no more positional arguments than it takes (`tuner regress BASELINE` is not `tuner regress --baseline
 FILE`). Usage syntax is understood: `[...]` optional parts, `a|b` alternatives, `...` repetition and
 placeholders in capitals. What the blocks that do run do is tests/test_doc_snippets.py's job.
+
+The scripts of benchmarks/ that the docs tell users to run answer `--help` with their usage (without running
+anything) and refuse an option they do not have, or an argument they cannot use, with exit 2 and one line.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests._env import repo_pythonpath
 from tests.test_doc_snippets import doc_files
 from tuner.cli import build_parser
 
@@ -177,3 +184,36 @@ def test_the_docs_show_commands() -> None:
 @pytest.mark.parametrize("cmd", doc_commands(), ids=lambda c: c.where)
 def test_documented_command_is_one_the_cli_takes(cmd: Command) -> None:
     assert problems(cmd.text, build_parser()) == [], f"{cmd.where}: `{cmd.text}`"
+
+
+SCRIPTS = sorted(p.name for p in (REPO / "benchmarks").glob("[!_]*.py"))
+
+
+def _script(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=repo_pythonpath(), TUNER_HOME=str(cwd / "home"))
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_benchmark_script_answers_help_and_refuses_an_unknown_option(name: str, tmp_path: Path) -> None:
+    script = str(REPO / "benchmarks" / name)  # run from another folder, as a clone's user may
+    r = _script([script, "--help"], tmp_path)
+    assert r.returncode == 0 and r.stdout.startswith("usage:"), (r.stdout + r.stderr)[-800:]
+    r = _script([script, "--no-such-option"], tmp_path)
+    last = r.stderr.strip().splitlines()[-1:] or [""]
+    # `unrecognized arguments: --no-such-option`, or first `required: table` where a positional is missing
+    assert r.returncode == 2 and f"{name}: error: " in last[0], (r.stdout + r.stderr)[-800:]
+    assert r.stdout == "" and "Traceback" not in r.stderr
+
+
+def test_cache_hit_overhead_refuses_a_before_that_is_not_a_checkout(tmp_path: Path) -> None:
+    """It measured the interpreter's installed tuner as "before" instead, and printed a comparison."""
+    r = _script(
+        [str(REPO / "benchmarks" / "cache_hit_overhead.py"), "--before", str(tmp_path / "nowhere")], tmp_path
+    )
+    assert r.returncode == 2 and "not a checkout of tuner" in r.stderr.strip().splitlines()[-1], r.stderr[
+        -800:
+    ]
+    assert r.stdout == ""
