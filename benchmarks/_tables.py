@@ -1,4 +1,6 @@
-"""Which files under a folder of Kernel Tuner tables are tables to replay, for every benchmark script.
+"""Which files under a folder of Kernel Tuner tables are tables to replay, for every benchmark script; and the
+argparse `type=` functions the scripts share, so that a bad argument is refused as bad usage (exit 2, one
+line) before any work; and a TUNER_HOME of their own that does not outlive the run.
 
 The hub's folders (../benchmarks/data/README.md says where they come from) hold, beside each GPU's cache
 file, files that are not tables of their own: the T4 copy of a cache file (the same table again: it would
@@ -7,10 +9,16 @@ leak a held-out table into its own leave-one-out prior) and Kernel Tuner's resul
 
 from __future__ import annotations
 
+import argparse
+import atexit
 import contextlib
 import glob
 import logging
+import math
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -49,3 +57,66 @@ def quiet_logging() -> Iterator[None]:
         yield
     finally:
         logging.disable(before)
+
+
+def positive_int(text: str) -> int:
+    """argparse `type=`: an integer >= 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, not {n}")
+    return n
+
+
+def positive_ints(text: str) -> list[int]:
+    """argparse `type=`: a comma-separated list of integers >= 1 ('5,10,20')."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError("no number given")
+    return [positive_int(p) for p in parts]
+
+
+def positive_float(text: str) -> float:
+    """argparse `type=`: a finite number > 0."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(x) and x > 0):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, not {text}")
+    return x
+
+
+def existing_dir(text: str) -> str:
+    """argparse `type=`: a folder that exists."""
+    if not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"no folder {text}")
+    return text
+
+
+def out_dir(text: str) -> str:
+    """argparse `type=`: a folder to write into, there or to be made (no file in the way of it)."""
+    p = Path(text)
+    for q in (p, *p.parents):
+        if q.exists():
+            if not q.is_dir():
+                raise argparse.ArgumentTypeError(f"{q} is a file, not a folder")
+            break
+    return text
+
+
+def temp_dir(prefix: str) -> str:
+    """A new temporary folder, removed when the process exits."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+def temp_tuner_home(prefix: str = "tuner-bench-") -> str:
+    """TUNER_HOME for this run: the caller's where it is set, else a `temp_dir` (a check's store and cache
+    files are of no use after it)."""
+    if not os.environ.get("TUNER_HOME"):
+        os.environ["TUNER_HOME"] = temp_dir(prefix)
+    return os.environ["TUNER_HOME"]

@@ -33,7 +33,7 @@ if str(REPO) not in sys.path:
 _BENCH = str(Path(__file__).resolve().parent)
 if _BENCH not in sys.path:
     sys.path.insert(0, _BENCH)
-from _tables import table_files  # noqa: E402  (benchmarks/ is not a package)
+from _tables import existing_dir, positive_int, table_files  # noqa: E402  (benchmarks/ is not a package)
 
 DEFAULT_DATA = Path(__file__).resolve().parent / "data"  # the committed tables (benchmarks/data/README.md)
 
@@ -65,23 +65,32 @@ def evaluate(y_true: np.ndarray, score: np.ndarray) -> dict[str, float]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--data", type=existing_dir, default=str(DEFAULT_DATA), help="folder of KERNEL/GPU tables"
+    )
+    ap.add_argument(
+        "--max-rows", type=positive_int, default=15000, help="training rows per fold (a random sample)"
+    )
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    folders = sorted(p for p in Path(args.data).iterdir() if p.is_dir())
+    groups = {f: table_files(f, ["*.json*"], script="cost_model_report") for f in folders}
+    groups = {
+        f: files for f, files in groups.items() if len(files) >= 2
+    }  # one GPU held out, the others train
+    if not groups:
+        ap.error(
+            f"--data: no KERNEL folder under {args.data} holds two tables (KERNEL/GPU.json[.gz]) or more"
+        )
+
     from tuner.cost_models import normalise_targets, schema_for_space
 
     from tuner.replay import load_table
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=str(DEFAULT_DATA))
-    ap.add_argument("--max-rows", type=int, default=15000, help="training rows per fold (a random sample)")
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-
-    folders = sorted(p for p in Path(args.data).iterdir() if p.is_dir())
     rows: list[tuple[str, str, dict[str, float]]] = []
     t0 = time.perf_counter()
-    for folder in folders:
-        files = table_files(folder, ["*.json*"], script="cost_model_report")
-        if len(files) < 2:
-            continue
+    for folder, files in groups.items():
         tables = [load_table(f) for f in files]
         for hi, held in enumerate(tables):
             schema = schema_for_space(held.space)

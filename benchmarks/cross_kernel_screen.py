@@ -34,7 +34,7 @@ if str(REPO) not in sys.path:
 _BENCH = str(Path(__file__).resolve().parent)
 if _BENCH not in sys.path:
     sys.path.insert(0, _BENCH)
-from _tables import table_files  # noqa: E402  (benchmarks/ is not a package)
+from _tables import existing_dir, positive_int, positive_ints, table_files  # noqa: E402  (benchmarks/ is not a package)
 
 DEFAULT_DATA = Path(__file__).resolve().parent / "data"
 # a shared name -> the derived feature names that carry it in one kernel or another (first present wins)
@@ -99,18 +99,22 @@ def random_best_log2(true: np.ndarray, opt: float, k: int) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", default=str(DEFAULT_DATA), help="folder with KERNEL/GPU.json.gz tables")
-    ap.add_argument("--k", default="5,10,20", help="comma-separated numbers of first picks")
-    ap.add_argument("--seeds", type=int, default=10, help="tie-break and ensemble seeds")
+    ap.add_argument(
+        "--data", type=existing_dir, default=str(DEFAULT_DATA), help="folder with KERNEL/GPU.json.gz tables"
+    )
+    ap.add_argument(
+        "--k", type=positive_ints, default="5,10,20", help="comma-separated numbers of first picks"
+    )
+    ap.add_argument("--seeds", type=positive_int, default=10, help="tie-break and ensemble seeds")
     args = ap.parse_args(argv)
-    from scipy.stats import spearmanr
-    from tuner.cost_models import XGBEnsemble
-
-    ks = [int(k) for k in args.k.split(",")]
+    ks: list[int] = args.k
     paths = table_files(args.data, ["*/*.json*"], script="cross_kernel_screen")
     paths = [p for p in paths if Path(p).parent.name != "gpu_validate"]
     if not paths:
-        raise SystemExit(f"no tables under {args.data}")
+        ap.error(f"--data: no tables (KERNEL/GPU.json[.gz]) under {args.data}")
+    from scipy.stats import spearmanr
+    from tuner.cost_models import XGBEnsemble
+
     tables = {str(Path(p).relative_to(args.data)).split(".json")[0]: load(p) for p in paths}
     kernel = {name: name.split("/")[0] for name in tables}
     gpu = {name: name.split("/")[1] for name in tables}

@@ -39,19 +39,26 @@ REPO = Path(__file__).resolve().parent.parent
 _BENCH = str(Path(__file__).resolve().parent)
 if _BENCH not in sys.path:
     sys.path.insert(0, _BENCH)
-from _tables import table_files  # noqa: E402  (benchmarks/ is not a package)
+from _tables import existing_dir, positive_int, positive_ints, table_files  # noqa: E402  (benchmarks/ is not a package)
 
 # The tables: the repository's compressed copies (benchmarks/data/README.md).
 DEFAULT_DATA = REPO / "benchmarks" / "data"
 
 
-def _tables(data: Path) -> list[Path]:
+def _tables(data: Path, only: str = "") -> list[Path]:
+    """The tables under `data`, those whose path holds one of the comma-separated substrings `only` where
+    given; ValueError where none is."""
     files = [Path(f) for f in table_files(data, script="explicit_configs_topk")]
     if not files:
-        raise SystemExit(
+        raise ValueError(
             f"no tables (<kernel>/<gpu>.json[.gz]) under {data}; pass --data DIR, a folder of Kernel Tuner "
             "cache files such as the gpu-tuning-spaces dataset"
         )
+    subs = [s for s in only.split(",") if s]
+    if subs:
+        files = [f for f in files if any(s in str(f) for s in subs)]
+        if not files:
+            raise ValueError(f"--only {only}: no table under {data} matches")
     return files
 
 
@@ -60,15 +67,12 @@ def _q(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, files: list[Path]) -> int:
     from tuner import SearchSpace
     from tuner._optimize import optimize
     from tuner.replay import load_table
 
-    files = _tables(Path(args.data))
-    if args.only:
-        files = [f for f in files if any(s in str(f) for s in args.only.split(","))]
-    ks = [int(k) for k in args.k.split(",")]
+    ks: list[int] = args.k
     tables = {f: load_table(f) for f in files}
     rows: dict[tuple[str, int], list[tuple[float, bool]]] = {}
     t_start = time.perf_counter()
@@ -135,18 +139,30 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--data",
+        type=existing_dir,
         default=str(DEFAULT_DATA),
         help="folder of <kernel>/<gpu>.json[.gz] tables (default: benchmarks/data)",
     )
     ap.add_argument("--n", type=int, default=30, help="configs in the explicit list (default 30)")
-    ap.add_argument("--k", default="5,10,15", help="budgets to compare with timing all n (default 5,10,15)")
-    ap.add_argument("--seeds", type=int, default=10, help="lists drawn per table (default 10)")
+    ap.add_argument(
+        "--k",
+        type=positive_ints,
+        default="5,10,15",
+        help="budgets to compare with timing all n (default 5,10,15)",
+    )
+    ap.add_argument("--seeds", type=positive_int, default=10, help="lists drawn per table (default 10)")
     ap.add_argument("--prior", choices=["loo", "none"], default="loo")
     ap.add_argument("--only", default="", help="comma-separated substrings of table paths to keep")
     args = ap.parse_args(argv)
     if args.n < 2:
         ap.error("--n must be at least 2")
-    return run(args)
+    if max(args.k) >= args.n:
+        ap.error(f"--k: each budget must be below --n {args.n} (timing all n configs is the baseline)")
+    try:
+        files = _tables(Path(args.data), args.only)
+    except ValueError as exc:
+        ap.error(str(exc))
+    return run(args, files)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+from _tables import out_dir, positive_float  # noqa: E402  (benchmarks/ is not a package)
+
 log = logging.getLogger("gpu_validate")
 
 SCHEMA = "tuner.gpu_validate/2"
@@ -824,7 +826,9 @@ PHASES: dict[str, Callable[[Run, Phase], None]] = {
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--out", default=None, help="output directory (default: $OUT, else ./gpu_validate_out)")
-    ap.add_argument("--max-minutes", type=float, default=8.0, help="total wall-clock limit (default 8)")
+    ap.add_argument(
+        "--max-minutes", type=positive_float, default=8.0, help="total wall-clock limit (default 8)"
+    )
     ap.add_argument("--allow-cpu", action="store_true", help="without a CUDA device: the CPU self-test")
     ap.add_argument("--budget", type=int, default=None, help="matmul tuning trials (default 16; CPU 4)")
     ap.add_argument(
@@ -845,6 +849,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip", action="append", default=[], choices=list(PHASES))
     args = ap.parse_args(argv)
+    try:  # --out, else $OUT, else the default: a file in its way is found before the run, not at its end
+        out_dir(str(output_dir(args.out)))
+    except argparse.ArgumentTypeError as exc:
+        ap.error(f"--out: {exc}")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     vers = versions()

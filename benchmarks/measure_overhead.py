@@ -1,6 +1,6 @@
 """The measurer's own overhead per candidate on CPU, beside the bare kernel call, in one run.
 
-    PYTHONPATH=. python benchmarks/measure_overhead.py [--candidates 40] [--n 4096]
+    PYTHONPATH=. python benchmarks/measure_overhead.py [--candidates 40]    (OVERHEAD_N=4096: the kernel's n)
 
 For each candidate config, the measurer makes `1 + warmup + n` kernel calls (the checked first call,
 the untimed warm-up, the timed repeats). Its overhead is the wall time of `measure(config)` as the
@@ -25,7 +25,9 @@ import numpy as np
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU: kernels (if any are defined) run interpreted
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _tables import positive_int  # noqa: E402  (benchmarks/ is not a package)
 from tuner.kernels import KernelSpec  # noqa: E402
 from tuner.search_spaces import IntRange, SearchSpace  # noqa: E402
 
@@ -137,10 +139,10 @@ def run(isolation: str, candidates: int, bare_ms: float) -> dict:
     }
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--candidates", type=int, default=40)
-    args = ap.parse_args()
+    ap.add_argument("--candidates", type=positive_int, default=40)
+    args = ap.parse_args(argv)
     problem = dict(SPEC.default_problem)
     bare = bare_call_ms(problem)
     print(f"bare kernel call (n={problem['n']}): median {bare * 1e3:.1f} us")

@@ -20,14 +20,14 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import statistics
 import sys
-import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-os.environ.setdefault("TUNER_HOME", tempfile.mkdtemp(prefix="tuner-bench-"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _tables import positive_int, positive_ints, temp_dir, temp_tuner_home  # noqa: E402  (benchmarks/ is not a package)
 
 
 def _kernel(url: str, strategy: str, budget: int):  # noqa: ANN202
@@ -112,16 +112,24 @@ def first_call(kernel, n: int) -> float:  # noqa: ANN001
     return dt_s
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--calls", type=int, default=20)
-    ap.add_argument("--budget", type=int, default=2)
-    ap.add_argument("--sizes", default="10,100,1000,10000")
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--calls", type=positive_int, default=20)
+    ap.add_argument("--budget", type=positive_int, default=2)
+    ap.add_argument("--sizes", type=positive_ints, default="10,100,1000,10000")
     ap.add_argument("--strategies", default="random,auto")
-    a = ap.parse_args()
-    sizes = [int(x) for x in a.sizes.split(",")]
-    strategies = a.strategies.split(",")
-    tmp = Path(tempfile.mkdtemp(prefix="tuner-miss-"))
+    a = ap.parse_args(argv)
+    sizes: list[int] = a.sizes
+    strategies = [s for s in a.strategies.split(",") if s]
+    temp_tuner_home("tuner-bench-")  # before tuner is imported; removed at exit, unless the caller set it
+    from tuner.strategies import STRATEGIES
+
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown or not strategies:
+        ap.error(
+            f"--strategies: {', '.join(unknown) or 'none given'}; the strategies: {', '.join(STRATEGIES)}"
+        )
+    tmp = Path(temp_dir("tuner-miss-"))
     urls = {}
     for n in sizes:
         url = f"sqlite:///{tmp / f'store_{n}.db'}"

@@ -18,24 +18,25 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _tables import positive_int  # noqa: E402  (benchmarks/ is not a package)
 
 PROBLEM = {"M": 4096, "N": 4096, "K": 4096, "dtype": "bfloat16", "bias": False, "activation": "none"}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configs", type=positive_int, default=32)
+    ap.add_argument("--arch", choices=("sm80", "sm90"), default="sm90")
+    ap.add_argument("--jobs", type=positive_int, default=None, help="pool size (default: the usable cores)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+
+    from tuner.kernels import get_kernel
     from tuner.kernels._check import draw_configs
     from tuner.search_spaces import get_device
 
     from tuner.measure._compile import compile_configs, default_jobs
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--configs", type=int, default=32)
-    ap.add_argument("--arch", choices=("sm80", "sm90"), default="sm90")
-    ap.add_argument("--jobs", type=int, default=None, help="pool size (default: the usable cores)")
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
-
-    from tuner.kernels import get_kernel
 
     spec = get_kernel("matmul")
     space = spec.space(PROBLEM, get_device(args.arch), "triton")

@@ -17,21 +17,22 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+from _tables import positive_int, temp_dir  # noqa: E402  (benchmarks/ is not a package)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--calls", type=int, default=100_000)
-    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--calls", type=positive_int, default=100_000)
+    ap.add_argument("--rounds", type=positive_int, default=15)
     args = ap.parse_args(argv)
-    tmp = tempfile.mkdtemp(prefix="tuner-record-bench-")
+    tmp = temp_dir("tuner-record-bench-")
     os.environ["TUNER_HOME"] = tmp
     os.environ["TUNER_MISSES_DIR"] = str(Path(tmp) / "misses")
     import logging

@@ -32,7 +32,7 @@ import numpy as np
 _BENCH = str(Path(__file__).resolve().parent)
 if _BENCH not in sys.path:
     sys.path.insert(0, _BENCH)
-from _tables import table_files  # noqa: E402  (benchmarks/ is not a package)
+from _tables import out_dir, table_files  # noqa: E402  (benchmarks/ is not a package)
 
 DEFAULT_DATA = Path(__file__).resolve().parent / "data"
 
@@ -71,7 +71,7 @@ def cut(
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("out", help="folder to write KERNEL/GPU_i.json.gz into")
+    ap.add_argument("out", type=out_dir, help="folder to write KERNEL/GPU_i.json.gz into")
     ap.add_argument(
         "--data", default=str(DEFAULT_DATA), help="folder of the tables (default benchmarks/data)"
     )

@@ -43,7 +43,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import replay_search as rs  # noqa: E402  (the sibling script: tables, priors, variants)
-from _tables import quiet_logging  # noqa: E402
+from _tables import positive_int, quiet_logging  # noqa: E402
 
 
 def resolve_table(name: str, data: Path = rs.DEFAULT_DATA) -> str:
@@ -55,11 +55,11 @@ def resolve_table(name: str, data: Path = rs.DEFAULT_DATA) -> str:
         if cand.is_file():
             return str(cand)
     known = sorted(str(Path(q).relative_to(data)).split(".json")[0] for q in rs.table_files(data))
-    raise SystemExit(f"no table {name!r}; the tables under {data.name}/: {', '.join(known)}")
+    raise ValueError(f"no table {name!r}; the tables under {data.name}/: {', '.join(known)}")
 
 
 def parse_seeds(text: str) -> list[int]:
-    """'0,3,5-7' -> [0, 3, 5, 6, 7]."""
+    """'0,3,5-7' -> [0, 3, 5, 6, 7]; ValueError for what is not seeds (an empty range such as 3-1 too)."""
     out: list[int] = []
     for part in text.split(","):
         part = part.strip()
@@ -67,23 +67,27 @@ def parse_seeds(text: str) -> list[int]:
             continue
         lo, sep, hi = part.partition("-")
         try:
-            out += list(range(int(lo), int(hi) + 1)) if sep else [int(lo)]
+            seeds = list(range(int(lo), int(hi) + 1)) if sep else [int(lo)]
         except ValueError:
-            raise SystemExit(f"--seeds: {part!r} is not a seed or a range like 0-9") from None
+            seeds = []
+        if not seeds:
+            raise ValueError(f"--seeds: {part!r} is not a seed or a range like 0-9")
+        out += seeds
     if not out:
-        raise SystemExit("--seeds: no seed given")
+        raise ValueError("--seeds: no seed given")
     return out
 
 
 def parse_region(text: str | None, names: Sequence[str]) -> dict[str, Any]:
-    """'tile_size_x=1,use_shmem=1' -> {'tile_size_x': 1, 'use_shmem': 1} (values read as JSON)."""
+    """'tile_size_x=1,use_shmem=1' -> {'tile_size_x': 1, 'use_shmem': 1} (values read as JSON); ValueError
+    for an item that is not PARAM=VALUE with PARAM one of `names`."""
     if not text:
         return {}
     out: dict[str, Any] = {}
     for item in text.split(","):
         key, sep, raw = item.partition("=")
         if not sep or key not in names:
-            raise SystemExit(f"--region: {item!r} is not PARAM=VALUE with PARAM one of {', '.join(names)}")
+            raise ValueError(f"--region: {item!r} is not PARAM=VALUE with PARAM one of {', '.join(names)}")
         try:
             out[key] = json.loads(raw)
         except json.JSONDecodeError:
@@ -91,18 +95,28 @@ def parse_region(text: str | None, names: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def strategy_config(spec: str) -> Any:
+    """The `ModelStrategyConfig` of `auto` / `model` or a variant of them; ValueError for another strategy
+    or settings the config refuses."""
+    from tuner.strategies import ModelStrategyConfig
+
+    try:
+        name, sets = rs.parse_variant(spec)
+    except ValueError as exc:
+        raise ValueError(f"--strategy: {exc}") from None
+    if name not in ("auto", "model"):
+        raise ValueError(f"--strategy: only auto and model (and their variants) are traced, not {name!r}")
+    try:
+        return ModelStrategyConfig(**sets)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"--strategy {spec}: {exc}") from None
+
+
 def build_strategy(spec: str, space: Any, seed: int, prior: Any) -> Any:
     """A `ModelStrategy` instance for `auto` / `model` or a variant of them (its `sources` are read)."""
-    from tuner.strategies import ModelStrategy, ModelStrategyConfig
+    from tuner.strategies import ModelStrategy
 
-    name, sets = rs.parse_variant(spec)
-    if name not in ("auto", "model"):
-        raise SystemExit(f"--strategy: only auto and model (and their variants) are traced, not {name!r}")
-    try:
-        config = ModelStrategyConfig(**sets)
-    except (TypeError, ValueError) as exc:
-        raise SystemExit(f"--strategy {spec}: {exc}") from None
-    return ModelStrategy(space, seed=seed, prior=prior, config=config)
+    return ModelStrategy(space, seed=seed, prior=prior, config=strategy_config(spec))
 
 
 def trace_run(
@@ -248,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--seeds", default="0", help="seeds: 0,3,5-7 (default 0)")
     ap.add_argument("--strategy", default="auto", help="auto or a variant, auto@FIELD=VALUE (default auto)")
-    ap.add_argument("--budget", type=int, default=200)
+    ap.add_argument("--budget", type=positive_int, default=200)
     ap.add_argument("--prior", choices=("none", "loo"), default="none", help="loo: the other GPUs' tables")
     ap.add_argument("--region", help="PARAM=VALUE,...: count the results inside this region")
     ap.add_argument("--all", action="store_true", help="print every result, not only the new incumbents")
@@ -258,33 +272,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--summary", action="store_true", help="one summary over every table and seed instead of the paths"
     )
-    ap.add_argument("--early", type=int, default=40, help="--summary: results counted as early (default 40)")
+    ap.add_argument(
+        "--early", type=positive_int, default=40, help="--summary: results counted as early (default 40)"
+    )
     args = ap.parse_args(argv)
-    if args.budget < 1:
-        raise SystemExit("--budget must be >= 1")
-    if args.early < 1:
-        raise SystemExit("--early must be >= 1")
+    if args.summary and (args.region or args.all):
+        ap.error("--summary takes neither --region nor --all")
+    if not args.summary and len(args.table) > 1:
+        ap.error("several tables only with --summary")
+    try:  # every argument checked before the first run: a bad one is bad usage (exit 2, one line)
+        seeds = parse_seeds(args.seeds)
+        strategy_config(args.strategy)
+        paths = [resolve_table(name, Path(args.data)) for name in args.table]
+    except ValueError as exc:
+        ap.error(str(exc))
     if args.summary:
-        if args.region or args.all:
-            raise SystemExit("--summary takes neither --region nor --all")
-        runs = []
-        for name in args.table:
-            p = resolve_table(name, Path(args.data))
-            runs += [
-                trace_run(p, args.strategy, s, args.budget, args.prior, {}) for s in parse_seeds(args.seeds)
-            ]
+        runs = [trace_run(p, args.strategy, s, args.budget, args.prior, {}) for p in paths for s in seeds]
         print(
             f"# trace summary: {', '.join(args.table)}, {args.strategy}, budget {args.budget}, prior {args.prior}"
         )
         print_summary(summarise(runs, args.early))
         return 0
-    if len(args.table) > 1:
-        raise SystemExit("several tables only with --summary")
-    path = resolve_table(args.table[0], Path(args.data))
+    [path] = paths
     table = rs._table(path)
     names = list(table.space.names)
-    region = parse_region(args.region, names)
-    seeds = parse_seeds(args.seeds)
+    try:
+        region = parse_region(args.region, names)
+    except ValueError as exc:
+        ap.error(str(exc))
     opt = min(v for v in table.values.values() if v is not None)
     shown = Path(path).resolve()
     shown_path = shown.relative_to(rs.REPO) if shown.is_relative_to(rs.REPO) else shown

@@ -217,3 +217,46 @@ def test_cache_hit_overhead_refuses_a_before_that_is_not_a_checkout(tmp_path: Pa
         -800:
     ]
     assert r.stdout == ""
+
+
+SAMPLE = REPO / "tests" / "data" / "convolution_A100_sample.json"
+# Arguments each script cannot use: refused before any work, not a traceback, a run that fails at its end
+# (a ZeroDivisionError in the report, a file where the output folder goes) or a run that reports nothing.
+BAD_ARGS = [
+    ("trace_search.py", ["convolution/NOPE"]),
+    ("trace_search.py", [str(SAMPLE), "--seeds", "3-1"]),
+    ("trace_search.py", [str(SAMPLE), "--region", "nosuch=1"]),
+    ("trace_search.py", [str(SAMPLE), "--strategy", "random"]),
+    ("trace_search.py", [str(SAMPLE), "--budget", "0"]),
+    ("cross_kernel_screen.py", ["--data", "{missing}"]),
+    ("cross_kernel_screen.py", ["--k", "x"]),
+    ("explicit_configs_topk.py", ["--k", "x"]),
+    ("explicit_configs_topk.py", ["--only", "nomatch"]),
+    ("explicit_configs_topk.py", ["--k", "50", "--n", "30"]),
+    ("cost_model_report.py", ["--data", "{missing}"]),
+    ("cost_model_report.py", ["--max-rows", "0"]),
+    ("miss_scaling.py", ["--strategies", "nosuch"]),
+    ("miss_scaling.py", ["--sizes", "x"]),
+    ("record_overhead.py", ["--calls", "0"]),
+    ("measure_overhead.py", ["--candidates", "0"]),
+    ("precompile.py", ["--configs", "0"]),
+    ("gpu_validate.py", ["--allow-cpu", "--out", "{file}"]),
+    ("gpu_validate.py", ["--allow-cpu", "--max-minutes", "0"]),
+    ("sub_tables.py", ["{file}"]),
+]
+
+
+@pytest.mark.parametrize(("name", "args"), BAD_ARGS, ids=[f"{n}:{' '.join(a)[-30:]}" for n, a in BAD_ARGS])
+def test_benchmark_script_refuses_an_argument_it_cannot_use(
+    name: str, args: list[str], tmp_path: Path
+) -> None:
+    (tmp_path / "a_file").write_text("")
+    args = [a.format(missing=tmp_path / "missing", file=tmp_path / "a_file") for a in args]
+    before = sorted(tmp_path.iterdir())
+    r = _script([str(REPO / "benchmarks" / name), *args], tmp_path)
+    errors = [line for line in r.stderr.splitlines() if line.startswith(f"{name}: error: ")]
+    assert r.returncode == 2 and len(errors) == 1 and r.stderr.rstrip().endswith(errors[0]), (
+        r.stdout + r.stderr
+    )[-800:]
+    assert r.stdout == "" and "Traceback" not in r.stderr
+    assert sorted(tmp_path.iterdir()) == before  # nothing written: no report, no TUNER_HOME
