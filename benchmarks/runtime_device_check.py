@@ -14,10 +14,11 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import tempfile
 import time
+from pathlib import Path
 
-os.environ.setdefault("TUNER_HOME", tempfile.mkdtemp(prefix="tuner-devcheck-"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _tables import temp_tuner_home  # noqa: E402  (benchmarks/ is not a package)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0]).parse_args(
         argv
     )  # --help; no options
+    temp_tuner_home("tuner-devcheck-")  # removed at exit, unless the caller set TUNER_HOME
     import torch
 
     if not torch.cuda.is_available():

@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import copy
 import sys
-import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _tables import temp_tuner_home  # noqa: E402  (benchmarks/ is not a package)
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-    import os
 
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--allow-cpu", action="store_true", help="without CUDA: the CPU self-test (interpreter)")
     args = ap.parse_args(argv)
 
-    os.environ.setdefault("TUNER_HOME", tempfile.mkdtemp())
+    temp_tuner_home("tuner-gpucheck-")  # removed at exit, unless the caller set TUNER_HOME
     import torch
     import triton
     import triton.language as tl

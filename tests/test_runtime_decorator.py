@@ -644,7 +644,8 @@ def test_pallas_block_sizes_as_static_args():
 def test_runtime_device_check_script_runs_on_the_interpreter(tmp_path: Path) -> None:
     """benchmarks/runtime_device_check.py is the runtime's check for a GPU session; it had drifted from the
     decorator's internals (an attribute that no longer existed) and broke on the first H200 run. Its CPU
-    path runs the same steps, so running it here keeps it in step with the code."""
+    path runs the same steps, so running it here keeps it in step with the code. Without TUNER_HOME it
+    makes a temporary one, and removes it at exit (it left one in the temporary folder on every run)."""
     import os
     import subprocess
     import sys
@@ -652,12 +653,9 @@ def test_runtime_device_check_script_runs_on_the_interpreter(tmp_path: Path) -> 
     pytest.importorskip("torch", reason="the script runs a Triton kernel: needs the kernels extra")
     pytest.importorskip("triton", reason="the script runs a Triton kernel: needs the kernels extra")
     repo = Path(__file__).resolve().parent.parent
-    env = {
-        **os.environ,
-        "TUNER_HOME": str(tmp_path),
-        "PYTHONPATH": repo_pythonpath(),
-        "CUDA_VISIBLE_DEVICES": "",
-    }
+    env = {k: v for k, v in os.environ.items() if k != "TUNER_HOME"}
+    (tmp := tmp_path / "tmp").mkdir()
+    env |= {"TMPDIR": str(tmp), "PYTHONPATH": repo_pythonpath(), "CUDA_VISIBLE_DEVICES": ""}
     p = subprocess.run(
         [sys.executable, str(repo / "benchmarks" / "runtime_device_check.py")],
         capture_output=True,
@@ -669,6 +667,7 @@ def test_runtime_device_check_script_runs_on_the_interpreter(tmp_path: Path) -> 
     assert "default timer: cpu_bench" in p.stdout
     assert "result correct: True; second call did not tune: True, correct: True" in p.stdout
     assert "offline from shipped file: True" in p.stdout
+    assert list(tmp.iterdir()) == []
 
 
 @pytest.mark.parametrize("which", ["key", "space"])

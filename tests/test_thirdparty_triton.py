@@ -486,19 +486,17 @@ def test_a_config_subclass_launches_with_its_all_kwargs(impl):
 
 def test_the_gpu_check_script_runs_on_the_interpreter(tmp_path):
     """benchmarks/thirdparty_gpu_check.py repeats the checks above where only a GPU shows them (the
-    compiled kernel a launch returns); its CPU self-test keeps it in step with the code."""
+    compiled kernel a launch returns); its CPU self-test keeps it in step with the code. Without TUNER_HOME
+    it makes a temporary one, and removes it at exit (it left one in the temporary folder on every run)."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
     repo = Path(__file__).resolve().parent.parent
-    env = {
-        **os.environ,
-        "TUNER_HOME": str(tmp_path),
-        "PYTHONPATH": repo_pythonpath(),
-        "TRITON_INTERPRET": "1",
-    }
+    env = {k: v for k, v in os.environ.items() if k != "TUNER_HOME"}
+    (tmp := tmp_path / "tmp").mkdir()
+    env |= {"TMPDIR": str(tmp), "PYTHONPATH": repo_pythonpath(), "TRITON_INTERPRET": "1"}
     p = subprocess.run(
         [sys.executable, str(repo / "benchmarks" / "thirdparty_gpu_check.py"), "--allow-cpu"],
         capture_output=True,
@@ -507,3 +505,4 @@ def test_the_gpu_check_script_runs_on_the_interpreter(tmp_path):
         timeout=300,
     )
     assert p.returncode == 0 and p.stdout.rstrip().endswith("same"), p.stdout + p.stderr
+    assert list(tmp.iterdir()) == []
