@@ -72,21 +72,27 @@ def test_verbose_after_the_subcommand_runs(capsys):
 
 
 @pytest.mark.skipif(os.name != "posix", reason="SIGPIPE and exit 141 are POSIX conventions")
-def test_closed_pipe_ends_quietly(tmp_path: Path):
-    """The reader goes away before tuner writes (as `| head` does on long output): no traceback."""
+def _into_closed_pipe(argv: list[str], home: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`python -m tuner ARGV` in `home` with its stdout a pipe whose reader has gone."""
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        r = subprocess.run(
-            [sys.executable, "-m", "tuner", "cache", "show"],
-            env=_env(tmp_path),
+        return subprocess.run(
+            [sys.executable, "-m", "tuner", *argv],
+            cwd=home,
+            env=_env(home),
             stdout=write_end,
             stderr=subprocess.PIPE,
             text=True,
-            timeout=120,
+            timeout=timeout,
         )
     finally:
         os.close(write_end)
+
+
+def test_closed_pipe_ends_quietly(tmp_path: Path):
+    """The reader goes away before tuner writes (as `| head` does on long output): no traceback."""
+    r = _into_closed_pipe(["cache", "show"], tmp_path)
     assert r.stderr == "", r.stderr
     assert r.returncode == EXIT_BROKEN_PIPE == 141
 
@@ -127,3 +133,17 @@ def test_an_unreachable_store_is_a_failure_not_bad_usage(tmp_path: Path):
         timeout=300,
     )
     assert r.returncode == 1 and r.stderr.startswith("tuner: failed: "), r.stderr
+
+
+def test_a_closed_pipe_does_not_stop_a_study_run_before_its_files_are_written(tmp_path: Path):
+    """`tuner study run S.toml | head -1`: the reader went away after the first line, and the next line
+    printed ("report: ...") ended the run with 141 before it wrote the cache file. The files are the
+    work; the lines only name them."""
+    from tests.test_studies import FAKE, write_study
+
+    study = write_study(tmp_path, n_m=2, budget=3)
+    r = _into_closed_pipe(["study", "run", str(study), "--executor", FAKE], tmp_path, timeout=300)
+    assert r.returncode == EXIT_BROKEN_PIPE, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    assert (tmp_path / "out-s" / "report" / "report.md").is_file()
+    assert (tmp_path / "out-s" / "cache.json").is_file()

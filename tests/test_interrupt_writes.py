@@ -195,3 +195,38 @@ def test_interrupt_in_a_commit_of_optimize_leaves_no_write_lock(tmp_path: Path) 
     assert not write_locked(db)
     res = tuner.optimize(SPACE, objective, budget=3, strategy="random", storage=store)
     assert len(res.trials) == 3
+
+
+def test_a_trial_interrupted_in_its_objective_stays_unfinished_after_its_config_is_measured(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ctrl-C inside the objective leaves its Optuna trial RUNNING without a measurement; the resumed run
+    measures that config again in a new trial. A later resume told the old RUNNING trial from the new
+    trial's measurement (matched by config): the study then held two finished trials of one config, one
+    never measured, and each such resume warned that trials "were measured and stored but not told to
+    Optuna", which they were not."""
+    import optuna
+
+    store = tuner.ResultStore(f"sqlite:///{tmp_path / 't.db'}")
+    space = SearchSpace.from_configs([{"x": i} for i in range(6)])
+    calls: list[int] = []
+
+    def objective(cfg: dict[str, Any]) -> float:
+        calls.append(cfg["x"])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return float(cfg["x"])
+
+    def run() -> Any:
+        return tuner.optimize(space, objective, budget=6, strategy="random", storage=store, study_name="s")
+
+    with pytest.raises(KeyboardInterrupt):
+        run()
+    assert len(run().trials) == 6  # the interrupted config is measured again: it never finished
+    with caplog.at_level("WARNING", logger="tuner.store"):
+        res = run()
+    assert len(res.trials) == 6 and len(calls) == 7
+    assert "not told to Optuna" not in caplog.text
+    study = optuna.load_study(study_name="s", storage=store.optuna_storage())
+    finished = [t.params["x"] for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))]
+    assert sorted(finished) == list(range(6)), finished  # one finished trial per config

@@ -331,7 +331,8 @@ class ResultStore:
         between the two writes (a crash, a `StoreTimeout`) leaves a RUNNING trial whose measurement is
         kept: it is told now from that measurement (COMPLETE with its value, or FAIL with its status and
         error), so the resumed study counts it instead of measuring it again. A RUNNING trial without a
-        measurement was never finished and is left as it is. `running` are the study's RUNNING trials the
+        measurement was never finished and is left as it is, also when its config was measured later in
+        another trial (that measurement is the finished trial's). `running` are the study's RUNNING trials the
         caller has read (nothing is read when none of them can be told); `storage` is Optuna's storage of
         the study (default `optuna_storage()`). The caller holds the study (its lease, or it is the only
         `optimize` call on it)."""
@@ -341,17 +342,30 @@ class ResultStore:
         import optuna
 
         storage = storage if storage is not None else self.optuna_storage()
-        stored: dict[str, Measurement] = {}
+        stored: dict[str, list[Measurement]] = {}
         for m in self.measurements(study_name=study_name):
             if m.stats.get("phase") != "final":  # tune_kernel's re-measured finalists are not trials
-                stored[_match_key(m.config)] = m
+                stored.setdefault(_match_key(m.config), []).append(m)
+        # A measurement that a finished trial of the study counts is that trial's: a RUNNING trial of the
+        # same config was interrupted before its own measurement (Ctrl-C in the objective), and the config
+        # was measured again in a new trial. Only a measurement left over belongs to a RUNNING trial.
+        finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
+        try:
+            counted = storage.get_all_trials(
+                storage.get_study_id_from_name(study_name), deepcopy=False, states=finished
+            )
+        except KeyError:
+            counted = []
+        for t in counted:
+            if not t.user_attrs.get("tuner_skip") and stored.get(_match_key(t.params)):
+                stored[_match_key(t.params)].pop(0)
         told = []
         with operation(f"telling study {study_name!r} the trials whose measurement is stored"):
             for t in todo:
-                found = stored.pop(_match_key(t.params), None)
-                if found is None:
+                left = stored.get(_match_key(t.params))
+                if not left:
                     continue
-                m = found
+                m = left.pop()
                 try:
                     storage.set_trial_user_attr(t._trial_id, "tuner_recovered", "told from its measurement")
                     if m.value is None:

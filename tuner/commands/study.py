@@ -109,6 +109,12 @@ def _fail(args: argparse.Namespace, what: str, reason: str, extra: dict[str, Any
     return 1
 
 
+def _say(lines: list[tuple[str, Any]]) -> None:
+    """Print (line, stream) pairs in order; stream None is stdout."""
+    for line, stream in lines:
+        print(line, file=stream)
+
+
 def _require_database(spec: Any) -> None:
     """A study that never ran has no SQLite file yet: say so instead of creating an empty database."""
     from tuner.storage import sqlite_path
@@ -161,10 +167,16 @@ def run_cmd(args: argparse.Namespace) -> int:
         "report": None,
         "cache": None,
     }
+    # stdout's lines are printed after the work: a reader that goes away early (`| head -1`) must not
+    # stop the run before it wrote the report and the cache file
+    said: list[tuple[str, Any]] = []  # (line, stream) in the order they are printed
     if not quiet:
-        print(
-            f"study {spec.name}: {c['done']} done, {c['failed']} failed, {c['pending']} pending, "
-            f"{c['running']} running elsewhere"
+        said.append(
+            (
+                f"study {spec.name}: {c['done']} done, {c['failed']} failed, {c['pending']} pending, "
+                f"{c['running']} running elsewhere",
+                None,
+            )
         )
     if summary.failed:
         # a failed task stays failed on the next run (resuming does not retry it): say how to retry
@@ -173,24 +185,28 @@ def run_cmd(args: argparse.Namespace) -> int:
         out["retry"] = retry + extra
     if not args.json:
         for key, err in summary.failed:
-            print(f"  failed: {key}: {err.splitlines()[0] if err else ''}", file=sys.stderr)
+            said.append((f"  failed: {key}: {err.splitlines()[0] if err else ''}", sys.stderr))
         if summary.failed:
-            print(f"  once their cause is fixed, run them again: {out['retry']}", file=sys.stderr)
-    if summary.complete and not args.no_report and (c["done"] or c["failed"]):
-        from tuner.studies import export_study, write_report
+            said.append((f"  once their cause is fixed, run them again: {out['retry']}", sys.stderr))
+    try:  # the lines said so far are printed also when writing the report fails
+        if summary.complete and not args.no_report and (c["done"] or c["failed"]):
+            from tuner.studies import export_study, write_report
 
-        rep = write_report(spec, spec.output_dir / "report")  # failures are worth a report too
-        out["report"] = {"markdown": str(rep.markdown), "html": str(rep.html)}
-        if not args.json:
-            print(f"report: {rep.markdown}")
-            print(f"report (HTML): {rep.html}")
-        try:
-            cache = export_study(spec, spec.output_dir / "cache.json")
-        except (NothingToDo, ExportRefused) as exc:
-            return _fail(args, "study run", str(exc), out)
-        out["cache"] = {"path": str(cache.path), "entries": cache.entries}
-        if not args.json:
-            print(f"cache: {cache.path} ({cache.entries} entries; {cache.format})")
+            rep = write_report(spec, spec.output_dir / "report")  # failures are worth a report too
+            out["report"] = {"markdown": str(rep.markdown), "html": str(rep.html)}
+            if not args.json:
+                said += [(f"report: {rep.markdown}", None), (f"report (HTML): {rep.html}", None)]
+            try:
+                cache = export_study(spec, spec.output_dir / "cache.json")
+            except (NothingToDo, ExportRefused) as exc:
+                _say(said)
+                said.clear()
+                return _fail(args, "study run", str(exc), out)
+            out["cache"] = {"path": str(cache.path), "entries": cache.entries}
+            if not args.json:
+                said.append((f"cache: {cache.path} ({cache.entries} entries; {cache.format})", None))
+    finally:
+        _say(said)
     if summary.complete and not c["done"]:
         return _fail(
             args,
