@@ -222,3 +222,25 @@ def test_read_only_release1_store_is_refused_not_migrated(tmp_path: Path, monkey
     with pytest.raises(StoreError, match="read-only .* cannot be migrated in place"):
         ResultStore(url)
     assert (tmp_path / "release1.db").read_bytes() == before
+
+
+def test_making_a_store_logs_no_alembic_info_to_a_program_that_logs_info(tmp_path: Path) -> None:
+    """A program that logs at INFO (`logging.basicConfig(level=INFO)`) and makes a store: alembic's own
+    INFO lines (its plugins, logged when tuner first imports it) are quiet, as its migration steps are."""
+    import subprocess
+    import sys
+
+    from tests._env import repo_pythonpath
+
+    child = (
+        "import logging; logging.basicConfig(level=logging.INFO)\n"
+        "import tuner\n"
+        "sp = tuner.SearchSpace.from_configs([{'a': i} for i in range(4)])\n"
+        f"tuner.optimize(sp, lambda c: c['a'], budget=2, strategy='random', storage={f'sqlite:///{tmp_path}/x.db'!r})\n"
+        "logging.getLogger('mine').info('done')\n"
+    )
+    env = dict(os.environ, TUNER_HOME=str(tmp_path / "home"), PYTHONPATH=repo_pythonpath())
+    r = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "INFO:mine:done" in r.stderr  # the program's own INFO lines still show
+    assert not [ln for ln in r.stderr.splitlines() if ln.startswith("INFO:alembic")], r.stderr

@@ -260,13 +260,13 @@ _alembic_quiet = SharedOverride(lambda: logging.getLogger("alembic").level, _set
 
 
 def _upgrade(conn: Connection) -> None:
-    from alembic import command
-    from alembic.config import Config
+    with _alembic_quiet():  # alembic's first import logs its plugins at INFO too
+        from alembic import command
+        from alembic.config import Config
 
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
-    cfg.attributes["connection"] = conn
-    with _alembic_quiet():
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
+        cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
 
 
@@ -274,12 +274,13 @@ def _check_known(conn: Connection, rev: str | None, url: str) -> None:
     """Refuse a store written by a newer tuner (a revision this tuner has no migration for)."""
     if rev is None or rev == SCHEMA_REVISION:
         return
-    from alembic.config import Config
-    from alembic.script import ScriptDirectory
+    with _alembic_quiet():  # alembic's first import logs its plugins at INFO
+        from alembic.config import Config
+        from alembic.script import ScriptDirectory
 
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
-    known = {s.revision for s in ScriptDirectory.from_config(cfg).walk_revisions()}
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
+        known = {s.revision for s in ScriptDirectory.from_config(cfg).walk_revisions()}
     if rev not in known:
         raise StoreError(
             f"store {redact(url)} has schema revision {rev}, newer than this tuner's "
