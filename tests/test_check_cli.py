@@ -251,6 +251,10 @@ def test_the_old_triton_interpreters_numpy_fault_is_explained_once(
         ["check", "matmul", "--device", "sm99"],
         ["check", "matmul", "--backend", "triton", "--device", "tpu_v5e"],
         ["check", "moe_gemm", "--shape", "group_sizes=1,2", "--backend", "pallas"],
+        # the problem schema (validate_problem), not a run whose every config fails with NaN
+        ["check", "rmsnorm", "--shape", "eps=-1", "--backend", "triton"],
+        ["check", "softmax", "--shape", "M=3000000000", "--backend", "triton"],
+        ["check", "flash_attention", "--shape", "sm_scale=big", "--backend", "triton"],
         ["kernels", "--device", "nope"],
     ],
 )
@@ -258,6 +262,17 @@ def test_bad_input_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) 
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("tuner: error: ") and len(err.strip().splitlines()) == 1
+
+
+def test_check_takes_every_field_of_the_problem_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    """A flag the spec declares beside its default problem (flash_attention's sm_scale) and an optional
+    field (moe_gemm's group_sizes) are problem fields for --shape, as for validate_problem."""
+    argv = ["check", "flash_attention", "--backend", "triton", "--configs", "1", "--json"]
+    assert main([*argv, "--shape", "S=20", "causal=false", "sm_scale=-0.5"]) == 0
+    assert json.loads(capsys.readouterr().out)["problem"]["sm_scale"] == -0.5
+    argv = ["check", "moe_gemm", "--backend", "triton", "--configs", "1", "--json"]
+    assert main([*argv, "--shape", "T=12", "E=3", "group_sizes=0,12,0"]) == 0
+    assert json.loads(capsys.readouterr().out)["problem"]["group_sizes"] == [0, 12, 0]
 
 
 def test_check_cli_turns_the_interpreter_on_by_itself(tmp_path: Any) -> None:
