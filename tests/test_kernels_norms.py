@@ -139,6 +139,22 @@ def test_spec_fields(kind: str) -> None:
     assert spec.flops(p) == {"softmax": 5, "rmsnorm": 4, "layernorm": 7}[kind] * 8 * 32
 
 
+@pytest.mark.parametrize("kind", ["rmsnorm", "layernorm"])
+def test_eps_schema_refuses_zero(kind: str) -> None:
+    """eps = 0 was valid, and the hostile all-zero rows then made the reference and the kernel NaN:
+    `tuner check rmsnorm --shape eps=0` failed every config without saying why. It is refused, naming
+    eps; the smallest positive eps still checks clean."""
+    from tuner.kernels import validate_problem
+    from tuner.kernels._check import check_kernel
+
+    spec = get_kernel(kind)
+    for eps in (0, 0.0, -1e-6, 1.0):
+        with pytest.raises(ValueError, match=r"eps=.* must be a number in \(0, 1\)"):
+            validate_problem(spec, {"M": 9, "N": 20, "eps": eps})
+    problem = validate_problem(spec, {"M": 9, "N": 20, "eps": 1e-30})
+    assert check_kernel(spec, backend="triton", problem=problem, device=devices.CPU, configs=2).ok
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_inputs_are_seeded_and_hostile(kind: str, backend: str) -> None:
