@@ -141,6 +141,7 @@ def draw_configs(space: SearchSpace, n: int, seed: int) -> list[dict[str, Any]]:
     if space.is_enumerable:
         allc = space.enumerate()
         if not allc:
+            space.check_not_empty()  # raises, saying which constraints reject how many configs
             raise ValueError(f"space {space.name!r} has no valid config for this problem")
         idx = rng.choice(len(allc), size=min(n, len(allc)), replace=False)
         return [allc[int(i)] for i in idx]

@@ -255,6 +255,8 @@ def test_the_old_triton_interpreters_numpy_fault_is_explained_once(
         ["check", "rmsnorm", "--shape", "eps=-1", "--backend", "triton"],
         ["check", "softmax", "--shape", "M=3000000000", "--backend", "triton"],
         ["check", "flash_attention", "--shape", "sm_scale=big", "--backend", "triton"],
+        # no config fits: a reason naming the constraints (was 'tuner: failed: ... no valid config', exit 1)
+        ["check", "softmax", "--backend", "pallas", "--device", "tpu_v4", "--shape", "M=1", "N=200000"],
         ["kernels", "--device", "nope"],
     ],
 )
@@ -262,6 +264,18 @@ def test_bad_input_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) 
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("tuner: error: ") and len(err.strip().splitlines()) == 1
+
+
+def test_draw_configs_of_an_empty_space_says_which_constraints_reject_it() -> None:
+    from tuner.kernels import get_kernel
+
+    space = get_kernel("softmax").space(
+        {"M": 1, "N": 200000, "dtype": "float32"}, get_device("tpu_v4"), "pallas"
+    )
+    with pytest.raises(
+        ValueError, match=r"reject all 96 configs .*'VMEM <= 12 MiB on tpu_v4' rejects 96 of 96"
+    ):
+        draw_configs(space, 2, 0)
 
 
 def test_check_takes_every_field_of_the_problem_schema(capsys: pytest.CaptureFixture[str]) -> None:

@@ -125,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
     # Bad problems and devices the backend cannot target are bad input: find out before running anything.
     for backend in backends:
         try:
-            spec.space(problem, device or detect_device(backend), backend)
+            # an empty space (rows too long for any block in VMEM) says which constraints reject it
+            spec.space(problem, device or detect_device(backend), backend).check_not_empty()
         except (ValueError, KeyError, TypeError) as exc:
             raise BadInput(f"{spec.name}/{backend}: {exc}") from None
 
