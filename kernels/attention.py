@@ -220,7 +220,11 @@ def flash_attention_triton(
     bsz, heads, seq, d = (int(x) for x in q.shape)
     if d not in _spaces.HEAD_DIMS:
         raise ValueError(f"head dim D={d} is not supported: use one of {_spaces.HEAD_DIMS}")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     out = torch.empty_like(q) if out is None else out
+    if out.shape != q.shape:  # a smaller out would be written past its end
+        raise ValueError(f"out has shape {tuple(out.shape)}, expected q's {tuple(q.shape)}")
     for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
         if t.stride(3) != 1:
             raise ValueError(f"{name} must have unit stride on the head dim, got strides {t.stride()}")

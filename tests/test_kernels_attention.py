@@ -92,6 +92,23 @@ def test_negative_scale_full_key_blocks(causal: bool) -> None:
     _check("pallas", problem, {"block_q": 16, "block_k_major": 16, "block_k": 16})
 
 
+def test_triton_launcher_refuses_a_short_out_and_mixed_dtypes() -> None:
+    """An `out` with fewer rows than q was written past its end (heap corruption under the interpreter,
+    'mremap_chunk(): invalid pointer'); q, k, v of different dtypes ran under the interpreter's upcast.
+    Both are ValueErrors naming the shapes / dtypes, and nothing is written."""
+    import torch
+    from tuner.kernels.attention import flash_attention_triton
+
+    cfg = {"causal": True, "BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 1, "num_stages": 1}
+    q = torch.randn(1, 1, 9, 64)
+    guard = torch.full((1, 1, 16, 64), float("nan"))
+    with pytest.raises(ValueError, match=r"out has shape \(1, 1, 8, 64\), expected q's \(1, 1, 9, 64\)"):
+        flash_attention_triton(q, q, q, guard[:, :, :8], **cfg)
+    assert torch.isnan(guard).all()
+    with pytest.raises(ValueError, match="q, k, v must share one dtype"):
+        flash_attention_triton(q, q.half(), q, None, **cfg)
+
+
 def test_reference_agrees_with_torch_sdpa() -> None:
     import torch
     from tuner.kernels.attention import attention_reference
