@@ -266,6 +266,15 @@ def test_bad_input_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) 
     assert err.startswith("tuner: error: ") and len(err.strip().splitlines()) == 1
 
 
+def test_check_kernel_applies_the_problem_schema() -> None:
+    """check_kernel (the API under tuner check) ran a problem validate_problem refuses: every config failed
+    with NaN and no reason."""
+    from tuner.kernels import get_kernel
+
+    with pytest.raises(ValueError, match=r"eps=-1.0 must be a number in \(0, 1\)"):
+        check_kernel(get_kernel("rmsnorm"), backend="triton", problem={"eps": -1.0}, configs=1)
+
+
 def test_draw_configs_of_an_empty_space_says_which_constraints_reject_it() -> None:
     from tuner.kernels import get_kernel
 
