@@ -1,7 +1,8 @@
 """Check a kernel against its reference over random valid configs of its search space.
 
-`check_kernel(spec, backend=..., problem=..., device=..., configs=N, seed=S)` builds the space for the
-problem and device, draws N distinct valid configs (seeded), and for each one: poisons the output with
+`check_kernel(spec, backend=..., problem=..., device=..., configs=N, seed=S)` checks the problem against the
+kernel's schema (`validate_problem`: a ValueError naming the value), builds the space for the problem and
+device, draws N distinct valid configs (seeded), and for each one: poisons the output with
 NaN, runs the launcher, and compares with the float32-or-wider reference under the dtype's tolerance
 (`|out - ref| <= atol + rtol * |ref|` everywhere, and every element finite). A launcher that raises
 gives a failed row with the error, not a crash.
@@ -30,7 +31,7 @@ from tuner.search_spaces import Device, SearchSpace
 from tuner.search_spaces.devices import detect_device, interpreter_fault_note
 
 from ._common import to_numpy
-from ._registry import KernelSpec
+from ._registry import KernelSpec, validate_problem
 
 __all__ = [
     "CheckRow",
@@ -141,6 +142,7 @@ def draw_configs(space: SearchSpace, n: int, seed: int) -> list[dict[str, Any]]:
     if space.is_enumerable:
         allc = space.enumerate()
         if not allc:
+            space.check_not_empty()  # raises, saying which constraints reject how many configs
             raise ValueError(f"space {space.name!r} has no valid config for this problem")
         idx = rng.choice(len(allc), size=min(n, len(allc)), replace=False)
         return [allc[int(i)] for i in idx]
@@ -172,7 +174,9 @@ def check_kernel(
     `progress(i, row)` is called after each config (for a progress bar)."""
     if backend not in spec.backends:
         raise ValueError(f"kernel {spec.name!r} has no backend {backend!r}; it has {list(spec.backends)}")
-    prob = {**spec.default_problem, **(problem or {})}
+    # the problem schema first (eps = 0, a head dim without code, ...): a ValueError naming the value, not
+    # a run whose every config fails
+    prob = validate_problem(spec, {**spec.default_problem, **(problem or {})})
     dev = device or detect_device(backend)
     space = spec.space(prob, dev, backend)
     if isinstance(configs, int):

@@ -179,6 +179,9 @@ def _launch(
         raise ValueError(f"out has shape {tuple(out.shape)}, expected {(M, N)}")
     if bias is not None and tuple(bias.shape) != (N,):
         raise ValueError(f"bias has shape {tuple(bias.shape)}, expected {(N,)}")
+    # the kernels index bias and scale with unit stride: a strided view (b[::2]) is copied, not misread
+    bias = None if bias is None else bias.contiguous()
+    scale = None if scale is None else scale.contiguous()
     act = activation_code(activation)
     upcast = triton_interpreted()
     # fp32 inputs: true fp32 products (no TF32); other dtypes keep the default.

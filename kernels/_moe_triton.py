@@ -27,6 +27,7 @@ def _moe_kernel(
     w_ptr,
     sizes_ptr,
     out_ptr,
+    T,
     N,
     K,
     E,
@@ -60,8 +61,12 @@ def _moe_kernel(
         row_end = tl.where(hit, row_off + size, row_end)
         tile_lo += n_tiles
         row_off += size
+    # group sizes that do not sum to T (or a negative one) must not reach rows outside x and out
+    row_lo = tl.maximum(row_start, 0)
+    row_end = tl.minimum(row_end, T)
     if expert >= 0:
         rm = row_start + tl.arange(0, BLOCK_M)
+        rows = (rm >= row_lo) & (rm < row_end)
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         rk0 = tl.arange(0, BLOCK_K)
         w_base = w_ptr + expert.to(tl.int64) * stride_we
@@ -70,7 +75,7 @@ def _moe_kernel(
             rk = k0 + rk0
             a = tl.load(
                 x_ptr + rm[:, None] * stride_xm + rk[None, :] * stride_xk,
-                mask=(rm[:, None] < row_end) & (rk[None, :] < K),
+                mask=rows[:, None] & (rk[None, :] < K),
                 other=0.0,
             )
             b = tl.load(
@@ -85,7 +90,7 @@ def _moe_kernel(
         tl.store(
             out_ptr + rm[:, None] * stride_om + rn[None, :] * stride_on,
             acc.to(out_ptr.dtype.element_ty),
-            mask=(rm[:, None] < row_end) & (rn[None, :] < N),
+            mask=rows[:, None] & (rn[None, :] < N),
         )
 
 
@@ -102,7 +107,8 @@ def moe_gemm(
     num_stages: int = 3,
 ) -> torch.Tensor:
     """out[rows of e] = x[rows of e] @ w[e] for x (T, K) sorted by expert, w (E, K, N), group_sizes (E,)
-    int32 summing to T (not checked on the device: that would need a host sync)."""
+    int32 summing to T (not checked on the device: that would need a host sync; sizes that break it give
+    undefined rows but no access outside x and out)."""
     if x.ndim != 2 or w.ndim != 3 or x.shape[1] != w.shape[1]:
         raise ValueError(
             f"moe_gemm needs x (T, K) and w (E, K, N), got {tuple(x.shape)} and {tuple(w.shape)}"
@@ -121,8 +127,9 @@ def moe_gemm(
     _moe_kernel[grid](
         x,
         w,
-        group_sizes,
+        group_sizes.contiguous(),  # read with unit stride
         out,
+        T,
         N,
         K,
         E,

@@ -83,7 +83,9 @@ def validate_problem(spec: KernelSpec, problem: Mapping[str, Any]) -> dict[str, 
     """The kernel's problem schema, checked before anything runs: returns the problem with the kernel's
     defaults filled in, or raises ValueError naming the field and the value.
 
-    Fields are the shape fields, the flags of `default_problem` and "dtype". Shape fields are integers in
+    Fields are the shape fields, the flags of `default_problem`, the optional fields the spec names in
+    `extra["optional_fields"]` (moe_gemm's `group_sizes`, checked by the kernel's `check_problem`) and
+    "dtype". Shape fields are integers in
     [1, MAX_DIM]; a flag has the type of its default (a number flag takes an integer or a finite number; a
     flag whose default is None takes None or a number); dtype is one of the kernel's; then the kernel's
     own `check_problem` runs."""
@@ -92,7 +94,7 @@ def validate_problem(spec: KernelSpec, problem: Mapping[str, Any]) -> dict[str, 
     if not isinstance(problem, Mapping):
         raise ValueError(f"a problem must be a table of fields, got {problem!r}")
     flags = {**dict(spec.extra.get("flags") or {}), **dict(spec.default_problem)}
-    fields = set(flags) | set(spec.shape_fields) | {"dtype"}
+    fields = set(flags) | set(spec.shape_fields) | set(spec.extra.get("optional_fields") or {}) | {"dtype"}
     unknown = sorted(set(problem) - fields)
     if unknown:
         raise ValueError(
@@ -124,7 +126,8 @@ def validate_problem(spec: KernelSpec, problem: Mapping[str, Any]) -> dict[str, 
         else:
             ok = True
         if not ok:
-            raise ValueError(f"{f}={v!r} must be {_kind(default)} (like the default {default!r})")
+            kind = "a number or None" if default is None else _kind(default)
+            raise ValueError(f"{f}={v!r} must be {kind} (like the default {default!r})")
     if spec.check_problem is not None:
         spec.check_problem(merged)
     return merged

@@ -158,9 +158,11 @@ def _triton_kernel() -> Any:
             if UPCAST:
                 k = k.to(tl.float32)
                 v = v.to(tl.float32)
-            qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            p = tl.exp2(qk * qk_scale - m_new[:, None])
+            # scale before the row max: max(qk) * qk_scale is the row's minimum when sm_scale < 0, and
+            # exp2 of the scores above it overflows to inf (inf / inf = NaN)
+            qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            p = tl.exp2(qk - m_new[:, None])
             alpha = tl.exp2(m_i - m_new)
             l_i = l_i * alpha + tl.sum(p, 1)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
@@ -218,7 +220,11 @@ def flash_attention_triton(
     bsz, heads, seq, d = (int(x) for x in q.shape)
     if d not in _spaces.HEAD_DIMS:
         raise ValueError(f"head dim D={d} is not supported: use one of {_spaces.HEAD_DIMS}")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     out = torch.empty_like(q) if out is None else out
+    if out.shape != q.shape:  # a smaller out would be written past its end
+        raise ValueError(f"out has shape {tuple(out.shape)}, expected q's {tuple(q.shape)}")
     for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
         if t.stride(3) != 1:
             raise ValueError(f"{name} must have unit stride on the head dim, got strides {t.stride()}")

@@ -256,6 +256,14 @@ def _check_2d(x: Any, out: Any) -> tuple[int, int]:
     return int(x.shape[0]), int(x.shape[1])
 
 
+def _check_params(kind: str, params: tuple[Any, ...], n: int) -> tuple[Any, ...]:
+    """The weight (and bias) vectors: each of shape (N,); a shorter one would be read past its end."""
+    for name, p in zip(_PARAMS[kind], params, strict=True):
+        if tuple(p.shape) != (n,):
+            raise ValueError(f"{kind}: {name} has shape {tuple(p.shape)}, expected ({n},) for rows of N={n}")
+    return params
+
+
 def _launch_triton(
     kind: str,
     x: Any,
@@ -268,6 +276,9 @@ def _launch_triton(
     num_stages: int,
 ) -> Any:
     m, n = _check_2d(x, out)
+    params = _check_params(kind, params, n)
+    # the kernels index w and b with unit stride: a strided view (w[::2]) is copied, not misread
+    params = tuple(p.contiguous() for p in params)
     kernel = _triton_kernels()[kind]
     grid = (_cdiv(m, ROWS_PER_PROGRAM),)
     scalars: tuple[Any, ...] = (m, n, x.stride(0), out.stride(0)) + (() if eps is None else (float(eps),))
@@ -449,6 +460,7 @@ def _launch_pallas(
     if x.ndim != 2:
         raise ValueError(f"x must be 2-D, got shape {tuple(x.shape)}")
     m, n = (int(d) for d in x.shape)
+    _check_params(kind, params, n)
     interpret = pallas_interpret() if interpret is None else interpret
     params2d = tuple(p.reshape(1, n) for p in params)
     in_specs = [pl.BlockSpec((block_rows, n), lambda i: (i, 0))]
@@ -683,9 +695,13 @@ _ATOL = {"softmax": 1e-6, "rmsnorm": 1e-5, "layernorm": 1e-5}
 
 def _check_problem(problem: Mapping[str, Any]) -> None:
     _spaces.check_problem(problem)
-    eps = problem.get("eps", 0.0)
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (0 <= eps < 1):
-        raise ValueError(f"eps={eps!r} must be a number in [0, 1)")
+    eps = problem.get("eps", 1e-6)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (0 < eps < 1):
+        # eps = 0 divides the all-zero (and, for layernorm, constant) rows of the checks' inputs 0 / 0:
+        # NaN in the kernel and the reference alike, so every config would fail the check
+        raise ValueError(
+            f"eps={eps!r} must be a number in (0, 1) (with eps = 0 an all-zero row normalises to 0 / 0 = NaN)"
+        )
 
 
 def _tolerance(kind: str, dtype: str) -> tuple[float, float]:

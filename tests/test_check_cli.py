@@ -251,6 +251,12 @@ def test_the_old_triton_interpreters_numpy_fault_is_explained_once(
         ["check", "matmul", "--device", "sm99"],
         ["check", "matmul", "--backend", "triton", "--device", "tpu_v5e"],
         ["check", "moe_gemm", "--shape", "group_sizes=1,2", "--backend", "pallas"],
+        # the problem schema (validate_problem), not a run whose every config fails with NaN
+        ["check", "rmsnorm", "--shape", "eps=-1", "--backend", "triton"],
+        ["check", "softmax", "--shape", "M=3000000000", "--backend", "triton"],
+        ["check", "flash_attention", "--shape", "sm_scale=big", "--backend", "triton"],
+        # no config fits: a reason naming the constraints (was 'tuner: failed: ... no valid config', exit 1)
+        ["check", "softmax", "--backend", "pallas", "--device", "tpu_v4", "--shape", "M=1", "N=200000"],
         ["kernels", "--device", "nope"],
     ],
 )
@@ -258,6 +264,38 @@ def test_bad_input_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) 
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("tuner: error: ") and len(err.strip().splitlines()) == 1
+
+
+def test_check_kernel_applies_the_problem_schema() -> None:
+    """check_kernel (the API under tuner check) ran a problem validate_problem refuses: every config failed
+    with NaN and no reason."""
+    from tuner.kernels import get_kernel
+
+    with pytest.raises(ValueError, match=r"eps=-1.0 must be a number in \(0, 1\)"):
+        check_kernel(get_kernel("rmsnorm"), backend="triton", problem={"eps": -1.0}, configs=1)
+
+
+def test_draw_configs_of_an_empty_space_says_which_constraints_reject_it() -> None:
+    from tuner.kernels import get_kernel
+
+    space = get_kernel("softmax").space(
+        {"M": 1, "N": 200000, "dtype": "float32"}, get_device("tpu_v4"), "pallas"
+    )
+    with pytest.raises(
+        ValueError, match=r"reject all 96 configs .*'VMEM <= 12 MiB on tpu_v4' rejects 96 of 96"
+    ):
+        draw_configs(space, 2, 0)
+
+
+def test_check_takes_every_field_of_the_problem_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    """A flag the spec declares beside its default problem (flash_attention's sm_scale) and an optional
+    field (moe_gemm's group_sizes) are problem fields for --shape, as for validate_problem."""
+    argv = ["check", "flash_attention", "--backend", "triton", "--configs", "1", "--json"]
+    assert main([*argv, "--shape", "S=20", "causal=false", "sm_scale=-0.5"]) == 0
+    assert json.loads(capsys.readouterr().out)["problem"]["sm_scale"] == -0.5
+    argv = ["check", "moe_gemm", "--backend", "triton", "--configs", "1", "--json"]
+    assert main([*argv, "--shape", "T=12", "E=3", "group_sizes=0,12,0"]) == 0
+    assert json.loads(capsys.readouterr().out)["problem"]["group_sizes"] == [0, 12, 0]
 
 
 def test_check_cli_turns_the_interpreter_on_by_itself(tmp_path: Any) -> None:

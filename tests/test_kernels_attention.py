@@ -78,6 +78,37 @@ def test_blocks_smaller_than_the_diagonal_and_custom_scale() -> None:
     )
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_negative_scale_full_key_blocks(causal: bool) -> None:
+    """sm_scale < 0 (the schema takes any finite number): the row maximum must be taken of the scaled
+    scores. The Triton kernel's unmasked key blocks took max(qk) * scale, the row's minimum, and exp2 of
+    the x8 query rows' spread overflowed to inf: NaN outputs."""
+    problem = _problem(S=40, causal=causal, dtype="float32", sm_scale=-0.5)
+    for cfg in (
+        {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 1, "num_stages": 1},
+        {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 2, "num_stages": 2},
+    ):
+        _check("triton", problem, cfg)
+    _check("pallas", problem, {"block_q": 16, "block_k_major": 16, "block_k": 16})
+
+
+def test_triton_launcher_refuses_a_short_out_and_mixed_dtypes() -> None:
+    """An `out` with fewer rows than q was written past its end (heap corruption under the interpreter,
+    'mremap_chunk(): invalid pointer'); q, k, v of different dtypes ran under the interpreter's upcast.
+    Both are ValueErrors naming the shapes / dtypes, and nothing is written."""
+    import torch
+    from tuner.kernels.attention import flash_attention_triton
+
+    cfg = {"causal": True, "BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 1, "num_stages": 1}
+    q = torch.randn(1, 1, 9, 64)
+    guard = torch.full((1, 1, 16, 64), float("nan"))
+    with pytest.raises(ValueError, match=r"out has shape \(1, 1, 8, 64\), expected q's \(1, 1, 9, 64\)"):
+        flash_attention_triton(q, q, q, guard[:, :, :8], **cfg)
+    assert torch.isnan(guard).all()
+    with pytest.raises(ValueError, match="q, k, v must share one dtype"):
+        flash_attention_triton(q, q.half(), q, None, **cfg)
+
+
 def test_reference_agrees_with_torch_sdpa() -> None:
     import torch
     from tuner.kernels.attention import attention_reference

@@ -63,6 +63,32 @@ def test_triton_split_k_with_gelu_and_grouping() -> None:
     np.testing.assert_allclose(out2.numpy(), spec.reference(prob, inputs), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("split_k", [1, 2])
+def test_triton_strided_bias_and_scale_views(split_k: int) -> None:
+    """A bias (matmul) or scale (int8_matmul) that is a strided view (v[::2]) was read with unit stride:
+    wrong columns, no error. Both epilogues (in the kernel, in the split-K reduce) get the right values."""
+    import torch
+    from tuner.kernels.int8_matmul import int8_matmul_triton
+    from tuner.kernels.matmul import matmul_triton
+
+    cfg = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1, "SPLIT_K": split_k}
+    cfg |= {"num_warps": 1, "num_stages": 1}
+    gen = torch.Generator().manual_seed(3)
+    a = torch.randn(9, 40, generator=gen)
+    b = torch.randn(40, 13, generator=gen)
+    bias = torch.randn(26, generator=gen)[::2]
+    assert not bias.is_contiguous()
+    got = matmul_triton(a, b, bias, "none", **cfg)
+    np.testing.assert_allclose(
+        got.numpy(), (a.double() @ b.double() + bias.double()).numpy(), rtol=1e-4, atol=1e-4
+    )
+    w = torch.randint(-127, 128, (40, 13), dtype=torch.int8, generator=gen)
+    scale = torch.rand(26, generator=gen)[::2]
+    got = int8_matmul_triton(a, w, scale, bias, "relu", **cfg)
+    want = torch.relu(a.double() @ w.double() * scale.double() + bias.double())
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_flops_and_bytes() -> None:
     from tuner.kernels import get_kernel
 

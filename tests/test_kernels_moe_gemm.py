@@ -60,3 +60,25 @@ def test_bad_group_sizes_rejected() -> None:
     spec = get_kernel("moe_gemm")
     with pytest.raises(ValueError, match="summing to T=90"):
         spec.space({"group_sizes": [1, 2, 3, 4]}, get_device("cpu"), "triton")
+
+
+@pytest.mark.parametrize("sizes", [[6, 8], [-3, 13], [10, 0]])
+def test_triton_group_sizes_off_the_contract_stay_inside_the_buffers(sizes: list[int]) -> None:
+    """group_sizes must sum to T (unchecked: a host sync). Sizes that sum past T or go negative made the
+    kernel write rows before and after `out` (heap corruption under the interpreter, 'munmap_chunk():
+    invalid pointer'; an illegal address on a GPU). Now the rows are clamped to [0, T): guard rows around
+    `out` stay NaN. A strided group_sizes view is read right."""
+    import torch
+    from tuner.kernels.moe_gemm import moe_gemm_triton
+
+    cfg = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "num_warps": 1, "num_stages": 1}
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(10, 7, generator=gen)
+    w = torch.randn(2, 7, 5, generator=gen)
+    big = torch.full((40, 5), float("nan"))
+    out = big[16:26]
+    gs = torch.tensor([v for s in sizes for v in (s, 99)], dtype=torch.int32)[::2]
+    moe_gemm_triton(x, w, gs, out, **cfg)
+    assert torch.isnan(big[:16]).all() and torch.isnan(big[26:]).all()
+    if sizes == [10, 0]:  # on the contract: the strided sizes are read as (10, 0)
+        np.testing.assert_allclose(out.numpy(), (x.double() @ w[0].double()).numpy(), rtol=1e-4, atol=1e-4)

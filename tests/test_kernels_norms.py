@@ -139,6 +139,47 @@ def test_spec_fields(kind: str) -> None:
     assert spec.flops(p) == {"softmax": 5, "rmsnorm": 4, "layernorm": 7}[kind] * 8 * 32
 
 
+@pytest.mark.parametrize("kind", ["rmsnorm", "layernorm"])
+def test_eps_schema_refuses_zero(kind: str) -> None:
+    """eps = 0 was valid, and the hostile all-zero rows then made the reference and the kernel NaN:
+    `tuner check rmsnorm --shape eps=0` failed every config without saying why. It is refused, naming
+    eps; the smallest positive eps still checks clean."""
+    from tuner.kernels import validate_problem
+    from tuner.kernels._check import check_kernel
+
+    spec = get_kernel(kind)
+    for eps in (0, 0.0, -1e-6, 1.0):
+        with pytest.raises(ValueError, match=r"eps=.* must be a number in \(0, 1\)"):
+            validate_problem(spec, {"M": 9, "N": 20, "eps": eps})
+    problem = validate_problem(spec, {"M": 9, "N": 20, "eps": 1e-30})
+    assert check_kernel(spec, backend="triton", problem=problem, device=devices.CPU, configs=2).ok
+
+
+def test_triton_weight_views_and_lengths() -> None:
+    """w and b were read with unit stride and never checked against N: a strided view (w[::2]) gave
+    wrong rows, a short vector was read past its end. Now a view is read right and a wrong shape is a
+    ValueError naming the vector, on both backends."""
+    import torch
+    from tuner.kernels.norms import layernorm_reference, layernorm_triton, rmsnorm_pallas, rmsnorm_triton
+
+    cfg = {"BLOCK_N": 16, "ROWS_PER_PROGRAM": 4, "num_warps": 1}
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(10, 50, generator=gen)
+    w = torch.randn(100, generator=gen)[::2]
+    b = torch.randn(100, generator=gen)[1::2]
+    got = layernorm_triton(x, w, b, torch.empty(10, 50), eps=1e-5, **cfg)
+    want = layernorm_reference(x.double().numpy(), w.double().numpy(), b.double().numpy(), 1e-5)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match=r"layernorm: b has shape \(3,\), expected \(50,\)"):
+        layernorm_triton(x, w, b[:3], torch.empty(10, 50), eps=1e-5, **cfg)
+    with pytest.raises(ValueError, match=r"rmsnorm: w has shape \(49,\)"):
+        rmsnorm_triton(x, w[:49], torch.empty(10, 50), eps=1e-6, **cfg)
+    import jax.numpy as jnp
+
+    with pytest.raises(ValueError, match=r"rmsnorm: w has shape \(1, 50\)"):
+        rmsnorm_pallas(jnp.asarray(x.numpy()), jnp.ones((1, 50)), eps=1e-6, block_rows=8, block_cols=16)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_inputs_are_seeded_and_hostile(kind: str, backend: str) -> None:

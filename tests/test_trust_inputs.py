@@ -88,6 +88,20 @@ def test_every_kernel_default_problem_passes_its_schema() -> None:
             validate_problem(spec, {**spec.default_problem, "dtype": "float64"})
 
 
+def test_schema_takes_the_optional_fields_a_kernel_declares() -> None:
+    """moe_gemm's group_sizes (docs/kernels.md) was 'no problem field' to validate_problem while
+    `tuner check` took it; the kernel's own check still judges its value."""
+    from tuner.kernels import get_kernel, validate_problem
+
+    spec = get_kernel("moe_gemm")
+    problem = {"T": 12, "K": 8, "N": 8, "E": 3, "group_sizes": [0, 12, 0]}
+    assert validate_problem(spec, problem)["group_sizes"] == [0, 12, 0]
+    with pytest.raises(ValueError, match="summing to T=12"):
+        validate_problem(spec, {**problem, "group_sizes": [1, 2, 3]})
+    with pytest.raises(ValueError, match="sm_scale='big' must be a number or None"):
+        validate_problem(get_kernel("flash_attention"), {"sm_scale": "big"})
+
+
 # ---- work that did not happen --------------------------------------------------------------------------
 def test_a_study_whose_every_trial_failed_exits_1_and_exports_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

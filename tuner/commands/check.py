@@ -125,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
     # Bad problems and devices the backend cannot target are bad input: find out before running anything.
     for backend in backends:
         try:
-            spec.space(problem, device or detect_device(backend), backend)
+            # an empty space (rows too long for any block in VMEM) says which constraints reject it
+            spec.space(problem, device or detect_device(backend), backend).check_not_empty()
         except (ValueError, KeyError, TypeError) as exc:
             raise BadInput(f"{spec.name}/{backend}: {exc}") from None
 
@@ -144,7 +145,12 @@ def run(args: argparse.Namespace) -> int:
 def _problem(spec: Any, args: argparse.Namespace) -> dict[str, Any]:
     from tuner.errors import BadInput
 
-    known = set(spec.default_problem) | set(spec.extra.get("optional_fields", {}))
+    known = (
+        set(spec.default_problem)
+        | set(spec.shape_fields)
+        | set(spec.extra.get("flags") or {})  # flash_attention's sm_scale
+        | set(spec.extra.get("optional_fields") or {})  # moe_gemm's group_sizes
+    )
     problem = dict(spec.default_problem)
     problem.update(parse_shape([s for group in args.shape for s in group], known))
     if args.dtype is not None:
@@ -153,7 +159,12 @@ def _problem(spec: Any, args: argparse.Namespace) -> dict[str, Any]:
                 f"kernel {spec.name!r} supports dtypes {', '.join(spec.dtypes)}, not {args.dtype!r}"
             )
         problem["dtype"] = args.dtype
-    return problem
+    from tuner.kernels import validate_problem
+
+    try:  # the schema study files and regress obey: ranges (rmsnorm's eps, MAX_DIM), types, head dims
+        return validate_problem(spec, problem)
+    except ValueError as exc:
+        raise BadInput(f"{spec.name}: {str(exc).splitlines()[0]}") from None
 
 
 def _compile_only(args: argparse.Namespace) -> int:
