@@ -595,7 +595,8 @@ def interpreter_fault_note(error: BaseException | str) -> str:
     version numbers: the interpreter of triton <= 3.6 refuses every kernel that uses a scalar argument as
     a Python int once numpy is 2.4 or later, which looks like a fault of the kernel. Also when Triton found
     no GPU driver for a kernel defined with the interpreter off (a CPU machine without TRITON_INTERPRET=1),
-    whose error names no variable to set."""
+    whose error names no variable to set; with the interpreter on, the note names what else needs a GPU
+    (a `do_bench` that calls triton.testing.do_bench) instead."""
     texts = [str(error)]
     cur: BaseException | str | None = error
     while isinstance(cur, BaseException) and len(texts) < 6:  # the exception and what it was raised from
@@ -605,6 +606,15 @@ def interpreter_fault_note(error: BaseException | str) -> str:
             texts.append(str(cur))
     low = " ".join(texts).lower()
     if _NO_DRIVER in low and _NO_DRIVER_MARK.lower() not in low:
+        if triton_interpreted():
+            # The interpreter is on, so telling to turn it on misleads: what asked for a GPU is not an
+            # interpreted kernel (Triton's own autotuner tests pass such a `do_bench`).
+            return (
+                f" ({_NO_DRIVER_MARK} though TRITON_INTERPRET=1 is set: what asked for a GPU is not an "
+                "interpreted kernel; a `do_bench` or hook that calls triton.testing.do_bench needs a GPU "
+                "(leave `do_bench` out to time on the CPU), and so does a kernel defined before "
+                "TRITON_INTERPRET was set)"
+            )
         return (
             f" ({_NO_DRIVER_MARK}: on a machine without a GPU, set TRITON_INTERPRET=1 in the environment "
             "before the @triton.jit kernel is defined, for Triton's CPU interpreter)"

@@ -462,9 +462,10 @@ def test_measure_and_optimize_carry_the_interpreter_fault_note() -> None:
 _NO_DRIVER = "0 active drivers ([]). There should only be one."
 
 
-def test_no_gpu_driver_gets_a_note_naming_triton_interpret() -> None:
+def test_no_gpu_driver_gets_a_note_naming_triton_interpret(monkeypatch: pytest.MonkeyPatch) -> None:
     """A compiled @triton.jit kernel launched on a machine without a GPU fails in Triton with an error that
     names no variable to set; the note says to set TRITON_INTERPRET=1 before the kernel is defined."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     err = RuntimeError(_NO_DRIVER)
     note = dv.interpreter_fault_note(err)
     assert "TRITON_INTERPRET=1" in note and "before the @triton.jit kernel is defined" in note
@@ -474,6 +475,56 @@ def test_no_gpu_driver_gets_a_note_naming_triton_interpret() -> None:
     )
     assert dv.interpreter_fault_note(f"RuntimeError: {err}{note}") == ""  # noted once
     assert dv.interpreter_fault_note(RuntimeError("2 active drivers")) == ""
+
+
+def test_no_gpu_driver_with_the_interpreter_on_does_not_say_to_turn_it_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With TRITON_INTERPRET=1 already set, the driver error comes from something that is not an interpreted
+    kernel (a `do_bench` calling triton.testing.do_bench, as Triton's own autotuner tests pass): the note
+    says so instead of telling the user to set what is set."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    note = dv.interpreter_fault_note(RuntimeError(_NO_DRIVER))
+    assert "TRITON_INTERPRET=1 is set" in note and "triton.testing.do_bench" in note
+    assert "set TRITON_INTERPRET=1 in the environment" not in note
+    err = f"RuntimeError: {_NO_DRIVER}"
+    assert dv.split_interpreter_fault_note(f"{err}{note}") == (err, note.strip())
+    assert dv.interpreter_fault_note(f"{err}{note}") == ""  # noted once
+
+
+def test_drop_in_whose_do_bench_needs_a_gpu_names_it_under_the_interpreter() -> None:
+    """The drop-in under the interpreter with a `do_bench` that calls triton.testing.do_bench (the helper of
+    Triton's own test_autotuner.py) fails as Triton's autotuner does, every config raising the driver
+    error; the error's note used to say to set TRITON_INTERPRET=1, which was set."""
+    torch = pytest.importorskip("torch")
+    triton = pytest.importorskip("triton")
+    tl = pytest.importorskip("triton.language")
+    import tuner
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU: triton.testing.do_bench works")
+    assert dv.triton_interpreted()  # tests/conftest.py turns it on
+
+    def gpu_bench(kernel_call, quantiles):
+        return triton.testing.do_bench(kernel_call, quantiles=quantiles, warmup=1, rep=1)
+
+    @tuner.autotune(
+        configs=[triton.Config({"B": 16}), triton.Config({"B": 32})], key=["n"], do_bench=gpu_bench
+    )
+    @triton.jit
+    def copy(dst, src, n, B: tl.constexpr):
+        o = tl.program_id(0) * B + tl.arange(0, B)
+        tl.store(dst + o, tl.load(src + o, mask=o < n), mask=o < n)
+
+    src, dst = torch.arange(40.0), torch.zeros(40)
+    with (
+        pytest.warns(tuner.AllTrialsFailedWarning),
+        pytest.raises(RuntimeError, match="0 active drivers") as exc,
+    ):
+        copy[lambda m: (triton.cdiv(40, m["B"]),)](dst, src, 40)
+    text = " ".join([str(exc.value), *getattr(exc.value, "__notes__", [])])
+    assert "triton.testing.do_bench" in text, text
+    assert "set TRITON_INTERPRET=1 in the environment" not in text, text
 
 
 _DROP_IN_WITHOUT_INTERPRETER = """
