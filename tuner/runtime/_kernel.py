@@ -132,9 +132,10 @@ class ProblemKeys:
     `f(problem, inputs)`; the fast key is the problem's items and the device of the inputs, the stored
     key comes from `kernel_cache_key`."""
 
-    def __init__(self, kernel: str, backend: str) -> None:
+    def __init__(self, kernel: str, backend: str, spec: KernelSpec | None = None) -> None:
         self.kernel = kernel
         self.backend = backend
+        self.spec = spec  # a registered kernel's spec: its problem and inputs are checked on a miss
         # fast[2]: the only positional form; other arities take the general key (which says how to call),
         # and a call with keywords (`f(problem, inputs=x)`) keys by `fast[KW]`, the general key unchecked.
         self.fast = (None, None, _problem_fast_key, *(None,) * (KW - 3), _problem_kw_key)
@@ -147,8 +148,41 @@ class ProblemKeys:
 
     def full(self, args: tuple, kwargs: dict) -> CacheKey:
         problem, inputs = _split(args, kwargs)
+        if self.spec is not None:  # the miss path only (and explain): a hit costs nothing more
+            check_call(self.spec, self.backend, problem, inputs)
         device = device_of(BACKEND_KIND.get(self.backend, "python"), list(inputs.values()))
         return kernel_cache_key(self.kernel, problem, backend=self.backend, device=device)
+
+
+def check_call(spec: KernelSpec, backend: str, problem: Any, inputs: Any) -> None:
+    """A `tuner.kernel` call's problem and inputs, checked before a key is stored or a kernel runs: the
+    problem against the kernel's schema (`tuner.kernels.validate_problem`: unknown or missing fields, a
+    shape field that is not an integer, a flag of the wrong type, a dtype the kernel lacks), and the
+    inputs as a table of arrays of the backend's framework (torch for Triton, jax for Pallas). Raises
+    ValueError naming what is wrong, where the kernel would crash deep inside or run on a wrong key."""
+    from tuner.kernels import validate_problem
+
+    if isinstance(problem, Mapping) and "dtype" not in problem:
+        raise ValueError(
+            f"kernel {spec.name!r}: the problem names no 'dtype' (one of {list(spec.dtypes)}); "
+            f"a problem is a dict of shape fields, dtype and flags, e.g. {dict(spec.default_problem)}"
+        )
+    try:
+        validate_problem(spec, problem)
+    except ValueError as exc:
+        raise ValueError(f"kernel {spec.name!r}: bad problem: {exc}") from None
+    if not isinstance(inputs, Mapping):
+        raise ValueError(
+            f"kernel {spec.name!r}: inputs must be a dict name -> array "
+            f"(spec.make_inputs(problem, {backend!r}, seed) makes one), got {type(inputs).__name__}"
+        )
+    want = {"triton": "torch", "pallas": "jax"}.get(backend)
+    got = array_framework(list(inputs.values()))
+    if want is not None and got is not None and got != want:
+        raise ValueError(
+            f"kernel {spec.name!r} on the {backend!r} backend takes {want} arrays, got {got} arrays "
+            f"(inputs made for the other backend? spec.make_inputs(problem, {backend!r}, seed) makes them)"
+        )
 
 
 def _problem_fast_key(a: tuple) -> Any:
@@ -215,7 +249,7 @@ def _kernel_autotuned(
         _SpaceOnDevice(spec, backend, device),
         name=spec.name,
         bench=bench,
-        keys=ProblemKeys(spec.name, backend),
+        keys=ProblemKeys(spec.name, backend, spec),
         timer=timer,
         restorer=Restorer(mutated, every_call=True),
         source_hash=kernel_source_hash(spec.name),
