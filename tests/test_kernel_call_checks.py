@@ -69,3 +69,19 @@ def test_inputs_of_the_other_backend_are_refused(inputs):
 def test_inputs_must_be_a_table(inputs):
     with pytest.raises(ValueError, match="inputs must be a dict"):
         _offline().explain(P, list(inputs.values()))
+
+
+def test_the_other_backends_entry_is_not_called_stale(inputs, tmp_path):
+    # a Pallas call used to explain the Triton entry of the same problem as "stale or foreign: versions
+    # differ (jax stored None now '0.10.2', ..., triton stored '3.7.1' now None)"
+    pytest.importorskip("jax")
+    url = f"sqlite:///{tmp_path}/t.db"
+    tri = tuner.kernel(
+        "rmsnorm", backend="triton", budget=2, storage=url, bench=lambda call: (call(), 1e-3)[1]
+    )
+    tri(P, inputs)
+    pallas = tuner.kernel("rmsnorm", backend="pallas", mode="offline", storage=url)
+    why = pallas.explain(P, get_kernel("rmsnorm").make_inputs(P, "pallas", 0))
+    assert why.startswith("miss:"), why
+    assert "another backend or framework (stored for torch+triton, now jax+jaxlib)" in why, why
+    assert "versions differ" not in why, why

@@ -105,6 +105,12 @@ class CacheKey:
             out.append(f"device differs (stored {stored.device!r}, now {self.device!r})")
         if stored.versions != self.versions:
             sv, nv = stored.versions_dict, self.versions_dict
+            if sv and nv and not set(sv) & set(nv):  # not an older version: another backend's entry
+                out.append(
+                    f"an entry of another backend or framework (stored for {'+'.join(sorted(sv))}, "
+                    f"now {'+'.join(sorted(nv))})"
+                )
+                return out
             diffs = [
                 f"{k} stored {sv.get(k)!r} now {nv.get(k)!r}"
                 for k in sorted(set(sv) | set(nv))
