@@ -20,7 +20,7 @@ import secrets
 import stat
 from pathlib import Path
 
-__all__ = ["atomic_write", "make_folders", "remove_made_folders"]
+__all__ = ["atomic_write", "is_special", "make_folders", "remove_made_folders"]
 
 # How often a write into a folder that another writer's failure removed (see `make_folders`) makes it again
 _TRIES = 3
@@ -61,15 +61,21 @@ def atomic_write(
     return p
 
 
-def _refuse_special(p: Path) -> None:
-    """A path that holds something other than a file or a folder (a device such as /dev/null or
-    /dev/stdout, directly or through a link, a pipe, a socket) is not replaced: the rename would put a plain
-    file in its place (which only root may do in /dev, so a container running as root lost /dev/null)."""
+def is_special(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` holds something other than a file or a folder: a device such as /dev/null or
+    /dev/stdout (directly or through a link), a pipe, a socket. False where nothing is there."""
     try:
-        mode = os.stat(p).st_mode
+        mode = os.stat(path).st_mode
     except OSError:
-        return
-    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a folder: the rename fails and says so
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _refuse_special(p: Path) -> None:
+    """Such a path (`is_special`) is not replaced: the rename would put a plain file in its place (which
+    only root may do in /dev, so a container running as root lost /dev/null). A folder: the rename fails
+    and says so."""
+    if is_special(p):
         raise OSError(
             errno.EINVAL,
             "not a regular file (a device, pipe or socket); not replaced, nothing written",

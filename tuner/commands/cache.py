@@ -97,14 +97,11 @@ def _cache(url: str | None) -> Any:
 def _stored_entries(url: str | None, kernel: str | None) -> list[Any]:
     """The store's entries (of `kernel`) for `show` and `export`, which only read: a SQLite store whose
     file does not exist yet holds none, and is not made by reading it."""
-    import os
-
-    from tuner.storage import sqlite_path
+    from tuner.storage import missing_sqlite_file
     from tuner.store import default_storage_url, normalize_url
 
     url = normalize_url(url or default_storage_url())
-    path = sqlite_path(url)
-    if path is not None and not path.startswith("file:") and not os.path.exists(path):
+    if missing_sqlite_file(url):
         return []
     return _cache(url).entries(kernel)
 

@@ -117,11 +117,11 @@ def _say(lines: list[tuple[str, Any]]) -> None:
 
 def _require_database(spec: Any) -> None:
     """A study that never ran has no SQLite file yet: say so instead of creating an empty database."""
-    from tuner.storage import sqlite_path
+    from tuner.storage import missing_sqlite_file
     from tuner.studies._export import NothingToDo
 
-    path = sqlite_path(str(spec.storage))
-    if path is not None and not path.startswith("file:") and not os.path.exists(path):
+    path = missing_sqlite_file(str(spec.storage))
+    if path is not None:
         raise NothingToDo(
             f"study {spec.name} has no database at {path}: it never ran (run `tuner study run` first)"
         )

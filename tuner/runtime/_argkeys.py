@@ -29,7 +29,7 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from ._env import arg_dtype, device_of, dtype_name, flat_args, framework_versions
+from ._env import arg_dtype, call_users_function, device_of, dtype_name, flat_args, framework_versions
 from ._key import Bucket, CacheKey, make_bucketer
 
 __all__ = ["KeyBuilder", "ArgKeys", "FastKey", "KwKey", "MAX_FAST_ARGS", "KW", "scalar_key_value"]
@@ -271,13 +271,7 @@ class ArgKeys:
 
     def raw_values(self, args: tuple, kwargs: dict) -> dict[str, Any]:
         if self.key_fn is not None:
-            try:
-                r = self.key_fn(*args, **kwargs)
-            except TypeError as exc:  # most often a call with an argument the key function does not take
-                exc.add_note(
-                    f"tuner: raised by the key function of {self.name}, called with the call's arguments"
-                )
-                raise
+            r = call_users_function(self.key_fn, f"the key function of {self.name}", args, kwargs)
             if isinstance(r, Mapping):
                 return dict(r)
             if isinstance(r, (tuple, list)):

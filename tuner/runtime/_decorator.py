@@ -32,6 +32,7 @@ from ._argkeys import KW, ArgKeys, KeyBuilder
 from ._bench import BenchFn, default_bench
 from ._env import (
     array_framework,
+    call_users_function,
     default_name,
     dependency_packages,
     flat_args,
@@ -245,13 +246,7 @@ class Autotuned:
     def space_for(self, args: tuple, kwargs: dict) -> SearchSpace:
         if isinstance(self.space, SearchSpace):
             return self.space
-        try:
-            sp = self.space(*args, **kwargs)
-        except TypeError as exc:  # most often a call with an argument the space function does not take
-            exc.add_note(
-                f"tuner: raised by the space function of {self.name}, called with the call's arguments"
-            )
-            raise
+        sp = call_users_function(self.space, f"the space function of {self.name}", args, kwargs)
         if not isinstance(sp, SearchSpace):
             raise TypeError(
                 f"the space function of {self.name} returned {type(sp).__name__}, not a SearchSpace"

@@ -108,11 +108,9 @@ def _config_grid(kernel: Any, grid: Any, named: dict[str, Any], cfg: dict[str, A
     that these lack, the values of the `@triton.heuristics` beneath the autotuner (each one sees what
     those above it set, as Triton's `Heuristics.run` runs them). The heuristics run only then: one that
     Dynamo cannot trace (a `data_ptr()` alignment check) is no obstacle to a grid that does not need it."""
-    meta = {**named, **cfg}
-    for name, value in kernel.tuner.defaults.items():
-        meta.setdefault(name, value)
+    defaults = kernel.tuner.defaults
     try:
-        return grid(meta)
+        return grid({**defaults, **named, **cfg})
     except KeyError:
         from triton.runtime.autotuner import Heuristics
 
@@ -122,9 +120,7 @@ def _config_grid(kernel: Any, grid: Any, named: dict[str, Any], cfg: dict[str, A
             for name, heur in fn.values.items():
                 meta[name] = heur(dict(meta))
             fn = fn.fn
-        for name, value in kernel.tuner.defaults.items():
-            meta.setdefault(name, value)
-        return grid(meta)
+        return grid({**defaults, **meta})
 
 
 def traced_launch(kernel: Any, grid: Any) -> Callable[..., None]:

@@ -74,6 +74,16 @@ def _bound_text(v: Any) -> str:
     return type(v).__qualname__
 
 
+def call_users_function(fn: Callable[..., Any], role: str, args: tuple, kwargs: dict) -> Any:
+    """`fn(*args, **kwargs)` for a function the user gave tuner to call with a call's arguments (a key or
+    space function): its TypeError, most often an argument it does not take, gets a note naming `role`."""
+    try:
+        return fn(*args, **kwargs)
+    except TypeError as exc:
+        exc.add_note(f"tuner: raised by {role}, called with the call's arguments")
+        raise
+
+
 def default_name(fn: Any) -> str:
     """The stored kernel name of a decorated callable: module.qualname of the function behind it. A
     functools.partial adds its bound arguments, as a call (`mod.launch(interpret=True)`), and a callable

@@ -47,6 +47,7 @@ from ._engine import (
     immutable_url,
     locked_read_only_url,
     make_engine,
+    missing_sqlite_file,
     normalize_url,
     operation,
     pg_connect_wait_s,
@@ -107,6 +108,7 @@ __all__ = [
     "redact",
     "schema_lock",
     "schema_revision",
+    "missing_sqlite_file",
     "sqlite_path",
     "sqlite_url",
 ]

@@ -709,6 +709,15 @@ def sqlite_path(url: str) -> str | None:
     return path
 
 
+def missing_sqlite_file(url: str) -> str | None:
+    """The file of a SQLite URL that does not exist yet (a store never made there), else None: a server's
+    store, an in-memory one, a read-only URI (`file:`) or a file that exists."""
+    path = sqlite_path(url)
+    if path is None or path.startswith("file:") or os.path.exists(path):
+        return None
+    return path
+
+
 def sqlite_url(path: str | os.PathLike[str]) -> str:
     """The URL of the SQLite file `path`, its '%' and '?' escaped: SQLAlchemy decodes a URL's `%xx` and
     ends its database at the first '?' (a folder named `what?` or `a%20b` named another file)."""
