@@ -183,7 +183,9 @@ def _int(where: str, key: str, value: Any, *, minimum: int) -> int:
 def _seed(where: str, value: Any) -> int:
     """A seed the samplers take (numpy's and Optuna's: below 2**32): a larger one passed the file's check
     and then failed every task of the run."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
+    from tuner._optimize import MAX_SEED
+
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
         raise _err(where, f"seed must be an integer in [0, 2**32 - 1], got {value!r}")
     return value
 
