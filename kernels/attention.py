@@ -7,8 +7,9 @@ the online softmax: a running row maximum m, a running denominator l and an fp32
 by exp(m_old - m_new) whenever a new block of keys raises the maximum, so the S x S score matrix never
 exists in memory.
 
-Triton (`flash_attention_triton`): grid (cdiv(S, BLOCK_M), B * H); one program keeps a BLOCK_M x D
-query tile and walks the keys BLOCK_N at a time (for causal problems only up to its last query row).
+Triton (`flash_attention_triton`): grid (cdiv(S, BLOCK_M), H, B) (a GPU grid's second and third axes
+hold at most 65535 programs each, so B * H may exceed that, B and H may not; batch and head offsets are
+int64, so tensors past 2**31 elements index right); one program keeps a BLOCK_M x D query tile and walks the keys BLOCK_N at a time (for causal problems only up to its last query row).
 Tunables: BLOCK_M, BLOCK_N, num_warps, num_stages. Scores use exp2 with the scale folded into log2(e).
 Key positions >= S and, when causal, j > i are set to -inf before the maximum; query rows >= S are
 loaded as zeros and never stored. fp16/bf16 inputs are multiplied on the tensor cores with fp32
@@ -62,6 +63,7 @@ __all__ = ["flash_attention_triton", "flash_attention_pallas", "attention_refere
 logger = logging.getLogger(__name__)
 
 _LOG2E = 1.4426950408889634
+_GRID_YZ_MAX = 65535
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -99,7 +101,6 @@ def _triton_kernel() -> Any:
         o_ptr,
         qk_scale,
         S,
-        H,
         sqb,
         sqh,
         sqs,
@@ -125,9 +126,8 @@ def _triton_kernel() -> Any:
             start_m = tl.num_programs(0) - 1 - tl.program_id(0)
         else:
             start_m = tl.program_id(0)
-        bh = tl.program_id(1)
-        b = bh // H
-        h = bh % H
+        h = tl.program_id(1).to(tl.int64)
+        b = tl.program_id(2).to(tl.int64)
         offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = tl.arange(0, BLOCK_N)
         offs_d = tl.arange(0, D)
@@ -230,7 +230,10 @@ def flash_attention_triton(
             raise ValueError(f"{name} must have unit stride on the head dim, got strides {t.stride()}")
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
-    grid = (_cdiv(seq, BLOCK_M), bsz * heads)
+    for name, n in (("batch B", bsz), ("heads H", heads)):
+        if n > _GRID_YZ_MAX:  # a CUDA/HIP grid's y and z axes
+            raise ValueError(f"{name}={n} exceeds the {_GRID_YZ_MAX} programs a GPU grid axis allows")
+    grid = (_cdiv(seq, BLOCK_M), heads, bsz)
     _triton_kernel()[grid](
         q,
         k,
@@ -238,7 +241,6 @@ def flash_attention_triton(
         out,
         scale * _LOG2E,
         seq,
-        heads,
         q.stride(0),
         q.stride(1),
         q.stride(2),

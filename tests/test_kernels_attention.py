@@ -109,6 +109,32 @@ def test_triton_launcher_refuses_a_short_out_and_mixed_dtypes() -> None:
         flash_attention_triton(q, q.half(), q, None, **cfg)
 
 
+def test_triton_grid_keeps_each_axis_within_a_gpu_grid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The grid was (cdiv(S, BLOCK_M), B * H): with B * H >= 65536 (many short sequences: 2048 x 32
+    heads) its second axis passed the 65535 programs a CUDA grid's y axis holds, a launch failure on a
+    GPU that the interpreter does not show. Now (cdiv(S, BLOCK_M), H, B), and a B or H beyond an axis is a
+    ValueError naming it."""
+    import torch
+    from tuner.kernels import attention
+
+    grids: list[tuple[int, ...]] = []
+
+    class Recorder:
+        def __getitem__(self, grid: tuple[int, ...]) -> Any:
+            grids.append(grid)
+            return lambda *args, **kwargs: None
+
+    monkeypatch.setattr(attention, "_triton_kernel", Recorder)
+    cfg = {"causal": False, "BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 1, "num_stages": 1}
+    q = torch.empty(2048, 32, 20, 64)
+    attention.flash_attention_triton(q, q, q, **cfg)
+    assert grids == [(2, 32, 2048)]
+    big = torch.empty(65536, 1, 1, 64)
+    with pytest.raises(ValueError, match="batch B=65536 exceeds the 65535 programs"):
+        attention.flash_attention_triton(big, big, big, **cfg)
+    assert len(grids) == 1
+
+
 def test_reference_agrees_with_torch_sdpa() -> None:
     import torch
     from tuner.kernels.attention import attention_reference
