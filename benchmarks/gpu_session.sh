@@ -65,5 +65,5 @@ step study 150 bash -c "python3 -m tuner study run '$site/gpu_study.toml' --quie
 step validate 90 python3 benchmarks/gpu_validate.py --out "$site/validate" --max-minutes 1.2 --skip graph_probe --skip matmul --skip attention
 TRITON_INTERPRET=0 JAX_PLATFORMS=cuda,cpu TUNER_PALLAS_INTERPRET=0 step gputests 120 python3 -m pytest -q -p no:cacheprovider \
   --timeout 90 tests/test_kernels_gemm_gpu.py tests/test_devices.py::test_cuda_label_names_the_gpu_and_its_capability \
-  tests/test_triton_conformance.py::test_gpu_timing_paths tests/test_torch_compile_triton.py
+  tests/test_triton_conformance.py::test_gpu_timing_paths tests/test_torch_compile_triton.py tests/test_kernels_wide_offsets.py
 step runtime 60 python3 benchmarks/runtime_device_check.py

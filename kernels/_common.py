@@ -89,6 +89,22 @@ def to_numpy(x: Any) -> np.ndarray:
     return arr
 
 
+INT32_MAX = 2**31 - 1
+
+
+def wide_offsets(*tensors: Any) -> bool:
+    """Whether an element of one of these torch tensors lies more than INT32_MAX elements from its start.
+    Triton computes `index * stride` in int32 when both are int32 (program ids, aranges and strides
+    below 2**31), so past that the offset wraps: the Triton kernels then take their WIDE constexpr and
+    widen the indices to int64. Below it they compile exactly as without the flag."""
+    for t in tensors:
+        if t is None or t.numel() == 0:
+            continue
+        if sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True)) > INT32_MAX:
+            return True
+    return False
+
+
 def abs_product(a: Any, b: Any) -> Any:
     """|a| @ |b| in the arrays' own framework (torch on its device, jax, numpy in float64), fp32 or
     wider: the sum of the magnitudes each output element of a product adds up."""

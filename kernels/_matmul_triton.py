@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import activation_code, triton_interpreted
+from ._common import INT32_MAX, activation_code, triton_interpreted, wide_offsets
 
 __all__ = ["matmul", "int8_matmul"]
 
@@ -73,12 +73,18 @@ def _matmul_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr,
+    WIDE: tl.constexpr,
 ):
     pid_m, pid_n = _grouped_pids(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     pid_k = tl.program_id(1)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk0 = tl.arange(0, BLOCK_K)
+    if WIDE:  # an operand past 2**31 elements: int64 offsets (wide_offsets)
+        pid_k = pid_k.to(tl.int64)
+        rm = rm.to(tl.int64)
+        rn = rn.to(tl.int64)
+        rk0 = rk0.to(tl.int64)
     k_tiles = tl.cdiv(K, BLOCK_K)
     per_split = tl.cdiv(k_tiles, SPLIT_K)
     k_lo = pid_k * per_split
@@ -137,13 +143,20 @@ def _splitk_reduce_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     SPLIT_K: tl.constexpr,
+    WIDE: tl.constexpr,
 ):
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    if WIDE:
+        rm = rm.to(tl.int64)
+        rn = rn.to(tl.int64)
     mask = (rm[:, None] < M) & (rn[None, :] < N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for s in tl.static_range(SPLIT_K):
-        acc += tl.load(ws_ptr + s * stride_ws + rm[:, None] * stride_wm + rn[None, :], mask=mask, other=0.0)
+    # step a pointer from split to split: s * stride_ws would be int32 arithmetic
+    ws_tile = ws_ptr + rm[:, None] * stride_wm + rn[None, :]
+    for _s in tl.static_range(SPLIT_K):
+        acc += tl.load(ws_tile, mask=mask, other=0.0)
+        ws_tile += stride_ws
     if B_INT8:
         scale = tl.load(scale_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)
         acc = acc * scale[None, :]
@@ -187,6 +200,7 @@ def _launch(
     # fp32 inputs: true fp32 products (no TF32); other dtypes keep the default.
     precision = "ieee" if a.dtype == torch.float32 else None
     grid_mn = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)
+    wide = wide_offsets(a, b, out) or (SPLIT_K > 1 and SPLIT_K * M * N > INT32_MAX)  # and the workspace
     dummy = out  # never read: HAS_BIAS / B_INT8 are False when the pointer is a placeholder
     common: dict[str, Any] = dict(HAS_BIAS=bias is not None, ACT=act, B_INT8=scale is not None)
     if SPLIT_K == 1:
@@ -213,6 +227,7 @@ def _launch(
             BLOCK_K=BLOCK_K,
             GROUP_M=GROUP_M,
             SPLIT_K=1,
+            WIDE=wide,
             num_warps=num_warps,
             num_stages=num_stages,
             **common,
@@ -245,6 +260,7 @@ def _launch(
         BLOCK_K=BLOCK_K,
         GROUP_M=GROUP_M,
         SPLIT_K=SPLIT_K,
+        WIDE=wide,
         num_warps=num_warps,
         num_stages=num_stages,
     )
@@ -262,6 +278,7 @@ def _launch(
         BLOCK_M=BLOCK_M,
         BLOCK_N=BLOCK_N,
         SPLIT_K=SPLIT_K,
+        WIDE=wide,
         num_warps=num_warps,
         **common,
     )

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import triton_interpreted
+from ._common import triton_interpreted, wide_offsets
 
 __all__ = ["moe_gemm"]
 
@@ -43,6 +43,7 @@ def _moe_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    WIDE: tl.constexpr,
 ):
     pid_t = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -69,6 +70,10 @@ def _moe_kernel(
         rows = (rm >= row_lo) & (rm < row_end)
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         rk0 = tl.arange(0, BLOCK_K)
+        if WIDE:  # x, w or out past 2**31 elements: int64 offsets (wide_offsets)
+            rm = rm.to(tl.int64)
+            rn = rn.to(tl.int64)
+            rk0 = rk0.to(tl.int64)
         w_base = w_ptr + expert.to(tl.int64) * stride_we
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
@@ -145,6 +150,8 @@ def moe_gemm(
         BLOCK_M=BLOCK_M,
         BLOCK_N=BLOCK_N,
         BLOCK_K=BLOCK_K,
+        # the expert's offset into w is int64 already; inside one expert's (K, N) block, x and out
+        WIDE=E > 0 and wide_offsets(x, w[0], out),
         num_warps=num_warps,
         num_stages=num_stages,
     )

@@ -55,6 +55,7 @@ from ._common import (
     torch_device,
     torch_dtype,
     triton_interpreted,
+    wide_offsets,
 )
 from ._registry import KernelSpec, register
 
@@ -120,6 +121,7 @@ def _triton_kernel() -> Any:
         EVEN_M: tl.constexpr,
         UPCAST: tl.constexpr,
         PRECISION: tl.constexpr,
+        WIDE: tl.constexpr,
     ):
         # heaviest query blocks first when causal, so the launch does not end on a tail of long programs
         if CAUSAL:  # noqa: SIM108 (a constexpr branch reads clearer to Triton's frontend)
@@ -130,6 +132,9 @@ def _triton_kernel() -> Any:
         b = tl.program_id(2).to(tl.int64)
         offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = tl.arange(0, BLOCK_N)
+        if WIDE:  # one head's rows past 2**31 elements (a long (B, S, H, D) view): int64 row offsets
+            offs_m = offs_m.to(tl.int64)
+            offs_n = offs_n.to(tl.int64)
         offs_d = tl.arange(0, D)
         q_ptrs = q_ptr + b * sqb + h * sqh + offs_m[:, None] * sqs + offs_d[None, :]
         if EVEN_M:  # noqa: SIM108
@@ -260,6 +265,7 @@ def flash_attention_triton(
         EVEN_M=seq % BLOCK_M == 0,
         UPCAST=triton_interpreted(),
         PRECISION=precision,
+        WIDE=bsz * heads > 0 and any(wide_offsets(t[0, 0]) for t in (q, k, v, out)),
         num_warps=num_warps,
         num_stages=num_stages,
     )

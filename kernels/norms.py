@@ -53,7 +53,15 @@ from typing import Any
 import numpy as np
 from tuner.search_spaces import norms as _spaces
 
-from ._common import DTYPES, hostile_tiny, jnp_dtype, pallas_interpret, torch_device, torch_dtype
+from ._common import (
+    DTYPES,
+    hostile_tiny,
+    jnp_dtype,
+    pallas_interpret,
+    torch_device,
+    torch_dtype,
+    wide_offsets,
+)
 from ._registry import KernelSpec, register
 
 __all__ = [
@@ -114,9 +122,20 @@ def _triton_kernels() -> dict[str, Any]:
 
     @triton.jit
     def softmax_kernel(
-        x_ptr, o_ptr, M, N, sxm, som, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE: tl.constexpr
+        x_ptr,
+        o_ptr,
+        M,
+        N,
+        sxm,
+        som,
+        ROWS: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        SINGLE: tl.constexpr,
+        WIDE: tl.constexpr,
     ):
         rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        if WIDE:  # x or out past 2**31 elements: int64 row offsets (wide_offsets)
+            rows = rows.to(tl.int64)
         row_ok = rows < M
         xrow = x_ptr + tl.minimum(rows, M - 1)[:, None] * sxm
         orow = o_ptr + rows[:, None] * som
@@ -163,8 +182,11 @@ def _triton_kernels() -> dict[str, Any]:
         ROWS: tl.constexpr,
         BLOCK_N: tl.constexpr,
         SINGLE: tl.constexpr,
+        WIDE: tl.constexpr,
     ):
         rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        if WIDE:  # x or out past 2**31 elements: int64 row offsets (wide_offsets)
+            rows = rows.to(tl.int64)
         row_ok = rows < M
         xrow = x_ptr + tl.minimum(rows, M - 1)[:, None] * sxm
         orow = o_ptr + rows[:, None] * som
@@ -205,8 +227,11 @@ def _triton_kernels() -> dict[str, Any]:
         ROWS: tl.constexpr,
         BLOCK_N: tl.constexpr,
         SINGLE: tl.constexpr,
+        WIDE: tl.constexpr,
     ):
         rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        if WIDE:  # x or out past 2**31 elements: int64 row offsets (wide_offsets)
+            rows = rows.to(tl.int64)
         row_ok = rows < M
         xrow = x_ptr + tl.minimum(rows, M - 1)[:, None] * sxm
         orow = o_ptr + rows[:, None] * som
@@ -290,6 +315,7 @@ def _launch_triton(
         ROWS=ROWS_PER_PROGRAM,
         BLOCK_N=BLOCK_N,
         SINGLE=n <= BLOCK_N,
+        WIDE=wide_offsets(x, out),
         num_warps=num_warps,
         num_stages=num_stages,
     )
