@@ -214,6 +214,39 @@ def test_a_kernel_module_that_needs_a_missing_backend_names_the_extra(tmp_path, 
     assert "tuner[kernels]" not in describe_exception(info.value)
 
 
+def _help_texts() -> list[tuple[str, str]]:
+    """(command, text) for the description, epilog and every option's help of each `tuner` command."""
+    import argparse
+
+    from tuner.cli import build_parser
+
+    found: list[tuple[str, str]] = []
+
+    def walk(parser: argparse.ArgumentParser) -> None:
+        name = parser.prog
+        found.extend((name, t) for t in (parser.description, parser.epilog) if t)
+        for action in parser._actions:
+            if action.help and action.help != argparse.SUPPRESS:
+                found.append((name, action.help))
+            if isinstance(action, argparse._SubParsersAction):
+                found.extend((name, c.help) for c in action._choices_actions if c.help)
+                for sub in action.choices.values():
+                    walk(sub)
+
+    walk(build_parser())
+    return found
+
+
+def test_cli_help_names_no_repository_file_as_if_installed():
+    """`tuner ... --help` is read by users of the installed wheel, which holds neither docs/ nor the
+    example studies/: `tuner --help` said "(studies/*.toml)" and `tuner study --help` "see
+    docs/studies.md", files such a user does not have. A help text may name a repository file only while
+    saying that it is the repository's."""
+    path = re.compile(r"\b(docs|studies|benchmarks|tests)/[\w.*/-]*")
+    bad = [(cmd, text) for cmd, text in _help_texts() if path.search(text) and "repository" not in text]
+    assert not bad, bad
+
+
 def test_one_xgboost_distribution():
     names = {canonicalize_name(r.name) for r in _requirements("kernels", "dev")}
     assert "xgboost" in names and "xgboost-cpu" not in names

@@ -98,7 +98,8 @@ def add_from_misses_parser(ssub: Any) -> None:
         default=None,
         metavar="MODULE:FUNCTION",
         help="write a study of the decorated functions' misses instead, with this input factory: "
-        "factory(kernel, key fields, dtypes) -> (decorated function, args, kwargs) (docs/production.md)",
+        "factory(kernel, key fields, dtypes) -> (decorated function, args, kwargs) (docs/production.md in "
+        "tuner's source repository)",
     )
     f.add_argument("--output", default=None, help="the study's output folder (default: the study default)")
     f.set_defaults(func=run_from_misses)

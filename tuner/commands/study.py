@@ -17,8 +17,9 @@ from . import check_out_file
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "study",
-        help="run, report and export offline tuning studies (studies/*.toml)",
-        description="Offline tuning studies described by a TOML file (see docs/studies.md).",
+        help="run, report and export offline tuning studies (TOML study files)",
+        description="Offline tuning studies described by a TOML file (see docs/studies.md in tuner's "
+        "source repository; its studies/ folder holds example study files, which an installed tuner lacks).",
     )
     ssub = p.add_subparsers(dest="study_command", metavar="ACTION")
     ssub.required = True
