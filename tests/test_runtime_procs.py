@@ -61,3 +61,35 @@ def test_four_processes_share_one_cache(tmp_path: Path):
     # no claim rows are left behind
     with sqlite3.connect(db) as con:
         assert con.execute("SELECT COUNT(*) FROM tuner_cache_claims").fetchone()[0] == 0
+
+
+def test_a_rank_that_tuned_beside_another_uses_the_winner_the_store_kept(tmp_path: Path) -> None:
+    """Two processes can tune one key at once (a trial ran past `lease_s` and another took the claim
+    over, or its holder looked dead). The store keeps the faster winner, which every later process
+    uses; the slower tuner used to keep its own, so in one training job two ranks ran two configs.
+    Here the other process stores its faster winner while this one times its last config."""
+    import tuner
+    from tuner import PowerOfTwo, SearchSpace
+    from tuner.runtime import CacheEntry
+
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    cache = ConfigCache(url)
+    timed: list[int] = []
+    other: list[int] = []
+
+    def bench(call):  # noqa: ANN001, ANN202
+        timed.append(call())
+        if len(timed) == 2:  # meanwhile, another process stores a faster winner of the key
+            other.append(next(b for b in (16, 32, 64, 128) if b not in timed))
+            cache.put(CacheEntry(kernel.tuner.full_key((7,), {}), {"block": other[0]}, 1e-9))
+        return 1.0
+
+    @tuner.autotune(
+        SearchSpace([PowerOfTwo("block", 16, 128)]), key=["n"], budget=2, storage=url, bench=bench, name="k2"
+    )
+    def kernel(n, *, block):  # noqa: ANN001, ANN202
+        return block
+
+    assert kernel(7) == other[0] and kernel(7) == other[0]  # the store's winner, not its own
+    assert kernel.tuner.stats["tuned"] == 1 and len(timed) == 2
+    assert cache.get(kernel.tuner.full_key((7,), {})).config == {"block": other[0]}

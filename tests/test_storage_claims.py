@@ -216,3 +216,68 @@ def test_a_task_handed_back_is_resumed_not_reported_as_taken_over(
         third = board.claim(spec.name, "w3", lease_s=60)
     assert third is not None and "took over task" in caplog.text
     board.close()
+
+
+def test_claim_of_a_killed_process_not_yet_reaped_is_taken_over_at_once(tmp_path: Path) -> None:
+    """A rank killed while it tunes (SIGKILL, the OOM killer) stays a zombie until its parent waits for
+    it: a `multiprocessing` parent joining its ranks in order, or torchrun's agent between two polls. Its
+    pid still answers `kill(pid, 0)`; the claim used to count as live and the other ranks waited out the
+    whole lease (120 s by default) for a tuning that was not running."""
+    from tuner.runtime._db import ConfigCache, owner_id
+    from tuner.storage._owner import pid_alive
+
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    cache = ConfigCache(url)
+    h = "c" * 32
+    p = _hold(url, h)
+    try:
+        assert pid_alive(p.pid) and not cache.holder(h).dead
+        p.kill()
+        os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)  # it has exited; not reaped (a zombie)
+        assert not pid_alive(p.pid)
+        assert cache.holder(h).dead
+        assert cache.claim(h, owner_id(), 600.0)  # taken over, 600 s before the lease ends
+    finally:
+        p.kill()
+        p.wait()
+    assert cache.holder(h).pid == os.getpid()
+
+
+NEIGHBOUR = """
+import sys
+from tuner.runtime._db import HOST, ConfigCache, owner_id
+cache = ConfigCache(sys.argv[1])
+holder = cache.holder(sys.argv[2])
+print(HOST, holder.dead, cache.claim(sys.argv[2], owner_id(), 600.0))
+"""
+
+
+def test_a_container_that_shares_the_hostname_does_not_take_over_a_live_claim(tmp_path: Path) -> None:
+    """Containers on one machine that share its hostname (Docker's `--network host`, the containers of a
+    Kubernetes pod) and a `TUNER_HOME` each have their own process ids. A rank there read this process's
+    pid in its own namespace, found no such process, took the live claim over ("its owner ... is gone")
+    and tuned the key a second time, keeping its own winner: two ranks with two configs. The other
+    namespace is another host to it now (the claim waits for its lease or its release)."""
+    import shutil
+
+    from tuner.runtime._db import HOST, ConfigCache, owner_id
+
+    unshare = shutil.which("unshare")
+    probe = [unshare, "-Urpf", "--mount-proc", "true"] if unshare else None
+    if probe is None or subprocess.run(probe, capture_output=True).returncode != 0:
+        pytest.skip("needs unshare(1) with user and PID namespaces to start a process in another one")
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    cache = ConfigCache(url)
+    h = "d" * 32
+    assert cache.claim(h, owner_id(), 600.0)  # this process tunes the key
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run(
+        [unshare, "-Urpf", "--mount-proc", sys.executable, "-c", NEIGHBOUR, url, h],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert out[1:] == ["False", "False"]  # the live claim is not taken for dead, nor taken over
+    assert out[0] != HOST and out[0].startswith(HOST.split("~")[0])  # same hostname, another namespace
+    assert cache.holder(h).pid == os.getpid()

@@ -343,6 +343,8 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
                 ck.fields_dict,
                 exc,
             )
+        if owner is not None and not stale:
+            cfg = _agree_with_the_store(req, db, cfg)
     # The trials after the winner: a process that finds them all (`_coverage`) finds this winner too,
     # never the entry this tuning replaces.
     record()
@@ -356,6 +358,28 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
     )
     why = f"tuned: {len(res.trials)} evaluations in {time.perf_counter() - t0:.2f}s, best {best_value:.3g}s"
     return Resolution(cfg, why, "tuned")
+
+
+def _agree_with_the_store(req: Request, db: ConfigCache, cfg: dict[str, Any]) -> dict[str, Any]:
+    """The config this process uses after storing its winner `cfg` under its claim: the store's entry
+    when another tuning of the key stored a faster one meanwhile (it took the claim over when a trial ran
+    past `lease_s`, or its holder looked dead), which the store keeps and every later process uses. A
+    rank that kept its own winner ran another config than the other ranks for the whole job."""
+    e = guarded(db, "read", "read an entry", lambda: db.get(req.key), None)
+    if e is None or e.config == cfg:
+        return cfg
+    stored = usable_config(req, e)
+    if stored is None:
+        return cfg
+    log.warning(
+        "%s %s: another process tuned this key at the same time and stored a faster config, %s (this "
+        "process's winner: %s); using the stored one, as every other process does",
+        req.t.name,
+        req.key.fields_dict,
+        stored,
+        cfg,
+    )
+    return stored
 
 
 def _winner(res: TuneResult, raw: Mapping[str, Any]) -> tuple[dict[str, Any], float]:

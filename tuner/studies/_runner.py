@@ -43,7 +43,6 @@ import logging
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -58,6 +57,7 @@ from typing import Any
 from tuner._atomic import make_folders, remove_made_folders
 
 from ..storage import LeaseLost, StoreError, close_idle_connections, guarding, normalize_url, sqlite_path
+from ..storage._owner import HOST
 from ..storage._replaced import file_identity, holding, reopen_if_replaced, replaced_error
 from ._board import (
     DONE,
@@ -622,7 +622,7 @@ class StudyWorker:
     ) -> None:
         self.spec = spec
         self.executor = resolve_executor(executor)
-        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.worker_id = worker_id or f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.lease_s = float(lease_s or spec.lease_seconds)
         self.poll_s = poll_s if poll_s is not None else min(2.0, max(0.2, self.lease_s / 4))
         self.board = TaskBoard(spec.storage)
