@@ -70,6 +70,33 @@ def _versions(row: TaskRow) -> dict[str, str]:
     return backend_versions(row.task.backend)
 
 
+def _source_hash(row: TaskRow, current: str) -> str:
+    """The hash of the kernel source the task was tuned on, recorded when it finished; the current one
+    (`current`) for a result an older tuner recorded without it, with a warning: its config was measured
+    on the kernel's code of then, which the hash can no longer tell from today's."""
+    recorded = (row.result or {}).get("source_hash")
+    if isinstance(recorded, str) and recorded:
+        if recorded != current:
+            log.warning(
+                "task %s was tuned on another version of kernel %r's source (hash %s, now %s): its entry "
+                "keeps the hash it was tuned on, so the current kernel misses it ('kernel source changed'); "
+                "tune it again under a new study name to ship a config for the current code",
+                row.key,
+                row.task.kernel,
+                recorded[:12],
+                current[:12],
+            )
+        return recorded
+    log.warning(
+        "task %s: its result records no kernel source hash (it finished under an older tuner); exported "
+        "under the current source of kernel %r, which may not be the code it was tuned on: if the kernel "
+        "changed since, tune it again under a new study name",
+        row.key,
+        row.task.kernel,
+    )
+    return current
+
+
 def entry_for(row: TaskRow) -> dict[str, Any] | None:
     """The cache entry (JSON form) of one finished task, or None if it has no successful config."""
     res = row.result or {}
@@ -110,6 +137,7 @@ def entry_for(row: TaskRow) -> dict[str, Any] | None:
         device = str(res.get("device_name") or ("cpu" if t.device == "cpu" else t.device))
         key = kernel_cache_key(t.kernel, t.problem, backend=t.backend, device=device, versions=_versions(row))
         key_json = key.to_json()
+        key_json["source_hash"] = _source_hash(row, str(key_json["source_hash"]))
     return {
         **key_json,
         "config": dict(config),

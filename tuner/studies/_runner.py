@@ -337,18 +337,26 @@ def _finite_or_str(v: Any) -> bool:
 
 
 def _environment(task: StudyTask) -> dict[str, Any]:
-    """Where the task was measured: the device name and the versions that change code generation, both as
-    the runtime's cache keys name them (`tuner.runtime._kernel.device_name` / `backend_versions`), so the
-    exported entry is a hit for `tuner.kernel` on this machine."""
+    """Where the task was measured: the device name, the versions that change code generation and the
+    hash of the kernel's source, as the runtime's cache keys name them (`tuner.runtime._kernel.device_name`
+    / `backend_versions` / `kernel_source_hash`), so the exported entry is a hit for `tuner.kernel` on this
+    machine with this code, and a miss ("kernel source changed") once the kernel's code changes (a newer
+    tuner), not an exact hit for code it was never measured on."""
     from tuner._versions import backend_versions
-    from tuner.runtime._kernel import device_name
+    from tuner.runtime._kernel import device_name, kernel_source_hash
 
     try:
         name = device_name(task.backend, task.device)
     except Exception as exc:  # noqa: BLE001 - the name is informative; never fail a finished task on it
         log.debug("device name: %s", exc)
         name = task.device
-    return {"device_name": name, "versions": backend_versions(task.backend)}
+    env: dict[str, Any] = {"device_name": name, "versions": backend_versions(task.backend)}
+    if "factory" not in task.problem:  # a decorated function's task records its whole key (cache_key)
+        try:
+            env["source_hash"] = kernel_source_hash(task.kernel)
+        except Exception as exc:  # noqa: BLE001 - never fail a finished task on it; export then warns
+            log.warning("task %s: the kernel's source hash cannot be computed (%s)", task.key, exc)
+    return env
 
 
 # ---- one worker ----------------------------------------------------------------------------------------
