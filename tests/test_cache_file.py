@@ -132,6 +132,11 @@ def test_show_and_export_of_a_store_not_made_yet_make_none(tmp_path: Path, monke
     elsewhere = tmp_path / "nowhere.db"
     assert main(["cache", "show", "--storage", f"sqlite:///{elsewhere}"]) == 0
     assert list(home.iterdir()) == [] and not elsewhere.exists() and not (tmp_path / "out.json").exists()
+    # nor the TUNER_HOME folder itself, where it does not exist yet (it was made, empty)
+    monkeypatch.setenv("TUNER_HOME", str(home / "not" / "yet"))
+    assert main(["cache", "show"]) == 0
+    assert main(["cache", "export", "--out", str(tmp_path / "out.json")]) == 1
+    assert list(home.iterdir()) == []
 
 
 def _valid_doc() -> dict:

@@ -88,13 +88,15 @@ def tuner_home() -> Path:
     return Path(text("TUNER_HOME") or Path.home() / ".cache" / "tuner")
 
 
-def default_storage_url() -> str:
-    """`$TUNER_STORAGE` if set, else `sqlite:///$TUNER_HOME/tuner.db`."""
+def default_storage_url(*, create: bool = True) -> str:
+    """`$TUNER_STORAGE` if set, else `sqlite:///$TUNER_HOME/tuner.db`, making `$TUNER_HOME` unless
+    `create` is False (a reader, which must leave no folder behind)."""
     url = text("TUNER_STORAGE")
     if url:
         return url
     home = tuner_home()
-    home.mkdir(parents=True, exist_ok=True)
+    if create:
+        home.mkdir(parents=True, exist_ok=True)
     return sqlite_url(home / "tuner.db")
 
 

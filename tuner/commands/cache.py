@@ -96,11 +96,11 @@ def _cache(url: str | None) -> Any:
 
 def _stored_entries(url: str | None, kernel: str | None) -> list[Any]:
     """The store's entries (of `kernel`) for `show` and `export`, which only read: a SQLite store whose
-    file does not exist yet holds none, and is not made by reading it."""
+    file does not exist yet holds none, and neither it nor `$TUNER_HOME` is made by reading it."""
     from tuner.storage import missing_sqlite_file
     from tuner.store import default_storage_url, normalize_url
 
-    url = normalize_url(url or default_storage_url())
+    url = normalize_url(url or default_storage_url(create=False))
     if missing_sqlite_file(url):
         return []
     return _cache(url).entries(kernel)

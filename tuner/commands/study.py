@@ -55,7 +55,11 @@ def add_parser(sub: Any) -> None:
         help="tune tasks with this function instead of tuner.tune.tune_kernel (plugins, tests)",
     )
     r.add_argument("--no-report", action="store_true", help="do not write the report and cache at the end")
-    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar and no counts line; the report and cache lines and failures still print",
+    )
     r.add_argument("--json", action="store_true", help="print one JSON object (implies --quiet)")
     r.set_defaults(func=run_cmd)
 
