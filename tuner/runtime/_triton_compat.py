@@ -645,7 +645,8 @@ class TritonAutotuned(Autotuned):
             cfg = self.split_config(kw)
             cobj = self.config_obj(cfg)
             self._tl.current = cfg
-            self._tl.benched = True
+            if not self._tl.benched:  # Triton's bench_time counts the timing, not a wait for another
+                self._tl.benched, self._tl.bench_t0 = True, time.time()  # process's tuning of the key
             if verbose and canon(cfg) not in printed:
                 printed.add(canon(cfg))
                 _emit(f"Autotuning kernel {name} with config {cobj}")
@@ -788,7 +789,6 @@ class TritonAutotuned(Autotuned):
             return cfg
         self._tl.pruned, self._tl.benched, self._tl.current = pruned, False, None
         self._tl.first_error, self._tl.timings, self._tl.noted = None, {}, None
-        t0 = time.time()
         try:
             cfg = super().miss(args, kwargs, fast_key, self._bench_target(args, kwargs, grid, target))
         except AllConfigsFailedError as exc:
@@ -810,7 +810,7 @@ class TritonAutotuned(Autotuned):
         finally:
             self._tl.pruned = self._tl.first_error = None
         if self._tl.benched:  # tuned here: Triton resets once more, and prints the choice
-            self.bench_time = time.time() - t0
+            self.bench_time = time.time() - self._tl.bench_t0
             self.configs_timings = self._tl.timings
             cobj = self.config_obj(cfg)
             self.pre_hook(self.full_nargs(args, kwargs, grid, cobj), reset_only=True)
