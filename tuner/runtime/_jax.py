@@ -223,11 +223,23 @@ def _materialise(args: tuple, kwargs: dict, seed: int = 0) -> tuple[tuple, dict]
             if weak is not None:
                 return weak
         if floating:
-            return jax.random.normal(jax.random.fold_in(base, count[0]), shape, dtype)
+            return _normal(jax.random.fold_in(base, count[0]), shape, dtype)
         return jnp.zeros(shape, dtype)
 
     cargs, ckwargs = jax.tree_util.tree_map(concrete, (tuple(args), dict(kwargs)))
     return tuple(cargs), dict(ckwargs)
+
+
+def _normal(key: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    """Random normal values of this dtype; for a float jax.random cannot draw in (the 4-bit floats,
+    `float4_e2m1fn`, which MX kernels take), drawn in float32 and cast."""
+    import jax
+    import jax.numpy as jnp
+
+    try:
+        return jax.random.normal(key, shape, dtype)
+    except TypeError:  # "uniform only accepts 8-, 16-, 32-, or 64-bit dtypes"
+        return jax.random.normal(key, shape, jnp.float32).astype(dtype)
 
 
 def _weak_like(shape: tuple[int, ...], dtype: Any, floating: bool, key: Any) -> Any:
