@@ -352,11 +352,10 @@ def _stop_helper(t: threading.Thread, done: threading.Event) -> None:
     import ctypes
 
     ident = t.ident
-    if ident is None or done.is_set():
-        return
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(KeyboardInterrupt))
-    log.debug("%s: the caller was interrupted; stopping its tuning", t.name)
-    done.wait()
+    if ident is not None and not done.is_set():
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(KeyboardInterrupt))
+        log.debug("%s: the caller was interrupted; stopping its tuning", t.name)
+    t.join()  # not `done`: the interrupt may land in the helper before it sets `done`
 
 
 def _transfers_allowed() -> contextlib.AbstractContextManager[Any]:
