@@ -275,3 +275,51 @@ def test_a_transfer_guard_does_not_stop_the_tuning_of_a_traced_call(scope):
             jax.config.update("jax_transfer_guard", before)
     assert scale.tuner.stats["tuned"] == 1
     np.testing.assert_allclose(np.asarray(out), 1.5 if scale.tuner.last_choice["config"]["b"] == 1 else 2.0)
+
+
+def test_ctrl_c_while_a_traced_call_tunes_stops_the_tuning():
+    """Ctrl-C while a call inside jax.jit tunes stops that tuning, as it stops an eager call's: the
+    helper thread used to go on tuning in the background after the caller got its KeyboardInterrupt
+    (holding the key's claim, so the next call waited for it, and storing a winner after the
+    interrupt). Now the helper ends with the caller, nothing is stored, and the next call tunes again."""
+    import os
+    import signal
+    import time
+
+    started = threading.Event()
+    benched: list[int] = []
+    slow = [True]
+
+    def slow_bench(call):
+        jax.block_until_ready(call())
+        benched.append(1)
+        started.set()
+        for _ in range(300 if slow[0] else 0):  # up to 3 s: the KeyboardInterrupt lands between sleeps
+            time.sleep(0.01)
+        return 1e-3
+
+    @tuner.autotune(
+        configs=[{"b": 1}, {"b": 2}, {"b": 3}],
+        key=lambda x: {"n": x.shape[0]},
+        bench=slow_bench,
+        storage=False,
+    )
+    def scale(x, *, b):
+        return x * b
+
+    def interrupt():
+        if started.wait(30):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        jax.jit(scale)(jnp.ones(8))
+    helpers = [t for t in threading.enumerate() if t.name.startswith("tuner-concrete-")]
+    assert helpers == [] and benched == [1], (helpers, benched)
+    assert scale.tuner.stats["tuned"] == 0
+    # the next call tunes the key from the start (no claim or half tuning left behind)
+    slow[0] = False
+    benched.clear()
+    out = jax.jit(scale)(jnp.ones(8))
+    assert benched == [1, 1, 1] and scale.tuner.stats["tuned"] == 1
+    np.testing.assert_allclose(np.asarray(out), scale.tuner.last_choice["config"]["b"])

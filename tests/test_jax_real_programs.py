@@ -426,3 +426,29 @@ def test_second_process_reads_the_store_under_jit(tmp_path, _tuner_home):
     assert second["stats"]["from_store"] == 1 and second["stats"]["tuned"] == 0 and second["calls"] == 1
     [entry] = ConfigCache().entries()
     assert entry.key.dtypes == ("float32", "bfloat16")
+
+
+@pytest.mark.parametrize("dtype", ["float4_e2m1fn", "float8_e4m3fn", "int4"])
+def test_narrow_dtypes_first_called_under_jit(dtype):
+    """A 4-bit float argument (MX kernels' `float4_e2m1fn`), first called inside jax.jit: its stand-in
+    could not be made (jax.random draws no 4-bit floats: "uniform only accepts 8-, 16-, 32-, or 64-bit
+    dtypes"), so the traced call raised where the eager call tunes. The key keeps the dtype."""
+    if not hasattr(jnp, dtype):
+        pytest.skip(f"this jax has no {dtype}")
+    calls: list = []
+
+    def bench(call):
+        jax.block_until_ready(call())
+        calls.append(1)
+        return 1e-3
+
+    @tuner.autotune(configs=[{"b": 1}, {"b": 2}], key=lambda x: {"n": x.shape[0]}, bench=bench, storage=False)
+    def widen(x, *, b):
+        return x.astype(jnp.float32) * b
+
+    x = jnp.ones(8, getattr(jnp, dtype))
+    out = jax.jit(lambda x: widen(x) + 1.0)(x)
+    assert len(calls) == 2 and widen.tuner.last_choice["key"]["dtypes"] == [dtype]
+    np.testing.assert_allclose(np.asarray(out), 1.0 + widen.tuner.last_choice["config"]["b"])
+    widen(x)  # the eager call hits
+    assert len(calls) == 2

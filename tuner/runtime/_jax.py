@@ -48,6 +48,10 @@ A key value that is itself traced (`key=["n"]` with `n` a jit argument that is n
 value at trace time: it is refused with a message saying to make it static, rather than keyed on the
 stand-in's zero. Typed PRNG key arrays (`jax.random.key`) get stand-in keys of the same implementation.
 
+An interrupt of the caller (Ctrl-C) while it waits for the helper thread stops the helper's tuning
+too (`_stop_helper`), as it stops an eager call's tuning: the tuning does not go on in the background,
+holding the key's claim and storing a winner after the caller was interrupted.
+
 Donated buffers: a launcher that donates its inputs (`jax.jit(..., donate_argnums=...)`) deletes them
 on every call, so tuning it on the caller's arrays would leave every config after the first, and the
 caller's own call, with deleted arrays. `donation_guard` gives the first call of each config copies
@@ -219,11 +223,23 @@ def _materialise(args: tuple, kwargs: dict, seed: int = 0) -> tuple[tuple, dict]
             if weak is not None:
                 return weak
         if floating:
-            return jax.random.normal(jax.random.fold_in(base, count[0]), shape, dtype)
+            return _normal(jax.random.fold_in(base, count[0]), shape, dtype)
         return jnp.zeros(shape, dtype)
 
     cargs, ckwargs = jax.tree_util.tree_map(concrete, (tuple(args), dict(kwargs)))
     return tuple(cargs), dict(ckwargs)
+
+
+def _normal(key: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    """Random normal values of this dtype; for a float jax.random cannot draw in (the 4-bit floats,
+    `float4_e2m1fn`, which MX kernels take), drawn in float32 and cast."""
+    import jax
+    import jax.numpy as jnp
+
+    try:
+        return jax.random.normal(key, shape, dtype)
+    except TypeError:  # "uniform only accepts 8-, 16-, 32-, or 64-bit dtypes"
+        return jax.random.normal(key, shape, jnp.float32).astype(dtype)
 
 
 def _weak_like(shape: tuple[int, ...], dtype: Any, floating: bool, key: Any) -> Any:
@@ -308,13 +324,38 @@ def resolve_on_concrete(
                 box["cfg"] = miss(cargs, ckwargs, fast_key, target)
         except BaseException as exc:  # re-raised in the caller's thread
             box["exc"] = exc
+        finally:
+            done.set()
 
+    done = threading.Event()
     t = threading.Thread(target=context.run, args=(work,), name=f"tuner-concrete-{name}"[:60], daemon=True)
     t.start()
+    # Waited for on an Event, not `t.join()`: a join that Ctrl-C interrupts marks a thread that is still
+    # running as stopped on some Pythons (3.11's bpo-45274 handling), and the helper must be stopped then.
+    try:
+        done.wait()
+    except BaseException:  # Ctrl-C (or another exception) in the caller while the helper tunes
+        _stop_helper(t, done)
+        raise
     t.join()
     if "exc" in box:
         raise box["exc"]
     return box["cfg"]
+
+
+def _stop_helper(t: threading.Thread, done: threading.Event) -> None:
+    """Stop the helper thread `t` of a traced miss whose caller was interrupted while it waited (Ctrl-C
+    in the caller's thread, where the eager call's tuning would have stopped): a KeyboardInterrupt is
+    raised in the helper at its next Python instruction, so its tuning ends as an interrupted eager
+    tuning does (its claim released, no winner stored after the interrupt), and the caller waits for
+    that. A second interrupt while it waits (the helper inside a long compile, say) stops the waiting."""
+    import ctypes
+
+    ident = t.ident
+    if ident is not None and not done.is_set():
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(KeyboardInterrupt))
+        log.debug("%s: the caller was interrupted; stopping its tuning", t.name)
+    t.join()  # not `done`: the interrupt may land in the helper before it sets `done`
 
 
 def _transfers_allowed() -> contextlib.AbstractContextManager[Any]:
