@@ -347,7 +347,7 @@ def load_table(
     except InputTooLarge as exc:
         raise ReplayFormatError(
             f"{where}: cannot read ({exc.__class__.__name__}: {exc}); a table this big replays once slimmed "
-            f"to its parameters and objective (benchmarks/slim_tables.py)"
+            f"to its parameters and objective (benchmarks/slim_tables.py of tuner's repository)"
         ) from None
     except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise ReplayFormatError(f"{where}: cannot read ({exc.__class__.__name__}: {exc})") from None

@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
             validate_entries(registered if args.factory else selected)
         except ValueError as exc:
             hint = (
-                " (an entry of a decorated function: give --factory MODULE:FUNCTION, docs/production.md)"
+                " (an entry of a decorated function: give --factory MODULE:FUNCTION, docs/production.md of tuner's repository)"
                 if own and not args.factory and "unknown kernel" in str(exc)
                 else ""
             )

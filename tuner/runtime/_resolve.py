@@ -375,7 +375,7 @@ _UNUSED_ENTRY = (
 )
 TUNE_HINT = (
     "to tune for this machine, run with TUNER_MODE=record, then `tuner study from-misses`, `tuner study run` "
-    "here and ship what `tuner study export` writes (docs/production.md)"
+    "here and ship what `tuner study export` writes (docs/production.md of tuner's repository)"
 )
 
 

@@ -205,7 +205,7 @@ def _warn_if_on_an_event_loop(name: str) -> None:
     log.warning(
         "tuner: tuning %s on the thread of a running asyncio event loop: the loop is blocked until the "
         "tuning ends; tune before serving, ship a cache file (offline mode), or make the first call "
-        "through asyncio.to_thread (docs/production.md)",
+        "through asyncio.to_thread (docs/production.md of tuner's repository)",
         name,
     )
 

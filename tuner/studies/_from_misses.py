@@ -123,7 +123,7 @@ def study_from_misses(
         raise BadInput(
             f"no recorded miss of a registered kernel with at least {min_calls} calls "
             f"({len(rows)} misses recorded, {len(other)} of them of decorated functions with at least "
-            f"{min_calls} calls: give --factory MODULE:FUNCTION to tune those, see docs/production.md)"
+            f"{min_calls} calls: give --factory MODULE:FUNCTION to tune those, see docs/production.md of tuner's repository)"
             if other
             else f"no recorded miss of a registered kernel with at least {min_calls} calls "
             f"({len(rows)} misses recorded)"
@@ -141,7 +141,7 @@ def study_from_misses(
         + ".",
         "# Each task's trials: the study budget x its share of the calls against an even split, in",
         f"# [{max(1, trials // 4)}, {trials * 2}]. Tune with `tuner study run FILE`, ship with",
-        "# `tuner study export FILE --out cache.json` and `tuner cache import cache.json` (docs/production.md).",
+        "# `tuner study export FILE --out cache.json` and `tuner cache import cache.json` (docs/production.md of tuner's repository).",
         "",
         "[study]",
         f"name = {_toml_value(name)}",
@@ -176,7 +176,10 @@ def study_from_misses(
         if dtype:
             lines.append(f"dtypes = [{_toml_value(dtype)}]")
         lines += [f"problems = [{_inline(problem)}]", f"budget = {_inline({'trials': n})}"]
-    lines += _listed(other, "Misses of decorated functions (not registered kernels; see docs/production.md):")
+    lines += _listed(
+        other,
+        "Misses of decorated functions (not registered kernels; see docs/production.md of tuner's repository):",
+    )
     return FromMisses(
         "\n".join(lines) + "\n",
         len(seen),
@@ -338,7 +341,7 @@ def decorated_study(
         f"# Written by `tuner study from-misses --factory {factory}` from {len(kept)} recorded misses of",
         "# decorated functions. Tune with (the factory builds each call's inputs from its recorded key):",
         f"#   tuner study run FILE --executor {DECORATED_EXECUTOR}",
-        "# then ship the winners with `tuner study export FILE --out cache.json` (docs/production.md).",
+        "# then ship the winners with `tuner study export FILE --out cache.json` (docs/production.md of tuner's repository).",
         "",
         "[study]",
         f"name = {_toml_value(name)}",
@@ -366,7 +369,7 @@ def decorated_study(
         if r.key.dtypes:
             lines.append(f"dtypes = [{_toml_value(r.key.dtypes[0])}]")
         lines += [f"problems = [{_inline(problem)}]", f"budget = {_inline({'trials': n})}"]
-    head = "Misses of registered kernels (a study written without --factory tunes them; docs/production.md):"
+    head = "Misses of registered kernels (a study written without --factory tunes them; docs/production.md of tuner's repository):"
     lines += _listed(kernels, head)
     text = "\n".join(lines) + "\n"
     return FromMisses(text, len(kept), tuple(sorted({r.kernel for r in kept})), skipped, 0, len(kernels))
