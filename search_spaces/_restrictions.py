@@ -53,13 +53,23 @@ _COMPARE: dict[type, Callable[[Any, Any], bool]] = {
     ast.Is: operator.eq,  # `x is None` and the like compare values here
     ast.IsNot: operator.ne,
 }
+
+
+def _round(x: Any, ndigits: Any = None) -> Any:
+    """`round`, but refusing an int rounded to more than _MAX_EXPONENT digits left of the point:
+    round(1, -10**9) computes 10**(10**9) and would hang the process as 10**10**10 would."""
+    if isinstance(ndigits, int) and ndigits < -_MAX_EXPONENT:
+        raise ArithmeticError(f"round to {ndigits} digits is over the limit of -{_MAX_EXPONENT}")
+    return round(x) if ndigits is None else round(x, ndigits)
+
+
 _FUNCS: dict[str, Callable[..., Any]] = {
     "min": min,
     "max": max,
     "abs": abs,
     "int": int,
     "float": float,
-    "round": round,
+    "round": _round,
     "len": len,
 }
 

@@ -115,6 +115,18 @@ def test_a_restriction_that_cannot_be_computed_rejects_the_config() -> None:
     assert "too large" in space.violations({"a": 1, "b": 1})[0]
 
 
+def test_rounding_to_a_huge_number_of_digits_rejects_the_config_instead_of_hanging() -> None:
+    """round(x, -10000000) on an int computes 10**10000000: a 24-character restriction hung
+    from_kernel_tuner's enumeration (the limit on ** did not cover it)."""
+    space = SearchSpace.from_kernel_tuner({"x": [1, 2], "y": [1.5]}, ["round(x, -10000000) == 0"])
+    assert space.enumerate() == []
+    assert "round to -10000000 digits is over the limit" in space.violations({"x": 1, "y": 1.5})[0]
+    ok = SearchSpace.from_kernel_tuner(
+        {"x": [149, 151], "y": [1.25]}, ["round(x, -2) == 100", "round(y, 1) == 1.2", "round(y) == 1"]
+    )
+    assert [c["x"] for c in ok.enumerate()] == [149]
+
+
 def test_bad_tune_params_are_refused() -> None:
     for bad in ({}, {"x": []}, {"x": "abc"}, {"x": 3}, {1: [1]}):
         with pytest.raises(ValueError):
