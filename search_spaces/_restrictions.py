@@ -6,6 +6,7 @@ comparisons, `and`/`or`/`not`, `x if c else y`, literals, tuples and lists for `
 from __future__ import annotations
 
 import ast
+import inspect
 import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
@@ -236,9 +237,29 @@ def _from_string(text: str, names: Sequence[str]) -> Constraint:
     return Constraint(text.strip(), check, uses=tuple(expr.uses))
 
 
+def _takes_values(fn: Callable[..., Any], n: int) -> bool:
+    """Whether `fn` is a restriction Kernel Tuner calls with the values of all `n` parameters in order
+    (`def r(block_size_x, block_size_y, tile)`), not with the config dict (`def r(p)`): it requires
+    two or more positional arguments and takes `n`, or takes only `*args`."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: the config dict, as before
+        return False
+    kinds = inspect.Parameter
+    positional = [
+        p for p in sig.parameters.values() if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+    ]
+    required = [p for p in positional if p.default is kinds.empty]
+    star = any(p.kind is kinds.VAR_POSITIONAL for p in sig.parameters.values())
+    if not required:
+        return star and not positional
+    return len(required) >= 2 and len(required) <= n and (n <= len(positional) or star)
+
+
 def restriction_constraint(restriction: Any, names: Sequence[str], index: int = 0) -> Constraint:
     """One Kernel Tuner restriction as a Constraint: a string expression over the parameter names, a
-    callable taking the config dict, or a `(callable, [names])` pair whose callable takes those
+    callable taking the config dict (one argument) or, as Kernel Tuner calls it, the values of all
+    parameters in order (`_takes_values`), or a `(callable, [names])` pair whose callable takes those
     parameters' values as positional arguments."""
     if isinstance(restriction, str):
         return _from_string(restriction, names)
@@ -258,6 +279,13 @@ def restriction_constraint(restriction: Any, names: Sequence[str], index: int = 
         label = getattr(restriction, "__name__", "") or "restriction"
         if label == "<lambda>":
             label = f"restriction {index}"
+        if _takes_values(restriction, len(names)):
+            params = list(names)
+            return Constraint(
+                f"{label}({', '.join(params)})",
+                lambda c: bool(restriction(*(c[p] for p in params))),
+                uses=tuple(params),
+            )
         return Constraint(label, lambda c: bool(restriction(dict(c))))
     raise RestrictionError(
         f"restriction {index} is a {type(restriction).__name__}; give a string, a function of the config "

@@ -89,6 +89,35 @@ def test_callables_and_name_pairs_as_kernel_tuner_takes_them() -> None:
     assert len(SearchSpace.from_kernel_tuner({"x": [1.5, 2.5], "y": [0, 1]}, None)) == 4
 
 
+def _min_func(gpu1: int, gpu2: int, gpu3: int, gpu4: int) -> bool:
+    return min([gpu1, gpu2, gpu3, gpu4]) >= 1
+
+
+def test_a_function_of_the_parameter_values_is_called_as_kernel_tuner_calls_it() -> None:
+    """Kernel Tuner's own test_searchspace.py restricts with `_min_func(gpu1, gpu2, gpu3, gpu4)`, which
+    Kernel Tuner 1.x calls with the values of all parameters in tune_params order; from_kernel_tuner
+    called it with the config dict ("missing 3 required positional arguments")."""
+    layers = 12
+    tp = {f"gpu{i}": list(range(layers)) for i in range(1, 5)}
+    space = SearchSpace.from_kernel_tuner(tp, [f"gpu1 + gpu2 + gpu3 + gpu4 == {layers}", _min_func])
+    everything = [dict(zip(tp, v, strict=True)) for v in itertools.product(*tp.values())]
+    expected = [c for c in everything if sum(c.values()) == layers and min(c.values()) >= 1]
+    assert space.enumerate() == expected and len(expected) == 165  # compositions of 12 into 4 parts
+    why = space.violations({"gpu1": 0, "gpu2": 4, "gpu3": 4, "gpu4": 4})
+    assert why == ["violates _min_func(gpu1, gpu2, gpu3, gpu4) (gpu1=0, gpu2=4, gpu3=4, gpu4=4)"]
+
+    # the values go in tune_params order, whatever the function calls them, as Kernel Tuner passes them
+    def first_small(x: int, y: int) -> bool:
+        return x < 2 and y == 10
+
+    order = {"b": [1, 2, 3], "a": [10, 20]}
+    for restrictions in (first_small, [first_small], [first_small, "a > 5"], [lambda *v: v == (1, 10)]):
+        assert SearchSpace.from_kernel_tuner(order, restrictions).enumerate() == [{"b": 1, "a": 10}]
+    # a function of one argument still gets the config dict (Kernel Tuner's older, monolithic style)
+    by_dict = SearchSpace.from_kernel_tuner(order, [lambda p, limit=2: p["b"] < limit, "a > 15"])
+    assert by_dict.enumerate() == [{"b": 1, "a": 20}]
+
+
 @pytest.mark.parametrize(
     ("restriction", "says"),
     [
