@@ -14,7 +14,7 @@ from typing import Any
 
 from ._space import Constraint
 
-__all__ = ["RestrictionError", "restriction_constraint", "restriction_constraints"]
+__all__ = ["RestrictionError", "block_size_restriction", "restriction_constraint", "restriction_constraints"]
 
 _MAX_LEN = 1000  # characters in one restriction string
 _MAX_EXPONENT = 256  # 2**256 is plenty for a kernel parameter; 10**10**10 would hang the process
@@ -305,3 +305,33 @@ def restriction_constraints(restrictions: Any, names: Sequence[str]) -> list[Con
     if not isinstance(restrictions, list):
         raise RestrictionError(f"restrictions must be a list, got {type(restrictions).__name__}")
     return [restriction_constraint(r, names, i) for i, r in enumerate(restrictions)]
+
+
+# Kernel Tuner's default names of the thread block dimensions (its util.default_block_size_names)
+_BLOCK_SIZE_NAMES = ("block_size_x", "block_size_y", "block_size_z")
+
+
+def block_size_restriction(
+    max_threads: Any, block_size_names: Sequence[str] | None, names: Sequence[str]
+) -> Constraint | None:
+    """The limit Kernel Tuner adds to every space: the product of the block dimensions present is at
+    most `max_threads` (None: no limit). `block_size_names` are completed to three with Kernel Tuner's
+    defaults, as its `append_default_block_size_names` does."""
+    if block_size_names is not None and (
+        isinstance(block_size_names, str) or not all(isinstance(n, str) for n in block_size_names)
+    ):
+        raise RestrictionError(
+            f"block_size_names must be a list of parameter names, got {block_size_names!r}"
+        )
+    if max_threads is None:
+        if block_size_names is not None:
+            raise RestrictionError("block_size_names limits nothing without max_threads")
+        return None
+    if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
+        raise RestrictionError(f"max_threads must be a positive int, got {max_threads!r}")
+    given = list(block_size_names or [])
+    dims = given + list(_BLOCK_SIZE_NAMES[len(given) :])
+    present = [n for n in dims if n in names]
+    if not present:
+        return None
+    return _from_string(f"{' * '.join(present)} <= {max_threads}", names)

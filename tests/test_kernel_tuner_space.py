@@ -118,6 +118,32 @@ def test_a_function_of_the_parameter_values_is_called_as_kernel_tuner_calls_it()
     assert by_dict.enumerate() == [{"b": 1, "a": 20}]
 
 
+def test_max_threads_limits_the_block_as_kernel_tuner_does_by_itself() -> None:
+    """Kernel Tuner drops every config whose thread block is over the device's limit without being told:
+    its examples/cuda/convolution.py space (Apache-2.0) has 432 configs, of which Kernel Tuner 1.5.0
+    tunes 342 (block_size_x * block_size_y <= 1024). max_threads adds that limit."""
+    tp = {
+        "block_size_x": [16 * i for i in range(1, 9)],
+        "block_size_y": [2**i for i in range(6)],
+        "tile_size_x": [1, 2, 4],
+        "tile_size_y": [1, 2, 4],
+    }
+    assert len(SearchSpace.from_kernel_tuner(tp)) == 432
+    space = SearchSpace.from_kernel_tuner(tp, ["tile_size_x <= 4"], max_threads=1024)
+    assert len(space) == 342 and all(c["block_size_x"] * c["block_size_y"] <= 1024 for c in space.enumerate())
+    assert space.violations(
+        {"block_size_x": 128, "block_size_y": 16, "tile_size_x": 1, "tile_size_y": 1}
+    ) == ["violates block_size_x * block_size_y <= 1024 (block_size_x=128, block_size_y=16)"]
+    # block_size_names renames the dimensions; the missing ones keep Kernel Tuner's default names
+    renamed = {"threads": [128, 256, 512], "block_size_y": [1, 2, 4], "vec": [1, 2]}
+    limited = SearchSpace.from_kernel_tuner(renamed, max_threads=512, block_size_names=["threads"])
+    assert len(limited) == 2 * (3 + 2 + 1)
+    assert len(SearchSpace.from_kernel_tuner(renamed, max_threads=512)) == 18  # block_size_y alone: <= 4
+    for bad in ({"max_threads": 0}, {"max_threads": True}, {"block_size_names": ["threads"]}):
+        with pytest.raises(ValueError, match="max_threads"):
+            SearchSpace.from_kernel_tuner(renamed, **bad)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("restriction", "says"),
     [
