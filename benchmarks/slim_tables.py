@@ -28,7 +28,7 @@ if _BENCH not in sys.path:
 from _tables import table_files  # noqa: E402  (benchmarks/ is not a package)
 
 from tuner._atomic import atomic_write  # noqa: E402
-from tuner.replay import FAILURE_STRINGS  # noqa: E402
+from tuner.replay import FAILURE_STRINGS, recorded_objective  # noqa: E402
 
 
 def _objective_value(e: dict[str, Any], objective: str) -> Any:
@@ -41,7 +41,7 @@ def _objective_value(e: dict[str, Any], objective: str) -> Any:
 def slim(doc: dict[str, Any]) -> dict[str, Any]:
     """The cache document with only the parameters and the objective in each entry."""
     keys = doc.get("tune_params_keys") or list(doc["tune_params"])
-    objective = doc.get("objective") or "time"
+    objective = recorded_objective(doc)
     out = {k: v for k, v in doc.items() if k != "cache"}
     out["cache"] = {
         ck: {**{k: e[k] for k in keys}, objective: _objective_value(e, objective)}

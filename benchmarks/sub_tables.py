@@ -34,6 +34,8 @@ if _BENCH not in sys.path:
     sys.path.insert(0, _BENCH)
 from _tables import out_dir, table_files  # noqa: E402  (benchmarks/ is not a package)
 
+from tuner.replay import recorded_objective  # noqa: E402
+
 DEFAULT_DATA = Path(__file__).resolve().parent / "data"
 
 
@@ -48,7 +50,7 @@ def cut(
     """One sub-table of a Kernel Tuner cache document: (the new document, the fixed parameters), or None
     when no draw gives between `lo` and `hi` configs with at least `lo` // 2 measured ones."""
     keys = list(doc.get("tune_params_keys") or doc["tune_params"])
-    objective = doc.get("objective") or "time"
+    objective = recorded_objective(doc)
     entries = list(doc["cache"].items())
     free = [k for k in keys if len(doc["tune_params"].get(k, [])) > 1]
     for _ in range(tries):
@@ -97,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in paths:
         with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as f:
             doc = json.load(f)
-        objective = doc.get("objective") or "time"
+        objective = recorded_objective(doc)
         kernel, gpu = path.parent.name, path.name.split(".")[0]
         for i in range(args.per_table):
             got = cut(doc, rng, args.min, args.max)

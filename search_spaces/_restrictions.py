@@ -6,6 +6,7 @@ comparisons, `and`/`or`/`not`, `x if c else y`, literals, tuples and lists for `
 from __future__ import annotations
 
 import ast
+import inspect
 import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
@@ -13,7 +14,7 @@ from typing import Any
 
 from ._space import Constraint
 
-__all__ = ["RestrictionError", "restriction_constraint", "restriction_constraints"]
+__all__ = ["RestrictionError", "block_size_restriction", "restriction_constraint", "restriction_constraints"]
 
 _MAX_LEN = 1000  # characters in one restriction string
 _MAX_EXPONENT = 256  # 2**256 is plenty for a kernel parameter; 10**10**10 would hang the process
@@ -53,13 +54,23 @@ _COMPARE: dict[type, Callable[[Any, Any], bool]] = {
     ast.Is: operator.eq,  # `x is None` and the like compare values here
     ast.IsNot: operator.ne,
 }
+
+
+def _round(x: Any, ndigits: Any = None) -> Any:
+    """`round`, but refusing an int rounded to more than _MAX_EXPONENT digits left of the point:
+    round(1, -10**9) computes 10**(10**9) and would hang the process as 10**10**10 would."""
+    if isinstance(ndigits, int) and ndigits < -_MAX_EXPONENT:
+        raise ArithmeticError(f"round to {ndigits} digits is over the limit of -{_MAX_EXPONENT}")
+    return round(x) if ndigits is None else round(x, ndigits)
+
+
 _FUNCS: dict[str, Callable[..., Any]] = {
     "min": min,
     "max": max,
     "abs": abs,
     "int": int,
     "float": float,
-    "round": round,
+    "round": _round,
     "len": len,
 }
 
@@ -226,9 +237,29 @@ def _from_string(text: str, names: Sequence[str]) -> Constraint:
     return Constraint(text.strip(), check, uses=tuple(expr.uses))
 
 
+def _takes_values(fn: Callable[..., Any], n: int) -> bool:
+    """Whether `fn` is a restriction Kernel Tuner calls with the values of all `n` parameters in order
+    (`def r(block_size_x, block_size_y, tile)`), not with the config dict (`def r(p)`): it requires
+    two or more positional arguments and takes `n`, or takes only `*args`."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: the config dict, as before
+        return False
+    kinds = inspect.Parameter
+    positional = [
+        p for p in sig.parameters.values() if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+    ]
+    required = [p for p in positional if p.default is kinds.empty]
+    star = any(p.kind is kinds.VAR_POSITIONAL for p in sig.parameters.values())
+    if not required:
+        return star and not positional
+    return len(required) >= 2 and len(required) <= n and (n <= len(positional) or star)
+
+
 def restriction_constraint(restriction: Any, names: Sequence[str], index: int = 0) -> Constraint:
     """One Kernel Tuner restriction as a Constraint: a string expression over the parameter names, a
-    callable taking the config dict, or a `(callable, [names])` pair whose callable takes those
+    callable taking the config dict (one argument) or, as Kernel Tuner calls it, the values of all
+    parameters in order (`_takes_values`), or a `(callable, [names])` pair whose callable takes those
     parameters' values as positional arguments."""
     if isinstance(restriction, str):
         return _from_string(restriction, names)
@@ -248,6 +279,13 @@ def restriction_constraint(restriction: Any, names: Sequence[str], index: int = 
         label = getattr(restriction, "__name__", "") or "restriction"
         if label == "<lambda>":
             label = f"restriction {index}"
+        if _takes_values(restriction, len(names)):
+            params = list(names)
+            return Constraint(
+                f"{label}({', '.join(params)})",
+                lambda c: bool(restriction(*(c[p] for p in params))),
+                uses=tuple(params),
+            )
         return Constraint(label, lambda c: bool(restriction(dict(c))))
     raise RestrictionError(
         f"restriction {index} is a {type(restriction).__name__}; give a string, a function of the config "
@@ -267,3 +305,33 @@ def restriction_constraints(restrictions: Any, names: Sequence[str]) -> list[Con
     if not isinstance(restrictions, list):
         raise RestrictionError(f"restrictions must be a list, got {type(restrictions).__name__}")
     return [restriction_constraint(r, names, i) for i, r in enumerate(restrictions)]
+
+
+# Kernel Tuner's default names of the thread block dimensions (its util.default_block_size_names)
+_BLOCK_SIZE_NAMES = ("block_size_x", "block_size_y", "block_size_z")
+
+
+def block_size_restriction(
+    max_threads: Any, block_size_names: Sequence[str] | None, names: Sequence[str]
+) -> Constraint | None:
+    """The limit Kernel Tuner adds to every space: the product of the block dimensions present is at
+    most `max_threads` (None: no limit). `block_size_names` are completed to three with Kernel Tuner's
+    defaults, as its `append_default_block_size_names` does."""
+    if block_size_names is not None and (
+        isinstance(block_size_names, str) or not all(isinstance(n, str) for n in block_size_names)
+    ):
+        raise RestrictionError(
+            f"block_size_names must be a list of parameter names, got {block_size_names!r}"
+        )
+    if max_threads is None:
+        if block_size_names is not None:
+            raise RestrictionError("block_size_names limits nothing without max_threads")
+        return None
+    if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
+        raise RestrictionError(f"max_threads must be a positive int, got {max_threads!r}")
+    given = list(block_size_names or [])
+    dims = given + list(_BLOCK_SIZE_NAMES[len(given) :])
+    present = [n for n in dims if n in names]
+    if not present:
+        return None
+    return _from_string(f"{' * '.join(present)} <= {max_threads}", names)

@@ -178,18 +178,30 @@ class SearchSpace:
 
     @classmethod
     def from_kernel_tuner(
-        cls, tune_params: Mapping[str, Sequence[Value]], restrictions: Any = None, *, name: str = ""
+        cls,
+        tune_params: Mapping[str, Sequence[Value]],
+        restrictions: Any = None,
+        *,
+        name: str = "",
+        max_threads: int | None = None,
+        block_size_names: Sequence[str] | None = None,
     ) -> SearchSpace:
         """The space of a Kernel Tuner `tune_params` dict (name -> list of values) and its `restrictions`.
 
         `restrictions` is what `kernel_tuner.tune_kernel` takes: None, or a list of strings (Python
         expressions over the parameter names, such as "block_size_x*block_size_y<=1024"), functions of
-        the config dict, and `(function, [names])` pairs whose function takes those values in order.
+        the config dict (one argument) or of all parameter values in order (two or more, as Kernel Tuner
+        calls them), and `(function, [names])` pairs whose function takes those values in order.
         Strings are parsed with `ast` and evaluated by a whitelist interpreter (arithmetic, comparisons,
         and/or/not, if-else, literals, min/max/abs/int/float/round/len), never by `eval`; a name that is
         not a parameter, or any other construct, is a ValueError naming the restriction. Numeric values
-        become ordered parameters, others categorical (`param_from_values`)."""
-        from ._restrictions import restriction_constraints
+        become ordered parameters, others categorical (`param_from_values`).
+
+        `max_threads` adds the limit Kernel Tuner adds by itself (the device's threads per block, 1024
+        on NVIDIA GPUs): the product of the thread block dimensions present in `tune_params`
+        (`block_size_names`, completed as Kernel Tuner does with block_size_x, block_size_y and
+        block_size_z) is at most `max_threads`. Without it there is no such limit."""
+        from ._restrictions import block_size_restriction, restriction_constraints
 
         if not isinstance(tune_params, Mapping) or not tune_params:
             raise ValueError("tune_params must be a non-empty dict of parameter name -> list of values")
@@ -200,7 +212,9 @@ class SearchSpace:
             if isinstance(vals, (str, bytes)) or not isinstance(vals, Sequence) or len(vals) == 0:
                 raise ValueError(f"tune_params[{k!r}] must be a non-empty list of values, got {vals!r}")
             params.append(param_from_values(k, list(vals)))
-        return cls(params, restriction_constraints(restrictions, list(tune_params)), name=name)
+        constraints = restriction_constraints(restrictions, list(tune_params))
+        limit = block_size_restriction(max_threads, block_size_names, list(tune_params))
+        return cls(params, constraints + ([limit] if limit is not None else []), name=name)
 
     # ---- basic properties --------------------------------------------------------------------------
     @property

@@ -89,6 +89,61 @@ def test_callables_and_name_pairs_as_kernel_tuner_takes_them() -> None:
     assert len(SearchSpace.from_kernel_tuner({"x": [1.5, 2.5], "y": [0, 1]}, None)) == 4
 
 
+def _min_func(gpu1: int, gpu2: int, gpu3: int, gpu4: int) -> bool:
+    return min([gpu1, gpu2, gpu3, gpu4]) >= 1
+
+
+def test_a_function_of_the_parameter_values_is_called_as_kernel_tuner_calls_it() -> None:
+    """Kernel Tuner's own test_searchspace.py restricts with `_min_func(gpu1, gpu2, gpu3, gpu4)`, which
+    Kernel Tuner 1.x calls with the values of all parameters in tune_params order; from_kernel_tuner
+    called it with the config dict ("missing 3 required positional arguments")."""
+    layers = 12
+    tp = {f"gpu{i}": list(range(layers)) for i in range(1, 5)}
+    space = SearchSpace.from_kernel_tuner(tp, [f"gpu1 + gpu2 + gpu3 + gpu4 == {layers}", _min_func])
+    everything = [dict(zip(tp, v, strict=True)) for v in itertools.product(*tp.values())]
+    expected = [c for c in everything if sum(c.values()) == layers and min(c.values()) >= 1]
+    assert space.enumerate() == expected and len(expected) == 165  # compositions of 12 into 4 parts
+    why = space.violations({"gpu1": 0, "gpu2": 4, "gpu3": 4, "gpu4": 4})
+    assert why == ["violates _min_func(gpu1, gpu2, gpu3, gpu4) (gpu1=0, gpu2=4, gpu3=4, gpu4=4)"]
+
+    # the values go in tune_params order, whatever the function calls them, as Kernel Tuner passes them
+    def first_small(x: int, y: int) -> bool:
+        return x < 2 and y == 10
+
+    order = {"b": [1, 2, 3], "a": [10, 20]}
+    for restrictions in (first_small, [first_small], [first_small, "a > 5"], [lambda *v: v == (1, 10)]):
+        assert SearchSpace.from_kernel_tuner(order, restrictions).enumerate() == [{"b": 1, "a": 10}]
+    # a function of one argument still gets the config dict (Kernel Tuner's older, monolithic style)
+    by_dict = SearchSpace.from_kernel_tuner(order, [lambda p, limit=2: p["b"] < limit, "a > 15"])
+    assert by_dict.enumerate() == [{"b": 1, "a": 20}]
+
+
+def test_max_threads_limits_the_block_as_kernel_tuner_does_by_itself() -> None:
+    """Kernel Tuner drops every config whose thread block is over the device's limit without being told:
+    its examples/cuda/convolution.py space (Apache-2.0) has 432 configs, of which Kernel Tuner 1.5.0
+    tunes 342 (block_size_x * block_size_y <= 1024). max_threads adds that limit."""
+    tp = {
+        "block_size_x": [16 * i for i in range(1, 9)],
+        "block_size_y": [2**i for i in range(6)],
+        "tile_size_x": [1, 2, 4],
+        "tile_size_y": [1, 2, 4],
+    }
+    assert len(SearchSpace.from_kernel_tuner(tp)) == 432
+    space = SearchSpace.from_kernel_tuner(tp, ["tile_size_x <= 4"], max_threads=1024)
+    assert len(space) == 342 and all(c["block_size_x"] * c["block_size_y"] <= 1024 for c in space.enumerate())
+    assert space.violations(
+        {"block_size_x": 128, "block_size_y": 16, "tile_size_x": 1, "tile_size_y": 1}
+    ) == ["violates block_size_x * block_size_y <= 1024 (block_size_x=128, block_size_y=16)"]
+    # block_size_names renames the dimensions; the missing ones keep Kernel Tuner's default names
+    renamed = {"threads": [128, 256, 512], "block_size_y": [1, 2, 4], "vec": [1, 2]}
+    limited = SearchSpace.from_kernel_tuner(renamed, max_threads=512, block_size_names=["threads"])
+    assert len(limited) == 2 * (3 + 2 + 1)
+    assert len(SearchSpace.from_kernel_tuner(renamed, max_threads=512)) == 18  # block_size_y alone: <= 4
+    for bad in ({"max_threads": 0}, {"max_threads": True}, {"block_size_names": ["threads"]}):
+        with pytest.raises(ValueError, match="max_threads"):
+            SearchSpace.from_kernel_tuner(renamed, **bad)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("restriction", "says"),
     [
@@ -113,6 +168,18 @@ def test_a_restriction_that_cannot_be_computed_rejects_the_config() -> None:
     assert space.enumerate() == []
     assert "ZeroDivisionError" in space.violations({"a": 1, "b": 0})[0]
     assert "too large" in space.violations({"a": 1, "b": 1})[0]
+
+
+def test_rounding_to_a_huge_number_of_digits_rejects_the_config_instead_of_hanging() -> None:
+    """round(x, -10000000) on an int computes 10**10000000: a 24-character restriction hung
+    from_kernel_tuner's enumeration (the limit on ** did not cover it)."""
+    space = SearchSpace.from_kernel_tuner({"x": [1, 2], "y": [1.5]}, ["round(x, -10000000) == 0"])
+    assert space.enumerate() == []
+    assert "round to -10000000 digits is over the limit" in space.violations({"x": 1, "y": 1.5})[0]
+    ok = SearchSpace.from_kernel_tuner(
+        {"x": [149, 151], "y": [1.25]}, ["round(x, -2) == 100", "round(y, 1) == 1.2", "round(y) == 1"]
+    )
+    assert [c["x"] for c in ok.enumerate()] == [149]
 
 
 def test_bad_tune_params_are_refused() -> None:

@@ -116,6 +116,47 @@ def test_a_gflops_table_is_maximised(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "GFLOP/s, higher is better" in text and "optimum    1000" in text
 
 
+def _kt15(c: dict[str, Any]) -> dict[str, Any]:
+    """An entry as Kernel Tuner 1.x writes it: a failed config has `__error__` and no measurements."""
+    if _failed_gflops(c):
+        return {"__error__": "RuntimeFailedConfig"}
+    return {"time": _time(c), "times": [_time(c)] * 3, "GFLOP/s": 1000.0 / _time(c)}
+
+
+@pytest.mark.parametrize("closed", [True, False])
+def test_the_objective_list_of_kernel_tuner_1x_names_the_objective(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], closed: bool
+) -> None:
+    """Kernel Tuner 1.x (1.5.0's process_cache) writes the run's objectives as a list, `"objective":
+    ["GFLOP/s"]`; replay refused every such file ("objective must be a string, got ['GFLOP/s']")."""
+    doc = _doc("GFLOP/s", _kt15)
+    doc["objective"] = ["GFLOP/s"]  # before the cache, where Kernel Tuner writes it
+    if closed:
+        path = _write(tmp_path / "kt15.json", doc)
+    else:  # the header without its closing braces, then the entries as store_cache appends them
+        head = json.dumps(dict(doc, cache={}), indent="")[:-3]
+        body = "".join("\n" + json.dumps({k: v})[1:-1] + "," for k, v in doc["cache"].items())
+        path = tmp_path / "kt15.json"
+        path.write_text(head + body)
+    table = load_table(path)
+    assert table.objective == "GFLOP/s" and table.higher_is_better
+    assert table.best_config() == BEST and sum(v is None for v in table.values.values()) == 2
+    out = _replay_json(path, capsys)
+    assert out["objective"] == "GFLOP/s" and out["best_value"] == pytest.approx(1000.0) == out["optimum"]
+    # a multi-objective run records several: the first is its primary objective, --objective picks another
+    doc["objective"] = ["time", "GFLOP/s"]
+    path = _write(tmp_path / "multi.json", doc)
+    assert load_table(path).objective == "time" and not load_table(path).higher_is_better
+    assert load_table(path, objective="GFLOP/s").higher_is_better
+    # benchmarks/slim_tables.py keeps the primary objective's column (it raised TypeError: unhashable list)
+    slim = benchmark_script("slim_tables").slim(doc)
+    assert all(set(e) == set(KEYS) | {"time"} for e in slim["cache"].values())
+    doc["objective"] = [3]
+    assert "objective must be a name or a list of names" in _refused(
+        _write(tmp_path / "bad.json", doc), capsys
+    )
+
+
 def test_another_recorded_column_can_be_replayed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--objective time on a GFLOP/s table: the failed entries, which have no time, are failures."""
     path = _write(tmp_path / "A100.json", _doc("GFLOP/s", _gflops))

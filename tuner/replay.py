@@ -34,6 +34,7 @@ __all__ = [
     "ReplayTable",
     "ReplayFormatError",
     "load_table",
+    "recorded_objective",
     "table_from_dict",
 ]
 
@@ -147,10 +148,29 @@ def _not_a_cache_file(data: Mapping[str, Any]) -> str:
     return "no 'cache' object with the recorded configs (nor a T4 'results' list)"
 
 
+def recorded_objective(data: Mapping[str, Any]) -> str:
+    """The objective a Kernel Tuner cache document records (`time` when it names none). Kernel Tuner
+    1.x writes it as a list (`"objective": ["time"]`; several names for a multi-objective run, the
+    first being its primary objective), older versions as a string. A value that is neither names
+    raises ReplayFormatError."""
+    raw = data.get("objective")
+    if isinstance(raw, list) and raw:
+        raw = raw[0]
+    if raw is None or raw == "" or raw == []:
+        return _DEFAULT_OBJECTIVE
+    if not isinstance(raw, str):
+        raise ReplayFormatError(f"objective must be a name or a list of names, got {data.get('objective')!r}")
+    return raw
+
+
 def _direction(objective: str, data: Mapping[str, Any], higher_is_better: bool | None, where: str) -> bool:
     if higher_is_better is not None:
         return bool(higher_is_better)
     recorded = data.get("objective_higher_is_better")
+    names = data.get("objective")
+    if isinstance(recorded, list) and isinstance(names, list) and len(recorded) == len(names):
+        # a multi-objective run's directions, one per recorded objective
+        recorded = recorded[names.index(objective)] if objective in names else None
     if isinstance(recorded, bool):
         return recorded
     if objective in KNOWN_OBJECTIVES:
@@ -257,7 +277,11 @@ def table_from_dict(
             raise ReplayFormatError(f"{where}: 'cache' must be an object, got {type(cache).__name__}")
         if not cache:
             raise ReplayFormatError(f"{where}: the 'cache' object has no entries")
-        objective = objective or data.get("objective") or _DEFAULT_OBJECTIVE
+        if not objective:
+            try:
+                objective = recorded_objective(data)
+            except ReplayFormatError as exc:
+                raise ReplayFormatError(f"{where}: {exc}") from None
         keys = data.get("tune_params_keys")
     if not isinstance(objective, str):
         raise ReplayFormatError(f"{where}: objective must be a string, got {objective!r}")
