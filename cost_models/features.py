@@ -183,7 +183,7 @@ class FeatureSchema:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> FeatureSchema:
         try:
-            return cls(
+            schema = cls(
                 params=tuple(
                     ParamFeature(
                         p["name"],
@@ -209,6 +209,10 @@ class FeatureSchema:
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not a feature schema: missing or malformed {exc}") from None
+        odd = [p.name for p in schema.params if p.kind not in ("num", "bool", "cat")]
+        if odd:
+            raise ValueError(f"not a feature schema: parameter {odd[0]!r} has no kind num, bool or cat")
+        return schema
 
     def fingerprint(self) -> str:
         blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
@@ -227,6 +231,20 @@ class FeatureSchema:
         if mine == theirs and self.version != other.version:
             raise SchemaMismatchError(
                 f"{what} uses feature schema version {other.version}, this space's is {self.version}; retrain it"
+            )
+        if sorted(mine) == sorted(theirs):  # the lists below are empty: say what differs instead
+            if mine == theirs:
+                how = "the same feature names, computed otherwise (a derived feature's terms or scale)"
+            else:
+                i = next(i for i, (a, b) in enumerate(zip(mine, theirs, strict=True)) if a != b)
+                how = (
+                    f"the same features in another order (column {i} is {theirs[i]!r} in it, {mine[i]!r} "
+                    "here: parameters, or a categorical parameter's values, listed in another order)"
+                )
+            raise SchemaMismatchError(
+                f"{what} was trained on another feature schema ({other.fingerprint()} != "
+                f"{self.fingerprint()}): {how}; transform configs with the model's own schema (load it "
+                "without schema=) or retrain it for this space"
             )
         missing = [n for n in mine if n not in theirs][:5]
         extra = [n for n in theirs if n not in mine][:5]

@@ -88,6 +88,21 @@ def _check_xy(X: Any, y: Any | None = None) -> tuple[np.ndarray, np.ndarray | No
     return Xa, ya
 
 
+def _check_rows(n: int, **arrays: Any) -> None:
+    """Each of `groups`, `sample_weight`, `base_margin` given holds one entry per row of X: a shorter
+    `groups` made the ranker fit on as many rows as it had (the rest dropped without a word), and the
+    regressors fail with numpy's IndexError or XGBoost's C++ stack trace."""
+    for name, a in arrays.items():
+        if a is None:
+            continue
+        arr = np.asarray(a, dtype=object if name == "groups" else np.float64)
+        if arr.ndim != 1 or len(arr) != n:
+            raise ValueError(f"{name} must hold one entry per row of X ({n}), got shape {arr.shape}")
+        if name == "sample_weight" and not (np.isfinite(arr).all() and (arr >= 0).all()):
+            i = int(np.flatnonzero(~(np.isfinite(arr) & (arr >= 0)))[0])
+            raise ValueError(f"sample_weight must be finite and >= 0, row {i} holds {arr[i]}")
+
+
 class CostModel:
     """Base: `get_params` / `set_params` from the `__init__` signature (the scikit-learn way)."""
 
@@ -193,6 +208,7 @@ class XGBRegressorModel(CostModel):
 
         Xa, ya = _check_xy(X, y)
         assert ya is not None
+        _check_rows(len(ya), groups=groups, sample_weight=sample_weight, base_margin=base_margin)
         t = normalise_targets(ya, groups) if self.normalise else ya
         if self.n_estimators < 1:
             raise ValueError(f"n_estimators must be >= 1, got {self.n_estimators}")
@@ -265,6 +281,7 @@ class XGBRankerModel(CostModel):
             )
         Xa, ya = _check_xy(X, y)
         assert ya is not None
+        _check_rows(len(ya), groups=groups, sample_weight=sample_weight)
         g = (
             np.zeros(len(ya), dtype=np.int64)
             if groups is None
@@ -276,7 +293,10 @@ class XGBRankerModel(CostModel):
         rel = np.zeros(len(t))
         for gi in np.unique(g):
             m = g == gi
-            r = np.argsort(np.argsort(t[m], kind="stable"), kind="stable") / max(1, m.sum() - 1)  # 0 = best
+            # 0 = best; equal times share the best rank among them (a rank by row order made the ranker
+            # learn the order of the rows: tasks of equal times, or of failures, became a ranking)
+            v = t[m]
+            r = np.searchsorted(np.sort(v), v, side="left") / max(1, m.sum() - 1)
             # grades: best 1% -> n_grades-1, then halving shares down to 0
             q = np.maximum(r, 1e-9)
             rel[m] = np.clip(np.floor(np.log2(0.01 / q)) + self.n_grades - 1, 0, self.n_grades - 1)
@@ -343,6 +363,7 @@ class XGBEnsemble(CostModel):
     ) -> XGBEnsemble:
         Xa, ya = _check_xy(X, y)
         assert ya is not None
+        _check_rows(len(ya), groups=groups, sample_weight=sample_weight, base_margin=base_margin)
         if self.n_models < 1:
             raise ValueError(f"n_models must be >= 1, got {self.n_models}")
         t = normalise_targets(ya, groups) if self.normalise else ya
@@ -408,6 +429,7 @@ class RandomForestModel(CostModel):
 
         Xa, ya = _check_xy(X, y)
         assert ya is not None
+        _check_rows(len(ya), groups=groups, sample_weight=sample_weight)
         t = normalise_targets(ya, groups)
         self.forest_ = RandomForestRegressor(
             n_estimators=self.n_estimators,
@@ -437,6 +459,7 @@ class NoModel(CostModel):
 
     def fit(self, X: Any, y: Any, groups: Any = None, sample_weight: Any = None) -> NoModel:
         Xa, ya = _check_xy(X, y)
+        _check_rows(len(Xa), groups=groups, sample_weight=sample_weight)
         self.n_features_in_ = Xa.shape[1]
         self.training_summary_ = {"rows": int(len(Xa))}
         return self

@@ -123,6 +123,18 @@ def load_model(
             f"{p}: feature schema version {saved.version}, newer than this tuner reads (up to "
             f"{FEATURE_SCHEMA_VERSION}); upgrade tuner or retrain the model"
         )
+    # an edited schema (a parameter renamed, one added) loaded, and the model then read other columns
+    # than it was trained on (NaN for the renamed one) or failed only at predict, on the feature count
+    fp = meta.get("feature_schema_fingerprint")
+    if fp is not None and fp != saved.fingerprint():
+        raise ValueError(
+            f"{side}: its feature_schema is not the one the model was saved with (fingerprint "
+            f"{saved.fingerprint()}, saved as {fp!r}): the sidecar was edited; save the model again"
+        )
+    if len(saved.names) != n_features:
+        raise ValueError(
+            f"{side}: the feature schema lists {len(saved.names)} features, the model reads {n_features}"
+        )
     if schema is not None:
         schema.check_compatible(saved, what=f"model {p.name}")
     try:
@@ -131,7 +143,9 @@ def load_model(
         raise ValueError(f"{side}: hyperparameters {sorted(params)} do not fit {kind} ({exc})") from None
 
     def booster(i: int, name: str) -> Any:
-        mp = p.with_name(name)
+        # member 0 is the file asked for (save_model writes it at `path`): a model moved to another name
+        # with its sidecar read the old name's file, missing, or another model's where one was saved there
+        mp = p if i == 0 else p.with_name(name)
         try:
             raw = mp.read_bytes()
         except OSError as exc:

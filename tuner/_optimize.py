@@ -113,6 +113,8 @@ def validate_prior(prior: Any) -> list[list[tuple[dict[str, Any], float | None]]
             if val is not None:
                 try:
                     val = float(val)
+                except OverflowError:  # an int beyond a float's range: infinite, a failure, as 1e400 is
+                    val = math.inf
                 except (TypeError, ValueError):
                     raise ValueError(
                         f"prior[{ti}][{ri}]: value must be a number or None, got {val!r}"
