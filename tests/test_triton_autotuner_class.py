@@ -389,6 +389,41 @@ def test_an_emptied_cache_tunes_again_and_keeps_the_store():
     assert launch_fill(k, 100) == 32 and bench.calls == 6 and len(k.cache) == 1
 
 
+def none_mode_kernel(impl, bench):
+    """dst[i] = BLOCK + 1000 when the config's MODE is None, else BLOCK."""
+
+    @autotune_of(impl)(
+        configs=[triton.Config({"BLOCK": 16, "MODE": None}), triton.Config({"BLOCK": 32, "MODE": "x"})],
+        key=["N"],
+        do_bench=bench,
+    )
+    @triton.jit
+    def fill(dst, N, BLOCK: tl.constexpr, MODE: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        v = BLOCK
+        if MODE is None:
+            v = BLOCK + 1000
+        tl.store(dst + offs, tl.full([BLOCK], v, tl.float32), mask=offs < N)
+
+    return fill
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_meta_parameter_set_to_none_is_launched_as_none(impl):
+    """`triton.Config({"MODE": None})` launches with MODE=None in Triton (`all_kwargs()` keeps a None
+    kwarg). The drop-in left the key out of that config's launch, as it does for a key another config
+    sets and this one does not, so the launch failed for want of MODE and the faster config was dropped
+    without a word: another config won."""
+    bench = Bench(times=[1.0, 2.0])
+    k = none_mode_kernel(impl, bench)
+    assert launch_fill(k, 100) == 1016 and bench.calls == 2
+    assert k.best_config.kwargs == {"BLOCK": 16, "MODE": None}
+    assert launch_fill(k, 100) == 1016 and bench.calls == 2
+    if impl == "tuner":  # another process reads the winner from the store, None and all
+        other = none_mode_kernel(impl, Bench())
+        assert launch_fill(other, 100) == 1016 and other.tuner.stats["from_store"] == 1
+
+
 def test_bench_time_counts_the_timing_not_a_wait_for_another_process(monkeypatch):
     """`.bench_time` (and TRITON_PRINT_AUTOTUNING's "finished after") is the time the configs took, as in
     Triton. It counted from the miss, so a rank that first waited out another rank's claim on the key

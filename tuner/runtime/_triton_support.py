@@ -34,6 +34,10 @@ def _all_kwargs(c: Any) -> dict[str, Any]:
 # `maxnreg` on one): SearchSpace needs one set of keys, and the launch leaves such keys out, as Triton's
 # `Config.all_kwargs()` does.
 UNSET = "<unset>"
+# The value of a meta-parameter that a config sets to None (`triton.Config({"BLOCK": 64, "MODE": None})`):
+# Triton launches it with MODE=None (`Config.all_kwargs()` keeps a kwarg of None, and drops only the
+# launch options that are None), while a space holds no None; unlike UNSET, the launch passes it.
+NONE = "<none>"
 
 
 def _is_unset(v: Any) -> bool:
@@ -41,8 +45,8 @@ def _is_unset(v: Any) -> bool:
 
 
 def launch_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """A runtime config dict as the keyword arguments of the launch (UNSET keys left out)."""
-    return {k: v for k, v in cfg.items() if not _is_unset(v)}
+    """A runtime config dict as the keyword arguments of the launch (UNSET keys left out, NONE as None)."""
+    return {k: (None if isinstance(v, str) and v == NONE else v) for k, v in cfg.items() if not _is_unset(v)}
 
 
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "ir_override")
@@ -66,14 +70,23 @@ def _launch_view(c: Any) -> SimpleNamespace:
 def _config_dicts(configs: Sequence[Any]) -> list[dict[str, Any]]:
     """The runtime's dicts for triton.Configs (kwargs + num_warps + num_stages [+ num_ctas, maxnreg,
     ir_override where they vary]), all with the same keys: a key that only some configs set is UNSET in
-    the others (a maxnreg of None too). A config's own pre_hook is run by this module, so it is not
-    refused here."""
+    the others (a maxnreg of None too); a meta-parameter a config sets to None is NONE. A config's own
+    pre_hook is run by this module, so it is not refused here."""
     proxies = [c if isinstance(c, Mapping) else _launch_view(c) for c in configs]
     dicts = triton_configs_to_dicts(proxies)
     names: dict[str, None] = {}
     for d in dicts:
         names.update(dict.fromkeys(d))
-    return [{k: UNSET if d.get(k) is None else d[k] for k in names} for d in dicts]
+    out = []
+    for d, p in zip(dicts, proxies, strict=True):
+        meta = p if isinstance(p, Mapping) else p.kwargs  # what the config sets, None included
+        out.append(
+            {
+                k: (NONE if k in meta and meta[k] is None else UNSET if d.get(k) is None else d[k])
+                for k in names
+            }
+        )
+    return out
 
 
 def unique_dicts(dicts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
