@@ -237,14 +237,17 @@ def _from_string(text: str, names: Sequence[str]) -> Constraint:
     return Constraint(text.strip(), check, uses=tuple(expr.uses))
 
 
-def _takes_values(fn: Callable[..., Any], n: int) -> bool:
-    """Whether `fn` is a restriction Kernel Tuner calls with the values of all `n` parameters in order
-    (`def r(block_size_x, block_size_y, tile)`), not with the config dict (`def r(p)`): it requires
-    two or more positional arguments and takes `n`, or takes only `*args`."""
+def _takes_values(fn: Callable[..., Any], names: Sequence[str]) -> bool:
+    """Whether `fn` is a restriction Kernel Tuner calls with the values of all parameters `names` in order
+    (`def r(block_size_x, block_size_y, tile)`), not with the config dict (`def r(p)`): it takes that many
+    positional arguments (or only `*args`) and requires two or more of them, or its positional
+    parameters are named as the first parameters (`def r(block_size_x, tile=1)`: one required argument,
+    as `def r(p, strict=False)` has, told apart by its name)."""
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):  # a builtin without a signature: the config dict, as before
         return False
+    n = len(names)
     kinds = inspect.Parameter
     positional = [
         p for p in sig.parameters.values() if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
@@ -253,7 +256,12 @@ def _takes_values(fn: Callable[..., Any], n: int) -> bool:
     star = any(p.kind is kinds.VAR_POSITIONAL for p in sig.parameters.values())
     if not required:
         return star and not positional
-    return len(required) >= 2 and len(required) <= n and (n <= len(positional) or star)
+    if len(required) > n or (n > len(positional) and not star):
+        return False  # it cannot be called with the n values
+    if len(required) >= 2:
+        return True
+    first = [p.name for p in positional[:n]]
+    return first == list(names[: len(first)])
 
 
 def restriction_constraint(restriction: Any, names: Sequence[str], index: int = 0) -> Constraint:
@@ -279,7 +287,7 @@ def restriction_constraint(restriction: Any, names: Sequence[str], index: int = 
         label = getattr(restriction, "__name__", "") or "restriction"
         if label == "<lambda>":
             label = f"restriction {index}"
-        if _takes_values(restriction, len(names)):
+        if _takes_values(restriction, names):
             params = list(names)
             return Constraint(
                 f"{label}({', '.join(params)})",

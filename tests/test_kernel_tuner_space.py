@@ -118,6 +118,33 @@ def test_a_function_of_the_parameter_values_is_called_as_kernel_tuner_calls_it()
     assert by_dict.enumerate() == [{"b": 1, "a": 20}]
 
 
+def test_a_function_of_the_values_with_a_default_is_called_with_the_values() -> None:
+    """Kernel Tuner calls a restriction in its list with the values of all parameters, whatever defaults
+    its signature has. `def r(block_size_x, tile=1)` requires one argument, as a function of the config
+    dict does, and was called with the dict ("unsupported operand type(s) for *: 'dict' and 'int'");
+    its parameters named as tune_params' tell it apart from `def r(p, strict=False)`."""
+    tp = {"block_size_x": [16, 32, 64], "tile": [1, 2]}
+    want = [{"block_size_x": 16, "tile": 1}, {"block_size_x": 16, "tile": 2}, {"block_size_x": 32, "tile": 1}]
+
+    def with_default(block_size_x: int, tile: int = 1) -> bool:
+        return block_size_x * tile <= 32
+
+    def first_and_rest(block_size_x: int, *rest: int) -> bool:
+        return block_size_x * rest[0] <= 32
+
+    for fn in (with_default, first_and_rest):
+        assert SearchSpace.from_kernel_tuner(tp, [fn]).enumerate() == want
+    one = SearchSpace.from_kernel_tuner(
+        {"block_size_x": [16, 32, 64]}, [lambda block_size_x: block_size_x < 64]
+    )
+    assert [c["block_size_x"] for c in one.enumerate()] == [16, 32]
+
+    def by_dict(p: dict, strict: bool = False) -> bool:  # a function of the config dict keeps the dict
+        return p["block_size_x"] * p["tile"] <= 32
+
+    assert SearchSpace.from_kernel_tuner(tp, [by_dict]).enumerate() == want
+
+
 def test_max_threads_limits_the_block_as_kernel_tuner_does_by_itself() -> None:
     """Kernel Tuner drops every config whose thread block is over the device's limit without being told:
     its examples/cuda/convolution.py space (Apache-2.0) has 432 configs, of which Kernel Tuner 1.5.0
