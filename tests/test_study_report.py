@@ -1,0 +1,96 @@
+"""The study report as users with messy studies meet it: names and values that Markdown or HTML would read
+as markup (a study file and its database can come from someone else), timings in units the report cannot
+convert, and a report folder that holds other files. The executor is the synthetic one of
+tests/_study_fake.py (real `tuner.optimize`, real storage)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from markdown_it import MarkdownIt
+
+FAKE = "tests._study_fake:executor"
+
+# Kernel names that are markup: raw HTML, a backtick (ends a code span), a '|' (ends a table cell), a
+# newline (ends a table row or a heading), Markdown's heading and emphasis characters, and unicode.
+NASTY = [
+    "k<script>alert('x')</script>",
+    "pipe|kern`tick <b>bold</b>",
+    "line\nbreak <i>x</i>",
+    "_emph_ *star* [link](http://x) ünïcødé 🚀 $a$",
+]
+
+
+def _study(tmp: Path, kernels: list[str], *, budget: int = 2) -> Path:
+    p = tmp / "s.toml"
+    tasks = "".join(
+        f"\n[[tasks]]\nkernel = {json.dumps(k, ensure_ascii=False)}\nproblems = [{{ M = 64, N = 64, K = 64 }}]\n"
+        for k in kernels
+    )
+    p.write_text(
+        f"""
+[study]
+name = "s"
+device = "cpu"
+budget = {{ trials = {budget} }}
+strategy = "random"
+output = "out"
+{tasks}""",
+        encoding="utf-8",
+    )
+    return p
+
+
+def _cells(tokens: list) -> list[list[str]]:
+    """The table rows of parsed Markdown, each as its cells' inline text."""
+    rows, row, in_cell = [], [], False
+    for t in tokens:
+        if t.type == "tr_open":
+            row = []
+        elif t.type in ("td_open", "th_open"):
+            in_cell = True
+        elif t.type == "inline" and in_cell:
+            row.append(t.content)
+            in_cell = False
+        elif t.type == "tr_close":
+            rows.append(row)
+    return rows
+
+
+def test_names_that_are_markup_stay_text_in_the_markdown_and_the_html(tmp_path: Path) -> None:
+    from tuner.studies import load_study, run_study, write_report
+
+    spec = load_study(_study(tmp_path, NASTY), check_kernels=False)
+    run_study(spec, executor=FAKE)
+    rep = write_report(spec, tmp_path / "rep")
+    md_text = rep.markdown.read_text(encoding="utf-8")
+    md = MarkdownIt("commonmark").enable("table")
+    rendered = md.render(md_text)
+    assert not re.search(r"<(script|b|i|em|strong|a)[ >]", rendered), rendered  # no markup of the names'
+    tokens = md.parse(md_text)
+    rows = _cells(tokens)
+    summary = [r for r in rows if len(r) == 6]
+    assert len(summary) == 1 + len(NASTY), summary  # one row per task: no row broken by a '|' or newline
+    assert all(len(r) in (2, 3, 6) for r in rows), rows
+    codes = [
+        c.content for t in tokens if t.type == "inline" for c in t.children or [] if c.type == "code_inline"
+    ]
+    for k in NASTY:
+        shown = k.replace("\n", "\\n")  # a newline is shown as its escape: a key stays one line
+        assert shown in codes, (k, codes)  # the whole kernel name in one code span
+        assert any(c.startswith(shown + "/triton/") for c in codes), k  # and the whole key
+    headings = [
+        tokens[i + 1].children for i, t in enumerate(tokens) if t.type == "heading_open" and t.tag == "h2"
+    ]
+    texts = ["".join(c.content for c in h or [] if c.type == "text") for h in headings]
+    for k in NASTY:
+        assert any(x.startswith(k.replace("\n", "\\n") + "/triton/") for x in texts), (k, texts)
+
+    page = rep.html.read_text(encoding="utf-8")
+    assert not re.search(r"<(script|b|i)>", page)
+    for k in NASTY:
+        esc = k.replace("\n", "\\n").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        esc = esc.replace("'", "&#x27;")
+        assert f"<code>{esc}</code>" in page, k  # a backtick in a name does not end its code element
