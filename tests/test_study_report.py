@@ -9,7 +9,10 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from markdown_it import MarkdownIt
+
+from tuner.studies._export import NothingToDo
 
 FAKE = "tests._study_fake:executor"
 
@@ -94,3 +97,35 @@ def test_names_that_are_markup_stay_text_in_the_markdown_and_the_html(tmp_path: 
         esc = k.replace("\n", "\\n").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
         esc = esc.replace("'", "&#x27;")
         assert f"<code>{esc}</code>" in page, k  # a backtick in a name does not end its code element
+
+
+def ns_executor(task, *, prior=None, callback=None):  # type: ignore[no-untyped-def]
+    """The synthetic executor, its result's times said to be nanoseconds (an executor's own unit)."""
+    from types import SimpleNamespace
+
+    from tests._study_fake import executor
+
+    res = executor(task, prior=prior, callback=callback)
+    return SimpleNamespace(best_config=res.best_config, best_value=res.best_value, unit="ns")
+
+
+def test_a_time_unit_the_report_cannot_convert_is_shown_not_a_crash(tmp_path: Path) -> None:
+    """An executor's result in a unit tuner does not convert (ns) used to end the report (and `study run`
+    after its tuning) with `ValueError: unknown time unit`; the export left that task out no better."""
+    from tuner.studies import export_study, load_study, run_study, write_report
+
+    p = _study(tmp_path, ["mm"])
+    spec = load_study(p, check_kernels=False)
+    run_study(spec, executor="tests.test_study_report:ns_executor")
+    (row,) = _rows(spec)
+    md = write_report(spec, tmp_path / "rep").markdown.read_text()
+    assert f"| {row.best_value:.4g} ns | n/a |" in md, md
+    assert "time unit 'ns' is none of s, ms, us" in md
+    with pytest.raises(NothingToDo):  # its only task cannot be written in seconds: nothing to export
+        export_study(spec, tmp_path / "c.json")
+
+
+def _rows(spec):  # type: ignore[no-untyped-def]
+    from tuner.studies._runner import study_rows
+
+    return study_rows(spec)

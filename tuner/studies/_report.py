@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuner._atomic import atomic_write
-from tuner._units import to_seconds
+from tuner._units import PER_SECOND, to_seconds
 
 from ._board import DONE, FAILED, TaskRow, summarize
 from ._retry import check_task, own_trials
@@ -84,7 +84,9 @@ def roofline_fraction(task: StudyTask, time_s: float) -> tuple[float | None, str
     except Exception as exc:  # noqa: BLE001 - unregistered kernel (synthetic test tasks)
         return None, f"no FLOP/byte counts ({str(exc).splitlines()[0][:80]})"
     pf, bw = _peak_flops(dev, task.dtype), dev.peak_bandwidth_gbs * 1e9
-    if pf <= 0 or bw <= 0 or time_s <= 0:
+    if not (math.isfinite(time_s) and time_s > 0):
+        return None, f"the time {time_s!r} s is not a positive number"
+    if pf <= 0 or bw <= 0:
         return None, "device peaks unknown"
     ideal = max(flops / pf, nbytes / bw)
     bound = "compute" if flops / pf >= nbytes / bw else "memory"
@@ -419,11 +421,12 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
         if best_value is None and ok:
             b = min(ok, key=lambda tr: tr.value)
             best_value, best_config = b.value, dict(b.params)
-        frac, note = (
-            roofline_fraction(t, to_seconds(float(best_value), unit))
-            if best_value
-            else (None, "no successful trial")
-        )
+        if not best_value:
+            frac, note = None, "no successful trial"
+        elif unit not in PER_SECOND:  # an executor's own unit: shown as it is, not converted
+            frac, note = None, f"time unit {unit!r} is none of {', '.join(PER_SECOND)}"
+        else:
+            frac, note = roofline_fraction(t, to_seconds(float(best_value), unit))
         roof = f"{frac * 100:.3g} %" if frac is not None else "n/a"
         failures = _failures(trials, res)
         summary_rows.append(
