@@ -129,3 +129,23 @@ def _rows(spec):  # type: ignore[no-untyped-def]
     from tuner.studies._runner import study_rows
 
     return study_rows(spec)
+
+
+def test_a_report_into_a_folder_of_other_files_removes_only_its_own_stale_plots(tmp_path: Path) -> None:
+    """`--out DIR` into a folder that already holds pictures: the report removes the plots of tasks no
+    longer in the study, and used to remove every other PNG of DIR/img as well."""
+    from tuner.studies import load_study, run_study, write_report
+    from tuner.studies._report import image_name
+
+    spec = load_study(_study(tmp_path, ["mm"]), check_kernels=False)
+    run_study(spec, executor=FAKE)
+    img = tmp_path / "rep" / "img"
+    img.mkdir(parents=True)
+    mine = img / "diagram.png"
+    mine.write_bytes(b"\x89PNG not the report's")
+    stale = img / image_name("gone/triton/float32/M=1")  # a plot of a task no longer in the study
+    stale.write_bytes(b"\x89PNG")
+    rep = write_report(spec, tmp_path / "rep")
+    assert mine.read_bytes() == b"\x89PNG not the report's"
+    assert not stale.exists()
+    assert sorted(p.name for p in img.iterdir()) == sorted([mine.name, *(p.name for p in rep.images)])

@@ -107,6 +107,10 @@ def image_name(key: str) -> str:
     return f"{_slug(key)[:100]}-{digest}.png"
 
 
+# What `image_name` names a plot (and nothing a user would name a picture of their own, in practice).
+_PLOT_NAME = re.compile(r"[A-Za-z0-9_.-]*-[0-9a-f]{10}\.png")
+
+
 def _fmt_time(v: float | None, unit: str) -> str:
     return "-" if v is None or not math.isfinite(v) else f"{v:.4g} {unit}"
 
@@ -533,10 +537,12 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
         ("table", ["task", "status", "trials", "best time", "% of roofline", "best config"], summary_rows)
     )
     blocks += sections
-    for old in img_dir.glob("*.png"):  # plots of tasks no longer in the study (or of an older naming)
-        if old not in images:
-            old.unlink(missing_ok=True)
     md_path, html_path = out / "report.md", out / "report.html"
     atomic_write(md_path, _md(blocks))
-    atomic_write(html_path, _html(blocks, f"Study {spec.name}"))
+    atomic_write(html_path, _html(blocks, f"Study {_text(spec.name)}"))
+    # Then the plots of tasks no longer in the study, once no report refers to them: only files named as
+    # this module names its plots (`image_name`), not whatever else a folder given with --out holds.
+    for old in img_dir.glob("*.png"):
+        if old not in images and _PLOT_NAME.fullmatch(old.name):
+            old.unlink(missing_ok=True)
     return ReportResult(md_path, html_path, tuple(images))
