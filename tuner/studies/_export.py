@@ -27,7 +27,7 @@ from typing import Any
 # The stored key of an entry comes from the runtime's `kernel_cache_key`, the one function that
 # `tuner.kernel` computes its keys with, so an exported file is an exact hit there.
 from tuner._atomic import atomic_write
-from tuner._units import to_seconds
+from tuner._units import PER_SECOND, to_seconds
 from tuner._versions import backend_versions
 from tuner.runtime._kernel import kernel_cache_key, kernel_source_hash
 
@@ -110,6 +110,8 @@ def entry_for(row: TaskRow) -> dict[str, Any] | None:
     ):
         return None
     unit = str(res.get("unit", "ms"))
+    if unit not in PER_SECOND:  # an executor's own unit: its time cannot be written in seconds
+        return None
     stats = res.get("best_stats") or {}
     spread = 0.0
     if isinstance(stats.get("q1"), (int, float)) and isinstance(stats.get("q3"), (int, float)):
@@ -178,6 +180,16 @@ def cache_entries(spec: StudySpec) -> list[dict[str, Any]]:
     for r in rows:
         if r.status != DONE:
             log.warning("task %s is %s; not exported", r.key, r.status)
+            continue
+        unit = str((r.result or {}).get("unit", "ms"))
+        if unit not in PER_SECOND:
+            log.warning(
+                "task %s: its times are in %r, none of the units the cache file's seconds are converted from "
+                "(%s); not exported",
+                r.key,
+                unit,
+                ", ".join(PER_SECOND),
+            )
             continue
         e = entry_for(r)
         if e is None:

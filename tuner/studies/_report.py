@@ -18,6 +18,8 @@ import logging
 import math
 import os
 import re
+import unicodedata
+import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuner._atomic import atomic_write
-from tuner._units import to_seconds
+from tuner._units import PER_SECOND, to_seconds
 
 from ._board import DONE, FAILED, TaskRow, summarize
 from ._retry import check_task, own_trials
@@ -82,7 +84,9 @@ def roofline_fraction(task: StudyTask, time_s: float) -> tuple[float | None, str
     except Exception as exc:  # noqa: BLE001 - unregistered kernel (synthetic test tasks)
         return None, f"no FLOP/byte counts ({str(exc).splitlines()[0][:80]})"
     pf, bw = _peak_flops(dev, task.dtype), dev.peak_bandwidth_gbs * 1e9
-    if pf <= 0 or bw <= 0 or time_s <= 0:
+    if not (math.isfinite(time_s) and time_s > 0):
+        return None, f"the time {time_s!r} s is not a positive number"
+    if pf <= 0 or bw <= 0:
         return None, "device peaks unknown"
     ideal = max(flops / pf, nbytes / bw)
     bound = "compute" if flops / pf >= nbytes / bw else "memory"
@@ -101,6 +105,10 @@ def image_name(key: str) -> str:
     characters to '_' and is truncated, so a hash of the whole key follows it)."""
     digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:10]
     return f"{_slug(key)[:100]}-{digest}.png"
+
+
+# What `image_name` names a plot (and nothing a user would name a picture of their own, in practice).
+_PLOT_NAME = re.compile(r"[A-Za-z0-9_.-]*-[0-9a-f]{10}\.png")
 
 
 def _fmt_time(v: float | None, unit: str) -> str:
@@ -135,12 +143,16 @@ def _plot_convergence(path: Path, title: str, trials: Sequence[Any], unit: str) 
         ax.set_yscale("log")
     ax.set_xlabel("trial")
     ax.set_ylabel(f"time ({unit})")
-    ax.set_title(title, fontsize=8)
+    ax.set_title(title.replace("$", r"\$"), fontsize=8)  # a '$' pair would be read as mathtext
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper right")
-    fig.tight_layout()
     png = io.BytesIO()
-    fig.savefig(png, format="png")
+    with (
+        warnings.catch_warnings()
+    ):  # a character the font lacks (an emoji of a kernel's name) is drawn as a box
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font", category=UserWarning)
+        fig.tight_layout()
+        fig.savefig(png, format="png")
     atomic_write(path, png.getvalue())
 
 
@@ -177,8 +189,81 @@ def _failures(trials: Sequence[Any], result: Mapping[str, Any]) -> Counter[str]:
     return out
 
 
-# A tiny document model rendered to both Markdown and HTML.
+# A tiny document model rendered to both Markdown and HTML. Its inline text is the report's own prose
+# (trusted: it may hold `code` spans of its own) with the values that come from the study file or the
+# database (task keys, kernel names, configs, error messages: a study can come from someone else) marked
+# by `_code(v)` (a code span) or `_text(v)` (plain text). A marked value is escaped for each output:
+# Markdown's own characters, a backtick inside a code span and a '|' inside a table cell keep the
+# value as it is, raw HTML stays text, and a newline (any control character) is shown as its escape
+# (`\n`) so a table row or a heading stays one line.
 Block = tuple[Any, ...]
+
+_CODE_OPEN, _CODE_CLOSE, _TEXT_OPEN, _TEXT_CLOSE = "\x02", "\x03", "\x04", "\x05"
+_MARKED = re.compile("\x02([^\x03]*)\x03|\x04([^\x05]*)\x05")
+_CONTROL_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# Markdown's inline syntax characters, escaped with a backslash in a plain value ('_' only where it can
+# start or end emphasis: inside a word, as in flash_attention, it cannot, and stays readable).
+_MD_SPECIAL = set("\\`*[]<>&#~|!$")
+
+
+def _visible(v: Any) -> str:
+    """`v` as one line: control characters (and the line and paragraph separators) as escapes."""
+    out = []
+    for ch in str(v):
+        if unicodedata.category(ch) == "Cc" or ch in "\u2028\u2029":
+            out.append(_CONTROL_ESCAPES.get(ch) or f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _code(v: Any) -> str:
+    """A value of the study or the database, shown as a code span."""
+    return _CODE_OPEN + _visible(v) + _CODE_CLOSE
+
+
+def _text(v: Any) -> str:
+    """A value of the study or the database, shown as plain text."""
+    return _TEXT_OPEN + _visible(v) + _TEXT_CLOSE
+
+
+def _plain(s: str) -> str:
+    """Inline text without its marks (for an HTML attribute or an anchor)."""
+    return _MARKED.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), s)
+
+
+def _md_code(c: str, table: bool) -> str:
+    if table:
+        c = c.replace("|", "\\|")  # GFM reads a '\|' in a cell as the cell's '|', in a code span too
+    if not c:
+        return "` `"
+    fence = "`" * (max((len(r) for r in re.findall("`+", c)), default=0) + 1)
+    pad = " " if c[0] in "` " or c[-1] in "` " else ""  # CommonMark strips one space of each side
+    return f"{fence}{pad}{c}{pad}{fence}"
+
+
+def _md_text(t: str) -> str:
+    out = []
+    for i, ch in enumerate(t):
+        if ch in _MD_SPECIAL:
+            out.append("\\" + ch)
+        elif ch == "_" and not (0 < i < len(t) - 1 and t[i - 1].isalnum() and t[i + 1].isalnum()):
+            out.append("\\_")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _md_inline(s: str, *, table: bool = False) -> str:
+    out, pos = [], 0
+    for m in _MARKED.finditer(s):
+        own = s[pos : m.start()]
+        out.append(own.replace("|", "\\|") if table else own)
+        out.append(_md_code(m.group(1), table) if m.group(1) is not None else _md_text(m.group(2)))
+        pos = m.end()
+    own = s[pos:]
+    out.append(own.replace("|", "\\|") if table else own)
+    return "".join(out)
 
 
 def _md(blocks: Sequence[Block]) -> str:
@@ -186,17 +271,17 @@ def _md(blocks: Sequence[Block]) -> str:
     for b in blocks:
         kind = b[0]
         if kind in ("h1", "h2", "h3"):
-            out.append("#" * int(kind[1]) + " " + b[1] + "\n")
+            out.append("#" * int(kind[1]) + " " + _md_inline(b[1]) + "\n")
         elif kind == "p":
-            out.append(b[1] + "\n")
+            out.append(_md_inline(b[1]) + "\n")
         elif kind == "code":
             out.append("```\n" + b[1] + "\n```\n")
         elif kind == "img":
-            out.append(f"![{b[2]}]({b[1]})\n")
+            out.append(f"![{_md_inline(b[2])}]({b[1]})\n")
         elif kind == "table":
             head, rows = b[1], b[2]
             lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-            lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
+            lines += ["| " + " | ".join(_md_inline(str(c), table=True) for c in r) + " |" for r in rows]
             out.append("\n".join(lines) + "\n")
     return "\n".join(out)
 
@@ -206,7 +291,7 @@ def _html(blocks: Sequence[Block], title: str) -> str:
     out = [
         "<!doctype html>",
         "<html><head><meta charset='utf-8'>",
-        f"<title>{e(title)}</title>",
+        f"<title>{e(_plain(title))}</title>",
         "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}"
         "table{border-collapse:collapse;font-size:90%}td,th{border:1px solid #ccc;padding:3px 6px}"
         "th{background:#f4f4f4}code,pre{background:#f6f6f6}</style>",
@@ -215,14 +300,14 @@ def _html(blocks: Sequence[Block], title: str) -> str:
     for b in blocks:
         kind = b[0]
         if kind in ("h1", "h2", "h3"):
-            anchor = _slug(b[1])
-            out.append(f"<{kind} id='{e(anchor)}'>{e(b[1])}</{kind}>")
+            anchor = _slug(_plain(b[1]))
+            out.append(f"<{kind} id='{e(anchor)}'>{_inline_html(b[1])}</{kind}>")
         elif kind == "p":
             out.append(f"<p>{_inline_html(b[1])}</p>")
         elif kind == "code":
             out.append(f"<pre>{e(b[1])}</pre>")
         elif kind == "img":
-            out.append(f"<img src='{e(b[1])}' alt='{e(b[2])}'>")
+            out.append(f"<img src='{e(b[1])}' alt='{e(_plain(b[2]))}'>")
         elif kind == "table":
             out.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in b[1]) + "</tr>")
             out += ["<tr>" + "".join(f"<td>{_inline_html(str(c))}</td>" for c in r) + "</tr>" for r in b[2]]
@@ -231,10 +316,24 @@ def _html(blocks: Sequence[Block], title: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _inline_html(s: str) -> str:
-    """Escape, then render `code` spans (the only inline Markdown the report uses)."""
+def _own_html(s: str) -> str:
+    """The report's own prose: escaped, its `code` spans rendered."""
     parts = html.escape(s).split("`")
     return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def _inline_html(s: str) -> str:
+    """Inline text as HTML: the report's own prose with its `code` spans, the marked values escaped."""
+    out, pos = [], 0
+    for m in _MARKED.finditer(s):
+        out.append(_own_html(s[pos : m.start()]))
+        if m.group(1) is not None:
+            out.append(f"<code>{html.escape(m.group(1))}</code>")
+        else:
+            out.append(html.escape(m.group(2)))
+        pos = m.end()
+    out.append(_own_html(s[pos:]))
+    return "".join(out)
 
 
 def _config_str(cfg: Mapping[str, Any] | None) -> str:
@@ -295,10 +394,10 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
     counts = summarize(rows)
     redacted = spec.storage.split("@")[-1] if "@" in spec.storage else spec.storage
     blocks: list[Block] = [
-        ("h1", f"Study {spec.name}"),
+        ("h1", f"Study {_text(spec.name)}"),
         (
             "p",
-            f"Generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC} from `{redacted}` by "
+            f"Generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC} from {_code(redacted)} by "
             f"`tuner study report`. Tasks: {counts[DONE]} done, {counts['failed']} failed, "
             f"{counts['pending']} pending, {counts['running']} running"
             + (f", {len(unstored)} with no results in the database." if unstored else "."),
@@ -326,30 +425,31 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
         if best_value is None and ok:
             b = min(ok, key=lambda tr: tr.value)
             best_value, best_config = b.value, dict(b.params)
-        frac, note = (
-            roofline_fraction(t, to_seconds(float(best_value), unit))
-            if best_value
-            else (None, "no successful trial")
-        )
+        if not best_value:
+            frac, note = None, "no successful trial"
+        elif unit not in PER_SECOND:  # an executor's own unit: shown as it is, not converted
+            frac, note = None, f"time unit {unit!r} is none of {', '.join(PER_SECOND)}"
+        else:
+            frac, note = roofline_fraction(t, to_seconds(float(best_value), unit))
         roof = f"{frac * 100:.3g} %" if frac is not None else "n/a"
         failures = _failures(trials, res)
         summary_rows.append(
             [
-                f"`{t.key}`",
-                r.status,
+                _code(t.key),
+                _text(r.status),
                 f"{len(trials)}/{t.budget or '-'}",
                 _fmt_time(best_value, unit),
                 roof,
-                f"`{_config_str(best_config)}`",
+                _code(_config_str(best_config)),
             ]
         )
-        sections.append(("h2", t.key))
+        sections.append(("h2", _text(t.key)))
         sections.append(
             (
                 "p",
-                f"Kernel `{t.kernel}`, backend `{t.backend}`, dtype `{t.dtype}`, device "
-                f"`{res.get('device_name', t.device)}`, strategy `{t.strategy}`, seed {t.seed}; "
-                f"status {r.status} after {r.attempts} attempt(s), {len(trials)} trials, "
+                f"Kernel {_code(t.kernel)}, backend {_code(t.backend)}, dtype {_code(t.dtype)}, device "
+                f"{_code(res.get('device_name', t.device))}, strategy {_code(t.strategy)}, seed {t.seed}; "
+                f"status {_text(r.status)} after {r.attempts} attempt(s), {len(trials)} trials, "
                 f"{r.spent_s:.1f} s.",
             )
         )
@@ -359,22 +459,22 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
                 (
                     "p",
                     f"Retried {t.retries} time(s) (`--retry-failed`): trials in Optuna study "
-                    f"`{t.study_name}`, {carried} of them the earlier attempts' successes (not measured "
+                    f"{_code(t.study_name)}, {carried} of them the earlier attempts' successes (not measured "
                     "again); the earlier attempts' failed trials stay in their own studies and are not "
                     "counted here.",
                 )
             )
         if r.error:
-            sections.append(("p", f"Error: `{r.error.splitlines()[0][:300]}`"))
+            sections.append(("p", f"Error: {_code(r.error.splitlines()[0][:300])}"))
         sections.append(
             (
                 "table",
                 ["best config", "time", "% of roofline"],
                 [
                     [
-                        f"`{_config_str(best_config)}`",
+                        _code(_config_str(best_config)),
                         _fmt_time(best_value, unit),
-                        f"{roof} ({note})" if note else roof,
+                        f"{roof} ({_text(note)})" if note else roof,
                     ]
                 ],
             )
@@ -382,9 +482,9 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
         if trials:
             png = img_dir / image_name(t.key)
             try:
-                _plot_convergence(png, f"{spec.name}: {t.key}", trials, unit)
+                _plot_convergence(png, f"{spec.name}: {_visible(t.key)}", trials, unit)
                 images.append(png)
-                sections.append(("img", f"img/{png.name}", f"convergence of {t.key}"))
+                sections.append(("img", f"img/{png.name}", f"convergence of {_text(t.key)}"))
             except Exception as exc:  # noqa: BLE001 - a plot must not lose the rest of the report
                 log.warning("plot of %s failed: %s", t.key, exc)
         imp, why = _importance(storage, t.study_name, len(ok))
@@ -396,14 +496,14 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
                 (
                     "table",
                     ["parameter", "importance (fANOVA)"],
-                    [[f"`{k}`", f"{v:.3f}"] for k, v in imp.items()],
+                    [[_code(k), f"{v:.3f}"] for k, v in imp.items()],
                 )
             )
         else:
             sections.append(("p", f"Parameter importance: {why}."))
         if failures:
             sections.append(
-                ("table", ["failure status", "trials"], [[k, v] for k, v in sorted(failures.items())])
+                ("table", ["failure status", "trials"], [[_text(k), v] for k, v in sorted(failures.items())])
             )
         else:
             sections.append(("p", "No failed trials."))
@@ -411,14 +511,16 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
         if checks:
             inconsistent.append(t.key)
         for name, check in checks:
-            sections.append(("p", _check_text(check) + (f" (Optuna study `{name}`)" if t.retries else "")))
+            sections.append(
+                ("p", _check_text(check) + (f" (Optuna study {_code(name)})" if t.retries else ""))
+            )
     for t in unstored:
-        summary_rows.append([f"`{t.key}`", NO_RESULTS, f"0/{t.budget or '-'}", "-", "n/a", "`-`"])
-        sections.append(("h2", t.key))
+        summary_rows.append([_code(t.key), NO_RESULTS, f"0/{t.budget or '-'}", "-", "n/a", "`-`"])
+        sections.append(("h2", _text(t.key)))
         sections.append(
             (
                 "p",
-                f"Kernel `{t.kernel}`, backend `{t.backend}`, dtype `{t.dtype}`: no results in the study's "
+                f"Kernel {_code(t.kernel)}, backend {_code(t.backend)}, dtype {_code(t.dtype)}: no results in the study's "
                 "database; the task never ran under this key (`tuner study run` runs it).",
             )
         )
@@ -427,7 +529,7 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
             (
                 "p",
                 f"Store check: the trials and the stored measurements of {len(inconsistent)} task(s) "
-                f"disagree ({', '.join(f'`{k}`' for k in inconsistent)}); see their sections.",
+                f"disagree ({', '.join(_code(k) for k in inconsistent)}); see their sections.",
             )
         )
     blocks.append(("h2", "Summary"))
@@ -435,10 +537,12 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
         ("table", ["task", "status", "trials", "best time", "% of roofline", "best config"], summary_rows)
     )
     blocks += sections
-    for old in img_dir.glob("*.png"):  # plots of tasks no longer in the study (or of an older naming)
-        if old not in images:
-            old.unlink(missing_ok=True)
     md_path, html_path = out / "report.md", out / "report.html"
     atomic_write(md_path, _md(blocks))
-    atomic_write(html_path, _html(blocks, f"Study {spec.name}"))
+    atomic_write(html_path, _html(blocks, f"Study {_text(spec.name)}"))
+    # Then the plots of tasks no longer in the study, once no report refers to them: only files named as
+    # this module names its plots (`image_name`), not whatever else a folder given with --out holds.
+    for old in img_dir.glob("*.png"):
+        if old not in images and _PLOT_NAME.fullmatch(old.name):
+            old.unlink(missing_ok=True)
     return ReportResult(md_path, html_path, tuple(images))
