@@ -725,6 +725,22 @@ def test_the_retry_hint_hides_the_storage_password(
     assert out["retry"] == f"tuner study run {p} --retry-failed --storage {url}"
 
 
+def test_a_password_given_as_a_query_parameter_is_hidden_too() -> None:
+    """libpq and psycopg take a password as `?password=` as well; the retry hint, the report's "from"
+    line and the runtime's messages hid only the URL's own password field (the report kept everything
+    after the last '@'), so such a password was printed."""
+    from tuner.commands.study import _shown_url
+    from tuner.runtime._sources import _redact
+    from tuner.storage import redact
+
+    url = "postgresql://u:pw@127.0.0.1:5432/db?sslmode=require&password=SECRET&sslpassword=KEY"
+    for shown in (_shown_url(url), redact(url), _redact(url)):
+        assert "SECRET" not in shown and "KEY" not in shown and "pw" not in shown, shown
+        assert "sslmode=require" in shown and "password=***" in shown and "127.0.0.1:5432/db" in shown
+    assert redact("postgresql://h/db?password=a@b") == "postgresql://h/db?password=***"
+    assert redact("sqlite:///runs/s.db") == "sqlite:///runs/s.db"
+
+
 def _norm_study(tmp_path: Path) -> Path:
     """A study of registered kernels whose TOML leaves out a problem field the kernel has a default for
     (rmsnorm's eps); softmax has no such field."""

@@ -133,13 +133,15 @@ def _require_database(spec: Any) -> None:
 
 
 def _shown_url(url: str) -> str:
-    """A storage URL to print: its password hidden."""
+    """A storage URL to print: its password, also one given as a query parameter, hidden."""
     from sqlalchemy.engine import make_url
 
+    from tuner.storage import mask_query_secrets
+
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        return mask_query_secrets(make_url(url).render_as_string(hide_password=True))
     except Exception:  # noqa: BLE001 - not a URL SQLAlchemy parses: print it as given
-        return url
+        return mask_query_secrets(url)
 
 
 def run_cmd(args: argparse.Namespace) -> int:

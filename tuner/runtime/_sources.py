@@ -114,7 +114,9 @@ def _store_errors() -> tuple[type[BaseException], ...]:
 
 
 def _redact(url: str) -> str:
-    return url.split("@")[-1] if "@" in url else url
+    from ..storage import redact
+
+    return redact(url)
 
 
 def _describe(exc: BaseException) -> str:

@@ -687,8 +687,28 @@ def normalize_url(url: str) -> str:
     return url
 
 
+_SECRET_WORDS = ("password", "secret", "token")  # a query parameter whose name holds one is masked
+
+
+def mask_query_secrets(url: str) -> str:
+    """The URL with the values of its secret query parameters (`?password=...`, `sslpassword`, a
+    `token`) replaced by `***`: a driver takes the password there too, where hiding the URL's own
+    password field leaves it."""
+    head, sep, query = url.partition("?")
+    if not sep:
+        return url
+    parts = []
+    for part in query.split("&"):
+        name, eq, _value = part.partition("=")
+        if eq and any(w in name.lower() for w in _SECRET_WORDS):
+            part = f"{name}=***"
+        parts.append(part)
+    return head + sep + "&".join(parts)
+
+
 def redact(url: str) -> str:
-    """The URL without user and password (for messages)."""
+    """The URL without user and password, and with its secret query parameters masked (for messages)."""
+    url = mask_query_secrets(url)
     if "@" not in url:
         return url
     scheme, _, rest = url.partition("://")

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from tuner._atomic import atomic_write
 from tuner._units import PER_SECOND, to_seconds
+from tuner.storage import redact
 
 from ._board import DONE, FAILED, TaskRow, summarize
 from ._retry import check_task, own_trials
@@ -392,7 +393,7 @@ def write_report(spec: StudySpec, out_dir: str | os.PathLike[str]) -> ReportResu
     storage = store.optuna_storage()
     inconsistent: list[str] = []
     counts = summarize(rows)
-    redacted = spec.storage.split("@")[-1] if "@" in spec.storage else spec.storage
+    redacted = redact(spec.storage)
     blocks: list[Block] = [
         ("h1", f"Study {_text(spec.name)}"),
         (
