@@ -149,3 +149,47 @@ def test_a_report_into_a_folder_of_other_files_removes_only_its_own_stale_plots(
     assert mine.read_bytes() == b"\x89PNG not the report's"
     assert not stale.exists()
     assert sorted(p.name for p in img.iterdir()) == sorted([mine.name, *(p.name for p in rep.images)])
+
+
+def negated_executor(task, *, prior=None, callback=None):  # type: ignore[no-untyped-def]
+    """The synthetic executor, its best value negated (an executor that reports -GFLOP/s)."""
+    from types import SimpleNamespace
+
+    from tests._study_fake import executor
+
+    res = executor(task, prior=prior, callback=callback)
+    return SimpleNamespace(best_config=res.best_config, best_value=-res.best_value, unit="ms")
+
+
+def test_export_says_why_a_task_is_left_out_and_which_entry_it_refuses(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A negative best value was left out as 'has no successful config' (it had one), and an entry the
+    importer refuses was named by its kernel only ('entry mm'), not by the task it came from."""
+    import logging
+
+    from tuner.runtime import _entry
+    from tuner.studies import export_study, load_study, run_study
+    from tuner.studies._export import ExportRefused
+
+    p = _study(tmp_path, ["mm"])
+    spec = load_study(p, check_kernels=False)
+    run_study(spec, executor="tests.test_study_report:negated_executor")
+    with caplog.at_level(logging.WARNING, logger="tuner"), pytest.raises(NothingToDo):
+        export_study(spec, tmp_path / "c.json")
+    assert "is not a positive time; not exported" in caplog.text
+    assert "no successful config" not in caplog.text
+
+    (tmp_path / "b").mkdir()
+    q = _study(tmp_path / "b", ["mm"])
+    spec = load_study(q, check_kernels=False)
+    run_study(spec, executor=FAKE)
+
+    def refusing(e, *, where):  # type: ignore[no-untyped-def]
+        raise _entry.EntryError(f"{where}: refused for the test")
+
+    monkeypatch.setattr(_entry, "entry_from_json", refusing)
+    with pytest.raises(ExportRefused) as err:
+        export_study(spec, tmp_path / "d.json")
+    (row,) = _rows(spec)
+    assert "the entry of mm {" in str(err.value) and "'M': 64" in str(err.value), err.value

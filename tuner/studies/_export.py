@@ -30,6 +30,7 @@ from tuner._atomic import atomic_write
 from tuner._units import PER_SECOND, to_seconds
 from tuner._versions import backend_versions
 from tuner.runtime._kernel import kernel_cache_key, kernel_source_hash
+from tuner.search_spaces._params import brief
 
 from ._board import DONE, TaskRow
 from ._spec import StudySpec, StudyTask
@@ -193,7 +194,13 @@ def cache_entries(spec: StudySpec) -> list[dict[str, Any]]:
             continue
         e = entry_for(r)
         if e is None:
-            log.warning("task %s has no successful config; not exported", r.key)
+            best = (r.result or {}).get("best_value", r.best_value)
+            if isinstance(best, (int, float)) and not isinstance(best, bool) and best <= 0:
+                # an executor's own measure that is not a time (a score, a negated rate): a cache
+                # entry holds a positive time
+                log.warning("task %s: its best value %r is not a positive time; not exported", r.key, best)
+            else:
+                log.warning("task %s has no successful config; not exported", r.key)
             continue
         out.append(e)
     return out
@@ -237,7 +244,9 @@ def export_study(spec: StudySpec, out: str | os.PathLike[str]) -> ExportResult:
     from tuner.runtime._file import CacheFileError, dumps_entries, parse_cache_bytes
 
     try:
-        objs = [entry_from_json(e, where=f"entry {e['kernel']}") for e in entries]
+        objs = [
+            entry_from_json(e, where=f"the entry of {e['kernel']} {brief(e.get('key'))}") for e in entries
+        ]
         parse_cache_bytes(dumps_entries(objs).encode("utf-8"), f"the export of study {spec.name}")
     except (EntryError, CacheFileError) as exc:
         raise ExportRefused(
