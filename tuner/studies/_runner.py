@@ -71,7 +71,7 @@ from ._board import (
     retry,
     summarize,
 )
-from ._retry import seed_retry, task_trials
+from ._retry import TIMED_OUT, seed_retry, task_trials
 from ._spec import StudyError, StudySpec, StudyTask, task_distance
 
 log = logging.getLogger(__name__)
@@ -788,6 +788,7 @@ class StudyWorker:
         for t in running:
             if not t.user_attrs.get("tuner_skip"):  # a replaced proposal keeps its mark
                 storage.set_trial_user_attr(t._trial_id, "tuner_status", "timeout")
+                storage.set_trial_user_attr(t._trial_id, TIMED_OUT, self.worker_id)
                 storage.set_trial_user_attr(
                     t._trial_id,
                     "tuner_error",
