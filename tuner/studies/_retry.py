@@ -54,6 +54,11 @@ def attempt_names(task: StudyTask) -> list[str]:
     return [attempt_study_name(task.study, task.key, n) for n in range(task.retries + 1)]
 
 
+# The user attribute of a trial that its worker gave up as hung (the study's `trial_timeout`): the worker
+# that marked it, counted as a failed trial, with no measurement (`check_task`).
+TIMED_OUT = "tuner_timed_out_by"
+
+
 def own_trials(trials: list[Any]) -> list[Any]:
     """The trials measured in their own study (not carried over from an earlier attempt)."""
     return [t for t in trials if not t.user_attrs.get(CARRIED_FROM)]
@@ -108,7 +113,9 @@ def check_task(store: Any, storage: Any, task: StudyTask) -> list[tuple[str, Any
     they were measured in)."""
     out = []
     for name in attempt_names(task):
-        check = store.check_trials(name, own_trials(task_trials(storage, name)))
+        # a trial its worker gave up as hung (`trial_timeout`) has no measurement: none was ever taken
+        counted = [t for t in own_trials(task_trials(storage, name)) if not t.user_attrs.get(TIMED_OUT)]
+        check = store.check_trials(name, counted)
         if not check.consistent:
             out.append((name, check))
     return out

@@ -71,7 +71,7 @@ from ._board import (
     retry,
     summarize,
 )
-from ._retry import seed_retry, task_trials
+from ._retry import TIMED_OUT, seed_retry, task_trials
 from ._spec import StudyError, StudySpec, StudyTask, task_distance
 
 log = logging.getLogger(__name__)
@@ -384,9 +384,18 @@ class _Lease:
         lease_s: float,
         on_progress: Callable[[Claim, int, float | None], None] | None,
         interrupt: threading.Event | None = None,
+        trial_timeout: float | None = None,
+        on_timeout: Callable[[float], list[dict[str, Any]]] | None = None,
     ) -> None:
         self.board, self.claim, self.lease_s = board, claim, lease_s
         self.interrupt = interrupt
+        # A trial that hangs (a deadlocked kernel, a config that spins) must not hold the task for ever:
+        # the heartbeat beside it would renew the lease as long as the process lives, and every other
+        # worker would wait for the task. Past `trial_timeout` s without a finished trial, `on_timeout`
+        # marks the trials in flight failed and the task goes back to the queue (`_time_out`).
+        self.trial_timeout, self.on_timeout = trial_timeout, on_timeout
+        self.last_progress = time.monotonic()
+        self.timed_out = False
         self.trials_done = 0
         self.best_value: float | None = None
         self.best_config: dict[str, Any] | None = None
@@ -407,7 +416,7 @@ class _Lease:
         with self.lock:
             self.trials_done = trials_done
             self.best_value, self.best_config = best
-            self.mark = time.monotonic()
+            self.mark = self.last_progress = time.monotonic()
 
     def __enter__(self) -> _Lease:
         self.start()
@@ -463,15 +472,61 @@ class _Lease:
 
     def _beat(self) -> None:
         interval = max(0.2, self.lease_s / 4)
+        if self.trial_timeout is not None:
+            interval = max(0.2, min(interval, self.trial_timeout / 4))
         while not self.stop.wait(interval):
-            self._renew()
+            if self._overdue():
+                self._time_out()
+            else:
+                self._renew()
             if self.lost.is_set():
                 return
+
+    def _overdue(self) -> bool:
+        """Whether the task, once prepared, went `trial_timeout` seconds without finishing a trial."""
+        return (
+            self.trial_timeout is not None
+            and self.mark is not None
+            and time.monotonic() - self.last_progress > self.trial_timeout
+        )
+
+    def _time_out(self) -> None:
+        """Give the hung trial up: mark the trials in flight failed (status `timeout`, so that the worker
+        that takes the task over does not measure their configs again) and hand the task back, under the
+        lease's lock; this worker's executor, stuck in the trial, then finds the lease lost if it ever
+        returns. Where either write fails, the renewals stop all the same and the lease runs out."""
+        key = self.claim.task.key
+        with self.lock:
+            if self.lost.is_set() or self.stop.is_set():
+                return
+            idle = time.monotonic() - self.last_progress
+            configs: list[dict[str, Any]] = []
+            try:
+                if self.on_timeout is not None:
+                    configs = self.on_timeout(idle)
+                back = self.board.finish(self.claim, PENDING, spent_add=self.spent())
+            except Exception as exc:  # noqa: BLE001 - the lease runs out instead
+                back = False
+                log.error("task %s: could not hand the hung task back (%s)", key, str(exc).splitlines()[0])
+            self.timed_out = True
+            self.lost.set()
+            self.stop.set()
+        what = f"config {', '.join(map(str, configs))}" if configs else "no trial in flight"
+        log.error(
+            "task %s: no trial finished for %.0f s (trial_timeout = %g s; %s): marked failed (timeout) and "
+            "the task %s; this worker's executor is still stuck, stop it (Ctrl-C, kill) if it does not return",
+            key,
+            idle,
+            self.trial_timeout,
+            what,
+            "handed back to the queue" if back else "left to the end of its lease",
+        )
 
     def callback(self, trial: Any = None, *_: Any, **__: Any) -> None:
         value = getattr(trial, "value", None)
         config = getattr(trial, "config", None)
         with self.lock:
+            self.last_progress = time.monotonic()
             self.trials_done += 1
             if (
                 isinstance(value, (int, float))
@@ -717,10 +772,48 @@ class StudyWorker:
         except Exception as exc:  # noqa: BLE001 - the interrupt goes on; the lease covers the task
             log.error("could not hand back the task of worker %s: %s", self.worker_id, exc)
 
+    def _fail_hung_trials(self, task: StudyTask, timeout: float | None, idle: float) -> list[dict[str, Any]]:
+        """Mark the trials of `task` that are in flight (RUNNING in its Optuna study; this worker holds
+        the lease, so they are its own) failed with status `timeout`: counted, so that no worker measures
+        their configs again. Returns their configs."""
+        import optuna
+
+        storage = self.storage
+        try:
+            sid = storage.get_study_id_from_name(task.study_name)
+        except KeyError:
+            return []
+        hung: list[dict[str, Any]] = []
+        running = storage.get_all_trials(sid, deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        for t in running:
+            if not t.user_attrs.get("tuner_skip"):  # a replaced proposal keeps its mark
+                storage.set_trial_user_attr(t._trial_id, "tuner_status", "timeout")
+                storage.set_trial_user_attr(t._trial_id, TIMED_OUT, self.worker_id)
+                storage.set_trial_user_attr(
+                    t._trial_id,
+                    "tuner_error",
+                    f"no result after {idle:.0f} s (the study's trial_timeout is {timeout:g} s): the trial hung "
+                    "or ran too long",
+                )
+                hung.append(dict(t.params))
+            try:
+                storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+            except RuntimeError as exc:  # finished meanwhile: it was not hung after all
+                log.info("trial %d of %s finished meanwhile: %s", t.number, task.study_name, exc)
+        return hung
+
     def run_task(self, claim: Claim) -> str:
         """Tune one claimed task; returns "done", "failed" or "lost"."""
         task = claim.task
-        lease = _Lease(self.board, claim, self.lease_s, self.on_progress, self._interrupt)
+        lease = _Lease(
+            self.board,
+            claim,
+            self.lease_s,
+            self.on_progress,
+            self._interrupt,
+            trial_timeout=self.spec.trial_timeout,
+            on_timeout=functools.partial(self._fail_hung_trials, task, self.spec.trial_timeout),
+        )
         lease.start()  # renewed while the task is prepared, not only from its first trial on
         try:
             storage = self.storage

@@ -68,6 +68,7 @@ _STUDY_KEYS = {
     "storage",
     "output",
     "lease_seconds",
+    "trial_timeout",
     "finalists",
 }
 _TASK_KEYS = {"kernel", "problems", "grid", "backends", "dtypes", "budget", "strategy", "seed", "finalists"}
@@ -142,6 +143,9 @@ class StudySpec:
     output_dir: Path
     lease_seconds: float
     tasks: tuple[StudyTask, ...] = field(default_factory=tuple)
+    # seconds a worker may go without finishing a trial of its task before it gives the trial up as
+    # hung (None: no limit; StudyWorker, `_Lease`)
+    trial_timeout: float | None = None
 
     def fingerprint(self) -> str:
         blob = json.dumps([t.to_dict() for t in self.tasks], sort_keys=True, default=str)
@@ -367,6 +371,13 @@ def parse_study(
     lease = st.get("lease_seconds", 60)
     if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not (1 <= lease <= 86400):
         raise _err(where, f"lease_seconds must be a number in [1, 86400], got {lease!r}")
+    trial_timeout = st.get("trial_timeout")
+    if trial_timeout is not None and (
+        isinstance(trial_timeout, bool)
+        or not isinstance(trial_timeout, (int, float))
+        or not (1 <= trial_timeout <= 7 * 86400)
+    ):
+        raise _err(where, f"trial_timeout must be a number of seconds in [1, 604800], got {trial_timeout!r}")
     base = path.parent if path is not None else Path.cwd()
     out = st.get("output")
     if out is None:
@@ -466,6 +477,7 @@ def parse_study(
         output_dir=output_dir,
         lease_seconds=float(lease),
         tasks=tuple(ordered),
+        trial_timeout=float(trial_timeout) if trial_timeout is not None else None,
     )
 
 

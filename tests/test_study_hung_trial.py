@@ -1,0 +1,114 @@
+"""A study task whose trial hangs (a deadlocked kernel, a config that spins, a compile that never ends).
+
+The worker's heartbeat renews the task's lease beside the trial, so without a limit a hung trial holds
+its task for as long as the process lives, and every other worker of the fleet waits for it for ever
+(`tuner study run` never returns). `trial_timeout` in the study file bounds the time without a finished
+trial: past it the trial in flight is marked failed (`timeout`) and the task goes back to the queue,
+where another worker resumes it without measuring the hung config again. The hang here is a thread
+blocked on an event, released at the end; nothing waits on a clock."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_studies import FAKE, write_study
+
+pytestmark = pytest.mark.timeout(300)
+
+_release = threading.Event()
+_hung: list[dict[str, Any]] = []
+
+
+def _hanging_executor(task: Any, *, prior: Any = None, callback: Any = None) -> Any:
+    """The synthetic executor, whose second trial blocks until the test releases it."""
+    import tests._study_fake as fake
+
+    real = fake.objective_for(task)
+    calls = [0]
+
+    def objective(config: dict[str, Any]) -> float:
+        calls[0] += 1
+        if calls[0] == 2:
+            _hung.append(dict(config))
+            _release.wait()
+        return float(real(config))
+
+    orig = fake.objective_for
+    fake.objective_for = lambda _task: objective  # type: ignore[assignment]
+    try:
+        return fake.executor(task, prior=prior, callback=callback)
+    finally:
+        fake.objective_for = orig  # type: ignore[assignment]
+
+
+def test_study_file_refuses_a_bad_trial_timeout(tmp_path: Path) -> None:
+    from tuner.studies import StudyError, load_study
+
+    ok = load_study(write_study(tmp_path, name="a", extra="trial_timeout = 30"), check_kernels=False)
+    assert ok.trial_timeout == 30.0
+    assert load_study(write_study(tmp_path, name="b"), check_kernels=False).trial_timeout is None
+    for bad in ("0", "-5", '"10"', "true"):
+        with pytest.raises(StudyError, match="trial_timeout"):
+            load_study(write_study(tmp_path, name="c", extra=f"trial_timeout = {bad}"), check_kernels=False)
+
+
+def test_a_hung_trial_gives_its_task_back_and_its_config_is_not_measured_again(tmp_path: Path) -> None:
+    """Was: the heartbeat renewed the hung worker's lease for ever; the task stayed `running` and a
+    second worker waited for it without end."""
+    from tuner.studies import DONE, PENDING, RUNNING, StudyWorker, TaskBoard, load_study, prepare_study
+    from tuner.studies._runner import _optuna_storage
+
+    _release.clear()
+    _hung.clear()
+    spec = prepare_study(
+        load_study(write_study(tmp_path, n_m=1, budget=4, extra="trial_timeout = 1"), check_kernels=False)
+    )
+    board = TaskBoard(spec.storage)
+    stuck = StudyWorker(spec, executor=_hanging_executor, worker_id="stuck:1", lease_s=30)
+    outcome: list[Any] = []
+    th = threading.Thread(target=lambda: outcome.append(stuck.run()), daemon=True)
+    th.start()
+    try:
+        # the task goes back to the queue while its trial still hangs (well before the 30 s lease ends)
+        deadline = time.monotonic() + 120
+        while True:
+            [row] = board.rows(spec.name)
+            if row.status == PENDING and _hung:
+                break
+            assert row.status in (PENDING, RUNNING), row
+            assert time.monotonic() < deadline, f"the hung trial still holds its task: {row}"
+            time.sleep(0.1)
+        assert th.is_alive() and not _release.is_set()  # the trial is still stuck
+        # another worker takes the task over and finishes it, without measuring the hung config again
+        other = StudyWorker(spec, executor=FAKE, worker_id="other:1", lease_s=30)
+        done = other.run()
+        [task] = spec.tasks
+        assert done.done == [task.key], done
+        [row] = board.rows(spec.name)
+        assert row.status == DONE and row.attempts == 2, row
+        study = _optuna_storage(spec.storage)
+        trials = study.get_all_trials(study.get_study_id_from_name(task.study_name), deepcopy=False)
+        timed_out = [t for t in trials if t.user_attrs.get("tuner_status") == "timeout"]
+        assert [dict(t.params) for t in timed_out] == _hung, trials
+        assert "trial_timeout" in timed_out[0].user_attrs["tuner_error"]
+        measured = [dict(t.params) for t in trials if not t.user_attrs.get("tuner_skip")]
+        assert measured.count(_hung[0]) == 1, measured
+        # the report's store check does not take the hung trial, which has no measurement, for a fault
+        from tuner.studies._retry import check_task
+        from tuner.studies._runner import _result_store
+
+        assert check_task(_result_store(spec.storage), study, task) == []
+    finally:
+        _release.set()
+        th.join(timeout=120)
+    # the stuck worker, once its trial returns, finds the task taken over and leaves it alone
+    assert not th.is_alive()
+    assert outcome and outcome[0].lost, outcome
+    [row] = board.rows(spec.name)
+    assert row.status == DONE, row
+    board.close()
