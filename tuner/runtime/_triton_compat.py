@@ -2,8 +2,9 @@
 with Triton's semantics, on top of the runtime's cache, store and key.
 
 What Triton does, and so what this does (see triton/runtime/autotuner.py):
-- `configs` (an empty list means one default config; a config listed twice is timed once; a key that
-  only some configs set is passed only by them), `key` (argument names whose values, plus the dtypes of
+- `configs` (an empty list means one default config; a config listed twice, or two that
+  `triton.Config.__eq__` counts as one (1, 1.0, True), is timed once; a key that only some configs set
+  is passed only by them; a value a space cannot hold, a tuple or a `tl.dtype`, is launched as given), `key` (argument names whose values, plus the dtypes of
   all array arguments, select an entry of `.cache`; names that no call passes are left out).
 - `prune_configs_by={"early_config_prune": f(configs, named_args, **kwargs), "perf_model": g(**args,
   **config), "top_k": int | float <= 1.0}`, applied on a miss: the early prune first (an empty result is

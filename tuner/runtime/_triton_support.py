@@ -5,6 +5,8 @@ list, triton.Config conversion, `TRITON_PRINT_AUTOTUNING` output, Triton's error
 from __future__ import annotations
 
 import functools
+import math
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -13,6 +15,7 @@ from typing import Any
 
 from tuner._units import ms_to_s
 from tuner.search_spaces import Config, SearchSpace
+from tuner.search_spaces._params import brief, native
 from tuner.strategies import Strategy
 
 from ._argkeys import ArgKeys
@@ -40,13 +43,82 @@ UNSET = "<unset>"
 NONE = "<none>"
 
 
+# A meta-parameter value that a space cannot hold but Triton launches as a constexpr (a tuple, a `tl.dtype`,
+# a torch dtype, an enum member, an infinite or NaN float, an int beyond a float's range): the space, the
+# store and cache files hold it as the string `OBJECT_PREFIX + "<type> <repr>>"`, and launches pass the
+# object it stands for (the config's own object: `_OBJECTS`, filled as configs are read). A stored winner
+# is matched by that string against the configs of the process that reads it, so the repr must not change
+# between processes (one holding a memory address is refused).
+OBJECT_PREFIX = "<object "
+_OBJECTS: dict[str, Any] = {}
+
+
 def _is_unset(v: Any) -> bool:
     return isinstance(v, str) and v == UNSET
 
 
+def _launch_value(v: Any) -> Any:
+    if isinstance(v, str) and v.startswith("<"):
+        if v == NONE:
+            return None
+        if v.startswith(OBJECT_PREFIX):
+            return _OBJECTS.get(v, v)
+    return v
+
+
 def launch_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """A runtime config dict as the keyword arguments of the launch (UNSET keys left out, NONE as None)."""
-    return {k: (None if isinstance(v, str) and v == NONE else v) for k, v in cfg.items() if not _is_unset(v)}
+    """A runtime config dict as the keyword arguments of the launch (UNSET keys left out, NONE as None, an
+    object's string as the object)."""
+    return {k: _launch_value(v) for k, v in cfg.items() if not _is_unset(v)}
+
+
+def _type_name(v: Any) -> str:
+    t = type(v)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def _space_value(i: int, c: Any, k: str, v: Any, single: bool) -> Any:
+    """Config `i`'s value `v` of meta-parameter `k` as a space holds it: a numpy scalar as the Python value it
+    holds (as `SearchSpace.from_configs` reads it), an int, finite float, str or bool as it is, another
+    hashable value with a repr that names no memory address as its string (`OBJECT_PREFIX`); anything else
+    is a ValueError naming the config and the value, unless the list has a `single` config (never tuned or
+    stored, as in Triton: it is launched with what it holds)."""
+    v = native(v)
+    if isinstance(v, str) or (isinstance(v, (int, float)) and _finite(v)):
+        return v
+    shown = c if isinstance(c, Mapping) else _all_kwargs(c) if callable(getattr(c, "all_kwargs", None)) else c
+    where = f"config {i} ({brief(shown)}): {k}={brief(v, 60)}"
+    try:
+        hash(v)
+    except TypeError:
+        if single:
+            return v
+        raise ValueError(
+            f"{where} is unhashable ({type(v).__name__}); triton.autotune hashes every config "
+            "(triton.Config.__hash__), so give a tuple in place of a list"
+        ) from None
+    r = repr(v)
+    if not single and re.search(r" at 0x[0-9a-fA-F]+", r):
+        raise ValueError(
+            f"{where}: its repr names a memory address, so a stored winner holding it could not be "
+            "recognised in another process; give a value with a stable repr (an int, str, tuple, tl.dtype)"
+        )
+    s = f"{OBJECT_PREFIX}{_type_name(v)} {r}>"
+    _OBJECTS.setdefault(s, v)
+    return s
+
+
+def _finite(v: int | float) -> bool:
+    try:
+        return math.isfinite(v)  # an int beyond a float's range raises
+    except OverflowError:
+        return False
+
+
+def same_launch(d: Mapping[str, Any]) -> tuple:
+    """What triton.Config's `==` compares of a runtime config dict: its launch values (so 1, 1.0 and True are
+    one value, as Python's `==` and Triton's config hash make them)."""
+    return tuple(sorted(launch_kwargs(d).items(), key=lambda kv: kv[0]))
 
 
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "ir_override")
@@ -78,11 +150,17 @@ def _config_dicts(configs: Sequence[Any]) -> list[dict[str, Any]]:
     for d in dicts:
         names.update(dict.fromkeys(d))
     out = []
-    for d, p in zip(dicts, proxies, strict=True):
+    for i, (d, p) in enumerate(zip(dicts, proxies, strict=True)):
         meta = p if isinstance(p, Mapping) else p.kwargs  # what the config sets, None included
         out.append(
             {
-                k: (NONE if k in meta and meta[k] is None else UNSET if d.get(k) is None else d[k])
+                k: (
+                    NONE
+                    if k in meta and meta[k] is None
+                    else UNSET
+                    if d.get(k) is None
+                    else _space_value(i, configs[i], k, d[k], len(configs) == 1)
+                )
                 for k in names
             }
         )
@@ -90,13 +168,13 @@ def _config_dicts(configs: Sequence[Any]) -> list[dict[str, Any]]:
 
 
 def unique_dicts(dicts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """`dicts` without repeats, in order (Triton accepts a config listed twice; a space does not)."""
-    from ._key import canon
-
-    seen: set[str] = set()
+    """`dicts` without repeats, in order: Triton accepts a config listed twice, and counts two configs as
+    one where `triton.Config.__eq__` does (their launch values equal by Python's `==`: 1, 1.0 and True; its
+    timings are a dict keyed by config, so the first of them is the one it launches); a space does not."""
+    seen: set[tuple] = set()
     out = []
     for d in dicts:
-        k = canon(dict(d))
+        k = same_launch(d)
         if k not in seen:
             seen.add(k)
             out.append(dict(d))
