@@ -137,3 +137,26 @@ def test_miss_queries_use_their_index(sql: str, index: str, tmp_path: Path) -> N
         plan = " ".join(str(r[-1]) for r in conn.execute(text("EXPLAIN QUERY PLAN " + sql)))
     assert index in plan and "SCAN tuner" not in plan.replace(f"USING INDEX {index}", ""), plan
     logging.getLogger(__name__).debug(plan)
+
+
+def test_an_offline_miss_reads_whole_only_the_entries_it_tries(tmp_path: Path, monkeypatch: Any) -> None:
+    """The nearest key of a family of many stored keys: the family is ranked from its key fields and the
+    entries are read whole only as they are tried. An offline miss used to build every entry of the
+    family (about 20 s per miss in a family of 100,000 keys, docs/benchmarks.md)."""
+    from tuner.runtime import _db
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    _fill(url, 40, "row")
+    built: list[Any] = []
+    real = _db._entry
+
+    def counting(r):  # noqa: ANN001, ANN202
+        built.append(r.key_fields)
+        return real(r)
+
+    monkeypatch.setattr(_db, "_entry", counting)
+    off = _kernel(url, mode="offline")
+    off(251, "row")  # nearest: n=250 (i=15), whose block 16 << 0 is in the space
+    assert "nearest cached key {'layout': 'row', 'n': 250}" in off.tuner.last_choice["why"]
+    assert off.tuner.last_choice["config"] == {"block": 16}
+    assert len(built) <= 2, built  # the exact lookup finds none; the nearest is read whole: 40 before

@@ -162,6 +162,23 @@ class ConfigCache:
         with self.store.session() as s:
             return [_entry(r) for r in s.scalars(q).all()]
 
+    def family_fields(self, key: CacheKey) -> list[tuple[str, tuple[tuple[str, Any], ...]]]:
+        """(key hash, sorted key fields) of every stored entry of `key`'s family: what the offline
+        nearest key ranks. Two columns read through the family index, no entry built: the entries
+        themselves are read one by one (`get_hash`), nearest first, until one is usable."""
+        fam = key_hashes(
+            key.kernel, key.source_hash, key.fields_dict, key.dtypes, key.device, key.versions_dict
+        )[1]
+        q = select(CacheEntryRow.key_hash, CacheEntryRow.key_fields).where(CacheEntryRow.family_hash == fam)
+        with self.store.session() as s:
+            return [(h, tuple(sorted(f.items()))) for h, f in s.execute(q)]
+
+    def get_hash(self, key_hash: str) -> CacheEntry | None:
+        """The stored entry whose key hashes to `key_hash` (None: none)."""
+        with self.store.session() as s:
+            r = s.get(CacheEntryRow, key_hash)
+            return _entry(r) if r is not None else None
+
     def same_fields(self, key: CacheKey, *, limit: int = 8) -> list[CacheEntry]:
         """Stored entries with `key`'s kernel and key fields but another key (stale or foreign: source,
         dtypes, device or versions differ); indexed, at most `limit`."""
@@ -194,7 +211,7 @@ class ConfigCache:
 
     def nearest(self, key: CacheKey) -> list[tuple[float, CacheEntry]]:
         """Entries of the key's family, nearest shape first (offline mode)."""
-        return rank_nearest(key, self.family(key))
+        return rank_nearest(key, self.family(key))  # every entry read whole: the runtime uses family_fields
 
     # ---- writing -----------------------------------------------------------------------------------
     def _upsert(self, s: Session, e: CacheEntry, *, replace: bool) -> None:

@@ -27,13 +27,15 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tuner._atomic import atomic_write
 from tuner._schema import cache_entry_schema_error, cache_file_schema_error
 
 from ._entry import CacheEntry, EntryError, entry_from_json
-from ._key import CacheKey, shape_distance, value_gap
+from ._key import CacheKey, fields_distance, fields_gap
+
+T = TypeVar("T")
 
 __all__ = [
     "CacheFileError",
@@ -318,17 +320,27 @@ def rank_nearest(key: CacheKey, entries: Iterable[CacheEntry]) -> list[tuple[flo
     key hash. A tolerance, not rounding: two distances a few ulps apart can round to either side of a
     9th digit, and the exact tie was then decided by those ulps."""
     fam = key.family()
+    return rank_fields(key, ((e.key.fields, e.key.hash, e) for e in entries if e.key.family() == fam))
+
+
+def rank_fields(
+    key: CacheKey, candidates: Iterable[tuple[tuple[tuple[str, Any], ...], str, T]]
+) -> list[tuple[float, T]]:
+    """`rank_nearest` over candidates of the key's family given as (sorted key fields, key hash, payload):
+    the store's family is ranked from its rows' key fields, and only the entries tried are read whole."""
     by_distance = sorted(
-        ((shape_distance(key, e.key), e) for e in entries if e.key.family() == fam),
-        key=lambda t: (t[0], t[1].key.hash),
+        ((fields_distance(key.fields, f), h, f, p) for f, h, p in candidates), key=lambda t: (t[0], t[1])
     )
-    ranked: list[tuple[float, CacheEntry]] = []
+    ranked: list[tuple[float, T]] = []
     i = 0
     while i < len(by_distance):
         j = i + 1
         while j < len(by_distance) and by_distance[j][0] - by_distance[i][0] <= _TIE:
             j += 1
-        ranked += sorted(by_distance[i:j], key=lambda t: (value_gap(key, t[1].key), t[1].key.hash))
+        tied = by_distance[i:j]
+        if j - i > 1:
+            tied = sorted(tied, key=lambda t: (fields_gap(key.fields, t[2]), t[1]))
+        ranked += [(d, p) for d, _, _, p in tied]
         i = j
     return ranked
 

@@ -15,7 +15,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CacheKey", "KeyValue", "Bucket", "make_bucketer", "pow2_bucket", "shape_distance", "canon"]
+__all__ = [
+    "CacheKey",
+    "KeyValue",
+    "Bucket",
+    "make_bucketer",
+    "pow2_bucket",
+    "shape_distance",
+    "fields_distance",
+    "fields_gap",
+    "canon",
+]
 
 KeyValue = int | float | str | bool | None
 Bucket = str | Callable[[str, Any], Any] | Mapping[str, str | Callable[[str, Any], Any]]
@@ -130,8 +140,14 @@ def shape_distance(a: CacheKey, b: CacheKey) -> float:
     So 1024 vs 2048 is 1.0 and (M=512, N=512) vs (M=1024, N=256) is 2.0. Infinite across families."""
     if a.family() != b.family():
         return math.inf
+    return fields_distance(a.fields, b.fields)
+
+
+def fields_distance(a: tuple[tuple[str, KeyValue], ...], b: tuple[tuple[str, KeyValue], ...]) -> float:
+    """`shape_distance` of two keys known to be of one family, from their (sorted) key fields alone: what
+    ranks a store's family without building a `CacheKey` per row."""
     d = 0.0
-    for (_, x), (_, y) in zip(a.fields, b.fields, strict=True):
+    for (_, x), (_, y) in zip(a, b, strict=True):
         if not _numeric(x) or x == y:
             continue
         if x > 0 and y > 0:  # type: ignore[operator]
@@ -145,9 +161,14 @@ def value_gap(a: CacheKey, b: CacheKey) -> float:
     """The sum over the numeric key fields of |x - y|: what breaks a tie of `shape_distance`, whose
     log2 puts a value halfway (geometrically) between two others, as 8 between 4 and 16; of those the
     one nearer in value (4) wins, as it does in a table looked up by |M - m| (vLLM's fused_moe configs)."""
+    return fields_gap(a.fields, b.fields)
+
+
+def fields_gap(a: tuple[tuple[str, KeyValue], ...], b: tuple[tuple[str, KeyValue], ...]) -> float:
+    """`value_gap` from the (sorted) key fields alone."""
     return sum(
         abs(x - y)  # type: ignore[operator]
-        for (_, x), (_, y) in zip(a.fields, b.fields, strict=True)
+        for (_, x), (_, y) in zip(a, b, strict=True)
         if _numeric(x) and _numeric(y)
     )
 
