@@ -5,6 +5,7 @@ on their decompressed size."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gzip
 import json
@@ -217,3 +218,95 @@ def test_export_and_show_json(tmp_path: Path, seeded: ConfigCache, capsys):
     assert main(["cache", "show", "--json", "--file", str(out)]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown == copy.deepcopy(load(out)["entries"])
+
+
+def _odd_values() -> list[Any]:
+    return [
+        None, True, False, 0, -1, 7, 1.5, -0.0, 1e-300, 3600, 3600.5, 1e15, -1e15, 1e16, 2.0**53, 2.0**60,
+        2**53, 2**53 + 1, -(2**60), float("nan"), float("inf"), float("-inf"), "", "x", "x" * 200, "x" * 201,
+        "abc\n", "a\nb", "a\x00", "\x7f", "ab12cd34", "AB12CD34", "1bad", "ok_name.v:1-2",
+        "2026-01-31T12:00:00Z", "2026-13-99T00:00:00Z", "2026-01-31T12:00:00Z\n", "٢٠٢٦-01-31T12:00:00Z",
+        [], ["x"], [""], ["x"] * 33, [1], {}, {"a": 1}, {"1bad": 1}, {"a": None}, {"a": [1]}, {"a": "x"},
+        {f"k{i}": 1 for i in range(33)}, {f"k{i}": 1 for i in range(65)}, {"": "x"}, {"a": "\x00"},
+    ]  # fmt: skip
+
+
+def _entry_corpus() -> list[Any]:
+    """Valid entries of every kind of value, and each field of one replaced by odd values, dropped, or
+    joined by an unknown field; each key and config value too."""
+    valid = [e.to_json() for e in _varied_entries()]
+    base = valid[0]
+    out: list[Any] = [*valid, None, [], "entry", 1, {}]
+    for field in base:
+        out.append({k: v for k, v in base.items() if k != field})
+        for odd in _odd_values():
+            out.append({**base, field: odd})
+    out.append({**base, "extra": 1})
+    for odd in _odd_values():
+        out.append({**base, "key": {**base["key"], "M": odd}})
+        out.append({**base, "config": {**base["config"], "BLOCK": odd}})
+        out.append({**base, "versions": {"python": odd}})
+        out.append({**base, "dtypes": ["float32", odd]})
+        if isinstance(odd, str):
+            out.append({**base, "key": {odd: 1}})
+            out.append({**base, "versions": {odd: "3.11"}})
+    for doc in BAD.values():
+        with contextlib.suppress(ValueError, KeyError, TypeError, RecursionError):  # files that are not JSON
+            out.extend(json.loads(doc)["entries"])
+    return out
+
+
+def test_compiled_entry_check_agrees_with_jsonschema(fresh_validator):
+    """Entries are checked by the entry schema compiled to a predicate (jsonschema walked the schema for
+    every entry: about 1 ms each); it must say what jsonschema says, on the published file, for each
+    entry: valid ones and every kind of invalid one."""
+    check = fresh_validator._validator().entry_ok
+    assert check is not None, "the shipped entry schema must compile (or every entry costs jsonschema's ms)"
+    item = published()["$defs"]["entry"]
+    ref = jsonschema.Draft202012Validator({**item, "$defs": published()["$defs"]})
+    corpus = _entry_corpus()
+    assert len(corpus) > 500
+    wrong = [(x, ref.is_valid(x)) for x in corpus if check(x) != ref.is_valid(x)]
+    assert not wrong, wrong[:3]
+    assert sum(ref.is_valid(x) for x in corpus) >= len(_varied_entries())
+
+
+def test_compiled_check_is_not_made_for_a_keyword_it_does_not_know():
+    from tuner._schema import compile_schema
+
+    assert compile_schema({"type": "string", "format": "date-time"}) is None
+    assert compile_schema({"anyOf": [{"type": "string"}, {"$ref": "#/$defs/x"}]}) is None
+    assert compile_schema({"properties": {"a": {"uniqueItems": True}}}) is None
+    ok = compile_schema({"type": "object", "additionalProperties": False, "properties": {"a": {}}})
+    assert ok is not None and ok({"a": [1]}) and not ok({"b": 1}) and not ok([])
+
+
+def test_valid_entries_are_not_checked_by_jsonschema(tmp_path: Path, monkeypatch, fresh_validator):
+    """Reading a file (`tuner cache import`, `load_cache`, $TUNER_CACHE_FILE) ran jsonschema's
+    `best_match(iter_errors(entry))` on every entry, valid ones too: 1-2 ms an entry. Now jsonschema is
+    asked only about an entry that fails, for its message, which is as before."""
+    from tuner.runtime import write_cache_file
+    from tuner.runtime._file import parse_cache_contents
+
+    f = tmp_path / "c.json"
+    write_cache_file(f, [entry(i) for i in range(40)])
+    doc = json.loads(f.read_text())
+    doc["entries"][17]["time_s"] = -1.0
+    real = fresh_validator._validator()
+    asked: list[Any] = []
+
+    class Counting:
+        def iter_errors(self, instance: Any) -> Any:
+            asked.append(instance)
+            return real.entry.iter_errors(instance)
+
+        def is_valid(self, instance: Any) -> bool:
+            asked.append(instance)
+            return bool(real.entry.is_valid(instance))
+
+    with monkeypatch.context() as m:
+        m.setattr(fresh_validator, "_validator", lambda: real._replace(entry=Counting()))
+        got = parse_cache_contents(json.dumps(doc).encode())
+    assert len(got.entries) == 39 and [d.index for d in got.dropped] == [17]
+    assert asked == [doc["entries"][17]]  # only the bad entry, once
+    assert got.dropped[0].reason.startswith("entries[17].time_s: -1.0 is less than or equal to"), got.dropped
