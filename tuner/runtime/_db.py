@@ -1,8 +1,9 @@
 """The config cache in the results store: one row per key (table `tuner_cache_entries`), and claim rows
 (`tuner_cache_claims`) so that processes sharing one database tune a key once.
 
-Writes are single upsert statements (INSERT ... ON CONFLICT on SQLite and PostgreSQL) so concurrent
-writers never lose or corrupt a row; an import is one transaction that takes the write lock first.
+Writes are upsert statements (INSERT ... ON CONFLICT on SQLite and PostgreSQL) so concurrent writers
+never lose or corrupt a row; an import is one transaction that takes the write lock first and writes its
+rows in batches (`MERGE_BATCH` rows per statement execution).
 """
 
 from __future__ import annotations
