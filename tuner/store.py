@@ -33,6 +33,7 @@ from .storage import (
     StoreError,
     StoreTimeout,
     StoreUnreachable,
+    Vacuumed,
     check_schema,
     disk_full_in,
     engine_for,
@@ -46,6 +47,7 @@ from .storage import (
     redact,
     sqlite_path,
     sqlite_url,
+    vacuum,
 )
 from .storage import optuna_storage as _optuna_storage
 from .storage._schema import MeasurementRow
@@ -75,6 +77,7 @@ __all__ = [
     "TaskContext",
     "TrialCheck",
     "Measurement",
+    "Vacuumed",
     "MeasurementRow",
     "SCHEMA_VERSION",
     "default_storage_url",
@@ -512,6 +515,16 @@ class ResultStore:
     def count(self) -> int:
         with self.session() as s:
             return int(s.scalar(select(func.count()).select_from(MeasurementRow)) or 0)
+
+    def vacuum(self) -> Vacuumed:
+        """Give back the space of removed rows (after `ConfigCache.prune`): SQLite rewrites the file, which
+        shrinks (`Vacuumed.bytes_before` / `bytes_after`; it needs free disk space about the file's size);
+        PostgreSQL runs `VACUUM (ANALYZE)` on tuner's tables, which autovacuum also does on its own, and
+        keeps the space for new rows. Outside any transaction; StoreError when it fails."""
+        try:
+            return vacuum(self.engine, self.url)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"store {self._redacted()}: {exc.__class__.__name__}: {exc}") from exc
 
 
 # The user attributes of a trial carried into a retried study task's attempt (`tuner.studies._retry`): the

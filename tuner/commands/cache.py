@@ -1,4 +1,6 @@
-"""`tuner cache export|import|show`: the config cache as a shipped, versioned JSON file.
+"""`tuner cache export|import|show`: the config cache as a shipped, versioned JSON file; `tuner cache prune`:
+remove old, superseded or a kernel's entries and the measurements no entry needs (one transaction), then
+optionally VACUUM.
 
 An import validates the whole file against the published JSON Schema (tuner/data/cache-schema.json, with the
 `jsonschema` library) and the reader's own checks before it writes anything, then merges in one transaction;
@@ -25,7 +27,7 @@ from . import check_out_file
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "cache",
-        help="export, import or list the tuned-config cache",
+        help="export, import, list or prune the tuned-config cache",
         description="The tuned-config cache of the store ($TUNER_HOME/tuner.db by default).",
     )
     csub = p.add_subparsers(dest="cache_command", metavar="ACTION")
@@ -57,6 +59,43 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--file", default=None, help="list a cache file (validated) instead of the store")
     s.add_argument("--skip-invalid", action="store_true", help=_SKIP_HELP + " (with --file)")
     s.set_defaults(func=run_show)
+
+    r = csub.add_parser(
+        "prune",
+        help="remove old, superseded or a kernel's entries, and measurements no entry needs",
+        description="Remove the entries that every given selector picks, and with --measurements the "
+        "runtime's measurements of keys that have no entry, in one transaction (a failure or Ctrl-C "
+        "leaves the store as it was). A study's measurements are never removed.",
+    )
+    r.add_argument(
+        "--older-than",
+        type=float,
+        default=None,
+        metavar="DAYS",
+        help="entries measured more than DAYS days ago (a hit does not renew an entry's date)",
+    )
+    r.add_argument("--kernel", default=None, help="only this kernel's entries (alone: all of them)")
+    r.add_argument(
+        "--stale",
+        action="store_true",
+        help="entries superseded by a newer entry of the same kernel, key fields, dtypes and device "
+        "(another source hash or other versions)",
+    )
+    r.add_argument(
+        "--measurements",
+        action="store_true",
+        help="also the measurements runtime tunings recorded for keys without an entry (after this prune), "
+        "within --kernel and --older-than",
+    )
+    r.add_argument("--dry-run", action="store_true", help="print what would go, per kernel; change nothing")
+    r.add_argument(
+        "--vacuum",
+        action="store_true",
+        help="then VACUUM: SQLite's file shrinks; PostgreSQL reuses the space (autovacuum does it too)",
+    )
+    r.add_argument("--storage", default=None, metavar="URL", help="database URL (default: the default store)")
+    r.add_argument("--json", action="store_true", help="print the counts as one JSON object")
+    r.set_defaults(func=run_prune)
 
 
 _SKIP_HELP = (
@@ -177,6 +216,83 @@ def run_show(args: argparse.Namespace) -> int:
         )
     print(f"{len(entries)} entries")
     return 0
+
+
+def run_prune(args: argparse.Namespace) -> int:
+    import math
+
+    from tuner.errors import BadInput
+    from tuner.runtime import PruneCounts
+    from tuner.storage import missing_sqlite_file
+    from tuner.store import default_storage_url, normalize_url
+
+    days = args.older_than
+    if days is not None and (not math.isfinite(days) or days < 0):
+        raise BadInput(f"--older-than {days:g}: give a number of days >= 0")
+    if days is None and args.kernel is None and not (args.stale or args.measurements or args.vacuum):
+        raise BadInput("nothing to prune: give --older-than DAYS, --kernel NAME, --stale or --measurements")
+    prunes = days is not None or args.kernel is not None or args.stale or args.measurements
+    url = normalize_url(args.storage or default_storage_url(create=False))
+    if missing_sqlite_file(url):  # nothing stored: nothing to remove, and no store made by looking
+        counts, cache = PruneCounts(dry_run=args.dry_run), None
+    else:
+        cache = _cache(url)
+        counts = (
+            cache.prune(
+                older_than_days=days,
+                kernel=args.kernel,
+                stale=args.stale,
+                measurements=args.measurements,
+                dry_run=args.dry_run,
+            )
+            if prunes
+            else PruneCounts(dry_run=args.dry_run)
+        )
+    doc = counts.to_json()
+    if not args.json and prunes:
+        _print_prune(counts)
+    if not args.vacuum:
+        if args.json:
+            _print_json({**doc, "vacuum": None})
+        return 0
+    if cache is None or args.dry_run:
+        if args.json:
+            _print_json({**doc, "vacuum": {"ran": False}})
+        else:
+            print("no store to VACUUM" if cache is None else "would then VACUUM the store")
+        return 0
+    from tuner.store import StoreError
+
+    try:
+        done = cache.store.vacuum()
+    except StoreError as exc:  # the removal is committed: say so with the failure
+        msg = f"VACUUM failed ({'the removal was committed' if prunes else 'nothing removed'}): {exc}"
+        if args.json:
+            _print_json({**doc, "vacuum": {"ran": False, "error": msg.splitlines()[0]}})
+        print(f"tuner: failed: {msg.splitlines()[0]}", file=sys.stderr)
+        return 1
+    if args.json:
+        _print_json(
+            {
+                **doc,
+                "vacuum": {"ran": True, "bytes_before": done.bytes_before, "bytes_after": done.bytes_after},
+            }
+        )
+    elif done.bytes_before is not None and done.bytes_after is not None:
+        print(f"vacuumed: {done.bytes_before / 1e6:.1f} MB -> {done.bytes_after / 1e6:.1f} MB")
+    else:
+        print("vacuumed (PostgreSQL reuses the space for new rows; the files do not shrink)")
+    return 0
+
+
+def _print_prune(c: Any) -> None:
+    verb = "would remove" if c.dry_run else "removed"
+    if not c.kernels():
+        print(f"nothing to prune{' (dry run)' if c.dry_run else ''}")
+        return
+    for k in c.kernels():
+        print(f"  {k}: {c.entries.get(k, 0)} entries, {c.measurements.get(k, 0)} measurements")
+    print(f"{verb} {c.total_entries} entries and {c.total_measurements} measurements")
 
 
 def _print_json(doc: Any) -> None:

@@ -26,6 +26,7 @@ from ._kernel import TunedKernel, kernel, kernel_cache_key, kernel_source_hash
 from ._key import CacheKey, pow2_bucket, shape_distance
 from ._misses import MissRow, read_misses
 from ._predict import set_zero_shot
+from ._prune import PruneCounts
 from ._record import OFFLINE_TAIL, RECORD_TAIL  # registers record mode and the offline tail
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "MissRow",
     "OFFLINE_TAIL",
     "RECORD_TAIL",
+    "PruneCounts",
     "ReadOnlyCache",
     "SCHEMA_VERSION",
     "TunedKernel",

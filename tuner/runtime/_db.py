@@ -21,12 +21,14 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from ..storage import operation
 from ..storage._owner import HOST, pid_alive
 from ..storage._schema import CacheClaimRow, CacheEntryRow, MeasurementRow, key_hashes
 from ..store import ResultStore
 from ._entry import CacheEntry, entry_from_json
 from ._file import rank_nearest
 from ._key import CacheKey
+from ._prune import PruneCounts, cutoff_date, prune_in
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,7 @@ MERGE_BATCH = 500  # rows per statement execution of a merge (its reads of exist
 __all__ = [
     "ConfigCache",
     "ImportCounts",
+    "PruneCounts",
     "CacheEntryRow",
     "CacheClaimRow",
     "ClaimHolder",
@@ -307,9 +310,44 @@ class ConfigCache:
         return ImportCounts(added, replaced, kept)
 
     def clear(self) -> int:
+        """Remove every entry; returns how many. `prune` removes some."""
         with self.store.session() as s:
             res: Any = s.execute(delete(CacheEntryRow))
             return int(res.rowcount or 0)
+
+    def prune(
+        self,
+        *,
+        older_than_days: float | None = None,
+        kernel: str | None = None,
+        stale: bool = False,
+        measurements: bool = False,
+        dry_run: bool = False,
+    ) -> PruneCounts:
+        """Remove the entries that every given selector picks, in one transaction (an error or an
+        interrupt leaves the store as it was); returns the counts per kernel (`PruneCounts`).
+
+        `older_than_days`: entries whose date (when the winner was measured; a hit does not renew it) is
+        older; `kernel`: that kernel's entries (alone: all of them); `stale`: entries superseded by a newer
+        entry of the same kernel, key fields, dtypes and device (another source hash or other versions).
+        `measurements`: also the measurements that runtime tunings recorded for keys that have no entry
+        (after this prune), limited by `kernel` and `older_than_days` too; a study's measurements and those
+        of no key (`tuner.optimize`) are never removed. `dry_run`: count, remove nothing. ValueError when
+        nothing is selected or the number of days is negative."""
+        if older_than_days is None and kernel is None and not stale and not measurements:
+            raise ValueError("nothing selected: give older_than_days, kernel, stale or measurements")
+        cutoff = cutoff_date(older_than_days) if older_than_days is not None else None
+        what = "pruning the store" + (f" (kernel {kernel})" if kernel else "")
+        with operation(what), self.store.session() as s:
+            return prune_in(
+                s,
+                cutoff,
+                kernel,
+                stale,
+                measurements=measurements,
+                dry_run=dry_run,
+                lock_first=self._dialect == "sqlite",
+            )
 
     # ---- claims: one tuner per key across processes -------------------------------------------------
     def claim(self, key_hash: str, owner: str, lease_s: float) -> bool:

@@ -26,6 +26,8 @@
   (`_replaced`); disposing of `engine_for(url)`'s engine opens the path again. A new SQLite file whose
   store could not be created (a full disk) is removed again while still empty (`NewFile`), its `-wal` and
   `-shm` never.
+- `vacuum(engine, url)`: VACUUM outside a transaction, to give back the space of removed rows (SQLite:
+  the file shrinks; PostgreSQL: the space is reused, as autovacuum would make it).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ from ._migrate import (
 )
 from ._new_file import NewFile
 from ._schema import SCHEMA_REVISION, SCHEMA_VERSION, VERSION_TABLE
+from ._vacuum import Vacuumed, vacuum
 
 __all__ = [
     "PG_CONNECT_WAIT_S",
@@ -81,6 +84,7 @@ __all__ = [
     "StoreConnectionLimit",
     "StoreConnectionLost",
     "StoreCorrupt",
+    "Vacuumed",
     "WriteGuard",
     "LeaseLost",
     "NewFile",
@@ -113,4 +117,5 @@ __all__ = [
     "missing_sqlite_file",
     "sqlite_path",
     "sqlite_url",
+    "vacuum",
 ]
