@@ -228,6 +228,9 @@ def _odd_values() -> list[Any]:
         "2026-01-31T12:00:00Z", "2026-13-99T00:00:00Z", "2026-01-31T12:00:00Z\n", "٢٠٢٦-01-31T12:00:00Z",
         [], ["x"], [""], ["x"] * 33, [1], {}, {"a": 1}, {"1bad": 1}, {"a": None}, {"a": [1]}, {"a": "x"},
         {f"k{i}": 1 for i in range(33)}, {f"k{i}": 1 for i in range(65)}, {"": "x"}, {"a": "\x00"},
+        json.loads("1e400"), json.loads("-1e400"), 10**400, -(10**400), 2**63, 2**64 + 0.5, 1.0, 2.0**53 + 2,
+        5e-324, 3600.0000000000005, 1e15 + 0.5, 9007199254740992, 9007199254740993, -9007199254740993,
+        "a$", "Z", "\n", "x\n\n",
     ]  # fmt: skip
 
 
@@ -256,29 +259,103 @@ def _entry_corpus() -> list[Any]:
     return out
 
 
+def _ends_a_string_in_newline(x: Any) -> bool:
+    if isinstance(x, str):
+        return x.endswith("\n")
+    if isinstance(x, dict):
+        return any(_ends_a_string_in_newline(k) or _ends_a_string_in_newline(v) for k, v in x.items())
+    return isinstance(x, list) and any(_ends_a_string_in_newline(v) for v in x)
+
+
 def test_compiled_entry_check_agrees_with_jsonschema(fresh_validator):
-    """Entries are checked by the entry schema compiled to a predicate (jsonschema walked the schema for
-    every entry: about 1 ms each); it must say what jsonschema says, on the published file, for each
-    entry: valid ones and every kind of invalid one."""
+    """Entries are first checked by the entry schema compiled with fastjsonschema (jsonschema walked the
+    schema for every entry: about 1 ms each). The compiled check must never pass an entry jsonschema fails
+    (on the published file, $refs and all), for valid entries and every kind of invalid one: bools, NaN,
+    infinities, huge ints and floats near each bound. Where it fails an entry jsonschema passes, jsonschema
+    is asked, so tuner's answer is always jsonschema's; that happens only for a string ending in a newline
+    (fastjsonschema reads a pattern's `$` as the end of the string, Python's re.search also before a final
+    newline)."""
     check = fresh_validator._validator().entry_ok
     assert check is not None, "the shipped entry schema must compile (or every entry costs jsonschema's ms)"
     item = published()["$defs"]["entry"]
     ref = jsonschema.Draft202012Validator({**item, "$defs": published()["$defs"]})
     corpus = _entry_corpus()
     assert len(corpus) > 500
-    wrong = [(x, ref.is_valid(x)) for x in corpus if check(x) != ref.is_valid(x)]
-    assert not wrong, wrong[:3]
-    assert sum(ref.is_valid(x) for x in corpus) >= len(_varied_entries())
+    looser = [x for x in corpus if check(x) and not ref.is_valid(x)]
+    assert not looser, looser[:3]
+    stricter = [x for x in corpus if not check(x) and ref.is_valid(x)]
+    assert all(_ends_a_string_in_newline(x) for x in stricter), stricter[:3]
+    assert sum(check(x) for x in corpus) >= len(_varied_entries())
+    for x in corpus:  # what tuner answers, through both
+        assert (fresh_validator.cache_entry_schema_error(x) is None) == ref.is_valid(x), x
 
 
-def test_compiled_check_is_not_made_for_a_keyword_it_does_not_know():
-    from tuner._schema import compile_schema
+def test_compiled_check_patterns_search_like_jsonschema():
+    """jsonschema runs re.search(pattern, value): a pattern matches anywhere unless it is anchored. The
+    compiled check must too, or a valid entry under an unanchored pattern would cost jsonschema's time."""
+    from tuner._schema import _compiled_check
 
-    assert compile_schema({"type": "string", "format": "date-time"}) is None
-    assert compile_schema({"anyOf": [{"type": "string"}, {"$ref": "#/$defs/x"}]}) is None
-    assert compile_schema({"properties": {"a": {"uniqueItems": True}}}) is None
-    ok = compile_schema({"type": "object", "additionalProperties": False, "properties": {"a": {}}})
+    for pattern, value in [("b", "abc"), ("^a", "abc"), ("c$", "abc"), ("^[0-9]+$", "٢٠٢٦"), ("b", "xyz")]:
+        schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": pattern}}}
+        ok = _compiled_check(schema)
+        assert ok is not None
+        expected = jsonschema.Draft202012Validator(schema).is_valid({"s": value})
+        assert ok({"s": value}) is expected, (pattern, value)
+    assert _compiled_check({"pattern": "b$"})("ab\n") is False  # stricter: jsonschema is asked (see above)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "string", "format": "date-time"},  # fastjsonschema would assert formats, jsonschema does not
+        {"anyOf": [{"type": "string"}, {"$ref": "#/$defs/x"}]},
+        {"properties": {"a": {"uniqueItems": True}}},
+        {"type": "array", "prefixItems": [{"type": "string"}]},  # 2020-12 only: draft 7 ignores it
+        {"type": "array", "items": [{"type": "string"}]},  # a list is another keyword in draft 7
+        {"type": "object", "dependentRequired": {"a": ["b"]}},
+        {"type": "object", "unevaluatedProperties": False},
+        {"const": 1},
+        "not a schema",
+    ],
+)
+def test_compiled_check_is_not_made_for_a_keyword_draft7_reads_otherwise(schema: Any):
+    """fastjsonschema compiles draft 7 and ignores keywords it does not know: given a 2020-12 keyword it
+    would pass what jsonschema fails. Such a schema is not compiled (every entry goes through jsonschema)."""
+    from tuner._schema import _compiled_check
+
+    assert _compiled_check(schema) is None
+    ok = _compiled_check({"type": "object", "additionalProperties": False, "properties": {"a": {}}})
     assert ok is not None and ok({"a": [1]}) and not ok({"b": 1}) and not ok([])
+
+
+def test_a_schema_fastjsonschema_cannot_compile_falls_back_to_jsonschema(
+    monkeypatch: pytest.MonkeyPatch, fresh_validator, caplog
+):
+    """If fastjsonschema cannot compile the entry schema (or is missing), every entry is checked by
+    jsonschema, with the same answers, and the reason is logged at debug level."""
+    import fastjsonschema
+
+    valid = _varied_entries()[0].to_json()
+    bad = {**valid, "time_s": -1.0}
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise fastjsonschema.JsonSchemaDefinitionException("cannot compile")
+
+    monkeypatch.setattr(fastjsonschema, "compile", refuse)
+    with caplog.at_level("DEBUG", logger="tuner._schema"):
+        assert fresh_validator._validator().entry_ok is None
+    assert "not compiled by fastjsonschema" in caplog.text and "cannot compile" in caplog.text
+    assert fresh_validator.cache_entry_schema_error(valid) is None
+    got = fresh_validator.cache_entry_schema_error(bad, "entries[0]")
+    assert got is not None and got.startswith("entries[0].time_s: -1.0 is less than or equal to"), got
+    # a 2020-12 keyword in the shipped schema: not compiled, and jsonschema enforces it
+    monkeypatch.undo()
+    fresh_validator._validator.cache_clear()
+    strict = published()
+    strict["$defs"]["entry"]["dependentRequired"] = {"time_s": ["no_such_field"]}
+    monkeypatch.setattr(fresh_validator, "_schema_text", lambda: json.dumps(strict))
+    assert fresh_validator._validator().entry_ok is None
+    assert "no_such_field" in (fresh_validator.cache_entry_schema_error(valid) or "")
 
 
 def test_valid_entries_are_not_checked_by_jsonschema(tmp_path: Path, monkeypatch, fresh_validator):

@@ -25,3 +25,18 @@ def test_cli_help_is_light() -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(r.stdout.strip().splitlines()[-1]) == []
+
+
+def test_schema_validators_load_on_first_cache_file_read() -> None:
+    """jsonschema and fastjsonschema (tuner/_schema.py) are imported when a cache file is first checked,
+    not by `import tuner`."""
+    code = (
+        "import sys, json, tuner\n"
+        "from tuner._schema import cache_entry_schema_error\n"
+        "mods = ['jsonschema', 'fastjsonschema']\n"
+        "before = [m for m in mods if m in sys.modules]\n"
+        "cache_entry_schema_error({})\n"
+        "print(json.dumps([before, [m for m in mods if m in sys.modules]]))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == [[], ["jsonschema", "fastjsonschema"]]

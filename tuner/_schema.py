@@ -5,7 +5,8 @@ for readers of the repository). Every cache file tuner reads (`tuner cache impor
 --file`, `tuner.load_cache`) is checked against it before any entry is built, so the schema others validate
 their files with is the one tuner enforces: the file's top level (`cache_file_schema_error`) decides whether
 the file can be read at all, and each entry is checked on its own (`cache_entry_schema_error`), so a reader
-may drop one bad entry and keep the rest. `jsonschema` is imported on first use, not with `import tuner`.
+may drop one bad entry and keep the rest. An entry is first checked by the entry schema compiled with
+`fastjsonschema` (below); `jsonschema` and it are imported on first use, not with `import tuner`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ import copy
 import functools
 import itertools
 import json
-import numbers
-import re
-from collections.abc import Callable, Sized
+import logging
+from collections.abc import Callable
 from importlib import resources
 from typing import Any, NamedTuple
 
@@ -31,6 +31,7 @@ __all__ = [
 CACHE_SCHEMA_RESOURCE = "data/cache-schema.json"  # inside the tuner package
 _MAX_MESSAGE = 240
 _ANNOTATIONS = {"description", "title", "$comment", "examples"}
+log = logging.getLogger(__name__)
 
 
 @functools.lru_cache(maxsize=1)
@@ -65,7 +66,7 @@ class _Validators(NamedTuple):
     whole: Any  # the whole file
     top: Any  # the file without its entries' items: what makes the file unreadable
     entry: Any  # one entry
-    entry_ok: Callable[[Any], bool] | None  # the entry schema compiled to a predicate (None: not compilable)
+    entry_ok: Callable[[Any], bool] | None  # the fast "valid" answer for one entry (None: jsonschema only)
 
 
 @functools.lru_cache(maxsize=1)
@@ -83,238 +84,81 @@ def _validator() -> _Validators:
         Draft202012Validator(whole),
         Draft202012Validator(top),
         Draft202012Validator(item),
-        compile_schema(item),
+        _compiled_check(item),
     )
 
 
-# ---- the fast path: a schema compiled to a predicate ---------------------------------------------------
+# ---- the fast path: the entry schema compiled by fastjsonschema ------------------------------------------
 # jsonschema checks an entry in about 1 ms (it walks the schema afresh for every instance), which made a
-# file of 100k entries take minutes to import or load. `compile_schema` turns the (ref-inlined) entry
-# schema into nested closures once; each says valid or not, by jsonschema's own rules for every keyword it
-# knows (Draft 2020-12, the type checks of jsonschema's type checker). A schema with any other keyword
-# is not compiled (None) and every instance goes through jsonschema. The predicate only decides whether
-# jsonschema is asked at all: an entry it passes is valid, one it fails is checked again by jsonschema,
-# whose first error is the message (tests/test_cache_schema.py compares the two on many entries).
+# file of 100k entries take minutes to import or load. fastjsonschema compiles the (ref-inlined) entry
+# schema into Python code once. It knows drafts 4, 6 and 7, not 2020-12, so it is given only a schema whose
+# keywords mean the same in draft 7 (_SAME_IN_DRAFT7); any other keyword, or any failure to compile, and
+# every entry goes through jsonschema. The compiled check only decides whether jsonschema is asked at all:
+# an entry it passes is valid, one it fails (or that makes it raise anything) is checked again by
+# jsonschema, whose first error is the message. fastjsonschema is stricter in one place, never looser:
+# it reads a pattern's `$` as the end of the string (\Z), where jsonschema's re.search also matches before
+# a final newline, so such a string goes to jsonschema, which decides (tests/test_cache_schema.py compares
+# the two on many entries). It judges values as json.loads gives them (it takes a tuple for an array).
 
-Check = Callable[[Any], bool]
-_NOT_COMPILED = object()
+_DRAFT7 = "http://json-schema.org/draft-07/schema#"
+_ONE_SCHEMA = frozenset({"not", "additionalProperties", "propertyNames", "items"})  # `items`: one schema
+_SCHEMA_LIST = frozenset({"allOf", "anyOf"})
+_SAME_IN_DRAFT7 = frozenset(
+    {"type", "pattern", "maxLength", "minLength", "minimum", "maximum", "exclusiveMinimum",
+     "exclusiveMaximum", "maxItems", "minItems", "maxProperties", "minProperties", "required"}
+)  # fmt: skip
 
 
-def _is_integer(x: Any) -> bool:
-    if isinstance(x, bool):
+def _same_in_draft7(node: Any) -> bool:
+    """Whether `node` (a schema without references) uses only keywords whose draft-7 meaning is its
+    2020-12 one (`items` as a list, `prefixItems`, `$dynamicRef`, `unevaluated*`... are not)."""
+    if isinstance(node, bool):
+        return True
+    if not isinstance(node, dict):
         return False
-    return isinstance(x, int) or (isinstance(x, float) and x.is_integer())
-
-
-def _is_number(x: Any) -> bool:
-    t = type(x)
-    if t is int or t is float:  # what JSON gives, without the ABC's slower check
-        return True
-    return not isinstance(x, bool) and isinstance(x, numbers.Number)
-
-
-_TYPES: dict[str, Check] = {
-    "array": lambda x: isinstance(x, list),
-    "boolean": lambda x: isinstance(x, bool),
-    "integer": _is_integer,
-    "null": lambda x: x is None,
-    "number": _is_number,
-    "object": lambda x: isinstance(x, dict),
-    "string": lambda x: isinstance(x, str),
-}
-
-
-def _all(checks: list[Check]) -> Check:
-    if len(checks) == 1:
-        return checks[0]
-
-    def check(x: Any) -> bool:
-        for c in checks:  # noqa: SIM110 - a loop, not all() over a generator: this runs for every value
-            if not c(x):
-                return False
-        return True
-
-    return check
-
-
-def _kw_type(v: Any, node: dict[str, Any]) -> Any:
-    names = v if isinstance(v, list) else [v]
-    if not all(isinstance(n, str) and n in _TYPES for n in names):
-        return _NOT_COMPILED
-    fns = [_TYPES[n] for n in names]
-    if len(fns) == 1:
-        return fns[0]
-    return lambda x: any(f(x) for f in fns)
-
-
-def _kw_sub(v: Any) -> Any:
-    sub = compile_schema(v)
-    return _NOT_COMPILED if sub is None else sub
-
-
-def _kw_subs(v: Any) -> Any:
-    if not isinstance(v, list) or not v:
-        return _NOT_COMPILED
-    subs = [compile_schema(s) for s in v]
-    return _NOT_COMPILED if any(s is None for s in subs) else subs
-
-
-def _kw_any_of(v: Any, node: dict[str, Any]) -> Any:
-    subs = _kw_subs(v)
-    if subs is _NOT_COMPILED:
-        return subs
-
-    def check(x: Any) -> bool:
-        for s in subs:  # noqa: SIM110 - as in _all
-            if s(x):
-                return True
-        return False
-
-    return check
-
-
-def _kw_all_of(v: Any, node: dict[str, Any]) -> Any:
-    subs = _kw_subs(v)
-    return subs if subs is _NOT_COMPILED else _all(subs)
-
-
-def _kw_not(v: Any, node: dict[str, Any]) -> Any:
-    sub = _kw_sub(v)
-    return sub if sub is _NOT_COMPILED else (lambda x: not sub(x))
-
-
-def _kw_bound(op: Callable[[Any, Any], bool]) -> Callable[[Any, dict[str, Any]], Any]:
-    def kw(v: Any, node: dict[str, Any]) -> Any:
-        if not _is_number(v):
-            return _NOT_COMPILED
-        return lambda x: not _is_number(x) or not op(x, v)  # op: what is an error
-
-    return kw
-
-
-def _kw_size(kind: type[Sized], too_long: bool) -> Callable[[Any, dict[str, Any]], Any]:
-    def kw(v: Any, node: dict[str, Any]) -> Any:
-        if not _is_integer(v):
-            return _NOT_COMPILED
-        if too_long:
-            return lambda x: not isinstance(x, kind) or len(x) <= v
-        return lambda x: not isinstance(x, kind) or len(x) >= v
-
-    return kw
-
-
-def _kw_pattern(v: Any, node: dict[str, Any]) -> Any:
-    if not isinstance(v, str):
-        return _NOT_COMPILED
-    search = re.compile(v).search  # jsonschema: re.search(pattern, instance)
-    return lambda x: not isinstance(x, str) or search(x) is not None
-
-
-def _kw_required(v: Any, node: dict[str, Any]) -> Any:
-    if not isinstance(v, list):
-        return _NOT_COMPILED
-    names = list(v)
-    return lambda x: not isinstance(x, dict) or all(n in x for n in names)
-
-
-def _kw_properties(v: Any, node: dict[str, Any]) -> Any:
-    if not isinstance(v, dict):
-        return _NOT_COMPILED
-    items: list[tuple[str, Check]] = []
-    for k, sub in v.items():
-        c = compile_schema(sub)
-        if c is None:
-            return _NOT_COMPILED
-        items.append((k, c))
-
-    def check(x: Any) -> bool:
-        if not isinstance(x, dict):
-            return True
-        for k, c in items:  # noqa: SIM110 - as in _all
-            if k in x and not c(x[k]):
-                return False
-        return True
-
-    return check
-
-
-def _kw_additional_properties(v: Any, node: dict[str, Any]) -> Any:
-    if "patternProperties" in node:
-        return _NOT_COMPILED
-    known = node.get("properties", {})
-    if not isinstance(known, dict):
-        return _NOT_COMPILED
-    if isinstance(v, dict):
-        sub = compile_schema(v)
-        if sub is None:
-            return _NOT_COMPILED
-        return lambda x: not isinstance(x, dict) or all(sub(x[k]) for k in x if k not in known)
-    if v is False:
-        return lambda x: not isinstance(x, dict) or all(k in known for k in x)
-    return _NOT_COMPILED if v is not True else (lambda x: True)
-
-
-def _kw_property_names(v: Any, node: dict[str, Any]) -> Any:
-    sub = _kw_sub(v)
-    if sub is _NOT_COMPILED:
-        return sub
-    return lambda x: not isinstance(x, dict) or all(sub(k) for k in x)
-
-
-def _kw_items(v: Any, node: dict[str, Any]) -> Any:
-    if "prefixItems" in node:
-        return _NOT_COMPILED
-    sub = _kw_sub(v)
-    if sub is _NOT_COMPILED:
-        return sub
-    return lambda x: not isinstance(x, list) or all(sub(i) for i in x)
-
-
-_KEYWORDS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
-    "type": _kw_type,
-    "anyOf": _kw_any_of,
-    "allOf": _kw_all_of,
-    "not": _kw_not,
-    "minimum": _kw_bound(lambda x, v: x < v),
-    "maximum": _kw_bound(lambda x, v: x > v),
-    "exclusiveMinimum": _kw_bound(lambda x, v: x <= v),
-    "exclusiveMaximum": _kw_bound(lambda x, v: x >= v),
-    "minLength": _kw_size(str, too_long=False),
-    "maxLength": _kw_size(str, too_long=True),
-    "maxItems": _kw_size(list, too_long=True),
-    "minItems": _kw_size(list, too_long=False),
-    "minProperties": _kw_size(dict, too_long=False),
-    "maxProperties": _kw_size(dict, too_long=True),
-    "pattern": _kw_pattern,
-    "required": _kw_required,
-    "properties": _kw_properties,
-    "additionalProperties": _kw_additional_properties,
-    "propertyNames": _kw_property_names,
-    "items": _kw_items,
-}
-
-
-def compile_schema(schema: Any) -> Check | None:
-    """A predicate that says whether an instance is valid under `schema` (a Draft 2020-12 schema without
-    references), exactly as jsonschema does; None when the schema uses a keyword it does not compile."""
-    if schema is True or schema == {}:
-        return lambda x: True
-    if schema is False:
-        return lambda x: False
-    if not isinstance(schema, dict):
-        return None
-    checks: list[Check] = []
-    for k, v in schema.items():
-        if k in _ANNOTATIONS:
+    for k, v in node.items():
+        if k in _ANNOTATIONS or k in _SAME_IN_DRAFT7:
             continue
-        kw = _KEYWORDS.get(k)
-        if kw is None:
-            return None
-        c = kw(v, schema)
-        if c is _NOT_COMPILED:
-            return None
-        checks.append(c)
-    return _all(checks) if checks else (lambda x: True)
+        if k in _ONE_SCHEMA:
+            ok = _same_in_draft7(v)
+        elif k in _SCHEMA_LIST:
+            ok = isinstance(v, list) and all(_same_in_draft7(s) for s in v)
+        elif k == "properties":
+            ok = isinstance(v, dict) and all(_same_in_draft7(s) for s in v.values())
+        else:
+            ok = False
+        if not ok:
+            return False
+    return True
+
+
+def _compiled_check(item: Any) -> Callable[[Any], bool] | None:
+    """A predicate that says an entry is valid under `item` (the ref-inlined entry schema), compiled by
+    fastjsonschema; None (jsonschema for every entry) where it cannot be made."""
+    if not _same_in_draft7(item):
+        log.debug("cache entry schema: a keyword not known alike in draft 7; entries checked by jsonschema")
+        return None
+    try:
+        import fastjsonschema
+
+        # detailed_exceptions=False: an invalid entry's exception does not carry the definition (jsonschema
+        # gives the message), and every anyOf branch that fails raises one: a third of the time per entry
+        draft7 = {**item, "$schema": _DRAFT7}
+        validate = fastjsonschema.compile(draft7, use_default=False, detailed_exceptions=False)
+    except Exception:  # noqa: BLE001 - not installed, or a schema it cannot compile: jsonschema does it all
+        log.debug(
+            "cache entry schema not compiled by fastjsonschema; entries checked by jsonschema", exc_info=True
+        )
+        return None
+
+    def entry_ok(entry: Any) -> bool:
+        try:
+            validate(entry)
+        except Exception:  # noqa: BLE001 - invalid (JsonSchemaException), or a value it cannot judge
+            return False
+        return True
+
+    return entry_ok
 
 
 def _where(path: Any, prefix: str = "") -> str:
@@ -339,12 +183,8 @@ def cache_entry_schema_error(entry: Any, where: str = "entry") -> str | None:
     """None if `entry` (one item of a file's entries) is valid under the schema's entry definition, else
     one line saying where (below `where`, e.g. "entries[3].time_s") and why."""
     v = _validator()
-    if v.entry_ok is not None:
-        try:
-            if v.entry_ok(entry):
-                return None  # valid: jsonschema is asked only for an entry that fails (its message)
-        except Exception:  # noqa: BLE001 - a value the predicate cannot compare: jsonschema decides
-            pass
+    if v.entry_ok is not None and v.entry_ok(entry):
+        return None  # valid: jsonschema is asked only for an entry that fails (its message, or valid)
     return _first_error(v.entry, entry, where)
 
 
