@@ -100,6 +100,9 @@ from tuner.search_spaces import Config, SearchSpace
 from ._base import PriorTask, Strategy
 from ._config import ModelStrategyConfig, settings
 
+# Random draws (before constraints) per proposal on a space too large to enumerate, for its candidates.
+LARGE_CANDIDATE_DRAWS = 50_000
+
 log = logging.getLogger(__name__)
 
 __all__ = ["ModelStrategy", "prior_predictions"]
@@ -1038,7 +1041,11 @@ class ModelStrategy(Strategy):
         cands: list[Config] = []
         for c, _ in sorted(ok, key=lambda cv: cv[1])[:3]:
             cands += [nb for nb in self.space.neighbors(c, "hamming") if not self.pool.is_seen(nb)]
-        for c in self.space.sample(self.rng, n=500):
+        # up to 500 random valid candidates in a bounded number of draws: constraints that pass 1 config
+        # in 10,000 give a few (asking for 500 exactly drew for seconds per proposal, then raised)
+        keys, _, _ = self.space._sample_keys(self.rng, 500, LARGE_CANDIDATE_DRAWS)
+        for k in keys:
+            c = self.space.config(k)
             if not self.pool.is_seen(c):
                 cands.append(c)
         if not cands:
