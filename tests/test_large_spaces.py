@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from tuner.search_spaces import Constraint, IntRange, SearchSpace
+from tuner.search_spaces import Boolean, Categorical, Constraint, IntRange, SearchSpace
 from tuner.search_spaces._space import SAMPLE_DRAWS
 
 import tuner
@@ -80,3 +80,33 @@ def test_random_unseen_stops_once_the_few_valid_configs_are_seen() -> None:
     checks[0] = 0
     assert pool.random_unseen() is None
     assert checks[0] <= SAMPLE_DRAWS
+
+
+def test_a_proposal_on_a_large_space_checks_a_bounded_number_of_configs() -> None:
+    """The auto strategy ranked every one-parameter change of its three best configs: with a parameter of
+    a million values, three million configs checked and ranked per proposal (20 s each). Now a parameter
+    with many values contributes a ladder of nearby values, so a proposal checks at most its random draws
+    and a few hundred neighbours."""
+    from tuner.strategies._model import LARGE_CANDIDATE_DRAWS
+
+    checks = [0]
+
+    def even(c: dict) -> bool:
+        checks[0] += 1
+        if checks[0] > 4 * LARGE_CANDIDATE_DRAWS:
+            raise RuntimeError("unbounded neighbourhood")
+        return c["x"] % 2 == 0
+
+    space = SearchSpace(
+        [IntRange("x", 0, 999_999), Categorical("layout", ["row", "col", "tiled"]), Boolean("flag")],
+        [Constraint("even", even)],
+    )
+    assert not space.is_enumerable
+
+    def obj(c: dict) -> float:
+        return abs(c["x"] - 333_334) / 1e6 + (c["layout"] != "tiled") + c["flag"]
+
+    res = tuner.optimize(space, obj, budget=13, seed=0, strategy="auto")
+    assert res.evaluations == 13 and all(space.contains(t.config) for t in res.trials)
+    # 3 model-ranked proposals after 10 random ones: each at most its draws and a few hundred neighbours
+    assert checks[0] <= 3 * (LARGE_CANDIDATE_DRAWS + 1_000) + 20_000
