@@ -110,3 +110,13 @@ def test_a_proposal_on_a_large_space_checks_a_bounded_number_of_configs() -> Non
     assert res.evaluations == 13 and all(space.contains(t.config) for t in res.trials)
     # 3 model-ranked proposals after 10 random ones: each at most its draws and a few hundred neighbours
     assert checks[0] <= 3 * (LARGE_CANDIDATE_DRAWS + 1_000) + 20_000
+
+
+def test_an_int_range_too_large_to_store_is_refused_before_it_is_built() -> None:
+    """IntRange("offset", 0, 2**32) built a tuple and a lookup table of 4 billion values: the process
+    filled its memory (MemoryError, or the kernel's OOM killer) instead of saying what was wrong."""
+    with pytest.raises(ValueError, match=r"'offset': 0..4294967296 step 1 has 4294967297 values.*step"):
+        IntRange("offset", 0, 2**32)
+    with pytest.raises(ValueError, match=r"has 10000001 values"):
+        IntRange("x", 0, 10_000_000)
+    assert len(IntRange("x", 0, 2**32, step=2**20).values) == 4097
