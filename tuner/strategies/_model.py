@@ -102,9 +102,10 @@ from ._config import ModelStrategyConfig, settings
 
 # Random draws (before constraints) per proposal on a space too large to enumerate, for its candidates.
 LARGE_CANDIDATE_DRAWS = 50_000
-# Other values of one parameter that a large-space proposal's neighbours of an incumbent take at most
-# (a domain with more: a geometric ladder of positions around the value, or a random choice).
-LARGE_NEIGHBOR_VALUES = 40
+# Other values of one parameter that a large-space proposal's neighbours of an incumbent take: all of a
+# domain with at most this many others, else this many random ones (and, ordered, a geometric ladder of
+# positions around the value).
+LARGE_NEIGHBOR_VALUES = 1024
 
 log = logging.getLogger(__name__)
 
@@ -1014,21 +1015,22 @@ class ModelStrategy(Strategy):
 
     def _large_neighbors(self, config: Config) -> list[Config]:
         """The valid configs that change one parameter of `config`: to any other value where its domain
-        has at most LARGE_NEIGHBOR_VALUES others, else to the values 1, 2, 4, 8, ... positions away on each
-        side (an ordered domain) or as many random others (an unordered one). All of a domain of a million
-        values made each proposal check and rank three million configs (20 s each)."""
+        has at most LARGE_NEIGHBOR_VALUES others, else to LARGE_NEIGHBOR_VALUES random others plus, in an
+        ordered domain, the values 1, 2, 4, 8, ... positions away on each side. All of a domain of a
+        million values made each proposal check and rank three million configs (20 s each)."""
         key = self.space.key(config)
         out: list[Config] = []
         for i, p in enumerate(self.space.params):
             n, at = len(p.values), p.index(key[i])
             if n - 1 <= LARGE_NEIGHBOR_VALUES:
                 picks = [j for j in range(n) if j != at]
-            elif p.ordered:
-                steps = [1 << k for k in range(n.bit_length())]
-                picks = sorted({at + s * d for d in steps for s in (-1, 1) if 0 <= at + s * d < n})
             else:
                 others = self.rng.choice(n - 1, size=LARGE_NEIGHBOR_VALUES, replace=False)
-                picks = sorted(int(j) + int(j >= at) for j in others)
+                chosen = {int(j) + int(j >= at) for j in others}
+                if p.ordered:
+                    steps = [1 << k for k in range(n.bit_length())]
+                    chosen |= {at + s * d for d in steps for s in (-1, 1) if 0 <= at + s * d < n}
+                picks = sorted(chosen)
             for j in picks:
                 k2 = key[:i] + (p.values[j],) + key[i + 1 :]
                 if self.space._satisfies(k2):
