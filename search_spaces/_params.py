@@ -16,6 +16,10 @@ import numpy as np
 
 Value = int | float | str | bool
 
+# The most values an IntRange's domain holds: a domain is a tuple with a lookup table, about 250 bytes a
+# value (10,000,000: 2.5 GB and some 15 s to build).
+DOMAIN_LIMIT = 10_000_000
+
 __all__ = ["Param", "PowerOfTwo", "IntRange", "Categorical", "Boolean", "Value", "param_from_values"]
 
 
@@ -204,6 +208,12 @@ def IntRange(name: str, low: int, high: int, step: int = 1, *, default: int | No
         raise ValueError(f"IntRange {name!r}: {step=} must be >= 1")
     if low > high:
         raise ValueError(f"IntRange {name!r}: {low=} > {high=}")
+    count = (high - low) // step + 1
+    if count > DOMAIN_LIMIT:  # each value is stored (about 250 bytes): 0 .. 2**32 filled the memory
+        raise ValueError(
+            f"IntRange {name!r}: {low}..{high} step {step} has {count} values, more than a domain holds "
+            f"({DOMAIN_LIMIT:,}: each value is stored); use a larger step, or PowerOfTwo"
+        )
     return Param(name, tuple(range(low, high + 1, step)), True, default, kind="int")
 
 

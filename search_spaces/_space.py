@@ -24,6 +24,12 @@ Config = dict[str, Value]
 # Spaces whose cartesian product is at most this large are enumerated once and cached.
 ENUMERATE_LIMIT = 2_000_000
 
+# Random draws (before constraints) in which rejection sampling of a space too large to enumerate must find
+# a valid config before it says it finds none: a space whose constraints pass 1 config in 10,000 (shared
+# memory and register limits over 16 parameters) misses with odds e**-20; one that passes 1 in 10,000,000
+# is refused after about a second or two of draws (10,000 draws refused 1 in 10,000 with odds 1 in e).
+SAMPLE_DRAWS = 200_000
+
 
 class ConfigError(ValueError):
     """A config that the space rejects; `reasons` names the offending values."""
@@ -351,20 +357,22 @@ class SearchSpace:
             self._valid_cache = keys
         return self._valid_cache
 
-    def _no_valid_config(self, draws: int = 10_000) -> ValueError:
+    def _no_valid_config(
+        self, draws: int = 10_000, *, tried: Sequence[tuple[Value, ...]] | None = None, total: int = 0
+    ) -> ValueError:
         """The error for a space whose constraints admit no config, saying which constraints reject how
-        much of the space (over at most `draws` configs before constraints: all of them, or random ones)."""
+        much of the space (over at most `draws` configs before constraints: all of them, or random ones).
+        `tried`: the random draws that found no valid config (their first `draws` are counted), `total`
+        how many there were."""
         label = repr(self.name) if self.name else "(unnamed)"
-        if self._explicit is not None:
+        if tried is not None:
+            keys = list(tried[:draws])
+        elif self._explicit is not None:
             keys = self._explicit[:draws]
         elif self.cartesian_size <= draws:
             keys = list(itertools.product(*(p.values for p in self.params)))
         else:
-            gen = np.random.default_rng(0)
-            keys = [
-                tuple(p.values[int(gen.integers(0, len(p.values)))] for p in self.params)
-                for _ in range(draws)
-            ]
+            keys = self._draw_keys(np.random.default_rng(0), draws)
         shares = []
         for c in self.constraints:
             bad = sum(c.violation(dict(zip(self.names, k, strict=True))) is not None for k in keys)
@@ -379,16 +387,18 @@ class SearchSpace:
                 f"search space {label} has no valid config: the constraints reject all {len(keys)} "
                 f"configs ({why})"
             )
+        total = max(total, len(keys))
+        counted = f", of the first {len(keys)}: " if total > len(keys) else " ("
         return ValueError(
-            f"search space {label}: none of {len(keys)} random draws from its {self.cartesian_size} configs "
-            f"(before constraints) is valid ({why}). The space is too large to enumerate (over "
-            f"{ENUMERATE_LIMIT}), so valid configs are found by random draws: narrow the domains, or list "
-            "the valid configs with SearchSpace.from_configs"
+            f"search space {label}: none of {total} random draws from its {self.cartesian_size} configs "
+            f"(before constraints) is valid{counted}{why}{')' if counted == ' (' else ''}. The space is too "
+            f"large to enumerate (over {ENUMERATE_LIMIT}), so valid configs are found by random draws: "
+            "narrow the domains, or list the valid configs with SearchSpace.from_configs"
         )
 
     def check_not_empty(self) -> None:
         """Raise ValueError, saying which constraints reject how much, when no config is valid (an
-        enumerable space: none at all; a larger one: none in 10,000 random draws)."""
+        enumerable space: none at all; a larger one: none in `SAMPLE_DRAWS` random draws)."""
         if self.is_enumerable:
             if not self._valid_keys():
                 raise self._no_valid_config()
@@ -402,9 +412,41 @@ class SearchSpace:
     def iter_keys(self) -> Iterator[tuple[Value, ...]]:
         return iter(self._valid_keys())
 
+    def _draw_keys(self, gen: np.random.Generator, count: int) -> list[tuple[Value, ...]]:
+        """`count` uniform draws from the cartesian product (before constraints), drawn in one call."""
+        sizes = [len(p.values) for p in self.params]
+        rows = gen.integers(0, sizes, size=(count, len(sizes))).tolist()
+        vals = [p.values for p in self.params]
+        return [tuple(v[i] for v, i in zip(vals, row, strict=True)) for row in rows]
+
+    def _sample_keys(
+        self, gen: np.random.Generator, count: int, max_draws: int
+    ) -> tuple[list[tuple[Value, ...]], int, list[tuple[Value, ...]]]:
+        """Rejection sampling: up to `count` valid keys within `max_draws` random draws (in batches).
+        Returns (the valid keys, the draws made, the first 10,000 draws when none was valid)."""
+        out: list[tuple[Value, ...]] = []
+        first: list[tuple[Value, ...]] = []
+        draws = 0
+        while len(out) < count and draws < max_draws:
+            # batches that double while nothing stops them: a cheap first draw, few numpy calls for a rare one
+            batch = min(max_draws - draws, max(64, min(65_536, max(4 * (count - len(out)), draws))))
+            for key in self._draw_keys(gen, batch):
+                draws += 1
+                if self._satisfies(key):
+                    out.append(key)
+                    if len(out) == count:
+                        break
+                elif not out and len(first) < 10_000:
+                    first.append(key)
+        return out, draws, first if not out else []
+
     def sample(self, rng: np.random.Generator | int | None = None, n: int | None = None) -> Any:
-        """One valid config (n=None) or a list of n (with replacement), uniformly over valid configs
-        where the space is enumerable, else by rejection sampling."""
+        """One valid config (n=None) or a list of n (with replacement), uniformly over valid configs.
+
+        `rng` is a seed or a `numpy.random.Generator` (the first argument: `sample(5)` is one config
+        drawn with seed 5; `sample(n=5)` or `sample(seed, 5)` are five). An enumerable space draws from
+        its valid configs; a larger one by rejection sampling: ValueError when `SAMPLE_DRAWS` random
+        draws (or 10,000 per config asked for, where that is more) find too few valid configs."""
         if n is not None:
             n = native(n)
             if isinstance(n, bool) or not isinstance(n, int) or n < 0:
@@ -419,19 +461,16 @@ class SearchSpace:
             for i in gen.integers(0, len(keys), size=count):
                 out.append(dict(zip(self.names, keys[int(i)], strict=True)))
         else:
-            tries = 0
-            while len(out) < count:
-                key = tuple(p.values[int(gen.integers(0, len(p.values)))] for p in self.params)
-                tries += 1
-                if self._satisfies(key):
-                    out.append(dict(zip(self.names, key, strict=True)))
-                elif not out and tries >= 10_000:
-                    raise self._no_valid_config()
-                elif tries > 10_000 * count:
-                    raise ValueError(
-                        f"space {self.name!r}: rejection sampling found {len(out)} of {count} valid configs "
-                        f"in {tries} draws"
-                    )
+            limit = max(SAMPLE_DRAWS, 10_000 * count)
+            found, draws, tried = self._sample_keys(gen, max(count, 1), limit)
+            if not found:
+                raise self._no_valid_config(tried=tried, total=draws)
+            if len(found) < count:
+                raise ValueError(
+                    f"space {self.name!r}: rejection sampling found {len(found)} of {count} valid configs "
+                    f"in {draws} draws"
+                )
+            out = [dict(zip(self.names, k, strict=True)) for k in found[:count]]
         return out[0] if n is None else out
 
     def default(self) -> Config:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from tuner.search_spaces import Config, SearchSpace
+from tuner.search_spaces._space import SAMPLE_DRAWS
 
 if TYPE_CHECKING:  # pragma: no cover
     import optuna
@@ -99,10 +100,14 @@ class CandidatePool:
             if idx.size == 0:
                 return None
             return self.config_at(int(self.rng.choice(idx)))
-        for _ in range(10_000):
-            cfg = self.space.sample(self.rng)
-            if not self.is_seen(cfg):
-                return cfg
+        # random draws until an unseen valid one, at most SAMPLE_DRAWS of them in all (a space whose few
+        # valid configs were all measured ends instead of drawing for ever)
+        left = SAMPLE_DRAWS
+        while left > 0:
+            keys, draws, _ = self.space._sample_keys(self.rng, 1, left)
+            left -= draws
+            if keys and self.space._hkey(keys[0]) not in self.seen:
+                return self.space.config(keys[0])
         return None
 
     def nearest_unseen(self, config: Mapping[str, Any]) -> Config | None:

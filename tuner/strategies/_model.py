@@ -100,6 +100,13 @@ from tuner.search_spaces import Config, SearchSpace
 from ._base import PriorTask, Strategy
 from ._config import ModelStrategyConfig, settings
 
+# Random draws (before constraints) per proposal on a space too large to enumerate, for its candidates.
+LARGE_CANDIDATE_DRAWS = 50_000
+# Other values of one parameter that a large-space proposal's neighbours of an incumbent take: all of a
+# domain with at most this many others, else this many random ones (and, ordered, a geometric ladder of
+# positions around the value).
+LARGE_NEIGHBOR_VALUES = 1024
+
 log = logging.getLogger(__name__)
 
 __all__ = ["ModelStrategy", "prior_predictions"]
@@ -1006,6 +1013,30 @@ class ModelStrategy(Strategy):
         X = self.schema.transform(list(configs))
         return np.mean([m.predict(X) for m in self._large_prior], axis=0)
 
+    def _large_neighbors(self, config: Config) -> list[Config]:
+        """The valid configs that change one parameter of `config`: to any other value where its domain
+        has at most LARGE_NEIGHBOR_VALUES others, else to LARGE_NEIGHBOR_VALUES random others plus, in an
+        ordered domain, the values 1, 2, 4, 8, ... positions away on each side. All of a domain of a
+        million values made each proposal check and rank three million configs (20 s each)."""
+        key = self.space.key(config)
+        out: list[Config] = []
+        for i, p in enumerate(self.space.params):
+            n, at = len(p.values), p.index(key[i])
+            if n - 1 <= LARGE_NEIGHBOR_VALUES:
+                picks = [j for j in range(n) if j != at]
+            else:
+                others = self.rng.choice(n - 1, size=LARGE_NEIGHBOR_VALUES, replace=False)
+                chosen = {int(j) + int(j >= at) for j in others}
+                if p.ordered:
+                    steps = [1 << k for k in range(n.bit_length())]
+                    chosen |= {at + s * d for d in steps for s in (-1, 1) if 0 <= at + s * d < n}
+                picks = sorted(chosen)
+            for j in picks:
+                k2 = key[:i] + (p.values[j],) + key[i + 1 :]
+                if self.space._satisfies(k2):
+                    out.append(self.space.config(k2))
+        return out
+
     def _propose_large(self) -> Config | None:
         """Spaces too large to enumerate: model-ranked random draws and neighbours of the incumbents.
         With a prior: the prior tasks' best valid configs first (the portfolio), then candidates ranked
@@ -1037,8 +1068,12 @@ class ModelStrategy(Strategy):
             return self.pool.random_unseen()
         cands: list[Config] = []
         for c, _ in sorted(ok, key=lambda cv: cv[1])[:3]:
-            cands += [nb for nb in self.space.neighbors(c, "hamming") if not self.pool.is_seen(nb)]
-        for c in self.space.sample(self.rng, n=500):
+            cands += [nb for nb in self._large_neighbors(c) if not self.pool.is_seen(nb)]
+        # up to 500 random valid candidates in a bounded number of draws: constraints that pass 1 config
+        # in 10,000 give a few (asking for 500 exactly drew for seconds per proposal, then raised)
+        keys, _, _ = self.space._sample_keys(self.rng, 500, LARGE_CANDIDATE_DRAWS)
+        for k in keys:
+            c = self.space.config(k)
             if not self.pool.is_seen(c):
                 cands.append(c)
         if not cands:
