@@ -112,3 +112,60 @@ def test_a_hung_trial_gives_its_task_back_and_its_config_is_not_measured_again(t
     [row] = board.rows(spec.name)
     assert row.status == DONE, row
     board.close()
+
+
+def _finishing_study(when: str) -> tuple[Any, Any, Any]:
+    """An in-memory Optuna study with one RUNNING trial, whose storage finishes the trial (as the executor's
+    `tell` does from its own thread) just before the first write of `when` ("attr": the marks, "state":
+    the FAIL)."""
+    import optuna
+
+    from tuner.studies._retry import attempt_study_name
+
+    storage = optuna.storages.InMemoryStorage()
+    name = attempt_study_name("st", "k", 0)
+    study = optuna.create_study(study_name=name, storage=storage)
+    trial = study.ask({"x": optuna.distributions.IntDistribution(0, 10)})
+    attr = "set_trial_user_attr" if when == "attr" else "set_trial_state_values"
+    orig = getattr(storage, attr)
+    done: list[int] = []
+
+    def finishing(*a: Any, **k: Any) -> Any:
+        if not done:
+            done.append(1)
+            study.tell(trial, 1.5)
+        return orig(*a, **k)
+
+    setattr(storage, attr, finishing)
+    return storage, trial, name
+
+
+@pytest.mark.parametrize("when", ["attr", "state"])
+def test_a_trial_that_finishes_while_given_up_keeps_its_result(when: str) -> None:
+    """The trial's executor is slow, not stuck: it finishes the trial while the heartbeat gives it up.
+    That trial is no hung config, giving it up goes on (the task is handed back) and it is counted
+    against the store's measurements, as every finished trial (it used to raise, so the task was not
+    handed back; or to keep the timeout marks on a COMPLETE trial that `check_task` then left out)."""
+    import types
+
+    import optuna
+
+    from tuner.studies._retry import check_task
+    from tuner.studies._runner import StudyWorker
+
+    storage, trial, name = _finishing_study(when)
+    worker = types.SimpleNamespace(storage=storage, worker_id="w1")
+    hung = StudyWorker._fail_hung_trials(worker, types.SimpleNamespace(study_name=name), 5.0, 6.0)  # type: ignore[arg-type]
+    assert hung == []
+    t = storage.get_trial(trial._trial_id)
+    assert t.state == optuna.trial.TrialState.COMPLETE and t.value == 1.5
+
+    seen: list[list[int]] = []
+
+    class _Store:
+        def check_trials(self, study_name: str, trials: list[Any]) -> Any:
+            seen.append([x.number for x in trials])
+            return types.SimpleNamespace(consistent=True)
+
+    check_task(_Store(), storage, types.SimpleNamespace(study="st", key="k", retries=0))  # type: ignore[arg-type]
+    assert seen == [[t.number]]

@@ -59,6 +59,13 @@ def attempt_names(task: StudyTask) -> list[str]:
 TIMED_OUT = "tuner_timed_out_by"
 
 
+def _timed_out(trial: Any) -> bool:
+    """Whether `trial` was given up as hung: marked so (`TIMED_OUT`) and failed, not finished meanwhile."""
+    import optuna
+
+    return bool(trial.user_attrs.get(TIMED_OUT)) and trial.state == optuna.trial.TrialState.FAIL
+
+
 def own_trials(trials: list[Any]) -> list[Any]:
     """The trials measured in their own study (not carried over from an earlier attempt)."""
     return [t for t in trials if not t.user_attrs.get(CARRIED_FROM)]
@@ -113,8 +120,9 @@ def check_task(store: Any, storage: Any, task: StudyTask) -> list[tuple[str, Any
     they were measured in)."""
     out = []
     for name in attempt_names(task):
-        # a trial its worker gave up as hung (`trial_timeout`) has no measurement: none was ever taken
-        counted = [t for t in own_trials(task_trials(storage, name)) if not t.user_attrs.get(TIMED_OUT)]
+        # a trial its worker gave up as hung (`trial_timeout`) has no measurement: none was ever taken. A
+        # COMPLETE trial with the mark finished while it was being given up (`_fail_hung_trials`): counted
+        counted = [t for t in own_trials(task_trials(storage, name)) if not _timed_out(t)]
         check = store.check_trials(name, counted)
         if not check.consistent:
             out.append((name, check))

@@ -786,20 +786,26 @@ class StudyWorker:
         hung: list[dict[str, Any]] = []
         running = storage.get_all_trials(sid, deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
         for t in running:
-            if not t.user_attrs.get("tuner_skip"):  # a replaced proposal keeps its mark
-                storage.set_trial_user_attr(t._trial_id, "tuner_status", "timeout")
-                storage.set_trial_user_attr(t._trial_id, TIMED_OUT, self.worker_id)
-                storage.set_trial_user_attr(
-                    t._trial_id,
-                    "tuner_error",
-                    f"no result after {idle:.0f} s (the study's trial_timeout is {timeout:g} s): the trial hung "
-                    "or ran too long",
-                )
-                hung.append(dict(t.params))
+            # The executor may finish the trial at any point of this (it is stuck, or just slow): a write
+            # to a finished trial raises UpdateFinishedTrialError (a RuntimeError), and the trial keeps
+            # its result. Its marks may be written already (the executor finished it between them and the
+            # FAIL): `check_task` reads them only on a FAIL trial.
             try:
+                if not t.user_attrs.get("tuner_skip"):  # a replaced proposal keeps its mark
+                    storage.set_trial_user_attr(t._trial_id, "tuner_status", "timeout")
+                    storage.set_trial_user_attr(t._trial_id, TIMED_OUT, self.worker_id)
+                    storage.set_trial_user_attr(
+                        t._trial_id,
+                        "tuner_error",
+                        f"no result after {idle:.0f} s (the study's trial_timeout is {timeout:g} s): the "
+                        "trial hung or ran too long",
+                    )
                 storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
             except RuntimeError as exc:  # finished meanwhile: it was not hung after all
                 log.info("trial %d of %s finished meanwhile: %s", t.number, task.study_name, exc)
+                continue
+            if not t.user_attrs.get("tuner_skip"):
+                hung.append(dict(t.params))
         return hung
 
     def run_task(self, claim: Claim) -> str:
