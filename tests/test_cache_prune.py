@@ -51,8 +51,9 @@ def entry(
     triton: str = "3.0",
     device: str = "cpu",
     dtype: str = "float32",
+    versions: dict[str, str] | None = None,
 ) -> CacheEntry:
-    key = CacheKey.make(kernel, src, {"n": n}, [dtype], device, {"triton": triton})
+    key = CacheKey.make(kernel, src, {"n": n}, [dtype], device, versions or {"triton": triton})
     return CacheEntry(key, {"BLOCK": 16}, 1e-3, 1e-5, _ago(days), "fp")
 
 
@@ -121,6 +122,33 @@ def test_stale_removes_entries_superseded_by_newer_source_or_versions(cache: Con
     assert cache.prune(stale=True).entries == {"mod.k": 1}
     assert hashes(cache) == {e.key.hash for e in (newest, other_device, other_dtype, alone)}
     assert cache.prune(stale=True) == PruneCounts()  # the newest of each problem stays
+
+
+def test_stale_keeps_another_backends_entry_of_the_same_kernel(cache: ConfigCache) -> None:
+    """A registered kernel tuned on two backends (matmul in Triton and in Pallas) has one entry per
+    backend, which differ in the frameworks their versions name; the older backend's entry is in use,
+    not superseded. `--stale` removed it."""
+    triton_old = entry("matmul", 1, days=40, versions={"torch": "2.13", "triton": "3.7"})
+    pallas_new = entry("matmul", 1, days=1, versions={"jax": "0.10", "jaxlib": "0.10"})
+    triton_new = entry("matmul", 2, days=1, versions={"torch": "2.13", "triton": "3.7"})
+    triton_newer = entry("matmul", 2, days=0, versions={"torch": "2.13", "triton": "3.8"})
+    for e in (triton_old, pallas_new, triton_new, triton_newer):
+        cache.put(e)
+    assert cache.prune(stale=True).entries == {"matmul": 1}  # only the Triton entry a newer Triton supersedes
+    assert hashes(cache) == {triton_old.key.hash, pallas_new.key.hash, triton_newer.key.hash}
+
+
+def test_measurements_of_a_key_being_tuned_are_kept(cache: ConfigCache) -> None:
+    """A tuning in progress has measurements and a claim but no entry yet (it is written at the end, and
+    reads the measurements back); `--measurements` removed them as orphans, dry run and real run alike."""
+    tuning = entry(n=7)
+    measure(cache, tuning)
+    measure(cache, tuning)
+    measure(cache, None, key="f" * 32)  # a real orphan
+    assert cache.claim(tuning.key.hash, "other-process", lease_s=120)
+    assert cache.prune(measurements=True, dry_run=True).measurements == {"mod.k": 1}
+    assert cache.prune(measurements=True).measurements == {"mod.k": 1}
+    assert sorted(m.stats.get("key") for m in cache.store.measurements()) == [tuning.key.hash] * 2
 
 
 def test_nothing_selected_is_refused(cache: ConfigCache) -> None:

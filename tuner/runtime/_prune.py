@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy import Text, and_, cast, delete, exists, func, select, tuple_, update
 from sqlalchemy.orm import Session
 
-from ..storage._schema import CacheEntryRow, MeasurementRow, Meta
+from ..storage._schema import CacheClaimRow, CacheEntryRow, MeasurementRow, Meta
 
 __all__ = ["PruneCounts", "cutoff_date", "prune_in"]
 
@@ -83,7 +83,12 @@ def _selected_entries(
     in the form tuner writes is never picked."""
     cols: list[Any] = [CacheEntryRow.key_hash, CacheEntryRow.date, CacheEntryRow.kernel]
     if stale:  # the problem of an entry: its kernel and key fields (`fields_hash`), dtypes and device
-        cols += [CacheEntryRow.fields_hash, cast(CacheEntryRow.dtypes, Text), CacheEntryRow.device]
+        cols += [
+            CacheEntryRow.fields_hash,
+            cast(CacheEntryRow.dtypes, Text),
+            CacheEntryRow.device,
+            CacheEntryRow.versions,
+        ]
     q = select(*cols)
     if kernel is not None:
         q = q.where(CacheEntryRow.kernel == kernel)
@@ -96,8 +101,12 @@ def _selected_entries(
     if stale:
         newest: dict[tuple[Any, ...], str] = {}
         problems = []
-        for h, date, _, fields, dtypes, device in rows:
-            p = (fields or f"key {h}", dtypes, device)  # no fields_hash (never so after schema 2): alone
+        for h, date, _, fields, dtypes, device, versions in rows:
+            # the frameworks the versions name (triton; jax, jaxlib): one kernel name tuned on two
+            # backends keeps an entry per backend, and neither supersedes the other (only another version
+            # of the same frameworks, or another source, does)
+            frameworks = tuple(sorted(versions)) if isinstance(versions, dict) else ()
+            p = (fields or f"key {h}", dtypes, device, frameworks)  # no fields_hash (never after schema 2)
             problems.append(p)
             if date > newest.get(p, ""):
                 newest[p] = date
@@ -111,7 +120,10 @@ def _orphaned(kernel: str | None, cutoff: dt.datetime | None) -> list[Any]:
     """The WHERE clauses of the runtime's measurements whose key has no entry (and never a study's)."""
     key = MeasurementRow.stats["key"].as_string()
     has_entry = exists().where(CacheEntryRow.key_hash == key)
-    where: list[Any] = [MeasurementRow.study_name.is_(None), key.is_not(None), ~has_entry]
+    # a key being tuned now has no entry yet: its claim keeps its measurements (the entry written at the
+    # end reads them back: `stored_timings`, `tried_configs`)
+    tuning = exists().where(CacheClaimRow.key_hash == key)
+    where: list[Any] = [MeasurementRow.study_name.is_(None), key.is_not(None), ~has_entry, ~tuning]
     if kernel is not None:
         where.append(MeasurementRow.kernel == kernel)
     if cutoff is not None:
@@ -144,9 +156,10 @@ def _orphaned_would_be(
         kept.update(
             h for (h,) in s.execute(select(CacheEntryRow.key_hash).where(CacheEntryRow.key_hash.in_(chunk)))
         )
+    claimed = set(s.scalars(select(CacheClaimRow.key_hash)))  # keys being tuned: kept, as `_orphaned` does
     out: Counter[str] = Counter()
     for kern, k, n in counts:
-        if k not in kept or k in going:
+        if (k not in kept or k in going) and k not in claimed:
             out[kern] += int(n)
     return dict(out)
 
