@@ -607,3 +607,31 @@ def test_a_prior_config_holding_a_number_no_feature_holds_is_a_missing_value(odd
     ]
     r = tuner.optimize(space, lambda c: float(c["BLOCK_M"] + c["BLOCK_N"]), budget=5, prior=prior, seed=0)
     assert r.evaluations == 5 and r.best_value == min(t.value for t in r.trials)
+
+
+def test_a_prior_of_numbers_read_as_text_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    """A prior read with csv.DictReader holds "32" where the space has 32: its configs match none of the
+    space's and the prior warm-started nothing, without a word."""
+    import logging
+
+    space = SearchSpace.from_configs([{"b": b, "w": w} for b in (16, 32, 64) for w in (1, 2, 4)])
+    text_prior = [[({"b": str(b), "w": str(w)}, float(b * w)) for b in (16, 32) for w in (1, 2)]]
+    with caplog.at_level(logging.WARNING, logger="tuner"):
+        tuner.optimize(space, lambda c: c["b"] * c["w"], budget=3, seed=0, prior=text_prior)
+    assert "prior task 0: parameter b, w holds text ('16')" in caplog.text
+    caplog.clear()
+    number_prior = [[({"b": b, "w": w}, float(b * w)) for b in (16, 32) for w in (1, 2)]]
+    with caplog.at_level(logging.WARNING, logger="tuner"):
+        tuner.optimize(space, lambda c: c["b"] * c["w"], budget=3, seed=0, prior=number_prior)
+    assert "holds text" not in caplog.text
+
+
+def test_a_prior_task_whose_first_config_is_sparse_is_used() -> None:
+    """Whether a prior task shares enough parameters was judged by its first config alone: one sparse
+    first row (a config that sets one parameter of four) dropped the whole task."""
+    from tuner.strategies._model import _usable_prior_tasks
+
+    names = ["a", "b", "c", "d"]
+    task = [({"a": 1}, 2.0)] + [({"a": i, "b": 1, "c": 2, "d": 3}, float(i)) for i in range(1, 5)]
+    assert [ti for ti, *_ in _usable_prior_tasks(names, [task])] == [0]
+    assert list(_usable_prior_tasks(names, [[({"x": 1, "y": 2}, 1.0)]])) == []

@@ -126,6 +126,31 @@ def validate_prior(prior: Any) -> list[list[tuple[dict[str, Any], float | None]]
     return out
 
 
+def _warn_about_text_numbers(space: SearchSpace, prior: Sequence[PriorTask]) -> None:
+    """Warn, once per prior task, about a parameter whose values are numbers in the space and text in the
+    task (`csv.DictReader` reads "32"): such configs match no config of the space, so the prior would
+    warm-start nothing without a word."""
+    numeric = {
+        p.name
+        for p in space.params
+        if p.values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in p.values[:1])
+    }
+    for ti, task in enumerate(prior):
+        texts = sorted(
+            {k for cfg, _ in task[:50] for k, v in cfg.items() if k in numeric and isinstance(v, str)}
+        )
+        if texts:
+            k = texts[0]
+            shown = next(cfg[k] for cfg, _ in task if isinstance(cfg.get(k), str))
+            log.warning(
+                "prior task %d: parameter %s holds text (%r) where the space's values are numbers, so its "
+                "configs match none of the space's; convert the values read from text (a CSV) to numbers",
+                ti,
+                ", ".join(texts),
+                shown,
+            )
+
+
 def _run_objective(
     objective: Callable[[Config], float], config: Config
 ) -> tuple[float | None, str, str | None]:
@@ -248,6 +273,8 @@ def optimize(
     budget, seed = _check_arguments(space, objective, budget, seed, time_budget_s)
     space.check_not_empty()  # every config violates a constraint: say which, before anything runs
     prior_n = validate_prior(prior)
+    if prior_n:
+        _warn_about_text_numbers(space, prior_n)
     # Optuna logs each study and trial at INFO: while `optimize` runs, only its warnings; the caller's
     # verbosity comes back after the last running call (`tuner._scoped.optuna_quiet`)
     with optuna_quiet(), _store_in_use(storage):

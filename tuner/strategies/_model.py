@@ -127,7 +127,9 @@ def _usable_prior_tasks(
         if not task:
             continue
         configs = [c for c, _ in task]
-        if len(set(configs[0]) & set(names)) < max(1, len(names) // 2):
+        # the names of all its configs, not its first one's: a task whose first row is sparse (a config
+        # that sets fewer parameters) was dropped whole
+        if len(set().union(*configs) & set(names)) < max(1, len(names) // 2):
             log.info("prior task %d shares too few parameters with the space; ignored", ti)
             continue
         vals = np.array([np.nan if v is None else v for _, v in task], dtype=np.float64)
