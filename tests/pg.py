@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -54,6 +55,15 @@ def _admin_or_skip(driver: str | None) -> Engine:
         _driver_or_skip(driver)
     _server_or_skip()
     return create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+
+
+def sqlite_or_postgres(kind: str, sqlite_file: Path) -> Iterator[str]:
+    """The store URL of a test parametrised over both databases: the SQLite file `sqlite_file` for
+    "sqlite", else a fresh PostgreSQL database (`fresh_database`)."""
+    if kind == "sqlite":
+        yield f"sqlite:///{sqlite_file}"
+    else:
+        yield from fresh_database()
 
 
 def fresh_database(driver: str | None = None) -> Iterator[str]:

@@ -18,17 +18,14 @@ from tuner.cli import main
 from tuner.runtime import CacheEntry, CacheKey, ConfigCache, PruneCounts
 from tuner.store import MeasurementRow, TaskContext
 
-from .pg import fresh_database
+from .pg import fresh_database, sqlite_or_postgres
 
 SRC_OLD, SRC_NEW = "aa" * 16, "bb" * 16
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-    else:
-        yield from fresh_database()
+    yield from sqlite_or_postgres(request.param, tmp_path / "store.db")
 
 
 @pytest.fixture

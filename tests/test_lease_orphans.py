@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.pg import fresh_database
+from tests.pg import sqlite_or_postgres
 from tests.test_studies import FAKE, write_study
 
 BUDGET = 6
@@ -28,10 +28,7 @@ TAKEOVER_AT = 3  # the old worker's trial during which its lease is lost
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'study.db'}"
-    else:
-        yield from fresh_database()
+    yield from sqlite_or_postgres(request.param, tmp_path / "study.db")
 
 
 def _key(c: dict[str, Any]) -> str:

@@ -133,7 +133,7 @@ def _warn_about_text_numbers(space: SearchSpace, prior: Sequence[PriorTask]) -> 
     numeric = {
         p.name
         for p in space.params
-        if p.values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in p.values[:1])
+        if p.values and isinstance(p.values[0], (int, float)) and not isinstance(p.values[0], bool)
     }
     for ti, task in enumerate(prior):
         texts = sorted(

@@ -114,6 +114,8 @@ def _store_errors() -> tuple[type[BaseException], ...]:
 
 
 def _redact(url: str) -> str:
+    """`tuner.storage.redact`, imported at the call: tuner.storage brings SQLAlchemy, which a process that
+    reads only shipped files never needs."""
     from ..storage import redact
 
     return redact(url)
