@@ -158,7 +158,7 @@ class Request:
         and the store (files first; one per key), nearest first (`rank_nearest`). The store's family is
         ranked from two indexed columns (key hash and key fields), and an entry is read whole only when
         the caller gets to it: a miss in a family of 100,000 stored keys used to build every one of them
-        (about 20 s per miss on the 2-core machine, docs/benchmarks.md)."""
+        (7.2 s per miss on the 2-core machine against 0.9 s now, docs/benchmarks.md)."""
         fam = self.key.family()
         files = {h: e for h, e in self._file_entries().items() if e.key.family() == fam}
         cands: list[tuple[tuple[tuple[str, Any], ...], str, CacheEntry | None]] = [
