@@ -100,6 +100,10 @@ def wide_offsets(*tensors: Any) -> bool:
     for t in tensors:
         if t is None or t.numel() == 0:
             continue
+        if t.is_contiguous():  # its last element is the farthest (two C calls: this runs at every launch)
+            if t.numel() - 1 > INT32_MAX:
+                return True
+            continue
         if sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True)) > INT32_MAX:
             return True
     return False
