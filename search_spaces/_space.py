@@ -197,7 +197,9 @@ class SearchSpace:
         `restrictions` is what `kernel_tuner.tune_kernel` takes: None, or a list of strings (Python
         expressions over the parameter names, such as "block_size_x*block_size_y<=1024"), functions of
         the config dict (one argument) or of all parameter values in order (two or more required, or
-        named as the first parameters: `def r(block_size_x, tile=1)`, as Kernel Tuner calls them), and `(function, [names])` pairs whose function takes those values in order.
+        named as the first parameters: `def r(block_size_x, tile=1)`, as Kernel Tuner calls them) or of
+        all parameters by name (keyword-only parameters or `**kwargs`: `def r(*, block_size_x, tile)`), and
+        `(function, [names])` pairs whose function takes those values in order (or by name).
         Strings are parsed with `ast` and evaluated by a whitelist interpreter (arithmetic, comparisons,
         and/or/not, if-else, literals, min/max/abs/int/float/round/len), never by `eval`; a name that is
         not a parameter, or any other construct, is a ValueError naming the restriction. Numeric values

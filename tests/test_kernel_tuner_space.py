@@ -224,3 +224,37 @@ def test_a_restriction_nested_too_deep_is_refused_by_name_not_a_recursion_error(
         SearchSpace.from_kernel_tuner({"x": [1, 2]}, [text])
     ok = SearchSpace.from_kernel_tuner({"x": [1, 2]}, ["-" * 150 + "x < 5", "+".join(["x"] * 150) + " > 0"])
     assert len(ok) == 2
+
+
+def test_a_function_of_keyword_arguments_gets_the_parameters_by_name() -> None:
+    """Kernel Tuner's check_restriction calls a restriction function as `restrict(**params)`, so one with
+    keyword-only parameters or `**kwargs` works there; from_kernel_tuner called it with the config dict
+    or the values in order ("r() takes 0 positional arguments but 1 was given", or `block_size_x` bound
+    to the whole dict)."""
+    tp = {"block_size_x": [16, 32, 64, 128], "block_size_y": [1, 2, 4, 8], "tile": [1, 2]}
+    everything = [dict(zip(tp, v, strict=True)) for v in itertools.product(*tp.values())]
+    want = [c for c in everything if c["block_size_x"] * c["block_size_y"] * c["tile"] <= 128]
+    assert 0 < len(want) < len(everything)
+
+    def keyword_only(*, block_size_x: int, block_size_y: int, tile: int) -> bool:
+        return block_size_x * block_size_y * tile <= 128
+
+    def first_and_keywords(block_size_x: int, **p: int) -> bool:
+        return block_size_x * p["block_size_y"] * p["tile"] <= 128
+
+    def keyword_only_and_kwargs(*, tile: int, **p: int) -> bool:
+        return p["block_size_x"] * p["block_size_y"] * tile <= 128
+
+    kwargs = lambda **p: p["block_size_x"] * p["block_size_y"] * p["tile"] <= 128  # noqa: E731
+    for fn in (keyword_only, first_and_keywords, keyword_only_and_kwargs, kwargs):
+        for restrictions in (fn, [fn], ["tile >= 1", fn]):
+            assert SearchSpace.from_kernel_tuner(tp, restrictions).enumerate() == want, (fn, restrictions)
+
+    def pair(*, block_size_x: int, block_size_y: int) -> bool:  # a (function, [names]) pair by name
+        return block_size_x * block_size_y <= 64
+
+    space = SearchSpace.from_kernel_tuner(tp, [(pair, ["block_size_y", "block_size_x"])])
+    assert space.enumerate() == [c for c in everything if c["block_size_x"] * c["block_size_y"] <= 64]
+    # one that cannot take every parameter by name fails in Kernel Tuner too: refused up front, by name
+    with pytest.raises(ValueError, match=r"restriction 0 \(pair\) takes keyword arguments.*'tile'"):
+        SearchSpace.from_kernel_tuner(tp, [pair])
