@@ -258,3 +258,24 @@ def test_a_function_of_keyword_arguments_gets_the_parameters_by_name() -> None:
     # one that cannot take every parameter by name fails in Kernel Tuner too: refused up front, by name
     with pytest.raises(ValueError, match=r"restriction 0 \(pair\) takes keyword arguments.*'tile'"):
         SearchSpace.from_kernel_tuner(tp, [pair])
+
+
+def test_numpy_arrays_of_values_are_taken_as_kernel_tuner_takes_them() -> None:
+    """Kernel Tuner builds its space from `tune_params["block_size_x"] = np.arange(32, 1025, 32)` as from a
+    list; from_kernel_tuner refused a numpy array ("must be a non-empty list of values")."""
+    np = pytest.importorskip("numpy")
+    tp = {
+        "block_size_x": np.arange(32, 257, 32),
+        "vec": np.array([1, 2, 4]),
+        "alpha": np.linspace(0.5, 1.0, 2),
+    }
+    space = SearchSpace.from_kernel_tuner(tp, ["block_size_x * vec <= 256"], max_threads=1024)
+    lists = {k: v.tolist() for k, v in tp.items()}
+    assert (
+        space.enumerate() == SearchSpace.from_kernel_tuner(lists, ["block_size_x * vec <= 256"]).enumerate()
+    )
+    assert len(space) == 2 * (8 + 4 + 2)
+    assert all(type(c["block_size_x"]) is int and type(c["alpha"]) is float for c in space.enumerate())
+    for bad in (np.array([]), np.array([[1, 2], [3, 4]]), np.array(3)):
+        with pytest.raises(ValueError, match="non-empty list of values"):
+            SearchSpace.from_kernel_tuner({"x": bad})
