@@ -373,6 +373,12 @@ def block_size_restriction(
         raise RestrictionError(
             f"block_size_names must be a list of parameter names, got {block_size_names!r}"
         )
+    if block_size_names is not None and len(block_size_names) > len(_BLOCK_SIZE_NAMES):
+        # a thread block has three dimensions; Kernel Tuner refuses more names the same way
+        raise RestrictionError(
+            f"block_size_names names the x, y and z dimensions of the thread block: at most 3 names, got "
+            f"{list(block_size_names)}"
+        )
     if max_threads is None:
         if block_size_names is not None:
             raise RestrictionError("block_size_names limits nothing without max_threads")

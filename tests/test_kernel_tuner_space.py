@@ -171,6 +171,18 @@ def test_max_threads_limits_the_block_as_kernel_tuner_does_by_itself() -> None:
             SearchSpace.from_kernel_tuner(renamed, **bad)  # type: ignore[arg-type]
 
 
+def test_more_than_three_block_size_names_are_refused_as_kernel_tuner_refuses_them() -> None:
+    """A thread block has three dimensions: Kernel Tuner raises "block_size_names should not contain more
+    than 3 names!"; from_kernel_tuner limited the product of all four names instead, a space no Kernel
+    Tuner builds."""
+    tp = {"bx": [32, 64], "by": [1, 2], "bz": [1, 2], "vec": [1, 2]}
+    names = ["bx", "by", "bz", "vec"]
+    with pytest.raises(ValueError, match=r"at most 3 names, got \['bx', 'by', 'bz', 'vec'\]"):
+        SearchSpace.from_kernel_tuner(tp, max_threads=128, block_size_names=names)
+    three = SearchSpace.from_kernel_tuner(tp, max_threads=128, block_size_names=names[:3])
+    assert len(three) == 2 * (4 + 3)  # bx * by * bz <= 128, whatever vec is
+
+
 @pytest.mark.parametrize(
     ("restriction", "says"),
     [
