@@ -347,7 +347,13 @@ def restriction_constraints(restrictions: Any, names: Sequence[str]) -> list[Con
     """Kernel Tuner's `restrictions` argument (None, one restriction or a list) as Constraints."""
     if restrictions is None:
         return []
-    pair = isinstance(restrictions, tuple) and len(restrictions) == 2 and callable(restrictions[0])
+    # a (function, [names]) pair; a tuple (function, "x > 1") is two restrictions, as Kernel Tuner takes it
+    pair = (
+        isinstance(restrictions, tuple)
+        and len(restrictions) == 2
+        and callable(restrictions[0])
+        and isinstance(restrictions[1], (list, tuple))
+    )
     if isinstance(restrictions, str) or pair or callable(restrictions):
         restrictions = [restrictions]
     if isinstance(restrictions, tuple):

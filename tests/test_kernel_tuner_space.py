@@ -291,3 +291,20 @@ def test_numpy_arrays_of_values_are_taken_as_kernel_tuner_takes_them() -> None:
     for bad in (np.array([]), np.array([[1, 2], [3, 4]]), np.array(3)):
         with pytest.raises(ValueError, match="non-empty list of values"):
             SearchSpace.from_kernel_tuner({"x": bad})
+
+
+def test_a_tuple_of_a_function_and_a_string_is_two_restrictions() -> None:
+    """Kernel Tuner takes `restrictions` as a list or a tuple of restrictions, so `(f, "x > 1")` is two of
+    them (Kernel Tuner 1.5.0 keeps 4 of these 8 configs); from_kernel_tuner took every 2-tuple whose first
+    item is a function for a `(function, [names])` pair and refused it ("the second item must be a list
+    of parameter names")."""
+    tp = {"x": [1, 2, 3, 4], "y": [1, 2]}
+
+    def not_three(x: int, y: int) -> bool:
+        return x != 3
+
+    want = [{"x": x, "y": y} for x in (2, 4) for y in (1, 2)]
+    for restrictions in ((not_three, "x > 1"), ("x > 1", not_three), [not_three, "x > 1"]):
+        assert SearchSpace.from_kernel_tuner(tp, restrictions).enumerate() == want
+    pair = SearchSpace.from_kernel_tuner(tp, (lambda x: x != 3, ["x"]))  # a pair still is one
+    assert len(pair) == 6
