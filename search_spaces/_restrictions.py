@@ -264,11 +264,40 @@ def _takes_values(fn: Callable[..., Any], names: Sequence[str]) -> bool:
     return first == list(names[: len(first)])
 
 
+def _takes_keywords(fn: Callable[..., Any], params: Sequence[str], index: int) -> bool:
+    """Whether `fn` is a restriction Kernel Tuner calls with the parameters as keyword arguments
+    (`fn(**config)`, as its `check_restriction` does): it has keyword-only parameters or `**kwargs`, and
+    binds every one of `params` by name (`def r(*, block_size_x, block_size_y)`, `lambda **p: ...`). One
+    that has required keyword-only parameters or takes only `**kwargs`, and cannot be called so, is
+    refused naming why (Kernel Tuner raises TypeError for it, config after config)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    kinds = inspect.Parameter
+    ps = list(sig.parameters.values())
+    if not any(p.kind in (kinds.KEYWORD_ONLY, kinds.VAR_KEYWORD) for p in ps):
+        return False
+    try:
+        sig.bind(**dict.fromkeys(params))
+    except TypeError as exc:
+        required_kw = any(p.kind is kinds.KEYWORD_ONLY and p.default is kinds.empty for p in ps)
+        only_kwargs = all(p.kind in (kinds.KEYWORD_ONLY, kinds.VAR_KEYWORD) for p in ps)
+        if required_kw or only_kwargs:
+            label = getattr(fn, "__name__", "") or "restriction"
+            raise RestrictionError(
+                f"restriction {index} ({label}) takes keyword arguments, but cannot be called with the "
+                f"parameters {list(params)} as keywords, as Kernel Tuner calls it: {exc}"
+            ) from None
+        return False
+    return True
+
+
 def restriction_constraint(restriction: Any, names: Sequence[str], index: int = 0) -> Constraint:
     """One Kernel Tuner restriction as a Constraint: a string expression over the parameter names, a
     callable taking the config dict (one argument) or, as Kernel Tuner calls it, the values of all
-    parameters in order (`_takes_values`), or a `(callable, [names])` pair whose callable takes those
-    parameters' values as positional arguments."""
+    parameters in order (`_takes_values`) or all parameters by name (`_takes_keywords`), or a
+    `(callable, [names])` pair whose callable takes those parameters' values in order or by name."""
     if isinstance(restriction, str):
         return _from_string(restriction, names)
     if isinstance(restriction, tuple) and len(restriction) == 2 and callable(restriction[0]):
@@ -280,6 +309,12 @@ def restriction_constraint(restriction: Any, names: Sequence[str], index: int = 
             raise RestrictionError(f"restriction {index} names {unknown}, which are not tunable parameters")
         label = getattr(fn, "__name__", "") or "restriction"
         label = f"restriction {index}" if label == "<lambda>" else label
+        if _takes_keywords(fn, params, index):
+            return Constraint(
+                f"{label}({', '.join(params)})",
+                lambda c: bool(fn(**{p: c[p] for p in params})),
+                uses=tuple(params),
+            )
         return Constraint(
             f"{label}({', '.join(params)})", lambda c: bool(fn(*(c[p] for p in params))), uses=tuple(params)
         )
@@ -294,6 +329,13 @@ def restriction_constraint(restriction: Any, names: Sequence[str], index: int = 
                 lambda c: bool(restriction(*(c[p] for p in params))),
                 uses=tuple(params),
             )
+        if _takes_keywords(restriction, names, index):
+            params = list(names)
+            return Constraint(
+                f"{label}({', '.join(params)})",
+                lambda c: bool(restriction(**{p: c[p] for p in params})),
+                uses=tuple(params),
+            )
         return Constraint(label, lambda c: bool(restriction(dict(c))))
     raise RestrictionError(
         f"restriction {index} is a {type(restriction).__name__}; give a string, a function of the config "
@@ -305,7 +347,13 @@ def restriction_constraints(restrictions: Any, names: Sequence[str]) -> list[Con
     """Kernel Tuner's `restrictions` argument (None, one restriction or a list) as Constraints."""
     if restrictions is None:
         return []
-    pair = isinstance(restrictions, tuple) and len(restrictions) == 2 and callable(restrictions[0])
+    # a (function, [names]) pair; a tuple (function, "x > 1") is two restrictions, as Kernel Tuner takes it
+    pair = (
+        isinstance(restrictions, tuple)
+        and len(restrictions) == 2
+        and callable(restrictions[0])
+        and isinstance(restrictions[1], (list, tuple))
+    )
     if isinstance(restrictions, str) or pair or callable(restrictions):
         restrictions = [restrictions]
     if isinstance(restrictions, tuple):
@@ -330,6 +378,12 @@ def block_size_restriction(
     ):
         raise RestrictionError(
             f"block_size_names must be a list of parameter names, got {block_size_names!r}"
+        )
+    if block_size_names is not None and len(block_size_names) > len(_BLOCK_SIZE_NAMES):
+        # a thread block has three dimensions; Kernel Tuner refuses more names the same way
+        raise RestrictionError(
+            f"block_size_names names the x, y and z dimensions of the thread block: at most 3 names, got "
+            f"{list(block_size_names)}"
         )
     if max_threads is None:
         if block_size_names is not None:

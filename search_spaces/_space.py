@@ -192,12 +192,15 @@ class SearchSpace:
         max_threads: int | None = None,
         block_size_names: Sequence[str] | None = None,
     ) -> SearchSpace:
-        """The space of a Kernel Tuner `tune_params` dict (name -> list of values) and its `restrictions`.
+        """The space of a Kernel Tuner `tune_params` dict (name -> list of values, or a 1-D numpy array) and
+        its `restrictions`.
 
         `restrictions` is what `kernel_tuner.tune_kernel` takes: None, or a list of strings (Python
         expressions over the parameter names, such as "block_size_x*block_size_y<=1024"), functions of
         the config dict (one argument) or of all parameter values in order (two or more required, or
-        named as the first parameters: `def r(block_size_x, tile=1)`, as Kernel Tuner calls them), and `(function, [names])` pairs whose function takes those values in order.
+        named as the first parameters: `def r(block_size_x, tile=1)`, as Kernel Tuner calls them) or of
+        all parameters by name (keyword-only parameters or `**kwargs`: `def r(*, block_size_x, tile)`), and
+        `(function, [names])` pairs whose function takes those values in order (or by name).
         Strings are parsed with `ast` and evaluated by a whitelist interpreter (arithmetic, comparisons,
         and/or/not, if-else, literals, min/max/abs/int/float/round/len), never by `eval`; a name that is
         not a parameter, or any other construct, is a ValueError naming the restriction. Numeric values
@@ -212,9 +215,12 @@ class SearchSpace:
         if not isinstance(tune_params, Mapping) or not tune_params:
             raise ValueError("tune_params must be a non-empty dict of parameter name -> list of values")
         params = []
-        for k, vals in tune_params.items():
+        for k, given in tune_params.items():
             if not isinstance(k, str):
                 raise ValueError(f"tune_params: parameter name {k!r} is not a string")
+            vals: Any = given
+            if getattr(vals, "ndim", None) == 1 and callable(getattr(vals, "tolist", None)):
+                vals = vals.tolist()  # a 1-D numpy array (np.arange(...)), as Kernel Tuner takes it
             if isinstance(vals, (str, bytes)) or not isinstance(vals, Sequence) or len(vals) == 0:
                 raise ValueError(f"tune_params[{k!r}] must be a non-empty list of values, got {vals!r}")
             params.append(param_from_values(k, list(vals)))

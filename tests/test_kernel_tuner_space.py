@@ -171,6 +171,18 @@ def test_max_threads_limits_the_block_as_kernel_tuner_does_by_itself() -> None:
             SearchSpace.from_kernel_tuner(renamed, **bad)  # type: ignore[arg-type]
 
 
+def test_more_than_three_block_size_names_are_refused_as_kernel_tuner_refuses_them() -> None:
+    """A thread block has three dimensions: Kernel Tuner raises "block_size_names should not contain more
+    than 3 names!"; from_kernel_tuner limited the product of all four names instead, a space no Kernel
+    Tuner builds."""
+    tp = {"bx": [32, 64], "by": [1, 2], "bz": [1, 2], "vec": [1, 2]}
+    names = ["bx", "by", "bz", "vec"]
+    with pytest.raises(ValueError, match=r"at most 3 names, got \['bx', 'by', 'bz', 'vec'\]"):
+        SearchSpace.from_kernel_tuner(tp, max_threads=128, block_size_names=names)
+    three = SearchSpace.from_kernel_tuner(tp, max_threads=128, block_size_names=names[:3])
+    assert len(three) == 2 * (4 + 3)  # bx * by * bz <= 128, whatever vec is
+
+
 @pytest.mark.parametrize(
     ("restriction", "says"),
     [
@@ -224,3 +236,75 @@ def test_a_restriction_nested_too_deep_is_refused_by_name_not_a_recursion_error(
         SearchSpace.from_kernel_tuner({"x": [1, 2]}, [text])
     ok = SearchSpace.from_kernel_tuner({"x": [1, 2]}, ["-" * 150 + "x < 5", "+".join(["x"] * 150) + " > 0"])
     assert len(ok) == 2
+
+
+def test_a_function_of_keyword_arguments_gets_the_parameters_by_name() -> None:
+    """Kernel Tuner's check_restriction calls a restriction function as `restrict(**params)`, so one with
+    keyword-only parameters or `**kwargs` works there; from_kernel_tuner called it with the config dict
+    or the values in order ("r() takes 0 positional arguments but 1 was given", or `block_size_x` bound
+    to the whole dict)."""
+    tp = {"block_size_x": [16, 32, 64, 128], "block_size_y": [1, 2, 4, 8], "tile": [1, 2]}
+    everything = [dict(zip(tp, v, strict=True)) for v in itertools.product(*tp.values())]
+    want = [c for c in everything if c["block_size_x"] * c["block_size_y"] * c["tile"] <= 128]
+    assert 0 < len(want) < len(everything)
+
+    def keyword_only(*, block_size_x: int, block_size_y: int, tile: int) -> bool:
+        return block_size_x * block_size_y * tile <= 128
+
+    def first_and_keywords(block_size_x: int, **p: int) -> bool:
+        return block_size_x * p["block_size_y"] * p["tile"] <= 128
+
+    def keyword_only_and_kwargs(*, tile: int, **p: int) -> bool:
+        return p["block_size_x"] * p["block_size_y"] * tile <= 128
+
+    kwargs = lambda **p: p["block_size_x"] * p["block_size_y"] * p["tile"] <= 128  # noqa: E731
+    for fn in (keyword_only, first_and_keywords, keyword_only_and_kwargs, kwargs):
+        for restrictions in (fn, [fn], ["tile >= 1", fn]):
+            assert SearchSpace.from_kernel_tuner(tp, restrictions).enumerate() == want, (fn, restrictions)
+
+    def pair(*, block_size_x: int, block_size_y: int) -> bool:  # a (function, [names]) pair by name
+        return block_size_x * block_size_y <= 64
+
+    space = SearchSpace.from_kernel_tuner(tp, [(pair, ["block_size_y", "block_size_x"])])
+    assert space.enumerate() == [c for c in everything if c["block_size_x"] * c["block_size_y"] <= 64]
+    # one that cannot take every parameter by name fails in Kernel Tuner too: refused up front, by name
+    with pytest.raises(ValueError, match=r"restriction 0 \(pair\) takes keyword arguments.*'tile'"):
+        SearchSpace.from_kernel_tuner(tp, [pair])
+
+
+def test_numpy_arrays_of_values_are_taken_as_kernel_tuner_takes_them() -> None:
+    """Kernel Tuner builds its space from `tune_params["block_size_x"] = np.arange(32, 1025, 32)` as from a
+    list; from_kernel_tuner refused a numpy array ("must be a non-empty list of values")."""
+    np = pytest.importorskip("numpy")
+    tp = {
+        "block_size_x": np.arange(32, 257, 32),
+        "vec": np.array([1, 2, 4]),
+        "alpha": np.linspace(0.5, 1.0, 2),
+    }
+    space = SearchSpace.from_kernel_tuner(tp, ["block_size_x * vec <= 256"], max_threads=1024)
+    lists = {k: v.tolist() for k, v in tp.items()}
+    assert (
+        space.enumerate() == SearchSpace.from_kernel_tuner(lists, ["block_size_x * vec <= 256"]).enumerate()
+    )
+    assert len(space) == 2 * (8 + 4 + 2)
+    assert all(type(c["block_size_x"]) is int and type(c["alpha"]) is float for c in space.enumerate())
+    for bad in (np.array([]), np.array([[1, 2], [3, 4]]), np.array(3)):
+        with pytest.raises(ValueError, match="non-empty list of values"):
+            SearchSpace.from_kernel_tuner({"x": bad})
+
+
+def test_a_tuple_of_a_function_and_a_string_is_two_restrictions() -> None:
+    """Kernel Tuner takes `restrictions` as a list or a tuple of restrictions, so `(f, "x > 1")` is two of
+    them (Kernel Tuner 1.5.0 keeps 4 of these 8 configs); from_kernel_tuner took every 2-tuple whose first
+    item is a function for a `(function, [names])` pair and refused it ("the second item must be a list
+    of parameter names")."""
+    tp = {"x": [1, 2, 3, 4], "y": [1, 2]}
+
+    def not_three(x: int, y: int) -> bool:
+        return x != 3
+
+    want = [{"x": x, "y": y} for x in (2, 4) for y in (1, 2)]
+    for restrictions in ((not_three, "x > 1"), ("x > 1", not_three), [not_three, "x > 1"]):
+        assert SearchSpace.from_kernel_tuner(tp, restrictions).enumerate() == want
+    pair = SearchSpace.from_kernel_tuner(tp, (lambda x: x != 3, ["x"]))  # a pair still is one
+    assert len(pair) == 6

@@ -294,6 +294,24 @@ def test_an_interrupted_kernel_tuner_run_replays_what_it_wrote(
     assert "has no entries" in _refused(tmp_path / "empty.json", capsys)
 
 
+def test_an_interrupted_run_whose_last_entry_ends_in_two_braces_replays(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An open file whose last entry ends with a dict-valued field ends in "}}" (Kernel Tuner's test file
+    open_cache_looks_like_closed.json, which its read_cache closes): load_table took it for a closed
+    file and refused it as "not valid JSON"."""
+    doc = _doc("time", lambda c: {"time": _time(c)})
+    entries = [(k, {**v, "observed": {"power": [1.5, 2.0]}}) for k, v in doc["cache"].items()]
+    head = json.dumps(dict(doc, cache={}), indent="")[:-3]
+    body = ",".join("\n" + json.dumps({k: v})[1:-1] for k, v in entries[:5])
+    (tmp_path / "open.json").write_text(head + body + "\n")
+    assert (tmp_path / "open.json").read_text().rstrip().endswith("}}")
+    table = load_table(tmp_path / "open.json")
+    assert len(table.space) == 5 and table.optimum == min(e["time"] for _, e in entries[:5])
+    (tmp_path / "cut.json").write_text(head + body[:-10])  # cut inside an entry: not a table
+    assert "not valid JSON" in _refused(tmp_path / "cut.json", capsys)
+
+
 def _t4(doc: dict[str, Any]) -> dict[str, Any]:
     """Kernel Tuner's convert_cache_to_t4, as the hub's *_T4.json.gz files were made."""
     objective = doc.get("objective", "time")
