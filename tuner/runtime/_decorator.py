@@ -211,6 +211,8 @@ class Autotuned:
         child's first call of the key would wait on it without end."""
         self._locks = {}
         self._guard = threading.Lock()
+        self.progress = {}
+        self._overdue = set()
 
     @property
     def source_hash(self) -> str:
