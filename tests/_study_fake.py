@@ -42,6 +42,15 @@ def objective_for(task: Any) -> Any:
     flop_s = 1e9
 
     def objective(config: dict[str, Any]) -> float:
+        once = os.environ.get("FAKE_HANG_ONCE")  # a path: the first trial to create it hangs for ever
+        if once:
+            try:
+                os.close(os.open(once, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            except FileExistsError:
+                pass
+            else:
+                while True:
+                    time.sleep(0.05)
         if os.environ.get("FAKE_TRIAL_SLEEP"):
             time.sleep(float(os.environ["FAKE_TRIAL_SLEEP"]))
         log = os.environ.get("FAKE_EVAL_LOG")

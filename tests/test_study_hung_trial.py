@@ -169,3 +169,56 @@ def test_a_trial_that_finishes_while_given_up_keeps_its_result(when: str) -> Non
 
     check_task(_Store(), storage, types.SimpleNamespace(study="st", key="k", retries=0))  # type: ignore[arg-type]
     assert seen == [[t.number]]
+
+
+def test_a_worker_process_stuck_in_a_hung_trial_is_replaced_and_the_study_finishes(tmp_path: Path) -> None:
+    """Was: `tuner study run` with `trial_timeout` handed the hung trial's task back, but its process
+    stayed stuck in the trial for ever (the run never returned, nothing else was measured there). Now the
+    worker runs in a process of its own, which exits after the hand-back; the runner starts another,
+    which finishes the study without measuring the hung config again."""
+    import json
+    import os
+    import subprocess
+
+    from tests.test_studies import REPO, _worker_cmd
+    from tuner.studies import DONE, TaskBoard, load_study
+    from tuner.studies._retry import check_task
+    from tuner.studies._runner import _optuna_storage, _result_store
+
+    path = write_study(tmp_path, n_m=2, budget=4, extra="trial_timeout = 1")
+    spec = load_study(path, check_kernels=False)
+    evals = tmp_path / "evals.jsonl"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "FAKE_HANG_ONCE": str(tmp_path / "hung"),
+        "FAKE_EVAL_LOG": str(evals),
+    }
+    proc = subprocess.Popen(
+        _worker_cmd(path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        out, err = proc.communicate(timeout=150)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"`tuner study run` is still stuck in the hung trial: {err[-3000:]}")
+    assert proc.returncode == 0, err[-3000:]
+    assert (tmp_path / "hung").exists()  # a trial did hang
+    assert "starting another" in err, err[-3000:]
+    board = TaskBoard(spec.storage)
+    rows = board.rows(spec.name)
+    board.close()
+    assert [r.status for r in rows] == [DONE, DONE], rows
+    study = _optuna_storage(spec.storage)
+    timed_out = []
+    for task in spec.tasks:
+        trials = study.get_all_trials(study.get_study_id_from_name(task.study_name), deepcopy=False)
+        timed_out += [
+            (task.key, dict(t.params)) for t in trials if t.user_attrs.get("tuner_status") == "timeout"
+        ]
+        assert check_task(_result_store(spec.storage), study, task) == []
+    assert len(timed_out) == 1, timed_out
+    measured = [json.loads(line) for line in evals.read_text().splitlines()]
+    key, config = timed_out[0]
+    assert not [m for m in measured if m["task"] == key and m["config"] == config], measured

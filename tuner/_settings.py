@@ -122,6 +122,14 @@ SETTINGS: dict[str, Setting] = {
             "the study file's `storage`",
         ),
         Setting(
+            "TUNER_STUDY_WORKER_PROCESS",
+            "bool",
+            False,
+            "set by the study runner for the worker processes it starts: with the study's `trial_timeout`, "
+            "such a worker whose trial hung exits with code 3 once it has handed the task back, and the "
+            "runner starts another in its place",
+        ),
+        Setting(
             "TUNER_PALLAS_INTERPRET",
             "bool",
             None,

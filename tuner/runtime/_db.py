@@ -32,7 +32,9 @@ from ._prune import PruneCounts, cutoff_date, prune_in
 
 log = logging.getLogger(__name__)
 
-MERGE_BATCH = 500  # rows per statement execution of a merge (its reads of existing keys too)
+MERGE_BATCH = 500
+# The stats field of a measurement row that marks a timing in flight (`ConfigCache.mark_measuring`): its owner.
+IN_FLIGHT = "in_flight"  # rows per statement execution of a merge (its reads of existing keys too)
 
 __all__ = [
     "ConfigCache",
@@ -386,6 +388,54 @@ class ConfigCache:
                 .values(owner=owner, expires_at=now + lease_s, **live)
             )
             return bool(res.rowcount)
+
+    # ---- the measurement in flight under a claim (a config that hangs) ---------------------------
+    def mark_measuring(
+        self, task: Any, space: str, config: dict[str, Any], key_hash: str, owner: str, lease_s: float
+    ) -> int:
+        """Record, before the claim's owner times `config`, that it does: a measurement row with status
+        `timeout` (`hung_configs`), which `unmark` deletes once the timing returns. A process that hangs
+        in the timing (a deadlocked kernel) leaves it behind as that config's failure; returns its id."""
+        stats = {"key": key_hash, IN_FLIGHT: owner, "host": HOST, "pid": os.getpid(), "since": time.time()}
+        error = (
+            f"timed out: its timing did not return within the claim's lease (lease_s = {lease_s:g} s); "
+            "the process that timed it hung in it (a deadlocked kernel, an endless loop) or was killed"
+        )
+        return self.store.record(task, space, config, None, "timeout", stats=stats, error=error)
+
+    def unmark(self, row_id: int) -> None:
+        """Delete the mark `mark_measuring` wrote (the timing returned)."""
+        with self.store.session() as s:
+            s.execute(delete(MeasurementRow).where(MeasurementRow.id == row_id))
+
+    def hung_configs(self, task_id: str, key_hash: str, owner: str, lease_s: float) -> dict[str, str]:
+        """canon(config) -> error of the configs whose timing outlived a claim of the key `key_hash`: the
+        marks (`mark_measuring`) of the earlier owners of the claim, which the caller now holds. A mark
+        whose owner was alive when its claim was taken over (the lease ran out: it hangs in the timing),
+        or that is older than `lease_s`, is kept as the config's failure. One whose owner died sooner on
+        this host (killed, or crashed, in the timing), or is this very owner (an interrupted timing), is
+        deleted: its config is timed again."""
+        from ._key import canon
+
+        q = select(
+            MeasurementRow.id, MeasurementRow.config, MeasurementRow.stats, MeasurementRow.error
+        ).where(MeasurementRow.task_id == task_id, MeasurementRow.status == "timeout")
+        hung: dict[str, str] = {}
+        gone: list[int] = []
+        now = time.time()
+        with self.store.session() as s:
+            for row_id, config, st, error in s.execute(q):
+                if not isinstance(st, dict) or st.get("key") != key_hash or not st.get(IN_FLIGHT):
+                    continue
+                old = now - float(st.get("since") or 0.0) > lease_s
+                died = st.get("host") == HOST and isinstance(st.get("pid"), int) and not pid_alive(st["pid"])
+                if st[IN_FLIGHT] == owner or (died and not old):
+                    gone.append(row_id)
+                else:
+                    hung[canon(dict(config))] = error or "timed out"
+            if gone:
+                s.execute(delete(MeasurementRow).where(MeasurementRow.id.in_(gone)))
+        return hung
 
     def holder(self, key_hash: str) -> ClaimHolder | None:
         """Who holds the claim of `key_hash` now (None: nobody)."""

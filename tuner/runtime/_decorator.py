@@ -20,6 +20,7 @@ import inspect
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -190,6 +191,10 @@ class Autotuned:
         # Miss-path state.
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        # key hash -> when its tuning in this process started or last finished a trial (`_tuning`), and
+        # the keys whose tuning went `lease_s` without one (`_wait_for`)
+        self.progress: dict[str, float] = {}
+        self._overdue: set[str] = set()
         self._logged: set[str] = set()
         self.last_miss_reason: str | None = None
         self.last_choice: dict[str, Any] = {}
@@ -206,6 +211,8 @@ class Autotuned:
         child's first call of the key would wait on it without end."""
         self._locks = {}
         self._guard = threading.Lock()
+        self.progress = {}
+        self._overdue = set()
 
     @property
     def source_hash(self) -> str:
@@ -310,15 +317,51 @@ class Autotuned:
         with self._guard:
             lock = self._locks.setdefault(ck.hash, threading.Lock())
         retune = self.retune_requested(args, kwargs)
-        with lock:
+        if not self._wait_for(lock, ck):  # another thread's tuning of the key hangs: not waited for
+            return self._offline_choice(args, kwargs, target, self._overdue_why(ck))[1]
+        try:
             res = resolve(
                 Request(self, ck, args, kwargs, target, mode, create=mode == "online", retune=retune)
             )
             self._note(ck, res)
             self.by_hash[ck.hash] = res.config
+        finally:
+            lock.release()
+            self._overdue.discard(ck.hash)
         if fast_key is not None:
             self.mem[fast_key] = res.config
         return res.config
+
+    def _wait_for(self, lock: threading.Lock, ck: CacheKey) -> bool:
+        """Take the key's miss-path lock; False when the thread holding it (tuning the key) went
+        `lease_s` seconds without finishing a trial, the bound another process waits for a claim: a
+        hung config (a deadlocked kernel) never returns, and the caller would wait for ever. Once
+        a key's tuning is overdue, later calls do not wait again while it still holds the lock."""
+        key_hash = ck.hash
+        if key_hash in self._overdue:
+            return lock.acquire(blocking=False)
+        while True:
+            last = self.progress.get(key_hash)
+            left = self.lease_s - (time.monotonic() - last) if last is not None else self.lease_s
+            if lock.acquire(timeout=max(left, 0.0)):
+                return True
+            if self.progress.get(key_hash) == last:  # no trial finished meanwhile
+                self._overdue.add(key_hash)
+                log.warning(
+                    "%s %s: this process's tuning of the key (in another thread) finished no trial for "
+                    "%g s (lease_s): a config hangs, or runs far too long; this call does not wait for it "
+                    "and takes the offline fallback (the call after the tuning ends uses its winner)",
+                    self.name,
+                    ck.fields_dict,
+                    self.lease_s,
+                )
+                return False
+
+    def _overdue_why(self, ck: CacheKey) -> str:
+        return (
+            "online: not waited for this process's tuning of the key (another thread), which finished no "
+            f"trial for {self.lease_s:g} s (lease_s)"
+        )
 
     def _traced_miss(
         self, args: tuple, kwargs: dict, memo: Any, target: Callable[..., Any]
@@ -607,7 +650,9 @@ def autotune(
       upgrading the compiler of a `@triton.jit` or `jax.jit` function among them (its versions join the
       key's, as for a decorated Triton kernel).
     - `lease_s`: how long a claim to tune a key stays valid without renewal (another process takes over
-      a key whose tuner died after this long).
+      a key whose tuner died after this long; a config whose timing outlived it is not timed again, and
+      the other threads of the process stop waiting for a tuning that finished no trial for this long
+      and take offline mode's fallback; docs/production.md).
     The decorated function gets the config's parameters as keyword arguments.
     """
 

@@ -53,6 +53,11 @@ class AllConfigsFailedError(RuntimeError):
         self.errors = errors
 
 
+class ConfigHung(RuntimeError):
+    """The trial of a config whose timing outlived an earlier owner's claim of the key (it hung there):
+    failed without being timed again."""
+
+
 # The claims this process holds now: (store, key hash, owner). A tuning in a daemon thread (a server's
 # warm-up thread, a background worker) is stopped without its `finally` when the interpreter exits: its
 # claim would stay, and processes on other hosts would wait out its lease for a tuning that is not
@@ -237,14 +242,52 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
         current = _timing.current = {}
     slot = (id(t), ck.hash)
 
+    store = db.store if db is not None else None
+    task = task_of(t.name, ck) if store is not None else None
+    # A config whose timing outlived an earlier owner's claim (it hung in it) is not timed again; each
+    # timing under the claim is marked first, so that a hang here is known to the next owner the same way.
+    hung: dict[str, str] = {}
+    if db is not None and owner is not None and task is not None:
+        hung = guarded(
+            db,
+            "write",
+            "read the hung configs",
+            lambda: db.hung_configs(task.task_id, ck.hash, owner, t.lease_s),
+            hung,
+        )
+        if hung:
+            log.warning(
+                "%s %s: %d config(s) hung in an earlier tuning of this key, past its claim's lease; not timed "
+                "again: %s",
+                t.name,
+                ck.fields_dict,
+                len(hung),
+                ", ".join(sorted(hung)),
+            )
+    fingerprint = space.fingerprint() if owner is not None else ""
+
     def objective(cfg: dict[str, Any]) -> float:
+        earlier = hung.get(canon(cfg))
+        if earlier is not None:
+            raise ConfigHung(earlier)
         if restore is not None:
             restore()
         current[slot] = cfg
+        mark = None
+        if db is not None and owner is not None and task is not None:
+            mark = guarded(
+                db,
+                "write",
+                "mark the config being timed",
+                lambda: db.mark_measuring(task, fingerprint, cfg, ck.hash, owner, t.lease_s),
+                None,
+            )
         try:
             timed = bench(invoke(cfg))
         finally:
             current.pop(slot, None)
+            if mark is not None and db is not None:
+                guarded(db, "write", "unmark the config timed", lambda: db.unmark(mark), None)
         med, spread = normalise_bench_result(timed)
         spreads[canon(cfg)] = spread
         if isinstance(timed, (tuple, list)) and len(timed) == 3:
@@ -253,11 +296,8 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
             raw[canon(cfg)] = timed.raw
         return med
 
-    store = db.store if db is not None else None
-    task = None
     prior = None
-    if db is not None and store is not None:
-        task = task_of(t.name, ck)
+    if db is not None and store is not None and task is not None:
         task_id = task.task_id
         if _uses_prior(t.strategy):  # bounded, indexed read (ResultStore.prior_for)
             prior = guarded(
@@ -276,6 +316,7 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
     on_stand_ins = [_jax.on_stand_ins()]  # a tuning on jax stand-ins, before its first trial is seen
 
     def progress(trial: Any, res: Any) -> None:
+        t.progress[ck.hash] = time.monotonic()  # the threads waiting for the key wait on (`_wait_for`)
         if on_stand_ins[0]:
             on_stand_ins[0] = False
             _stop_if_untimeable(t.name, ck, trial)
@@ -284,6 +325,7 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
             outer(trial, res)
 
     t0 = time.perf_counter()
+    t.progress[ck.hash] = time.monotonic()
     try:
         res = optimize(
             space,
@@ -299,6 +341,7 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
             recorder=(lambda _trial: None) if study.get("storage") else None,
         )
     finally:
+        t.progress.pop(ck.hash, None)
         if restore is not None:
             restore()  # the call that follows sees the inputs as the caller passed them
     run = uuid.uuid4().hex[:16]  # this tuning's trials, told apart from an earlier tuning's of the key

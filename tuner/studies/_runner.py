@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner._atomic import make_folders, remove_made_folders
+from tuner._settings import flag
 
 from ..storage import LeaseLost, StoreError, close_idle_connections, guarding, normalize_url, sqlite_path
 from ..storage._owner import HOST
@@ -96,6 +97,11 @@ Executor = Callable[..., Any]
 # Trials per task when only a time budget is given (the space or the clock ends the task first).
 UNLIMITED_TRIALS = 1_000_000
 ENV_STORAGE = "TUNER_STUDY_STORAGE"
+# Set by the study runner for the worker processes it starts (`_run_prepared`): such a worker, once it has
+# given a hung trial up (`trial_timeout`), ends its process with EXIT_HUNG, and the runner starts another in
+# its place. The hung call cannot be stopped inside the process (a deadlocked kernel holds its GPU context).
+ENV_WORKER_PROCESS = "TUNER_STUDY_WORKER_PROCESS"
+EXIT_HUNG = 3
 
 
 def default_executor(
@@ -386,8 +392,10 @@ class _Lease:
         interrupt: threading.Event | None = None,
         trial_timeout: float | None = None,
         on_timeout: Callable[[float], list[dict[str, Any]]] | None = None,
+        on_hung: Callable[[], None] | None = None,
     ) -> None:
         self.board, self.claim, self.lease_s = board, claim, lease_s
+        self.on_hung = on_hung  # called last by `_time_out` (a worker process of the runner exits there)
         self.interrupt = interrupt
         # A trial that hangs (a deadlocked kernel, a config that spins) must not hold the task for ever:
         # the heartbeat beside it would renew the lease as long as the process lives, and every other
@@ -514,13 +522,18 @@ class _Lease:
         what = f"config {', '.join(map(str, configs))}" if configs else "no trial in flight"
         log.error(
             "task %s: no trial finished for %.0f s (trial_timeout = %g s; %s): marked failed (timeout) and "
-            "the task %s; this worker's executor is still stuck, stop it (Ctrl-C, kill) if it does not return",
+            "the task %s; %s",
             key,
             idle,
             self.trial_timeout,
             what,
             "handed back to the queue" if back else "left to the end of its lease",
+            "this worker's process exits, and the study runner starts another in its place"
+            if self.on_hung is not None
+            else "this worker's executor is still stuck, stop it (Ctrl-C, kill) if it does not return",
         )
+        if self.on_hung is not None:
+            self.on_hung()
 
     def callback(self, trial: Any = None, *_: Any, **__: Any) -> None:
         value = getattr(trial, "value", None)
@@ -655,6 +668,16 @@ def _raise_if_interrupted(seen: threading.Event | None) -> None:
         raise KeyboardInterrupt
 
 
+def _exit_hung() -> None:
+    """End this worker process (from the heartbeat thread) after a hung trial was given up and its task
+    handed back: the trial's call holds the main thread (and a deadlocked kernel the process's GPU
+    context) for ever. Every finished trial is committed already; the runner replaces the process."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(EXIT_HUNG)
+
+
 def _hand_back(lease: _Lease) -> None:
     """Put an interrupted task back on the queue (under the lease's lock, which stops its heartbeat). A
     hand-back that cannot be written is logged: the task is then taken over once its lease runs out, or
@@ -682,8 +705,11 @@ class StudyWorker:
         lease_s: float | None = None,
         poll_s: float | None = None,
         on_progress: Callable[[Claim, int, float | None], None] | None = None,
+        replaceable: bool = False,
     ) -> None:
         self.spec = spec
+        # a worker process that the study runner replaces: it exits once a trial hung (`_exit_hung`)
+        self.replaceable = replaceable
         self.executor = resolve_executor(executor)
         self.worker_id = worker_id or f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.lease_s = float(lease_s or spec.lease_seconds)
@@ -819,6 +845,7 @@ class StudyWorker:
             self._interrupt,
             trial_timeout=self.spec.trial_timeout,
             on_timeout=functools.partial(self._fail_hung_trials, task, self.spec.trial_timeout),
+            on_hung=_exit_hung if self.replaceable else None,
         )
         lease.start()  # renewed while the task is prepared, not only from its first trial on
         try:
@@ -1019,12 +1046,22 @@ def _run_prepared(
 ) -> RunSummary:
     opened = _study_file(spec)
     monitor = _Monitor(spec) if progress else None
-    if workers <= 1:
+    child = flag(ENV_WORKER_PROCESS)
+    # A study with `trial_timeout` runs its worker in a process of its own, which a hung trial ends and
+    # the runner replaces (`_exit_hung`), where the executor can be named to it (a module:function).
+    supervised = (
+        spec.trial_timeout is not None
+        and not child
+        and spec.path is not None
+        and (executor is None or isinstance(executor, str))
+    )
+    if workers <= 1 and not supervised:
         worker = StudyWorker(
             spec,
             executor=resolve_executor(executor),
             lease_s=lease_s,
             on_progress=monitor.on_progress if monitor else None,
+            replaceable=child and spec.trial_timeout is not None,
         )
         try:
             if monitor:
@@ -1056,18 +1093,21 @@ def _run_prepared(
         cmd += ["--executor", executor]
     if lease_s:
         cmd += ["--lease-seconds", str(lease_s)]
-    env = {**os.environ, ENV_STORAGE: spec.storage}
+    env = {**os.environ, ENV_STORAGE: spec.storage, ENV_WORKER_PROCESS: "1"}
     # this process only waits (and polls the board for the progress display): the connections its
     # preparation left idle in its pools would count against the server's limit for the whole run
     close_idle_connections(spec.storage)
-    procs = [subprocess.Popen(cmd, env=env) for _ in range(workers)]
+    procs = [subprocess.Popen(cmd, env=env) for _ in range(max(1, workers))]
     try:
         if monitor:
             monitor.start()
         with _signals_as_interrupt():  # SIGTERM / SIGHUP reach the workers as SIGINT, below
-            for p in procs:
-                while p.poll() is None:
-                    time.sleep(0.2)
+            while any(p.poll() is None or p.returncode == EXIT_HUNG for p in procs):
+                for i, p in enumerate(procs):
+                    if p.poll() == EXIT_HUNG:  # gave a hung trial up (`_exit_hung`): a new worker goes on
+                        log.warning("worker process %d exited after a hung trial; starting another", p.pid)
+                        procs[i] = subprocess.Popen(cmd, env=env)
+                time.sleep(0.2)
     except KeyboardInterrupt:
         for p in procs:  # the terminal sent SIGINT to them as well; make sure, then wait
             if p.poll() is None:

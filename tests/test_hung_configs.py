@@ -1,0 +1,137 @@
+"""A config that hangs (a deadlocked kernel, a spinning loop) while a decorated function tunes a key.
+
+The hang here is real: the tuned function blocks on an event (in the tuning thread) or sleeps in a
+child process; nothing is mocked, and no assertion is on a clock beyond generous bounds."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_threads_waiting_for_a_hung_tuning_take_the_fallback(caplog: pytest.LogCaptureFixture) -> None:
+    """Was: the other threads of the process waited on the key's lock for ever (no lease among threads)."""
+    import tuner
+    from tuner import SearchSpace
+
+    release = threading.Event()
+    hung = threading.Event()
+    tuning_thread: list[threading.Thread] = []
+    calls = [0]
+
+    def f(n: int, *, b: int) -> int:
+        if threading.current_thread() in tuning_thread:
+            calls[0] += 1
+            if calls[0] == 2:  # the second config the tuning times hangs
+                hung.set()
+                release.wait()
+        return b
+
+    space = SearchSpace.from_configs([{"b": 1}, {"b": 2}, {"b": 3}])
+    g = tuner.autotune(space, key=["n"], budget=3, storage=False, lease_s=1.0)(f)
+    out: dict[str, Any] = {}
+    t1 = threading.Thread(target=lambda: out.setdefault("tuner", g(7)), daemon=True)
+    tuning_thread.append(t1)
+    caplog.set_level(logging.WARNING, logger="tuner.runtime._decorator")
+    try:
+        t1.start()
+        assert hung.wait(120)
+        waiters = [
+            threading.Thread(target=lambda i=i: out.setdefault(i, g(7)), daemon=True) for i in range(2)
+        ]
+        for w in waiters:
+            w.start()
+        for w in waiters:
+            w.join(timeout=120)
+        assert not any(w.is_alive() for w in waiters), "a thread still waits for the hung tuning"
+        default = space.default()
+        assert out[0] == default["b"] and out[1] == default["b"], out
+        assert "finished no trial for 1 s (lease_s)" in caplog.text, caplog.text
+        assert g.tuner.last_choice["why"].startswith("online: not waited for this process's tuning")
+        assert t1.is_alive()  # the tuning itself is still stuck
+    finally:
+        release.set()
+        t1.join(timeout=120)
+    assert not t1.is_alive() and out["tuner"] in (1, 2, 3)
+    assert g(7) == out["tuner"]  # once the tuning ended, its winner is used
+
+
+WORKER = Path(__file__).with_name("_hang_worker.py")
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    from .pg import sqlite_or_postgres
+
+    yield from sqlite_or_postgres(request.param, tmp_path / "store.db")
+
+
+def _start(url: str, folder: Path, name: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), url, str(folder), name],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def test_a_config_that_hung_past_the_lease_is_not_timed_by_the_next_owner(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Was: the process that took the claim over after the hung owner's lease ran out timed the same
+    config, and hung in it too; so did every process after it."""
+    from sqlalchemy import create_engine, text
+
+    from tuner.runtime import ConfigCache
+
+    ConfigCache(store_url)  # the schema, once
+    first = _start(store_url, tmp_path, "first")
+    others: list[subprocess.Popen[str]] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "first-hangs").exists():
+            assert first.poll() is None, first.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the first process never reached the hanging config"
+            time.sleep(0.05)
+        others.append(_start(store_url, tmp_path, "second"))
+        try:
+            out, err = others[0].communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the second process hangs too (in b=2: {(tmp_path / 'second-hangs').exists()})")
+        assert others[0].returncode == 0, err[-3000:]
+        assert not (tmp_path / "second-hangs").exists()
+        assert json.loads(out.strip().splitlines()[-1])["b"] == 1, out
+        assert "not timed again" in err, err[-3000:]
+        # the hung config is recorded as timed out; the winner is stored, and a third process hits it
+        eng = create_engine(store_url)
+        with eng.connect() as c:
+            rows = c.execute(
+                text("SELECT config, error FROM tuner_measurements WHERE status = 'timeout'")
+            ).all()
+        eng.dispose()
+        configs = [json.loads(r[0]) if isinstance(r[0], str) else r[0] for r in rows]
+        assert configs == [{"b": 2}] and "timed out" in rows[0][1], rows
+        others.append(_start(store_url, tmp_path, "third"))
+        out, err = others[1].communicate(timeout=120)
+        assert others[1].returncode == 0, err[-3000:]
+        assert json.loads(out.strip().splitlines()[-1])["b"] == 1, out
+    finally:
+        for p in [first, *others]:
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
