@@ -32,9 +32,9 @@ from ._prune import PruneCounts, cutoff_date, prune_in
 
 log = logging.getLogger(__name__)
 
-MERGE_BATCH = 500
+MERGE_BATCH = 500  # rows per statement execution of a merge (its reads of existing keys too)
 # The stats field of a measurement row that marks a timing in flight (`ConfigCache.mark_measuring`): its owner.
-IN_FLIGHT = "in_flight"  # rows per statement execution of a merge (its reads of existing keys too)
+IN_FLIGHT = "in_flight"
 
 __all__ = [
     "ConfigCache",
