@@ -1,0 +1,80 @@
+"""A sixth round of the ways real code uses Triton's autotuner, each run with `triton.autotune` and with the
+one-line swap to `tuner.autotune` under the Triton interpreter (the pattern of
+tests/test_thirdparty_triton.py and the files after it, for uses those files do not cover):
+
+- A key that names a float argument whose value may be infinite: a clamp or a logit soft-cap with
+  `float("inf")` standing for "no bound" (as `torch.clamp(x, min=None)` means), which Triton keys as any
+  other value. The kernel is written here in the style of such element-wise kernels, not copied.
+
+On the CPU both decorators get an injected `do_bench` (Triton's default times with CUDA events), so the
+winner is known in advance and the two can be compared.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+triton = pytest.importorskip("triton")
+tl = pytest.importorskip("triton.language")
+
+from tests.test_triton_autotuner_class import IMPLS, Bench, autotune_of  # noqa: E402
+
+
+# ---- a clamp keyed on its bounds, infinity for no bound --------------------------------------------------
+def _clamp_kernel(autotune, bench):
+    @autotune(
+        configs=[triton.Config({"BLOCK_SIZE": b}, num_warps=w) for b, w in ((16, 2), (32, 4))],
+        key=["n_elements", "lo", "hi"],
+        do_bench=bench,
+    )
+    @triton.jit
+    def clamp_kernel(x_ptr, out_ptr, lo, hi, n_elements, BLOCK_SIZE: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+        mask = offs < n_elements
+        x = tl.load(x_ptr + offs, mask=mask)
+        tl.store(out_ptr + offs, tl.minimum(tl.maximum(x, lo), hi), mask=mask)
+
+    return clamp_kernel
+
+
+def _clamp(kernel, x, lo=None, hi=None):
+    out = torch.empty_like(x)
+    n = x.numel()
+    lo = -math.inf if lo is None else lo
+    hi = math.inf if hi is None else hi
+    kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)](x, out, lo, hi, n)
+    return out
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_key_on_a_bound_that_is_infinite_tunes_and_caches_it(impl):
+    x = torch.linspace(-3, 3, 40)
+    bench = Bench([2.0, 1.0] * 3)
+    k = _clamp_kernel(autotune_of(impl), bench)
+    for lo, hi in ((None, 1.0), (-1.0, None), (None, None)):
+        want = x if lo is None and hi is None else torch.clamp(x, min=lo, max=hi)
+        torch.testing.assert_close(_clamp(k, x, lo, hi), want)
+    assert bench.calls == 6  # each pair of bounds is a key of its own, tuned once
+    assert list(k.cache) == [
+        (40, -math.inf, 1.0, "torch.float32", "torch.float32"),
+        (40, -1.0, math.inf, "torch.float32", "torch.float32"),
+        (40, -math.inf, math.inf, "torch.float32", "torch.float32"),
+    ]
+    assert {c.kwargs["BLOCK_SIZE"] for c in k.cache.values()} == {32}
+    _clamp(k, x, None, 1.0)  # a hit
+    assert bench.calls == 6
+
+
+def test_an_infinite_key_value_is_read_back_from_the_store():
+    x = torch.linspace(-3, 3, 40)
+    first = _clamp_kernel(autotune_of("tuner"), Bench([2.0, 1.0]))
+    _clamp(first, x, None, 0.5)
+    # a kernel of the same source decorated again (a new process, in effect) finds the stored winner
+    bench = Bench()
+    again = _clamp_kernel(autotune_of("tuner"), bench)
+    torch.testing.assert_close(_clamp(again, x, None, 0.5), torch.clamp(x, max=0.5))
+    assert bench.calls == 0
+    assert again.best_config.kwargs == {"BLOCK_SIZE": 32}
