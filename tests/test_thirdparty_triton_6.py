@@ -5,6 +5,12 @@ tests/test_thirdparty_triton.py and the files after it, for uses those files do 
 - A key that names a float argument whose value may be infinite: a clamp or a logit soft-cap with
   `float("inf")` standing for "no bound" (as `torch.clamp(x, min=None)` means), which Triton keys as any
   other value. The kernel is written here in the style of such element-wise kernels, not copied.
+- triton-viz (github.com/Deep-Learning-Profiling-Tools/triton-viz, MIT): its `Trace` (triton_viz/core/trace.py)
+  takes an `Autotuner`, puts a benchmarker of its own on the private `_do_bench` (one that calls the
+  kernel once and returns `(1.0, 1.0, 1.0)`, so tuning costs one interpreted launch per config), puts
+  its own function on `.fn`, deep-copies the autotuner, and launches through `runner.run(*args,
+  client_manager=..., **kwargs)`, keywords that are no parameter of the kernel and that its `fn.run`
+  takes. Written here after that structure (the clients that record loads and stores left out).
 
 On the CPU both decorators get an injected `do_bench` (Triton's default times with CUDA events), so the
 winner is known in advance and the two can be compared.
@@ -12,6 +18,7 @@ winner is known in advance and the two can be compared.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -78,3 +85,73 @@ def test_an_infinite_key_value_is_read_back_from_the_store():
     torch.testing.assert_close(_clamp(again, x, None, 0.5), torch.clamp(x, max=0.5))
     assert bench.calls == 0
     assert again.best_config.kwargs == {"BLOCK_SIZE": 32}
+
+
+# ---- triton-viz: a benchmarker put on `_do_bench`, a function of its own on `.fn` ----------------------
+def dummy_benchmarker(fn, quantiles):
+    fn()
+    return (1.0, 1.0, 1.0)
+
+
+class ClientFn:
+    """What triton-viz puts on `.fn`: a `run` that takes its own keywords and launches the kernel."""
+
+    def __init__(self, inner):
+        self.inner, self.clients = inner, []
+
+    def run(self, *args, client_manager=None, **kwargs):
+        self.clients.append(client_manager)
+        return self.inner.run(*args, **kwargs)
+
+
+class Trace:
+    def __init__(self, runner):
+        assert isinstance(runner, triton.runtime.Autotuner)
+        runner._do_bench = dummy_benchmarker  # replace the benchmark with one that calls the kernel once
+        self.client_fn = runner.fn = ClientFn(runner.fn)
+        self.runner = runner
+        self.copy = copy.deepcopy(runner)
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.runner.run(
+            *args, grid=grid, warmup=False, client_manager="recorder", **kwargs
+        )
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_triton_viz_trace_times_with_the_benchmarker_it_put_on_do_bench(impl):
+    @autotune_of(impl)(configs=[triton.Config({"BLOCK": b}) for b in (32, 16, 64)], key=["N"])
+    @triton.jit
+    def fill(dst, N, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(dst + offs, tl.full([BLOCK], BLOCK, tl.float32), mask=offs < N)
+
+    traced = Trace(fill)
+    assert fill._do_bench is dummy_benchmarker and fill.do_bench is dummy_benchmarker
+    assert traced.copy._do_bench is dummy_benchmarker  # the deep copy keeps it (a function is shared)
+    dst = torch.zeros(100)
+    traced[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](dst, 100)
+    # one launch per config timed (each "1.0 ms"), a tie that goes to the first config, then the launch
+    assert traced.client_fn.clients == ["recorder"] * 4
+    assert fill.best_config.kwargs == {"BLOCK": 32}
+    assert fill.configs_timings == dict.fromkeys(fill.configs, (1.0, 1.0, 1.0))
+    assert torch.equal(dst, torch.full((100,), 32.0))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_deep_copy_made_after_fn_was_wrapped_keys_as_the_kernel_does(impl, recwarn):
+    @autotune_of(impl)(configs=[triton.Config({"BLOCK": b}) for b in (32, 16)], key=["N"])
+    @triton.jit
+    def fill(dst, N, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(dst + offs, tl.full([BLOCK], BLOCK, tl.float32), mask=offs < N)
+
+    copied = Trace(fill).copy  # `.fn` is a ClientFn, which has no parameters of its own
+    assert isinstance(copied.fn, ClientFn) and copied.keys == ["N"]
+    assert copied.arg_names == ["dst", "N", "BLOCK"]
+    for n in (100, 40):
+        dst = torch.zeros(100)
+        copied.run(dst, n, grid=lambda meta, n=n: (triton.cdiv(n, meta["BLOCK"]),), warmup=False)
+        assert torch.equal(dst[:n], torch.full((n,), 32.0)) and not dst[n:].any()
+    assert list(copied.cache) == [(100, "torch.float32"), (40, "torch.float32")]
+    assert not [w for w in recwarn if "are not parameters" in str(w.message)]

@@ -237,6 +237,17 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
     def do_bench(self) -> None:
         self.tuner.user_do_bench = None
 
+    @property
+    def _do_bench(self) -> Callable[..., Any] | None:
+        """Triton's private attribute behind `do_bench`: the `do_bench=` given, or None. Tools that put a
+        benchmarker of their own there (triton-viz's `Trace` assigns one that calls the kernel once and
+        returns `(1.0, 1.0, 1.0)`) time the next tunings with it, as on Triton's before its first tuning."""
+        return self.tuner.user_do_bench
+
+    @_do_bench.setter
+    def _do_bench(self, value: Callable[..., Any] | None) -> None:
+        self.tuner.user_do_bench = value
+
     def __deepcopy__(self, memo: dict[int, Any]) -> TritonAutotuner:
         """`copy.deepcopy`: an autotuner of its own (`TritonAutotuned.deep_copy`), as Triton's deep
         copy is; attributes that code set on this one are deep-copied too."""
