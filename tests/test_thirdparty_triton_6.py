@@ -11,6 +11,9 @@ tests/test_thirdparty_triton.py and the files after it, for uses those files do 
   its own function on `.fn`, deep-copies the autotuner, and launches through `runner.run(*args,
   client_manager=..., **kwargs)`, keywords that are no parameter of the kernel and that its `fn.run`
   takes. Written here after that structure (the clients that record loads and stores left out).
+- A launcher that runs a kernel's autotuner through a compile path of its own: it makes a private chain of
+  shallow copies (`copy.copy(layer)`), puts its shim on the copy's `.fn`, gives the copy an empty
+  `.cache`, launches the copy's `run`, and copies `best_config` back; the user's kernel is left as it was.
 
 On the CPU both decorators get an injected `do_bench` (Triton's default times with CUDA events), so the
 winner is known in advance and the two can be compared.
@@ -120,11 +123,7 @@ class Trace:
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_triton_viz_trace_times_with_the_benchmarker_it_put_on_do_bench(impl):
-    @autotune_of(impl)(configs=[triton.Config({"BLOCK": b}) for b in (32, 16, 64)], key=["N"])
-    @triton.jit
-    def fill(dst, N, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        tl.store(dst + offs, tl.full([BLOCK], BLOCK, tl.float32), mask=offs < N)
+    fill = autotune_of(impl)(configs=[triton.Config({"BLOCK": b}) for b in (32, 16, 64)], key=["N"])(FILL)
 
     traced = Trace(fill)
     assert fill._do_bench is dummy_benchmarker and fill.do_bench is dummy_benchmarker
@@ -140,11 +139,7 @@ def test_triton_viz_trace_times_with_the_benchmarker_it_put_on_do_bench(impl):
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_a_deep_copy_made_after_fn_was_wrapped_keys_as_the_kernel_does(impl, recwarn):
-    @autotune_of(impl)(configs=[triton.Config({"BLOCK": b}) for b in (32, 16)], key=["N"])
-    @triton.jit
-    def fill(dst, N, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        tl.store(dst + offs, tl.full([BLOCK], BLOCK, tl.float32), mask=offs < N)
+    fill = autotune_of(impl)(configs=[triton.Config({"BLOCK": b}) for b in (32, 16)], key=["N"])(FILL)
 
     copied = Trace(fill).copy  # `.fn` is a ClientFn, which has no parameters of its own
     assert isinstance(copied.fn, ClientFn) and copied.keys == ["N"]
@@ -155,3 +150,73 @@ def test_a_deep_copy_made_after_fn_was_wrapped_keys_as_the_kernel_does(impl, rec
         assert torch.equal(dst[:n], torch.full((n,), 32.0)) and not dst[n:].any()
     assert list(copied.cache) == [(100, "torch.float32"), (40, "torch.float32")]
     assert not [w for w in recwarn if "are not parameters" in str(w.message)]
+
+
+# ---- a private shallow copy launched through a shim -------------------------------------------------------
+class Shim:
+    def __init__(self, inner):
+        self.fn, self.launches = inner, 0
+
+    def run(self, *args, **kwargs):
+        self.launches += 1
+        return self.fn.run(*args, **kwargs)
+
+
+def _launch_private_copy(kernel, dst, n):
+    private = copy.copy(kernel)
+    shim = private.fn = Shim(kernel.fn)
+    private.cache = {}
+    private.run(dst, n, grid=lambda meta: (triton.cdiv(n, meta["BLOCK"]),), warmup=False)
+    return private, shim
+
+
+def _check_private_copy(kernel, bench):
+    kernel[lambda meta: (triton.cdiv(64, meta["BLOCK"]),)](torch.zeros(64), 64)
+    fn, tuned = kernel.fn, dict(kernel.cache)
+    dst = torch.zeros(64)
+    private, shim = _launch_private_copy(kernel, dst, 64)
+    assert private is not kernel and private.configs is kernel.configs and private.keys is kernel.keys
+    assert shim.launches == 3 and bench.calls == 4  # the copy tuned its empty cache through the shim
+    assert torch.equal(dst, torch.full((64,), 16.0)) and private.best_config.kwargs == {"BLOCK": 16}
+    # the user's kernel is as it was: its own function, its cache, its winner, launched without tuning
+    assert kernel.fn is fn and dict(kernel.cache) == tuned
+    kernel[lambda meta: (triton.cdiv(64, meta["BLOCK"]),)](dst, 64)
+    assert shim.launches == 3 and bench.calls == 4 and kernel.best_config.kwargs == {"BLOCK": 32}
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_shallow_copy_launched_through_a_shim_leaves_the_kernel_as_it_was(impl):
+    bench = Bench([1.0, 2.0, 2.0, 1.0])
+
+    fill = autotune_of(impl)(
+        configs=[triton.Config({"BLOCK": b}) for b in (32, 16)], key=["N"], do_bench=bench
+    )(FILL)
+
+    _check_private_copy(fill, bench)
+
+
+_MODULE_BENCH = Bench()
+
+
+@triton.jit
+def module_fill(dst, N, BLOCK: tl.constexpr):
+    """dst[i] = BLOCK for i < N, so the output says which config ran."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst + offs, tl.full([BLOCK], BLOCK, tl.float32), mask=offs < N)
+
+
+FILL = module_fill  # the JIT function, which the tests above decorate each their own way
+# decorated at module level, in the call form (as Unsloth decorates its grouped GEMM), under its own name
+module_fill = autotune_of("tuner")(
+    configs=[triton.Config({"BLOCK": b}) for b in (32, 16)],
+    key=["N"],
+    do_bench=_MODULE_BENCH,
+    cache_results=False,
+)(module_fill)
+
+
+def test_a_shallow_copy_of_a_module_level_drop_in_is_another_object():
+    """A kernel defined at module level pickles by reference (its name); a shallow copy is still an
+    object of its own, as Triton's is, not the kernel itself."""
+    _MODULE_BENCH.times, _MODULE_BENCH.calls = [1.0, 2.0, 2.0, 1.0], 0
+    _check_private_copy(module_fill, _MODULE_BENCH)

@@ -258,6 +258,23 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
                 setattr(new, name, copy.deepcopy(value, memo))
         return new
 
+    def __copy__(self) -> TritonAutotuner:
+        """`copy.copy`: an autotuner of its own, as Triton's shallow copy is an object of its own, so that
+        what code assigns on the copy (`.fn`, `.cache`, hooks: a tool that launches a private copy through
+        its own function) leaves the original as it was. The copy shares the configs and the key list
+        (the very objects) and the functions given, and starts from a copy of `.cache`; the attributes
+        that code set on the original are shared. (Without this, `copy.copy` went by `__reduce__`: the
+        kernel itself for one defined at module level, a PicklingError for one made in a function.)"""
+        t = self.tuner
+        shared = [t.configs_given, t.key_given, *t.configs_given, *dict.values(t.triton_cache)]
+        memo: dict[int, Any] = {id(o): o for o in shared}
+        memo[id(memo)] = shared  # kept alive while the memo is used, as deepcopy keeps its objects
+        new = type(self)(t.deep_copy(memo))
+        for name, value in self.__dict__.items():
+            if name not in new.__dict__:
+                setattr(new, name, value)
+        return new
+
     # ---- launches ---------------------------------------------------------------------------------------
     def prune_configs(self, kwargs: dict[str, Any]) -> list[Any]:
         """Triton's: the configs left by `early_config_prune` and `perf_model`/`top_k`, for the positional
