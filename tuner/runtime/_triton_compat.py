@@ -837,7 +837,10 @@ class TritonAutotuned(Autotuned):
         (configs, keys, hooks, pruning, do_bench), and copies of `.cache`, of the configs resolved in
         memory and of the last tuning's timings. The JIT function, the store and the functions given
         (hooks, perf model, do_bench) are shared, as deepcopy shares functions."""
-        made = dict(self._made_with, fn=self.fn)  # the function assigned to `.fn` since, if any
+        # built on the function decorated, whose parameters the key and hooks name; a function that code
+        # assigned to `.fn` since (a wrapper whose `run` takes `*args, **kwargs`) is then assigned to the
+        # copy, as Triton's copy keeps its `.fn`, `.arg_names` and `.keys`
+        made = dict(self._made_with)
         if self.named_key:
             made["key"] = copy.deepcopy(self.key_given, memo)
 
@@ -861,6 +864,8 @@ class TritonAutotuned(Autotuned):
                 **made,
             )
         new._made_with = self._made_with
+        if self.fn is not made["fn"]:
+            new.replace_fn(self.fn)
         new.user_budget, new._budget = self.user_budget, self._budget
         new.user_defined_pre_hook = self.user_defined_pre_hook
         new.user_defined_post_hook = self.user_defined_post_hook

@@ -237,6 +237,17 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
     def do_bench(self) -> None:
         self.tuner.user_do_bench = None
 
+    @property
+    def _do_bench(self) -> Callable[..., Any] | None:
+        """Triton's private attribute behind `do_bench`: the `do_bench=` given, or None. Tools that put a
+        benchmarker of their own there (triton-viz's `Trace` assigns one that calls the kernel once and
+        returns `(1.0, 1.0, 1.0)`) time the next tunings with it, as on Triton's before its first tuning."""
+        return self.tuner.user_do_bench
+
+    @_do_bench.setter
+    def _do_bench(self, value: Callable[..., Any] | None) -> None:
+        self.tuner.user_do_bench = value
+
     def __deepcopy__(self, memo: dict[int, Any]) -> TritonAutotuner:
         """`copy.deepcopy`: an autotuner of its own (`TritonAutotuned.deep_copy`), as Triton's deep
         copy is; attributes that code set on this one are deep-copied too."""
@@ -245,6 +256,23 @@ class TritonAutotuner(AutotunedKernel, Autotuner):
         for name, value in self.__dict__.items():
             if name not in new.__dict__:
                 setattr(new, name, copy.deepcopy(value, memo))
+        return new
+
+    def __copy__(self) -> TritonAutotuner:
+        """`copy.copy`: an autotuner of its own, as Triton's shallow copy is an object of its own, so that
+        what code assigns on the copy (`.fn`, `.cache`, hooks: a tool that launches a private copy through
+        its own function) leaves the original as it was. The copy shares the configs and the key list
+        (the very objects) and the functions given, and starts from a copy of `.cache`; the attributes
+        that code set on the original are shared. (Without this, `copy.copy` went by `__reduce__`: the
+        kernel itself for one defined at module level, a PicklingError for one made in a function.)"""
+        t = self.tuner
+        shared = [t.configs_given, t.key_given, *t.configs_given, *dict.values(t.triton_cache)]
+        memo: dict[int, Any] = {id(o): o for o in shared}
+        memo[id(memo)] = shared  # kept alive while the memo is used, as deepcopy keeps its objects
+        new = type(self)(t.deep_copy(memo))
+        for name, value in self.__dict__.items():
+            if name not in new.__dict__:
+                setattr(new, name, value)
         return new
 
     # ---- launches ---------------------------------------------------------------------------------------

@@ -283,7 +283,8 @@ class InOrder(Strategy):
 
 class _TritonKeys(ArgKeys):
     """ArgKeys that, as Triton, accept any key value: one that is not a JSON scalar (a tl.dtype
-    constexpr, say) is keyed by its str()."""
+    constexpr, say) is keyed by its str(), and so is an infinite or NaN float (a `float("inf")` meaning
+    "no limit", which Triton keys as any other value; a JSON scalar cannot hold it)."""
 
     def raw_values(self, args: tuple, kwargs: dict) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -291,6 +292,9 @@ class _TritonKeys(ArgKeys):
         for k, v in super().raw_values(args, kwargs).items():
             if np is not None and isinstance(v, np.dtype):  # has a `.shape` (()), yet is no array
                 out[k] = str(v)
+                continue
+            if isinstance(v, float) and not math.isfinite(v):
+                out[k] = str(float(v))  # "inf", "-inf", "nan"
                 continue
             if v is None or isinstance(v, (bool, int, float, str)) or hasattr(v, "shape"):
                 out[k] = v
