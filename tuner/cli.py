@@ -9,6 +9,7 @@ ends quietly. `-v`/`--verbose` is accepted before or after the subcommand; `tune
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
@@ -86,6 +87,19 @@ def _bad_store_url(exc: BaseException) -> bool:
     return False
 
 
+def _reading(args: argparse.Namespace) -> contextlib.AbstractContextManager[Any]:
+    """For a command that only reads a store (its parser's `reads_only`: its name, or a function of the
+    arguments giving it or None): a store of an older tuner's schema is refused, not upgraded in place
+    (`tuner.storage.only_reading`)."""
+    reads = getattr(args, "reads_only", None)
+    name = reads(args) if callable(reads) else reads
+    if not name:
+        return contextlib.nullcontext()
+    from tuner.storage import only_reading
+
+    return only_reading(name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from .errors import BadInput
 
@@ -95,7 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s"
     )
     try:
-        code = int(args.func(args) or 0)
+        with _reading(args):
+            code = int(args.func(args) or 0)
         sys.stdout.flush()  # inside the try: a reader that went away is seen here, not at exit
         return code
     except BrokenPipeError:
