@@ -126,3 +126,37 @@ def test_study_report_and_export_leave_an_older_store_as_it_is(
     capsys.readouterr()
     assert cli("study", "export", str(study), "--out", str(out)) == 0, capsys.readouterr().err
     assert out.exists()
+
+
+@pytest.fixture
+def pg_url():
+    from tests.pg import fresh_database
+
+    yield from fresh_database()
+
+
+@pytest.mark.postgres
+def test_an_older_postgresql_store_is_refused_by_show_and_upgraded_by_upgrade(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tuner.storage import SCHEMA_REVISION
+    from tuner.store import ResultStore
+
+    url = pg_url
+    ResultStore(url)  # a store of this tuner's schema ...
+    _downgrade(url, "0001")  # ... as the first migrated release left it
+
+    def revision() -> str:
+        eng = create_engine(url)
+        try:
+            with eng.connect() as conn:
+                return str(conn.execute(text("SELECT version_num FROM tuner_alembic_version")).scalar())
+        finally:
+            eng.dispose()
+
+    _refused(capsys, "tuner cache show", "cache", "show", "--storage", url)
+    assert revision() == "0001"
+    assert cli("cache", "upgrade", "--storage", url) == 0
+    assert revision() == SCHEMA_REVISION
+    assert cli("cache", "show", "--storage", url) == 0
+    assert "no cached entries" in capsys.readouterr().out
