@@ -120,6 +120,60 @@ def test_a_value_no_store_can_hold_is_refused_at_decoration_naming_the_config(ba
     assert says in str(e.value) and "X=" in str(e.value)
 
 
+class Mode:
+    """A user's constexpr value whose repr does not show what tells two of them apart."""
+
+    def __init__(self, v):
+        self.v = v
+
+    def __repr__(self):
+        return "Mode"
+
+    def __eq__(self, other):
+        return isinstance(other, Mode) and other.v == self.v
+
+    def __hash__(self):
+        return hash(self.v)
+
+
+def test_configs_whose_values_differ_under_one_repr_are_refused_naming_both():
+    """Two unequal values of one class and one repr were one string in the space: the drop-in launched the
+    first config's value for both (Triton times both), and a stored winner could not say which won."""
+    configs = [triton.Config({"BLOCK": 16, "X": Mode(1)}), triton.Config({"BLOCK": 16, "X": Mode(2)})]
+    with pytest.raises(ValueError, match=r"config 0 \(.*\) and config 1 \(.*\) hold X values that differ"):
+
+        @tuner.autotune(configs=configs, key=["N"])
+        @triton.jit
+        def k(dst, N, BLOCK: tl.constexpr, X: tl.constexpr):
+            pass
+
+    # equal values under one repr are one config, as Triton's `==` makes them
+    got = launched("tuner", [Mode(1), Mode(1)], [5.0, 1.0])
+    assert got[0] == Mode(1) and got[2] == 1
+
+
+def _make_enum():
+    class Color(enum.Enum):  # a class of one module and qualname, made anew at each call
+        RED = 1
+
+    return Color
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [(Mode(1), Mode(2)), (_make_enum().RED, _make_enum().RED)],
+    ids=["equal reprs", "enums of one name"],
+)
+def test_a_kernel_launches_its_own_object_not_another_kernels_of_the_same_repr(first, second):
+    """The table of objects was one for the process, keyed by type and repr, filled by the first kernel
+    decorated: a second kernel's config launched the first kernel's object."""
+    assert repr(first) == repr(second) and first != second
+    got1 = launched("tuner", [first, 3], [1.0, 5.0])
+    got2 = launched("tuner", [second, 3], [1.0, 5.0])
+    assert got1[0] is first and got1[1] is first
+    assert got2[0] is second and got2[1] is second
+
+
 def test_a_single_config_is_launched_with_what_it_holds():
     """One config is never tuned or stored (as in Triton): a list in it is launched as it is."""
     value = [1, 2]

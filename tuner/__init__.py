@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._layout import install_source_finder
+from ._interrupt import install_if_command
+
+install_if_command()  # the `tuner` command: a Ctrl-C while it imports exits 130 in one line
+
+from ._layout import install_source_finder  # noqa: E402
 
 install_source_finder()
 

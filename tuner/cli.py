@@ -9,12 +9,16 @@ ends quietly. `-v`/`--verbose` is accepted before or after the subcommand; `tune
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any
+
+from ._interrupt import EXIT_INTERRUPTED, started
+from .errors import BadInput
 
 # Subcommand modules under tuner.commands, in the order `tuner --help` lists them.
 COMMANDS = ["replay", "kernels", "check", "cache", "study", "regress", "misses"]
@@ -86,29 +90,44 @@ def _bad_store_url(exc: BaseException) -> bool:
     return False
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from .errors import BadInput
+def _reading(args: argparse.Namespace) -> contextlib.AbstractContextManager[Any]:
+    """For a command that only reads a store (its parser's `reads_only`: its name, or a function of the
+    arguments giving it or None): a store of an older tuner's schema is refused, not upgraded in place
+    (`tuner.storage.only_reading`)."""
+    reads = getattr(args, "reads_only", None)
+    name = reads(args) if callable(reads) else reads
+    if not name:
+        return contextlib.nullcontext()
+    from tuner.storage import only_reading
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s"
-    )
+    return only_reading(name)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args: argparse.Namespace | None = None
     try:
-        code = int(args.func(args) or 0)
+        # an interrupt from here on is a KeyboardInterrupt caught below; before (while `import tuner`
+        # ran), the command's start-up handler said the same (`tuner._interrupt`)
+        started()
+        args = build_parser().parse_args(argv)  # imports every command's module
+        logging.basicConfig(
+            level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s"
+        )
+        with _reading(args):
+            code = int(args.func(args) or 0)
         sys.stdout.flush()  # inside the try: a reader that went away is seen here, not at exit
         return code
+    except KeyboardInterrupt:
+        print("tuner: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
     except BadInput as exc:
         print(f"tuner: error: {_one_line(exc) or exc.__class__.__name__}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("tuner: interrupted", file=sys.stderr)
-        return 130
     except Exception as exc:
-        if args.verbose:
+        if args is None or args.verbose:
             raise
         if _bad_store_url(exc):  # a --storage URL that names no database: bad usage, nothing opened
             print(f"tuner: error: {_one_line(exc)}", file=sys.stderr)

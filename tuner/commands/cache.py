@@ -1,6 +1,7 @@
 """`tuner cache export|import|show`: the config cache as a shipped, versioned JSON file; `tuner cache prune`:
 remove old, superseded or a kernel's entries and the measurements no entry needs (one transaction), then
-optionally VACUUM.
+optionally VACUUM; `tuner cache upgrade`: upgrade a store of an older tuner's schema in place, which the
+commands that only read (`show`, `export`, `prune --dry-run`) refuse to do.
 
 An import validates the whole file against the published JSON Schema (tuner/data/cache-schema.json, with the
 `jsonschema` library) and the reader's own checks before it writes anything, then merges in one transaction;
@@ -38,7 +39,7 @@ def add_parser(sub: Any) -> None:
     e.add_argument("--kernel", default=None, help="only this kernel's entries")
     e.add_argument("--storage", default=None, metavar="URL", help="database URL (default: the default store)")
     e.add_argument("--json", action="store_true", help='print {"path": ..., "entries": N}')
-    e.set_defaults(func=run_export)
+    e.set_defaults(func=run_export, reads_only="tuner cache export")
 
     i = csub.add_parser("import", help="validate a cache file, then merge it into the store")
     i.add_argument("file", help="a file written by `tuner cache export` (.json or .json.gz)")
@@ -58,7 +59,7 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--storage", default=None, metavar="URL", help="database URL (default: the default store)")
     s.add_argument("--file", default=None, help="list a cache file (validated) instead of the store")
     s.add_argument("--skip-invalid", action="store_true", help=_SKIP_HELP + " (with --file)")
-    s.set_defaults(func=run_show)
+    s.set_defaults(func=run_show, reads_only="tuner cache show")
 
     r = csub.add_parser(
         "prune",
@@ -95,7 +96,20 @@ def add_parser(sub: Any) -> None:
     )
     r.add_argument("--storage", default=None, metavar="URL", help="database URL (default: the default store)")
     r.add_argument("--json", action="store_true", help="print the counts as one JSON object")
-    r.set_defaults(func=run_prune)
+    r.set_defaults(func=run_prune, reads_only=lambda a: "tuner cache prune --dry-run" if a.dry_run else None)
+
+    u = csub.add_parser(
+        "upgrade",
+        help="upgrade a store of an older tuner's schema in place",
+        description="Upgrade the store's schema (its entries, measurements and studies) to this tuner's, "
+        "in one transaction on SQLite, as a command that writes the store does when it opens one; the "
+        "commands that only read (cache show, cache export, cache prune --dry-run, study report, study "
+        "export) refuse an older store instead. Afterwards, tuner releases of the older schema refuse it: "
+        "upgrade every process that shares it together.",
+    )
+    u.add_argument("--storage", default=None, metavar="URL", help="database URL (default: the default store)")
+    u.add_argument("--json", action="store_true", help='print {"store": ..., "upgraded": true|false}')
+    u.set_defaults(func=run_upgrade)
 
 
 _SKIP_HELP = (
@@ -282,6 +296,30 @@ def run_prune(args: argparse.Namespace) -> int:
         print(f"vacuumed: {done.bytes_before / 1e6:.1f} MB -> {done.bytes_after / 1e6:.1f} MB")
     else:
         print("vacuumed (PostgreSQL reuses the space for new rows; the files do not shrink)")
+    return 0
+
+
+def run_upgrade(args: argparse.Namespace) -> int:
+    from tuner.errors import BadInput
+    from tuner.storage import SCHEMA_REVISION, StoreOutdated, missing_sqlite_file, only_reading, redact
+    from tuner.store import ResultStore, default_storage_url, normalize_url
+
+    url = normalize_url(args.storage or default_storage_url(create=False))
+    missing = missing_sqlite_file(url)
+    if missing is not None:
+        raise BadInput(f"no store at {missing}: nothing to upgrade")
+    try:
+        with only_reading("tuner cache upgrade"):
+            ResultStore(url).engine  # noqa: B018 - at this tuner's schema already: nothing written
+        upgraded = False
+    except StoreOutdated:
+        ResultStore(url)  # opened for writing: migrated in place (one transaction on SQLite)
+        upgraded = True
+    if args.json:
+        _print_json({"store": redact(url), "upgraded": upgraded})
+    else:
+        done = "upgraded to" if upgraded else "already at"
+        print(f"store {redact(url)}: {done} this tuner's schema ({SCHEMA_REVISION})")
     return 0
 
 

@@ -75,7 +75,7 @@ def add_parser(sub: Any) -> None:
     )
     rep.add_argument("--storage", default=None, metavar="URL")
     rep.add_argument("--json", action="store_true", help="print one JSON object")
-    rep.set_defaults(func=report_cmd)
+    rep.set_defaults(func=report_cmd, reads_only="tuner study report")
 
     ex = ssub.add_parser(
         "export",
@@ -87,7 +87,7 @@ def add_parser(sub: Any) -> None:
     ex.add_argument("--out", required=True, metavar="FILE")
     ex.add_argument("--storage", default=None, metavar="URL")
     ex.add_argument("--json", action="store_true", help="print one JSON object")
-    ex.set_defaults(func=export_cmd)
+    ex.set_defaults(func=export_cmd, reads_only="tuner study export")
 
     from .misses import add_from_misses_parser  # tuner study from-misses (record mode, docs/production.md)
 

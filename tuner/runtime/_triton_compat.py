@@ -257,16 +257,17 @@ class TritonAutotuned(Autotuned):
         # tuple), as Triton keeps it; what tuning reads is a list of its configs as they were then. All
         # is computed from that list before any is set (another thread may change `configs` meanwhile).
         have = list(configs)
-        dicts = _config_dicts(have)
+        objects: dict[str, Any] = {}  # this kernel's objects (see _triton_support.OBJECT_PREFIX)
+        dicts = _config_dicts(have, objects)
         by_canon: dict[str, Any] = {}
         for c, d in zip(have, dicts, strict=True):
             by_canon.setdefault(canon(d), c)
         self.configs_given: Sequence[Any] = configs
         self.configs: list[Any] = have
-        self._dicts, self._obj_by_canon = dicts, by_canon
+        self._dicts, self._obj_by_canon, self.objects = dicts, by_canon, objects
         self._cfg_names = frozenset().union(*(d.keys() for d in dicts))
         # some config leaves out a key another sets: launches drop the UNSET keys (see _triton_support)
-        self.irregular = any(d != launch_kwargs(d) for d in dicts)
+        self.irregular = any(d != launch_kwargs(d, objects) for d in dicts)
         self.has_config_hooks = _config_hooks(have)
         # what each config held then (copies), which `follow_in_place_changes` compares with what it holds
         self._values = [_config_values(c, copy=True) for c in have]
@@ -397,7 +398,7 @@ class TritonAutotuned(Autotuned):
         pruned = getattr(self._tl, "pruned", None)
         if pruned is None or (self.user_budget is not None and self.user_budget < len(pruned)):
             return self._strategy  # opt-in: the strategy (cost model) picks which configs to time
-        order = unique_dicts(self.dicts_of(pruned))
+        order = unique_dicts(self.dicts_of(pruned), self.objects)
         return InOrder(SearchSpace.from_configs(order), order, seed=self.seed)
 
     @strategy.setter
@@ -462,7 +463,9 @@ class TritonAutotuned(Autotuned):
         k = canon(plain)
         c = self._obj_by_canon.get(k)
         if c is None:
-            c = self._obj_by_canon[k] = _to_triton_config(plain) if self.kind == "triton" else plain
+            c = self._obj_by_canon[k] = (
+                _to_triton_config(plain, self.objects) if self.kind == "triton" else plain
+            )
         return c
 
     def split_config(self, kw: Mapping[str, Any]) -> dict[str, Any]:
@@ -513,11 +516,11 @@ class TritonAutotuned(Autotuned):
         """The runtime dicts of `configs` (some of `self.configs`, or configs an early prune made), with
         the keys of `self.configs`' dicts."""
         have = self.configs  # read once: another thread may set it meanwhile
-        return _config_dicts(list(have) + list(configs))[len(have) :]
+        return _config_dicts(list(have) + list(configs), self.objects)[len(have) :]
 
     def _pruned_space(self, *args: Any, **kwargs: Any) -> SearchSpace:
         pruned = getattr(self._tl, "pruned", None) or self.configs
-        return SearchSpace.from_configs(unique_dicts(self.dicts_of(pruned)))
+        return SearchSpace.from_configs(unique_dicts(self.dicts_of(pruned), self.objects))
 
     # ---- the injected timer, the benched target ------------------------------------------------------
     def _timer(self, args: tuple, kwargs: dict, device: str) -> BenchFn:
@@ -657,7 +660,7 @@ class TritonAutotuned(Autotuned):
                 hook(full)
             self.pre_hook(full)
             try:
-                out = target(*a, **(launch_kwargs(kw) if self.irregular else kw))
+                out = target(*a, **(launch_kwargs(kw, self.objects) if self.irregular else kw))
             except Exception as exc:
                 if verbose:
                     _emit(f"Autotuning failed with {exc}")
@@ -978,7 +981,7 @@ def build(fn: Any, triton_kw: dict[str, Any], **opts: Any) -> Any:
             return t.fn
 
         def stripped(*args: Any, **kw: Any) -> Any:
-            return t.fn(*args, **launch_kwargs(kw))
+            return t.fn(*args, **launch_kwargs(kw, t.objects))
 
         return stripped
 

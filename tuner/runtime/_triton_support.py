@@ -46,30 +46,33 @@ NONE = "<none>"
 # A meta-parameter value that a space cannot hold but Triton launches as a constexpr (a tuple, a `tl.dtype`,
 # a torch dtype, an enum member, an infinite or NaN float, an int beyond a float's range): the space, the
 # store and cache files hold it as the string `OBJECT_PREFIX + "<type> <repr>>"`, and launches pass the
-# object it stands for (the config's own object: `_OBJECTS`, filled as configs are read). A stored winner
-# is matched by that string against the configs of the process that reads it, so the repr must not change
-# between processes (one holding a memory address is refused).
+# object it stands for: the kernel's own config's object, from the kernel's table of them (string ->
+# object, filled by `_config_dicts` as its configs are read; one table per kernel, so that another
+# kernel's object of the same class and repr is never launched for it). A stored winner is matched by that
+# string against the configs of the process that reads it, so the repr must not change between processes
+# (one holding a memory address is refused), and two configs whose values differ must not share it (such
+# a pair is refused: no store could tell which of them won).
 OBJECT_PREFIX = "<object "
-_OBJECTS: dict[str, Any] = {}
+Objects = dict[str, Any]
 
 
 def _is_unset(v: Any) -> bool:
     return isinstance(v, str) and v == UNSET
 
 
-def _launch_value(v: Any) -> Any:
+def _launch_value(v: Any, objects: Objects) -> Any:
     if isinstance(v, str) and v.startswith("<"):
         if v == NONE:
             return None
         if v.startswith(OBJECT_PREFIX):
-            return _OBJECTS.get(v, v)
+            return objects.get(v, v)
     return v
 
 
-def launch_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def launch_kwargs(cfg: Mapping[str, Any], objects: Objects) -> dict[str, Any]:
     """A runtime config dict as the keyword arguments of the launch (UNSET keys left out, NONE as None, an
-    object's string as the object)."""
-    return {k: _launch_value(v) for k, v in cfg.items() if not _is_unset(v)}
+    object's string as the object it stands for in `objects`, the kernel's table)."""
+    return {k: _launch_value(v, objects) for k, v in cfg.items() if not _is_unset(v)}
 
 
 def _type_name(v: Any) -> str:
@@ -86,8 +89,7 @@ def _space_value(i: int, c: Any, k: str, v: Any, single: bool) -> Any:
     v = native(v)
     if isinstance(v, str) or (isinstance(v, (int, float)) and _finite(v)):
         return v
-    shown = c if isinstance(c, Mapping) else _all_kwargs(c) if callable(getattr(c, "all_kwargs", None)) else c
-    where = f"config {i} ({brief(shown)}): {k}={brief(v, 60)}"
+    where = f"config {i} ({brief(_shown(c))}): {k}={brief(v, 60)}"
     try:
         hash(v)
     except TypeError:
@@ -103,9 +105,29 @@ def _space_value(i: int, c: Any, k: str, v: Any, single: bool) -> Any:
             f"{where}: its repr names a memory address, so a stored winner holding it could not be "
             "recognised in another process; give a value with a stable repr (an int, str, tuple, tl.dtype)"
         )
-    s = f"{OBJECT_PREFIX}{_type_name(v)} {r}>"
-    _OBJECTS.setdefault(s, v)
-    return s
+    return f"{OBJECT_PREFIX}{_type_name(v)} {r}>"
+
+
+def _faithful(v: Any) -> bool:
+    """Whether `v`'s type and repr tell its value (a builtin scalar, or a tuple of them): then two values
+    with one string are one value (two NaNs included), and need no `==`."""
+    if type(v) is tuple:
+        return all(_faithful(x) for x in v)
+    return v is None or type(v) in (int, float, str, bool, complex, bytes)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is b or (_faithful(a) and _faithful(b)):
+        return True
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - a value whose == raises is no equal of another
+        return False
+
+
+def _shown(c: Any) -> Any:
+    """A config as an error message shows it (a triton.Config by its `all_kwargs()`)."""
+    return c if isinstance(c, Mapping) else _all_kwargs(c) if callable(getattr(c, "all_kwargs", None)) else c
 
 
 def _finite(v: int | float) -> bool:
@@ -115,10 +137,10 @@ def _finite(v: int | float) -> bool:
         return False
 
 
-def same_launch(d: Mapping[str, Any]) -> tuple:
+def same_launch(d: Mapping[str, Any], objects: Objects) -> tuple:
     """What triton.Config's `==` compares of a runtime config dict: its launch values (so 1, 1.0 and True are
     one value, as Python's `==` and Triton's config hash make them)."""
-    return tuple(sorted(launch_kwargs(d).items(), key=lambda kv: kv[0]))
+    return tuple(sorted(launch_kwargs(d, objects).items(), key=lambda kv: kv[0]))
 
 
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "ir_override")
@@ -139,11 +161,13 @@ def _launch_view(c: Any) -> SimpleNamespace:
     )
 
 
-def _config_dicts(configs: Sequence[Any]) -> list[dict[str, Any]]:
+def _config_dicts(configs: Sequence[Any], objects: Objects) -> list[dict[str, Any]]:
     """The runtime's dicts for triton.Configs (kwargs + num_warps + num_stages [+ num_ctas, maxnreg,
     ir_override where they vary]), all with the same keys: a key that only some configs set is UNSET in
-    the others (a maxnreg of None too); a meta-parameter a config sets to None is NONE. A config's own
-    pre_hook is run by this module, so it is not refused here."""
+    the others (a maxnreg of None too); a meta-parameter a config sets to None is NONE; a value a space
+    cannot hold is its `OBJECT_PREFIX` string, the object put in `objects` (the kernel's table) under it.
+    Two configs whose values differ (by `==`) but share a string are a ValueError naming both. A config's
+    own pre_hook is run by this module, so it is not refused here."""
     proxies = [c if isinstance(c, Mapping) else _launch_view(c) for c in configs]
     dicts = triton_configs_to_dicts(proxies)
     names: dict[str, None] = {}
@@ -164,27 +188,55 @@ def _config_dicts(configs: Sequence[Any]) -> list[dict[str, Any]]:
                 for k in names
             }
         )
+    _collect_objects(configs, dicts, out, objects)
     return out
 
 
-def unique_dicts(dicts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _collect_objects(
+    configs: Sequence[Any],
+    raw: Sequence[Mapping[str, Any]],
+    dicts: Sequence[Mapping[str, Any]],
+    objects: Objects,
+) -> None:
+    """Puts the objects of configs' dicts (`raw[i][k]` where `dicts[i][k]` is its string) in `objects`
+    under their strings, the first config's where several configs hold equal ones; two that differ under
+    one string are a ValueError naming both configs."""
+    first: dict[str, tuple[int, Any]] = {}
+    for i, (c, d) in enumerate(zip(configs, dicts, strict=True)):
+        for k, s in d.items():
+            if not (isinstance(s, str) and s.startswith(OBJECT_PREFIX)):
+                continue
+            v = native(raw[i][k])
+            j, w = first.setdefault(s, (i, v))
+            if j != i and not _same(v, w):
+                raise ValueError(
+                    f"config {j} ({brief(_shown(configs[j]))}) and config {i} ({brief(_shown(c))}) hold "
+                    f"{k} values that differ but are both {brief(s, 80)} (same type, same repr): a stored "
+                    "winner could not tell them apart; give the values a repr that tells them apart "
+                    "(a __repr__ that shows what differs)"
+                )
+    for s, (_, v) in first.items():
+        objects.setdefault(s, v)
+
+
+def unique_dicts(dicts: Sequence[Mapping[str, Any]], objects: Objects) -> list[dict[str, Any]]:
     """`dicts` without repeats, in order: Triton accepts a config listed twice, and counts two configs as
     one where `triton.Config.__eq__` does (their launch values equal by Python's `==`: 1, 1.0 and True; its
     timings are a dict keyed by config, so the first of them is the one it launches); a space does not."""
     seen: set[tuple] = set()
     out = []
     for d in dicts:
-        k = same_launch(d)
+        k = same_launch(d, objects)
         if k not in seen:
             seen.add(k)
             out.append(dict(d))
     return out
 
 
-def _to_triton_config(d: Mapping[str, Any]) -> Any:
+def _to_triton_config(d: Mapping[str, Any], objects: Objects) -> Any:
     import triton
 
-    d = launch_kwargs(d)
+    d = launch_kwargs(d, objects)
     opts = {k: d.pop(k) for k in _OPTIONS if k in d}
     return triton.Config(d, **opts)
 
@@ -390,7 +442,8 @@ class ConfigLaunch:
         return self.bare(*args, **kw)
 
     def bare(self, *args: Any, **kw: Any) -> Any:
-        return self.fn.run(*args, **(launch_kwargs(kw) if self.tuner.irregular else kw))
+        t = self.tuner
+        return self.fn.run(*args, **(launch_kwargs(kw, t.objects) if t.irregular else kw))
 
 
 def _bare(call: Callable[..., Any]) -> Callable[..., Any]:

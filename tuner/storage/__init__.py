@@ -63,9 +63,11 @@ from ._engine import (
 )
 from ._fence import LeaseLost, WriteGuard, guard_for, guarding
 from ._migrate import (
+    StoreOutdated,
     check_schema,
     close_idle_connections,
     ensure_schema,
+    only_reading,
     optuna_storage,
     schema_lock,
     schema_revision,
@@ -84,6 +86,7 @@ __all__ = [
     "StoreConnectionLimit",
     "StoreConnectionLost",
     "StoreCorrupt",
+    "StoreOutdated",
     "Vacuumed",
     "WriteGuard",
     "LeaseLost",
@@ -105,6 +108,7 @@ __all__ = [
     "make_engine",
     "normalize_url",
     "operation",
+    "only_reading",
     "optuna_storage",
     "pg_connect_wait_s",
     "pg_pool_size",

@@ -13,6 +13,7 @@ are created under the same lock (`optuna_storage`); once made, they are opened w
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import os
 import sys
@@ -62,11 +63,13 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "StoreOutdated",
     "close_idle_connections",
     "check_schema",
     "ensure_schema",
     "schema_lock",
     "schema_revision",
+    "only_reading",
     "optuna_storage",
     "MIGRATIONS_DIR",
 ]
@@ -309,11 +312,88 @@ def check_schema(engine: Engine, url: str, *, disk_full: bool = False) -> None:
         )
 
 
+class StoreOutdated(StoreError):
+    """A store of an older tuner's schema, opened by a command that only reads (`only_reading`): it is
+    left as it is, not upgraded."""
+
+
+# The command that only reads (`tuner cache show`, ...) while this context runs it, else None: a store of an
+# older schema is then refused (`StoreOutdated`), not upgraded in place.
+_reading: contextvars.ContextVar[str | None] = contextvars.ContextVar("tuner_store_reading", default=None)
+
+UPGRADE_COMMAND = "tuner cache upgrade"
+
+
+@contextlib.contextmanager
+def only_reading(command: str) -> Iterator[None]:
+    """Within it (in this thread or task), `ensure_schema` upgrades no store: one of an older schema is a
+    `StoreOutdated` naming `command` and how to upgrade it, and nothing is written to it."""
+    token = _reading.set(command)
+    try:
+        yield
+    finally:
+        _reading.reset(token)
+
+
+def _sqlite_revision_read_only(path: str) -> tuple[bool, str | None]:
+    """(whether the SQLite file holds tuner's tables, its revision), read through a read-only connection
+    (`mode=ro`: no journal mode set, no table made, nothing written)."""
+    import sqlite3
+    from urllib.parse import quote
+
+    con = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True, timeout=SQLITE_TIMEOUT_S)
+    try:
+        names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if VERSION_TABLE not in names:
+            return "tuner_meta" in names, None
+        row = con.execute(f"SELECT version_num FROM {VERSION_TABLE}").fetchone()
+        return True, row[0] if row else None
+    finally:
+        con.close()
+
+
+def _refuse_outdated(engine: Engine, url: str, command: str) -> bool:
+    """For a command that only reads: True when `engine`'s store is at this tuner's schema (nothing to
+    do); a `StoreOutdated` when it holds an older tuner's; False when it holds no tuner schema yet (made as
+    before: there is nothing in it to upgrade). A newer tuner's is refused by `_check_known`."""
+    path = sqlite_path(url)
+    if engine.dialect.name == "sqlite" and path is not None and not path.startswith("file:"):
+        import sqlite3
+
+        try:
+            made, rev = _sqlite_revision_read_only(path)
+        except sqlite3.Error:
+            return False  # not a store it can read (a damaged file): opened as before, which says why
+    else:
+        from sqlalchemy import inspect
+
+        with engine.connect() as conn:
+            rev = schema_revision(conn)
+            made = rev is not None or inspect(conn).has_table("tuner_meta")
+    if rev == SCHEMA_REVISION:
+        return True
+    if not made:
+        return False
+    if rev is not None:
+        with engine.connect() as conn:
+            _check_known(conn, rev, url)
+    which = f"revision {rev}" if rev else "the first release's"
+    raise StoreOutdated(
+        f"store {redact(url)} has an older tuner's schema ({which}; this tuner's is revision "
+        f"{SCHEMA_REVISION}), and `{command}` only reads a store, so it does not upgrade it: "
+        f"run `{UPGRADE_COMMAND}` (with the same --storage) to upgrade it in place, once every process "
+        "that shares it runs this tuner version; nothing was written"
+    )
+
+
 def ensure_schema(engine: Engine) -> None:
     """Bring `engine`'s database to the current schema (creating it if empty, migrating an older one).
     Safe when many processes call it at once on a fresh database; cheap when the schema is current."""
     url = str(engine.url.render_as_string(hide_password=False))
     try:
+        command = _reading.get()
+        if command is not None and _refuse_outdated(engine, url, command):
+            return
         with engine.connect() as conn:
             rev = schema_revision(conn)
             if rev == SCHEMA_REVISION:

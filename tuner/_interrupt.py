@@ -1,0 +1,73 @@
+"""Ctrl-C while the `tuner` command starts: `import tuner` (numpy and the rest) takes a noticeable time
+before `tuner.cli.main` can catch KeyboardInterrupt, and an interrupt there printed a traceback. When this
+process is the `tuner` command (its console script, or `python -m tuner`), `import tuner` first installs a
+SIGINT handler that says `tuner: interrupted` and exits 130, as `main` does; `main` puts Python's own
+handler back as it starts (`started`). In any other process nothing is changed: a program that imports
+tuner keeps its own Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any
+
+EXIT_INTERRUPTED = 130
+_OPTIONS_WITH_VALUE = ("-X", "-W", "-Q")
+
+
+def _run_as_module() -> bool:
+    """Whether the interpreter's command line is `python [options] -m tuner ...`."""
+    argv = list(getattr(sys, "orig_argv", ()))[1:]
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "-m":
+            return i + 1 < len(argv) and argv[i + 1] == "tuner"
+        if a.startswith("-m"):
+            return a[2:] == "tuner"
+        if a in _OPTIONS_WITH_VALUE:
+            i += 2
+            continue
+        if a == "-c" or not a.startswith("-") or a == "-":
+            return False
+        i += 1
+    return False
+
+
+def _console_script() -> bool:
+    """Whether the main program is the `tuner` console script that installers write."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path or not sys.argv or os.path.abspath(sys.argv[0]) != os.path.abspath(path):
+        return False
+    return os.path.basename(path) in ("tuner", "tuner-script.py")
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    try:
+        sys.stderr.write("tuner: interrupted\n")
+        sys.stderr.flush()
+    finally:
+        raise SystemExit(EXIT_INTERRUPTED)
+
+
+def install_if_command() -> None:
+    """At the start of `import tuner`: the command's start-up handler, when this process is the command and
+    SIGINT has Python's default handler (not ignored, not the program's own)."""
+    try:
+        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            return
+        if _run_as_module() or _console_script():
+            signal.signal(signal.SIGINT, _interrupted)
+    except (ValueError, OSError):  # not the main thread, or no SIGINT here
+        pass
+
+
+def started() -> None:
+    """`tuner.cli.main` starts: Python's own handler again (KeyboardInterrupt), which `main` catches."""
+    try:
+        if signal.getsignal(signal.SIGINT) is _interrupted:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    except (ValueError, OSError):
+        pass
