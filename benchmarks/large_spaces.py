@@ -2,14 +2,19 @@
 2e10 configs before constraints, shared-memory / register / thread limits), and `optimize` just below and
 just above the enumeration limit (2,000,000 configs before constraints) on a synthetic objective with a
 known optimum, several seeds per strategy: the best found over the optimum (mean and a 95% t interval)
-and the strategy's own time per evaluation (the objective is free).
+and the strategy's own time per evaluation (the objective is free). Last, a search of the Helion-like
+space itself with a synthetic GEMM time (waves of tiles, compute against memory per tile, stages hiding
+latency, and factors for the loop order, indexing, pid type and grouping, with a 5% deterministic
+per-config jitter): the best found over the best any run found.
 
 Run: PYTHONPATH=. python benchmarks/large_spaces.py [--seeds 5] [--budget 50] [--strategies random,auto,tpe]
+[--parts ops,threshold,helion] [--helion-budget 100]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import resource
 import statistics
@@ -141,15 +146,75 @@ def threshold(seeds: int, budget: int, strategies: list[str]) -> None:
     print(f"\nmax RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 
 
+_LOOP = {"mnk": 1.0, "mkn": 1.3, "nmk": 1.02, "nkm": 1.35, "kmn": 1.6, "knm": 1.6}
+_INDEXING = {"pointer": 1.1, "block_ptr": 1.05, "tensor_descriptor": 1.0}
+_PID = {"flat": 1.08, "xyz": 1.1, "persistent_blocked": 1.0, "persistent_interleaved": 1.03}
+
+
+def gemm_time(c: dict) -> float:
+    """A synthetic time of a 4096^3 GEMM on a 132-SM GPU for a config of `helion_space` (arbitrary units):
+    not a model of any real GPU, a landscape with interactions, plateaus and categorical factors."""
+    import zlib
+
+    m = n = k = 4096
+    waves = math.ceil(math.ceil(m / c["BM"]) * math.ceil(n / c["BN"]) / 132)
+    per_warp = c["BM"] * c["BN"] / (32 * c["num_warps"])
+    compute = c["BM"] * c["BN"] * k / (min(c["num_warps"], 8) * 2e3) * (1 + 0.3 * (per_warp > 128))
+    memory = (c["BM"] + c["BN"]) * k / (1.0 + 0.5 * min(c["num_stages"], 4)) / (c["BK"] / 64) ** 0.3
+    t = waves * max(compute, memory) * _LOOP[c["loop_order"]] * _INDEXING[c["indexing"]] * _PID[c["pid_type"]]
+    t *= 1 + 0.02 * abs(c["l2_grouping"] - 8) ** 0.5 + 0.01 * c["range_unroll"]
+    t *= 0.97 if c["multi_buffer"] and c["num_stages"] >= 3 else 1.0
+    jitter = zlib.crc32(repr(sorted(c.items())).encode()) / 2**32
+    return t * (1 + 0.05 * jitter)
+
+
+def helion_search(seeds: int, budget: int, strategies: list[str]) -> None:
+    import tuner
+
+    space = helion_space()
+    found: dict[str, list[float]] = {}
+    per: dict[str, list[float]] = {}
+    for strat in strategies:
+        for seed in range(seeds):
+            t0 = time.perf_counter()
+            res = tuner.optimize(space, gemm_time, budget=budget, strategy=strat, seed=seed)
+            per.setdefault(strat, []).append((time.perf_counter() - t0) / res.evaluations)
+            found.setdefault(strat, []).append(res.best_value)
+    ref = min(min(v) for v in found.values())
+    print(
+        f"\nHelion-like space, synthetic GEMM time, budget {budget}, seeds 0-{seeds - 1}: best found over the "
+        f"best of all runs ({ref:.6g})\n"
+    )
+    print("| strategy | best / best of all runs, mean [95% CI] | median | ms per evaluation |")
+    print("|---|---|---|---|")
+    for strat in strategies:
+        r = [v / ref for v in found[strat]]
+        print(
+            f"| {strat} | {ci(r)} | {statistics.median(r):.4f} | {statistics.median(per[strat]) * 1e3:.1f} |"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=positive_int, default=5)
     ap.add_argument("--budget", type=positive_int, default=50)
     ap.add_argument("--strategies", default="random,auto,tpe")
+    ap.add_argument("--parts", default="ops,threshold,helion", help="which parts to run, comma-separated")
+    ap.add_argument("--helion-budget", type=positive_int, default=100)
     args = ap.parse_args()
+    parts = {p for p in args.parts.split(",") if p}
+    if parts - {"ops", "threshold", "helion"}:
+        ap.error(
+            f"--parts: unknown {sorted(parts - {'ops', 'threshold', 'helion'})}; choose ops, threshold, helion"
+        )
     os.environ.setdefault("TUNER_HOME", tempfile.mkdtemp(prefix="tuner-large-"))
-    ops()
-    threshold(args.seeds, args.budget, [s for s in args.strategies.split(",") if s])
+    strategies = [s for s in args.strategies.split(",") if s]
+    if "ops" in parts:
+        ops()
+    if "threshold" in parts:
+        threshold(args.seeds, args.budget, strategies)
+    if "helion" in parts:
+        helion_search(args.seeds, args.helion_budget, strategies)
 
 
 if __name__ == "__main__":
