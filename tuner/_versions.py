@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 __all__ = [
     "VERSIONS_BY_KIND",
+    "FRAMEWORK_PACKAGES",
     "BACKEND_KIND",
     "package_version",
     "package_versions",
@@ -27,6 +28,15 @@ VERSIONS_BY_KIND: dict[str, tuple[str, ...]] = {
     "triton": ("triton", "torch"),
     "jax": ("jax", "jaxlib"),
     "python": (),
+}
+# The frameworks whose own functions (jax's Pallas ops, a function of torch) a decorated launcher or a
+# `depends` entry may be: by top-level package, the packages whose versions key such a function in place
+# of its source (the runtime does not follow a framework's code: its version stands for it).
+FRAMEWORK_PACKAGES: dict[str, tuple[str, ...]] = {
+    "jax": ("jax", "jaxlib"),
+    "jaxlib": ("jax", "jaxlib"),
+    "triton": ("triton",),
+    "torch": ("torch",),
 }
 # The runtime's kind of callable for each kernel backend (it selects the versions and the default timer).
 BACKEND_KIND: dict[str, str] = {"triton": "triton", "pallas": "jax"}

@@ -171,7 +171,7 @@ class Autotuned:
                 key=key,
                 bucket=bucket,
                 dtypes=dtypes,
-                packages=dependency_packages(self._depends),
+                packages=dependency_packages((fn, *self._depends)),
             )
         )
         self.timer: Timer = timer or _default_timer(bench, self.kind)

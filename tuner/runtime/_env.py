@@ -15,7 +15,7 @@ import textwrap
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tuner._versions import VERSIONS_BY_KIND, package_versions, python_version
+from tuner._versions import FRAMEWORK_PACKAGES, VERSIONS_BY_KIND, package_versions, python_version
 from tuner.search_spaces.devices import cuda_device_label, jax_device_label, triton_interpreted
 
 __all__ = [
@@ -246,12 +246,16 @@ def dtype_name(dt: Any) -> str:
 def dependency_packages(depends: Iterable[Any]) -> tuple[str, ...]:
     """The compilers among the kinds of `depends` (a `@triton.jit` kernel, a `jax.jit` function, ...) whose
     versions change what they compile to: a plain-Python launcher that names the Triton kernel it calls
-    in `depends` is keyed on triton's version too, as the kernel itself would be."""
+    in `depends` is keyed on triton's version too, as the kernel itself would be. A function of a
+    framework itself (jax's Pallas `mha`, a `functools.partial` of it: `FRAMEWORK_PACKAGES`) adds that
+    framework's versions, which stand for its code in the key (`_source.code_hash` does not follow it)."""
     out: list[str] = []
     for dep in depends:
         top = (type(dep).__module__ or "").split(".")[0]
         kind = "jax" if top in ("jax", "jaxlib") else top
-        for pkg in VERSIONS_BY_KIND.get(kind, ()) if kind in ("triton", "jax") else ():
+        pkgs = VERSIONS_BY_KIND.get(kind, ()) if kind in ("triton", "jax") else ()
+        own = (getattr(underlying_function(dep), "__module__", None) or "").split(".")[0]
+        for pkg in (*pkgs, *FRAMEWORK_PACKAGES.get(own, ())):
             if pkg not in out:
                 out.append(pkg)
     return tuple(out)

@@ -9,7 +9,12 @@
   `module.attr` of a module of the same package) that is defined in user code (the decorated
   function's top-level package or its file), e.g. the Pallas kernel body that a launcher passes to
   `pl.pallas_call` and the helpers that body calls. Library code (jax, triton, numpy, ...) is not
-  followed: its version is part of the key already.
+  followed: its version is part of the key already. A decorated function of a framework itself (jax's
+  Pallas ops, `functools.partial(jax.experimental.pallas.ops.gpu.attention.mha, ...)`; the packages of
+  `tuner._versions.FRAMEWORK_PACKAGES`) counts by its qualified name and bound arguments, and the
+  framework's versions join the key (`_env.dependency_packages`): its own code would be followed through
+  the whole framework, slowly, and through globals whose order varies between processes (jax builds
+  tuples of classes from sets), so no other process would find its entries.
   What such a function's behaviour depends on beyond its text is hashed too (`_Values`): its default
   argument values (`__defaults__`, `__kwdefaults__`), and the values of the globals and closure cells its
   source names. A library callable counts by its qualified name (module + qualname; a
@@ -50,6 +55,8 @@ import types
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from tuner._versions import FRAMEWORK_PACKAGES
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +224,9 @@ def _one_hash(fn: Any) -> str:
         if not isinstance(base, types.FunctionType):
             return _h(f"{type(fn).__module__}.{getattr(fn, '__qualname__', type(fn).__qualname__)}")
     root_pkg = _top_package(getattr(base, "__module__", None))
+    if root_pkg in FRAMEWORK_PACKAGES:  # jax's own Pallas op, say: its version is in the key (see above)
+        bound = _bound_args_text(fn, _Values(lambda o: False, []))
+        return _h(f"framework:{_qualified(base)}" + (f"\n\0=partial:{bound}" if bound else ""))
     root_file = getattr(base.__code__, "co_filename", None)
     texts: list[str | tuple[str, dict[str, str]]] = []  # a tuple: (label, the values of that function)
     reassigned: set[str] = set()  # names some function declares `global` or `nonlocal`: state, not code
