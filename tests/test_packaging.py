@@ -164,31 +164,62 @@ def test_a_missing_kernel_backend_names_the_extra():
 
 _WITHOUT_BACKENDS = """
 import sys
-for name in ("torch", "triton", "jax", "jaxlib"):
+for name in sys.argv[1].split(","):
     sys.modules[name] = None  # `import torch` raises ModuleNotFoundError, as where [kernels] is not installed
 from tuner.cli import main
-sys.exit(main(sys.argv[1:]))
+sys.exit(main(sys.argv[2:]))
 """
+
+
+def _tuner_without(modules: str, args: list[str], home: Path) -> subprocess.CompletedProcess[str]:
+    """`tuner ARGS` in a fresh interpreter where the comma-separated `modules` cannot be imported."""
+    env = {**os.environ, "TUNER_HOME": str(home), "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-c", _WITHOUT_BACKENDS, modules, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=home,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("backend", [[], ["--backend", "triton"], ["--backend", "pallas"]])
 def test_tuner_check_without_the_kernel_backends_names_the_extra(backend: list[str], tmp_path: Path):
     """`tuner check` on a tuner installed without `[kernels]` fails with one line that says how to fix it
     (it used to print only `tuner: failed: ModuleNotFoundError: No module named 'jax'`)."""
-    env = {**os.environ, "TUNER_HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
-    r = subprocess.run(
-        [sys.executable, "-c", _WITHOUT_BACKENDS, "check", "softmax", "--configs", "1", *backend],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-    )
+    r = _tuner_without("torch,triton,jax,jaxlib", ["check", "softmax", "--configs", "1", *backend], tmp_path)
     assert r.returncode == 1, r.stderr
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith("tuner: failed: ModuleNotFoundError") and "pip install 'tuner[kernels]'" in line, (
         line
     )
+
+
+@pytest.mark.parametrize(("missing", "backend"), [("torch", "triton"), ("jax", "pallas")])
+def test_study_run_without_the_kernel_backends_runs_nothing_and_names_the_extra(
+    missing: str, backend: str, tmp_path: Path
+):
+    """`tuner study run` on a tuner installed without `[kernels]` stops before any trial with one line naming
+    the extra, and its tasks stay pending. It used to crash every trial of every task (in worker processes),
+    mark each task failed, and a run after installing the backend ran nothing without --retry-failed."""
+    study = tmp_path / "s.toml"
+    study.write_text(
+        f'[study]\nname = "nobackend"\ndevice = "cpu"\nbackends = ["{backend}"]\ndtypes = ["float32"]\n'
+        "budget = { trials = 1 }\nfinalists = 1\n\n"
+        '[[tasks]]\nkernel = "softmax"\nproblems = [{ M = 4, N = 16 }, { M = 8, N = 16 }]\n'
+    )
+    r = _tuner_without(missing, ["study", "run", str(study)], tmp_path)
+    assert r.returncode == 1, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith(f"tuner: failed: ModuleNotFoundError: No module named '{missing}'"), line
+    assert f"2 task(s) left on backend {backend}" in line and "pip install 'tuner[kernels]'" in line, line
+    assert r.stdout == ""
+    from tuner.studies import load_study
+    from tuner.studies._runner import study_rows
+
+    spec = load_study(study, storage=f"sqlite:///{tmp_path / 'studies' / 'nobackend' / 'study.db'}")
+    assert [row.status for row in study_rows(spec)] == ["pending", "pending"]
 
 
 def test_a_kernel_module_that_needs_a_missing_backend_names_the_extra(tmp_path, monkeypatch):

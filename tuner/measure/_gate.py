@@ -293,6 +293,21 @@ def classify_exception(exc: BaseException, phase: str) -> tuple[str, bool]:
 
 # The modules of pyproject's `kernels` extra: a trial that needs one of them and lacks it says how to get it.
 _BACKEND_MODULES = frozenset({"torch", "triton", "jax", "jaxlib"})
+# What a trial of each kernel backend imports from that extra (a Triton kernel's inputs are torch tensors).
+BACKEND_NEEDS: dict[str, tuple[str, ...]] = {"triton": ("torch", "triton"), "pallas": ("jax", "jaxlib")}
+
+
+def missing_backend_module(backend: str) -> str | None:
+    """The first module of the `kernels` extra that a trial of `backend` needs and this environment lacks."""
+    import importlib.util
+
+    for name in BACKEND_NEEDS.get(backend, ()):
+        try:
+            if importlib.util.find_spec(name) is None:
+                return name
+        except (ImportError, ValueError):  # a broken or half-removed install: the trial would fail too
+            return name
+    return None
 
 
 def _missing_backend(exc: BaseException) -> bool:

@@ -1037,8 +1037,28 @@ def run_study(
     processes (`tuner study run STUDY --workers 1`, which needs `spec.path` and an executor given as
     "module:function" or the default); more machines join by running the same command on the same storage."""
     spec = prepare_study(spec, retry_failed=retry_failed)
+    if executor is None:  # the default executor runs the trials on this machine: its backends must be here
+        _check_backends_installed(spec)
     with holding(spec.storage):  # its tasks' `optimize` calls must not open a deleted file's path anew
         return _run_prepared(spec, workers, executor, progress, lease_s)
+
+
+def _check_backends_installed(spec: StudySpec) -> None:
+    """Refuse, before any trial, a study whose tasks left to run need a kernel backend (torch, triton, jax)
+    that is not installed: every trial of those tasks would crash and each task would be marked failed, to
+    be retried with --retry-failed once the backend is installed. The tasks stay pending."""
+    from tuner.measure._gate import missing_backend_module
+
+    left = {r.key for r in study_rows(spec) if r.status in (PENDING, RUNNING)}
+    for backend in sorted({t.backend for t in spec.tasks if t.key in left}):
+        name = missing_backend_module(backend)
+        if name is not None:
+            n = sum(t.key in left and t.backend == backend for t in spec.tasks)
+            raise ModuleNotFoundError(
+                f"No module named {name!r}: study {spec.name} has {n} task(s) left on backend {backend}, "
+                "which need it; no trial was run",
+                name=name,
+            )
 
 
 def _run_prepared(
