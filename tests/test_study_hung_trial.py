@@ -47,6 +47,18 @@ def _hanging_executor(task: Any, *, prior: Any = None, callback: Any = None) -> 
         fake.objective_for = orig  # type: ignore[assignment]
 
 
+def timed_out_trials(spec: Any) -> list[tuple[Any, Any]]:
+    """(task, trial) of the trials of `spec`'s tasks given up as hung (`tuner_status = "timeout"`)."""
+    from tuner.studies._runner import _optuna_storage
+
+    study = _optuna_storage(spec.storage)
+    out = []
+    for task in spec.tasks:
+        trials = study.get_all_trials(study.get_study_id_from_name(task.study_name), deepcopy=False)
+        out += [(task, t) for t in trials if t.user_attrs.get("tuner_status") == "timeout"]
+    return out
+
+
 def test_study_file_refuses_a_bad_trial_timeout(tmp_path: Path) -> None:
     from tuner.studies import StudyError, load_study
 
@@ -215,12 +227,8 @@ def test_a_worker_process_stuck_in_a_hung_trial_is_replaced_and_the_study_finish
     board.close()
     assert [r.status for r in rows] == [DONE, DONE], rows
     study = _optuna_storage(spec.storage)
-    timed_out = []
+    timed_out = [(task.key, dict(t.params)) for task, t in timed_out_trials(spec)]
     for task in spec.tasks:
-        trials = study.get_all_trials(study.get_study_id_from_name(task.study_name), deepcopy=False)
-        timed_out += [
-            (task.key, dict(t.params)) for t in trials if t.user_attrs.get("tuner_status") == "timeout"
-        ]
         assert check_task(_result_store(spec.storage), study, task) == []
     assert len(timed_out) == 1, timed_out
     measured = [json.loads(line) for line in evals.read_text().splitlines()]

@@ -35,6 +35,11 @@ log = logging.getLogger(__name__)
 MERGE_BATCH = 500  # rows per statement execution of a merge (its reads of existing keys too)
 # The stats field of a measurement row that marks a timing in flight (`ConfigCache.mark_measuring`): its owner.
 IN_FLIGHT = "in_flight"
+# How many times a config whose timing killed its process (its owner died on this host within the lease) is
+# timed again: the first death may have another cause (an OOM kill of the process, a `kill`); the next one
+# makes it a failure (status `crashed`) that no later owner times, so that workers restarted on a crash
+# (systemd, Kubernetes) do not die on the same config for ever.
+CRASH_RETRIES = 1
 
 __all__ = [
     "ConfigCache",
@@ -391,12 +396,22 @@ class ConfigCache:
 
     # ---- the measurement in flight under a claim (a config that hangs) ---------------------------
     def mark_measuring(
-        self, task: Any, space: str, config: dict[str, Any], key_hash: str, owner: str, lease_s: float
+        self,
+        task: Any,
+        space: str,
+        config: dict[str, Any],
+        key_hash: str,
+        owner: str,
+        lease_s: float,
+        crashes: int = 0,
     ) -> int:
         """Record, before the claim's owner times `config`, that it does: a measurement row with status
         `timeout` (`hung_configs`), which `unmark` deletes once the timing returns. A process that hangs
-        in the timing (a deadlocked kernel) leaves it behind as that config's failure; returns its id."""
+        in the timing (a deadlocked kernel) leaves it behind as that config's failure; returns its id.
+        `crashes`: how many earlier timings of the config killed their process (`hung_configs`)."""
         stats = {"key": key_hash, IN_FLIGHT: owner, "host": HOST, "pid": os.getpid(), "since": time.time()}
+        if crashes:
+            stats["crashes"] = crashes
         error = (
             f"timed out: its timing did not return within the claim's lease (lease_s = {lease_s:g} s); "
             "the process that timed it hung in it (a deadlocked kernel, an endless loop) or was killed"
@@ -408,34 +423,65 @@ class ConfigCache:
         with self.store.session() as s:
             s.execute(delete(MeasurementRow).where(MeasurementRow.id == row_id))
 
-    def hung_configs(self, task_id: str, key_hash: str, owner: str, lease_s: float) -> dict[str, str]:
-        """canon(config) -> error of the configs whose timing outlived a claim of the key `key_hash`: the
-        marks (`mark_measuring`) of the earlier owners of the claim, which the caller now holds. A mark
-        whose owner was alive when its claim was taken over (the lease ran out: it hangs in the timing),
-        or that is older than `lease_s`, is kept as the config's failure. One whose owner died sooner on
-        this host (killed, or crashed, in the timing), or is this very owner (an interrupted timing), is
-        deleted: its config is timed again."""
+    def hung_configs(
+        self, task_id: str, key_hash: str, owner: str, lease_s: float
+    ) -> tuple[dict[str, str], dict[str, int]]:
+        """The configs whose timing outlived a claim of the key `key_hash` (canon(config) -> error), and
+        the configs to time again whose earlier timings killed their process (canon(config) -> how many
+        times: pass it to `mark_measuring`), from the marks (`mark_measuring`) of the earlier owners of
+        the claim, which the caller now holds. A mark whose owner was alive when its claim was taken over
+        (the lease ran out: it hangs in the timing), or that is older than `lease_s`, is kept as the
+        config's failure. One whose owner died sooner on this host (killed, or crashed, in the timing) is
+        deleted and its config timed again, up to `CRASH_RETRIES` times; the death after those makes it a
+        failure too, status `crashed` ("crashed the process while timed (N times)"). One of this very
+        owner (an interrupted timing) is deleted."""
         from ._key import canon
+        from ._tuning import CRASHED
 
         q = select(
             MeasurementRow.id, MeasurementRow.config, MeasurementRow.stats, MeasurementRow.error
-        ).where(MeasurementRow.task_id == task_id, MeasurementRow.status == "timeout")
+        ).where(MeasurementRow.task_id == task_id, MeasurementRow.status.in_(("timeout", "crashed")))
         hung: dict[str, str] = {}
+        crashed: dict[str, int] = {}
         gone: list[int] = []
         now = time.time()
         with self.store.session() as s:
             for row_id, config, st, error in s.execute(q):
-                if not isinstance(st, dict) or st.get("key") != key_hash or not st.get(IN_FLIGHT):
+                if not isinstance(st, dict) or st.get("key") != key_hash:
+                    continue
+                c = canon(dict(config))
+                if st.get("crashed"):  # timed too often, killing its process each time
+                    hung[c] = error or "crashed"
+                    continue
+                if not st.get(IN_FLIGHT):
                     continue
                 old = now - float(st.get("since") or 0.0) > lease_s
                 died = st.get("host") == HOST and isinstance(st.get("pid"), int) and not pid_alive(st["pid"])
-                if st[IN_FLIGHT] == owner or (died and not old):
+                if st[IN_FLIGHT] == owner:
                     gone.append(row_id)
+                elif died and not old:
+                    n = int(st.get("crashes") or 0) + 1
+                    if n <= CRASH_RETRIES:
+                        crashed[c] = max(crashed.get(c, 0), n)
+                        gone.append(row_id)
+                        continue
+                    hung[c] = (
+                        f"{CRASHED} ({n} times): the process that timed it died in "
+                        "the timing (a segfault, an abort, a kill), and so did the one that timed it again"
+                    )
+                    done = {k: v for k, v in st.items() if k != IN_FLIGHT}
+                    s.execute(
+                        update(MeasurementRow)
+                        .where(MeasurementRow.id == row_id)
+                        .values(status="crashed", error=hung[c], stats={**done, "crashed": n})
+                    )
                 else:
-                    hung[canon(dict(config))] = error or "timed out"
+                    hung[c] = error or "timed out"
             if gone:
                 s.execute(delete(MeasurementRow).where(MeasurementRow.id.in_(gone)))
-        return hung
+        for c in hung:
+            crashed.pop(c, None)
+        return hung, crashed
 
     def holder(self, key_hash: str) -> ClaimHolder | None:
         """Who holds the claim of `key_hash` now (None: nobody)."""

@@ -58,6 +58,40 @@ class ConfigHung(RuntimeError):
     failed without being timed again."""
 
 
+class ConfigCrashed(ConfigHung):
+    """The trial of a config whose timings killed their process (`ConfigCache.hung_configs`): failed
+    without being timed again."""
+
+
+CRASHED = "crashed the process while timed"  # how `hung_configs` words a config that killed its timers
+
+
+def _warn_earlier(name: str, ck: CacheKey, hung: dict[str, str], crashes: dict[str, int]) -> None:
+    """One warning for the configs an earlier owner of the key's claim left behind, by what they did."""
+    crashed = sorted(c for c, e in hung.items() if e.startswith(CRASHED))
+    stuck = sorted(c for c in hung if c not in crashed)
+    if stuck:
+        log.warning(
+            "%s %s: %d config(s) hung in an earlier tuning of this key, past its claim's lease; not timed "
+            "again: %s",
+            name,
+            ck.fields_dict,
+            len(stuck),
+            ", ".join(stuck),
+        )
+    for c in crashed:
+        log.warning("%s %s: config %s %s; not timed again", name, ck.fields_dict, c, hung[c])
+    for c, n in sorted(crashes.items()):
+        log.warning(
+            "%s %s: config %s killed the process that timed it (%d time(s)): timed again, as the death may "
+            "have had another cause; if it kills this process too, no process times it again",
+            name,
+            ck.fields_dict,
+            c,
+            n,
+        )
+
+
 # The claims this process holds now: (store, key hash, owner). A tuning in a daemon thread (a server's
 # warm-up thread, a background worker) is stopped without its `finally` when the interpreter exits: its
 # claim would stay, and processes on other hosts would wait out its lease for a tuning that is not
@@ -247,29 +281,22 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
     # A config whose timing outlived an earlier owner's claim (it hung in it) is not timed again; each
     # timing under the claim is marked first, so that a hang here is known to the next owner the same way.
     hung: dict[str, str] = {}
+    crashes: dict[str, int] = {}  # configs to time again whose timing killed an earlier owner: how often
     if db is not None and owner is not None and task is not None:
-        hung = guarded(
+        hung, crashes = guarded(
             db,
             "write",
             "read the hung configs",
             lambda: db.hung_configs(task.task_id, ck.hash, owner, t.lease_s),
-            hung,
+            (hung, crashes),
         )
-        if hung:
-            log.warning(
-                "%s %s: %d config(s) hung in an earlier tuning of this key, past its claim's lease; not timed "
-                "again: %s",
-                t.name,
-                ck.fields_dict,
-                len(hung),
-                ", ".join(sorted(hung)),
-            )
+        _warn_earlier(t.name, ck, hung, crashes)
     fingerprint = space.fingerprint() if owner is not None else ""
 
     def objective(cfg: dict[str, Any]) -> float:
         earlier = hung.get(canon(cfg))
         if earlier is not None:
-            raise ConfigHung(earlier)
+            raise (ConfigCrashed if earlier.startswith(CRASHED) else ConfigHung)(earlier)
         if restore is not None:
             restore()
         current[slot] = cfg
@@ -279,7 +306,9 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
                 db,
                 "write",
                 "mark the config being timed",
-                lambda: db.mark_measuring(task, fingerprint, cfg, ck.hash, owner, t.lease_s),
+                lambda: db.mark_measuring(
+                    task, fingerprint, cfg, ck.hash, owner, t.lease_s, crashes.get(canon(cfg), 0)
+                ),
                 None,
             )
         try:

@@ -487,6 +487,36 @@ class TaskBoard:
             )
             return int(res.rowcount or 0)
 
+    def take_from(self, row_id: int, worker_from: str, worker: str, lease_s: float) -> Claim | None:
+        """Take the running task `row_id` over from `worker_from`, whose process the caller killed (the
+        study runner, of its own stuck worker process): a claim of it for `worker`, or None when
+        `worker_from` no longer holds it (it finished it, or another worker took it over)."""
+        c = tasks_table.c
+        token = uuid.uuid4().hex
+        with operation("taking a task over"), self.engine.begin() as conn:
+            now = self._now(conn)
+            res = conn.execute(
+                update(tasks_table)
+                .where((c.id == row_id) & (c.worker == worker_from) & (c.status == RUNNING))
+                .values(worker=worker, lease_token=token, lease_expires_at=now + lease_s, heartbeat_at=now)
+            )
+            if res.rowcount != 1:
+                return None
+            row = conn.execute(select(tasks_table).where(c.id == row_id)).one()
+        task = StudyTask.from_dict({**row.spec, "storage": self.url})
+        return Claim(row.id, task, token, worker, int(row.attempts), float(row.spent_s or 0.0))
+
+    def beats(self, study: str) -> tuple[float, list[tuple[int, str, str | None, float | None]]]:
+        """The database's clock now, and (row id, status, worker, last renewal) of each task of `study`:
+        what the study runner watches its worker processes' heartbeats by."""
+        c = tasks_table.c
+        with operation(f"reading the task board of study {study}"), self.engine.connect() as conn:
+            now = self._now(conn)
+            rs = conn.execute(
+                select(c.id, c.status, c.worker, c.heartbeat_at).where(c.study == study).order_by(c.seq)
+            ).all()
+        return now, [(int(r.id), str(r.status), r.worker, r.heartbeat_at) for r in rs]
+
     # ---- reading -----------------------------------------------------------------------------------
     def rows(self, study: str) -> list[TaskRow]:
         c = tasks_table.c

@@ -678,6 +678,37 @@ def _exit_hung() -> None:
     os._exit(EXIT_HUNG)
 
 
+def _fail_trials_in_flight(storage: Any, task: StudyTask, worker: str, error: str) -> list[dict[str, Any]]:
+    """Mark the trials of `task` in flight (RUNNING in its Optuna study; `worker` holds the task's lease,
+    so they are of its holder) failed with status `timeout` and `error`: counted, so that no worker
+    measures their configs again. Returns their configs."""
+    import optuna
+
+    try:
+        sid = storage.get_study_id_from_name(task.study_name)
+    except KeyError:
+        return []
+    hung: list[dict[str, Any]] = []
+    running = storage.get_all_trials(sid, deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    for t in running:
+        # The executor may finish the trial at any point of this (it is stuck, or just slow): a write
+        # to a finished trial raises UpdateFinishedTrialError (a RuntimeError), and the trial keeps
+        # its result. Its marks may be written already (the executor finished it between them and the
+        # FAIL): `check_task` reads them only on a FAIL trial.
+        try:
+            if not t.user_attrs.get("tuner_skip"):  # a replaced proposal keeps its mark
+                storage.set_trial_user_attr(t._trial_id, "tuner_status", "timeout")
+                storage.set_trial_user_attr(t._trial_id, TIMED_OUT, worker)
+                storage.set_trial_user_attr(t._trial_id, "tuner_error", error)
+            storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+        except RuntimeError as exc:  # finished meanwhile: it was not hung after all
+            log.info("trial %d of %s finished meanwhile: %s", t.number, task.study_name, exc)
+            continue
+        if not t.user_attrs.get("tuner_skip"):
+            hung.append(dict(t.params))
+    return hung
+
+
 def _hand_back(lease: _Lease) -> None:
     """Put an interrupted task back on the queue (under the lease's lock, which stops its heartbeat). A
     hand-back that cannot be written is logged: the task is then taken over once its lease runs out, or
@@ -802,37 +833,11 @@ class StudyWorker:
         """Mark the trials of `task` that are in flight (RUNNING in its Optuna study; this worker holds
         the lease, so they are its own) failed with status `timeout`: counted, so that no worker measures
         their configs again. Returns their configs."""
-        import optuna
-
-        storage = self.storage
-        try:
-            sid = storage.get_study_id_from_name(task.study_name)
-        except KeyError:
-            return []
-        hung: list[dict[str, Any]] = []
-        running = storage.get_all_trials(sid, deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-        for t in running:
-            # The executor may finish the trial at any point of this (it is stuck, or just slow): a write
-            # to a finished trial raises UpdateFinishedTrialError (a RuntimeError), and the trial keeps
-            # its result. Its marks may be written already (the executor finished it between them and the
-            # FAIL): `check_task` reads them only on a FAIL trial.
-            try:
-                if not t.user_attrs.get("tuner_skip"):  # a replaced proposal keeps its mark
-                    storage.set_trial_user_attr(t._trial_id, "tuner_status", "timeout")
-                    storage.set_trial_user_attr(t._trial_id, TIMED_OUT, self.worker_id)
-                    storage.set_trial_user_attr(
-                        t._trial_id,
-                        "tuner_error",
-                        f"no result after {idle:.0f} s (the study's trial_timeout is {timeout:g} s): the "
-                        "trial hung or ran too long",
-                    )
-                storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
-            except RuntimeError as exc:  # finished meanwhile: it was not hung after all
-                log.info("trial %d of %s finished meanwhile: %s", t.number, task.study_name, exc)
-                continue
-            if not t.user_attrs.get("tuner_skip"):
-                hung.append(dict(t.params))
-        return hung
+        error = (
+            f"no result after {idle:.0f} s (the study's trial_timeout is {timeout:g} s): the trial hung or "
+            "ran too long"
+        )
+        return _fail_trials_in_flight(self.storage, task, self.worker_id, error)
 
     def run_task(self, claim: Claim) -> str:
         """Tune one claimed task; returns "done", "failed" or "lost"."""
@@ -1117,27 +1122,15 @@ def _run_prepared(
     # this process only waits (and polls the board for the progress display): the connections its
     # preparation left idle in its pools would count against the server's limit for the whole run
     close_idle_connections(spec.storage)
-    procs = [subprocess.Popen(cmd, env=env) for _ in range(max(1, workers))]
+    sup = _Supervisor(spec, cmd, env, max(1, workers), float(lease_s or spec.lease_seconds))
     try:
         if monitor:
             monitor.start()
-        with _signals_as_interrupt():  # SIGTERM / SIGHUP reach the workers as SIGINT, below
-            while any(p.poll() is None or p.returncode == EXIT_HUNG for p in procs):
-                for i, p in enumerate(procs):
-                    if p.poll() == EXIT_HUNG:  # gave a hung trial up (`_exit_hung`): a new worker goes on
-                        log.warning("worker process %d exited after a hung trial; starting another", p.pid)
-                        procs[i] = subprocess.Popen(cmd, env=env)
-                time.sleep(0.2)
-    except KeyboardInterrupt:
-        for p in procs:  # the terminal sent SIGINT to them as well; make sure, then wait
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        for p in procs:
-            p.wait()
-        raise
+        sup.run()
     finally:
         if monitor:
             monitor.stop()
+    procs = sup.procs
     bad = [p.returncode for p in procs if p.returncode not in (0, 1)]
     if bad:
         log.warning("worker processes exited with %s", bad)
@@ -1146,6 +1139,170 @@ def _run_prepared(
     codes = [p.returncode for p in procs]
     _check_workers(summary, codes)
     return summary
+
+
+# How long the runner waits for its worker processes to hand their tasks back after Ctrl-C before it kills
+# them (a worker stuck in a hung trial, or stopped, never does).
+STOP_GRACE_S = 10.0
+
+
+class _Supervisor:
+    """The study runner's worker processes (`_run_prepared`): started, replaced when one gives a hung
+    trial up (it exits with EXIT_HUNG), killed and replaced when one goes quiet, stopped on Ctrl-C.
+
+    A worker whose hang stops its heartbeat too (C code that holds the GIL, a process stopped with
+    SIGSTOP) cannot give its trial up itself (`_Lease._time_out` runs in that heartbeat). With
+    `trial_timeout`, the runner watches the last renewal of each task its workers hold (the board's
+    `heartbeat_at`); a worker process whose task went `trial_timeout` plus a margin without one is killed,
+    its trials in flight are marked failed (`timeout`, as `_time_out` does) where it still held its task
+    (past `lease_s` another worker may have taken it over, as after a crash), the task goes back to the
+    queue, and another worker process starts."""
+
+    def __init__(self, spec: StudySpec, cmd: list[str], env: dict[str, str], n: int, lease_s: float) -> None:
+        self.spec, self.cmd, self.env, self.lease_s = spec, cmd, env, lease_s
+        self.timeout = spec.trial_timeout
+        beat = max(0.2, lease_s / 4)
+        self.limit = math.inf
+        if self.timeout is not None:
+            beat = max(0.2, min(beat, self.timeout / 4))  # the workers' heartbeat interval (`_Lease._beat`)
+            self.limit = self.timeout + 5.0 + 2 * beat
+        self.every = max(0.5, min(beat, 5.0))
+        self.me = f"{HOST}:{os.getpid()}:runner"
+        self.board: TaskBoard | None = None
+        # pid -> (the row id of the task it holds or held last, that task's last renewal, its worker id)
+        self.held: dict[int, tuple[int, float, str]] = {}
+        self.procs = [self._start() for _ in range(n)]
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(self.cmd, env=self.env)
+
+    def run(self) -> None:
+        with _signals_as_interrupt():  # SIGTERM / SIGHUP stop the workers as Ctrl-C does
+            try:
+                self._watch()
+            except KeyboardInterrupt:
+                self._stop()
+                raise
+            finally:
+                if self.board is not None:
+                    self.board.close()
+                    self.board = None
+
+    def _watch(self) -> None:
+        next_check = time.monotonic() + self.every
+        while any(p.poll() is None or p.returncode == EXIT_HUNG for p in self.procs):
+            for i, p in enumerate(self.procs):
+                if p.poll() == EXIT_HUNG:  # gave a hung trial up (`_exit_hung`): a new worker goes on
+                    log.warning("worker process %d exited after a hung trial; starting another", p.pid)
+                    self.held.pop(p.pid, None)
+                    self.procs[i] = self._start()
+            if self.timeout is not None and time.monotonic() >= next_check:
+                try:
+                    self._check()
+                except Exception as exc:  # noqa: BLE001 - a store hiccup: the workers meet it too; looked again
+                    log.info("watching the worker processes: %s", str(exc).splitlines()[0])
+                next_check = time.monotonic() + self.every
+            time.sleep(0.2)
+
+    def _check(self) -> None:
+        """Kill and replace each worker process that went quiet (its task `limit` s without a renewal)."""
+        if self.board is None:
+            self.board = TaskBoard(self.spec.storage)
+        now, rows = self.board.beats(self.spec.name)
+        by_id = {r[0]: r for r in rows}
+        for i, p in enumerate(self.procs):
+            if p.poll() is not None:
+                continue
+            prefix = f"{HOST}:{p.pid}:"
+            mine = [r for r in rows if r[1] == RUNNING and r[2] and r[2].startswith(prefix)]
+            if mine:
+                row_id, _status, worker, beat = mine[0]
+                self.held[p.pid] = (row_id, float(beat if beat is not None else now), str(worker))
+            seen = self.held.get(p.pid)
+            if seen is None:
+                continue
+            row_id, beat, worker = seen
+            row = by_id.get(row_id)
+            still = row is not None and row[1] == RUNNING and row[2] == worker
+            if not still and not (row is not None and row[1] == RUNNING):
+                self.held.pop(p.pid, None)  # finished or handed back: it holds nothing now
+                continue
+            # it holds the task, or lost it to another worker (its lease ran out) without noticing
+            if now - beat > self.limit:
+                self.procs[i] = self._replace(p, row_id, worker, now - beat, still)
+
+    def _replace(
+        self, p: subprocess.Popen[bytes], row_id: int, worker: str, idle: float, still: bool
+    ) -> subprocess.Popen[bytes]:
+        _kill(p)
+        self.held.pop(p.pid, None)
+        what = "its task had been taken over by another worker"
+        assert self.board is not None and self.timeout is not None
+        claim = self.board.take_from(row_id, worker, self.me, self.lease_s) if still else None
+        if claim is not None:
+            error = (
+                f"no result after {idle:.0f} s (the study's trial_timeout is {self.timeout:g} s), and the "
+                "worker's process stopped answering (its heartbeat too: the process was stopped, or code "
+                "that holds the GIL hangs): killed"
+            )
+            configs = _fail_trials_in_flight(_optuna_storage(self.spec.storage), claim.task, self.me, error)
+            self.board.finish(claim, PENDING)
+            what = (
+                f"marked config {', '.join(map(str, configs))} failed (timeout)"
+                if configs
+                else "no trial in flight"
+            ) + f" and handed task {claim.task.key} back"
+        log.warning(
+            "worker process %d renewed its task's lease for %.0f s (trial_timeout = %g s): its heartbeat "
+            "stopped too (the process was stopped, or code that holds the GIL hangs); killed it, %s; "
+            "starting another",
+            p.pid,
+            idle,
+            self.timeout,
+            what,
+        )
+        return self._start()
+
+    def _stop(self) -> None:
+        """Ctrl-C: ask every worker process to hand its task back (SIGINT: the terminal sent it to them
+        as well, or not, with `kill -INT` on the runner), wait `STOP_GRACE_S` for them, kill the rest
+        and hand their tasks back; no worker process is left behind, every finished trial is kept."""
+        live = [p for p in self.procs if p.poll() is None]
+        for p in live:
+            with contextlib.suppress(ProcessLookupError):
+                p.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + STOP_GRACE_S
+        try:
+            for p in live:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except KeyboardInterrupt:  # Ctrl-C again: stop waiting
+            pass
+        stuck = [p for p in live if p.poll() is None]
+        for p in stuck:
+            _kill(p)
+        if not stuck:
+            return
+        log.warning(
+            "worker process(es) %s did not stop on the interrupt within %g s (stopped, or stuck in a "
+            "trial); killed",
+            ", ".join(str(p.pid) for p in stuck),
+            STOP_GRACE_S,
+        )
+        try:
+            board = self.board = self.board or TaskBoard(self.spec.storage)
+            for worker in {r[2] for r in board.beats(self.spec.name)[1] if r[1] == RUNNING and r[2]}:
+                if any(worker.startswith(f"{HOST}:{p.pid}:") for p in stuck):
+                    board.release(self.spec.name, worker)
+        except Exception as exc:  # noqa: BLE001 - a worker of this host takes a dead one's task over at once
+            log.error("could not hand back the tasks of the killed workers: %s", exc)
+
+
+def _kill(p: subprocess.Popen[bytes]) -> None:
+    """SIGKILL `p` (a stopped process too) and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        p.kill()
+    p.wait()
 
 
 class WorkersStopped(RuntimeError):

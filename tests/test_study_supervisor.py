@@ -1,0 +1,176 @@
+"""The study runner that supervises its worker processes (`tuner study run` with `trial_timeout`): a
+worker whose heartbeat stops with its trial (the process is stopped, or C code holds the GIL) is killed
+and replaced; Ctrl-C (SIGINT, SIGTERM) on the runner stops every worker and keeps what they finished.
+
+Real processes, real stores; the stop is a real SIGSTOP. No assertion is on a clock."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_measure import _running
+from tests.test_studies import REPO, _worker_cmd, write_study
+from tests.test_study_hung_trial import timed_out_trials
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    from .pg import sqlite_or_postgres
+
+    yield from sqlite_or_postgres(request.param, tmp_path / "study.db")
+
+
+def _study(tmp_path: Path, storage: str, **kw: Any) -> Path:
+    path = write_study(tmp_path, **kw)
+    path.write_text(path.read_text().replace("[study]\n", f'[study]\nstorage = "{storage}"\n', 1))
+    return path
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "FAKE_EVAL_LOG": str(tmp_path / "evals.jsonl"),
+        **extra,
+    }
+
+
+def _holders(spec: Any) -> dict[int, str]:
+    """pid -> task key of the worker processes of this host that hold a task of the study now."""
+    from tuner.storage._owner import HOST
+    from tuner.studies import RUNNING, TaskBoard
+
+    board = TaskBoard(spec.storage)
+    try:
+        rows = board.rows(spec.name)
+    finally:
+        board.close()
+    out = {}
+    for r in rows:
+        if r.status == RUNNING and r.worker and r.worker.startswith(f"{HOST}:"):
+            out[int(r.worker.split(":")[-2])] = r.key
+    return out
+
+
+def _runner(path: Path, tmp_path: Path, sleep: str, *extra: str) -> subprocess.Popen[str]:
+    """`tuner study run` on the study file `path`, each trial taking `sleep` seconds."""
+    return subprocess.Popen(
+        [*_worker_cmd(path), *extra],
+        env=_env(tmp_path, FAKE_TRIAL_SLEEP=sleep),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _end(proc: subprocess.Popen[str], pids: list[int]) -> None:
+    """Leave nothing behind: the worker processes `pids`, then the runner's session."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+
+
+def _wait_for(what: str, cond: Any, proc: subprocess.Popen[str]) -> Any:
+    deadline = time.monotonic() + 120
+    while True:
+        got = cond()
+        if got:
+            return got
+        assert proc.poll() is None, f"the runner exited before {what}: {proc.communicate()[1][-3000:]}"
+        assert time.monotonic() < deadline, f"never saw {what}"
+        time.sleep(0.05)
+
+
+def test_a_stopped_worker_process_is_killed_and_replaced(storage: str, tmp_path: Path) -> None:
+    """Was: a worker process whose heartbeat stopped with its trial (SIGSTOP here; C code that holds the
+    GIL does the same) was never given up: its own `trial_timeout` runs in that heartbeat, and the runner
+    waited for it for ever. Now the runner kills it once its task went `trial_timeout` (and a margin)
+    without a renewal, marks its trial in flight failed (timeout), and starts another worker, which
+    finishes the study."""
+    from tuner.studies import DONE, TaskBoard, load_study
+
+    path = _study(tmp_path, storage, n_m=2, budget=4, extra="trial_timeout = 3")
+    spec = load_study(path, check_kernels=False)
+    proc = _runner(path, tmp_path, "0.3")
+    stopped: list[int] = []
+    try:
+        held = _wait_for("a worker holding a task", lambda: _holders(spec), proc)
+        pid = next(iter(held))
+        os.kill(pid, signal.SIGSTOP)
+        stopped.append(pid)
+        try:
+            out, err = proc.communicate(timeout=150)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the runner still waits for its stopped worker process")
+        assert proc.returncode == 0, err[-3000:]
+        assert not _running(pid), "the stopped worker process was left behind"
+        assert f"worker process {pid}" in err and "killed it" in err, err[-3000:]
+        board = TaskBoard(spec.storage)
+        rows = board.rows(spec.name)
+        board.close()
+        assert [r.status for r in rows] == [DONE, DONE], rows
+        timed_out = [t for _task, t in timed_out_trials(spec)]
+        assert len(timed_out) <= 1, timed_out  # the trial in flight when it stopped, if one was
+        assert all("stopped answering" in t.user_attrs["tuner_error"] for t in timed_out), timed_out
+    finally:
+        _end(proc, stopped)
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGINT-stopped"])
+def test_interrupting_the_runner_stops_every_worker_process(storage: str, tmp_path: Path, how: str) -> None:
+    """Ctrl-C (SIGINT), or SIGTERM, on the supervising runner alone: every worker process stops, the
+    tasks in progress go back to the queue with their finished trials, the runner exits 130 and leaves no
+    process behind. Was: a worker that did not stop on SIGINT (stopped here; stuck in a hung trial
+    likewise) kept the runner waiting for it for ever."""
+    from tuner.studies import PENDING, RUNNING, TaskBoard, load_study
+    from tuner.studies._runner import _optuna_storage, task_trials
+
+    if how == "SIGINT-stopped" and "postgresql" in storage:
+        pytest.skip("the store plays no part in it; SQLite covers it")
+    path = _study(tmp_path, storage, n_m=3, budget=40, extra="trial_timeout = 60")
+    spec = load_study(path, check_kernels=False)
+    proc = _runner(path, tmp_path, "0.2", "--workers", "2")
+    children: list[int] = []
+    try:
+        held = _wait_for(
+            "two workers holding a task", lambda: len(_holders(spec)) == 2 and _holders(spec), proc
+        )
+        children += list(held)
+        study = _optuna_storage(spec.storage)
+
+        def finished() -> int:
+            return sum(len(task_trials(study, t.study_name)) for t in spec.tasks)
+
+        done = _wait_for("two finished trials", lambda: finished() >= 2 and finished(), proc)
+        if how == "SIGINT-stopped":
+            os.kill(children[0], signal.SIGSTOP)
+        proc.send_signal(signal.SIGTERM if how == "SIGTERM" else signal.SIGINT)
+        try:
+            _out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the runner did not stop: {[p for p in children if _running(p)]} still run")
+        assert proc.returncode == 130, err[-3000:]
+        assert not [p for p in children if _running(p)], "worker processes left behind"
+        board = TaskBoard(spec.storage)
+        rows = board.rows(spec.name)
+        board.close()
+        assert not [r for r in rows if r.status == RUNNING], rows
+        assert any(r.status == PENDING for r in rows), rows
+        assert finished() >= done  # the finished trials are kept
+    finally:
+        _end(proc, children)
