@@ -202,7 +202,8 @@ class SearchSpace:
         all parameters by name (keyword-only parameters or `**kwargs`: `def r(*, block_size_x, tile)`), and
         `(function, [names])` pairs whose function takes those values in order (or by name).
         Strings are parsed with `ast` and evaluated by a whitelist interpreter (arithmetic, comparisons,
-        and/or/not, if-else, literals, min/max/abs/int/float/round/len), never by `eval`; a name that is
+        and/or/not, if-else, literals, min/max/abs/int/float/round/len/pow, sum of a list or tuple written
+        out, range after `in`), never by `eval`; a name that is
         not a parameter, or any other construct, is a ValueError naming the restriction. Numeric values
         become ordered parameters, others categorical (`param_from_values`).
 
