@@ -365,3 +365,20 @@ def test_a_power_too_large_to_compute_rejects_the_config_instead_of_hanging() ->
         "ValueError: range() arg 3 must not be zero"
         in SearchSpace.from_kernel_tuner({"x": [2]}, ["x in range(0, 4, 0)"]).violations({"x": 2})[0]
     )
+
+
+def test_none_among_the_values_is_refused_saying_what_to_use_instead() -> None:
+    """Kernel Tuner takes `{"b": [None, 1]}`; tuner's configs hold no None. The refusal only said "value
+    None is not an int, float, str or bool"; it says to use a sentinel string, in the restrictions too."""
+    with pytest.raises(ValueError, match=r"tune_params\['b'\] holds None, which Kernel Tuner takes") as info:
+        SearchSpace.from_kernel_tuner({"a": [1, 2], "b": [None, 1]}, ["b is None or a > 1"])
+    assert 'sentinel string such as "none"' in str(info.value) and 'b == "none" for b is None' in str(
+        info.value
+    )
+    with pytest.raises(
+        ValueError, match=r"value None is not an int, float, str or bool; give a sentinel string"
+    ):
+        tuner.search_spaces.Categorical("b", [None, "x"])
+    # what the message says to do gives Kernel Tuner's space
+    space = SearchSpace.from_kernel_tuner({"a": [1, 2], "b": ["none", 1]}, ['b == "none" or a > 1'])
+    assert space.enumerate() == [{"a": 1, "b": "none"}, {"a": 2, "b": "none"}, {"a": 2, "b": 1}]
