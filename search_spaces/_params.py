@@ -136,6 +136,11 @@ def _check_value(name: str, v: Any) -> None:
     """Raise ValueError unless `v` can be a domain value: an int, float, str or bool, a float finite (NaN
     equals nothing, so a config holding it was in no domain; inf broke the cost model's features) and a
     number within a float's range (features are floats: 2**1100 raised OverflowError inside optimize)."""
+    if v is None:  # configs are stored, encoded and compared as these types: no None among them
+        raise ValueError(
+            f"parameter {name!r}: value None is not an int, float, str or bool; give a sentinel string "
+            f"instead (\"none\") and test for it where the config is used"
+        )
     if not isinstance(v, (int, float, str, bool)):
         raise ValueError(f"parameter {name!r}: value {brief(v)} is not an int, float, str or bool")
     if isinstance(v, float) and not math.isfinite(v):

@@ -1,7 +1,10 @@
 """Kernel Tuner's `restrictions` as constraints: strings such as "block_size_x*block_size_y<=1024" are
 parsed with `ast` and evaluated by a small interpreter over a whitelist of expression nodes (arithmetic,
-comparisons, `and`/`or`/`not`, `x if c else y`, literals, tuples and lists for `in`, and the functions
-`min`, `max`, `abs`, `int`, `float`, `round`, `len`); they are never passed to `eval`."""
+comparisons, `and`/`or`/`not`, `x if c else y`, literals, tuples and lists, and the functions `min`, `max`,
+`abs`, `int`, `float`, `round`, `len`, `pow`, `sum` over a list or tuple written out, and `range` as the right
+side of `in`/`not in`); they are never passed to `eval`. Kernel Tuner compiles them into Python functions,
+so each of these means what it means in Python; what could take unbounded time is refused or rejects the
+config instead (a power over the limit, a range is never built: its membership is arithmetic)."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ __all__ = ["RestrictionError", "block_size_restriction", "restriction_constraint
 
 _MAX_LEN = 1000  # characters in one restriction string
 _MAX_EXPONENT = 256  # 2**256 is plenty for a kernel parameter; 10**10**10 would hang the process
+_MAX_MODULAR_BITS = 4096  # pow(a, b, m): b and m of at most this many bits (huge ones take seconds)
 # levels of nesting in one restriction (as Python's parser allows 200 levels of parentheses): the checker
 # and the evaluator recurse once per level, and "-" * 999 + "x" exceeded Python's recursion limit
 _MAX_DEPTH = 200
@@ -56,6 +60,42 @@ _COMPARE: dict[type, Callable[[Any, Any], bool]] = {
 }
 
 
+def _power(a: Any, b: Any, text: str) -> Any:
+    """`a ** b` for numbers, refusing a result too large to compute at once (10**10**10 would hang)."""
+    a, b = _number(a, text), _number(b, text)
+    if abs(b) > _MAX_EXPONENT or (isinstance(a, int) and a.bit_length() * abs(b) > 1 << 16):
+        raise ArithmeticError(f"{a!r} ** {b!r} is too large in {text!r}")
+    return operator.pow(a, b)
+
+
+class _Range:
+    """`range(start, stop, step)` on the right of `in`/`not in`: membership computed from the bounds, as
+    Python's range does for an int, without building the range (`x in range(10**60)` is immediate). A
+    float is a member where it equals one (16.0 in range(16, 17)), anything else is not."""
+
+    def __init__(self, *args: Any) -> None:
+        if not 1 <= len(args) <= 3:
+            raise TypeError(f"range expected 1 to 3 arguments, got {len(args)}")
+        ints = [operator.index(a) for a in args]  # TypeError for a float or a str, as range's own
+        start, stop, step = (0, ints[0], 1) if len(ints) == 1 else (ints[0], ints[1], 1)
+        if len(ints) == 3:
+            step = ints[2]
+        if step == 0:
+            raise ValueError("range() arg 3 must not be zero")
+        self.start, self.stop, self.step = start, stop, step
+
+    def __contains__(self, v: Any) -> bool:
+        if isinstance(v, float):
+            if not v.is_integer():  # also NaN and inf
+                return False
+            v = int(v)
+        elif not isinstance(v, int):  # bool is an int, as in Python
+            return False
+        if self.step > 0:
+            return self.start <= v < self.stop and (v - self.start) % self.step == 0
+        return self.stop < v <= self.start and (self.start - v) % -self.step == 0
+
+
 def _round(x: Any, ndigits: Any = None) -> Any:
     """`round`, but refusing an int rounded to more than _MAX_EXPONENT digits left of the point:
     round(1, -10**9) computes 10**(10**9) and would hang the process as 10**10**10 would."""
@@ -72,6 +112,9 @@ _FUNCS: dict[str, Callable[..., Any]] = {
     "float": float,
     "round": _round,
     "len": len,
+    "pow": pow,  # evaluated by _Expr._call: bounded
+    "sum": sum,  # over a list or tuple written out (_Expr._check)
+    "range": _Range,  # only as the right side of `in` / `not in` (_Expr._check)
 }
 
 
@@ -111,19 +154,27 @@ class _Expr:
             if node.id in names:
                 if node.id not in self.uses:
                     self.uses.append(node.id)
-            elif node.id not in ("True", "False", "None") and node.id not in _FUNCS:
+            elif node.id in _FUNCS:  # a function's name not called (`x < min`) has no value here
+                raise RestrictionError(
+                    f"restriction {self.text!r} names the function {node.id} without calling it"
+                )
+            elif node.id not in ("True", "False", "None"):
                 raise RestrictionError(
                     f"restriction {self.text!r} uses {node.id!r}, which is not a tunable parameter"
                 )
             return
         if isinstance(node, ast.Call):
-            if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCS or node.keywords:
-                raise RestrictionError(
-                    f"restriction {self.text!r}: only calls of {', '.join(_FUNCS)} with plain arguments "
-                    f"are allowed"
-                )
-            for a in node.args:
-                self._check(a, names)
+            self._check_call(node, names, in_membership=False)
+            return
+        if isinstance(node, ast.Compare):
+            self._check(node.left, names)
+            for i, (op, right) in enumerate(zip(node.ops, node.comparators, strict=True)):
+                # range(...) only as what `in` / `not in` looks in, and not compared on (`x in range(3) == y`)
+                membership = isinstance(op, (ast.In, ast.NotIn)) and i == len(node.ops) - 1
+                if isinstance(right, ast.Call):
+                    self._check_call(right, names, in_membership=membership)
+                else:
+                    self._check(right, names)
             return
         allowed = (
             ast.Constant,
@@ -151,6 +202,26 @@ class _Expr:
             raise RestrictionError(f"restriction {self.text!r}: constant {node.value!r} is not allowed")
         for child in ast.iter_child_nodes(node):
             self._check(child, names)
+
+    def _check_call(self, node: ast.Call, names: set[str], *, in_membership: bool) -> None:
+        func = node.func.id if isinstance(node.func, ast.Name) else None
+        if func not in _FUNCS or node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
+            raise RestrictionError(
+                f"restriction {self.text!r}: only calls of {', '.join(_FUNCS)} with plain arguments are allowed"
+            )
+        if func == "range" and not in_membership:
+            raise RestrictionError(
+                f"restriction {self.text!r}: range(...) is allowed only after `in` or `not in` "
+                f"(`x in range(16, 65, 32)`)"
+            )
+        if func == "sum" and (
+            not 1 <= len(node.args) <= 2 or not isinstance(node.args[0], (ast.List, ast.Tuple))
+        ):
+            raise RestrictionError(
+                f"restriction {self.text!r}: sum takes a list or tuple written out (`sum([x, y])`), and a start"
+            )
+        for a in node.args:
+            self._check(a, names)
 
     def __call__(self, config: Mapping[str, Any]) -> Any:
         return self._eval(self.tree, config)
@@ -182,10 +253,8 @@ class _Expr:
         if isinstance(node, ast.BinOp):
             a = _number(self._eval(node.left, c), self.text)
             b = _number(self._eval(node.right, c), self.text)
-            if isinstance(node.op, ast.Pow) and (
-                abs(b) > _MAX_EXPONENT or (isinstance(a, int) and a.bit_length() * abs(b) > 1 << 16)
-            ):
-                raise ArithmeticError(f"{a!r} ** {b!r} is too large in {self.text!r}")
+            if isinstance(node.op, ast.Pow):
+                return _power(a, b, self.text)
             if isinstance(node.op, ast.LShift) and b > _MAX_EXPONENT:
                 raise ArithmeticError(f"shift {b} over {_MAX_EXPONENT} in {self.text!r}")
             return _BINOPS[type(node.op)](a, b)
@@ -203,7 +272,22 @@ class _Expr:
             return tuple(self._eval(e, c) for e in node.elts)
         if isinstance(node, ast.Call):
             assert isinstance(node.func, ast.Name)
-            return _FUNCS[node.func.id](*(self._eval(a, c) for a in node.args))
+            args = [self._eval(a, c) for a in node.args]
+            if node.func.id == "pow":
+                if len(args) == 3:  # modular: Python's own pow (ints only), quick for bounded sizes
+                    a, b, m = (_number(v, self.text) for v in args)
+                    if any(isinstance(v, int) and v.bit_length() > _MAX_MODULAR_BITS for v in (b, m)):
+                        raise ArithmeticError(f"pow({a!r}, {b!r}, {m!r}) is too large in {self.text!r}")
+                    return pow(a, b, m)
+                if len(args) != 2:
+                    raise TypeError(f"pow expected 2 or 3 arguments, got {len(args)}")
+                return _power(args[0], args[1], self.text)
+            if node.func.id == "sum":
+                return sum(
+                    (_number(v, self.text) for v in args[0]),
+                    _number(args[1], self.text) if len(args) > 1 else 0,
+                )
+            return _FUNCS[node.func.id](*args)
         raise RestrictionError(f"restriction {self.text!r}: cannot evaluate {type(node).__name__}")
 
 

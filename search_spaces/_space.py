@@ -202,7 +202,8 @@ class SearchSpace:
         all parameters by name (keyword-only parameters or `**kwargs`: `def r(*, block_size_x, tile)`), and
         `(function, [names])` pairs whose function takes those values in order (or by name).
         Strings are parsed with `ast` and evaluated by a whitelist interpreter (arithmetic, comparisons,
-        and/or/not, if-else, literals, min/max/abs/int/float/round/len), never by `eval`; a name that is
+        and/or/not, if-else, literals, min/max/abs/int/float/round/len/pow, sum of a list or tuple written
+        out, range after `in`), never by `eval`; a name that is
         not a parameter, or any other construct, is a ValueError naming the restriction. Numeric values
         become ordered parameters, others categorical (`param_from_values`).
 
@@ -223,6 +224,14 @@ class SearchSpace:
                 vals = vals.tolist()  # a 1-D numpy array (np.arange(...)), as Kernel Tuner takes it
             if isinstance(vals, (str, bytes)) or not isinstance(vals, Sequence) or len(vals) == 0:
                 raise ValueError(f"tune_params[{k!r}] must be a non-empty list of values, got {vals!r}")
+            if any(v is None for v in vals):
+                # Kernel Tuner takes None as a value; here a config holds ints, floats, strs and bools only
+                raise ValueError(
+                    f"tune_params[{k!r}] holds None, which Kernel Tuner takes as a value and tuner does not "
+                    f"(a config's values are int, float, str or bool): use a sentinel string such as "
+                    f"\"none\" in tune_params, in the restrictions that test it ({k} == \"none\" for "
+                    f"{k} is None) and where your kernel reads it"
+                )
             params.append(param_from_values(k, list(vals)))
         constraints = restriction_constraints(restrictions, list(tune_params))
         limit = block_size_restriction(max_threads, block_size_names, list(tune_params))

@@ -3,6 +3,7 @@ ends quietly (exit 141, nothing on stderr)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -147,3 +148,68 @@ def test_a_closed_pipe_does_not_stop_a_study_run_before_its_files_are_written(tm
     assert "Traceback" not in r.stderr, r.stderr
     assert (tmp_path / "out-s" / "report" / "report.md").is_file()
     assert (tmp_path / "out-s" / "cache.json").is_file()
+
+
+def _json_error(out: str, err: str, code: int) -> str:
+    """The one JSON object a --json command printed for an error it did not handle, checked against the one
+    line on stderr: its message."""
+    (doc,) = [json.loads(line) for line in out.splitlines()]
+    assert doc == {"ok": False, "error": doc["error"]}, doc
+    (line,) = err.strip().splitlines()
+    assert line == f"tuner: {'error' if code == 2 else 'failed'}: {doc['error']}", (line, doc)
+    return doc["error"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "says"),
+    [
+        (["study", "run", "{home}/none.toml"], 2, "cannot read"),
+        (["study", "run", "{study}", "--workers", "0"], 2, "--workers must be >= 1"),
+        (["study", "run", "{quickstart}", "--storage", "bogus://x"], 2, "bogus"),
+        (["study", "report", "{home}/none.toml"], 2, "cannot read"),
+        (["study", "export", "{home}/none.toml", "--out", "{home}/c.json"], 2, "cannot read"),
+        (["cache", "show", "--file", "{home}/none.json"], 2, "cannot read"),
+        (
+            ["cache", "show", "--storage", "postgresql://127.0.0.1:1/test"],
+            1,
+            "StoreUnreachable: cannot connect",
+        ),
+        (["replay", "{home}/none.json"], 2, "none.json"),
+        (["kernels", "--device", "nosuch"], 2, "nosuch"),
+    ],
+    ids=lambda v: " ".join(v[:2]) if isinstance(v, list) else None,
+)
+def test_json_commands_print_an_error_object_on_stdout(tmp_path: Path, capsys, argv, code, says):
+    """A --json command that failed in a way it did not handle itself printed nothing on stdout (only the
+    line on stderr): a script reading the JSON got an empty document. It prints `{"ok": false, "error": ...}`,
+    the message of the line on stderr, with the same exit code."""
+    from tests.test_studies import write_study
+
+    study = write_study(tmp_path, n_m=1, budget=1)
+    quickstart = REPO / "studies" / "quickstart.toml"
+    args = [a.format(home=tmp_path, study=study, quickstart=quickstart) for a in argv]
+    assert main(args) == code
+    plain = capsys.readouterr()
+    assert plain.out == ""
+    assert main([*args, "--json"]) == code
+    got = capsys.readouterr()
+    message = _json_error(got.out, got.err, code)
+    assert says in message and got.err == plain.err
+
+
+def test_study_run_json_without_the_kernel_backend_prints_the_refusal(tmp_path: Path):
+    """`tuner study run S.toml --json` where torch is not installed: run_study refuses before any trial; stdout
+    was empty. It holds the refusal, which names the extra to install."""
+    from tests.test_packaging import _tuner_without
+
+    study = tmp_path / "s.toml"
+    study.write_text(
+        '[study]\nname = "nobackend"\ndevice = "cpu"\nbackends = ["triton"]\ndtypes = ["float32"]\n'
+        "budget = { trials = 1 }\nfinalists = 1\n\n"
+        '[[tasks]]\nkernel = "softmax"\nproblems = [{ M = 4, N = 16 }]\n'
+    )
+    r = _tuner_without("torch", ["study", "run", str(study), "--json"], tmp_path)
+    assert r.returncode == 1, r.stderr
+    message = _json_error(r.stdout, r.stderr, 1)
+    assert message.startswith("ModuleNotFoundError: No module named 'torch'"), message
+    assert "pip install 'tuner[kernels]'" in message

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from typing import Any
 
 import pytest
@@ -308,3 +309,76 @@ def test_a_tuple_of_a_function_and_a_string_is_two_restrictions() -> None:
         assert SearchSpace.from_kernel_tuner(tp, restrictions).enumerate() == want
     pair = SearchSpace.from_kernel_tuner(tp, (lambda x: x != 3, ["x"]))  # a pair still is one
     assert len(pair) == 6
+
+
+# Restrictions Kernel Tuner accepts (it compiles them into Python functions), each with the same test
+# written as Python by hand.
+PYTHON_BUILTINS: list[tuple[str, Any]] = [
+    ("pow(x, 2) <= 4096", lambda x, y: x**2 <= 4096),
+    ("pow(x, 2, 7) == 1", lambda x, y: pow(x, 2, 7) == 1),
+    ("sum([x, y]) <= 64", lambda x, y: x + y <= 64),
+    ("sum((x, y), 3) <= 20", lambda x, y: 3 + x + y <= 20),
+    ("x in range(16, 65, 32)", lambda x, y: x in (16, 48)),
+    ("x not in range(16, 65, 32)", lambda x, y: x not in (16, 48)),
+    ("x in range(100, 0, -48)", lambda x, y: x in (100, 52, 4)),
+    ("y in range(64)", lambda x, y: 0 <= y < 64),
+    ("1 < x in range(0, 50, 16)", lambda x, y: x in (16, 32, 48)),
+    ("x * 1.0 in range(16, 17)", lambda x, y: x == 16),
+    ("x in range(10**60)", lambda x, y: True),
+]
+
+
+@pytest.mark.parametrize(("text", "same"), PYTHON_BUILTINS, ids=[t for t, _ in PYTHON_BUILTINS])
+def test_pow_sum_and_range_mean_what_they_mean_in_python(text: str, same: Any) -> None:
+    """Kernel Tuner takes `pow(x, 2) <= 4096`, `sum([x, y]) <= 64` and `x in range(16, 65, 32)` (it runs
+    them as Python); from_kernel_tuner refused them ("only calls of min, max, ...")."""
+    tp = {"x": [1, 16, 32, 48, 64, 80, 100], "y": [1, 8, 64]}
+    space = SearchSpace.from_kernel_tuner(tp, [text])
+    everything = [dict(zip(tp, v, strict=True)) for v in itertools.product(*tp.values())]
+    assert space.enumerate() == [c for c in everything if same(**c)]
+
+
+@pytest.mark.parametrize(
+    ("restriction", "says"),
+    [
+        ("range(3) == x", "range(...) is allowed only after `in` or `not in`"),
+        ("len(range(10**9)) > x", "range(...) is allowed only after `in` or `not in`"),
+        ("x in range(3) == x", "range(...) is allowed only after `in` or `not in`"),
+        ("sum(x) > 1", "sum takes a list or tuple written out"),
+        ("sum([x], 1, 2) > 1", "sum takes a list or tuple written out"),
+        ("x < max", "names the function max without calling it"),
+        ("pow(x, y=2) > 1", "only calls of"),
+    ],
+)
+def test_what_the_builtins_cannot_be_given_is_refused(restriction: str, says: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        SearchSpace.from_kernel_tuner({"x": [1, 2]}, [restriction])
+
+
+def test_a_power_too_large_to_compute_rejects_the_config_instead_of_hanging() -> None:
+    space = SearchSpace.from_kernel_tuner(
+        {"x": [2, 3]}, ["pow(x, 10**9) > 1 or pow(x, 2**5000, 7) == 1 or x in range(0, 4, 0)"]
+    )
+    assert space.enumerate() == []
+    assert "is too large" in space.violations({"x": 2})[0]
+    assert (
+        "ValueError: range() arg 3 must not be zero"
+        in SearchSpace.from_kernel_tuner({"x": [2]}, ["x in range(0, 4, 0)"]).violations({"x": 2})[0]
+    )
+
+
+def test_none_among_the_values_is_refused_saying_what_to_use_instead() -> None:
+    """Kernel Tuner takes `{"b": [None, 1]}`; tuner's configs hold no None. The refusal only said "value
+    None is not an int, float, str or bool"; it says to use a sentinel string, in the restrictions too."""
+    with pytest.raises(ValueError, match=r"tune_params\['b'\] holds None, which Kernel Tuner takes") as info:
+        SearchSpace.from_kernel_tuner({"a": [1, 2], "b": [None, 1]}, ["b is None or a > 1"])
+    assert 'sentinel string such as "none"' in str(info.value) and 'b == "none" for b is None' in str(
+        info.value
+    )
+    with pytest.raises(
+        ValueError, match=r"value None is not an int, float, str or bool; give a sentinel string"
+    ):
+        tuner.search_spaces.Categorical("b", [None, "x"])
+    # what the message says to do gives Kernel Tuner's space
+    space = SearchSpace.from_kernel_tuner({"a": [1, 2], "b": ["none", 1]}, ['b == "none" or a > 1'])
+    assert space.enumerate() == [{"a": 1, "b": "none"}, {"a": 2, "b": "none"}, {"a": 2, "b": 1}]

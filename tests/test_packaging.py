@@ -4,6 +4,7 @@ PyPI distribution named `kernels`, and both import."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -220,6 +221,53 @@ def test_study_run_without_the_kernel_backends_runs_nothing_and_names_the_extra(
 
     spec = load_study(study, storage=f"sqlite:///{tmp_path / 'studies' / 'nobackend' / 'study.db'}")
     assert [row.status for row in study_rows(spec)] == ["pending", "pending"]
+
+
+_TUNE_WITHOUT = """
+import json, sys
+for name in sys.argv[1].split(","):
+    sys.modules[name] = None  # `import torch` raises ModuleNotFoundError, as where [kernels] is not installed
+import tuner
+
+if __name__ == "__main__":
+    problem = {"M": 4, "N": 16, "dtype": "float32"}
+    try:
+        r = tuner.tune_kernel("softmax", problem, backend=sys.argv[2], device="cpu", budget=2,
+                              finalists=1, storage=sys.argv[3])
+        print(json.dumps({"returned": str(r.best_config)}))
+    except Exception as exc:
+        print(json.dumps({"raised": type(exc).__name__, "name": getattr(exc, "name", None), "text": str(exc)}))
+"""
+
+
+@pytest.mark.parametrize(("missing", "backend"), [("torch,triton", "triton"), ("jax,jaxlib", "pallas")])
+def test_tune_kernel_without_the_kernel_backend_refuses_before_any_trial(
+    missing: str, backend: str, tmp_path: Path
+):
+    """`tuner.tune_kernel(..., backend="triton")` on a tuner installed without `[kernels]` (no measurer given)
+    ran every trial to a crash in its workers, warned AllTrialsFailedWarning and stored the failed trials. It
+    raises ModuleNotFoundError naming the module and the extra before any trial, and writes no store."""
+    script = tmp_path / "tune.py"  # a file, for the worker processes the old code started to re-import
+    script.write_text(_TUNE_WITHOUT)
+    db = tmp_path / "tuner.db"
+    r = subprocess.run(
+        [sys.executable, str(script), missing, backend, f"sqlite:///{db}"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TUNER_HOME": str(tmp_path), "PYTHONPATH": str(REPO)},
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got.get("raised") == "ModuleNotFoundError", (got, r.stderr[-2000:])
+    assert got["name"] == missing.split(",")[0]
+    assert got["text"].startswith(
+        f"No module named '{got['name']}': tune_kernel('softmax') on backend {backend}"
+    )
+    assert "no trial was run" in got["text"] and "pip install 'tuner[kernels]'" in got["text"]
+    assert "AllTrialsFailedWarning" not in r.stderr
+    assert not db.exists()
 
 
 def test_a_kernel_module_that_needs_a_missing_backend_names_the_extra(tmp_path, monkeypatch):

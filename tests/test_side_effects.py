@@ -8,6 +8,9 @@ signal handlers, atexit, threads, faulthandler, numpy's error state and print op
 generators, torch's and jax's global settings, XGBoost's global config, matplotlib's backend, Optuna's
 verbosity, the temp folder, ...), runs the use, takes another and writes what differs to a file. stdout
 must stay empty: tuner writes nothing there unless asked (the CLI, TRITON_PRINT_AUTOTUNING).
+
+A use that needs torch, triton or jax (tuner's `[kernels]` extra) is skipped, saying which, where that module
+is not installed.
 """
 
 from __future__ import annotations
@@ -421,9 +424,20 @@ export_study(spec, spec.output_dir / "cache.json")
 }
 
 
+def _kernel_modules(stack: tuple[str, ...]) -> list[str]:
+    """The modules of the `[kernels]` extra that a use imports (its stack; its body imports no others)."""
+    return sorted({m.split(".")[0] for m in stack if m in KERNEL_STACK})
+
+
+def _skip_without_kernel_modules(use: str, stack: tuple[str, ...]) -> None:
+    for name in _kernel_modules(stack):
+        pytest.importorskip(name, reason=f"{use!r} needs {name} (tuner's [kernels] extra), not installed")
+
+
 @pytest.mark.parametrize("use", list(USES))
 def test_use_leaves_the_process_as_it_found_it(tmp_path: Path, use: str) -> None:
     body, stack, env, allow = USES[use]
+    _skip_without_kernel_modules(use, stack)
     assert changes(probe(tmp_path, body, stack=stack, env=env), allow) == {}, use
 
 
@@ -457,3 +471,53 @@ def test_overlapping_scopes_put_the_value_back_once_the_last_ends() -> None:
     with pytest.raises(RuntimeError), quiet():
         raise RuntimeError("the objective failed")
     assert box["v"] == 10
+
+
+def test_uses_that_need_the_kernel_backends_skip_where_they_are_not_installed(tmp_path: Path) -> None:
+    """Run where torch, triton and jax are not installed (a tuner without `[kernels]`: here, modules of those
+    names on PYTHONPATH that raise ModuleNotFoundError, in pytest and in each probe's interpreter), the uses that
+    need them failed with the probe's ModuleNotFoundError; they are skipped, naming the module."""
+    import xml.etree.ElementTree as ET
+
+    shim = tmp_path / "no_kernels"
+    for name in ("torch", "triton", "jax", "jaxlib"):
+        (shim / name).mkdir(parents=True)
+        (shim / name / "__init__.py").write_text(
+            f"raise ModuleNotFoundError({f'No module named {name!r}'!r}, name={name!r})\n"
+        )
+    needing = [u for u, (_, stack, _, _) in USES.items() if _kernel_modules(stack)]
+    assert len(needing) >= 3  # the Triton and JAX autotune uses, and the registered Triton kernel
+    report = tmp_path / "report.xml"
+    ids = [
+        f"{Path(__file__).relative_to(REPO)}::test_use_leaves_the_process_as_it_found_it[{u}]"
+        for u in needing
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "TUNER_"))}
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            f"--junitxml={report}",
+            *ids,
+        ],
+        cwd=REPO,
+        env={**env, "PYTHONPATH": repo_pythonpath(shim)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    cases = ET.parse(report).getroot().iter("testcase")
+    outcome = {
+        c.get("name"): [(e.tag, e.get("message", "")) for e in c if e.tag in ("skipped", "failure", "error")]
+        for c in cases
+    }
+    assert len(outcome) == len(needing), (outcome, r.stdout[-2000:])
+    for name, results in outcome.items():
+        assert [tag for tag, _ in results] == ["skipped"], (name, results, r.stdout[-3000:])
+        assert "(tuner's [kernels] extra), not installed" in results[0][1], (name, results)

@@ -2,7 +2,8 @@
 
 Exit codes: 0 success; 2 bad usage or bad input (one line on stderr, nothing changed); 1 any other failure;
 130 interrupted; 141 (128 + SIGPIPE) when stdout was closed early, as in `tuner cache show | head`, which
-ends quietly. `-v`/`--verbose` is accepted before or after the subcommand; `tuner --version` and
+ends quietly. Under `--json` an error the command did not handle itself also prints one JSON object,
+`{"ok": false, "error": ...}`, on stdout, so a script that reads stdout gets a document. `-v`/`--verbose` is accepted before or after the subcommand; `tuner --version` and
 `python -m tuner` behave as usual.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import json
 import logging
 import os
 import sys
@@ -72,6 +74,18 @@ def _silence_stdout() -> None:
         pass
 
 
+def _json_error(args: argparse.Namespace | None, message: str) -> None:
+    """Under `--json`: the error the command did not handle as one JSON object on stdout (the commands'
+    own refusals print `{"ok": false, "error": ...}` too), beside the line on stderr."""
+    if args is None or not getattr(args, "json", False):
+        return
+    try:
+        sys.stdout.write(json.dumps({"ok": False, "error": message}, sort_keys=True) + "\n")
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError):  # the reader went away, or stdout is closed: stderr says it
+        _silence_stdout()
+
+
 def _bad_store_url(exc: BaseException) -> bool:
     """Whether `exc` is (or was raised from) SQLAlchemy's refusal of a store URL as written: a dialect it
     does not know (`bogus://x`) or a URL it cannot parse. An unreachable server or a missing driver
@@ -118,26 +132,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # inside the try: a reader that went away is seen here, not at exit
         return code
     except KeyboardInterrupt:
+        _json_error(args, "interrupted")
         print("tuner: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
     except BadInput as exc:
-        print(f"tuner: error: {_one_line(exc) or exc.__class__.__name__}", file=sys.stderr)
+        message = _one_line(exc) or exc.__class__.__name__
+        _json_error(args, message)
+        print(f"tuner: error: {message}", file=sys.stderr)
         return 2
     except Exception as exc:
+        if _bad_store_url(exc):  # a --storage URL that names no database: bad usage, nothing opened
+            message, prefix, code = _one_line(exc), "error", 2
+        else:
+            from .measure._gate import backend_hint  # `tuner check` without torch/jax: how to get them
+
+            message = f"{exc.__class__.__name__}: {_one_line(exc)}{backend_hint(exc)}"
+            prefix, code = "failed", 1
+        _json_error(args, message)
         if args is None or args.verbose:
             raise
-        if _bad_store_url(exc):  # a --storage URL that names no database: bad usage, nothing opened
-            print(f"tuner: error: {_one_line(exc)}", file=sys.stderr)
-            return 2
-        from .measure._gate import backend_hint  # `tuner check` without torch/jax: say how to get them
-
-        print(
-            f"tuner: failed: {exc.__class__.__name__}: {_one_line(exc)}{backend_hint(exc)}", file=sys.stderr
-        )
-        return 1
+        print(f"tuner: {prefix}: {message}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -227,6 +227,10 @@ def tune_kernel(
     dev = _resolve_device(device, backend)
     if space is None:
         space = spec.space(problem, dev, backend)
+    if measurer is None:  # the default measurer runs the kernel here: its backend must be installed
+        from .measure._gate import refuse_missing_backend
+
+        refuse_missing_backend(backend, f"tune_kernel({spec.name!r})")
 
     from .store import TaskContext
 

@@ -295,6 +295,7 @@ def classify_exception(exc: BaseException, phase: str) -> tuple[str, bool]:
 _BACKEND_MODULES = frozenset({"torch", "triton", "jax", "jaxlib"})
 # What a trial of each kernel backend imports from that extra (a Triton kernel's inputs are torch tensors).
 BACKEND_NEEDS: dict[str, tuple[str, ...]] = {"triton": ("torch", "triton"), "pallas": ("jax", "jaxlib")}
+_EXTRA_HINT = " (a kernel backend, not installed by plain `pip install tuner`: pip install 'tuner[kernels]')"
 
 
 def missing_backend_module(backend: str) -> str | None:
@@ -308,6 +309,17 @@ def missing_backend_module(backend: str) -> str | None:
         except (ImportError, ValueError):  # a broken or half-removed install: the trial would fail too
             return name
     return None
+
+
+def refuse_missing_backend(backend: str, what: str) -> None:
+    """Raise ModuleNotFoundError, before any trial, when `backend` needs a module of the `kernels` extra
+    that is not installed: every trial would crash in its worker (`what` says who refuses)."""
+    name = missing_backend_module(backend)
+    if name is not None:
+        raise ModuleNotFoundError(
+            f"No module named {name!r}: {what} on backend {backend} needs it; no trial was run{_EXTRA_HINT}",
+            name=name,
+        )
 
 
 def _missing_backend(exc: BaseException) -> bool:
@@ -325,9 +337,10 @@ def _missing_backend(exc: BaseException) -> bool:
 
 
 def backend_hint(exc: BaseException) -> str:
-    """What to add to the message of `exc` when it is (or wraps) a missing kernel backend, else ""."""
-    if _missing_backend(exc):
-        return " (a kernel backend, not installed by plain `pip install tuner`: pip install 'tuner[kernels]')"
+    """What to add to the message of `exc` when it is (or wraps) a missing kernel backend and does not say
+    it already, else ""."""
+    if _missing_backend(exc) and _EXTRA_HINT not in str(exc):
+        return _EXTRA_HINT
     return ""
 
 
