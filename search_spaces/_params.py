@@ -139,7 +139,7 @@ def _check_value(name: str, v: Any) -> None:
     if v is None:  # configs are stored, encoded and compared as these types: no None among them
         raise ValueError(
             f"parameter {name!r}: value None is not an int, float, str or bool; give a sentinel string "
-            f"instead (\"none\") and test for it where the config is used"
+            f'instead ("none") and test for it where the config is used'
         )
     if not isinstance(v, (int, float, str, bool)):
         raise ValueError(f"parameter {name!r}: value {brief(v)} is not an int, float, str or bool")

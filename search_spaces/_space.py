@@ -229,7 +229,7 @@ class SearchSpace:
                 raise ValueError(
                     f"tune_params[{k!r}] holds None, which Kernel Tuner takes as a value and tuner does not "
                     f"(a config's values are int, float, str or bool): use a sentinel string such as "
-                    f"\"none\" in tune_params, in the restrictions that test it ({k} == \"none\" for "
+                    f'"none" in tune_params, in the restrictions that test it ({k} == "none" for '
                     f"{k} is None) and where your kernel reads it"
                 )
             params.append(param_from_values(k, list(vals)))
