@@ -301,7 +301,10 @@ def _check_kernel(
     try:
         return validate_problem(spec, {**problem, "dtype": dtype})
     except ValueError as exc:
-        raise _err(where, f"kernel {kernel!r}: {str(exc).splitlines()[0]}") from None
+        msg = str(exc).splitlines()[0]  # named once: the registry's own messages may name the kernel already
+        raise _err(
+            where, msg if msg.startswith(f"kernel {kernel!r}") else f"kernel {kernel!r}: {msg}"
+        ) from None
 
 
 def _filled(kernel: str, problem: Mapping[str, Any]) -> dict[str, Any]:
