@@ -86,6 +86,22 @@ def _bad_store_url(exc: BaseException) -> bool:
     return False
 
 
+def _home_hint(exc: BaseException) -> str:
+    """For a folder or file under `$TUNER_HOME` that could not be made (a read-only home, a file in the
+    way): which setting names it, since the error alone names only a path the user never typed."""
+    if not isinstance(exc, OSError) or not isinstance(exc.filename, (str, bytes, os.PathLike)):
+        return ""
+    from pathlib import Path
+
+    from .store import tuner_home
+
+    home = Path(os.path.abspath(tuner_home()))
+    where = Path(os.path.abspath(os.fsdecode(exc.filename)))
+    if where != home and home not in where.parents:
+        return ""
+    return f" (TUNER_HOME is {home}: set it to a folder this user can write)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from .errors import BadInput
 
@@ -116,7 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .measure._gate import backend_hint  # `tuner check` without torch/jax: say how to get them
 
         print(
-            f"tuner: failed: {exc.__class__.__name__}: {_one_line(exc)}{backend_hint(exc)}", file=sys.stderr
+            f"tuner: failed: {exc.__class__.__name__}: {_one_line(exc)}{backend_hint(exc)}{_home_hint(exc)}",
+            file=sys.stderr,
         )
         return 1
 
