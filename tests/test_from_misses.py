@@ -356,6 +356,30 @@ def test_a_factory_given_as_a_function_must_be_importable_by_name(keyed: Any) ->
         assert "\n" not in str(exc.value)
 
 
+def test_misses_of_a_function_of_the_main_script_are_refused_with_the_fix(
+    misses: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A function decorated in the script that runs (`python app.py`) is recorded as `__main__.scale`.
+    A study's worker imports it as `app.scale`, so no factory call has the recorded key: the study was
+    written (exit 0), then every task failed at `study run` ("the factory's call has key app.scale ...,
+    not the recorded __main__.scale"), and `--retry-failed`, which the run suggested, could not help.
+    `from-misses --factory` now refuses it at once with the fix (a name=), writing nothing."""
+    _log(misses, {("__main__.scale", 8, 0): 3})
+    (tmp_path / "app_factory.py").write_text(
+        "def make(kernel, fields, dtypes):\n    raise NotImplementedError\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "app.toml"
+    args = ["study", "from-misses", "--factory", "app_factory:make", "--out", str(out)]
+    assert cli(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "'__main__.scale'" in err and "name=" in err, err
+    assert not out.exists()
+    # the other functions' misses can still be studied, leaving the script's out
+    assert cli([*args, "--kernel", "mine.launch"]) == 0
+    assert "__main__" not in out.read_text().split("Misses of registered kernels")[0]
+
+
 def test_two_services_in_one_misses_folder(misses: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     """`--kernel` repeats: the study of one service's functions leaves the other service's out."""
     _log(misses, {("other.svc_fn", 3, 0): 5})
