@@ -156,6 +156,22 @@ def _err(where: str, msg: str) -> StudyError:
     return StudyError(f"{where}: {msg}")
 
 
+def _check_dialect(url: str, where: str) -> None:
+    """A URL whose database SQLAlchemy does not know (`bogus://x`, `postgress://...`) is bad input here,
+    named with where it came from (it used to surface at the first opening as SQLAlchemy's bare "Can't
+    load plugin: sqlalchemy.dialects:bogus"). Only the dialect is looked up: no driver is imported."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        make_url(url).get_dialect()
+    except (ArgumentError, NoSuchModuleError, ValueError) as exc:
+        from tuner.storage import redact
+
+        why = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        raise _err(where, f"storage {redact(url)!r} names no database SQLAlchemy knows ({why})") from None
+
+
 def _check_keys(where: str, table: Mapping[str, Any], allowed: set[str]) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
@@ -396,11 +412,14 @@ def parse_study(
     url = storage or st.get("storage")
     if url is None:
         url = sqlite_url((output_dir / "study.db").resolve())
+    # a URL given on the command line is not the file's: blame the one that holds it
+    url_from = "--storage (or TUNER_STUDY_STORAGE)" if storage else where
     if not isinstance(url, str) or "://" not in url:
-        raise _err(where, f"storage must be a database URL such as sqlite:///study.db, got {url!r}")
+        raise _err(url_from, f"storage must be a database URL such as sqlite:///study.db, got {url!r}")
     if not storage:  # the file's own SQLite path is relative to the file, as `output` is
         url = _sqlite_beside(url, base)
     url = normalize_url(url)
+    _check_dialect(url, url_from)
 
     from tuner.strategies import get_strategy
 
