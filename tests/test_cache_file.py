@@ -117,6 +117,19 @@ def test_show_lists_entries(seeded: ConfigCache, capsys):
     assert json.loads(capsys.readouterr().out) == []
 
 
+def test_show_prints_times_in_a_unit_that_suits_them(capsys):
+    """Every time was printed in microseconds: a 0.08 s entry (a CPU interpreter's) as `8.05e+04 us`."""
+    c = ConfigCache()
+    for i, t in enumerate((0.0805, 2.5, 3.2e-6)):
+        c.put(entry(i, t=t, kernel=f"k{i}"))
+    assert main(["cache", "show"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "80.5 ms (spread 4 ms)" in out and "2.5 s (spread 0.12 s)" in out and "3.2 us (spread 0.16 us)" in out
+    ), out
+    assert "e+" not in out
+
+
 def test_a_kernel_name_that_selects_nothing_names_the_kernels_there(tmp_path: Path, capsys):
     """A decorated function is stored as module.qualname: `--kernel scale` selects none of
     `mypkg.ops.scale`'s entries. `show`, `export` and `prune` used to say only "no cached entries" /

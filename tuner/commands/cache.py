@@ -247,10 +247,17 @@ def run_show(args: argparse.Namespace) -> int:
         cfg = ", ".join(f"{n}={v}" for n, v in e.config.items())
         print(
             f"{k.kernel} [{key}] {'/'.join(k.dtypes) or '-'} on {k.device}: {cfg}  "
-            f"{from_seconds(e.time_s, 'us'):.3g} us (spread {from_seconds(e.spread_s, 'us'):.2g} us)  {e.date}"
+            f"{_shown_time(e.time_s, e.spread_s)}  {e.date}"
         )
     print(f"{len(entries)} entries")
     return 0
+
+
+def _shown_time(time_s: float, spread_s: float) -> str:
+    """A time and its spread in the unit that suits the time (`80.5 ms (spread 9.1 ms)`; microseconds
+    printed for every entry showed a 0.08 s CPU entry as `8.05e+04 us`)."""
+    unit = "s" if time_s >= 1 else "ms" if time_s >= 1e-3 else "us"
+    return f"{from_seconds(time_s, unit):.3g} {unit} (spread {from_seconds(spread_s, unit):.2g} {unit})"
 
 
 def run_prune(args: argparse.Namespace) -> int:
