@@ -451,3 +451,23 @@ def test_a_storage_url_of_no_known_database_is_bad_input_naming_its_source(
     assert cli("study", "run", str(p), "--quiet") == 2
     assert f"{p} [study]: storage 'bogus://y' names no database" in capsys.readouterr().err
     assert not home.exists() and not (tmp_path / "c.json").exists()
+
+
+def test_an_unknown_strategy_is_blamed_on_the_table_that_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`strategy = "tpee"` in [study] was reported at `tasks[0] (rmsnorm)`, a table that names no
+    strategy; an entry's own strategy is still reported at that entry."""
+    p = tmp_path / "s.toml"
+    task = "[[tasks]]\nkernel = 'rmsnorm'\nproblems = [{ M = 16, N = 128 }]\n"
+    p.write_text(
+        "[study]\nname = 'x'\ndevice = 'cpu'\nstrategy = 'tpee'\nbudget = 2\noutput = 'out'\n" + task
+    )
+    assert cli("study", "run", str(p), "--quiet") == 2
+    assert f"{p} [study]: unknown strategy 'tpee'" in capsys.readouterr().err
+    p.write_text(
+        "[study]\nname = 'x'\ndevice = 'cpu'\nbudget = 2\noutput = 'out'\n" + task + "strategy = 'rnd'\n"
+    )
+    assert cli("study", "run", str(p), "--quiet") == 2
+    assert f"{p} tasks[0] (rmsnorm): unknown strategy 'rnd'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -454,8 +454,8 @@ def parse_study(
             raise _err(w, f"strategy must be a string, got {t_strategy!r}")
         try:
             get_strategy(t_strategy)
-        except ValueError as exc:
-            raise _err(w, str(exc)) from None
+        except ValueError as exc:  # blamed on the table that names it: the entry's own, or [study]'s
+            raise _err(w if "strategy" in e else where, str(exc)) from None
         t_seed = _seed(w, e["seed"]) if "seed" in e else seed
         t_final = _int(w, "finalists", e["finalists"], minimum=1) if "finalists" in e else finalists
         for p in probs:
