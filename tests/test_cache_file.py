@@ -117,6 +117,52 @@ def test_show_lists_entries(seeded: ConfigCache, capsys):
     assert json.loads(capsys.readouterr().out) == []
 
 
+def test_show_prints_times_in_a_unit_that_suits_them(capsys):
+    """Every time was printed in microseconds: a 0.08 s entry (a CPU interpreter's) as `8.05e+04 us`."""
+    c = ConfigCache()
+    for i, t in enumerate((0.0805, 2.5, 3.2e-6)):
+        c.put(entry(i, t=t, kernel=f"k{i}"))
+    assert main(["cache", "show"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "80.5 ms (spread 4 ms)" in out and "2.5 s (spread 0.12 s)" in out and "3.2 us (spread 0.16 us)" in out
+    ), out
+    assert "e+" not in out
+
+
+def test_a_kernel_name_that_selects_nothing_names_the_kernels_there(tmp_path: Path, capsys):
+    """A decorated function is stored as module.qualname: `--kernel scale` selects none of
+    `mypkg.ops.scale`'s entries. `show`, `export` and `prune` used to say only "no cached entries" /
+    "nothing to prune" (exit 0, as for a kernel never tuned); they now name the kernels held, the
+    ones like the name first (on stderr, so `--json` stays one document), and change nothing."""
+    c = ConfigCache()
+    for i in range(3):
+        c.put(entry(i, kernel="mypkg.ops.scale"))
+    before = snapshot(c)
+    assert main(["cache", "show", "--kernel", "scale"]) == 0
+    got = capsys.readouterr()
+    assert "no cached entries" in got.out
+    assert "no entry of kernel 'scale'; did you mean mypkg.ops.scale?" in got.err
+    assert main(["cache", "show", "--kernel", "other", "--json"]) == 0
+    got = capsys.readouterr()
+    assert json.loads(got.out) == [] and "it holds mypkg.ops.scale" in got.err
+    out = tmp_path / "o.json"
+    assert main(["cache", "export", "--kernel", "scale", "--out", str(out)]) == 1
+    assert "did you mean mypkg.ops.scale?" in capsys.readouterr().err and not out.exists()
+    assert main(["cache", "prune", "--kernel", "scale"]) == 0
+    got = capsys.readouterr()
+    assert "nothing to prune" in got.out and "did you mean mypkg.ops.scale?" in got.err
+    assert snapshot(c) == before
+    f = tmp_path / "shipped.json"
+    f.write_text(dumps_entries(c.entries()))
+    assert main(["cache", "show", "--file", str(f), "--kernel", "scale"]) == 0
+    assert f"{f} holds no entry of kernel 'scale'; did you mean mypkg.ops.scale?" in capsys.readouterr().err
+    # the full name selects them, with no warning
+    assert main(["cache", "show", "--kernel", "mypkg.ops.scale"]) == 0
+    got = capsys.readouterr()
+    assert "3 entries" in got.out and got.err == ""
+
+
 def test_show_and_export_of_a_store_not_made_yet_make_none(tmp_path: Path, monkeypatch, capsys):
     """`cache show` and `cache export` only read: on a fresh TUNER_HOME (or a --storage file that does not
     exist) they find no entries and leave no database behind."""

@@ -213,3 +213,31 @@ def test_study_run_json_without_the_kernel_backend_prints_the_refusal(tmp_path: 
     message = _json_error(r.stdout, r.stderr, 1)
     assert message.startswith("ModuleNotFoundError: No module named 'torch'"), message
     assert "pip install 'tuner[kernels]'" in message
+
+
+def test_a_tuner_home_that_cannot_be_made_is_named(tmp_path: Path, monkeypatch, capsys):
+    """A TUNER_HOME that cannot be made or written (here a file is in the way; a read-only mount
+    gives EROFS the same way) used to fail with only the OS error ("File exists: '/x'"), naming a path
+    the user never typed on the command line. The line now says it is TUNER_HOME and what to do."""
+    case = tmp_path / "case"
+    case.mkdir()
+    home = case / "home"
+    home.write_text("not a folder")
+    monkeypatch.setenv("TUNER_HOME", str(home))
+    monkeypatch.delenv("TUNER_STORAGE", raising=False)
+    monkeypatch.delenv("TUNER_STUDY_STORAGE", raising=False)
+    study = case / "s.toml"
+    study.write_text(
+        "[study]\nname = 's'\ndevice = 'cpu'\nbudget = { trials = 2 }\n"
+        "[[tasks]]\nkernel = 'rmsnorm'\nproblems = [{ M = 16, N = 128 }]\n"
+    )
+    shipped = REPO / "docs" / "examples" / "quickstart-report" / "cache.json"
+    for argv in (["study", "run", str(study), "--quiet"], ["cache", "import", str(shipped)]):
+        assert main(argv) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0, err
+        assert f"(TUNER_HOME is {home}: set it to a folder this user can write)" in err, err
+    assert home.read_text() == "not a folder" and sorted(p.name for p in case.iterdir()) == [
+        "home",
+        "s.toml",
+    ]

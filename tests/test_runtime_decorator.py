@@ -686,3 +686,32 @@ def test_a_key_or_space_function_that_refuses_the_call_is_named(which: str):
     with pytest.raises(TypeError, match="alpha") as exc:
         f(1.0, 4, alpha=2.0)  # a new key: the space function is asked too
     assert any(f"the {which} function of" in n for n in getattr(exc.value, "__notes__", [])), exc.value
+
+
+def test_a_space_parameter_the_launcher_cannot_take_is_refused_at_decoration():
+    """The config arrives as keyword arguments. A launcher whose parameter is spelled otherwise than the
+    space's (BLOCKK for BLOCK) used to be decorated without a word; its first call then timed every
+    config, each failing with a TypeError, and raised AllConfigsFailedError after a RuntimeWarning. It is
+    refused when decorated, naming both; **kwargs, keyword-only and positional-or-keyword take it."""
+    space = SearchSpace([PowerOfTwo("BLOCK", 16, 64)])
+    with pytest.raises(
+        ValueError, match=r"search space parameters \['BLOCK'\] are not parameters of .*BLOCKK"
+    ):
+
+        @tuner.autotune(space, key=["n"], budget=2)
+        def typo(x, n, *, BLOCKK):
+            return x
+
+    with pytest.raises(ValueError, match=r"\['BLOCK'\] are not parameters"):  # positional-only cannot
+
+        @tuner.autotune(space, key=["n"], budget=2)
+        def posonly(x, n, BLOCK, /):
+            return x
+
+    for ok in (
+        lambda x, n, *, BLOCK: x,
+        lambda x, n, BLOCK=16: x,
+        lambda x, n, **cfg: x,
+    ):
+        f = tuner.autotune(space, key=["n"], budget=2, name="ok", storage=False)(ok)
+        assert f(1.0, 4) == 1.0

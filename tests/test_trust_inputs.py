@@ -75,7 +75,9 @@ def test_problem_values_are_checked_against_the_kernel_schema_before_anything_ru
     )
     assert cli("study", "run", str(p), "--quiet") == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and needle in err and kernel in err, err
+    assert err.count("\n") == 0 and needle in err, err
+    # the kernel named once ("kernel 'matmul': kernel 'matmul' has no problem field ..." before)
+    assert err.count(f"kernel '{kernel}'") == 1, err
     assert not (tmp_path / "out").exists()
 
 
@@ -421,3 +423,51 @@ def test_measuring_from_a_script_without_a_main_guard_fails_with_one_clear_line(
     last = proc.stderr.strip().splitlines()[-1]
     assert "MainGuardError" in last and "tune_me.py" in last and 'if __name__ == "__main__":' in last
     assert proc.stderr.count("Traceback") == 1  # no worker ever started
+
+
+def test_a_storage_url_of_no_known_database_is_bad_input_naming_its_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--storage bogus://x` used to end `study run`, `report` and `export` with SQLAlchemy's bare
+    "Can't load plugin: sqlalchemy.dialects:bogus", and `--storage sqlite:/x` blamed the study file's
+    [study] table, which names no storage. Each names where the URL came from, without its password."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("TUNER_HOME", str(home))
+    monkeypatch.delenv("TUNER_STUDY_STORAGE", raising=False)
+    p = tmp_path / "s.toml"
+    body = "budget = 2\n[[tasks]]\nkernel = 'rmsnorm'\nproblems = [{ M = 16, N = 128 }]\n"
+    p.write_text("[study]\nname = 'x'\ndevice = 'cpu'\n" + body)
+    for cmd in (["run", "--quiet"], ["report"], ["export", "--out", str(tmp_path / "c.json")]):
+        for url, needle in (
+            ("bogus://x", "storage 'bogus://x' names no database SQLAlchemy knows"),
+            ("postgress://me:s3cret@db/t", "storage 'postgress://db/t' names no database"),
+            ("sqlite:/x", "storage must be a database URL"),
+        ):
+            assert cli("study", cmd[0], str(p), *cmd[1:], "--storage", url) == 2
+            err = capsys.readouterr().err.strip()
+            assert err.count("\n") == 0 and "s3cret" not in err, err
+            assert err.startswith("tuner: error: --storage (or TUNER_STUDY_STORAGE): ") and needle in err, err
+    p.write_text("[study]\nname = 'x'\ndevice = 'cpu'\nstorage = 'bogus://y'\n" + body)
+    assert cli("study", "run", str(p), "--quiet") == 2
+    assert f"{p} [study]: storage 'bogus://y' names no database" in capsys.readouterr().err
+    assert not home.exists() and not (tmp_path / "c.json").exists()
+
+
+def test_an_unknown_strategy_is_blamed_on_the_table_that_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`strategy = "tpee"` in [study] was reported at `tasks[0] (rmsnorm)`, a table that names no
+    strategy; an entry's own strategy is still reported at that entry."""
+    p = tmp_path / "s.toml"
+    task = "[[tasks]]\nkernel = 'rmsnorm'\nproblems = [{ M = 16, N = 128 }]\n"
+    p.write_text(
+        "[study]\nname = 'x'\ndevice = 'cpu'\nstrategy = 'tpee'\nbudget = 2\noutput = 'out'\n" + task
+    )
+    assert cli("study", "run", str(p), "--quiet") == 2
+    assert f"{p} [study]: unknown strategy 'tpee'" in capsys.readouterr().err
+    p.write_text(
+        "[study]\nname = 'x'\ndevice = 'cpu'\nbudget = 2\noutput = 'out'\n" + task + "strategy = 'rnd'\n"
+    )
+    assert cli("study", "run", str(p), "--quiet") == 2
+    assert f"{p} tasks[0] (rmsnorm): unknown strategy 'rnd'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -104,6 +104,22 @@ def _bad_store_url(exc: BaseException) -> bool:
     return False
 
 
+def _home_hint(exc: BaseException) -> str:
+    """For a folder or file under `$TUNER_HOME` that could not be made (a read-only home, a file in the
+    way): which setting names it, since the error alone names only a path the user never typed."""
+    if not isinstance(exc, OSError) or not isinstance(exc.filename, (str, bytes, os.PathLike)):
+        return ""
+    from pathlib import Path
+
+    from .store import tuner_home
+
+    home = Path(os.path.abspath(tuner_home()))
+    where = Path(os.path.abspath(os.fsdecode(exc.filename)))
+    if where != home and home not in where.parents:
+        return ""
+    return f" (TUNER_HOME is {home}: set it to a folder this user can write)"
+
+
 def _reading(args: argparse.Namespace) -> contextlib.AbstractContextManager[Any]:
     """For a command that only reads a store (its parser's `reads_only`: its name, or a function of the
     arguments giving it or None): a store of an older tuner's schema is refused, not upgraded in place
@@ -149,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             from .measure._gate import backend_hint  # `tuner check` without torch/jax: how to get them
 
-            message = f"{exc.__class__.__name__}: {_one_line(exc)}{backend_hint(exc)}"
+            message = f"{exc.__class__.__name__}: {_one_line(exc)}{backend_hint(exc)}{_home_hint(exc)}"
             prefix, code = "failed", 1
         _json_error(args, message)
         if args is None or args.verbose:

@@ -159,6 +159,32 @@ def _stored_entries(url: str | None, kernel: str | None) -> list[Any]:
     return _cache(url).entries(kernel)
 
 
+def _stored_kernels(url: str | None) -> list[str]:
+    """The kernel names of the store's entries (none when its SQLite file does not exist yet)."""
+    from tuner.storage import missing_sqlite_file
+    from tuner.store import default_storage_url, normalize_url
+
+    url = normalize_url(url or default_storage_url(create=False))
+    if missing_sqlite_file(url):
+        return []
+    return list(_cache(url).kernel_names())
+
+
+def kernel_hint(kernel: str, names: list[str]) -> str:
+    """What to say when `--kernel KERNEL` selected nothing from a store or file holding the kernels
+    `names`: those that end in KERNEL or contain it, else all (a decorated function is stored as
+    module.qualname, so `--kernel scale` does not select `mypkg.ops.scale`). Empty when KERNEL is
+    among them or there are none."""
+    if not names or kernel in names:
+        return ""
+    low = kernel.lower()
+    like = [n for n in names if n.rsplit(".", 1)[-1] == kernel or low in n.lower()]
+    shown = like or names
+    listed = ", ".join(shown[:5]) + (f", ... ({len(shown)} in all)" if len(shown) > 5 else "")
+    lead = f"did you mean {listed}?" if like else f"it holds {listed}"
+    return f"{lead} (a decorated function is named module.qualname, or by its name=)"
+
+
 def run_export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -172,7 +198,9 @@ def run_export(args: argparse.Namespace) -> int:
     entries = _stored_entries(args.storage, args.kernel)
     if not entries:  # nothing to export is work that did not happen: exit 1, and write no empty file
         what = f"of kernel {args.kernel!r} " if args.kernel else ""
-        msg = f"nothing to export: the store holds no cache entry {what}(tune or import first); {out} not written"
+        hint = kernel_hint(args.kernel, _stored_kernels(args.storage)) if args.kernel else ""
+        why = f"; {hint}" if hint else " (tune or import first)"
+        msg = f"nothing to export: the store holds no cache entry {what.rstrip()}{why}; {out} not written"
         if args.json:
             _print_json({"ok": False, "error": msg, "path": str(out), "entries": 0})
         print(f"tuner: {msg}", file=sys.stderr)
@@ -207,13 +235,20 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
+    hint, where = "", "the store"
     if args.file:
         got, _ = _read_file(args.file, args.skip_invalid)
         entries = sorted(
             (e for e in got if args.kernel is None or e.key.kernel == args.kernel), key=lambda e: e.key.hash
         )
+        if args.kernel is not None and not entries:
+            hint, where = kernel_hint(args.kernel, sorted({e.key.kernel for e in got})), str(args.file)
     else:
         entries = _stored_entries(args.storage, args.kernel)
+        if args.kernel is not None and not entries:
+            hint = kernel_hint(args.kernel, _stored_kernels(args.storage))
+    if hint:  # on stderr, so that --json's stdout stays one JSON document
+        print(f"tuner: warning: {where} holds no entry of kernel {args.kernel!r}; {hint}", file=sys.stderr)
     if args.json:
         _print_json([e.to_json() for e in entries])
         return 0
@@ -226,10 +261,17 @@ def run_show(args: argparse.Namespace) -> int:
         cfg = ", ".join(f"{n}={v}" for n, v in e.config.items())
         print(
             f"{k.kernel} [{key}] {'/'.join(k.dtypes) or '-'} on {k.device}: {cfg}  "
-            f"{from_seconds(e.time_s, 'us'):.3g} us (spread {from_seconds(e.spread_s, 'us'):.2g} us)  {e.date}"
+            f"{_shown_time(e.time_s, e.spread_s)}  {e.date}"
         )
     print(f"{len(entries)} entries")
     return 0
+
+
+def _shown_time(time_s: float, spread_s: float) -> str:
+    """A time and its spread in the unit that suits the time (`80.5 ms (spread 9.1 ms)`; microseconds
+    printed for every entry showed a 0.08 s CPU entry as `8.05e+04 us`)."""
+    unit = "s" if time_s >= 1 else "ms" if time_s >= 1e-3 else "us"
+    return f"{from_seconds(time_s, unit):.3g} {unit} (spread {from_seconds(spread_s, unit):.2g} {unit})"
 
 
 def run_prune(args: argparse.Namespace) -> int:
@@ -263,6 +305,12 @@ def run_prune(args: argparse.Namespace) -> int:
             else PruneCounts(dry_run=args.dry_run)
         )
     doc = counts.to_json()
+    if args.kernel is not None and cache is not None and not counts.kernels():
+        hint = kernel_hint(args.kernel, cache.kernel_names())
+        if hint:
+            print(
+                f"tuner: warning: the store holds no entry of kernel {args.kernel!r}; {hint}", file=sys.stderr
+            )
     if not args.json and prunes:
         _print_prune(counts)
     if not args.vacuum:

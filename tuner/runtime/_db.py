@@ -163,6 +163,12 @@ class ConfigCache:
         with self.store.session() as s:
             return int(s.scalar(select(func.count()).select_from(CacheEntryRow)) or 0)
 
+    def kernel_names(self) -> list[str]:
+        """The names of the kernels that have entries, sorted (what `--kernel NAME` can select)."""
+        q = select(CacheEntryRow.kernel).distinct().order_by(CacheEntryRow.kernel)
+        with self.store.session() as s:
+            return [str(k) for k in s.scalars(q).all()]
+
     def family(self, key: CacheKey, *, limit: int | None = None) -> list[CacheEntry]:
         """The stored entries of `key`'s family (same kernel, source, key field names, non-numeric
         field values, dtypes, device and versions): one indexed lookup, not a scan of the kernel."""

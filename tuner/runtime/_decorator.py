@@ -37,6 +37,7 @@ from ._env import (
     default_name,
     dependency_packages,
     flat_args,
+    keywords_refused,
     kind_of,
     signature_names,
     underlying_function,
@@ -156,6 +157,15 @@ class Autotuned:
         self.cost_model = cost_model
         self.lease_s = lease_s
         self.arg_names, self.defaults = signature_names(fn)
+        if keys is None and self.kind != "triton" and isinstance(space, SearchSpace):
+            # the config arrives as keyword arguments: a launcher that cannot take one of them would fail
+            # every trial of every key; say so now (a Triton kernel takes num_warps etc. as launch options)
+            refused = keywords_refused(fn, space.names)
+            if refused:
+                raise ValueError(
+                    f"search space parameters {refused} are not parameters of {self.name} "
+                    f"({self.arg_names}): the config is passed as keyword arguments"
+                )
         self._depends = tuple(depends)
         self._source_hash = source_hash  # None: computed on the first miss (see the property)
         self._hash_given = source_hash is not None

@@ -12,7 +12,7 @@ import inspect
 import re
 import sys
 import textwrap
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from tuner._versions import FRAMEWORK_PACKAGES, VERSIONS_BY_KIND, package_versions, python_version
@@ -292,6 +292,20 @@ def signature_names(fn: Any) -> tuple[list[str], dict[str, Any]]:
     params = [p for p in sig.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     defaults = {p.name: p.default for p in params if p.default is not p.empty}
     return [p.name for p in params], defaults
+
+
+def keywords_refused(fn: Any, names: Sequence[str]) -> list[str]:
+    """Those of `names` that a call of `fn` cannot take as keyword arguments: none when it takes
+    `**kwargs` or its signature cannot be read (a builtin, an object of C code)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return []
+    params = sig.parameters.values()
+    if any(p.kind == p.VAR_KEYWORD for p in params):
+        return []
+    ok = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return [n for n in names if n not in ok]
 
 
 def by_reference(obj: Any, fn: Any) -> tuple[Any, tuple[str, str]]:

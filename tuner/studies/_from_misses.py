@@ -335,6 +335,16 @@ def decorated_study(
     skipped = sum(r.calls for r in rows if r.calls < min_calls)
     if not kept:
         raise BadInput(f"no recorded miss of a decorated function with at least {min_calls} calls")
+    script = sorted({r.kernel for r in kept if r.kernel.startswith("__main__.")})
+    if script:
+        # the worker imports the factory's function under its module's name (app.scale, not
+        # __main__.scale): no call it builds has the recorded key, so every task would fail, and an
+        # export under the module's name would never be hit by the script
+        raise BadInput(
+            f"kernel {script[0]!r} was recorded by a function of a script run as __main__: no study "
+            "can tune that key (a worker imports the function under its module's name); give it a name "
+            "of its own (@tuner.autotune(..., name=...)) and record again, or leave it out with --kernel"
+        )
     total = sum(r.calls for r in kept)
     even = total / len(kept)
     lines = [

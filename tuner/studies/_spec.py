@@ -156,6 +156,22 @@ def _err(where: str, msg: str) -> StudyError:
     return StudyError(f"{where}: {msg}")
 
 
+def _check_dialect(url: str, where: str) -> None:
+    """A URL whose database SQLAlchemy does not know (`bogus://x`, `postgress://...`) is bad input here,
+    named with where it came from (it used to surface at the first opening as SQLAlchemy's bare "Can't
+    load plugin: sqlalchemy.dialects:bogus"). Only the dialect is looked up: no driver is imported."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        make_url(url).get_dialect()
+    except (ArgumentError, NoSuchModuleError, ValueError) as exc:
+        from tuner.storage import redact
+
+        why = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        raise _err(where, f"storage {redact(url)!r} names no database SQLAlchemy knows ({why})") from None
+
+
 def _check_keys(where: str, table: Mapping[str, Any], allowed: set[str]) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
@@ -301,7 +317,10 @@ def _check_kernel(
     try:
         return validate_problem(spec, {**problem, "dtype": dtype})
     except ValueError as exc:
-        raise _err(where, f"kernel {kernel!r}: {str(exc).splitlines()[0]}") from None
+        msg = str(exc).splitlines()[0]  # named once: the registry's own messages may name the kernel already
+        raise _err(
+            where, msg if msg.startswith(f"kernel {kernel!r}") else f"kernel {kernel!r}: {msg}"
+        ) from None
 
 
 def _filled(kernel: str, problem: Mapping[str, Any]) -> dict[str, Any]:
@@ -393,11 +412,14 @@ def parse_study(
     url = storage or st.get("storage")
     if url is None:
         url = sqlite_url((output_dir / "study.db").resolve())
+    # a URL given on the command line is not the file's: blame the one that holds it
+    url_from = "--storage (or TUNER_STUDY_STORAGE)" if storage else where
     if not isinstance(url, str) or "://" not in url:
-        raise _err(where, f"storage must be a database URL such as sqlite:///study.db, got {url!r}")
+        raise _err(url_from, f"storage must be a database URL such as sqlite:///study.db, got {url!r}")
     if not storage:  # the file's own SQLite path is relative to the file, as `output` is
         url = _sqlite_beside(url, base)
     url = normalize_url(url)
+    _check_dialect(url, url_from)
 
     from tuner.strategies import get_strategy
 
@@ -432,8 +454,8 @@ def parse_study(
             raise _err(w, f"strategy must be a string, got {t_strategy!r}")
         try:
             get_strategy(t_strategy)
-        except ValueError as exc:
-            raise _err(w, str(exc)) from None
+        except ValueError as exc:  # blamed on the table that names it: the entry's own, or [study]'s
+            raise _err(w if "strategy" in e else where, str(exc)) from None
         t_seed = _seed(w, e["seed"]) if "seed" in e else seed
         t_final = _int(w, "finalists", e["finalists"], minimum=1) if "finalists" in e else finalists
         for p in probs:
