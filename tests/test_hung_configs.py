@@ -188,9 +188,18 @@ def test_a_config_that_kills_its_process_is_timed_again_once_then_skipped(
     assert "crashed the process while timed (2 times)" in third.stderr, third.stderr[-3000:]
     [(config, error)] = _marks(store_url)
     assert config == {"b": 2} and error.startswith("crashed the process while timed (2 times)"), error
-    # a later tuning of the key (a retune) skips it too, without counting a death again
+    # a later tuning of the key skips it too, without counting a death again: the stored winner is
+    # removed first, or the fourth process would hit it and tune nothing (and this could not fail)
+    from sqlalchemy import create_engine, text
+
+    eng = create_engine(store_url)
+    with eng.begin() as c:
+        assert c.execute(text("DELETE FROM tuner_cache_entries")).rowcount == 1
+    eng.dispose()
     fourth = _crash_run(store_url, tmp_path, "fourth", how)
     assert fourth.returncode == 0 and not (tmp_path / "fourth-crashes").exists(), fourth.stderr[-3000:]
+    assert json.loads(fourth.stdout.strip().splitlines()[-1])["b"] == 1, fourth.stdout
+    assert "not timed again" in fourth.stderr, fourth.stderr[-3000:]
     [(config, error)] = _marks(store_url)
     assert error.startswith("crashed the process while timed (2 times)"), error
 
