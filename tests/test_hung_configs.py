@@ -188,9 +188,18 @@ def test_a_config_that_kills_its_process_is_timed_again_once_then_skipped(
     assert "crashed the process while timed (2 times)" in third.stderr, third.stderr[-3000:]
     [(config, error)] = _marks(store_url)
     assert config == {"b": 2} and error.startswith("crashed the process while timed (2 times)"), error
-    # a later tuning of the key (a retune) skips it too, without counting a death again
+    # a later tuning of the key skips it too, without counting a death again: the stored winner is
+    # removed first, or the fourth process would hit it and tune nothing (and this could not fail)
+    from sqlalchemy import create_engine, text
+
+    eng = create_engine(store_url)
+    with eng.begin() as c:
+        assert c.execute(text("DELETE FROM tuner_cache_entries")).rowcount == 1
+    eng.dispose()
     fourth = _crash_run(store_url, tmp_path, "fourth", how)
     assert fourth.returncode == 0 and not (tmp_path / "fourth-crashes").exists(), fourth.stderr[-3000:]
+    assert json.loads(fourth.stdout.strip().splitlines()[-1])["b"] == 1, fourth.stdout
+    assert "not timed again" in fourth.stderr, fourth.stderr[-3000:]
     [(config, error)] = _marks(store_url)
     assert error.startswith("crashed the process while timed (2 times)"), error
 
@@ -215,3 +224,46 @@ def test_a_config_whose_timing_was_killed_once_is_not_banned(store_url: str, tmp
     eng.dispose()
     timed = sorted((json.loads(r[0]) if isinstance(r[0], str) else r[0])["b"] for r in rows if r[1] == "ok")
     assert timed == [1, 2, 3], rows
+
+
+def test_threads_wait_with_the_thread_that_waits_for_another_process(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: while another process tuned the key (its claim renewed, within its lease), the thread of
+    this process that waited for it held the key's lock with no trial of its own, so the other threads
+    gave up after `lease_s` with the offline fallback and a false warning that a config hangs. They wait
+    as that thread does, and all get the winner."""
+    import tuner
+    from tuner import SearchSpace
+    from tuner.runtime import ConfigCache
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    space = SearchSpace.from_configs([{"b": 1}, {"b": 2}, {"b": 3}])  # b=3 wins; the fallback is b=2
+
+    def f(n: int, *, b: int) -> int:
+        return b
+
+    # lease_s: far above one round of the waiting thread's loop (a claim attempt, two reads, <= 0.5 s)
+    g = tuner.autotune(
+        space, key=["n"], budget=3, storage=url, lease_s=4.0, bench=lambda call: 1e-3 / call()
+    )(f)
+    db = ConfigCache(url)
+    key_hash = g.tuner.keys.full((7,), {}).hash
+    assert db.claim(key_hash, "another-process", 600.0)  # its owner runs (this very pid), well in lease
+    caplog.set_level(logging.WARNING, logger="tuner.runtime._decorator")
+    out: dict[int, int] = {}
+    threads = [threading.Thread(target=lambda i=i: out.setdefault(i, g(7)), daemon=True) for i in range(3)]
+    try:
+        for th in threads:
+            th.start()
+        deadline = time.monotonic() + 10.0  # past two leases
+        while time.monotonic() < deadline and len(out) < 2:  # the old code: two gave up after a lease
+            time.sleep(0.1)
+        assert out == {}, f"threads stopped waiting for the other process's tuning: {out}"
+    finally:
+        db.release(key_hash, "another-process")  # its tuning ends: this process tunes the key
+        for th in threads:
+            th.join(timeout=120)
+    assert not any(th.is_alive() for th in threads)
+    assert out == {0: 3, 1: 3, 2: 3}, out
+    assert "finished no trial" not in caplog.text, caplog.text

@@ -201,7 +201,11 @@ def test_a_worker_process_stuck_in_a_hung_trial_is_replaced_and_the_study_finish
     from tuner.studies._retry import check_task
     from tuner.studies._runner import _optuna_storage, _result_store
 
-    path = write_study(tmp_path, n_m=2, budget=4, extra="trial_timeout = 1")
+    # trial_timeout: far above a normal trial here, on a loaded machine too. Each worker process the
+    # runner starts (the first, the one that replaces it) is bound by it from its first trial on, which
+    # pays the process's cold imports; with 1 s, three busy loops beside the run made normal trials time
+    # out too (four trials given up instead of one). Only the trial that hangs must reach it.
+    path = write_study(tmp_path, n_m=2, budget=4, extra="trial_timeout = 15")
     spec = load_study(path, check_kernels=False)
     evals = tmp_path / "evals.jsonl"
     env = {
@@ -214,7 +218,7 @@ def test_a_worker_process_stuck_in_a_hung_trial_is_replaced_and_the_study_finish
         _worker_cmd(path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
-        out, err = proc.communicate(timeout=150)
+        out, err = proc.communicate(timeout=240)
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()

@@ -153,37 +153,43 @@ def tune_once(req: Request) -> Resolution:
     owner = owner_id()
     delay = 0.02
     waited: tuple[float, str] | None = None
-    while True:
-        # Whether a claim of this owner may be in the store: the claim is committed before `claim`
-        # returns, so an interrupt (Ctrl-C, SIGTERM's KeyboardInterrupt) that arrives in between must
-        # release it too, or this process's next call of the key and every other process would wait
-        # out its lease for a tuning that is not running.
-        held: bool | None = True
-        try:
-            held = claimed = guarded(
-                db, "write", "claim the key for tuning", lambda: db.claim(ck.hash, owner, t.lease_s), None
-            )
-            if claimed is None:  # the store cannot be written: tune in memory
-                return _tune(req, None, None, stale=False)
-            if claimed:
-                _hold(db, ck.hash, owner)
-                # another process may have finished just before our claim
-                e = guarded(db, "read", "read an entry", lambda: db.get(ck), None)
-                cfg = usable_config(req, e) if e is not None else None
+    try:
+        while True:
+            # Whether a claim of this owner may be in the store: the claim is committed before `claim`
+            # returns, so an interrupt (Ctrl-C, SIGTERM's KeyboardInterrupt) that arrives in between must
+            # release it too, or this process's next call of the key and every other process would wait
+            # out its lease for a tuning that is not running.
+            held: bool | None = True
+            try:
+                held = claimed = guarded(
+                    db, "write", "claim the key for tuning", lambda: db.claim(ck.hash, owner, t.lease_s), None
+                )
+                if claimed is None:  # the store cannot be written: tune in memory
+                    return _tune(req, None, None, stale=False)
+                if claimed:
+                    _hold(db, ck.hash, owner)
+                    # another process may have finished just before our claim
+                    e = guarded(db, "read", "read an entry", lambda: db.get(ck), None)
+                    cfg = usable_config(req, e) if e is not None else None
+                    if cfg is not None:
+                        return _waited(cfg)
+                    return _tune(req, db, owner, stale=e is not None)
+            finally:
+                if held:
+                    _release(db, ck.hash, owner)
+            # another process holds the claim within its lease (renewed as its trials finish): the
+            # threads of this process that wait for this one (`Autotuned._wait_for`) wait for it too
+            t.progress[ck.hash] = time.monotonic()
+            e = guarded(db, "read", "read an entry", lambda: db.get(ck), None)
+            if e is not None:
+                cfg = usable_config(req, e)  # not an entry whose tuning the holder is widening
                 if cfg is not None:
                     return _waited(cfg)
-                return _tune(req, db, owner, stale=e is not None)
-        finally:
-            if held:
-                _release(db, ck.hash, owner)
-        e = guarded(db, "read", "read an entry", lambda: db.get(ck), None)
-        if e is not None:
-            cfg = usable_config(req, e)  # not an entry whose tuning the holder is widening
-            if cfg is not None:
-                return _waited(cfg)
-        waited = _log_wait(t.name, ck, db, waited)
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.5)
+            waited = _log_wait(t.name, ck, db, waited)
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+    finally:
+        t.progress.pop(ck.hash, None)  # no thread of this process waits for a tuning of it now
 
 
 def _release(db: ConfigCache, key_hash: str, owner: str) -> None:

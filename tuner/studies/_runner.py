@@ -1236,22 +1236,21 @@ class _Supervisor:
     ) -> subprocess.Popen[bytes]:
         _kill(p)
         self.held.pop(p.pid, None)
-        what = "its task had been taken over by another worker"
-        assert self.board is not None and self.timeout is not None
-        claim = self.board.take_from(row_id, worker, self.me, self.lease_s) if still else None
-        if claim is not None:
-            error = (
-                f"no result after {idle:.0f} s (the study's trial_timeout is {self.timeout:g} s), and the "
-                "worker's process stopped answering (its heartbeat too: the process was stopped, or code "
-                "that holds the GIL hangs): killed"
-            )
-            configs = _fail_trials_in_flight(_optuna_storage(self.spec.storage), claim.task, self.me, error)
-            self.board.finish(claim, PENDING)
+        # the killed process is replaced whatever the store says below: a write that fails here (a store
+        # hiccup, which `_watch` logs and looks past) left the run one worker short, and with one worker
+        # ended it as stopped with an error
+        try:
             what = (
-                f"marked config {', '.join(map(str, configs))} failed (timeout)"
-                if configs
-                else "no trial in flight"
-            ) + f" and handed task {claim.task.key} back"
+                self._give_back(row_id, worker, idle)
+                if still
+                else "its task had been taken over by another worker"
+            )
+        except Exception as exc:  # noqa: BLE001 - the task is taken over when its lease runs out instead
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            what = f"could not hand its task back ({type(exc).__name__}: {first}; its lease frees it)"
+            with contextlib.suppress(Exception):  # a claim `_give_back` took: the next worker takes it now
+                assert self.board is not None
+                self.board.release(self.spec.name, self.me)
         log.warning(
             "worker process %d renewed its task's lease for %.0f s (trial_timeout = %g s): its heartbeat "
             "stopped too (the process was stopped, or code that holds the GIL hangs); killed it, %s; "
@@ -1262,6 +1261,26 @@ class _Supervisor:
             what,
         )
         return self._start()
+
+    def _give_back(self, row_id: int, worker: str, idle: float) -> str:
+        """The task `row_id` of the killed worker `worker`: its trials in flight failed (timeout) and the
+        task back on the queue, where `worker` still held it; says what was done."""
+        assert self.board is not None and self.timeout is not None
+        claim = self.board.take_from(row_id, worker, self.me, self.lease_s)
+        if claim is None:
+            return "its task had been taken over by another worker"
+        error = (
+            f"no result after {idle:.0f} s (the study's trial_timeout is {self.timeout:g} s), and the "
+            "worker's process stopped answering (its heartbeat too: the process was stopped, or code "
+            "that holds the GIL hangs): killed"
+        )
+        configs = _fail_trials_in_flight(_optuna_storage(self.spec.storage), claim.task, self.me, error)
+        self.board.finish(claim, PENDING)
+        return (
+            f"marked config {', '.join(map(str, configs))} failed (timeout)"
+            if configs
+            else "no trial in flight"
+        ) + f" and handed task {claim.task.key} back"
 
     def _stop(self) -> None:
         """Ctrl-C: ask every worker process to hand its task back (SIGINT: the terminal sent it to them
