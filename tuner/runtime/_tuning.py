@@ -29,7 +29,7 @@ from ._coverage import task_of
 from ._entry import CacheEntry, EntryError, now_iso
 from ._key import canon
 from ._resolve import Request, Resolution, usable_config, valid_config
-from ._sources import guarded
+from ._sources import _redact, guarded
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._optimize import TuneResult
@@ -97,7 +97,7 @@ def _warn_earlier(name: str, ck: CacheKey, hung: dict[str, str], crashes: dict[s
 # claim would stay, and processes on other hosts would wait out its lease for a tuning that is not
 # running. `_release_at_exit` releases them (atexit runs before daemon threads are stopped).
 _held: dict[tuple[int, str, str], ConfigCache] = {}
-_exit_hook = [False]
+_exit_hook = [False, False]  # the atexit hooks registered: claims, marks
 
 
 def _hold(db: ConfigCache, key_hash: str, owner: str) -> None:
@@ -118,6 +118,92 @@ def _after_fork_in_child() -> None:  # the parent's claims are the parent's to r
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# The marks of timings that returned (`ConfigCache.mark_measuring`) that could not be deleted when they
+# returned (the store went down, or stopped answering, during the timing), by id(store): (store, row ids).
+# Left in the store, each would read as its config's hang to the next process that tunes the key (another
+# host's, or any once the mark is older than the claim's lease), which would then never time that config,
+# the best one perhaps, and store a slower winner for the fleet. A daemon thread deletes them once the store
+# answers again (every UNMARK_RETRY_S), and the process tries once more at exit.
+UNMARK_RETRY_S = 5.0
+_unmarks: dict[int, tuple[ConfigCache, set[int]]] = {}
+_unmarks_lock = threading.Lock()
+_unmark_thread: list[threading.Thread | None] = [None]
+
+
+def _unmark(db: ConfigCache, *row_ids: int) -> bool:
+    db.unmark(*row_ids)
+    return True
+
+
+def _unmark_later(db: ConfigCache, row_id: int) -> None:
+    with _unmarks_lock:
+        _unmarks.setdefault(id(db), (db, set()))[1].add(row_id)
+        if not _exit_hook[1]:
+            _exit_hook[1] = True
+            atexit.register(_unmark_at_exit)
+        th = _unmark_thread[0]
+        if th is None or not th.is_alive():
+            th = threading.Thread(target=_unmark_loop, name="tuner-unmark", daemon=True)
+            _unmark_thread[0] = th
+            th.start()
+
+
+def _unmark_pending(each: Callable[[ConfigCache, set[int]], bool]) -> bool:
+    """Delete the pending marks store by store with `each(db, ids)` (True: deleted); True when none is
+    left."""
+    with _unmarks_lock:
+        work = [(db, set(ids)) for db, ids in _unmarks.values()]
+    for db, ids in work:
+        if not each(db, ids):
+            continue
+        url = _redact(getattr(db.store, "url", "?"))
+        log.info("store %s: deleted %d mark(s) of timings that returned while it was down", url, len(ids))
+        with _unmarks_lock:
+            left = _unmarks.get(id(db))
+            if left is not None:
+                left[1].difference_update(ids)
+                if not left[1]:
+                    del _unmarks[id(db)]
+    with _unmarks_lock:
+        return not _unmarks
+
+
+def _quietly(db: ConfigCache, ids: set[int]) -> bool:
+    try:  # the store may still be down: tried again later, no warning (the failed unmark gave one)
+        db.unmark(*ids)
+    except Exception:
+        return False
+    return True
+
+
+def _unmark_loop() -> None:
+    while True:
+        time.sleep(UNMARK_RETRY_S)
+        if _unmark_pending(_quietly):
+            with _unmarks_lock:
+                if not _unmarks:  # else one was added meanwhile: go on
+                    _unmark_thread[0] = None
+                    return
+
+
+def _unmark_at_exit() -> None:
+    _unmark_pending(
+        lambda db, ids: guarded(
+            db, "write", "delete the marks of timed configs at exit", lambda: _unmark(db, *ids), False
+        )
+    )
+
+
+def _forget_unmarks_in_child() -> None:  # the parent's marks are the parent's to delete
+    global _unmarks_lock
+    _unmarks_lock = threading.Lock()  # a thread of the parent may have held it at the fork
+    _unmarks.clear()
+    _unmark_thread[0] = None
+
+
+os.register_at_fork(after_in_child=_forget_unmarks_in_child)
 
 
 # The config each tuning of this thread is timing now, by (Autotuned id, key hash): a timed call that calls
@@ -316,7 +402,9 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
         finally:
             current.pop(slot, None)
             if mark is not None and db is not None:
-                guarded(db, "write", "unmark the config timed", lambda: db.unmark(mark), None)
+                unmarked = guarded(db, "write", "unmark the config timed", lambda: _unmark(db, mark), False)
+                if not unmarked:
+                    _unmark_later(db, mark)
         med, spread = normalise_bench_result(timed)
         spreads[canon(cfg)] = spread
         if isinstance(timed, (tuple, list)) and len(timed) == 3:
