@@ -29,17 +29,27 @@ def fresh_runtime() -> Iterator[None]:
     close_stores()
 
 
-def _statuses(url: str) -> list[tuple[str, str]]:
+def _rows(url: str, sql: str) -> list[Any]:
     eng = create_engine(url)
     try:
         with eng.connect() as c:
-            rows = c.execute(text("SELECT config_key, status FROM tuner_measurements ORDER BY id")).all()
-        return [(str(k), str(s)) for k, s in rows]
+            return list(c.execute(text(sql)).all())
     finally:
         eng.dispose()
 
 
-def test_a_config_timed_while_the_server_went_down_is_not_taken_for_a_hang(
+def _statuses(url: str) -> list[tuple[str, str]]:
+    return [
+        (str(k), str(s))
+        for k, s in _rows(url, "SELECT config_key, status FROM tuner_measurements ORDER BY id")
+    ]
+
+
+def _claims(url: str) -> int:
+    return len(_rows(url, "SELECT key_hash FROM tuner_cache_claims"))
+
+
+def test_a_first_call_tuning_through_an_outage_leaves_no_mark_and_no_claim(
     pg: PrivateServer, fresh_runtime: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The server goes down while the first call of a key times config b=1 (the fastest). The call
@@ -47,14 +57,15 @@ def test_a_config_timed_while_the_server_went_down_is_not_taken_for_a_hang(
     store (a timing that never returns is a hang the next owner must not repeat), and deletes the mark
     when the timing returns; here that deletion failed. Was: the mark stayed for good, so once the claim's
     lease ran out the next tuning of the key (another process, or this one after `cache_clear`) took b=1
-    for a hung config, never timed it, and stored b=2 as the winner for the fleet. Now the process deletes
-    the marks it could not delete once the server is back."""
+    for a hung config, never timed it, and stored b=2 as the winner for the fleet; and the claim of the key,
+    which the call could not release either, stayed until its lease ran out. Now the process deletes both
+    once the server is back."""
     import tuner
     from tuner.runtime import _sources, _tuning
 
     monkeypatch.setattr(_sources, "STORE_RETRY_S", 0.5)
-    if hasattr(_tuning, "UNMARK_RETRY_S"):
-        monkeypatch.setattr(_tuning, "UNMARK_RETRY_S", 0.2)
+    if hasattr(_tuning, "CLEANUP_RETRY_S"):
+        monkeypatch.setattr(_tuning, "CLEANUP_RETRY_S", 0.2)
     timed: list[int] = []  # every run of the function
     benched: list[int] = []  # the configs timed
     last: dict[str, int] = {}
@@ -83,8 +94,11 @@ def test_a_config_timed_while_the_server_went_down_is_not_taken_for_a_hang(
     assert sorted(benched) == [1, 2, 3, 4] and f.tuner.last_choice["config"] == {"b": 1}
     pg.start()
     deadline = time.monotonic() + 10  # (not an assertion: how long the old code is given to clean up)
-    while any(s != "ok" for _, s in _statuses(pg.url)) and time.monotonic() < deadline:
+    while (any(s != "ok" for _, s in _statuses(pg.url)) or _claims(pg.url)) and time.monotonic() < deadline:
         time.sleep(0.1)
+    # The claim the call could not release is gone too: it kept every other process's first call of the
+    # key waiting for a tuning that was not running until its lease ran out (lease_s, 120 s by default).
+    assert _claims(pg.url) == 0
     time.sleep(1.5)  # the claim's lease (1 s) and the mark's age are past: another owner may tune the key
     f.cache_clear()
     benched.clear()

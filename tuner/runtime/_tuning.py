@@ -105,6 +105,7 @@ def _hold(db: ConfigCache, key_hash: str, owner: str) -> None:
         _exit_hook[0] = True
         atexit.register(_release_at_exit)
     _held[(id(db), key_hash, owner)] = db
+    _claimed_again(db, key_hash, owner)
 
 
 def _release_at_exit() -> None:
@@ -120,16 +121,29 @@ def _after_fork_in_child() -> None:  # the parent's claims are the parent's to r
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-# The marks of timings that returned (`ConfigCache.mark_measuring`) that could not be deleted when they
-# returned (the store went down, or stopped answering, during the timing), by id(store): (store, row ids).
-# Left in the store, each would read as its config's hang to the next process that tunes the key (another
-# host's, or any once the mark is older than the claim's lease), which would then never time that config,
-# the best one perhaps, and store a slower winner for the fleet. A daemon thread deletes them once the store
-# answers again (every UNMARK_RETRY_S), and the process tries once more at exit.
-UNMARK_RETRY_S = 5.0
-_unmarks: dict[int, tuple[ConfigCache, set[int]]] = {}
-_unmarks_lock = threading.Lock()
-_unmark_thread: list[threading.Thread | None] = [None]
+# What a store outage kept this process from deleting, by id(store): the marks of timings that returned
+# (`ConfigCache.mark_measuring`) and the claims of keys it finished with (key hash, owner).
+# Left in the store, a mark reads as its config's hang to the next process that tunes the key (another
+# host's, or any once the mark is older than the claim's lease), which then never times that config, the
+# best one perhaps, and stores a slower winner for the fleet; a claim keeps every other process's first
+# call of the key waiting for a tuning that is not running until its lease runs out (`lease_s`, 120 s).
+# A daemon thread deletes them once the store answers again (every CLEANUP_RETRY_S), and the process
+# tries once more at exit.
+CLEANUP_RETRY_S = 5.0
+
+
+class _Leftovers:
+    __slots__ = ("db", "marks", "claims")
+
+    def __init__(self, db: ConfigCache) -> None:
+        self.db = db
+        self.marks: set[int] = set()
+        self.claims: set[tuple[str, str]] = set()
+
+
+_leftovers: dict[int, _Leftovers] = {}
+_leftovers_lock = threading.Lock()
+_cleanup_thread: list[threading.Thread | None] = [None]
 
 
 def _unmark(db: ConfigCache, *row_ids: int) -> bool:
@@ -137,73 +151,99 @@ def _unmark(db: ConfigCache, *row_ids: int) -> bool:
     return True
 
 
-def _unmark_later(db: ConfigCache, row_id: int) -> None:
-    with _unmarks_lock:
-        _unmarks.setdefault(id(db), (db, set()))[1].add(row_id)
+def _clean_later(db: ConfigCache, *, mark: int | None = None, claim: tuple[str, str] | None = None) -> None:
+    with _leftovers_lock:
+        left = _leftovers.setdefault(id(db), _Leftovers(db))
+        if mark is not None:
+            left.marks.add(mark)
+        if claim is not None:
+            left.claims.add(claim)
         if not _exit_hook[1]:
             _exit_hook[1] = True
-            atexit.register(_unmark_at_exit)
-        th = _unmark_thread[0]
+            atexit.register(_clean_at_exit)
+        th = _cleanup_thread[0]
         if th is None or not th.is_alive():
-            th = threading.Thread(target=_unmark_loop, name="tuner-unmark", daemon=True)
-            _unmark_thread[0] = th
+            th = threading.Thread(target=_cleanup_loop, name="tuner-store-cleanup", daemon=True)
+            _cleanup_thread[0] = th
             th.start()
 
 
-def _unmark_pending(each: Callable[[ConfigCache, set[int]], bool]) -> bool:
-    """Delete the pending marks store by store with `each(db, ids)` (True: deleted); True when none is
-    left."""
-    with _unmarks_lock:
-        work = [(db, set(ids)) for db, ids in _unmarks.values()]
-    for db, ids in work:
-        if not each(db, ids):
+def _claimed_again(db: ConfigCache, key_hash: str, owner: str) -> None:
+    """This owner holds the claim of `key_hash` anew: an earlier release of it left to do is void."""
+    with _leftovers_lock:
+        left = _leftovers.get(id(db))
+        if left is not None:
+            left.claims.discard((key_hash, owner))
+
+
+def _clean(left: _Leftovers, marks: set[int], claims: set[tuple[str, str]]) -> bool:
+    if marks:
+        left.db.unmark(*marks)
+    for key_hash, owner in claims:
+        with _leftovers_lock:
+            if (key_hash, owner) not in left.claims:  # claimed again meanwhile (`_claimed_again`)
+                continue
+        left.db.release(key_hash, owner)
+    return True
+
+
+def _clean_pending(each: Callable[[_Leftovers, set[int], set[tuple[str, str]]], bool]) -> bool:
+    """Delete what is left store by store with `each(leftovers, marks, claims)` (True: done); True when
+    nothing is left."""
+    with _leftovers_lock:
+        work = [(left, set(left.marks), set(left.claims)) for left in _leftovers.values()]
+    for left, marks, claims in work:
+        if not (marks or claims) or not each(left, marks, claims):
             continue
-        url = _redact(getattr(db.store, "url", "?"))
-        log.info("store %s: deleted %d mark(s) of timings that returned while it was down", url, len(ids))
-        with _unmarks_lock:
-            left = _unmarks.get(id(db))
-            if left is not None:
-                left[1].difference_update(ids)
-                if not left[1]:
-                    del _unmarks[id(db)]
-    with _unmarks_lock:
-        return not _unmarks
+        log.info(
+            "store %s: deleted %d mark(s) of timed configs and %d claim(s) left while it was down",
+            _redact(getattr(left.db.store, "url", "?")),
+            len(marks),
+            len(claims),
+        )
+        with _leftovers_lock:
+            left.marks.difference_update(marks)
+            left.claims.difference_update(claims)
+            if not (left.marks or left.claims):
+                _leftovers.pop(id(left.db), None)
+    with _leftovers_lock:
+        return not _leftovers
 
 
-def _quietly(db: ConfigCache, ids: set[int]) -> bool:
-    try:  # the store may still be down: tried again later, no warning (the failed unmark gave one)
-        db.unmark(*ids)
+def _quietly(left: _Leftovers, marks: set[int], claims: set[tuple[str, str]]) -> bool:
+    try:  # the store may still be down: tried again later, no warning (the failed step gave one)
+        _clean(left, marks, claims)
     except Exception:
         return False
     return True
 
 
-def _unmark_loop() -> None:
+def _cleanup_loop() -> None:
     while True:
-        time.sleep(UNMARK_RETRY_S)
-        if _unmark_pending(_quietly):
-            with _unmarks_lock:
-                if not _unmarks:  # else one was added meanwhile: go on
-                    _unmark_thread[0] = None
+        time.sleep(CLEANUP_RETRY_S)
+        if _clean_pending(_quietly):
+            with _leftovers_lock:
+                if not _leftovers:  # else something was added meanwhile: go on
+                    _cleanup_thread[0] = None
                     return
 
 
-def _unmark_at_exit() -> None:
-    _unmark_pending(
-        lambda db, ids: guarded(
-            db, "write", "delete the marks of timed configs at exit", lambda: _unmark(db, *ids), False
-        )
-    )
+def _clean_at_exit() -> None:
+    def each(left: _Leftovers, marks: set[int], claims: set[tuple[str, str]]) -> bool:
+        what = "delete the marks of timed configs and the claims left at exit"
+        return guarded(left.db, "write", what, lambda: _clean(left, marks, claims), False)
+
+    _clean_pending(each)
 
 
-def _forget_unmarks_in_child() -> None:  # the parent's marks are the parent's to delete
-    global _unmarks_lock
-    _unmarks_lock = threading.Lock()  # a thread of the parent may have held it at the fork
-    _unmarks.clear()
-    _unmark_thread[0] = None
+def _forget_leftovers_in_child() -> None:  # the parent's leftovers are the parent's to delete
+    global _leftovers_lock
+    _leftovers_lock = threading.Lock()  # a thread of the parent may have held it at the fork
+    _leftovers.clear()
+    _cleanup_thread[0] = None
 
 
-os.register_at_fork(after_in_child=_forget_unmarks_in_child)
+os.register_at_fork(after_in_child=_forget_leftovers_in_child)
 
 
 # The config each tuning of this thread is timing now, by (Autotuned id, key hash): a timed call that calls
@@ -276,13 +316,21 @@ def _release(db: ConfigCache, key_hash: str, owner: str) -> None:
     """Release this owner's claim of `key_hash` (nothing when it holds none). A release that an interrupt
     stops (its transaction is rolled back, the claim stays) is done once more before the interrupt goes
     on."""
+
+    def release() -> bool:
+        db.release(key_hash, owner)
+        return True
+
+    released = False
     try:
-        guarded(db, "write", "release a claim", lambda: db.release(key_hash, owner), None)
+        released = guarded(db, "write", "release a claim", release, False)
     except BaseException:
-        guarded(db, "write", "release a claim", lambda: db.release(key_hash, owner), None)
+        released = guarded(db, "write", "release a claim", release, False)
         raise
     finally:
         _held.pop((id(db), key_hash, owner), None)
+        if not released:  # the store is down: the claim would keep the other processes waiting
+            _clean_later(db, claim=(key_hash, owner))
 
 
 def _invoker(req: Request, restore: Callable[[], None] | None) -> Callable[[dict[str, Any]], Any]:
@@ -404,7 +452,7 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
             if mark is not None and db is not None:
                 unmarked = guarded(db, "write", "unmark the config timed", lambda: _unmark(db, mark), False)
                 if not unmarked:
-                    _unmark_later(db, mark)
+                    _clean_later(db, mark=mark)
         med, spread = normalise_bench_result(timed)
         spreads[canon(cfg)] = spread
         if isinstance(timed, (tuple, list)) and len(timed) == 3:
