@@ -211,8 +211,14 @@ def _clean_pending(each: Callable[[_Leftovers, set[int], set[tuple[str, str]]], 
 
 
 def _quietly(left: _Leftovers, marks: set[int], claims: set[tuple[str, str]]) -> bool:
+    from ..store import StoreCorrupt
+
     try:  # the store may still be down: tried again later, no warning (the failed step gave one)
         _clean(left, marks, claims)
+    except StoreCorrupt:  # a damaged file is left alone (`guarded` said so): nothing more is tried on it
+        with _leftovers_lock:
+            _leftovers.pop(id(left.db), None)
+        return False
     except Exception:
         return False
     return True
