@@ -424,10 +424,10 @@ class ConfigCache:
         )
         return self.store.record(task, space, config, None, "timeout", stats=stats, error=error)
 
-    def unmark(self, row_id: int) -> None:
-        """Delete the mark `mark_measuring` wrote (the timing returned)."""
+    def unmark(self, *row_ids: int) -> None:
+        """Delete the marks `mark_measuring` wrote (their timings returned), in one transaction."""
         with self.store.session() as s:
-            s.execute(delete(MeasurementRow).where(MeasurementRow.id == row_id))
+            s.execute(delete(MeasurementRow).where(MeasurementRow.id.in_(row_ids)))
 
     def hung_configs(
         self, task_id: str, key_hash: str, owner: str, lease_s: float

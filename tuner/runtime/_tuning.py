@@ -29,7 +29,7 @@ from ._coverage import task_of
 from ._entry import CacheEntry, EntryError, now_iso
 from ._key import canon
 from ._resolve import Request, Resolution, usable_config, valid_config
-from ._sources import guarded
+from ._sources import _redact, guarded
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._optimize import TuneResult
@@ -97,7 +97,7 @@ def _warn_earlier(name: str, ck: CacheKey, hung: dict[str, str], crashes: dict[s
 # claim would stay, and processes on other hosts would wait out its lease for a tuning that is not
 # running. `_release_at_exit` releases them (atexit runs before daemon threads are stopped).
 _held: dict[tuple[int, str, str], ConfigCache] = {}
-_exit_hook = [False]
+_exit_hook = [False, False]  # the atexit hooks registered: claims, marks
 
 
 def _hold(db: ConfigCache, key_hash: str, owner: str) -> None:
@@ -105,6 +105,7 @@ def _hold(db: ConfigCache, key_hash: str, owner: str) -> None:
         _exit_hook[0] = True
         atexit.register(_release_at_exit)
     _held[(id(db), key_hash, owner)] = db
+    _claimed_again(db, key_hash, owner)
 
 
 def _release_at_exit() -> None:
@@ -118,6 +119,137 @@ def _after_fork_in_child() -> None:  # the parent's claims are the parent's to r
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# What a store outage kept this process from deleting, by id(store): the marks of timings that returned
+# (`ConfigCache.mark_measuring`) and the claims of keys it finished with (key hash, owner).
+# Left in the store, a mark reads as its config's hang to the next process that tunes the key (another
+# host's, or any once the mark is older than the claim's lease), which then never times that config, the
+# best one perhaps, and stores a slower winner for the fleet; a claim keeps every other process's first
+# call of the key waiting for a tuning that is not running until its lease runs out (`lease_s`, 120 s).
+# A daemon thread deletes them once the store answers again (every CLEANUP_RETRY_S), and the process
+# tries once more at exit.
+CLEANUP_RETRY_S = 5.0
+
+
+class _Leftovers:
+    __slots__ = ("db", "marks", "claims")
+
+    def __init__(self, db: ConfigCache) -> None:
+        self.db = db
+        self.marks: set[int] = set()
+        self.claims: set[tuple[str, str]] = set()
+
+
+_leftovers: dict[int, _Leftovers] = {}
+_leftovers_lock = threading.Lock()
+_cleanup_thread: list[threading.Thread | None] = [None]
+
+
+def _unmark(db: ConfigCache, *row_ids: int) -> bool:
+    db.unmark(*row_ids)
+    return True
+
+
+def _clean_later(db: ConfigCache, *, mark: int | None = None, claim: tuple[str, str] | None = None) -> None:
+    with _leftovers_lock:
+        left = _leftovers.setdefault(id(db), _Leftovers(db))
+        if mark is not None:
+            left.marks.add(mark)
+        if claim is not None:
+            left.claims.add(claim)
+        if not _exit_hook[1]:
+            _exit_hook[1] = True
+            atexit.register(_clean_at_exit)
+        th = _cleanup_thread[0]
+        if th is None or not th.is_alive():
+            th = threading.Thread(target=_cleanup_loop, name="tuner-store-cleanup", daemon=True)
+            _cleanup_thread[0] = th
+            th.start()
+
+
+def _claimed_again(db: ConfigCache, key_hash: str, owner: str) -> None:
+    """This owner holds the claim of `key_hash` anew: an earlier release of it left to do is void."""
+    with _leftovers_lock:
+        left = _leftovers.get(id(db))
+        if left is not None:
+            left.claims.discard((key_hash, owner))
+
+
+def _clean(left: _Leftovers, marks: set[int], claims: set[tuple[str, str]]) -> bool:
+    if marks:
+        left.db.unmark(*marks)
+    for key_hash, owner in claims:
+        with _leftovers_lock:
+            if (key_hash, owner) not in left.claims:  # claimed again meanwhile (`_claimed_again`)
+                continue
+        left.db.release(key_hash, owner)
+    return True
+
+
+def _clean_pending(each: Callable[[_Leftovers, set[int], set[tuple[str, str]]], bool]) -> bool:
+    """Delete what is left store by store with `each(leftovers, marks, claims)` (True: done); True when
+    nothing is left."""
+    with _leftovers_lock:
+        work = [(left, set(left.marks), set(left.claims)) for left in _leftovers.values()]
+    for left, marks, claims in work:
+        if not (marks or claims) or not each(left, marks, claims):
+            continue
+        log.info(
+            "store %s: deleted %d mark(s) of timed configs and %d claim(s) left while it was down",
+            _redact(getattr(left.db.store, "url", "?")),
+            len(marks),
+            len(claims),
+        )
+        with _leftovers_lock:
+            left.marks.difference_update(marks)
+            left.claims.difference_update(claims)
+            if not (left.marks or left.claims):
+                _leftovers.pop(id(left.db), None)
+    with _leftovers_lock:
+        return not _leftovers
+
+
+def _quietly(left: _Leftovers, marks: set[int], claims: set[tuple[str, str]]) -> bool:
+    from ..store import StoreCorrupt
+
+    try:  # the store may still be down: tried again later, no warning (the failed step gave one)
+        _clean(left, marks, claims)
+    except StoreCorrupt:  # a damaged file is left alone (`guarded` said so): nothing more is tried on it
+        with _leftovers_lock:
+            _leftovers.pop(id(left.db), None)
+        return False
+    except Exception:
+        return False
+    return True
+
+
+def _cleanup_loop() -> None:
+    while True:
+        time.sleep(CLEANUP_RETRY_S)
+        if _clean_pending(_quietly):
+            with _leftovers_lock:
+                if not _leftovers:  # else something was added meanwhile: go on
+                    _cleanup_thread[0] = None
+                    return
+
+
+def _clean_at_exit() -> None:
+    def each(left: _Leftovers, marks: set[int], claims: set[tuple[str, str]]) -> bool:
+        what = "delete the marks of timed configs and the claims left at exit"
+        return guarded(left.db, "write", what, lambda: _clean(left, marks, claims), False)
+
+    _clean_pending(each)
+
+
+def _forget_leftovers_in_child() -> None:  # the parent's leftovers are the parent's to delete
+    global _leftovers_lock
+    _leftovers_lock = threading.Lock()  # a thread of the parent may have held it at the fork
+    _leftovers.clear()
+    _cleanup_thread[0] = None
+
+
+os.register_at_fork(after_in_child=_forget_leftovers_in_child)
 
 
 # The config each tuning of this thread is timing now, by (Autotuned id, key hash): a timed call that calls
@@ -196,13 +328,21 @@ def _release(db: ConfigCache, key_hash: str, owner: str) -> None:
     """Release this owner's claim of `key_hash` (nothing when it holds none). A release that an interrupt
     stops (its transaction is rolled back, the claim stays) is done once more before the interrupt goes
     on."""
+
+    def release() -> bool:
+        db.release(key_hash, owner)
+        return True
+
+    released = False
     try:
-        guarded(db, "write", "release a claim", lambda: db.release(key_hash, owner), None)
+        released = guarded(db, "write", "release a claim", release, False)
     except BaseException:
-        guarded(db, "write", "release a claim", lambda: db.release(key_hash, owner), None)
+        released = guarded(db, "write", "release a claim", release, False)
         raise
     finally:
         _held.pop((id(db), key_hash, owner), None)
+        if not released:  # the store is down: the claim would keep the other processes waiting
+            _clean_later(db, claim=(key_hash, owner))
 
 
 def _invoker(req: Request, restore: Callable[[], None] | None) -> Callable[[dict[str, Any]], Any]:
@@ -322,7 +462,9 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
         finally:
             current.pop(slot, None)
             if mark is not None and db is not None:
-                guarded(db, "write", "unmark the config timed", lambda: db.unmark(mark), None)
+                unmarked = guarded(db, "write", "unmark the config timed", lambda: _unmark(db, mark), False)
+                if not unmarked:
+                    _clean_later(db, mark=mark)
         med, spread = normalise_bench_result(timed)
         spreads[canon(cfg)] = spread
         if isinstance(timed, (tuple, list)) and len(timed) == 3:
