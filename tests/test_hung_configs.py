@@ -267,3 +267,68 @@ def test_threads_wait_with_the_thread_that_waits_for_another_process(
     assert not any(th.is_alive() for th in threads)
     assert out == {0: 3, 1: 3, 2: 3}, out
     assert "finished no trial" not in caplog.text, caplog.text
+
+
+RETUNE_WORKER = Path(__file__).with_name("_retune_crash_worker.py")
+
+
+def _retune_run(
+    url: str, folder: Path, name: str, crash: bool, clear: bool
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "TUNER_HOME": str(folder / "home"),
+    }
+    return subprocess.run(
+        [sys.executable, str(RETUNE_WORKER), url, str(folder), name, str(int(crash)), str(int(clear))],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
+
+
+def _blocks(out: str) -> list[int]:
+    return [json.loads(line)["block"] for line in out.strip().splitlines() if line.startswith("{")]
+
+
+def test_a_drop_in_kernels_retune_skips_a_config_that_crashed_twice(store_url: str, tmp_path: Path) -> None:
+    """Was: taking a key out of a `triton.autotune` drop-in kernel's `.cache` tuned it again with no
+    claim: the config recorded as crashed (status `crashed`) was timed again and killed the process."""
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    from tuner.runtime import ConfigCache
+
+    ConfigCache(store_url)
+    for name in ("first", "second"):  # BLOCK=32 kills the process that times it, twice
+        run = _retune_run(store_url, tmp_path, name, crash=True, clear=False)
+        assert run.returncode == 70 and (tmp_path / f"{name}-crashes").exists(), run.stderr[-3000:]
+    third = _retune_run(store_url, tmp_path, "third", crash=True, clear=True)
+    assert not (tmp_path / "third-crashes").exists(), "the retune timed the crashed config again"
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert _blocks(third.stdout) == [16, 16], third.stdout
+    [(config, error)] = _marks(store_url)
+    assert config["BLOCK"] == 32 and error.startswith("crashed the process while timed (2 times)"), error
+
+
+def test_a_drop_in_kernels_retune_marks_its_timings(store_url: str, tmp_path: Path) -> None:
+    """Was: the retune of a key taken out of `.cache` timed its configs unmarked: a config that killed
+    the process there was never counted, and every restarted process that retuned died in it again. Now
+    the retune holds the key's claim and marks each timing: after two deaths the config is skipped."""
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    from tuner.runtime import ConfigCache
+
+    ConfigCache(store_url)
+    first = _retune_run(store_url, tmp_path, "clean", crash=False, clear=False)  # the key is stored
+    assert first.returncode == 0 and _blocks(first.stdout) == [32], first.stderr[-3000:]
+    for name in ("first", "second"):  # each hits the store, then dies in the retune's timing of BLOCK=32
+        run = _retune_run(store_url, tmp_path, name, crash=True, clear=True)
+        assert run.returncode == 70 and (tmp_path / f"{name}-crashes").exists(), run.stderr[-3000:]
+        assert _blocks(run.stdout) == [32], run.stdout
+    third = _retune_run(store_url, tmp_path, "third", crash=True, clear=True)
+    assert not (tmp_path / "third-crashes").exists(), "the retune timed the crashed config a third time"
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert _blocks(third.stdout) == [32, 16], third.stdout
+    assert "crashed the process while timed (2 times)" in third.stderr, third.stderr[-3000:]

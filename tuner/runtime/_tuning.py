@@ -275,10 +275,6 @@ def tune_once(req: Request) -> Resolution:
     db = req.store()
     if db is None:
         return _tune(req, None, None, stale=False)
-    if req.retune:  # asked to tune again: no claim, and the stored entry is not used (it stays, or the
-        # faster of it and the new winner does; an entry whose config left the space is replaced)
-        e = guarded(db, "read", "read an entry", lambda: db.get(req.key), None)
-        return _tune(req, db, None, stale=e is not None and valid_config(req.space, e.config) is None)
     from ._db import owner_id
 
     ck, t = req.key, req.t
@@ -302,6 +298,12 @@ def tune_once(req: Request) -> Resolution:
                     _hold(db, ck.hash, owner)
                     # another process may have finished just before our claim
                     e = guarded(db, "read", "read an entry", lambda: db.get(ck), None)
+                    if req.retune:  # asked to tune again: the stored entry is not used (it stays, or the
+                        # faster of it and the new winner does; an entry whose config left the space is
+                        # replaced), but the claim is held as for any tuning, so that its timings are
+                        # marked and the configs recorded as hung or crashed are not timed again
+                        stale = e is not None and valid_config(req.space, e.config) is None
+                        return _tune(req, db, owner, stale=stale)
                     cfg = usable_config(req, e) if e is not None else None
                     if cfg is not None:
                         return _waited(cfg)
@@ -312,7 +314,8 @@ def tune_once(req: Request) -> Resolution:
             # another process holds the claim within its lease (renewed as its trials finish): the
             # threads of this process that wait for this one (`Autotuned._wait_for`) wait for it too
             t.progress[ck.hash] = time.monotonic()
-            e = guarded(db, "read", "read an entry", lambda: db.get(ck), None)
+            # a retune waits for the claim to time the configs itself; the entry it finds is not used
+            e = None if req.retune else guarded(db, "read", "read an entry", lambda: db.get(ck), None)
             if e is not None:
                 cfg = usable_config(req, e)  # not an entry whose tuning the holder is widening
                 if cfg is not None:
@@ -563,7 +566,7 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
                 ck.fields_dict,
                 exc,
             )
-        if owner is not None and not stale:
+        if owner is not None and not stale and not req.retune:  # a retune uses its own winner
             cfg = _agree_with_the_store(req, db, cfg)
     # The trials after the winner: a process that finds them all (`_coverage`) finds this winner too,
     # never the entry this tuning replaces.
