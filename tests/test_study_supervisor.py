@@ -212,14 +212,107 @@ def test_a_killed_worker_process_is_replaced_when_its_hand_back_fails(
         assert now is not first and now.poll() is None, "no worker process replaces the killed one"
         assert [r.status for r in board.rows(spec.name)] == [PENDING]  # free for the new worker now
     finally:
-        board.close()
-        for p in sup.procs:
-            _kill_quietly(p)
-        if sup.board is not None:
-            sup.board.close()
+        _close(board, sup)
+
+
+def _close(board: Any, sup: Any) -> None:
+    """The test's board, the supervisor's worker processes and its board."""
+    board.close()
+    for p in sup.procs:
+        _kill_quietly(p)
+    if sup.board is not None:
+        sup.board.close()
 
 
 def _kill_quietly(p: subprocess.Popen[Any]) -> None:
     if p.poll() is None:
         p.kill()
     p.wait()
+
+
+def test_a_worker_whose_task_was_taken_over_is_not_killed(tmp_path: Path) -> None:
+    """Was: the runner kept watching the task a worker process had lost to another worker (its lease ran
+    out) and, once that task's old renewal was past the limit, killed the worker, healthy and holding
+    nothing, with "its heartbeat stopped too". Now only the task a worker holds now is watched."""
+    import sys
+
+    from tuner.storage._owner import HOST
+    from tuner.studies import RUNNING, TaskBoard, _runner, load_study, prepare_study
+
+    path = _study(tmp_path, f"sqlite:///{tmp_path / 'study.db'}", n_m=1, extra="trial_timeout = 60")
+    spec = prepare_study(load_study(path, check_kernels=False))
+    quiet = [sys.executable, "-c", "import time; time.sleep(600)"]
+    sup = _runner._Supervisor(spec, quiet, dict(os.environ), 1, 60.0)
+    board = TaskBoard(spec.storage)
+    try:
+        [worker] = sup.procs
+        assert board.claim(spec.name, f"{HOST}:{worker.pid}:w", 0.5) is not None
+        sup._check()  # seen holding its task
+        assert worker.poll() is None
+        deadline = time.monotonic() + 120
+        while board.claim(spec.name, "elsewhere:1:w", 600.0) is None:  # its lease runs out: taken over
+            assert time.monotonic() < deadline, "the task was never taken over"
+            time.sleep(0.2)
+        sup.limit = -1.0  # the lost task's last renewal by that worker is past the limit
+        sup._check()
+        assert worker.poll() is None, "the worker that lost its task was killed"
+        assert sup.procs == [worker]
+        [row] = board.rows(spec.name)
+        assert row.status == RUNNING and row.worker == "elsewhere:1:w", row
+    finally:
+        _close(board, sup)
+
+
+IGNORES_SIGINT = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(600)"
+
+
+@pytest.mark.parametrize("where", ["start", "replacement"])
+def test_a_worker_process_that_cannot_start_stops_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Was: an error starting a worker process (the OS refusing a new process: OSError) left the worker
+    processes already started running, orphans holding their tasks, without a runner. Now they are
+    stopped (killed past the grace, their tasks handed back) and one error says why."""
+    import subprocess as sp
+    import sys
+
+    from tuner.storage._owner import HOST
+    from tuner.studies import PENDING, TaskBoard, WorkersStopped, _runner, load_study, prepare_study
+
+    path = _study(tmp_path, f"sqlite:///{tmp_path / 'study.db'}", n_m=1, extra="trial_timeout = 60")
+    spec = prepare_study(load_study(path, check_kernels=False))
+    monkeypatch.setattr(_runner, "STOP_GRACE_S", 1.0)
+    started: list[sp.Popen[Any]] = []
+    # the first worker holds a task and ignores SIGINT (stuck in a trial); where = "replacement": the
+    # second exits as after a hung trial, and its replacement is the start the OS refuses
+    cmds = [[sys.executable, "-c", IGNORES_SIGINT]]
+    if where == "replacement":
+        cmds.append([sys.executable, "-c", f"import sys; sys.exit({_runner.EXIT_HUNG})"])
+    real = sp.Popen
+
+    def popen(cmd: Any, **kw: Any) -> sp.Popen[Any]:
+        if len(started) == len(cmds):
+            raise OSError(11, "Resource temporarily unavailable")
+        p = real(cmds[len(started)], **kw)
+        started.append(p)
+        return p
+
+    monkeypatch.setattr(_runner.subprocess, "Popen", popen)
+    board = TaskBoard(spec.storage)
+    try:
+        with pytest.raises(WorkersStopped) as err:
+            if where == "start":
+                _runner._Supervisor(spec, ["unused"], dict(os.environ), 2, 60.0)
+            else:
+                sup = _runner._Supervisor(spec, ["unused"], dict(os.environ), 2, 60.0)
+                assert board.claim(spec.name, f"{HOST}:{started[0].pid}:w", 600.0) is not None
+                sup.run()
+        assert "could not start a worker process (BlockingIOError: [Errno 11]" in str(err.value), err.value
+        assert "\n" not in str(err.value)
+        assert started and all(p.poll() is not None for p in started), "worker processes left running"
+        if where == "replacement":
+            assert [r.status for r in board.rows(spec.name)] == [PENDING]  # its task handed back
+    finally:
+        board.close()
+        for p in started:
+            _kill_quietly(p)

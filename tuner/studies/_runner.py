@@ -1154,9 +1154,10 @@ class _Supervisor:
     SIGSTOP) cannot give its trial up itself (`_Lease._time_out` runs in that heartbeat). With
     `trial_timeout`, the runner watches the last renewal of each task its workers hold (the board's
     `heartbeat_at`); a worker process whose task went `trial_timeout` plus a margin without one is killed,
-    its trials in flight are marked failed (`timeout`, as `_time_out` does) where it still held its task
-    (past `lease_s` another worker may have taken it over, as after a crash), the task goes back to the
-    queue, and another worker process starts."""
+    its trials in flight are marked failed (`timeout`, as `_time_out` does), the task goes back to the
+    queue, and another worker process starts. Only the task a worker holds now is watched (`_check`): one
+    whose task another worker took over (past `lease_s`, as after a crash) is left alone. A worker
+    process the OS refuses to start stops the run (`_start`)."""
 
     def __init__(self, spec: StudySpec, cmd: list[str], env: dict[str, str], n: int, lease_s: float) -> None:
         self.spec, self.cmd, self.env, self.lease_s = spec, cmd, env, lease_s
@@ -1169,12 +1170,31 @@ class _Supervisor:
         self.every = max(0.5, min(beat, 5.0))
         self.me = f"{HOST}:{os.getpid()}:runner"
         self.board: TaskBoard | None = None
-        # pid -> (the row id of the task it holds or held last, that task's last renewal, its worker id)
-        self.held: dict[int, tuple[int, float, str]] = {}
-        self.procs = [self._start() for _ in range(n)]
+        self.procs: list[subprocess.Popen[bytes]] = []
+        for _ in range(n):
+            self.procs.append(self._start())
 
     def _start(self) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(self.cmd, env=self.env)
+        """A new worker process. Where the OS refuses it (OSError: too many processes, no memory), the
+        worker processes already started are stopped as on Ctrl-C (`_stop`: their tasks handed back) and
+        `WorkersStopped` says why, in one line: left running, they went on without a runner that waits
+        for them, and their tasks stayed held until they ended."""
+        try:
+            return subprocess.Popen(self.cmd, env=self.env)
+        except Exception as exc:
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            live = [p for p in self.procs if p.poll() is None]
+            try:
+                self._stop()
+            finally:
+                if self.board is not None:
+                    self.board.close()
+                    self.board = None
+            raise WorkersStopped(
+                f"study {self.spec.name}: could not start a worker process ({type(exc).__name__}: {first}); "
+                f"stopped the {len(live)} running, their tasks handed back; nothing finished was lost: "
+                "run `tuner study run` again once the cause is fixed"
+            ) from exc
 
     def run(self) -> None:
         with _signals_as_interrupt():  # SIGTERM / SIGHUP stop the workers as Ctrl-C does
@@ -1194,57 +1214,46 @@ class _Supervisor:
             for i, p in enumerate(self.procs):
                 if p.poll() == EXIT_HUNG:  # gave a hung trial up (`_exit_hung`): a new worker goes on
                     log.warning("worker process %d exited after a hung trial; starting another", p.pid)
-                    self.held.pop(p.pid, None)
                     self.procs[i] = self._start()
             if self.timeout is not None and time.monotonic() >= next_check:
                 try:
                     self._check()
+                except WorkersStopped:  # a replacement could not be started (`_start`): every worker stopped
+                    raise
                 except Exception as exc:  # noqa: BLE001 - a store hiccup: the workers meet it too; looked again
                     log.info("watching the worker processes: %s", str(exc).splitlines()[0])
                 next_check = time.monotonic() + self.every
             time.sleep(0.2)
 
     def _check(self) -> None:
-        """Kill and replace each worker process that went quiet (its task `limit` s without a renewal)."""
+        """Kill and replace each worker process that went quiet: the task it holds now went `limit` s
+        without a renewal. Only that task counts: a worker that holds none (between tasks, waiting for
+        one, or one whose task another worker took over when its lease ran out) has no heartbeat on the
+        board to watch, and is left alone."""
         if self.board is None:
             self.board = TaskBoard(self.spec.storage)
         now, rows = self.board.beats(self.spec.name)
-        by_id = {r[0]: r for r in rows}
         for i, p in enumerate(self.procs):
             if p.poll() is not None:
                 continue
             prefix = f"{HOST}:{p.pid}:"
             mine = [r for r in rows if r[1] == RUNNING and r[2] and r[2].startswith(prefix)]
-            if mine:
-                row_id, _status, worker, beat = mine[0]
-                self.held[p.pid] = (row_id, float(beat if beat is not None else now), str(worker))
-            seen = self.held.get(p.pid)
-            if seen is None:
+            if not mine:
                 continue
-            row_id, beat, worker = seen
-            row = by_id.get(row_id)
-            still = row is not None and row[1] == RUNNING and row[2] == worker
-            if not still and not (row is not None and row[1] == RUNNING):
-                self.held.pop(p.pid, None)  # finished or handed back: it holds nothing now
-                continue
-            # it holds the task, or lost it to another worker (its lease ran out) without noticing
-            if now - beat > self.limit:
-                self.procs[i] = self._replace(p, row_id, worker, now - beat, still)
+            row_id, _status, worker, beat = mine[0]
+            idle = now - float(beat if beat is not None else now)
+            if idle > self.limit:
+                self.procs[i] = self._replace(p, row_id, str(worker), idle)
 
     def _replace(
-        self, p: subprocess.Popen[bytes], row_id: int, worker: str, idle: float, still: bool
+        self, p: subprocess.Popen[bytes], row_id: int, worker: str, idle: float
     ) -> subprocess.Popen[bytes]:
         _kill(p)
-        self.held.pop(p.pid, None)
         # the killed process is replaced whatever the store says below: a write that fails here (a store
         # hiccup, which `_watch` logs and looks past) left the run one worker short, and with one worker
         # ended it as stopped with an error
         try:
-            what = (
-                self._give_back(row_id, worker, idle)
-                if still
-                else "its task had been taken over by another worker"
-            )
+            what = self._give_back(row_id, worker, idle)
         except Exception as exc:  # noqa: BLE001 - the task is taken over when its lease runs out instead
             first = str(exc).splitlines()[0] if str(exc) else ""
             what = f"could not hand its task back ({type(exc).__name__}: {first}; its lease frees it)"
