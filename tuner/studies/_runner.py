@@ -1155,9 +1155,9 @@ class _Supervisor:
     `trial_timeout`, the runner watches the last renewal of each task its workers hold (the board's
     `heartbeat_at`); a worker process whose task went `trial_timeout` plus a margin without one is killed,
     its trials in flight are marked failed (`timeout`, as `_time_out` does), the task goes back to the
-    queue, and another worker process starts. Only the task a worker holds now is watched (`_check`): one
-    whose task another worker took over (past `lease_s`, as after a crash) is left alone. A worker
-    process the OS refuses to start stops the run (`_start`)."""
+    queue, and another worker process starts. A worker whose task another worker took over (past
+    `lease_s`) stays watched on it until it holds another (`_check`). A worker process the OS refuses to
+    start stops the run (`_start`)."""
 
     def __init__(self, spec: StudySpec, cmd: list[str], env: dict[str, str], n: int, lease_s: float) -> None:
         self.spec, self.cmd, self.env, self.lease_s = spec, cmd, env, lease_s
@@ -1170,6 +1170,8 @@ class _Supervisor:
         self.every = max(0.5, min(beat, 5.0))
         self.me = f"{HOST}:{os.getpid()}:runner"
         self.board: TaskBoard | None = None
+        # pid -> (the row id of the task it holds or held last, that task's last renewal, its worker id)
+        self.held: dict[int, tuple[int, float, str]] = {}
         self.procs: list[subprocess.Popen[bytes]] = []
         for _ in range(n):
             self.procs.append(self._start())
@@ -1226,24 +1228,37 @@ class _Supervisor:
             time.sleep(0.2)
 
     def _check(self) -> None:
-        """Kill and replace each worker process that went quiet: the task it holds now went `limit` s
-        without a renewal. Only that task counts: a worker that holds none (between tasks, waiting for
-        one, or one whose task another worker took over when its lease ran out) has no heartbeat on the
-        board to watch, and is left alone."""
+        """Kill and replace each worker process that went quiet: the task it holds, or held last, went
+        `limit` s without a renewal. A worker whose task another worker took over (its lease ran out: the
+        process was stopped, or hangs holding the GIL) is still watched on that task until it holds
+        another or ends: with `lease_seconds` below `trial_timeout` (as in the docs' example) a stopped
+        worker loses its task first, and left alone it would hold the run at its end for ever. A worker
+        that lost its lease and went on is seen holding its next task; one that waits idle with no task
+        left may be killed at the run's end (it has nothing to do)."""
         if self.board is None:
             self.board = TaskBoard(self.spec.storage)
         now, rows = self.board.beats(self.spec.name)
+        by_id = {r[0]: r for r in rows}
         for i, p in enumerate(self.procs):
             if p.poll() is not None:
+                self.held.pop(p.pid, None)
                 continue
             prefix = f"{HOST}:{p.pid}:"
             mine = [r for r in rows if r[1] == RUNNING and r[2] and r[2].startswith(prefix)]
-            if not mine:
+            if mine:
+                row_id, _status, worker, beat = mine[0]
+                self.held[p.pid] = (row_id, float(beat if beat is not None else now), str(worker))
+            seen = self.held.get(p.pid)
+            if seen is None:
                 continue
-            row_id, _status, worker, beat = mine[0]
-            idle = now - float(beat if beat is not None else now)
-            if idle > self.limit:
-                self.procs[i] = self._replace(p, row_id, str(worker), idle)
+            row_id, beat, worker = seen
+            row = by_id.get(row_id)
+            if row is None or row[1] != RUNNING:
+                self.held.pop(p.pid, None)  # finished or handed back: it holds nothing now
+                continue
+            if now - beat > self.limit:  # it holds the task, or lost it to another worker without noticing
+                self.held.pop(p.pid, None)
+                self.procs[i] = self._replace(p, row_id, worker, now - beat)
 
     def _replace(
         self, p: subprocess.Popen[bytes], row_id: int, worker: str, idle: float
