@@ -66,14 +66,16 @@ def _interrupt_while_importing(tmp_path: Path, module: str, argv: list[str]) -> 
 
 
 @pytest.mark.parametrize("module", ["numpy", "tuner.commands.cache"], ids=["import tuner", "command modules"])
-@pytest.mark.parametrize("how", ["console script", "python -m tuner"])
+@pytest.mark.parametrize("how", ["console script", "python -m tuner", "python -m tuner.cli"])
 def test_ctrl_c_while_the_command_starts_exits_130_in_one_line(tmp_path: Path, module: str, how: str) -> None:
+    """`python -m tuner.cli` is how a study's runner starts its workers (`tuner study run --workers N`):
+    a Ctrl-C while a worker still imported printed that worker's traceback."""
     if how == "console script":
         script = tmp_path / "tuner"
         script.write_text(_SCRIPT)
         argv = [sys.executable, str(script), "cache", "show"]
     else:
-        argv = [sys.executable, "-m", "tuner", "cache", "show"]
+        argv = [sys.executable, "-m", how.split()[-1], "cache", "show"]
     code, err = _interrupt_while_importing(tmp_path, module, argv)
     assert (code, err) == (130, "tuner: interrupted\n")
 

@@ -612,3 +612,25 @@ def test_fleet_of_workers_on_postgres_exports_every_winner(
         assert sorted(per_machine) == keys  # each key tuned once, on one machine or the other
     finally:
         next(gen, None)
+
+
+def test_a_short_kernel_name_names_the_recorded_ones(
+    misses: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A decorated function is recorded as module.qualname, so `--kernel launch` selects nothing: `tuner
+    misses` said "no recorded misses" and `study from-misses` "no recorded miss", naming neither the
+    recorded kernels nor the one meant. They now name them on stderr, as `cache show --kernel` does,
+    similar names first; the exit codes and --json's stdout stay."""
+    _log(misses, {("other.scale", 3, 0): 2})
+    assert cli(["misses", "--kernel", "launch", "--json"]) == 0
+    got = capsys.readouterr()
+    assert got.out == "" and "hold no kernel 'launch'; did you mean mine.launch?" in got.err, got.err
+    assert cli(["misses", "--kernel", "zzz"]) == 0
+    err = capsys.readouterr().err
+    assert "they hold mine.launch, other.scale, rmsnorm" in err, err
+    assert cli(["misses", "--kernel", "mine.launch", "--kernel", "rmsnorm", "--json"]) == 0
+    assert capsys.readouterr().err == ""  # names it holds: no warning
+    out = tmp_path / "s.toml"
+    assert cli(["study", "from-misses", "--kernel", "scale", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "hold no kernel 'scale'; did you mean other.scale?" in err and not out.exists(), err

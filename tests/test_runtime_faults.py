@@ -396,6 +396,24 @@ def test_unreachable_server(caplog):
     assert len(msgs) == 1 and "cannot be opened" in msgs[0], msgs
 
 
+def test_explain_says_when_the_store_could_not_be_read(tmp_path: Path) -> None:
+    """`f.explain(x)` with the store unreachable said "miss: no cached entry ..." (or "no entry for key
+    ...", with a shipped file) as though the store had been read and held nothing for the key."""
+    off, _ = make(mode="offline", storage="postgresql://postgres:SECRET@127.0.0.1:9/test")
+    why = off.explain(X, 1)
+    assert why.startswith("miss: ") and "store postgresql://127.0.0.1:9/test could not be read" in why, why
+    assert "SECRET" not in why
+    # a store that opened, then failed a read (its table gone): the same
+    db = tmp_path / "s.db"
+    f, _ = make(storage=f"sqlite:///{db}")
+    check_calls(f, (1,))
+    assert "could not be read" not in f.explain(X, 2)  # read: it holds another key
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP TABLE tuner_cache_entries")
+    why = f.explain(X, 2)
+    assert why.startswith("miss: ") and f"store sqlite:///{db} could not be read" in why, why
+
+
 def test_server_that_never_answers(caplog, monkeypatch):
     """A PostgreSQL URL whose server accepts the TCP connection but never answers (a hung server, a proxy
     whose backend is gone): libpq would wait for ever; the call takes the fallback after the connect

@@ -741,6 +741,32 @@ def test_a_password_given_as_a_query_parameter_is_hidden_too() -> None:
     assert redact("sqlite:///runs/s.db") == "sqlite:///runs/s.db"
 
 
+@pytest.mark.parametrize(
+    "url",
+    ["postgresql:/u:SECRET@h/db", "postgresql//u:SECRET@h/db", "u:SECRET@h/db", "postgresql:u:SECRET@h"],
+)
+def test_a_malformed_storage_url_is_echoed_with_its_password_masked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], url: str
+) -> None:
+    """A storage URL SQLAlchemy cannot parse was printed as typed, password and all, by `study run`
+    ("storage must be a database URL ..., got '...'") and by `cache show` ("cannot open store ...")."""
+    p = write_study(tmp_path, n_m=1, budget=3)
+    assert cli("study", "run", str(p), "--storage", url, "--quiet", "--no-report") == 2
+    err = capsys.readouterr().err
+    assert "storage must be a database URL" in err and "SECRET" not in err and "***@h" in err, err
+    assert cli("cache", "show", "--storage", url) == 2
+    err = capsys.readouterr().err
+    assert "cannot open store" in err and "SECRET" not in err and "***@h" in err, err
+    from tuner.commands.study import _shown_url
+    from tuner.storage import mask_password, redact
+
+    for shown in (_shown_url(url), redact(url), mask_password(url)):
+        assert "SECRET" not in shown and "***@h" in shown, shown
+    # a SQLite path's '@' is no password: such a URL is shown whole
+    assert redact("sqlite:////tmp/a@b/s.db") == "sqlite:////tmp/a@b/s.db"
+    assert redact("postgresql://u:p/w@h/db") == "postgresql://h/db"
+
+
 def _norm_study(tmp_path: Path) -> Path:
     """A study of registered kernels whose TOML leaves out a problem field the kernel has a default for
     (rmsnorm's eps); softmax has no such field."""

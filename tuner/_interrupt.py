@@ -1,9 +1,9 @@
 """Ctrl-C while the `tuner` command starts: `import tuner` (numpy and the rest) takes a noticeable time
 before `tuner.cli.main` can catch KeyboardInterrupt, and an interrupt there printed a traceback. When this
-process is the `tuner` command (its console script, or `python -m tuner`), `import tuner` first installs a
-SIGINT handler that says `tuner: interrupted` and exits 130, as `main` does; `main` puts Python's own
-handler back as it starts (`started`). In any other process nothing is changed: a program that imports
-tuner keeps its own Ctrl-C."""
+process is the `tuner` command (its console script, `python -m tuner`, or `python -m tuner.cli`, as a
+study's runner starts its workers), `import tuner` first installs a SIGINT handler that says
+`tuner: interrupted` and exits 130, as `main` does; `main` puts Python's own handler back as it starts
+(`started`). In any other process nothing is changed: a program that imports tuner keeps its own Ctrl-C."""
 
 from __future__ import annotations
 
@@ -14,18 +14,20 @@ from typing import Any
 
 EXIT_INTERRUPTED = 130
 _OPTIONS_WITH_VALUE = ("-X", "-W", "-Q")
+# `python -m tuner`, and `python -m tuner.cli`: how a study's runner starts its worker processes
+_COMMAND_MODULES = ("tuner", "tuner.cli")
 
 
 def _run_as_module() -> bool:
-    """Whether the interpreter's command line is `python [options] -m tuner ...`."""
+    """Whether the interpreter's command line is `python [options] -m tuner ...` (or `-m tuner.cli`)."""
     argv = list(getattr(sys, "orig_argv", ()))[1:]
     i = 0
     while i < len(argv):
         a = argv[i]
         if a == "-m":
-            return i + 1 < len(argv) and argv[i + 1] == "tuner"
+            return i + 1 < len(argv) and argv[i + 1] in _COMMAND_MODULES
         if a.startswith("-m"):
-            return a[2:] == "tuner"
+            return a[2:] in _COMMAND_MODULES
         if a in _OPTIONS_WITH_VALUE:
             i += 2
             continue

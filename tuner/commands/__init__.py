@@ -21,3 +21,18 @@ def check_out_file(out: str, what: str) -> None:
         raise BadInput(
             f"--out {out} is not a regular file (a device, pipe or socket); give the {what}'s path"
         )
+
+
+def kernel_hint(kernel: str, names: list[str], *, holds: str = "it holds") -> str:
+    """What to say when `--kernel KERNEL` selected nothing from a store or file holding the kernels
+    `names`: those that end in KERNEL or contain it, else all (a decorated function is stored as
+    module.qualname, so `--kernel scale` does not select `mypkg.ops.scale`). Empty when KERNEL is
+    among them or there are none. `holds` leads the list of all (`they hold` for the recorded misses)."""
+    if not names or kernel in names:
+        return ""
+    low = kernel.lower()
+    like = [n for n in names if n.rsplit(".", 1)[-1] == kernel or low in n.lower()]
+    shown = like or names
+    listed = ", ".join(shown[:5]) + (f", ... ({len(shown)} in all)" if len(shown) > 5 else "")
+    lead = f"did you mean {listed}?" if like else f"{holds} {listed}"
+    return f"{lead} (a decorated function is named module.qualname, or by its name=)"

@@ -22,7 +22,7 @@ from typing import Any
 
 from tuner._units import from_seconds
 
-from . import check_out_file
+from . import check_out_file, kernel_hint
 
 
 def add_parser(sub: Any) -> None:
@@ -168,21 +168,6 @@ def _stored_kernels(url: str | None) -> list[str]:
     if missing_sqlite_file(url):
         return []
     return list(_cache(url).kernel_names())
-
-
-def kernel_hint(kernel: str, names: list[str]) -> str:
-    """What to say when `--kernel KERNEL` selected nothing from a store or file holding the kernels
-    `names`: those that end in KERNEL or contain it, else all (a decorated function is stored as
-    module.qualname, so `--kernel scale` does not select `mypkg.ops.scale`). Empty when KERNEL is
-    among them or there are none."""
-    if not names or kernel in names:
-        return ""
-    low = kernel.lower()
-    like = [n for n in names if n.rsplit(".", 1)[-1] == kernel or low in n.lower()]
-    shown = like or names
-    listed = ", ".join(shown[:5]) + (f", ... ({len(shown)} in all)" if len(shown) > 5 else "")
-    lead = f"did you mean {listed}?" if like else f"it holds {listed}"
-    return f"{lead} (a decorated function is named module.qualname, or by its name=)"
 
 
 def run_export(args: argparse.Namespace) -> int:

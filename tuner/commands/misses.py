@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
-from . import check_out_file
+from . import check_out_file, kernel_hint
 
 
 def add_parser(sub: Any) -> None:
@@ -38,6 +39,11 @@ def _rows(args: argparse.Namespace) -> list[Any]:
     if args.dir is not None and not args.dir.is_dir():
         raise BadInput(f"--dir {args.dir} is not a folder")
     rows = read_misses(args.dir)
+    names = sorted({r.kernel for r in rows})
+    for kernel in dict.fromkeys(args.kernel or ()):  # on stderr, so that --json's stdout stays JSON lines
+        hint = kernel_hint(kernel, names, holds="they hold")
+        if hint:
+            print(f"tuner: warning: the recorded misses hold no kernel {kernel!r}; {hint}", file=sys.stderr)
     return [r for r in rows if r.calls >= args.min_calls and (not args.kernel or r.kernel in args.kernel)]
 
 

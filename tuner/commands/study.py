@@ -136,12 +136,12 @@ def _shown_url(url: str) -> str:
     """A storage URL to print: its password, also one given as a query parameter, hidden."""
     from sqlalchemy.engine import make_url
 
-    from tuner.storage import mask_query_secrets
+    from tuner.storage import mask_password, mask_query_secrets
 
     try:
         return mask_query_secrets(make_url(url).render_as_string(hide_password=True))
-    except Exception:  # noqa: BLE001 - not a URL SQLAlchemy parses: print it as given
-        return mask_query_secrets(url)
+    except Exception:  # noqa: BLE001 - not a URL SQLAlchemy parses: print it as given, password masked
+        return mask_password(url)
 
 
 def run_cmd(args: argparse.Namespace) -> int:

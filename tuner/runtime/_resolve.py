@@ -31,7 +31,7 @@ from ._coverage import times_every_config, tried_configs, untimed, untimed_reaso
 from ._entry import CacheEntry
 from ._file import ReadOnlyCache, rank_fields
 from ._key import CacheKey
-from ._sources import file_caches, guarded, open_store
+from ._sources import file_caches, guarded, open_store, unusable_store
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._db import ConfigCache
@@ -120,6 +120,8 @@ class Request:
     retune: bool = False  # code asked to tune this key again (`lookups`: only memory is read online)
     _store: Any = field(default=None, repr=False)
     _store_opened: bool = field(default=False, repr=False)
+    # the store this request could not read (its URL, password hidden), or "": `miss_reason` says so
+    store_unread: str = field(default="", repr=False)
 
     @functools.cached_property
     def space(self) -> SearchSpace:
@@ -144,7 +146,14 @@ class Request:
         if not self._store_opened:
             self._store = open_store(self.t.storage, create=self.create)
             self._store_opened = True
+            if self._store is None:
+                self.store_unread = unusable_store(self.t.storage) or ""
         return self._store
+
+    def _unread(self, db: ConfigCache) -> None:
+        from ._sources import _redact
+
+        self.store_unread = _redact(getattr(db.store, "url", "?"))
 
     def _file_entries(self) -> dict[str, CacheEntry]:
         out: dict[str, CacheEntry] = {}
@@ -197,12 +206,14 @@ class Request:
         db = self.store()
         if db is not None:
             ck = self.key
-            empty: list[CacheEntry | None] = []
-            got = guarded(db, "read", "explain a miss", lambda: [db.get(ck), *db.same_fields(ck)], empty)
-            for e in got:
+            got = guarded(db, "read", "explain a miss", lambda: [db.get(ck), *db.same_fields(ck)], None)
+            for e in got or ():
                 if e is not None:
                     out.setdefault(e.key.hash, e)
-            n_kernel += guarded(db, "read", "count entries", lambda: db.count(ck.kernel), 0)
+            n = guarded(db, "read", "count entries", lambda: db.count(ck.kernel), None)
+            if got is None or n is None:  # the store failed (or is left alone for a while after failing)
+                self._unread(db)
+            n_kernel += n or 0
         return list(out.values()), n_kernel
 
 
@@ -406,7 +417,15 @@ def _machine_differs(ck: CacheKey, stored: CacheKey) -> bool:
 
 
 def miss_reason(req: Request) -> str:
-    """Why no stored entry serves the key: the nearest entries that differ, and how."""
+    """Why no stored entry serves the key: the nearest entries that differ, and how; and that the store
+    could not be read, when it could not (its entries may well hold the key)."""
+    reason = _nearest_reason(req)
+    if req.store_unread:
+        reason += f"; the store {req.store_unread} could not be read, so its entries are not counted"
+    return reason
+
+
+def _nearest_reason(req: Request) -> str:
     ck = req.key
     entries, n_kernel = req.explain_entries()
     cands = {e.key.hash: e for e in entries}

@@ -244,6 +244,24 @@ def open_store(storage: Any, *, create: bool) -> ConfigCache | None:
     return c
 
 
+def unusable_store(storage: Any) -> str | None:
+    """The store of `storage` (its URL, password hidden) when `open_store` gave None because it failed:
+    its opening (or a read, `_drop`) failed less than STORE_RETRY_S ago, or the tuner home cannot be used.
+    None when there is no store to read (storage=False; offline with no database file yet) or it opened."""
+    from ..store import ResultStore, default_storage_url
+    from ._db import ConfigCache
+
+    if storage is False or isinstance(storage, ConfigCache):
+        return None
+    try:
+        url = storage.url if isinstance(storage, ResultStore) else (storage or default_storage_url())
+    except OSError:  # as `open_store` met it
+        return "in the tuner home"
+    with _dbs_lock:
+        failed = _failed_recently(url)
+    return _redact(url) if failed else None
+
+
 def _failed_recently(url: str) -> bool:
     """An opening of `url` failed less than STORE_RETRY_S ago (the caller holds `_dbs_lock`)."""
     failed = _failed_opens.get(url)

@@ -706,13 +706,35 @@ def mask_query_secrets(url: str) -> str:
     return head + sep + "&".join(parts)
 
 
-def redact(url: str) -> str:
-    """The URL without user and password, and with its secret query parameters masked (for messages)."""
+_SCHEME = re.compile(r"[A-Za-z][\w+.\-]*:(?=/)/*")  # a scheme and its slashes, however many were typed
+
+
+def mask_password(url: str) -> str:
+    """The URL with what lies between the user's ':' and the host's '@' replaced by `***`, and its secret
+    query parameters masked; also for a string SQLAlchemy cannot parse (`postgresql:/u:pw@h/db`,
+    `postgresql//u:pw@h/db`), which a message echoes as given. Errs on the side of hiding: a path that
+    holds ':' and '@' (`sqlite:///runs/a:b@c.db`) is masked as well."""
     url = mask_query_secrets(url)
-    if "@" not in url:
+    head, sep, query = url.partition("?")
+    at = head.rfind("@")
+    m = _SCHEME.match(head)
+    colon = head.find(":", m.end() if m else 0, max(at, 0))
+    if at < 0 or colon < 0:
         return url
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://{rest.split('@')[-1]}"
+    return f"{head[: colon + 1]}***{head[at:]}{sep}{query}"
+
+
+def redact(url: str) -> str:
+    """The URL without user and password, and with its secret query parameters masked (for messages);
+    a string that is no `scheme://user:password@host` URL keeps its shape, its password masked
+    (`mask_password`)."""
+    url = mask_query_secrets(url)
+    scheme, sep, rest = url.partition("://")
+    head, q, query = rest.partition("?")
+    user, at, host = head.rpartition("@")
+    if sep and at and "/" not in user.partition(":")[0]:  # not a path's '@' (sqlite:///runs/a@b.db)
+        return f"{scheme}://{host}{q}{query}"
+    return mask_password(url)
 
 
 def sqlite_path(url: str) -> str | None:

@@ -43,7 +43,7 @@ from typing import Any
 
 from tuner.errors import BadInput
 from tuner.search_spaces._params import brief_list
-from tuner.storage import sqlite_path, sqlite_url
+from tuner.storage import redact, sqlite_path, sqlite_url
 from tuner.store import normalize_url  # noqa: F401  (re-exported)
 
 __all__ = [
@@ -415,7 +415,8 @@ def parse_study(
     # a URL given on the command line is not the file's: blame the one that holds it
     url_from = "--storage (or TUNER_STUDY_STORAGE)" if storage else where
     if not isinstance(url, str) or "://" not in url:
-        raise _err(url_from, f"storage must be a database URL such as sqlite:///study.db, got {url!r}")
+        shown = redact(url) if isinstance(url, str) else url  # a malformed URL may still hold a password
+        raise _err(url_from, f"storage must be a database URL such as sqlite:///study.db, got {shown!r}")
     if not storage:  # the file's own SQLite path is relative to the file, as `output` is
         url = _sqlite_beside(url, base)
     url = normalize_url(url)
