@@ -183,7 +183,7 @@ def test_a_trial_that_finishes_while_given_up_keeps_its_result(when: str) -> Non
             seen.append([x.number for x in trials])
             return types.SimpleNamespace(consistent=True)
 
-    check_task(_Store(), storage, types.SimpleNamespace(study="st", key="k", retries=0))  # type: ignore[arg-type]
+    check_task(_Store(), storage, types.SimpleNamespace(study="st", key="k", retries=0, problem={}))  # type: ignore[arg-type]
     assert seen == [[t.number]]
 
 
