@@ -68,7 +68,7 @@ def test_threads_waiting_for_a_hung_tuning_take_the_fallback(caplog: pytest.LogC
     assert g(7) == out["tuner"]  # once the tuning ended, its winner is used
 
 
-WORKER = Path(__file__).with_name("_hang_worker.py")
+WORKER = Path(__file__).with_name("_crash_worker.py")
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -79,14 +79,17 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield from sqlite_or_postgres(request.param, tmp_path / "store.db")
 
 
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
 def _start(url: str, folder: Path, name: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.Popen(
-        [sys.executable, str(WORKER), url, str(folder), name],
+        [sys.executable, str(WORKER), url, str(folder), name, "hang"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env,
+        env=_env(),
     )
 
 
@@ -95,8 +98,6 @@ def test_a_config_that_hung_past_the_lease_is_not_timed_by_the_next_owner(
 ) -> None:
     """Was: the process that took the claim over after the hung owner's lease ran out timed the same
     config, and hung in it too; so did every process after it."""
-    from sqlalchemy import create_engine, text
-
     from tuner.runtime import ConfigCache
 
     ConfigCache(store_url)  # the schema, once
@@ -118,13 +119,8 @@ def test_a_config_that_hung_past_the_lease_is_not_timed_by_the_next_owner(
         assert json.loads(out.strip().splitlines()[-1])["b"] == 1, out
         assert "not timed again" in err, err[-3000:]
         # the hung config is recorded as timed out; the winner is stored, and a third process hits it
-        eng = create_engine(store_url)
-        with eng.connect() as c:
-            rows = c.execute(
-                text("SELECT config, error FROM tuner_measurements WHERE status = 'timeout'")
-            ).all()
-        eng.dispose()
-        configs = [json.loads(r[0]) if isinstance(r[0], str) else r[0] for r in rows]
+        rows = _marks(store_url)
+        configs = [c for c, _ in rows]
         assert configs == [{"b": 2}] and "timed out" in rows[0][1], rows
         others.append(_start(store_url, tmp_path, "third"))
         out, err = others[1].communicate(timeout=120)
@@ -137,16 +133,12 @@ def test_a_config_that_hung_past_the_lease_is_not_timed_by_the_next_owner(
             p.communicate()
 
 
-CRASH_WORKER = Path(__file__).with_name("_crash_worker.py")
-
-
 def _crash_run(url: str, folder: Path, name: str, how: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.run(
-        [sys.executable, str(CRASH_WORKER), url, str(folder), name, how],
+        [sys.executable, str(WORKER), url, str(folder), name, how],
         capture_output=True,
         text=True,
-        env=env,
+        env=_env(),
         timeout=120,
     )
 
@@ -275,16 +267,11 @@ RETUNE_WORKER = Path(__file__).with_name("_retune_crash_worker.py")
 def _retune_run(
     url: str, folder: Path, name: str, crash: bool, clear: bool
 ) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        "TUNER_HOME": str(folder / "home"),
-    }
     return subprocess.run(
         [sys.executable, str(RETUNE_WORKER), url, str(folder), name, str(int(crash)), str(int(clear))],
         capture_output=True,
         text=True,
-        env=env,
+        env={**_env(), "TUNER_HOME": str(folder / "home")},
         timeout=240,
     )
 
