@@ -490,12 +490,16 @@ class ModelStrategy(Strategy):
     def _credit(self, i: int, value: float | None, inc_before: float) -> None:
         """Record the result of pool config i for the component that proposed it (see _allocated_pick):
         a win when it beats the incumbent by more than 0.1%."""
-        a = self._arm_of.pop(i, None)
-        if a is None:
+        self._record(self._arm_of.pop(i, None), value, inc_before)
+
+    def _record(self, arm: str | None, value: float | None, inc_before: float) -> None:
+        """One result for component `arm` (None: none proposed it): a win when it beats the incumbent
+        before it by more than 0.1%."""
+        if arm is None:
             return
-        self._arm_n[a] = self._arm_n.get(a, 0) + 1
+        self._arm_n[arm] = self._arm_n.get(arm, 0) + 1
         win = value is not None and math.isfinite(value) and value < inc_before * (1.0 - 1e-3)
-        self._arm_w[a] = self._arm_w.get(a, 0.0) + float(win)
+        self._arm_w[arm] = self._arm_w.get(arm, 0.0) + float(win)
 
     def _greedy_portfolio(
         self, R: np.ndarray, w: np.ndarray, chosen: Sequence[int] | np.ndarray, k: int
@@ -1088,11 +1092,7 @@ class ModelStrategy(Strategy):
         inc = math.inf
         for j, (c, v) in enumerate(hist):  # credit the results not yet credited
             if j >= self._large_seen_n:
-                a = self._large_arm_of.pop(self.pool.hkey(c), None)
-                if a is not None:
-                    self._arm_n[a] = self._arm_n.get(a, 0) + 1
-                    win = v is not None and math.isfinite(v) and v < inc * (1.0 - 1e-3)
-                    self._arm_w[a] = self._arm_w.get(a, 0.0) + float(win)
+                self._record(self._large_arm_of.pop(self.pool.hkey(c), None), v, inc)
             if v is not None and math.isfinite(v):
                 inc = min(inc, v)
         self._large_seen_n = len(hist)
