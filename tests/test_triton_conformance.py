@@ -738,6 +738,19 @@ def test_deprecated_timing_options_warn_and_time(impl, option):
     assert all(t[0] > 0 for t in k.configs_timings.values())
 
 
+@pytest.mark.parametrize("option", [{"warmup": 1, "rep": 1}, {"use_cuda_graph": True}])
+def test_a_do_bench_given_with_deprecated_timing_options_is_what_times(option):
+    """Documented divergence: Triton replaces a `do_bench=` given with its own (CUDA events) when
+    `warmup`/`rep`/`use_cuda_graph` are given too; the drop-in times with the function given."""
+    bench = Bench([2.0, 1.0])
+    with pytest.warns(DeprecationWarning, match="deprecated"):
+        k = copy_kernel(tuner.autotune, configs=configs_of(32, 64), key=["N"], do_bench=bench, **option)
+    src, dst = torch.randn(64), torch.empty(64)
+    k[grid_for(64)](dst, src, 64)
+    assert torch.equal(dst, src) and bench.calls == 2
+    assert k.best_config.kwargs == {"BLOCK_SIZE": 64}
+
+
 # ---- the default do_bench -----------------------------------------------------------------------------
 @pytest.mark.parametrize("impl", IMPLS)
 def test_default_timer(impl):
