@@ -212,7 +212,9 @@ SAMPLE = REPO / "tests" / "data" / "convolution_A100_sample.json"
     ],
     ids=["bad-int", "missing-file", "unknown-option", "exclusive", "bad-float", "missing-out"],
 )
-def test_argparse_refusals_are_one_line_and_a_json_object_under_json(tmp_path, monkeypatch, capsys, argv, says):
+def test_argparse_refusals_are_one_line_and_a_json_object_under_json(
+    tmp_path, monkeypatch, capsys, argv, says
+):
     """A command line that argparse itself refused printed its usage over several lines and, under --json,
     nothing on stdout: the CLI's contract is one line on stderr (exit 2) and, with --json, the error object."""
     monkeypatch.setenv("TUNER_HOME", str(tmp_path / "home"))
