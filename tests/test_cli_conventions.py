@@ -197,6 +197,37 @@ def test_json_commands_print_an_error_object_on_stdout(tmp_path: Path, capsys, a
     assert says in message and got.err == plain.err
 
 
+SAMPLE = REPO / "tests" / "data" / "convolution_A100_sample.json"
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["replay", str(SAMPLE), "--budget", "abc"], "argument --budget: invalid int value: 'abc'"),
+        (["replay"], "the following arguments are required: file"),
+        (["replay", str(SAMPLE), "--no-such-option"], "unrecognized arguments: --no-such-option"),
+        (["replay", str(SAMPLE), "--higher-is-better", "--lower-is-better"], "not allowed with"),
+        (["cache", "prune", "--older-than", "x"], "argument --older-than"),
+        (["cache", "export"], "the following arguments are required: --out"),
+    ],
+    ids=["bad-int", "missing-file", "unknown-option", "exclusive", "bad-float", "missing-out"],
+)
+def test_argparse_refusals_are_one_line_and_a_json_object_under_json(
+    tmp_path, monkeypatch, capsys, argv, says
+):
+    """A command line that argparse itself refused printed its usage over several lines and, under --json,
+    nothing on stdout: the CLI's contract is one line on stderr (exit 2) and, with --json, the error object."""
+    monkeypatch.setenv("TUNER_HOME", str(tmp_path / "home"))
+    assert main(argv) == 2
+    plain = capsys.readouterr()
+    (line,) = plain.err.strip().splitlines()
+    assert line.startswith("tuner: error: ") and says in line and plain.out == "", plain
+    assert main([*argv, "--json"]) == 2
+    got = capsys.readouterr()
+    assert says in _json_error(got.out, got.err, 2)
+    assert not (tmp_path / "home").exists()
+
+
 def test_study_run_json_without_the_kernel_backend_prints_the_refusal(tmp_path: Path):
     """`tuner study run S.toml --json` where torch is not installed: run_study refuses before any trial; stdout
     was empty. It holds the refusal, which names the extra to install."""

@@ -1,6 +1,7 @@
 """The `tuner` command line. Each subcommand lives in `tuner/commands/<name>.py` with `add_parser` and `run`.
 
-Exit codes: 0 success; 2 bad usage or bad input (one line on stderr, nothing changed); 1 any other failure;
+Exit codes: 0 success; 2 bad usage or bad input (one line on stderr, nothing changed; argparse's own refusals
+too); 1 any other failure;
 130 interrupted; 141 (128 + SIGPIPE) when stdout was closed early, as in `tuner cache show | head`, which
 ends quietly. Under `--json` an error the command did not handle itself also prints one JSON object,
 `{"ok": false, "error": ...}`, on stdout, so a script that reads stdout gets a document. `-v`/`--verbose` is accepted before or after the subcommand; `tuner --version` and
@@ -43,6 +44,24 @@ class _Parser(argparse.ArgumentParser):
             help="more log output (-vv for debug); anywhere on the command line",
         )
 
+    def error(self, message: str) -> Any:  # -> NoReturn; argparse's own signature
+        """argparse's refusal (an unknown option, a value of the wrong type, a missing argument) as the
+        CLI's other bad input: one line on stderr, exit 2, and the JSON error object under `--json`
+        (argparse printed its usage over several lines and exited before `--json` was read)."""
+        raise _UsageError(f"{message} (see {self.prog} --help)")
+
+
+class _UsageError(BadInput):
+    """argparse refused the command line; `main` prints it as any `BadInput`."""
+
+
+def _asks_json(argv: Sequence[str]) -> bool:
+    """Whether a command line that argparse refused asked for `--json` (before a `--` that ends options)."""
+    argv = list(argv)
+    if "--" in argv:
+        argv = argv[: argv.index("--")]
+    return "--json" in argv
+
 
 def build_parser() -> argparse.ArgumentParser:
     from tuner import __version__
@@ -74,10 +93,11 @@ def _silence_stdout() -> None:
         pass
 
 
-def _json_error(args: argparse.Namespace | None, message: str) -> None:
+def _json_error(args: argparse.Namespace | None, message: str, argv: Sequence[str] = ()) -> None:
     """Under `--json`: the error the command did not handle as one JSON object on stdout (the commands'
-    own refusals print `{"ok": false, "error": ...}` too), beside the line on stderr."""
-    if args is None or not getattr(args, "json", False):
+    own refusals print `{"ok": false, "error": ...}` too), beside the line on stderr. `args` is None when
+    argparse refused the command line (`argv`)."""
+    if not (getattr(args, "json", False) if args is not None else _asks_json(argv)):
         return
     try:
         sys.stdout.write(json.dumps({"ok": False, "error": message}, sort_keys=True) + "\n")
@@ -135,6 +155,7 @@ def _reading(args: argparse.Namespace) -> contextlib.AbstractContextManager[Any]
 
 def main(argv: Sequence[str] | None = None) -> int:
     args: argparse.Namespace | None = None
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         # an interrupt from here on is a KeyboardInterrupt caught below; before (while `import tuner`
         # ran), the command's start-up handler said the same (`tuner._interrupt`)
@@ -156,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
     except BadInput as exc:
         message = _one_line(exc) or exc.__class__.__name__
-        _json_error(args, message)
+        _json_error(args, message, argv)
         print(f"tuner: error: {message}", file=sys.stderr)
         return 2
     except Exception as exc:
