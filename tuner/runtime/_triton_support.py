@@ -342,6 +342,8 @@ class _TritonKeys(ArgKeys):
         out: dict[str, Any] = {}
         np = sys.modules.get("numpy")
         for k, v in super().raw_values(args, kwargs).items():
+            if np is not None and isinstance(v, np.generic):  # a numpy scalar: the Python value it holds
+                v = v.item()
             if np is not None and isinstance(v, np.dtype):  # has a `.shape` (()), yet is no array
                 out[k] = str(v)
                 continue
