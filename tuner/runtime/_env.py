@@ -101,7 +101,9 @@ def check_users_function(fn: Callable[..., Any], role: str, target: Any, skip: I
     needed = [
         p.name
         for p in params.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty and p.name not in left
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        and p.default is p.empty
+        and p.name not in left
     ]
     positional = _refused_arguments(fn, tuple(needed), {})
     if positional is not None and _refused_arguments(fn, (), dict.fromkeys(needed)) is not None:
