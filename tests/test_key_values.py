@@ -1,5 +1,5 @@
 """`@tuner.autotune`'s key values and key/space functions: numpy scalars key as the Python numbers they
-hold, 0-d device arrays are refused, a bad `key` and a function that cannot take the call's arguments
+hold, 0-d device arrays are refused (the Triton drop-in keys them by value, as before), a bad `key` and a function that cannot take the call's arguments
 raise errors that say what is accepted."""
 
 from __future__ import annotations
@@ -87,6 +87,27 @@ def test_a_0d_torch_tensor_key_value_is_refused(_tuner_home: Path):
     # as an argument not named in key it is an array argument: its dtype is in the key, its value not
     ck = k.tuner.full_key((torch.tensor(3), 8), {})
     assert ck.fields_dict == {"n": 8} and ck.dtypes == ("int64",)
+
+
+def test_the_triton_drop_in_keys_a_0d_tensor_by_its_value_as_before(_tuner_home: Path):
+    # Triton's autotune accepts any key value; the drop-in keys a 0-d tensor by the value it holds (the
+    # refusal above is `tuner.autotune`'s, whose keys are documented as Python scalars)
+    torch = pytest.importorskip("torch")
+    triton = pytest.importorskip("triton")
+    import triton.language as tl
+
+    @tuner.autotune(configs=[triton.Config({"B": 16}), triton.Config({"B": 32})], key=["s"])
+    @triton.jit
+    def double(x, y, s, n, B: tl.constexpr):
+        i = tl.program_id(0) * B + tl.arange(0, B)
+        m = i < n
+        tl.store(y + i, tl.load(x + i, mask=m) * 2, mask=m)
+
+    x = torch.arange(40, dtype=torch.float32)
+    y = torch.empty_like(x)
+    double[lambda meta: (triton.cdiv(40, meta["B"]),)](x, y, torch.tensor(3.0), 40)
+    assert torch.equal(y, x * 2)
+    assert len(double.cache) == 1
 
 
 def test_a_0d_jax_array_key_value_is_refused(_tuner_home: Path):
