@@ -182,10 +182,10 @@ def run_export(args: argparse.Namespace) -> int:
         raise BadInput(f"--out {out}: folder {out.parent} does not exist")
     entries = _stored_entries(args.storage, args.kernel)
     if not entries:  # nothing to export is work that did not happen: exit 1, and write no empty file
-        what = f"of kernel {args.kernel!r} " if args.kernel else ""
+        what = f" of kernel {args.kernel!r}" if args.kernel else ""
         hint = kernel_hint(args.kernel, _stored_kernels(args.storage)) if args.kernel else ""
         why = f"; {hint}" if hint else " (tune or import first)"
-        msg = f"nothing to export: the store holds no cache entry {what.rstrip()}{why}; {out} not written"
+        msg = f"nothing to export: the store holds no cache entry{what}{why}; {out} not written"
         if args.json:
             _print_json({"ok": False, "error": msg, "path": str(out), "entries": 0})
         print(f"tuner: {msg}", file=sys.stderr)

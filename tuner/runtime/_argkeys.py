@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import math
 import operator
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -173,18 +174,29 @@ def key_fn_fast_keys(
 
 
 def scalar_key_value(name: str, v: Any) -> Any:
-    """A key field's value as a JSON scalar; arrays and non-finite numbers are refused with a hint."""
+    """A key field's value as a JSON scalar; arrays and non-finite numbers are refused with a hint. A
+    numpy scalar (`np.int64(8)`, what `np.prod` returns) is the Python value it holds; a 0-d torch
+    tensor or jax array is refused: its value lives on the device, and reading it would wait for it."""
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(v, (np.generic, np.ndarray)) and v.ndim == 0:
+        v = v.item()  # np.bool_ -> bool (not 1.0), np.float32 -> float, np.int64 -> int
     if v is None or isinstance(v, (bool, int, float, str)):
         if isinstance(v, float) and not math.isfinite(v):
             raise ValueError(f"key field {name}={v!r} is not finite")
         return v
-    if hasattr(v, "shape") and getattr(v, "ndim", 1) != 0:
+    if hasattr(v, "shape"):
+        if getattr(v, "ndim", 1) != 0:
+            raise TypeError(
+                f"key argument {name!r} is an array; key on its shape with a key function, e.g. "
+                f"key=lambda {name}, *a, **k: {{'{name}_rows': {name}.shape[0]}}"
+            )
         raise TypeError(
-            f"key argument {name!r} is an array; key on its shape with a key function, e.g. "
-            f"key=lambda {name}, *a, **k: {{'{name}_rows': {name}.shape[0]}}"
+            f"key field {name!r} is a 0-d {type(v).__module__.split('.')[0]} array: its value is on the "
+            f"device, and reading it would wait for the device at every call; pass a Python number "
+            f"(int({name}) or float({name}), read where the caller chooses)"
         )
     try:
-        return operator.index(v)  # numpy / torch integer scalars
+        return operator.index(v)  # integer-like objects
     except TypeError:
         pass
     try:
@@ -193,7 +205,16 @@ def scalar_key_value(name: str, v: Any) -> Any:
         raise TypeError(
             f"key field {name}={v!r}: a key value must be an int, float, str, bool or None"
         ) from None
+    if not math.isfinite(f):
+        raise ValueError(f"key field {name}={v!r} is not finite")
     return f
+
+
+def numpy_scalar(v: Any) -> bool:
+    """A numpy scalar (`np.int64(8)`, not a 0-d array): keyed as the Python number it holds, with no
+    dtype and no numpy version, so that `f(np.prod(shape))` and `f(8)` share a stored entry."""
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(v, np.generic)
 
 
 def _weak_scalar(v: Any) -> bool:
@@ -390,11 +411,11 @@ class ArgKeys:
         if self.use_dtypes:
             for v in values:
                 d = getattr(v, "dtype", None)
-                if d is not None and not _weak_scalar(v):
+                if d is not None and not _weak_scalar(v) and not numpy_scalar(v):
                     dts.append(dtype_name(d))
             if not self._deep:
                 self._read_containers(args, kwargs)
-        device, versions = self._device_versions(values)
+        device, versions = self._device_versions([v for v in values if not numpy_scalar(v)])
         return CacheKey.make(self.name, self.source_hash, fields, dts, device, versions)
 
     def _read_containers(self, args: tuple, kwargs: dict) -> None:

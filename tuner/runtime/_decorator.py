@@ -22,7 +22,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from tuner._settings import text
@@ -34,6 +34,7 @@ from ._bench import BenchFn, default_bench
 from ._env import (
     array_framework,
     call_users_function,
+    check_users_function,
     default_name,
     dependency_packages,
     flat_args,
@@ -166,6 +167,8 @@ class Autotuned:
                     f"search space parameters {refused} are not parameters of {self.name} "
                     f"({self.arg_names}): the config is passed as keyword arguments"
                 )
+        if keys is None and callable(key) and isinstance(space, SearchSpace):
+            check_users_function(key, f"the key function of {self.name}", fn, space.names)
         self._depends = tuple(depends)
         self._source_hash = source_hash  # None: computed on the first miss (see the property)
         self._hash_given = source_hash is not None
@@ -587,6 +590,18 @@ def _lazy_kind(fn: Any) -> str | None:
     return None
 
 
+def _check_key(key: Any) -> None:
+    """TypeError for a `key` that is none of the accepted forms (before the decorated function is seen)."""
+    if callable(key) or isinstance(key, str):
+        return
+    if isinstance(key, Collection) and all(isinstance(k, str) for k in key):
+        return
+    raise TypeError(
+        f"autotune(): key must be a list of argument names, one argument name, or a function of the "
+        f"arguments returning the key fields; got {type(key).__name__} {key!r}"
+    )
+
+
 def autotune(
     space: SearchSpace | Callable[..., SearchSpace] | None = None,
     *triton_args: Any,
@@ -625,8 +640,9 @@ def autotune(
       (an iterator of them is read once into a list).
       triton.autotune's positional form works too: `autotune(configs, key, prune_configs_by, ...)`, the
       list first and the others in Triton's order.
-    - `key`: argument names (their values form the key, as in triton.autotune), or a function of the
-      arguments returning a dict of key fields. The dtypes of array arguments, and of the arrays inside
+    - `key`: argument names (their values form the key, as in triton.autotune; a numpy scalar counts as
+      the Python number it holds), or a function of the arguments (called as the decorated function
+      is) returning a dict of key fields (a tuple: fields k0, k1, ...; another value: one field k). The dtypes of array arguments, and of the arrays inside
       pytree arguments (a params dict, a tuple of arrays), are added (`dtypes=False` turns that off),
       and the stored key also holds the source hash, the device and the versions. Inside jax.jit a key
       field must be static: one that jit traces is refused with a TypeError.
@@ -687,6 +703,7 @@ def autotune(
         space = None
     if key is None:
         raise TypeError("autotune() missing required argument: 'key'")
+    _check_key(key)
     opts = {
         "time_budget_s": time_budget_s,
         "mode": mode,

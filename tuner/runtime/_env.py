@@ -76,12 +76,59 @@ def _bound_text(v: Any) -> str:
 
 def call_users_function(fn: Callable[..., Any], role: str, args: tuple, kwargs: dict) -> Any:
     """`fn(*args, **kwargs)` for a function the user gave tuner to call with a call's arguments (a key or
-    space function): its TypeError, most often an argument it does not take, gets a note naming `role`."""
+    space function): one that cannot take them raises a TypeError saying how it is called; another
+    TypeError gets a note naming `role`."""
     try:
         return fn(*args, **kwargs)
     except TypeError as exc:
+        why = _refused_arguments(fn, args, kwargs)
+        if why is not None:
+            raise TypeError(_cannot_take(role, why)) from exc
         exc.add_note(f"tuner: raised by {role}, called with the call's arguments")
         raise
+
+
+def check_users_function(fn: Callable[..., Any], role: str, target: Any, skip: Iterable[str]) -> None:
+    """TypeError, at decoration, for a key or space function `fn` that can take the arguments of a call
+    of `target` neither as positional nor as keyword arguments: its required parameters, less `skip` (the
+    config's, which the call does not pass). A signature that cannot be read is not checked."""
+    names = getattr(target, "arg_names", None)
+    try:
+        params = inspect.signature(underlying_function(target) if names is not None else target).parameters
+    except (TypeError, ValueError):
+        return
+    left = set(skip)
+    needed = [
+        p.name
+        for p in params.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        and p.default is p.empty
+        and p.name not in left
+    ]
+    positional = _refused_arguments(fn, tuple(needed), {})
+    if positional is not None and _refused_arguments(fn, (), dict.fromkeys(needed)) is not None:
+        raise TypeError(_cannot_take(role, f"{positional}; a call passes at least {', '.join(needed)}"))
+
+
+def _refused_arguments(fn: Callable[..., Any], args: tuple, kwargs: dict) -> str | None:
+    """Why `fn`'s signature refuses these arguments (None where it takes them or cannot be read)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        return str(exc)
+    return None
+
+
+def _cannot_take(role: str, why: str) -> str:
+    return (
+        f"{role} cannot take the call's arguments ({why}): it is called with the decorated function's "
+        "arguments, as the call passes them (positional or keyword); give it the same parameters, or "
+        "add *args, **kwargs to take those it does not use"
+    )
 
 
 def default_name(fn: Any) -> str:

@@ -342,9 +342,15 @@ class _TritonKeys(ArgKeys):
         out: dict[str, Any] = {}
         np = sys.modules.get("numpy")
         for k, v in super().raw_values(args, kwargs).items():
+            if np is not None and isinstance(v, np.generic):  # a numpy scalar: the Python value it holds
+                v = v.item()
             if np is not None and isinstance(v, np.dtype):  # has a `.shape` (()), yet is no array
                 out[k] = str(v)
                 continue
+            if getattr(v, "ndim", None) == 0 and callable(getattr(v, "item", None)):
+                # a 0-d tensor, which Triton keys as any other argument: its value (read from the device),
+                # where `tuner.autotune` refuses it (scalar_key_value)
+                v = v.item()
             if isinstance(v, float) and not math.isfinite(v):
                 out[k] = str(float(v))  # "inf", "-inf", "nan"
                 continue

@@ -1,0 +1,169 @@
+"""`@tuner.autotune`'s key values and key/space functions: numpy scalars key as the Python numbers they
+hold, 0-d device arrays are refused (the Triton drop-in keys them by value, as before), a bad `key` and a function that cannot take the call's arguments
+raise errors that say what is accepted."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tuner
+from tuner import PowerOfTwo, SearchSpace
+from tuner.cli import main
+from tuner.runtime import ConfigCache
+
+SPACE = SearchSpace([PowerOfTwo("block", 16, 64)])
+
+
+def _make(key=("n",), space=SPACE):
+    calls = []
+
+    def bench(call):
+        calls.append(1)
+        return call()
+
+    @tuner.autotune(space, key=list(key) if isinstance(key, tuple) else key, bench=bench, budget=3)
+    def kernel(x, n, *, block):
+        return 1e-3 * (1 + abs(math.log2(block) - 5))
+
+    return kernel, calls
+
+
+@pytest.mark.parametrize(
+    ("np_value", "py_value"),
+    [
+        (np.int64(8), 8),
+        (np.int32(8), 8),
+        (np.float32(0.5), 0.5),
+        (np.float64(2.0), 2.0),
+        (np.bool_(True), True),
+    ],
+)
+def test_a_numpy_scalar_key_value_is_the_python_entry(_tuner_home: Path, np_value, py_value):
+    k, calls = _make()
+    k(None, py_value)
+    tuned = len(calls)
+    k(None, np_value)  # np.prod(shape), x.shape[0] of a numpy array: the same entry, not tuned again
+    assert len(calls) == tuned
+    [entry] = ConfigCache().entries()
+    assert entry.key.fields_dict == {"n": py_value} and type(entry.key.fields_dict["n"]) is type(py_value)
+    assert entry.key.dtypes == () and "numpy" not in entry.key.versions_dict
+    assert k.explain(None, np_value).startswith("hit")
+    assert k.tuner.full_key((None, np_value), {}) == k.tuner.full_key((None, py_value), {})
+
+
+def test_a_numpy_scalar_first_then_python_is_one_entry_too(_tuner_home: Path):
+    k, calls = _make(key=lambda x, n: {"n": n})  # a key function's argument: no dtype either
+    k(None, np.prod([2, 4]))
+    tuned = len(calls)
+    k(None, 8)
+    assert len(calls) == tuned and len(ConfigCache().entries()) == 1
+
+
+@pytest.mark.parametrize("bad", [np.float32("nan"), np.float64("inf"), np.float32("-inf"), float("nan")])
+def test_a_non_finite_numpy_key_value_is_refused_as_a_python_float_is(_tuner_home: Path, bad):
+    k, _ = _make()
+    with pytest.raises(ValueError, match="key field n=.* is not finite"):
+        k(None, bad)
+
+
+def test_a_0d_numpy_array_keeps_its_dtype_but_keys_by_value(_tuner_home: Path):
+    k, _ = _make()
+    ck = k.tuner.full_key((None, np.array(True)), {})
+    assert (
+        ck.fields_dict == {"n": True} and ck.fields_dict["n"] is True and ck.dtypes == ("bool",)
+    )  # an array argument: its dtype
+
+
+def test_a_0d_torch_tensor_key_value_is_refused(_tuner_home: Path):
+    torch = pytest.importorskip("torch")
+    k, calls = _make()
+    with pytest.raises(TypeError, match=r"key field 'n' is a 0-d torch array.*int\(n\)"):
+        k(None, torch.tensor(8))
+    assert not calls and not k.tuner.mem  # nothing tuned, no tensor kept in memory
+    # as an argument not named in key it is an array argument: its dtype is in the key, its value not
+    ck = k.tuner.full_key((torch.tensor(3), 8), {})
+    assert ck.fields_dict == {"n": 8} and ck.dtypes == ("int64",)
+
+
+def test_the_triton_drop_in_keys_a_0d_tensor_by_its_value_as_before(_tuner_home: Path):
+    # Triton's autotune accepts any key value; the drop-in keys a 0-d tensor by the value it holds (the
+    # refusal above is `tuner.autotune`'s, whose keys are documented as Python scalars)
+    torch = pytest.importorskip("torch")
+    triton = pytest.importorskip("triton")
+    import triton.language as tl
+
+    @tuner.autotune(configs=[triton.Config({"B": 16}), triton.Config({"B": 32})], key=["s"])
+    @triton.jit
+    def double(x, y, s, n, B: tl.constexpr):
+        i = tl.program_id(0) * B + tl.arange(0, B)
+        m = i < n
+        tl.store(y + i, tl.load(x + i, mask=m) * 2, mask=m)
+
+    x = torch.arange(40, dtype=torch.float32)
+    y = torch.empty_like(x)
+    double[lambda meta: (triton.cdiv(40, meta["B"]),)](x, y, torch.tensor(3.0), 40)
+    assert torch.equal(y, x * 2)
+    assert len(double.cache) == 1
+
+
+def test_a_0d_jax_array_key_value_is_refused(_tuner_home: Path):
+    jnp = pytest.importorskip("jax.numpy")
+    k, _ = _make()
+    with pytest.raises(TypeError, match="key field 'n' is a 0-d jax"):
+        k(None, jnp.int32(8))
+
+
+@pytest.mark.parametrize("key", [5, 2.5, [1, 2], 3j])
+def test_a_key_of_another_form_says_what_is_accepted(key):
+    with pytest.raises(
+        TypeError, match=r"key must be a list of argument names, one argument name, or a function"
+    ):
+        tuner.autotune(SPACE, key=key)
+
+
+def test_a_key_function_that_cannot_take_the_arguments_is_refused_when_decorated():
+    with pytest.raises(
+        TypeError, match=r"the key function of .*kernel cannot take the call's arguments .*x, n"
+    ):
+
+        @tuner.autotune(SPACE, key=lambda n: {"n": n})
+        def kernel(x, n, *, block):
+            return 0.0
+
+
+def test_a_key_function_taking_the_arguments_by_name_or_rest_is_accepted(_tuner_home: Path):
+    for key in (lambda x, n: {"n": n}, lambda *, x, n: {"n": n}, lambda x, *a, **k: {"r": 1}):
+        tuner.autotune(SPACE, key=key, storage=False)(lambda x, n, *, block: 0.0)
+
+
+def test_a_key_function_refused_at_the_first_call_says_how_it_is_called(_tuner_home: Path):
+    k, _ = _make(key=lambda x, n: {"n": n})
+    with pytest.raises(
+        TypeError, match=r"key function of .* cannot take the call's arguments.*positional or keyword"
+    ):
+        k(x=None, m=3)
+
+
+def test_a_space_function_that_cannot_take_the_arguments_says_so(_tuner_home: Path):
+    k, _ = _make(space=lambda n: SPACE)
+    with pytest.raises(TypeError, match=r"the space function of .* cannot take the call's arguments"):
+        k(None, 8)
+
+
+def test_a_type_error_inside_a_key_function_keeps_its_own_message(_tuner_home: Path):
+    k, _ = _make(key=lambda x, n: {"n": n + "a"})
+    with pytest.raises(TypeError, match="unsupported operand") as info:
+        k(None, 8)
+    assert "raised by the key function" in "".join(getattr(info.value, "__notes__", []))
+
+
+def test_cache_export_with_an_empty_store_says_so_in_one_spaced_line(
+    _tuner_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    assert main(["cache", "export", "--out", str(tmp_path / "x.json")]) == 1
+    err = capsys.readouterr().err
+    assert "no cache entry (tune or import first)" in err and "  " not in err
