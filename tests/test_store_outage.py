@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -110,3 +111,58 @@ def test_a_first_call_tuning_through_an_outage_leaves_no_mark_and_no_claim(
     assert sorted(benched) == [1, 2, 3, 4], f"b=1 was not timed again (taken for a hang): {benched}"
     assert f.tuner.last_choice["config"] == {"b": 1}, f.tuner.last_choice
     assert all(s == "ok" for _, s in _statuses(pg.url)), _statuses(pg.url)
+
+
+OUTAGE_WORKER = Path(__file__).with_name("_outage_worker.py")
+
+
+def _outage_run(pg: PrivateServer, folder: Path, stop: bool) -> dict[str, Any]:
+    """One process tuning the key (tests/_outage_worker.py); with `stop`, the server goes down while it
+    times b=1 and stays down until the process has exited."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    for name in ("timing", "go"):
+        (folder / name).unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(OUTAGE_WORKER.parent.parent)}
+    cmd = [sys.executable, str(OUTAGE_WORKER), pg.url, str(folder), "stop" if stop else "none"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        if stop:
+            deadline = time.monotonic() + 120
+            while not (folder / "timing").exists():
+                assert proc.poll() is None, proc.communicate()[1][-3000:]
+                assert time.monotonic() < deadline, "b=1 was never timed"
+                time.sleep(0.05)
+            pg.stop()
+            (folder / "go").touch()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
+    if stop:
+        pg.start()
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def test_processes_that_exit_during_outages_do_not_make_a_config_crashed(
+    pg: PrivateServer, tmp_path: Path
+) -> None:
+    """Two processes in turn time config b=1 (the fastest) while the server is down, and exit (normally)
+    before it is back: neither could delete its mark of the timing, which returned. Was: the next process
+    took each mark left by a dead process for a timing that killed its process, timed b=1 once again
+    after the first, and after the second recorded it `crashed` and never timed it again, storing the
+    slower b=2 as the key's winner for the fleet. Now a mark whose timing returned is known as such
+    (a note in TUNER_HOME) and deleted without counting, so b=1 is timed and wins."""
+    first = _outage_run(pg, tmp_path, stop=True)
+    assert first["b"] == 1, first  # tuned in memory while the server was down
+    second = _outage_run(pg, tmp_path, stop=True)
+    assert 1 in second["timed"], second
+    third = _outage_run(pg, tmp_path, stop=False)
+    assert 1 in third["timed"] and third["b"] == 1, third
+    bad = [(k, s) for k, s in _statuses(pg.url) if s != "ok"]
+    assert not bad, bad

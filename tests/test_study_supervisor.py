@@ -266,7 +266,13 @@ def test_a_stopped_worker_whose_task_was_taken_over_is_still_killed(tmp_path: Pa
         _close(board, sup)
 
 
-IGNORES_SIGINT = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(600)"
+# ignores SIGINT, then says so by creating the file argv[1] (the test waits for it: a SIGINT that came while
+# Python was still starting, under load, ended the process before it ignored it, and its task was not
+# handed back)
+IGNORES_SIGINT = (
+    "import signal, sys, time; signal.signal(signal.SIGINT, signal.SIG_IGN); open(sys.argv[1], 'w').close(); "
+    "time.sleep(600)"
+)
 
 
 @pytest.mark.parametrize("where", ["start", "replacement"])
@@ -288,7 +294,8 @@ def test_a_worker_process_that_cannot_start_stops_the_others(
     started: list[sp.Popen[Any]] = []
     # the first worker holds a task and ignores SIGINT (stuck in a trial); where = "replacement": the
     # second exits as after a hung trial, and its replacement is the start the OS refuses
-    cmds = [[sys.executable, "-c", IGNORES_SIGINT]]
+    ready = tmp_path / "ignores-sigint"
+    cmds = [[sys.executable, "-c", IGNORES_SIGINT, str(ready)]]
     if where == "replacement":
         cmds.append([sys.executable, "-c", f"import sys; sys.exit({_runner.EXIT_HUNG})"])
     real = sp.Popen
@@ -298,6 +305,10 @@ def test_a_worker_process_that_cannot_start_stops_the_others(
             raise OSError(11, "Resource temporarily unavailable")
         p = real(cmds[len(started)], **kw)
         started.append(p)
+        if len(started) == 1:  # the stuck worker ignores SIGINT before the runner may send it one
+            deadline = time.monotonic() + 60
+            while not ready.exists() and p.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
         return p
 
     monkeypatch.setattr(_runner.subprocess, "Popen", popen)

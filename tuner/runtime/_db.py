@@ -25,6 +25,7 @@ from ..storage import operation
 from ..storage._owner import HOST, pid_alive
 from ..storage._schema import CacheClaimRow, CacheEntryRow, MeasurementRow, key_hashes
 from ..store import ResultStore
+from . import _returned
 from ._entry import CacheEntry, entry_from_json
 from ._file import rank_nearest
 from ._key import CacheKey
@@ -440,7 +441,8 @@ class ConfigCache:
         config's failure. One whose owner died sooner on this host (killed, or crashed, in the timing) is
         deleted and its config timed again, up to `CRASH_RETRIES` times; the death after those makes it a
         failure too, status `crashed` ("crashed the process while timed (N times)"). One of this very
-        owner (an interrupted timing) is deleted."""
+        owner (an interrupted timing) is deleted, and so is one whose timing returned while the store was
+        down (`_returned`: its owner could not delete it, and may have exited since), without counting."""
         from ._key import canon
         from ._tuning import CRASHED
 
@@ -450,6 +452,7 @@ class ConfigCache:
         hung: dict[str, str] = {}
         crashed: dict[str, int] = {}
         gone: list[int] = []
+        noted: list[int] = []  # marks whose timings returned in a store outage (`_returned`)
         now = time.time()
         with self.store.session() as s:
             for row_id, config, st, error in s.execute(q):
@@ -465,6 +468,9 @@ class ConfigCache:
                 died = st.get("host") == HOST and isinstance(st.get("pid"), int) and not pid_alive(st["pid"])
                 if st[IN_FLIGHT] == owner:
                     gone.append(row_id)
+                elif _returned.returned(self.store.url, row_id):  # its timing returned in a store outage
+                    gone.append(row_id)
+                    noted.append(row_id)
                 elif died and not old:
                     n = int(st.get("crashes") or 0) + 1
                     if n <= CRASH_RETRIES:
@@ -485,6 +491,7 @@ class ConfigCache:
                     hung[c] = error or "timed out"
             if gone:
                 s.execute(delete(MeasurementRow).where(MeasurementRow.id.in_(gone)))
+        _returned.forget(self.store.url, *noted)
         for c in hung:
             crashed.pop(c, None)
         return hung, crashed

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import _jax
+from . import _jax, _returned
 from ._bench import TritonTiming, normalise_bench_result
 from ._coverage import task_of
 from ._entry import CacheEntry, EntryError, now_iso
@@ -179,6 +179,7 @@ def _claimed_again(db: ConfigCache, key_hash: str, owner: str) -> None:
 def _clean(left: _Leftovers, marks: set[int], claims: set[tuple[str, str]]) -> bool:
     if marks:
         left.db.unmark(*marks)
+        _returned.forget(left.db.store.url, *marks)
     for key_hash, owner in claims:
         with _leftovers_lock:
             if (key_hash, owner) not in left.claims:  # claimed again meanwhile (`_claimed_again`)
@@ -467,6 +468,7 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
             if mark is not None and db is not None:
                 unmarked = guarded(db, "write", "unmark the config timed", lambda: _unmark(db, mark), False)
                 if not unmarked:
+                    _returned.note(db.store.url, mark)  # a later owner does not take it for a crash
                     _clean_later(db, mark=mark)
         med, spread = normalise_bench_result(timed)
         spreads[canon(cfg)] = spread

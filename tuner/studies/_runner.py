@@ -102,6 +102,12 @@ ENV_STORAGE = "TUNER_STUDY_STORAGE"
 # its place. The hung call cannot be stopped inside the process (a deadlocked kernel holds its GPU context).
 ENV_WORKER_PROCESS = "TUNER_STUDY_WORKER_PROCESS"
 EXIT_HUNG = 3
+# Without `trial_timeout` nothing gives a hung trial up, so the worker says it is stuck instead: once its
+# task went STALL_FACTOR times its slowest finished trial, and at least STALL_MIN_S seconds, without a
+# finished trial, one warning names the task, the worker's process and the config in flight, and says how
+# to set `trial_timeout`; again each time the wait doubles (`_Lease._stalled`).
+STALL_MIN_S = 600.0
+STALL_FACTOR = 10.0
 
 
 def default_executor(
@@ -393,8 +399,10 @@ class _Lease:
         trial_timeout: float | None = None,
         on_timeout: Callable[[float], list[dict[str, Any]]] | None = None,
         on_hung: Callable[[], None] | None = None,
+        in_flight: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> None:
         self.board, self.claim, self.lease_s = board, claim, lease_s
+        self.in_flight = in_flight  # the configs of the task's trials in flight (`_stalled` names them)
         self.on_hung = on_hung  # called last by `_time_out` (a worker process of the runner exits there)
         self.interrupt = interrupt
         # A trial that hangs (a deadlocked kernel, a config that spins) must not hold the task for ever:
@@ -403,6 +411,8 @@ class _Lease:
         # marks the trials in flight failed and the task goes back to the queue (`_time_out`).
         self.trial_timeout, self.on_timeout = trial_timeout, on_timeout
         self.last_progress = time.monotonic()
+        self.slowest = 0.0  # the longest wait for a finished trial so far (`_stalled`)
+        self.stall_warned = 0.0  # how long the task had waited at the last warning (`_stalled`)
         self.timed_out = False
         self.trials_done = 0
         self.best_value: float | None = None
@@ -487,8 +497,45 @@ class _Lease:
                 self._time_out()
             else:
                 self._renew()
+                self._stalled()
             if self.lost.is_set():
                 return
+
+    def stall_limit(self) -> float:
+        """How long the task may go without a finished trial before `_stalled` warns."""
+        return max(STALL_MIN_S, STALL_FACTOR * self.slowest)
+
+    def _stalled(self) -> None:
+        """Without `trial_timeout`, warn that the task seems stuck: past `stall_limit` without a finished
+        trial (and again each time the wait doubles), naming the task, this worker's process and the
+        config in flight, and saying how to give such a trial up (its lease is renewed for as long as the
+        process lives, so the task is held, and every other worker waits for it, until then)."""
+        if self.trial_timeout is not None or self.mark is None or self.lost.is_set() or self.stop.is_set():
+            return
+        idle = time.monotonic() - self.last_progress
+        if idle <= self.stall_limit() or idle <= 2 * self.stall_warned:
+            return
+        self.stall_warned = idle
+        configs: list[dict[str, Any]] = []
+        if self.in_flight is not None:
+            try:
+                configs = self.in_flight()
+            except Exception as exc:  # noqa: BLE001 - the warning goes out without the config
+                log.debug("the trials in flight of %s: %s", self.claim.task.key, exc)
+        what = f"config {', '.join(map(str, configs))}" if configs else "the trial in flight"
+        log.warning(
+            "task %s: no trial finished for %.0f s (the slowest so far took %.0f s) in worker %s (process %d): "
+            "%s may be hung. The study has no trial_timeout, so this worker holds the task for as long as "
+            "its process lives and the run waits for it: set trial_timeout (seconds) in [study] to give "
+            "such a trial up, or stop this worker (Ctrl-C, or kill %d; its task goes back to the queue)",
+            self.claim.task.key,
+            idle,
+            self.slowest,
+            self.claim.worker,
+            os.getpid(),
+            what,
+            os.getpid(),
+        )
 
     def _overdue(self) -> bool:
         """Whether the task, once prepared, went `trial_timeout` seconds without finishing a trial."""
@@ -539,7 +586,9 @@ class _Lease:
         value = getattr(trial, "value", None)
         config = getattr(trial, "config", None)
         with self.lock:
-            self.last_progress = time.monotonic()
+            now = time.monotonic()
+            self.slowest = max(self.slowest, now - self.last_progress)
+            self.last_progress = now
             self.trials_done += 1
             if (
                 isinstance(value, (int, float))
@@ -709,6 +758,18 @@ def _fail_trials_in_flight(storage: Any, task: StudyTask, worker: str, error: st
     return hung
 
 
+def _configs_in_flight(storage: Any, task: StudyTask) -> list[dict[str, Any]]:
+    """The configs of `task`'s trials in flight (RUNNING in its Optuna study)."""
+    import optuna
+
+    try:
+        sid = storage.get_study_id_from_name(task.study_name)
+    except KeyError:
+        return []
+    running = storage.get_all_trials(sid, deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    return [dict(t.params) for t in running if not t.user_attrs.get("tuner_skip")]
+
+
 def _hand_back(lease: _Lease) -> None:
     """Put an interrupted task back on the queue (under the lease's lock, which stops its heartbeat). A
     hand-back that cannot be written is logged: the task is then taken over once its lease runs out, or
@@ -851,6 +912,7 @@ class StudyWorker:
             trial_timeout=self.spec.trial_timeout,
             on_timeout=functools.partial(self._fail_hung_trials, task, self.spec.trial_timeout),
             on_hung=_exit_hung if self.replaceable else None,
+            in_flight=lambda: _configs_in_flight(self.storage, task),
         )
         lease.start()  # renewed while the task is prepared, not only from its first trial on
         try:
@@ -1172,6 +1234,7 @@ class _Supervisor:
         self.board: TaskBoard | None = None
         # pid -> (the row id of the task it holds or held last, that task's last renewal, its worker id)
         self.held: dict[int, tuple[int, float, str]] = {}
+        self.finished_at: float | None = None  # when the board was first seen with no task left to run
         self.procs: list[subprocess.Popen[bytes]] = []
         for _ in range(n):
             self.procs.append(self._start())
@@ -1217,15 +1280,45 @@ class _Supervisor:
                 if p.poll() == EXIT_HUNG:  # gave a hung trial up (`_exit_hung`): a new worker goes on
                     log.warning("worker process %d exited after a hung trial; starting another", p.pid)
                     self.procs[i] = self._start()
-            if self.timeout is not None and time.monotonic() >= next_check:
+            if time.monotonic() >= next_check:
                 try:
-                    self._check()
+                    if self.timeout is not None:
+                        self._check()
+                    self._check_finished()
+                    if self.timeout is None:  # no watch between the checks: no connection held idle
+                        close_idle_connections(self.spec.storage)
                 except WorkersStopped:  # a replacement could not be started (`_start`): every worker stopped
                     raise
                 except Exception as exc:  # noqa: BLE001 - a store hiccup: the workers meet it too; looked again
                     log.info("watching the worker processes: %s", str(exc).splitlines()[0])
                 next_check = time.monotonic() + self.every
             time.sleep(0.2)
+
+    def _check_finished(self) -> None:
+        """Kill the worker processes still there `STOP_GRACE_S` after the study's last task finished: a
+        worker exits within its poll (2 s at most) once no task is pending or running, so one that has not
+        is stopped (SIGSTOP while it waited for a task, or after it lost its task to another worker) or
+        stuck, and the run would wait for it for ever. It holds no task: nothing is handed back."""
+        if self.board is None:
+            self.board = TaskBoard(self.spec.storage)
+        counts = summarize(self.board.rows(self.spec.name))
+        if counts[PENDING] or counts[RUNNING]:
+            self.finished_at = None
+            return
+        now = time.monotonic()
+        if self.finished_at is None:
+            self.finished_at = now
+        if now - self.finished_at < STOP_GRACE_S:
+            return
+        for p in self.procs:
+            if p.poll() is None:
+                _kill(p)
+                log.warning(
+                    "worker process %d had not exited %g s after the study's last task finished (it was "
+                    "stopped, or is stuck); killed it (it held no task)",
+                    p.pid,
+                    STOP_GRACE_S,
+                )
 
     def _check(self) -> None:
         """Kill and replace each worker process that went quiet: the task it holds, or held last, went
