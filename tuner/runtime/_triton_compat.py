@@ -76,7 +76,7 @@ from ._env import array_framework, signature_names, underlying_function
 from ._hit import launch_args, retargetable_hit_path
 from ._key import canon
 from ._launcher import TRITON_KEYWORDS
-from ._restore import Restorer, copy_into, snapshot
+from ._restore import Restorer, copy_into, immutable, snapshot
 from ._sources import open_store
 from ._triton_support import (
     _OPTIONS,
@@ -428,13 +428,17 @@ class TritonAutotuned(Autotuned):
 
     # ---- hooks ---------------------------------------------------------------------------------------
     def _default_pre_hook(self, kwargs: dict[str, Any], reset_only: bool = False) -> None:
+        # A jax array is skipped: nothing writes it in place, so there is nothing to zero or put back
+        # (a Pallas launcher ported from Triton that kept `reset_to_zero=["out"]` still tunes).
         for name in self.reset_to_zero:
             v = kwargs.get(name)
-            if v is not None:
+            if v is not None and not immutable(v):
                 _zero(v)
         if not reset_only:  # per thread: two threads may tune two keys at once
             self._tl.restore_copies = {
-                n: snapshot(kwargs[n]) for n in self.restore_value if kwargs.get(n) is not None
+                n: snapshot(v)
+                for n in self.restore_value
+                if (v := kwargs.get(n)) is not None and not immutable(v)
             }
 
     def _default_post_hook(self, kwargs: dict[str, Any], exception: BaseException | None = None) -> None:
