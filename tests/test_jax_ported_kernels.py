@@ -5,6 +5,8 @@ Each output is checked against jax.numpy."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 jax = pytest.importorskip("jax")
@@ -61,3 +63,27 @@ def test_triton_reset_and_restore_keywords_skip_jax_arrays(keyword):
     out = jax.jit(accumulate)(y, jnp.ones(32))  # a new key, tuned on stand-ins
     np.testing.assert_allclose(np.asarray(out), np.asarray(1 + 2 * y))
     assert accumulate.tuner.stats["tuned"] == 2
+
+
+def test_a_do_bench_given_to_a_jax_launcher_times_finished_work():
+    # Triton's do_bench (and one written like it) calls `kernel_call()` and relies on a device sync of
+    # torch's, which does not wait for jax's asynchronous dispatch: the call it gets returns only when
+    # the launcher's result is ready, so what it times is the computation, not its dispatch.
+    ready: list = []
+
+    def do_bench(kernel_call, quantiles=None):
+        ready.append(kernel_call().is_ready())
+        return 1.0
+
+    @tuner.autotune(configs=[{"s": 1}, {"s": 2}], key=lambda x: {"n": x.shape[0]}, do_bench=do_bench)
+    @functools.partial(jax.jit, static_argnames=["s"])
+    def power(x, *, s):
+        for _ in range(20):  # long enough that a dispatch returns before the work is done
+            x = jnp.tanh(x @ x) * s
+        return x
+
+    x = jnp.full((128, 128), 0.01)
+    out = power(x)
+    assert ready == [True, True]
+    out2 = jax.jit(power)(jnp.full((64, 64), 0.01))  # a new key, on stand-ins
+    assert ready == [True] * 4 and out.shape == (128, 128) and out2.shape == (64, 64)

@@ -68,6 +68,7 @@ from ._bench import (
     TritonTiming,
     default_bench,
     is_jax_call,
+    jax_waited,
     normalise_bench_result,
     triton_bench,
 )
@@ -609,6 +610,10 @@ class TritonAutotuned(Autotuned):
     def _raw_timer(self, args: tuple, kwargs: dict, device: str) -> BenchFn:
         user = self.user_do_bench
         if user is not None:
+            if is_jax_call(self.kind, array_framework(list(args) + list(kwargs.values()))):
+                # jax dispatches asynchronously and a do_bench written for Triton syncs torch's
+                # device, not jax's: its `kernel_call` returns once the launcher's result is ready
+                return self._ms_timer(lambda call: user(jax_waited(call), quantiles=_QUANTILES))
             return self._ms_timer(lambda call: user(call, quantiles=_QUANTILES))
         gpu = device != "cpu"
         if self.use_cuda_graph and gpu:
