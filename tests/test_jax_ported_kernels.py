@@ -87,3 +87,54 @@ def test_a_do_bench_given_to_a_jax_launcher_times_finished_work():
     assert ready == [True, True]
     out2 = jax.jit(power)(jnp.full((64, 64), 0.01))  # a new key, on stand-ins
     assert ready == [True] * 4 and out.shape == (128, 128) and out2.shape == (64, 64)
+
+
+# ---- a blocked matmul whose block sizes are one static tuple, as jax's Pallas docs write it --------
+def _matmul_kernel(x_ref, y_ref, o_ref):
+    @pl.when(pl.program_id(2) == 0)
+    def _init():
+        o_ref[...] = jnp.zeros_like(o_ref)
+
+    o_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
+
+
+@pytest.mark.parametrize("triton_keyword", [{}, {"cache_results": True}])
+def test_a_tuple_valued_config_of_a_jax_launcher(triton_keyword):
+    # `@partial(jax.jit, static_argnames=["block_size"])` with `block_size=(bm, bn, bk)`: the configs
+    # hold tuples, with or without a keyword of triton.autotune, eager and under jit.
+    timed: list = []
+
+    def bench(call):
+        jax.block_until_ready(call())
+        timed.append(1)
+        return 1e-3
+
+    @tuner.autotune(
+        configs=[{"block_size": (8, 8, 8)}, {"block_size": (16, 8, 8)}],
+        key=lambda x, y: {"M": x.shape[0], "N": y.shape[1], "K": x.shape[1]},
+        bench=bench,
+        **triton_keyword,
+    )
+    @functools.partial(jax.jit, static_argnames=["block_size"])
+    def matmul(x, y, block_size=(8, 8, 8)):
+        bm, bn, bk = block_size
+        (m, k), n = x.shape, y.shape[1]
+        return pl.pallas_call(
+            _matmul_kernel,
+            out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32),
+            grid=(m // bm, n // bn, k // bk),
+            in_specs=[
+                pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),
+                pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j)),
+            ],
+            out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
+            interpret=True,
+        )(x, y)
+
+    x = jax.random.normal(jax.random.PRNGKey(0), (16, 16))
+    np.testing.assert_allclose(np.asarray(matmul(x, x)), np.asarray(x @ x), rtol=1e-5, atol=1e-5)
+    assert len(timed) == 2 and "(8, 8, 8)" in str(matmul.tuner.last_choice["config"]["block_size"])
+    y = jnp.concatenate([x, x])  # M=32, under jit: tuned on stand-ins
+    out = jax.jit(lambda a, b: matmul(a, b) + 1)(y, x)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(y @ x + 1), rtol=1e-5, atol=1e-5)
+    assert len(timed) == 4 and matmul.tuner.stats["tuned"] == 2
