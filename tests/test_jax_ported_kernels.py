@@ -98,10 +98,9 @@ def _matmul_kernel(x_ref, y_ref, o_ref):
     o_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
 
 
-@pytest.mark.parametrize("triton_keyword", [{}, {"cache_results": True}])
-def test_a_tuple_valued_config_of_a_jax_launcher(triton_keyword):
+def test_a_tuple_valued_config_of_a_jax_launcher():
     # `@partial(jax.jit, static_argnames=["block_size"])` with `block_size=(bm, bn, bk)`: the configs
-    # hold tuples, with or without a keyword of triton.autotune, eager and under jit.
+    # hold tuples (no keyword of triton.autotune given), eager and under jit.
     timed: list = []
 
     def bench(call):
@@ -113,7 +112,6 @@ def test_a_tuple_valued_config_of_a_jax_launcher(triton_keyword):
         configs=[{"block_size": (8, 8, 8)}, {"block_size": (16, 8, 8)}],
         key=lambda x, y: {"M": x.shape[0], "N": y.shape[1], "K": x.shape[1]},
         bench=bench,
-        **triton_keyword,
     )
     @functools.partial(jax.jit, static_argnames=["block_size"])
     def matmul(x, y, block_size=(8, 8, 8)):
