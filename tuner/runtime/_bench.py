@@ -24,6 +24,7 @@ __all__ = [
     "cpu_bench",
     "triton_bench",
     "jax_bench",
+    "jax_waited",
     "torch_cuda_bench",
     "default_bench",
     "is_jax_call",
@@ -95,6 +96,17 @@ def jax_bench(call: Callable[[], Any], **kw: Any) -> tuple[float, float]:
 
     synced()  # traces and compiles (jax caches the executable for the calls that follow)
     return cpu_bench(synced, **kw)
+
+
+def jax_waited(call: Callable[[], Any]) -> Callable[[], Any]:
+    """`call`, returning once every leaf of its jax result is ready (`jax.block_until_ready`): what a
+    timer of the caller's own (`do_bench=`) gets for a jax launcher, whose dispatch is asynchronous."""
+    import jax
+
+    def waited() -> Any:
+        return jax.block_until_ready(call())
+
+    return waited
 
 
 def triton_bench(call: Callable[[], Any]) -> tuple[float, float]:

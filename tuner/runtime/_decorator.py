@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import inspect
 import logging
+import math
 import os
 import threading
 import time
@@ -578,6 +579,27 @@ def _triton_positional(
     return space, given["key"]
 
 
+def _holds_objects(configs: Any) -> bool:
+    """Whether a dict config holds a value that a space cannot hold but a launch can take: a tuple (a
+    Pallas launcher's static `block_size=(bm, bn, bk)`), None, a dtype, an infinite float. Such configs are
+    run by the drop-in for `triton.autotune` (`_triton_compat`), which stores each as its string and
+    launches the object it stands for, as it does for a `triton.Config`'s values."""
+    from tuner.search_spaces._params import native
+
+    def plain(v: Any) -> bool:
+        v = native(v)
+        if isinstance(v, (str, bool)):
+            return True
+        try:
+            return isinstance(v, (int, float)) and math.isfinite(v)
+        except OverflowError:  # an int beyond a float's range
+            return False
+
+    return isinstance(configs, (list, tuple)) and any(
+        isinstance(c, Mapping) and not all(plain(v) for v in c.values()) for c in configs
+    )
+
+
 def _lazy_kind(fn: Any) -> str | None:
     """What kind of function `fn` is when calling it runs none of its body (an `async def`, an async or
     plain generator function), else None."""
@@ -729,7 +751,9 @@ def autotune(
                 "work runs, so every config would time the same nothing; decorate the function that "
                 "does the work instead (for a coroutine: the launcher it awaits)"
             )
-        if configs is not None and (kind_of(fn) == "triton" or any(triton_kw.values())):
+        if configs is not None and (
+            kind_of(fn) == "triton" or any(triton_kw.values()) or _holds_objects(configs)
+        ):
             from ._triton_compat import build  # triton.autotune's keywords, with Triton's semantics
 
             return build(fn, triton_kw, configs=configs, key=key, budget=budget, **opts)

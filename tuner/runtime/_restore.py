@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Restorer", "snapshot", "copy_into"]
+__all__ = ["Restorer", "snapshot", "copy_into", "immutable"]
 
 
 def snapshot(v: Any) -> Any:
@@ -37,7 +37,7 @@ def copy_into(target: Any, saved: Any) -> None:
         np.copyto(target, saved)
 
 
-def _immutable(v: Any) -> bool:
+def immutable(v: Any) -> bool:
     """Whether `v` is a jax array (nothing can write it in place)."""
     if "jax" not in sys.modules:
         return False
@@ -57,7 +57,7 @@ class Restorer:
     def take(self, args: tuple, kwargs: dict) -> Callable[[], None] | None:
         """Snapshot the call's written arrays; returns the function that puts them back (None: nothing
         to restore)."""
-        snaps = [(v, snapshot(v)) for v in self.pick(args, kwargs) if v is not None and not _immutable(v)]
+        snaps = [(v, snapshot(v)) for v in self.pick(args, kwargs) if v is not None and not immutable(v)]
         if not snaps:
             return None
 

@@ -68,6 +68,7 @@ from ._bench import (
     TritonTiming,
     default_bench,
     is_jax_call,
+    jax_waited,
     normalise_bench_result,
     triton_bench,
 )
@@ -76,7 +77,7 @@ from ._env import array_framework, signature_names, underlying_function
 from ._hit import launch_args, retargetable_hit_path
 from ._key import canon
 from ._launcher import TRITON_KEYWORDS
-from ._restore import Restorer, copy_into, snapshot
+from ._restore import Restorer, copy_into, immutable, snapshot
 from ._sources import open_store
 from ._triton_support import (
     _OPTIONS,
@@ -428,13 +429,17 @@ class TritonAutotuned(Autotuned):
 
     # ---- hooks ---------------------------------------------------------------------------------------
     def _default_pre_hook(self, kwargs: dict[str, Any], reset_only: bool = False) -> None:
+        # A jax array is skipped: nothing writes it in place, so there is nothing to zero or put back
+        # (a Pallas launcher ported from Triton that kept `reset_to_zero=["out"]` still tunes).
         for name in self.reset_to_zero:
             v = kwargs.get(name)
-            if v is not None:
+            if v is not None and not immutable(v):
                 _zero(v)
         if not reset_only:  # per thread: two threads may tune two keys at once
             self._tl.restore_copies = {
-                n: snapshot(kwargs[n]) for n in self.restore_value if kwargs.get(n) is not None
+                n: snapshot(v)
+                for n in self.restore_value
+                if (v := kwargs.get(n)) is not None and not immutable(v)
             }
 
     def _default_post_hook(self, kwargs: dict[str, Any], exception: BaseException | None = None) -> None:
@@ -605,6 +610,10 @@ class TritonAutotuned(Autotuned):
     def _raw_timer(self, args: tuple, kwargs: dict, device: str) -> BenchFn:
         user = self.user_do_bench
         if user is not None:
+            if is_jax_call(self.kind, array_framework(list(args) + list(kwargs.values()))):
+                # jax dispatches asynchronously and a do_bench written for Triton syncs torch's
+                # device, not jax's: its `kernel_call` returns once the launcher's result is ready
+                return self._ms_timer(lambda call: user(jax_waited(call), quantiles=_QUANTILES))
             return self._ms_timer(lambda call: user(call, quantiles=_QUANTILES))
         gpu = device != "cpu"
         if self.use_cuda_graph and gpu:
