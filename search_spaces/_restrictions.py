@@ -4,7 +4,8 @@ comparisons, `and`/`or`/`not`, `x if c else y`, literals, tuples and lists, and 
 `abs`, `int`, `float`, `round`, `len`, `pow`, `sum` over a list or tuple written out, and `range` as the right
 side of `in`/`not in`); they are never passed to `eval`. Kernel Tuner compiles them into Python functions,
 so each of these means what it means in Python; what could take unbounded time is refused or rejects the
-config instead (a power over the limit, a range is never built: its membership is arithmetic)."""
+config instead (a power over the limit, a range is never built: its membership is arithmetic); a range bound
+that is never an int (`range(0.5, 8)`) is refused up front, as Python's range would fail every config."""
 
 from __future__ import annotations
 
@@ -214,6 +215,13 @@ class _Expr:
                 f"restriction {self.text!r}: range(...) is allowed only after `in` or `not in` "
                 f"(`x in range(16, 65, 32)`)"
             )
+        if func == "range":
+            floats = [ast.unparse(a) for a in node.args if _never_int(a)]
+            if floats:
+                raise RestrictionError(
+                    f"restriction {self.text!r}: range takes ints, as in Python, not {', '.join(floats)} "
+                    f"(`x in range(16, 65, 32)`)"
+                )
         if func == "sum" and (
             not 1 <= len(node.args) <= 2 or not isinstance(node.args[0], (ast.List, ast.Tuple))
         ):
@@ -289,6 +297,19 @@ class _Expr:
                 )
             return _FUNCS[node.func.id](*args)
         raise RestrictionError(f"restriction {self.text!r}: cannot evaluate {type(node).__name__}")
+
+
+def _never_int(node: ast.AST) -> bool:
+    """Whether an argument is never an int, whatever the config: a float, str or None written out
+    (`0.5`, `-1.5`), a true division (`x / 2`) or `float(...)`. range(...) raises TypeError for it, for
+    every config; a parameter's value is known only per config."""
+    while isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    if isinstance(node, ast.Constant):
+        return not isinstance(node.value, int)  # bool is an int, as range(True) takes it
+    if isinstance(node, ast.BinOp):
+        return isinstance(node.op, ast.Div)
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "float"
 
 
 def _depth(tree: ast.AST) -> int:

@@ -348,6 +348,12 @@ def test_pow_sum_and_range_mean_what_they_mean_in_python(text: str, same: Any) -
         ("sum([x], 1, 2) > 1", "sum takes a list or tuple written out"),
         ("x < max", "names the function max without calling it"),
         ("pow(x, y=2) > 1", "only calls of"),
+        # a bound that is never an int: Python's range raises TypeError for every config, so the space was
+        # built empty and only optimize said "has no valid config"
+        ("x in range(0.5, 8)", "range takes ints, as in Python, not 0.5"),
+        ("x not in range(0, 8.0, 2)", "range takes ints, as in Python, not 8.0"),
+        ("x in range(-1.5, x / 2)", "range takes ints, as in Python, not -1.5, x / 2"),
+        ("x in range(float(x))", "range takes ints, as in Python, not float(x)"),
     ],
 )
 def test_what_the_builtins_cannot_be_given_is_refused(restriction: str, says: str) -> None:
