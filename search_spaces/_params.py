@@ -132,15 +132,20 @@ class Param:
         return {"name": self.name, "kind": self.kind, "values": list(self.values), "ordered": self.ordered}
 
 
+# Why a config may not hold None, and what to use instead: said the same way wherever a config is given
+# (a space's values, a prior's configs, a recorded cache file's entries).
+NONE_VALUE = (
+    'value None is not an int, float, str or bool; give a sentinel string instead ("none") and test for it '
+    "where the config is used"
+)
+
+
 def _check_value(name: str, v: Any) -> None:
     """Raise ValueError unless `v` can be a domain value: an int, float, str or bool, a float finite (NaN
     equals nothing, so a config holding it was in no domain; inf broke the cost model's features) and a
     number within a float's range (features are floats: 2**1100 raised OverflowError inside optimize)."""
     if v is None:  # configs are stored, encoded and compared as these types: no None among them
-        raise ValueError(
-            f"parameter {name!r}: value None is not an int, float, str or bool; give a sentinel string "
-            f'instead ("none") and test for it where the config is used'
-        )
+        raise ValueError(f"parameter {name!r}: {NONE_VALUE}")
     if not isinstance(v, (int, float, str, bool)):
         raise ValueError(f"parameter {name!r}: value {brief(v)} is not an int, float, str or bool")
     if isinstance(v, float) and not math.isfinite(v):

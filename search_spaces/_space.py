@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._params import Param, Value, _same, brief, brief_list, native, param_from_values
+from ._params import NONE_VALUE, Param, Value, _same, brief, brief_list, native, param_from_values
 
 if TYPE_CHECKING:  # pragma: no cover
     from optuna.distributions import BaseDistribution
@@ -151,6 +151,8 @@ class SearchSpace:
                 )
             for k in keys:
                 v = native(c[k])
+                if v is None:
+                    raise ValueError(f"config {i}: parameter {k!r}: {NONE_VALUE}")
                 if not isinstance(v, (int, float, str, bool)) or (
                     isinstance(v, float) and not math.isfinite(v)
                 ):

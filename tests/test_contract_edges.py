@@ -382,6 +382,28 @@ def test_a_prior_config_value_that_is_no_parameter_value_is_refused_before_any_c
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_none_in_a_prior_config_is_refused_as_in_a_space(strategy):
+    """A None in a prior config was taken silently (the row matched no config, as no space holds None); it
+    is refused before any call with the message a None among a space's values gets."""
+    calls = []
+    prior = [[({"a": 1, "b": "1"}, 1.0), ({"a": None, "b": "1"}, 2.0)]]
+    with pytest.raises(ValueError) as info:
+        _run(
+            SearchSpace.from_configs(_SPACE),
+            lambda c: calls.append(c) or 1.0,
+            budget=3,
+            strategy=strategy,
+            prior=prior,
+        )
+    with pytest.raises(ValueError) as in_space:
+        SearchSpace.from_configs([{"a": None, "b": "1"}])
+    said = str(in_space.value).split(": ", 1)[1]
+    assert said.startswith("parameter 'a': value None is not an int, float, str or bool;"), said
+    assert str(info.value) == f"prior[0][1]: {said}"
+    assert 'give a sentinel string instead ("none")' in said and calls == []
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_the_largest_seed_runs_and_one_beyond_is_refused_before_any_call(strategy):
     """Optuna's samplers take 32-bit seeds: 2**32 - 1 runs, 2**32 used to fail inside numpy ("Seed must be
     between 0 and 2**32 - 1") and is now refused by optimize, naming `seed`."""

@@ -442,3 +442,18 @@ def test_slim_tables_on_a_hub_folder_skips_what_is_not_a_cache_file(
     assert sorted(p.name for p in (tmp_path / "slim" / "hotspot").iterdir()) == ["W7800.json.gz"]
     a, b = load_table(src / "W7800.json.gz"), load_table(tmp_path / "slim" / "hotspot" / "W7800.json.gz")
     assert list(a.values.items()) == list(b.values.items()) and b.best_config() == BEST
+
+
+def test_a_none_parameter_value_in_a_prior_file_is_refused_as_in_a_space(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Kernel Tuner takes None as a parameter value and records `null`; `--prior` with such a file said only
+    "tile_size=None is not a scalar". It says what a None among a space's values says: use a sentinel."""
+    table = _write(tmp_path / "t.json", _doc("time", lambda c: {"time": _time(c)}))
+    prior_doc = _doc(
+        "time", lambda c: {"time": _time(c)}, tune_params={**TUNE_PARAMS, "tile_size": [None, 2]}
+    )
+    prior = _write(tmp_path / "p.json", prior_doc)
+    err = _refused(table, capsys, "--prior", str(prior))
+    said = "cache entry '32,1,None': parameter 'tile_size': value None is not an int, float, str or bool;"
+    assert said in err and 'give a sentinel string instead ("none")' in err, err

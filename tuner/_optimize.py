@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tuner.search_spaces import Config, ConfigError, SearchSpace
-from tuner.search_spaces._params import native
+from tuner.search_spaces._params import NONE_VALUE, native
 
 from ._scoped import optuna_quiet
 from .strategies import PriorTask, Strategy, get_strategy
@@ -104,6 +104,8 @@ def validate_prior(prior: Any) -> list[list[tuple[dict[str, Any], float | None]]
                 raise ValueError(f"prior[{ti}][{ri}]: config must be a dict, got {type(cfg).__name__}")
             cfg = {k: native(v) for k, v in cfg.items()}
             for k, v in cfg.items():  # a list or dict is no parameter value (the strategies hash them)
+                if v is None:  # no space holds None: as refused in a space's values
+                    raise ValueError(f"prior[{ti}][{ri}]: parameter {k!r}: {NONE_VALUE}")
                 try:
                     hash(v)
                 except TypeError:

@@ -27,6 +27,7 @@ from typing import Any
 
 from tuner._bounded import InputTooLarge, read_bounded
 from tuner.search_spaces import Config, SearchSpace
+from tuner.search_spaces._params import NONE_VALUE
 
 __all__ = [
     "FAILURE_STRINGS",
@@ -319,7 +320,9 @@ def table_from_dict(
             )
         cfg = {k: entry[k] for k in keys}
         for k, v in cfg.items():
-            if isinstance(v, (list, dict)) or v is None:
+            if v is None:  # Kernel Tuner takes None as a value; no space here holds it
+                raise ReplayFormatError(f"{where}: cache entry {ck!r}: parameter {k!r}: {NONE_VALUE}")
+            if isinstance(v, (list, dict)):
                 raise ReplayFormatError(f"{where}: cache entry {ck!r}: {k}={v!r} is not a scalar")
             if isinstance(v, float) and not math.isfinite(v):
                 raise ReplayFormatError(f"{where}: cache entry {ck!r}: {k}={v!r} is not finite")
