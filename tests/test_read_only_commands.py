@@ -160,3 +160,38 @@ def test_an_older_postgresql_store_is_refused_by_show_and_upgraded_by_upgrade(
     assert revision() == SCHEMA_REVISION
     assert cli("cache", "show", "--storage", url) == 0
     assert "no cached entries" in capsys.readouterr().out
+
+
+def _tables(url: str) -> list[str]:
+    from sqlalchemy import inspect
+
+    eng = create_engine(url)
+    try:
+        return sorted(inspect(eng).get_table_names())
+    finally:
+        eng.dispose()
+
+
+@pytest.mark.postgres
+def test_commands_that_only_read_make_no_tables_in_an_empty_postgresql_database(
+    pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tuner cache show --storage postgresql://.../<an empty database>` created every tuner table there (as
+    did export, prune --dry-run, study report and export): a read that changed the store. As for a SQLite
+    file that does not exist yet, an empty database holds nothing and is left empty."""
+    url = pg_url
+    out = tmp_path / "c.json"
+    study = write_study(tmp_path, n_m=1, budget=1)
+    assert cli("cache", "show", "--storage", url) == 0
+    assert "no cached entries" in capsys.readouterr().out
+    assert _tables(url) == []
+    assert cli("cache", "show", "--json", "--storage", url) == 0
+    assert cli("cache", "prune", "--older-than", "0", "--dry-run", "--storage", url) == 0
+    assert cli("cache", "export", "--out", str(out), "--storage", url) == 1
+    for command in ("report", "export"):
+        extra = ["--out", str(out)] if command == "export" else []
+        assert cli("study", command, str(study), *extra, "--storage", url) == 1
+        assert "it never ran" in capsys.readouterr().err
+    assert _tables(url) == [] and not out.exists()
+    assert cli("cache", "prune", "--older-than", "0", "--storage", url) == 0  # nothing to remove: none made
+    assert _tables(url) == []

@@ -148,24 +148,25 @@ def _cache(url: str | None) -> Any:
 
 
 def _stored_entries(url: str | None, kernel: str | None) -> list[Any]:
-    """The store's entries (of `kernel`) for `show` and `export`, which only read: a SQLite store whose
-    file does not exist yet holds none, and neither it nor `$TUNER_HOME` is made by reading it."""
-    from tuner.storage import missing_sqlite_file
+    """The store's entries (of `kernel`) for `show` and `export`, which only read: a store not made yet (a
+    SQLite file that does not exist, an empty PostgreSQL database) holds none, and neither it nor
+    `$TUNER_HOME` is made by reading it (`no_store_at`)."""
+    from tuner.storage import no_store_at
     from tuner.store import default_storage_url, normalize_url
 
     url = normalize_url(url or default_storage_url(create=False))
-    if missing_sqlite_file(url):
+    if no_store_at(url):
         return []
     return _cache(url).entries(kernel)
 
 
 def _stored_kernels(url: str | None) -> list[str]:
-    """The kernel names of the store's entries (none when its SQLite file does not exist yet)."""
-    from tuner.storage import missing_sqlite_file
+    """The kernel names of the store's entries (none when it is not made yet: `no_store_at`)."""
+    from tuner.storage import no_store_at
     from tuner.store import default_storage_url, normalize_url
 
     url = normalize_url(url or default_storage_url(create=False))
-    if missing_sqlite_file(url):
+    if no_store_at(url):
         return []
     return list(_cache(url).kernel_names())
 
@@ -264,7 +265,7 @@ def run_prune(args: argparse.Namespace) -> int:
 
     from tuner.errors import BadInput
     from tuner.runtime import PruneCounts
-    from tuner.storage import missing_sqlite_file
+    from tuner.storage import no_store_at
     from tuner.store import default_storage_url, normalize_url
 
     days = args.older_than
@@ -274,7 +275,7 @@ def run_prune(args: argparse.Namespace) -> int:
         raise BadInput("nothing to prune: give --older-than DAYS, --kernel NAME, --stale or --measurements")
     prunes = days is not None or args.kernel is not None or args.stale or args.measurements
     url = normalize_url(args.storage or default_storage_url(create=False))
-    if missing_sqlite_file(url):  # nothing stored: nothing to remove, and no store made by looking
+    if no_store_at(url):  # nothing stored: nothing to remove, and no store made by looking
         counts, cache = PruneCounts(dry_run=args.dry_run), None
     else:
         cache = _cache(url)

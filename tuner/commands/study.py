@@ -121,11 +121,12 @@ def _say(lines: list[tuple[str, Any]]) -> None:
 
 
 def _require_database(spec: Any) -> None:
-    """A study that never ran has no SQLite file yet: say so instead of creating an empty database."""
-    from tuner.storage import missing_sqlite_file
+    """A study that never ran has no store yet (no SQLite file, an empty PostgreSQL database): say so
+    instead of creating one."""
+    from tuner.storage import no_store_at
     from tuner.studies._export import NothingToDo
 
-    path = missing_sqlite_file(str(spec.storage))
+    path = no_store_at(str(spec.storage))
     if path is not None:
         raise NothingToDo(
             f"study {spec.name} has no database at {path}: it never ran (run `tuner study run` first)"

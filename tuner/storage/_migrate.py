@@ -38,11 +38,13 @@ from ._engine import (
     StoreTimeout,
     _inherited_pools,
     _sqlite_pragmas,
+    engine_for,
     engine_kwargs,
     engine_kwargs_calling,
     install_sqlite_errors,
     install_timeout_errors,
     migration_timeout_s,
+    missing_sqlite_file,
     normalize_url,
     operation,
     pg_timeout_s,
@@ -69,6 +71,7 @@ __all__ = [
     "ensure_schema",
     "schema_lock",
     "schema_revision",
+    "no_store_at",
     "only_reading",
     "optuna_storage",
     "MIGRATIONS_DIR",
@@ -350,6 +353,20 @@ def _sqlite_revision_read_only(path: str) -> tuple[bool, str | None]:
         return True, row[0] if row else None
     finally:
         con.close()
+
+
+def no_store_at(url: str) -> str | None:
+    """Where a command that only reads finds no store, so reads nothing and makes none (its tables are
+    made by the first command that writes): the file of a SQLite URL that does not exist yet, or the
+    URL (redacted) of a server's database that holds no tuner schema yet (an empty PostgreSQL database,
+    looked at without writing); None where a store is, or for an in-memory or read-only SQLite URL."""
+    if url.startswith("sqlite"):
+        return missing_sqlite_file(url)
+    from sqlalchemy import inspect
+
+    with engine_for(url).connect() as conn:
+        made = schema_revision(conn) is not None or inspect(conn).has_table("tuner_meta")
+    return None if made else redact(url)
 
 
 def _refuse_outdated(engine: Engine, url: str, command: str) -> bool:
