@@ -634,3 +634,33 @@ def test_a_short_kernel_name_names_the_recorded_ones(
     assert cli(["study", "from-misses", "--kernel", "scale", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "hold no kernel 'scale'; did you mean other.scale?" in err and not out.exists(), err
+
+
+def test_what_kernel_and_min_calls_selected_is_said(
+    misses: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tuner misses --kernel K` printed "N keys, M calls" as for every kernel, and "no recorded misses (run
+    production with TUNER_MODE=record)" when the options selected none of the misses recorded; `study
+    from-misses --kernel K` wrote a study whose first line left `--kernel` out and refused one with "2 misses
+    recorded" (of K only). Each now says what was selected."""
+    _log(misses, {("other.svc_fn", 3, 0): 5})
+    assert cli(["misses", "--kernel", "rmsnorm", "--min-calls", "10"]) == 0
+    assert (
+        capsys.readouterr().out.splitlines()[-1] == "2 keys, 100 calls of rmsnorm, called at least 10 times"
+    )
+    assert cli(["misses", "--kernel", "nosuch"]) == 0
+    assert capsys.readouterr().out == "no recorded misses of nosuch (5 keys recorded in all)\n"
+    assert cli(["misses", "--min-calls", "1000"]) == 0
+    assert (
+        capsys.readouterr().out == "no recorded misses called at least 1000 times (5 keys recorded in all)\n"
+    )
+    out = tmp_path / "s.toml"
+    args = ["study", "from-misses", "--kernel", "rmsnorm", "--kernel", "mine.launch", "--min-calls", "5"]
+    assert cli([*args, "--out", str(out)]) == 0
+    first = out.read_text().splitlines()[0]
+    assert first.startswith("# Written by `tuner study from-misses --kernel rmsnorm --kernel mine.launch "), (
+        first
+    )
+    assert "other.svc_fn" not in out.read_text() and "2 tasks of rmsnorm" in capsys.readouterr().out
+    assert cli(["study", "from-misses", "--kernel", "other.svc_fn", "--out", str(tmp_path / "o.toml")]) == 2
+    assert "(1 misses of other.svc_fn recorded, 1 of them of decorated functions" in capsys.readouterr().err

@@ -30,7 +30,17 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run_misses)
 
 
-def _rows(args: argparse.Namespace) -> list[Any]:
+def _selected(args: argparse.Namespace) -> str:
+    """What `--kernel` and `--min-calls` selected, said after a count ("of rmsnorm, called at least 5
+    times"); empty when they select everything."""
+    parts = [f"of {', '.join(dict.fromkeys(args.kernel))}"] if args.kernel else []
+    if args.min_calls > 1:
+        parts.append(f"called at least {args.min_calls} times")
+    return ", ".join(parts)
+
+
+def _rows(args: argparse.Namespace) -> tuple[list[Any], int]:
+    """The misses `--kernel` and `--min-calls` select, and how many keys were recorded in all."""
     from tuner.errors import BadInput
     from tuner.runtime import read_misses
 
@@ -44,7 +54,8 @@ def _rows(args: argparse.Namespace) -> list[Any]:
         hint = kernel_hint(kernel, names, holds="they hold")
         if hint:
             print(f"tuner: warning: the recorded misses hold no kernel {kernel!r}; {hint}", file=sys.stderr)
-    return [r for r in rows if r.calls >= args.min_calls and (not args.kernel or r.kernel in args.kernel)]
+    kept = [r for r in rows if r.calls >= args.min_calls and (not args.kernel or r.kernel in args.kernel)]
+    return kept, len(rows)
 
 
 def run_misses(args: argparse.Namespace) -> int:
@@ -53,13 +64,17 @@ def run_misses(args: argparse.Namespace) -> int:
 
         print(f"removed {clear_misses(args.dir)} miss log files")
         return 0
-    rows = _rows(args)
+    rows, recorded = _rows(args)
     if args.json:
         for r in rows:
             print(json.dumps(r.to_json(), sort_keys=True))
         return 0
+    selected = _selected(args)
     if not rows:
-        print("no recorded misses (run production with TUNER_MODE=record)")
+        if recorded and selected:  # misses were recorded, and the options selected none of them
+            print(f"no recorded misses {selected} ({recorded} keys recorded in all)")
+        else:
+            print("no recorded misses (run production with TUNER_MODE=record)")
         return 0
     print(f"{'calls':>8}  {'kernel':24s} {'key':40s} {'dtypes':14s} {'device':18s} fallback")
     for r in rows:
@@ -69,7 +84,7 @@ def run_misses(args: argparse.Namespace) -> int:
             f"{r.calls:8d}  {r.kernel[:24]:24s} {key[:40]:40s} {','.join(r.key.dtypes)[:14]:14s} "
             f"{r.key.device[:18]:18s} {fb}"
         )
-    print(f"{len(rows)} keys, {sum(r.calls for r in rows)} calls")
+    print(f"{len(rows)} keys, {sum(r.calls for r in rows)} calls" + (f" {selected}" if selected else ""))
     return 0
 
 
@@ -123,7 +138,8 @@ def run_from_misses(args: argparse.Namespace) -> int:
     check_out_file(args.out, "study file")
     min_calls = args.min_calls
     args.min_calls = 1
-    rows = _rows(args)
+    rows, _ = _rows(args)
+    kernels = list(dict.fromkeys(args.kernel or ()))
     if min_calls < 1:
         raise BadInput(f"--min-calls must be >= 1, got {min_calls}")
     if args.factory:
@@ -145,6 +161,7 @@ def run_from_misses(args: argparse.Namespace) -> int:
             seconds=args.seconds,
             strategy=args.strategy,
             output=args.output,
+            kernels=kernels,
         )
         path = render_study(dec, args.out, check_kernels=False)
         left = [f"{dec.skipped_calls} calls under --min-calls {min_calls} left out"]
@@ -168,6 +185,7 @@ def run_from_misses(args: argparse.Namespace) -> int:
         device=args.device,
         output=args.output,
         finalists=args.finalists,
+        kernels=kernels,
     )
     path = render_study(res, args.out)
     print(

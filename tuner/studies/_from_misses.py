@@ -96,6 +96,12 @@ def _is_registered(kernel: str) -> bool:
     return True
 
 
+def _selection(kernels: Sequence[str]) -> tuple[str, str]:
+    """The `--kernel` options that selected the rows, as the written study's first line gives them, and
+    as a message says them after a count (" of rmsnorm, mine.launch"); both empty when none was given."""
+    return "".join(f" --kernel {k}" for k in kernels), (f" of {', '.join(kernels)}" if kernels else "")
+
+
 def study_from_misses(
     rows: Sequence[Any],
     *,
@@ -107,9 +113,11 @@ def study_from_misses(
     device: str | None = None,
     output: str | None = None,
     finalists: int | None = None,
+    kernels: Sequence[str] = (),
 ) -> FromMisses:
-    """Build the study file text from miss rows (`tuner.runtime.read_misses()`). BadInput if no miss of a
-    registered kernel is left after `min_calls`."""
+    """Build the study file text from miss rows (`tuner.runtime.read_misses()`; `kernels`: the `--kernel`
+    names that selected them, said in the file and the messages). BadInput if no miss of a registered
+    kernel is left after `min_calls`."""
     if min_calls < 1:
         raise BadInput(f"--min-calls must be >= 1, got {min_calls}")
     if trials < 1:
@@ -119,14 +127,15 @@ def study_from_misses(
     reg = [r for r in kept if r.registered or _is_registered(r.kernel)]
     reg = [r for r in reg if r.backend or not r.registered]
     other = [r for r in kept if r not in reg]
+    options, of = _selection(kernels)
     if not reg:
         raise BadInput(
             f"no recorded miss of a registered kernel with at least {min_calls} calls "
-            f"({len(rows)} misses recorded, {len(other)} of them of decorated functions with at least "
+            f"({len(rows)} misses{of} recorded, {len(other)} of them of decorated functions with at least "
             f"{min_calls} calls: give --factory MODULE:FUNCTION to tune those, see docs/production.md of tuner's repository)"
             if other
             else f"no recorded miss of a registered kernel with at least {min_calls} calls "
-            f"({len(rows)} misses recorded)"
+            f"({len(rows)} misses{of} recorded)"
         )
     arch = device
     if arch is None:
@@ -135,7 +144,7 @@ def study_from_misses(
     total = sum(r.calls for r in reg)
     even = total / len(reg)
     lines = [
-        f"# Written by `tuner study from-misses --min-calls {min_calls}` from {len(reg)} recorded misses",
+        f"# Written by `tuner study from-misses{options} --min-calls {min_calls}` from {len(reg)} recorded misses",
         f"# ({total} calls) of {len(sorted({r.kernel for r in reg}))} registered kernels; devices seen: "
         + ", ".join(sorted({r.key.device for r in reg}))
         + ".",
@@ -316,6 +325,7 @@ def decorated_study(
     seconds: float | None = None,
     strategy: str = "auto",
     output: str | None = None,
+    kernels: Sequence[str] = (),
 ) -> FromMisses:
     """A study of the misses of decorated functions (not registered kernels): one task per key, its
     problem being the recorded key fields (`key`, one JSON object, so that any field name and value of
@@ -331,10 +341,14 @@ def decorated_study(
     kept = [r for r in rows if r.calls >= min_calls and not (r.registered or _is_registered(r.kernel))]
     # listed as comments, and counted in the command's line: left out without a word, a service's kernel
     # misses were gone once `tuner misses --clear` ran after shipping this study's export
-    kernels = [r for r in rows if r.calls >= min_calls and (r.registered or _is_registered(r.kernel))]
+    kernel_rows = [r for r in rows if r.calls >= min_calls and (r.registered or _is_registered(r.kernel))]
     skipped = sum(r.calls for r in rows if r.calls < min_calls)
+    options, of = _selection(kernels)
     if not kept:
-        raise BadInput(f"no recorded miss of a decorated function with at least {min_calls} calls")
+        raise BadInput(
+            f"no recorded miss of a decorated function with at least {min_calls} calls "
+            f"({len(rows)} misses{of} recorded)"
+        )
     script = sorted({r.kernel for r in kept if r.kernel.startswith("__main__.")})
     if script:
         # the worker imports the factory's function under its module's name (app.scale, not
@@ -348,7 +362,7 @@ def decorated_study(
     total = sum(r.calls for r in kept)
     even = total / len(kept)
     lines = [
-        f"# Written by `tuner study from-misses --factory {factory}` from {len(kept)} recorded misses of",
+        f"# Written by `tuner study from-misses --factory {factory}{options}` from {len(kept)} recorded misses of",
         "# decorated functions. Tune with (the factory builds each call's inputs from its recorded key):",
         f"#   tuner study run FILE --executor {DECORATED_EXECUTOR}",
         "# then ship the winners with `tuner study export FILE --out cache.json` (docs/production.md of tuner's repository).",
@@ -380,9 +394,9 @@ def decorated_study(
             lines.append(f"dtypes = [{_toml_value(r.key.dtypes[0])}]")
         lines += [f"problems = [{_inline(problem)}]", f"budget = {_inline({'trials': n})}"]
     head = "Misses of registered kernels (a study written without --factory tunes them; docs/production.md of tuner's repository):"
-    lines += _listed(kernels, head)
+    lines += _listed(kernel_rows, head)
     text = "\n".join(lines) + "\n"
-    return FromMisses(text, len(kept), tuple(sorted({r.kernel for r in kept})), skipped, 0, len(kernels))
+    return FromMisses(text, len(kept), tuple(sorted({r.kernel for r in kept})), skipped, 0, len(kernel_rows))
 
 
 def _recorded_call(problem: dict[str, Any]) -> tuple[str, dict[str, Any], list[str]]:
