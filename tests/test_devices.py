@@ -517,10 +517,7 @@ def test_drop_in_whose_do_bench_needs_a_gpu_names_it_under_the_interpreter() -> 
         tl.store(dst + o, tl.load(src + o, mask=o < n), mask=o < n)
 
     src, dst = torch.arange(40.0), torch.zeros(40)
-    with (
-        pytest.warns(tuner.AllTrialsFailedWarning),
-        pytest.raises(RuntimeError, match="0 active drivers") as exc,
-    ):
+    with pytest.raises(RuntimeError, match="0 active drivers") as exc:  # its notes say every config failed
         copy[lambda m: (triton.cdiv(40, m["B"]),)](dst, src, 40)
     text = " ".join([str(exc.value), *getattr(exc.value, "__notes__", [])])
     assert "triton.testing.do_bench" in text, text

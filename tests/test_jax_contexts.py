@@ -371,11 +371,13 @@ def test_other_failures_with_a_named_axis_still_raise():
         return lax.psum(x, "batch")
 
     # the first config fails for a reason of its own: the tuning goes on, the other config fails on
-    # the stand-ins' unbound axis, and no config ran: raised, with optimize's warning, as before
+    # the stand-ins' unbound axis, and no config ran: raised, as before (without optimize's warning, which
+    # said the same just before)
     with (
-        pytest.warns(tuner.AllTrialsFailedWarning, match="bad block"),
+        warnings.catch_warnings(),
         pytest.raises(AllConfigsFailedError, match="every one of 2 configs failed; first error: ValueError"),
     ):
+        warnings.simplefilter("error", tuner.AllTrialsFailedWarning)
         jax.vmap(broken, axis_name="batch")(jnp.ones((2, 4)))
     assert tried == [1.0, 2.0]
 
@@ -413,9 +415,10 @@ def test_an_unbound_axis_outside_any_trace_is_a_real_failure():
     # called eagerly there are no stand-ins: the axis is unbound for the caller too, every config is
     # tried and the tuning fails as any tuning whose configs all fail
     with (
-        pytest.warns(tuner.AllTrialsFailedWarning, match="unbound axis name"),
-        pytest.raises(AllConfigsFailedError, match="every one of 2 configs failed"),
+        warnings.catch_warnings(),
+        pytest.raises(AllConfigsFailedError, match="every one of 2 configs failed.*unbound axis name"),
     ):
+        warnings.simplefilter("error", tuner.AllTrialsFailedWarning)
         summed(jnp.ones((2, 4)))
     assert tried == [1.0, 2.0] and summed.tuner.stats["offline_fallback"] == 0
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -426,6 +427,26 @@ def test_space_as_function_of_arguments():
 
     kernel(None, 32)
     assert bench.calls == 2  # only 16 and 32 exist for n=32
+
+
+def test_every_config_failing_is_said_once_by_the_error_not_a_warning_too():
+    """A tuning whose every config raised warned `AllTrialsFailedWarning: every one of the 2 trials failed
+    ... (first error: ValueError: bad block 1)` and then raised AllConfigsFailedError saying the same: the
+    one error says it."""
+
+    @tuner.autotune(configs=[{"b": 1}, {"b": 2}], key=["n"], bench=Counter())
+    def broken(n, *, b):
+        raise ValueError(f"bad block {b}")
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(
+            RuntimeError, match=r"every one of 2 configs failed; first error: ValueError: bad block"
+        ):
+            broken(3)
+    assert [str(w.message) for w in seen if issubclass(w.category, tuner.AllTrialsFailedWarning)] == []
+    with pytest.warns(tuner.AllTrialsFailedWarning, match="bad block"):  # optimize itself still warns
+        tuner.optimize(SPACE, lambda c: broken.__wrapped__(3, b=1), budget=2)
 
 
 def test_a_call_passing_a_tuned_parameter_is_refused_before_timing():

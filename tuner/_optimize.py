@@ -9,6 +9,7 @@ store's by default, or the caller's (`tune_kernel` records the full measurement 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import decimal
 import json
 import logging
@@ -294,7 +295,7 @@ def optimize(
         )
     ok_trials = [t for t in trials if t.value is not None]
     best = min(ok_trials, key=lambda t: (t.value, t.number)) if ok_trials else None
-    if trials and best is None:
+    if trials and best is None and not _failure_raised_by_caller.get():
         _warn_all_failed(trials)
     return TuneResult(
         best_config=dict(best.config) if best else None,
@@ -311,6 +312,24 @@ def optimize(
 
 class AllTrialsFailedWarning(RuntimeWarning):
     """Every trial of an `optimize` run failed: the result has no best config (None) and an inf value."""
+
+
+# Set while a caller that raises its own error when every trial failed runs `optimize` (the runtime's
+# AllConfigsFailedError names the first error too): the warning would print the same text just before it.
+_failure_raised_by_caller: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "tuner_all_failed_raised_by_caller", default=False
+)
+
+
+@contextlib.contextmanager
+def all_failed_raised_by_caller() -> Iterator[None]:
+    """Within it (this thread or task), `optimize` does not warn that every trial failed: the caller says
+    so itself, in the error it raises. Thread-safe, unlike a warnings filter."""
+    token = _failure_raised_by_caller.set(True)
+    try:
+        yield
+    finally:
+        _failure_raised_by_caller.reset(token)
 
 
 def _warn_all_failed(trials: Sequence[Trial]) -> None:

@@ -31,7 +31,7 @@ in the caller's trace. When the first config of a tuning on stand-ins (`on_stand
 (`untimeable_reason`), the tuning stops there, without trying the other configs or warning that every
 trial failed (`_tuning._tune`), and the decorator chooses its config untimed
 (`_decorator.Autotuned._traced_miss`). A first config that fails otherwise is a failure of that
-config: the tuning goes on, and raises (with optimize's AllTrialsFailedWarning) if no config runs.
+config: the tuning goes on, and raises AllConfigsFailedError (naming the first error, without a warning too) if no config runs.
 
 `jax.export` with symbolic dimensions (`export.symbolic_shape("b")`) traces with tracers whose shapes
 hold dimension expressions: there is no size to time (`symbolic_shapes`). The config is then chosen

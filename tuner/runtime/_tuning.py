@@ -402,7 +402,7 @@ def _warn_if_on_an_event_loop(name: str) -> None:
 def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: bool) -> Resolution:
     """Tune `req.key` over `req.space`; record the trials and store the winner when `db` is given
     (`stale`: the stored entry for the key cannot serve the space and is to be replaced)."""
-    from .._optimize import optimize
+    from .._optimize import all_failed_raised_by_caller, optimize
 
     t, ck = req.t, req.key
     space = req.space
@@ -509,19 +509,20 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
     t0 = time.perf_counter()
     t.progress[ck.hash] = time.monotonic()
     try:
-        res = optimize(
-            space,
-            objective,
-            budget=t.budget,
-            seed=t.seed,
-            strategy=t.strategy,
-            prior=study.get("prior") or prior or None,
-            time_budget_s=t.time_budget_s,
-            callback=progress,
-            storage=study.get("storage"),
-            study_name=study.get("study_name"),
-            recorder=(lambda _trial: None) if study.get("storage") else None,
-        )
+        with all_failed_raised_by_caller():  # AllConfigsFailedError below says it, with the first error
+            res = optimize(
+                space,
+                objective,
+                budget=t.budget,
+                seed=t.seed,
+                strategy=t.strategy,
+                prior=study.get("prior") or prior or None,
+                time_budget_s=t.time_budget_s,
+                callback=progress,
+                storage=study.get("storage"),
+                study_name=study.get("study_name"),
+                recorder=(lambda _trial: None) if study.get("storage") else None,
+            )
     finally:
         t.progress.pop(ck.hash, None)
         if restore is not None:
