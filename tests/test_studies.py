@@ -130,6 +130,15 @@ def test_order_groups_by_kernel_then_nearest_shape() -> None:
             "[study]\nname='x'\nbudget=3\n[[tasks]]\nkernel='k'\nseed=99999999999\nproblems=[{M=1}]",
             "seed must be",
         ),
+        # a typo in a [[tasks]] entry said only "tasks[0]: unknown key 'problem' (allowed: ...)"
+        (
+            "[study]\nname='x'\nbudget=3\n[[tasks]]\nkernel='k'\nproblem=[{M=1}]",
+            "tasks[0]: unknown key 'problem' of the [[tasks]] table; did you mean 'problems'? (allowed: ",
+        ),
+        (
+            "[study]\nname='x'\nbudget={trails=3}\n[[tasks]]\nkernel='k'\nproblems=[{M=1}]",
+            "[study] budget: unknown key 'trails'; did you mean 'trials'?",
+        ),
     ],
 )
 def test_bad_study_files_exit_2_with_one_line(

@@ -172,10 +172,19 @@ def _check_dialect(url: str, where: str) -> None:
         raise _err(where, f"storage {redact(url)!r} names no database SQLAlchemy knows ({why})") from None
 
 
-def _check_keys(where: str, table: Mapping[str, Any], allowed: set[str]) -> None:
+def _check_keys(where: str, table: Mapping[str, Any], allowed: set[str], *, name: str = "") -> None:
+    """Refuse a key not in `allowed`, naming the table (`name`, where `where` does not: "the [[tasks]]
+    table") and the nearest allowed key, as a typo usually is one."""
     unknown = sorted(set(table) - allowed)
     if unknown:
-        raise _err(where, f"unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
+        import difflib
+
+        near = difflib.get_close_matches(str(unknown[0]), sorted(allowed), n=1)
+        raise _err(
+            where,
+            f"unknown key {unknown[0]!r}{f' of {name}' if name else ''}"
+            f"{f'; did you mean {near[0]!r}?' if near else ''} (allowed: {', '.join(sorted(allowed))})",
+        )
 
 
 def _str_list(where: str, key: str, value: Any) -> tuple[str, ...]:
@@ -433,7 +442,7 @@ def parse_study(
         w = f"{src} tasks[{i}]"
         if not isinstance(e, dict):
             raise _err(w, "must be a table")
-        _check_keys(w, e, _TASK_KEYS)
+        _check_keys(w, e, _TASK_KEYS, name="the [[tasks]] table")
         kernel = e.get("kernel")
         if not isinstance(kernel, str) or not kernel:
             raise _err(w, f"kernel must be a kernel name, got {kernel!r}")
