@@ -364,7 +364,11 @@ def no_store_at(url: str) -> str | None:
         return missing_sqlite_file(url)
     from sqlalchemy import inspect
 
-    with engine_for(url).connect() as conn:
+    try:
+        engine = engine_for(url)
+    except Exception:  # noqa: BLE001 - a URL no engine takes (malformed, unknown dialect): opening says why
+        return None
+    with engine.connect() as conn:
         made = schema_revision(conn) is not None or inspect(conn).has_table("tuner_meta")
     return None if made else redact(url)
 
