@@ -651,7 +651,14 @@ def _smooth_space() -> tuple[SearchSpace, Any, float]:
     noise = dict(zip((tuple(c.values()) for c in configs), rng.random(len(configs)), strict=True))
 
     def time_of(c: dict) -> float:
-        t = 2 + 0.3 * abs(c["a"] - 5) + 0.2 * abs(c["b"] - 2) + 0.1 * c["c"] + 0.5 * c["s"] - 0.3 * c["t"] * c["s"]
+        t = (
+            2
+            + 0.3 * abs(c["a"] - 5)
+            + 0.2 * abs(c["b"] - 2)
+            + 0.1 * c["c"]
+            + 0.5 * c["s"]
+            - 0.3 * c["t"] * c["s"]
+        )
         return t * (1 + 0.05 * noise[tuple(c.values())])
 
     return SearchSpace.from_configs(configs), time_of, min(time_of(c) for c in configs)

@@ -161,7 +161,9 @@ def test_time_budget_spent_by_a_slow_proposal() -> None:
         return bowl(cfg)
 
     t0 = time.perf_counter()
-    res = tuner.optimize(grid_space(), obj, budget=10, time_budget_s=0.2, strategy=SlowAfterFirst(grid_space()))
+    res = tuner.optimize(
+        grid_space(), obj, budget=10, time_budget_s=0.2, strategy=SlowAfterFirst(grid_space())
+    )
     assert res.stopped_because == "time_budget"
     assert len(started) == res.evaluations == 1, [round(t - t0, 2) for t in started]
 

@@ -700,7 +700,9 @@ class ModelStrategy(Strategy):
                 inc_val = float(vals[ok].min())
                 self._focus_streaks += 1
                 gain = _log_gap(self._focus_ref, cur) if math.isfinite(self._focus_ref) else math.inf
-                if _improves(cur, self._focus_ref, tol) and gain * self._focus_streaks >= _log_gap(cur, inc_val):
+                if _improves(cur, self._focus_ref, tol) and gain * self._focus_streaks >= _log_gap(
+                    cur, inc_val
+                ):
                     # progress fast enough: at this streak's rate it would reach the incumbent within
                     # as many streaks as it has had; keep the focus and judge again later
                     self._focus_n, self._focus_ref = 0, cur
@@ -1097,7 +1099,9 @@ class ModelStrategy(Strategy):
             from tuner.cost_models import spearman
 
             rho = spearman(  # on ranks: the normalised values rank as the values do, of any sign
-                _normalise(np.array([v for (_, v), g in zip(hist, good, strict=True) if g], dtype=np.float64)),
+                _normalise(
+                    np.array([v for (_, v), g in zip(hist, good, strict=True) if g], dtype=np.float64)
+                ),
                 self._large_prior_mean([c for (c, _), g in zip(hist, good, strict=True) if g]),
             )
             if not rho > 0:
