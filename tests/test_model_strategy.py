@@ -681,3 +681,15 @@ def test_negated_throughput_objective(seed: int) -> None:
     space, time_of, opt = _smooth_space()
     res = tuner.optimize(space, lambda c: -1.0 / time_of(c), budget=40, seed=seed, strategy="auto")
     assert time_of(res.best_config) <= 1.02 * opt
+
+
+def test_prior_of_negative_values_warm_starts() -> None:
+    """A prior measured as `-throughput` (every value < 0) ranks the space: its values are not all
+    counted as failures (which left the portfolio start nothing to go on)."""
+    space, time_of, opt = _smooth_space()
+    prior = [[(c, -1.0 / (1.1 * time_of(c))) for c in list(space.enumerate())[::3]]]
+    for seed in (0, 1):
+        res = tuner.optimize(
+            space, lambda c: -1.0 / time_of(c), budget=8, seed=seed, strategy="auto", prior=prior
+        )
+        assert time_of(res.best_config) <= 1.02 * opt
