@@ -635,3 +635,61 @@ def test_a_prior_task_whose_first_config_is_sparse_is_used() -> None:
     task = [({"a": 1}, 2.0)] + [({"a": i, "b": 1, "c": 2, "d": 3}, float(i)) for i in range(1, 5)]
     assert [ti for ti, *_ in _usable_prior_tasks(names, [task])] == [0]
     assert list(_usable_prior_tasks(names, [[({"x": 1, "y": 2}, 1.0)]])) == []
+
+
+def _smooth_space() -> tuple[SearchSpace, Any, float]:
+    """1024 configs, two of the parameters two-valued (partitions), a smooth time-like landscape > 0."""
+    rng = np.random.default_rng(3)
+    configs = [
+        {"a": a, "b": b, "c": c, "s": s, "t": t}
+        for a in range(8)
+        for b in range(8)
+        for c in range(4)
+        for s in (0, 1)
+        for t in (0, 1)
+    ]
+    noise = dict(zip((tuple(c.values()) for c in configs), rng.random(len(configs)), strict=True))
+
+    def time_of(c: dict) -> float:
+        t = (
+            2
+            + 0.3 * abs(c["a"] - 5)
+            + 0.2 * abs(c["b"] - 2)
+            + 0.1 * c["c"]
+            + 0.5 * c["s"]
+            - 0.3 * c["t"] * c["s"]
+        )
+        return t * (1 + 0.05 * noise[tuple(c.values())])
+
+    return SearchSpace.from_configs(configs), time_of, min(time_of(c) for c in configs)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_objective_of_both_signs(seed: int) -> None:
+    """A time minus a baseline is negative for the good configs: `auto` neither crashes (the partition
+    portfolio took the log of a ratio of values) nor counts the negative values as failures."""
+    space, time_of, opt = _smooth_space()
+    res = tuner.optimize(space, lambda c: time_of(c) - 2.5, budget=60, seed=seed, strategy="auto")
+    assert len(set(_keys(res))) == res.evaluations == 60
+    assert time_of(res.best_config) <= 1.02 * opt
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_negated_throughput_objective(seed: int) -> None:
+    """`-throughput` (all values < 0) is minimised as well as the time: the model does not treat every
+    value <= 0 as a failure (which left it no information, a random search)."""
+    space, time_of, opt = _smooth_space()
+    res = tuner.optimize(space, lambda c: -1.0 / time_of(c), budget=40, seed=seed, strategy="auto")
+    assert time_of(res.best_config) <= 1.02 * opt
+
+
+def test_prior_of_negative_values_warm_starts() -> None:
+    """A prior measured as `-throughput` (every value < 0) ranks the space: its values are not all
+    counted as failures (which left the portfolio start nothing to go on)."""
+    space, time_of, opt = _smooth_space()
+    prior = [[(c, -1.0 / (1.1 * time_of(c))) for c in list(space.enumerate())[::3]]]
+    for seed in (0, 1):
+        res = tuner.optimize(
+            space, lambda c: -1.0 / time_of(c), budget=8, seed=seed, strategy="auto", prior=prior
+        )
+        assert time_of(res.best_config) <= 1.02 * opt

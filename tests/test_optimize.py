@@ -141,6 +141,33 @@ def test_time_budget() -> None:
     assert 1 <= res.evaluations < 60 and res.stopped_because == "time_budget"
 
 
+def test_time_budget_spent_by_a_slow_proposal() -> None:
+    """A proposal that takes the search past its time budget (a model refit, a first import of xgboost)
+    is not measured: no trial starts after the time budget (the call's first trial always runs)."""
+    import time
+
+    from tuner.strategies import RandomStrategy
+
+    class SlowAfterFirst(RandomStrategy):
+        def propose(self):  # type: ignore[no-untyped-def]
+            if self.history:
+                time.sleep(0.5)
+            return super().propose()
+
+    started: list[float] = []
+
+    def obj(cfg: dict) -> float:
+        started.append(time.perf_counter())
+        return bowl(cfg)
+
+    t0 = time.perf_counter()
+    res = tuner.optimize(
+        grid_space(), obj, budget=10, time_budget_s=0.2, strategy=SlowAfterFirst(grid_space())
+    )
+    assert res.stopped_because == "time_budget"
+    assert len(started) == res.evaluations == 1, [round(t - t0, 2) for t in started]
+
+
 def test_storage_records_and_resumes(tmp_path) -> None:
     from tuner.store import ResultStore, TaskContext
 

@@ -665,15 +665,26 @@ def _search(
             return "space_exhausted", strategy_time
         t0 = time.perf_counter()
         asked = None
+        proposed = False  # a new proposal of the strategy, not a trial that was waiting in the study
         with operation(f"asking study {study.study_name!r} for trial {len(trials)}"):
             while waiting > 0 and asked is None:
                 waiting -= 1
                 asked = _take_enqueued(study, strat, space, dists)
             if asked is None:
-                asked = _ask(study, strat, space, dists)
+                asked, proposed = _ask(study, strat, space, dists), True
         strategy_time += time.perf_counter() - t0
         if asked is None:
             return "space_exhausted", strategy_time
+        if (
+            proposed
+            and trials
+            and time_budget_s is not None
+            and time.perf_counter() - t_start >= time_budget_s
+        ):
+            # the proposal itself took the search past its time (a model refit, a first import): it is
+            # not measured, as no trial starts after the time budget; the call's first trial always runs
+            _abandon(study, asked, "not measured: the time budget ran out while it was proposed")
+            return "time_budget", strategy_time
 
         t1 = time.perf_counter()
         given = space.as_given(asked.config)  # from_configs: each config with its user's own values

@@ -113,9 +113,40 @@ __all__ = ["ModelStrategy", "prior_predictions"]
 
 
 def _normalise(vals: np.ndarray) -> np.ndarray:
+    """Per-task model targets: normalised log time (`normalise_targets`, NaN = failed). An objective with
+    a value <= 0 (a negated throughput, a score, a time minus a baseline) has no log: its values are
+    centred on their median and scaled by their median absolute deviation instead, failures the worst
+    plus the same margin (`normalise_targets` would count every value <= 0 as a failure)."""
     from tuner.cost_models import normalise_targets
 
-    return normalise_targets(vals)
+    v = np.asarray(vals, dtype=np.float64)
+    ok = np.isfinite(v)
+    if not (ok.any() and (v[ok] <= 0).any()):
+        return normalise_targets(v)
+    from tuner.cost_models.models import FAIL_MARGIN
+
+    good = v[ok]
+    med = float(np.median(good))
+    scale = float(np.median(np.abs(good - med))) or float(np.std(good)) or 1.0
+    t = np.empty(len(v))
+    t[ok] = (good - med) / scale
+    t[~ok] = float(t[ok].max()) + FAIL_MARGIN
+    return t
+
+
+def _improves(value: float, ref: float, tol: float) -> bool:
+    """`value` beats `ref` by more than the fraction `tol` of it (lower is better; any sign)."""
+    if ref > 0:
+        return value < ref * (1.0 - tol)
+    return value < ref - tol * abs(ref)
+
+
+def _log_gap(a: float, b: float) -> float:
+    """How far `a` lies above `b` (lower is better): log(a / b) for positive values, the plain difference
+    where one is <= 0 (an objective of any sign has no ratios)."""
+    if a > 0 and b > 0:
+        return math.log(a / b)
+    return a - b
 
 
 def _usable_prior_tasks(
@@ -309,7 +340,7 @@ class ModelStrategy(Strategy):
             self._credit(i, value, inc_before)
         self._since_fit += 1
         tol = self.config.stagnation_tol if len(self.P) else 1e-3
-        if value is not None and math.isfinite(value) and value < self._best * (1.0 - tol):
+        if value is not None and math.isfinite(value) and _improves(value, self._best, tol):
             self._best = float(value)  # the best at the last improvement (the stagnation reference)
             self._last_improve = len(self._obs_idx)
         if self._cold is not None:  # every result after the restart is the cold search's own
@@ -498,7 +529,7 @@ class ModelStrategy(Strategy):
         if arm is None:
             return
         self._arm_n[arm] = self._arm_n.get(arm, 0) + 1
-        win = value is not None and math.isfinite(value) and value < inc_before * (1.0 - 1e-3)
+        win = value is not None and math.isfinite(value) and _improves(value, inc_before, 1e-3)
         self._arm_w[arm] = self._arm_w.get(arm, 0.0) + float(win)
 
     def _greedy_portfolio(
@@ -668,9 +699,9 @@ class ModelStrategy(Strategy):
             elif self._focus_n >= self.config.partition_streak:
                 inc_val = float(vals[ok].min())
                 self._focus_streaks += 1
-                gain = math.log(self._focus_ref / cur) if math.isfinite(self._focus_ref) else math.inf
-                if cur < self._focus_ref * (1.0 - tol) and gain * self._focus_streaks >= math.log(
-                    cur / inc_val
+                gain = _log_gap(self._focus_ref, cur) if math.isfinite(self._focus_ref) else math.inf
+                if _improves(cur, self._focus_ref, tol) and gain * self._focus_streaks >= _log_gap(
+                    cur, inc_val
                 ):
                     # progress fast enough: at this streak's rate it would reach the incumbent within
                     # as many streaks as it has had; keep the focus and judge again later
@@ -1063,12 +1094,14 @@ class ModelStrategy(Strategy):
                 return c
         hist = [(c, v) for c, v in self.history]
         ok = [(c, v) for c, v in hist if v is not None]
-        good = np.array([v is not None and math.isfinite(v) and v > 0 for _, v in hist], dtype=bool)
+        good = np.array([v is not None and math.isfinite(v) for _, v in hist], dtype=bool)
         if prior and good.sum() >= 5:
             from tuner.cost_models import spearman
 
-            rho = spearman(
-                np.log(np.array([v for (_, v), g in zip(hist, good, strict=True) if g], dtype=np.float64)),
+            rho = spearman(  # on ranks: the normalised values rank as the values do, of any sign
+                _normalise(
+                    np.array([v for (_, v), g in zip(hist, good, strict=True) if g], dtype=np.float64)
+                ),
                 self._large_prior_mean([c for (c, _), g in zip(hist, good, strict=True) if g]),
             )
             if not rho > 0:
