@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._params import NONE_VALUE, Param, Value, _same, brief, brief_list, native, param_from_values
+from ._params import NONE_VALUE, Param, Value, brief, brief_list, native, param_from_values
 
 if TYPE_CHECKING:  # pragma: no cover
     from optuna.distributions import BaseDistribution
@@ -570,8 +570,9 @@ class SearchSpace:
         for i, p in enumerate(self.params):
             if method == "adjacent":
                 cand = p.neighbor_values(key[i])
-            elif method == "hamming":
-                cand = [v for v in p.values if not _same(v, key[i])]
+            elif method == "hamming":  # the domain has no two values alike (Param): all but the own one
+                j = p.index(key[i])
+                cand = [*p.values[:j], *p.values[j + 1 :]]
             else:
                 raise ValueError(f"unknown neighbourhood {method!r}: use 'adjacent' or 'hamming'")
             for v in cand:
