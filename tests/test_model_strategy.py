@@ -693,3 +693,52 @@ def test_prior_of_negative_values_warm_starts() -> None:
             space, lambda c: -1.0 / time_of(c), budget=8, seed=seed, strategy="auto", prior=prior
         )
         assert time_of(res.best_config) <= 1.02 * opt
+
+
+def _wide_strategy(checks: list[int]) -> tuple[SearchSpace, ModelStrategy]:
+    """A space with a 600-value parameter, a categorical and a constraint that counts its checks, and a
+    strategy that heard a few results."""
+    from tuner.search_spaces import Boolean, Categorical, Constraint, IntRange
+
+    def rule(c: Any) -> bool:
+        checks[0] += 1
+        return (c["a"] + len(c["s"])) % 7 != 3 or c["flag"]
+
+    space = SearchSpace(
+        [IntRange("a", 0, 599), Categorical("s", ["x", "yy", "zzz", "w"]), Boolean("flag")],
+        [Constraint("rule", rule)],
+    )
+    strat = ModelStrategy(space, seed=0)
+    strat._setup()
+    rng = np.random.default_rng(0)
+    for i in rng.choice(len(strat.pool.keys), size=12, replace=False):
+        strat.tell(strat.pool.config_at(int(i)), float(rng.random()))
+    return space, strat
+
+
+def test_unseen_neighbours_are_the_spaces_hamming_neighbours_in_order() -> None:
+    """The unseen one-parameter neighbours of a pool config are `space.neighbors(config, "hamming")` that
+    were not measured, in that order (parameter by parameter, values in domain order), and finding them
+    builds and checks no candidate config: a parameter with 3000 values made that some 50 ms per call."""
+    checks = [0]
+    space, strat = _wide_strategy(checks)
+    pool = strat.pool
+    for i in [*strat._obs_idx[:4], 0, len(pool.keys) - 1, 1234]:
+        want = [pool.index[pool.hkey(c)] for c in space.neighbors(pool.config_at(i), "hamming")]
+        want = [k for k in want if pool.unseen_mask[k]]
+        before = checks[0]
+        assert strat._unseen_neighbours(i) == want
+        assert checks[0] == before  # no constraint check: the pool holds the valid configs already
+
+
+def test_distance_to_measured_configs_follows_new_results() -> None:
+    """The Hamming distance (feature columns) of every pool config to the nearest measured one, kept up
+    to date as results arrive, equals the distance computed afresh."""
+    space, strat = _wide_strategy([0])
+    X = strat.pool.X
+    for step in range(3):
+        got = strat._observed_distance().copy()
+        want = np.min([(X[j] != X).sum(axis=1) for j in strat._obs_idx], axis=0)
+        assert np.array_equal(got, want)
+        unseen = np.flatnonzero(strat.pool.unseen_mask)
+        strat.tell(strat.pool.config_at(int(unseen[step * 97])), 0.5)

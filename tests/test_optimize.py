@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
-from tuner.search_spaces import Constraint, IntRange, PowerOfTwo, SearchSpace
+from tuner.search_spaces import Categorical, Constraint, IntRange, PowerOfTwo, SearchSpace
 
 import tuner
 from tuner.strategies import STRATEGIES
@@ -139,6 +140,26 @@ def test_time_budget() -> None:
 
     res = tuner.optimize(grid_space(), slow, budget=60, time_budget_s=0.3, strategy="random")
     assert 1 <= res.evaluations < 60 and res.stopped_because == "time_budget"
+
+
+def test_time_budget_counts_the_setup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The time budget runs from the call, not from the end of the strategy's and the study's setup (an
+    `auto` pool and model on a large space take a good part of a second): a setup longer than the budget
+    leaves time for the call's first trial only. The margins are wide (setup 1.5 s, budget 0.75 s, fast
+    trials): the old clock started after the setup and ran every trial of the budget."""
+    import time
+
+    import tuner._optimize as opt
+
+    make = opt._make_strategy
+
+    def slow_setup(*args, **kwargs):  # type: ignore[no-untyped-def]
+        time.sleep(1.5)
+        return make(*args, **kwargs)
+
+    monkeypatch.setattr(opt, "_make_strategy", slow_setup)
+    res = tuner.optimize(grid_space(), bowl, budget=20, time_budget_s=0.75, strategy="random")
+    assert (res.evaluations, res.stopped_because) == (1, "time_budget")
 
 
 def test_time_budget_spent_by_a_slow_proposal() -> None:
@@ -645,3 +666,24 @@ def test_a_study_enqueued_into_by_someone_else_meanwhile_fails_loudly(tmp_path) 
         states=(optuna.trial.TrialState.COMPLETE,)
     )
     assert done and all(t.value == t.params["B"] + t.params["w"] for t in done)
+
+
+def test_optuna_does_not_compare_the_same_categorical_distribution_choice_by_choice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each trial's categorical distributions are the study's own objects: Optuna's equality checks at
+    every `ask` and stored parameter answer at once instead of comparing every choice (a parameter with
+    3000 float values cost some 20 ms per trial). The proposals are unchanged (same seed, same trials)."""
+    import optuna.distributions as od
+
+    space = SearchSpace([Categorical("x", [i / 7 for i in range(500)]), Categorical("s", ["a", "b", "c"])])
+    calls = [0]
+    choice_equal = od._categorical_choice_equal
+
+    def counted(a: Any, b: Any) -> bool:
+        calls[0] += 1
+        return choice_equal(a, b)
+
+    monkeypatch.setattr(od, "_categorical_choice_equal", counted)
+    res = tuner.optimize(space, lambda c: abs(c["x"] - 3.0), budget=8, seed=3, strategy="random")
+    assert res.evaluations == 8 and calls[0] < 500, calls[0]

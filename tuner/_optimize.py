@@ -256,7 +256,8 @@ def optimize(
       and prior (`seed` left out or equal, `prior` left out or the same) and serves one call.
     - `prior`: measurements of related tasks, a list of tasks, each a list of (config, value | None);
       its configs need not be in `space`.
-    - `time_budget_s`: no new trial starts after this many seconds (a running one is not interrupted).
+    - `time_budget_s`: no new trial starts after this many seconds from the call (setup included; the
+      call's first trial always runs, a running one is not interrupted).
     - `storage`: None keeps everything in memory; a database URL or a `ResultStore` keeps the Optuna
       study (named `study_name`; by default after the space, strategy, seed and `task`) and every
       measurement (with the `task` context) there. Re-running with the same storage and study name
@@ -273,6 +274,7 @@ def optimize(
     ("budget", "time_budget" or "space_exhausted"). Raises `ValueError` / `TypeError` before any call
     of `objective` for bad arguments or a space whose constraints admit no config.
     """
+    t_start = time.perf_counter()  # the time budget counts from here: strategy and study setup included
     budget, seed = _check_arguments(space, objective, budget, seed, time_budget_s)
     space.check_not_empty()  # every config violates a constraint: say which, before anything runs
     prior_n = validate_prior(prior)
@@ -291,7 +293,7 @@ def optimize(
             recorder = _store_recorder(store, task, space, study.study_name, strategy_name)
         trials = _resume(study, space, strat, store)
         stopped, strategy_time = _search(
-            space, objective, strat, study, trials, budget, time_budget_s, recorder, callback
+            space, objective, strat, study, trials, budget, time_budget_s, t_start, recorder, callback
         )
     ok_trials = [t for t in trials if t.value is not None]
     best = min(ok_trials, key=lambda t: (t.value, t.number)) if ok_trials else None
@@ -637,6 +639,29 @@ def _abandon(study: optuna.Study, asked: _Asked, why: str) -> None:
             log.info("trial %d of study %s left as it is: %s", t.number, study.study_name, exc)
 
 
+def _categorical_equality_by_identity() -> None:
+    """Make Optuna's `CategoricalDistribution ==` answer True at once for the same object.
+
+    Optuna compares a trial's categorical distributions with the study's at every `ask` with fixed
+    distributions and every parameter it stores, choice by choice through an ABC `isinstance` check, even
+    when both sides are the same object (the `dists` passed to each `ask`): with a parameter of 3000
+    float values that was some 20 ms per trial, more than the strategy's own work. Optuna's own
+    comparison is reflexive for every choice type it accepts (None, bool, int, float with NaN equal to
+    NaN, str), so this changes no result, only skips the loop; other objects compare as before. Installed
+    once per process (idempotent, harmless if two threads race to install it)."""
+    from optuna.distributions import CategoricalDistribution
+
+    eq = CategoricalDistribution.__eq__
+    if getattr(eq, "_tuner_identity_first", False):
+        return
+
+    def __eq__(self: Any, other: Any) -> bool:  # noqa: N807  (the dunder it replaces)
+        return True if self is other else eq(self, other)
+
+    __eq__._tuner_identity_first = True  # type: ignore[attr-defined]
+    CategoricalDistribution.__eq__ = __eq__  # type: ignore[method-assign,assignment]
+
+
 def _search(
     space: SearchSpace,
     objective: Callable[[Config], float],
@@ -645,21 +670,23 @@ def _search(
     trials: list[Trial],
     budget: int,
     time_budget_s: float | None,
+    t_start: float,
     recorder: Callable[[Trial], None] | None,
     callback: Callable[[Trial, TuneResult | None], None] | None,
 ) -> tuple[str, float]:
-    """Ask, measure, tell until the budget, the time budget or the space runs out; appends to `trials`.
-    Returns (why it stopped, strategy time in seconds: everything but the objective and the recorder)."""
+    """Ask, measure, tell until the budget, the time budget (counted from `t_start`, when `optimize` was
+    entered) or the space runs out; appends to `trials`. Returns (why it stopped, strategy time in seconds: everything but the objective and the recorder)."""
     import optuna
 
     from .storage import LeaseLost, operation
 
+    _categorical_equality_by_identity()
     dists = space.to_optuna()
-    t_start = time.perf_counter()
     strategy_time = 0.0
     waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
     while len(trials) < budget:
-        if time_budget_s is not None and time.perf_counter() - t_start >= time_budget_s:
+        # the setup (the strategy's pool and model, the study) counts, but the call's first trial runs
+        if trials and time_budget_s is not None and time.perf_counter() - t_start >= time_budget_s:
             return "time_budget", strategy_time
         if strat.pool.exhausted():
             return "space_exhausted", strategy_time
