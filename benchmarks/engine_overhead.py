@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+if sys.argv[1:2] != ["--worker"]:  # a worker imports the tuner of the checkout its PYTHONPATH names
+    sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from _tables import existing_dir, positive_int, quiet_logging, temp_dir  # noqa: E402  (not a package)
@@ -55,6 +56,7 @@ def _worker(table_path: str, strategy: str, seed: int, budget: int) -> dict:
         "wall_ms": 1000.0 * wall / n,
         "evaluations": res.evaluations,
         "trials": hashlib.sha256(trials.encode()).hexdigest()[:16],
+        "tuner": str(Path(tuner.__file__).resolve().parent.parent),
     }
 
 
@@ -64,7 +66,10 @@ def _run(checkout: Path, table: str, strategy: str, seed: int, budget: int) -> d
     out = subprocess.run(cmd, env=env, cwd=checkout, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"worker failed in {checkout}: {out.stderr.strip().splitlines()[-1:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    rec = json.loads(out.stdout.strip().splitlines()[-1])
+    if Path(rec["tuner"]) != checkout.resolve():
+        raise SystemExit(f"the worker for {checkout} imported tuner from {rec['tuner']}")
+    return rec
 
 
 def main() -> None:
@@ -83,6 +88,7 @@ def main() -> None:
         "--before", type=existing_dir, default="", help="a checkout of an older commit, run alongside"
     )
     a = ap.parse_args()
+    wide = ""
     if a.tables:
         tables = [t.strip() for t in a.tables.split(",") if t.strip()]
     else:
@@ -108,7 +114,7 @@ def main() -> None:
                 b = {k: statistics.median(r[k] for r in old) for k in ("cpu_ms", "strategy_ms")}
                 same = all(x["trials"] == y["trials"] for x, y in zip(now, old, strict=True))
                 cells += f"{b['cpu_ms']:>12.1f}{b['strategy_ms']:>13.1f}  {'yes' if same else 'NO'}"
-            name = "/".join(Path(table).parts[-2:]).replace(".json.gz", "")
+            name = "wide (synthetic)" if table == wide else "/".join(Path(table).parts[-2:]).split(".json")[0]
             print(f"{name:<28}{strategy:<10}{cells}", flush=True)
 
 
