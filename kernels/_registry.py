@@ -17,16 +17,7 @@ from typing import Any
 
 from tuner.search_spaces import Device, SearchSpace
 
-__all__ = [
-    "KernelSpec",
-    "register",
-    "get_kernel",
-    "all_kernels",
-    "validate_problem",
-    "check_inputs",
-    "REGISTRY",
-    "MAX_DIM",
-]
+__all__ = ["KernelSpec", "register", "get_kernel", "all_kernels", "validate_problem", "REGISTRY", "MAX_DIM"]
 
 Problem = Mapping[str, Any]
 Inputs = dict[str, Any]
@@ -68,10 +59,6 @@ class KernelSpec:
     # array, or a torch / jax array on the inputs' device) added to atol, for the rounding error of long
     # fp32 reductions that a fixed atol cannot cover (kernels._common.fp32_sum_bound); None: atol alone.
     error_bound: Callable[[Problem, Inputs], Any] | None = None
-    # input_spec(problem, backend) -> {input name: (shape, dtype name)}: the arrays `make_inputs` makes for
-    # that (validated) problem, without making them; `check_inputs` compares a call's inputs with it. None:
-    # a call's inputs are not checked against the problem.
-    input_spec: Callable[[Problem, str], Mapping[str, tuple[tuple[int, ...], str]]] | None = None
 
 
 REGISTRY: dict[str, KernelSpec] = {}
@@ -144,44 +131,6 @@ def validate_problem(spec: KernelSpec, problem: Mapping[str, Any]) -> dict[str, 
     if spec.check_problem is not None:
         spec.check_problem(merged)
     return merged
-
-
-def _dtype_name(dtype: Any) -> str:
-    """ "float16" for torch.float16, jnp.float16's dtype and numpy's alike."""
-    return str(getattr(dtype, "name", None) or dtype).removeprefix("torch.")
-
-
-def check_inputs(
-    spec: KernelSpec, problem: Mapping[str, Any], backend: str, inputs: Mapping[str, Any]
-) -> None:
-    """The inputs of a call, checked against what `spec.make_inputs(problem, backend, seed)` makes for the
-    (validated) problem, as `spec.input_spec` says without allocating anything: the same names, and each
-    array of the shape and dtype the problem implies. Raises ValueError naming the input, the expected and
-    the given shape or dtype; nothing to check for a spec without `input_spec`."""
-    if spec.input_spec is None:
-        return
-    want = spec.input_spec(problem, backend)
-    where = f"kernel {spec.name!r} ({backend}), problem {dict(problem)}"
-    missing = [n for n in want if n not in inputs]
-    unknown = [str(n) for n in inputs if n not in want]
-    if missing or unknown:
-        says = f"misses input {missing[0]!r}" if missing else f"has no input {unknown[0]!r}"
-        raise ValueError(
-            f"{where} {says}: it takes {list(want)} (spec.make_inputs(problem, {backend!r}, seed) makes them)"
-        )
-    for name, (shape, dtype) in want.items():
-        x = inputs[name]
-        got_shape, got_dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
-        if got_shape is None or got_dtype is None:
-            raise ValueError(f"{where}: input {name!r} is a {type(x).__name__}, not an array")
-        if tuple(got_shape) != tuple(shape):
-            raise ValueError(
-                f"{where}: input {name!r} has shape {tuple(got_shape)}, the problem implies {tuple(shape)}"
-            )
-        if _dtype_name(got_dtype) != dtype:
-            raise ValueError(
-                f"{where}: input {name!r} has dtype {_dtype_name(got_dtype)}, the problem implies {dtype}"
-            )
 
 
 def register(spec: KernelSpec) -> KernelSpec:

@@ -444,12 +444,6 @@ def _make_inputs(problem: Mapping[str, Any], backend: str, seed: int) -> dict[st
     raise ValueError(f"unknown backend {backend!r}: use 'triton' or 'pallas'")
 
 
-def _input_spec(problem: Mapping[str, Any], backend: str) -> dict[str, tuple[tuple[int, ...], str]]:
-    """What `_make_inputs` makes, without making it: q, k, v and out, all (B, H, S, D)."""
-    b, h, s, d, _, dtype = _spaces.check_problem(problem)
-    return {n: ((b, h, s, d), dtype) for n in ("q", "k", "v", "out")}
-
-
 def _reference(problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> np.ndarray:
     _, _, _, _, causal, _ = _spaces.check_problem(problem)
     q, k, v = (to_numpy(inputs[n]) for n in ("q", "k", "v"))
@@ -521,7 +515,6 @@ SPEC = register(
         shape_fields=("B", "H", "S", "D"),
         space=_spaces.attention_space,
         make_inputs=_make_inputs,
-        input_spec=_input_spec,
         reference=_reference,
         run=_run,
         flops=_flops,

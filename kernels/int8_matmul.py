@@ -103,19 +103,6 @@ def _make_inputs(problem: Mapping[str, Any], backend: str, seed: int) -> dict[st
     raise ValueError(f"unknown backend {backend!r}")
 
 
-def _input_spec(problem: Mapping[str, Any], backend: str) -> dict[str, tuple[tuple[int, ...], str]]:
-    """What `_make_inputs` makes, without making it: x (M, K) in the problem's dtype, the int8 weight
-    (K, N) and its fp32 scale (N,), bias (N,) when the problem has one, and for Triton the output (M, N)."""
-    p = _check(problem)
-    M, N, K, dt = p["M"], p["N"], p["K"], p["dtype"]
-    spec = {"x": ((M, K), dt), "w": ((K, N), "int8"), "scale": ((N,), "float32")}
-    if p["bias"]:
-        spec["bias"] = ((N,), dt)
-    if backend == "triton":
-        spec["out"] = ((M, N), dt)
-    return spec
-
-
 def _reference(problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> np.ndarray:
     p = _check(problem)
     acc = to_numpy(inputs["x"]).astype(np.float64) @ to_numpy(inputs["w"]).astype(np.float64)
@@ -187,7 +174,6 @@ SPEC = register(
         shape_fields=("M", "N", "K"),
         space=_space,
         make_inputs=_make_inputs,
-        input_spec=_input_spec,
         reference=_reference,
         run=_run,
         flops=_flops,

@@ -93,19 +93,6 @@ def _make_inputs(problem: Mapping[str, Any], backend: str, seed: int) -> dict[st
     raise ValueError(f"unknown backend {backend!r}")
 
 
-def _input_spec(problem: Mapping[str, Any], backend: str) -> dict[str, tuple[tuple[int, ...], str]]:
-    """What `_make_inputs` makes, without making it: a (M, K), b (K, N), bias (N,) when the problem has one,
-    and for Triton the output (M, N)."""
-    p = check_problem(problem)
-    M, N, K, dt = p["M"], p["N"], p["K"], p["dtype"]
-    spec = {"a": ((M, K), dt), "b": ((K, N), dt)}
-    if p["bias"]:
-        spec["bias"] = ((N,), dt)
-    if backend == "triton":
-        spec["out"] = ((M, N), dt)
-    return spec
-
-
 def _reference(problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> np.ndarray:
     p = check_problem(problem)
     acc = to_numpy(inputs["a"]).astype(np.float64) @ to_numpy(inputs["b"]).astype(np.float64)
@@ -172,7 +159,6 @@ SPEC = register(
         shape_fields=("M", "N", "K"),
         space=_space,
         make_inputs=_make_inputs,
-        input_spec=_input_spec,
         reference=_reference,
         run=_run,
         flops=_flops,

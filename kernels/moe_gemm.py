@@ -105,17 +105,6 @@ def _make_inputs(problem: Mapping[str, Any], backend: str, seed: int) -> dict[st
     raise ValueError(f"unknown backend {backend!r}")
 
 
-def _input_spec(problem: Mapping[str, Any], backend: str) -> dict[str, tuple[tuple[int, ...], str]]:
-    """What `_make_inputs` makes, without making it: x (T, K), the expert weights (E, K, N), the int32
-    group sizes (E,), and for Triton the output (T, N)."""
-    p = check_problem(problem)
-    T, K, N, E, dt = p["T"], p["K"], p["N"], p["E"], p["dtype"]
-    spec = {"x": ((T, K), dt), "w": ((E, K, N), dt), "group_sizes": ((E,), "int32")}
-    if backend == "triton":
-        spec["out"] = ((T, N), dt)
-    return spec
-
-
 def _reference(problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> np.ndarray:
     x = to_numpy(inputs["x"]).astype(np.float64)
     w = to_numpy(inputs["w"]).astype(np.float64)
@@ -197,7 +186,6 @@ SPEC = register(
         shape_fields=("T", "K", "N", "E"),
         space=_space,
         make_inputs=_make_inputs,
-        input_spec=_input_spec,
         reference=_reference,
         run=_run,
         flops=_flops,

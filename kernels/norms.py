@@ -621,14 +621,6 @@ def _make_inputs(kind: str, problem: Mapping[str, Any], backend: str, seed: int)
     return _to_backend(arrays, (m, n), dtype, backend)
 
 
-def _input_spec(
-    kind: str, problem: Mapping[str, Any], backend: str
-) -> dict[str, tuple[tuple[int, ...], str]]:
-    """What `_make_inputs` makes, without making it: x and out (M, N), the parameter vectors (N,)."""
-    m, n, dtype = _spaces.check_problem(problem)
-    return {"x": ((m, n), dtype), **{k: ((n,), dtype) for k in _PARAMS[kind]}, "out": ((m, n), dtype)}
-
-
 def _to_backend(
     arrays: dict[str, np.ndarray], out_shape: tuple[int, ...], dtype: str, backend: str
 ) -> dict[str, Any]:
@@ -760,7 +752,6 @@ def _spec(kind: str) -> KernelSpec:
         shape_fields=("M", "N"),
         space=space_fn,
         make_inputs=functools.partial(_make_inputs, kind),
-        input_spec=functools.partial(_input_spec, kind),
         reference=functools.partial(_reference, kind),
         run=functools.partial(_run, kind),
         flops=functools.partial(_flops, kind),

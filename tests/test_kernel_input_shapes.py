@@ -1,6 +1,6 @@
 """`tuner.kernel(name, backend)(problem, inputs)` checks, on a miss and before anything is timed or stored,
-that the inputs are the arrays the problem implies (`KernelSpec.input_spec`, compared by
-`tuner.kernels.check_inputs`): inputs made for another problem (M=16 float32 data under an M=8 bfloat16
+that the inputs are the arrays the problem implies (`tuner.kernels._inputs.input_spec`, compared by
+`check_inputs`): inputs made for another problem (M=16 float32 data under an M=8 bfloat16
 problem) used to be tuned on and their winner stored under the problem's key, so a later correct call hit
 a config timed on other data."""
 
@@ -12,7 +12,8 @@ pytest.importorskip("torch")
 pytest.importorskip("triton")
 pytest.importorskip("jax")
 
-from tuner.kernels import all_kernels, check_inputs, get_kernel, prepare_triton  # noqa: E402
+from tuner.kernels import all_kernels, get_kernel, prepare_triton  # noqa: E402
+from tuner.kernels._inputs import check_inputs, input_spec  # noqa: E402
 
 import tuner  # noqa: E402
 
@@ -47,7 +48,9 @@ def _triton():
 
 def test_every_kernel_says_its_inputs():
     assert KERNELS
-    assert all(s.input_spec is not None for s in all_kernels())
+    for spec in all_kernels():
+        for backend in spec.backends:
+            assert input_spec(spec, spec.default_problem, backend), (spec.name, backend)
 
 
 @pytest.mark.parametrize(("name", "backend"), CASES)
@@ -56,7 +59,7 @@ def test_input_spec_is_what_make_inputs_makes(name, backend):
     for problem in (_tiny(name), _other_shape(name, _tiny(name)), _other_dtype(name, _tiny(name))):
         inputs = spec.make_inputs(problem, backend, 0)
         check_inputs(spec, problem, backend, inputs)  # no error: the spec describes them
-        assert set(spec.input_spec(problem, backend)) == set(inputs)
+        assert set(input_spec(spec, problem, backend) or {}) == set(inputs)
 
 
 def _counting_bench():
@@ -83,8 +86,8 @@ def test_inputs_of_another_problem_are_refused_before_anything_is_timed(name, ba
     with pytest.raises(ValueError, match=f"kernel {name!r}") as err:
         f(problem, inputs)
     msg = str(err.value)
-    want = spec.input_spec(problem, backend)
-    got = spec.input_spec(made_for, backend)
+    want = input_spec(spec, problem, backend) or {}
+    got = input_spec(spec, made_for, backend) or {}
     bad = next(n for n in want if want[n] != got[n])
     assert f"input {bad!r}" in msg, msg
     i = 0 if change == "shape" else 1
@@ -131,3 +134,30 @@ def test_matching_inputs_still_tune_and_hit(tmp_path):
     f(p, inputs)
     assert calls
     assert f.explain(p, inputs).startswith("hit")
+
+
+def test_the_kernels_source_hash_does_not_cover_the_input_specs():
+    """A change to the input specs is no change to a kernel's code: cached configs stay exact hits."""
+    from tuner.runtime._source import module_files
+
+    for spec in all_kernels():
+        mod = spec.run.func.__module__ if hasattr(spec.run, "func") else spec.run.__module__
+        assert "_inputs.py" not in [p.name for p in module_files(mod, "tuner.kernels")], spec.name
+
+
+def test_a_spec_of_its_own_says_its_inputs_in_extra():
+    import dataclasses
+
+    base = get_kernel("softmax")
+    renamed = dataclasses.replace(base, name="my_softmax")
+    assert input_spec(renamed, {"M": 2, "N": 3, "dtype": "float32"}, "triton") is None  # not the registry's
+    own = dataclasses.replace(
+        renamed, extra={**base.extra, "input_spec": lambda p, b: {"x": ((p["M"], p["N"]), p["dtype"])}}
+    )
+    import torch
+
+    check_inputs(own, {"M": 2, "N": 3, "dtype": "float32"}, "triton", {"x": torch.zeros(2, 3)})
+    with pytest.raises(ValueError, match=r"input 'x' has dtype float16, the problem implies float32"):
+        check_inputs(
+            own, {"M": 2, "N": 3, "dtype": "float32"}, "triton", {"x": torch.zeros(2, 3, dtype=torch.float16)}
+        )

@@ -159,9 +159,11 @@ def check_call(spec: KernelSpec, backend: str, problem: Any, inputs: Any) -> Non
     problem against the kernel's schema (`tuner.kernels.validate_problem`: unknown or missing fields, a
     shape field that is not an integer, a flag of the wrong type, a dtype the kernel lacks), and the
     inputs as a table of arrays of the backend's framework (torch for Triton, jax for Pallas), with the
-    names, shapes and dtypes the problem implies (`tuner.kernels.check_inputs`). Raises ValueError naming
-    what is wrong, where the kernel would crash deep inside or run on a wrong key."""
-    from tuner.kernels import check_inputs, validate_problem
+    names, shapes and dtypes the problem implies (`tuner.kernels._inputs.check_inputs`, which allocates
+    nothing). Raises ValueError naming what is wrong, where the kernel would crash deep inside or run on a
+    wrong key."""
+    from tuner.kernels import validate_problem
+    from tuner.kernels._inputs import check_inputs
 
     if isinstance(problem, Mapping) and "dtype" not in problem:
         raise ValueError(
