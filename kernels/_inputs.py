@@ -48,7 +48,7 @@ def _matmul(problem: Mapping[str, Any], backend: str) -> InputSpec:
 
     p = check_problem(problem)
     M, N, K, dt = p["M"], p["N"], p["K"], p["dtype"]
-    spec = {"a": ((M, K), dt), "b": ((K, N), dt)}
+    spec: InputSpec = {"a": ((M, K), dt), "b": ((K, N), dt)}
     if p["bias"]:
         spec["bias"] = ((N,), dt)
     if backend == "triton":
@@ -63,7 +63,7 @@ def _int8_matmul(problem: Mapping[str, Any], backend: str) -> InputSpec:
 
     p = _check(problem)
     M, N, K, dt = p["M"], p["N"], p["K"], p["dtype"]
-    spec = {"x": ((M, K), dt), "w": ((K, N), "int8"), "scale": ((N,), "float32")}
+    spec: InputSpec = {"x": ((M, K), dt), "w": ((K, N), "int8"), "scale": ((N,), "float32")}
     if p["bias"]:
         spec["bias"] = ((N,), dt)
     if backend == "triton":
@@ -78,7 +78,7 @@ def _moe_gemm(problem: Mapping[str, Any], backend: str) -> InputSpec:
 
     p = check_problem(problem)
     T, K, N, E, dt = p["T"], p["K"], p["N"], p["E"], p["dtype"]
-    spec = {"x": ((T, K), dt), "w": ((E, K, N), dt), "group_sizes": ((E,), "int32")}
+    spec: InputSpec = {"x": ((T, K), dt), "w": ((E, K, N), dt), "group_sizes": ((E,), "int32")}
     if backend == "triton":
         spec["out"] = ((T, N), dt)
     return spec
