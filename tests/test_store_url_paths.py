@@ -221,7 +221,6 @@ def test_a_study_report_finds_its_database(tmp_path: Path) -> None:
 
     from tuner.commands.study import _require_database
     from tuner.runtime._sources import _exists
-
     from tuner.store import ResultStore
 
     db = _folder(tmp_path) / "study.db"
