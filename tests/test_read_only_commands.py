@@ -195,3 +195,79 @@ def test_commands_that_only_read_make_no_tables_in_an_empty_postgresql_database(
     assert _tables(url) == [] and not out.exists()
     assert cli("cache", "prune", "--older-than", "0", "--storage", url) == 0  # nothing to remove: none made
     assert _tables(url) == []
+
+
+def _sqlite_tables(path: Path) -> list[str]:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return sorted(r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("content", ["empty", "other tables"])
+def test_commands_that_only_read_make_no_tables_in_an_existing_sqlite_file_without_a_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str
+) -> None:
+    """`touch s.db; tuner cache show --storage sqlite:///$PWD/s.db` created every tuner table in the file
+    (as did export, prune --dry-run, study report and export, and `cache upgrade`, which says "nothing to
+    upgrade" for a file that does not exist): only a file that did not exist counted as no store."""
+    db = tmp_path / "s.db"
+    if content == "empty":
+        db.touch()
+    else:  # a SQLite database of something else: tuner's tables are not added to it by reading
+        con = sqlite3.connect(db)
+        con.execute("CREATE TABLE notes (x TEXT)")
+        con.commit()
+        con.close()
+    before, tables = db.read_bytes(), _sqlite_tables(db)
+    url = f"sqlite:///{db}"
+    out = tmp_path / "c.json"
+    study = write_study(tmp_path, n_m=1, budget=1)
+    assert cli("cache", "show", "--storage", url) == 0
+    assert "no cached entries" in capsys.readouterr().out
+    assert cli("cache", "show", "--json", "--storage", url) == 0
+    assert cli("cache", "prune", "--older-than", "0", "--dry-run", "--storage", url) == 0
+    assert cli("cache", "export", "--out", str(out), "--storage", url) == 1
+    for command in ("report", "export"):
+        extra = ["--out", str(out)] if command == "export" else []
+        assert cli("study", command, str(study), *extra, "--storage", url) == 1
+        assert "it never ran" in capsys.readouterr().err
+    capsys.readouterr()
+    assert cli("cache", "upgrade", "--storage", url) == 2
+    assert f"no store at {db}: nothing to upgrade" in capsys.readouterr().err
+    assert db.read_bytes() == before and _sqlite_tables(db) == tables and not out.exists()
+    # a command that writes makes the store there as before
+    assert cli("cache", "prune", "--older-than", "0", "--storage", url) == 0
+    from tuner.store import ResultStore
+
+    ResultStore(url)
+    assert "tuner_alembic_version" in _sqlite_tables(db)
+    assert cli("cache", "show", "--storage", url) == 0
+    assert "no cached entries" in capsys.readouterr().out
+
+
+def test_a_sqlite_file_that_is_not_a_database_is_refused_not_taken_for_an_empty_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "s.db"
+    db.write_bytes(b"not a database at all, but more than a header's worth of bytes " * 4)
+    before = db.read_bytes()
+    assert cli("cache", "show", "--storage", f"sqlite:///{db}") == 1
+    assert "not a database" in capsys.readouterr().err
+    assert db.read_bytes() == before
+
+
+@pytest.mark.postgres
+def test_upgrade_of_an_empty_postgresql_database_makes_no_store(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tuner cache upgrade --storage postgresql://.../<an empty database>` created the schema, where for a
+    SQLite file that does not exist it says there is nothing to upgrade (exit 2)."""
+    from tuner.storage import redact
+
+    assert cli("cache", "upgrade", "--storage", pg_url) == 2
+    err = capsys.readouterr().err
+    assert f"no store at {redact(pg_url)}: nothing to upgrade" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert _tables(pg_url) == []

@@ -221,9 +221,10 @@ def test_a_study_report_finds_its_database(tmp_path: Path) -> None:
 
     from tuner.commands.study import _require_database
     from tuner.runtime._sources import _exists
+    from tuner.store import ResultStore
 
     db = _folder(tmp_path) / "study.db"
-    db.touch()
+    ResultStore(_url(db))  # a store there (an empty file is none: "it never ran")
     _require_database(SimpleNamespace(storage=_url(db), name="s"))  # no "it never ran"
     assert _exists(_url(db))
 

@@ -335,11 +335,12 @@ def run_prune(args: argparse.Namespace) -> int:
 
 def run_upgrade(args: argparse.Namespace) -> int:
     from tuner.errors import BadInput
-    from tuner.storage import SCHEMA_REVISION, StoreOutdated, missing_sqlite_file, only_reading, redact
+    from tuner.storage import SCHEMA_REVISION, StoreOutdated, no_store_at, only_reading, redact
     from tuner.store import ResultStore, default_storage_url, normalize_url
 
     url = normalize_url(args.storage or default_storage_url(create=False))
-    missing = missing_sqlite_file(url)
+    # no SQLite file, an empty one, an empty PostgreSQL database: no store to upgrade, and none made here
+    missing = no_store_at(url)
     if missing is not None:
         raise BadInput(f"no store at {missing}: nothing to upgrade")
     try:

@@ -158,9 +158,12 @@ def check_call(spec: KernelSpec, backend: str, problem: Any, inputs: Any) -> Non
     """A `tuner.kernel` call's problem and inputs, checked before a key is stored or a kernel runs: the
     problem against the kernel's schema (`tuner.kernels.validate_problem`: unknown or missing fields, a
     shape field that is not an integer, a flag of the wrong type, a dtype the kernel lacks), and the
-    inputs as a table of arrays of the backend's framework (torch for Triton, jax for Pallas). Raises
-    ValueError naming what is wrong, where the kernel would crash deep inside or run on a wrong key."""
+    inputs as a table of arrays of the backend's framework (torch for Triton, jax for Pallas), with the
+    names, shapes and dtypes the problem implies (`tuner.kernels._inputs.check_inputs`, which allocates
+    nothing). Raises ValueError naming what is wrong, where the kernel would crash deep inside or run on a
+    wrong key."""
     from tuner.kernels import validate_problem
+    from tuner.kernels._inputs import check_inputs
 
     if isinstance(problem, Mapping) and "dtype" not in problem:
         raise ValueError(
@@ -168,7 +171,7 @@ def check_call(spec: KernelSpec, backend: str, problem: Any, inputs: Any) -> Non
             f"a problem is a dict of shape fields, dtype and flags, e.g. {dict(spec.default_problem)}"
         )
     try:
-        validate_problem(spec, problem)
+        merged = validate_problem(spec, problem)
     except ValueError as exc:
         raise ValueError(f"kernel {spec.name!r}: bad problem: {exc}") from None
     if not isinstance(inputs, Mapping):
@@ -183,6 +186,8 @@ def check_call(spec: KernelSpec, backend: str, problem: Any, inputs: Any) -> Non
             f"kernel {spec.name!r} on the {backend!r} backend takes {want} arrays, got {got} arrays "
             f"(inputs made for the other backend? spec.make_inputs(problem, {backend!r}, seed) makes them)"
         )
+    # inputs made for another problem would be timed, and their winner stored, under this problem's key
+    check_inputs(spec, merged, backend, inputs)
 
 
 def _problem_fast_key(a: tuple) -> Any:

@@ -357,11 +357,23 @@ def _sqlite_revision_read_only(path: str) -> tuple[bool, str | None]:
 
 def no_store_at(url: str) -> str | None:
     """Where a command that only reads finds no store, so reads nothing and makes none (its tables are
-    made by the first command that writes): the file of a SQLite URL that does not exist yet, or the
-    URL (redacted) of a server's database that holds no tuner schema yet (an empty PostgreSQL database,
-    looked at without writing); None where a store is, or for an in-memory or read-only SQLite URL."""
+    made by the first command that writes): the file of a SQLite URL that does not exist yet or holds no
+    tuner schema (an empty file, looked at through a read-only connection), or the URL (redacted) of a
+    server's database that holds no tuner schema yet (an empty PostgreSQL database, looked at without
+    writing); None where a store is, for a file SQLite cannot read (opening it says why), or for an
+    in-memory or read-only SQLite URL."""
     if url.startswith("sqlite"):
-        return missing_sqlite_file(url)
+        missing = missing_sqlite_file(url)
+        path = sqlite_path(url)
+        if missing is not None or path is None or path.startswith("file:") or not os.path.isfile(path):
+            return missing
+        import sqlite3
+
+        try:
+            made, _ = _sqlite_revision_read_only(path)
+        except sqlite3.Error:
+            return None
+        return None if made else path
     from sqlalchemy import inspect
 
     try:

@@ -1,0 +1,148 @@
+"""What inputs a registered kernel takes for a problem, without making them, and the check of a call's
+inputs against it (`check_inputs`, which `tuner.kernel` runs on a miss: inputs made for another problem
+would be timed, and their winner stored, under this problem's key).
+
+`input_spec(spec, problem, backend)` is {input name: (shape, dtype name)}: the arrays
+`spec.make_inputs(problem, backend, seed)` makes, allocating nothing. The registry's kernels have theirs
+here, by name (this module is imported by none of the kernels' modules, so it is no part of their
+source hash: a change here leaves every cached config an exact hit); another spec gives its own as
+`extra["input_spec"]` (a function of (problem, backend)), or is not checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._registry import KernelSpec
+
+__all__ = ["InputSpec", "check_inputs", "input_spec"]
+
+# input name -> (shape, dtype name such as "float16", "int8")
+InputSpec = dict[str, tuple[tuple[int, ...], str]]
+
+
+def _rowwise(kind: str, problem: Mapping[str, Any], backend: str) -> InputSpec:
+    """norms.py's `_make_inputs`: x and out (M, N), the parameter vectors (N,), in the problem's dtype."""
+    from tuner.search_spaces.norms import check_problem
+
+    from .norms import _PARAMS
+
+    m, n, dtype = check_problem(problem)
+    return {"x": ((m, n), dtype), **{k: ((n,), dtype) for k in _PARAMS[kind]}, "out": ((m, n), dtype)}
+
+
+def _attention(problem: Mapping[str, Any], backend: str) -> InputSpec:
+    """attention.py's `_make_inputs`: q, k, v and out, all (B, H, S, D) in the problem's dtype."""
+    from tuner.search_spaces.attention import check_problem
+
+    b, h, s, d, _, dtype = check_problem(problem)
+    return {n: ((b, h, s, d), dtype) for n in ("q", "k", "v", "out")}
+
+
+def _matmul(problem: Mapping[str, Any], backend: str) -> InputSpec:
+    """matmul.py's `_make_inputs`: a (M, K), b (K, N), bias (N,) when the problem has one, and for Triton
+    the output (M, N), in the problem's dtype."""
+    from .matmul import check_problem
+
+    p = check_problem(problem)
+    M, N, K, dt = p["M"], p["N"], p["K"], p["dtype"]
+    spec: InputSpec = {"a": ((M, K), dt), "b": ((K, N), dt)}
+    if p["bias"]:
+        spec["bias"] = ((N,), dt)
+    if backend == "triton":
+        spec["out"] = ((M, N), dt)
+    return spec
+
+
+def _int8_matmul(problem: Mapping[str, Any], backend: str) -> InputSpec:
+    """int8_matmul.py's `_make_inputs`: x (M, K) in the problem's dtype, the int8 weight (K, N) and its
+    fp32 scale (N,), bias (N,) when the problem has one, and for Triton the output (M, N)."""
+    from .int8_matmul import _check
+
+    p = _check(problem)
+    M, N, K, dt = p["M"], p["N"], p["K"], p["dtype"]
+    spec: InputSpec = {"x": ((M, K), dt), "w": ((K, N), "int8"), "scale": ((N,), "float32")}
+    if p["bias"]:
+        spec["bias"] = ((N,), dt)
+    if backend == "triton":
+        spec["out"] = ((M, N), dt)
+    return spec
+
+
+def _moe_gemm(problem: Mapping[str, Any], backend: str) -> InputSpec:
+    """moe_gemm.py's `_make_inputs`: x (T, K), the expert weights (E, K, N), the int32 group sizes (E,),
+    and for Triton the output (T, N)."""
+    from .moe_gemm import check_problem
+
+    p = check_problem(problem)
+    T, K, N, E, dt = p["T"], p["K"], p["N"], p["E"], p["dtype"]
+    spec: InputSpec = {"x": ((T, K), dt), "w": ((E, K, N), dt), "group_sizes": ((E,), "int32")}
+    if backend == "triton":
+        spec["out"] = ((T, N), dt)
+    return spec
+
+
+_SPECS: dict[str, Callable[[Mapping[str, Any], str], InputSpec]] = {
+    "softmax": lambda p, b: _rowwise("softmax", p, b),
+    "rmsnorm": lambda p, b: _rowwise("rmsnorm", p, b),
+    "layernorm": lambda p, b: _rowwise("layernorm", p, b),
+    "flash_attention": _attention,
+    "matmul": _matmul,
+    "int8_matmul": _int8_matmul,
+    "moe_gemm": _moe_gemm,
+}
+
+
+def input_spec(spec: KernelSpec, problem: Mapping[str, Any], backend: str) -> InputSpec | None:
+    """The inputs `spec.make_inputs(problem, backend, seed)` makes, as {name: (shape, dtype name)}, for a
+    problem the kernel takes (`validate_problem`'s); None for a spec that does not say (neither a kernel
+    of the registry's, as registered, nor one with `extra["input_spec"]`)."""
+    from ._registry import REGISTRY
+
+    own = spec.extra.get("input_spec")
+    if callable(own):
+        return {str(k): (tuple(s), str(d)) for k, (s, d) in own(problem, backend).items()}
+    fn = _SPECS.get(spec.name)
+    if fn is None or REGISTRY.get(spec.name) is not spec:  # a spec of another kernel under that name
+        return None
+    return fn(problem, backend)
+
+
+def _dtype_name(dtype: Any) -> str:
+    """ "float16" for torch.float16, a jax array's dtype and numpy's alike."""
+    return str(getattr(dtype, "name", None) or dtype).removeprefix("torch.")
+
+
+def check_inputs(
+    spec: KernelSpec, problem: Mapping[str, Any], backend: str, inputs: Mapping[str, Any]
+) -> None:
+    """A call's inputs against what `spec.make_inputs(problem, backend, seed)` makes for the (validated)
+    problem (`input_spec`): the same names, each array of the shape and dtype the problem implies. Raises
+    ValueError naming the input, the expected and the given shape or dtype (or the missing or unknown
+    name); nothing to check for a spec with no `input_spec`."""
+    want = input_spec(spec, problem, backend)
+    if want is None:
+        return
+    where = f"kernel {spec.name!r} ({backend}), problem {dict(problem)}"
+    missing = [n for n in want if n not in inputs]
+    unknown = [str(n) for n in inputs if n not in want]
+    if missing or unknown:
+        says = f"misses input {missing[0]!r}" if missing else f"has no input {unknown[0]!r}"
+        raise ValueError(
+            f"{where} {says}: it takes {list(want)} (spec.make_inputs(problem, {backend!r}, seed) makes them)"
+        )
+    for name, (shape, dtype) in want.items():
+        x = inputs[name]
+        got_shape, got_dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
+        if got_shape is None or got_dtype is None:
+            raise ValueError(f"{where}: input {name!r} is a {type(x).__name__}, not an array")
+        if tuple(got_shape) != tuple(shape):
+            raise ValueError(
+                f"{where}: input {name!r} has shape {tuple(got_shape)}, the problem implies {tuple(shape)}"
+            )
+        if _dtype_name(got_dtype) != dtype:
+            raise ValueError(
+                f"{where}: input {name!r} has dtype {_dtype_name(got_dtype)}, the problem implies {dtype}"
+            )
