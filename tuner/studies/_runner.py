@@ -1224,7 +1224,14 @@ class _Supervisor:
     start stops the run (`_start`)."""
 
     def __init__(
-        self, spec: StudySpec, cmd: list[str], env: dict[str, str], n: int, lease_s: float, *, start: bool = True
+        self,
+        spec: StudySpec,
+        cmd: list[str],
+        env: dict[str, str],
+        n: int,
+        lease_s: float,
+        *,
+        start: bool = True,
     ) -> None:
         self.spec, self.cmd, self.env, self.lease_s, self.n = spec, cmd, env, lease_s, n
         self.timeout = spec.trial_timeout
