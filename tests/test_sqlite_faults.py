@@ -155,6 +155,71 @@ def test_a_study_on_a_full_disk_stops_and_resumes_with_its_trials(
     assert {r.status for r in board.rows(spec.name)} == {DONE}
 
 
+def _size_limited(limit: int) -> Callable[[], None]:
+    """A `preexec_fn`: files of at most `limit` bytes (RLIMIT_FSIZE, as `ulimit -f`), and SIGXFSZ ignored,
+    so a write past the limit fails with EFBIG (SQLite's "disk I/O error") instead of killing the process."""
+
+    def limit_files() -> None:
+        import resource
+        import signal
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return limit_files
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
+def test_a_study_store_at_the_file_size_limit_fails_naming_the_limit(tmp_path: Path) -> None:
+    """Was: a study whose database reached the process's file size limit (`ulimit -f`, a batch system's
+    limit: EFBIG) failed with "the file or its folder was removed, moved or unmounted, or the disk failed",
+    none of which was true. Now the line names the file, the limit and what to do; the trials committed
+    before are kept, the file is intact, and the same command resumes once the limit is raised."""
+    from tuner.studies import DONE, TaskBoard, load_study, run_study
+
+    path = write_study(tmp_path, n_m=2, budget=2)
+    spec = load_study(path, check_kernels=False)
+    run_study(spec, executor=fake_executor)
+    close_stores()
+    path.write_text(path.read_text().replace("trials = 2", "trials = 40"))
+    spec = load_study(path, check_kernels=False)
+    db = Path(spec.storage.removeprefix("sqlite:///"))
+    before = {t.key: finished_configs(spec.storage, t) for t in spec.tasks}
+    _checkpoint(db)  # the file holds every page: the limit leaves it room for a few trials
+    env = {**os.environ, "PYTHONPATH": repo_pythonpath()}
+    cmd = [sys.executable, "-m", "tuner.cli", "study", "run", str(path), "--quiet", "--no-report"]
+    cmd += ["--executor", "tests._study_fake:executor"]
+    done = subprocess.run(
+        cmd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=_size_limited(db.stat().st_size + 20_000),
+    )
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("tuner: failed: StoreError: store ") and str(db) in last, last
+    assert "reached this process's file size limit" in last and "ulimit -f" in last, last
+    assert "removed, moved or unmounted" not in last, last
+    with sqlite3.connect(db) as con:
+        assert con.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    con.close()
+    now = {t.key: finished_configs(spec.storage, t) for t in spec.tasks}
+    for t in spec.tasks:  # every trial committed before is kept
+        assert all(c in now[t.key] for c in before[t.key]), t.key
+    # it failed in the middle of a task, with trials of this run stored
+    assert sum(map(len, now.values())) > sum(map(len, before.values())), last
+    summary = run_study(spec, executor=fake_executor)  # the limit raised: the same study resumes
+    assert summary.counts[DONE] == 2 and summary.complete
+    board = TaskBoard(spec.storage)
+    try:
+        assert {r.status for r in board.rows(spec.name)} == {DONE}
+    finally:
+        board.close()
+
+
 def test_a_store_deleted_while_running_is_opened_again(
     _tuner_home: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -330,3 +330,44 @@ def test_a_worker_process_that_cannot_start_stops_the_others(
         board.close()
         for p in started:
             _kill_quietly(p)
+
+
+@pytest.mark.parametrize("where", ["between starts", "progress display"])
+def test_ctrl_c_while_the_runner_starts_its_workers_leaves_none_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Was: the runner started its worker processes before it watched for Ctrl-C (SIGINT, SIGTERM), then
+    started the progress display (a store query): a Ctrl-C there, or between two starts, ended the runner
+    (exit 130) and left the workers already started running, orphans that went on with the study to its
+    end. Now the workers start inside the watch, after the display: an interrupt stops every one."""
+    import subprocess as sp
+    import sys
+
+    from tuner.studies import _runner, load_study
+
+    path = _study(tmp_path, f"sqlite:///{tmp_path / 'study.db'}", n_m=2)
+    spec = load_study(path, check_kernels=False)
+    started: list[sp.Popen[Any]] = []
+    real = sp.Popen
+
+    def popen(cmd: Any, **kw: Any) -> sp.Popen[Any]:
+        if where == "between starts" and len(started) == 1:
+            raise KeyboardInterrupt  # Ctrl-C after the first worker process started
+        p = real([sys.executable, "-c", "import time; time.sleep(600)"], **kw)
+        started.append(p)
+        return p
+
+    def display_start(self: Any) -> None:
+        raise KeyboardInterrupt  # Ctrl-C while the progress display starts
+
+    monkeypatch.setattr(_runner.subprocess, "Popen", popen)
+    if where == "progress display":
+        monkeypatch.setattr(_runner._Monitor, "start", display_start)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _runner.run_study(spec, workers=2, executor="tests._study_fake:executor", progress=True)
+        left = [p.pid for p in started if p.poll() is None]
+        assert not left, f"worker processes {left} outlived the interrupted run"
+    finally:
+        for p in started:
+            _kill_quietly(p)

@@ -527,6 +527,7 @@ def sqlite_fault_message(path: str, what: str, exc: BaseException) -> tuple[type
         )
     if code == _SQLITE_IOERR and _disk_full(exc, folder):
         code = _SQLITE_FULL  # WAL's shared-memory file could not grow (SQLITE_IOERR_SHMSIZE): no space
+    limit = _size_limit_reached(path) if code == _SQLITE_IOERR else None
     why = {
         _SQLITE_FULL: f"the disk that holds {folder} is full; free space there and run again",
         _SQLITE_READONLY: f"the file or its folder {folder} cannot be written (a read-only mount?)",
@@ -537,10 +538,42 @@ def sqlite_fault_message(path: str, what: str, exc: BaseException) -> tuple[type
             "the file was deleted or moved away while this process had it open (SQLite refuses to write "
             "into it); open the store again where its file is now"
         )
+    elif limit is not None:
+        why = (
+            f"{limit[0]} reached this process's file size limit ({limit[1]} bytes, `ulimit -f`): the "
+            "store cannot grow; raise the limit and run again"
+        )
     return StoreError, (
         f"store {path}: {what} failed ({sqlite_msg}): {why}; its transaction was rolled back, nothing of "
         "it was written"
     )
+
+
+# A write that a file size limit refuses (RLIMIT_FSIZE, `ulimit -f`: EFBIG, SQLite's "disk I/O error")
+# fails within a write of the limit: at most a page (64 KiB) plus the WAL frame's header, with room to spare.
+_SIZE_LIMIT_SLACK = 256 * 1024
+
+
+def _size_limit_reached(path: str) -> tuple[str, int] | None:
+    """The largest file of the SQLite store at `path` (the database, its `-wal` or `-journal`) where it has
+    reached this process's file size limit, and the limit; None where no limit is set or no file is near it."""
+    try:
+        import resource  # POSIX only
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (OSError, ValueError, AttributeError):
+        return None
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return None
+    sizes = []
+    for name in (path, path + "-wal", path + "-journal"):
+        with contextlib.suppress(OSError):
+            sizes.append((os.stat(name).st_size, name))
+    if not sizes or max(sizes)[0] + _SIZE_LIMIT_SLACK < soft:
+        return None
+    return max(sizes)[1], int(soft)
 
 
 _SQLITE_IOERR_SHMSIZE = 10 | (19 << 8)

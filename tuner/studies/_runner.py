@@ -1184,7 +1184,9 @@ def _run_prepared(
     # this process only waits (and polls the board for the progress display): the connections its
     # preparation left idle in its pools would count against the server's limit for the whole run
     close_idle_connections(spec.storage)
-    sup = _Supervisor(spec, cmd, env, max(1, workers), float(lease_s or spec.lease_seconds))
+    # the worker processes start inside `run`, where Ctrl-C stops them: started here, before the progress
+    # display (a store query), an interrupt before `run` left them running without a runner
+    sup = _Supervisor(spec, cmd, env, max(1, workers), float(lease_s or spec.lease_seconds), start=False)
     try:
         if monitor:
             monitor.start()
@@ -1221,8 +1223,17 @@ class _Supervisor:
     `lease_s`) stays watched on it until it holds another (`_check`). A worker process the OS refuses to
     start stops the run (`_start`)."""
 
-    def __init__(self, spec: StudySpec, cmd: list[str], env: dict[str, str], n: int, lease_s: float) -> None:
-        self.spec, self.cmd, self.env, self.lease_s = spec, cmd, env, lease_s
+    def __init__(
+        self,
+        spec: StudySpec,
+        cmd: list[str],
+        env: dict[str, str],
+        n: int,
+        lease_s: float,
+        *,
+        start: bool = True,
+    ) -> None:
+        self.spec, self.cmd, self.env, self.lease_s, self.n = spec, cmd, env, lease_s, n
         self.timeout = spec.trial_timeout
         beat = max(0.2, lease_s / 4)
         self.limit = math.inf
@@ -1236,7 +1247,12 @@ class _Supervisor:
         self.held: dict[int, tuple[int, float, str]] = {}
         self.finished_at: float | None = None  # when the board was first seen with no task left to run
         self.procs: list[subprocess.Popen[bytes]] = []
-        for _ in range(n):
+        if start:
+            self._start_all()
+
+    def _start_all(self) -> None:
+        """Start the worker processes not started yet (`n` in all)."""
+        while len(self.procs) < self.n:
             self.procs.append(self._start())
 
     def _start(self) -> subprocess.Popen[bytes]:
@@ -1264,6 +1280,7 @@ class _Supervisor:
     def run(self) -> None:
         with _signals_as_interrupt():  # SIGTERM / SIGHUP stop the workers as Ctrl-C does
             try:
+                self._start_all()  # (an interrupt between two starts stops the ones started)
                 self._watch()
             except KeyboardInterrupt:
                 self._stop()
