@@ -228,6 +228,24 @@ def test_argparse_refusals_are_one_line_and_a_json_object_under_json(
     assert not (tmp_path / "home").exists()
 
 
+@pytest.mark.parametrize(
+    ("argv", "prog"),
+    [
+        (["cache", "show", "--no-such-option"], "tuner cache show"),
+        (["replay", str(SAMPLE), "--no-such-option"], "tuner replay"),
+        (["replay", str(SAMPLE), "--budget", "abc"], "tuner replay"),
+    ],
+    ids=["nested-unknown", "unknown", "bad-int"],
+)
+def test_argparse_refusals_point_to_the_subcommands_help(tmp_path, monkeypatch, capsys, argv, prog):
+    """docs/api.md: a refused command line's line ends with `(see tuner COMMAND --help)`. An unrecognized
+    argument is reported by argparse from the top parser, and said `(see tuner --help)`."""
+    monkeypatch.setenv("TUNER_HOME", str(tmp_path / "home"))
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith(f"(see {prog} --help)"), line
+
+
 def test_study_run_json_without_the_kernel_backend_prints_the_refusal(tmp_path: Path):
     """`tuner study run S.toml --json` where torch is not installed: run_study refuses before any trial; stdout
     was empty. It holds the refusal, which names the extra to install."""

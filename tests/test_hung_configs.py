@@ -319,3 +319,53 @@ def test_a_drop_in_kernels_retune_marks_its_timings(store_url: str, tmp_path: Pa
     assert third.returncode == 0, third.stderr[-3000:]
     assert _blocks(third.stdout) == [32, 16], third.stdout
     assert "crashed the process while timed (2 times)" in third.stderr, third.stderr[-3000:]
+
+
+def _dead_pid() -> int:
+    """The pid of a process of this host that has exited (and been reaped)."""
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_a_note_excuses_only_the_mark_it_was_written_for(tmp_path: Path, monkeypatch) -> None:
+    """A mark whose timing returned in a store outage is noted (`_returned`) and deleted without counting
+    by the next owner. The note is found by the mark's row id, and a row id can be another mark's later:
+    SQLite gives the id of a deleted last row to the next one, and a note outlives its mark where the mark
+    went another way. Was: the later mark, of a process that died in its timing, was taken for the noted
+    one and deleted without counting (its config timed again without end, never `crashed`). Now the note
+    names the mark's owner, and only that owner's mark is excused."""
+    from sqlalchemy import update
+
+    from tuner.runtime import ConfigCache, _returned
+    from tuner.runtime._db import IN_FLIGHT
+    from tuner.runtime._key import canon
+    from tuner.storage._schema import MeasurementRow
+    from tuner.store import TaskContext
+
+    monkeypatch.setenv("TUNER_HOME", str(tmp_path / "home"))
+    db = ConfigCache(f"sqlite:///{tmp_path / 'store.db'}")
+    task = TaskContext("k", {"n": 1}, "cpu", {}, "")
+    cfg = {"b": 2}
+    first = db.mark_measuring(task, "space", cfg, "key", "owner-a", 600.0)
+    _returned.note(db.store.url, first, "owner-a")  # its timing returned while the store was down
+    db.unmark(first)  # the mark went another way; its process died before it forgot the note
+    later = db.mark_measuring(task, "space", cfg, "key", "owner-b", 600.0)
+    assert later == first  # SQLite reuses the id of the deleted last row
+    with db.store.session() as s:  # owner-b's process died in the timing
+        st = {
+            "key": "key",
+            IN_FLIGHT: "owner-b",
+            "host": _own_host(),
+            "pid": _dead_pid(),
+            "since": time.time(),
+        }
+        s.execute(update(MeasurementRow).where(MeasurementRow.id == later).values(stats=st))
+    hung, crashed = db.hung_configs(task.task_id, "key", "owner-c", 600.0)
+    assert (hung, crashed) == ({}, {canon(cfg): 1})  # a timing that killed its process: counted
+
+
+def _own_host() -> str:
+    from tuner.storage._owner import HOST
+
+    return HOST

@@ -140,6 +140,17 @@ def test_a_key_function_taking_the_arguments_by_name_or_rest_is_accepted(_tuner_
         tuner.autotune(SPACE, key=key, storage=False)(lambda x, n, *, block: 0.0)
 
 
+def test_a_key_function_for_calls_that_pass_some_arguments_by_keyword_is_accepted(_tuner_home: Path):
+    """A call may pass the first arguments positionally and the others by keyword (`k(x, n=3)`), and a
+    key function may be written for such calls only (`x` positional-only, `n` in `**kw`): it is no key
+    function that cannot take the call's arguments. Was: refused when decorated, the check trying every
+    argument positional or every argument by keyword only."""
+    k, calls = _make(key=lambda x, /, **kw: {"n": kw["n"]})
+    k(None, n=3)
+    k(None, n=3)
+    assert len(calls) == 3  # tuned once (budget 3), then a hit
+
+
 def test_a_key_function_refused_at_the_first_call_says_how_it_is_called(_tuner_home: Path):
     k, _ = _make(key=lambda x, n: {"n": n})
     with pytest.raises(

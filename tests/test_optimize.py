@@ -162,6 +162,40 @@ def test_time_budget_counts_the_setup(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (res.evaluations, res.stopped_because) == (1, "time_budget")
 
 
+def test_time_budget_counts_the_setup_of_a_resumed_study_too(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call that resumes a study (its trials finished in an earlier call) still runs its own first trial
+    when its setup took longer than the time budget: the trials it resumed are not the call's. Was: the
+    resumed trials counted as the call's first, and the call measured nothing. The margins are wide
+    (setup 1.5 s, budget 0.75 s, fast trials)."""
+    import time
+
+    import tuner._optimize as opt
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    calls: list[dict] = []
+
+    def obj(cfg: dict) -> float:
+        calls.append(cfg)
+        return bowl(cfg)
+
+    first = tuner.optimize(grid_space(), obj, budget=3, strategy="random", storage=url, study_name="s")
+    assert first.evaluations == len(calls) == 3
+    make = opt._make_strategy
+
+    def slow_setup(*args, **kwargs):  # type: ignore[no-untyped-def]
+        time.sleep(1.5)
+        return make(*args, **kwargs)
+
+    monkeypatch.setattr(opt, "_make_strategy", slow_setup)
+    calls.clear()
+    res = tuner.optimize(
+        grid_space(), obj, budget=10, strategy="random", storage=url, study_name="s", time_budget_s=0.75
+    )
+    assert (len(calls), res.evaluations, res.stopped_because) == (1, 4, "time_budget")
+
+
 def test_time_budget_spent_by_a_slow_proposal() -> None:
     """A proposal that takes the search past its time budget (a model refit, a first import of xgboost)
     is not measured: no trial starts after the time budget (the call's first trial always runs)."""

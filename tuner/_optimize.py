@@ -684,9 +684,14 @@ def _search(
     dists = space.to_optuna()
     strategy_time = 0.0
     waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+    resumed = len(trials)  # finished in an earlier call (`_resume`): the call's first trial is still to run
     while len(trials) < budget:
         # the setup (the strategy's pool and model, the study) counts, but the call's first trial runs
-        if trials and time_budget_s is not None and time.perf_counter() - t_start >= time_budget_s:
+        if (
+            len(trials) > resumed
+            and time_budget_s is not None
+            and time.perf_counter() - t_start >= time_budget_s
+        ):
             return "time_budget", strategy_time
         if strat.pool.exhausted():
             return "space_exhausted", strategy_time
@@ -704,7 +709,7 @@ def _search(
             return "space_exhausted", strategy_time
         if (
             proposed
-            and trials
+            and len(trials) > resumed
             and time_budget_s is not None
             and time.perf_counter() - t_start >= time_budget_s
         ):

@@ -50,6 +50,24 @@ class _Parser(argparse.ArgumentParser):
         (argparse printed its usage over several lines and exited before `--json` was read)."""
         raise _UsageError(f"{message} (see {self.prog} --help)")
 
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        ns, extras = super().parse_known_args(args, namespace)
+        if not hasattr(ns, _PROG):  # the innermost parser (the subcommand's) returns first
+            setattr(ns, _PROG, self.prog)
+        return ns, extras
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """argparse's, with an unrecognized argument refused in the name of the subcommand that was
+        parsed (`see tuner cache show --help`): argparse reports it from the top parser (`tuner`)."""
+        ns, extras = self.parse_known_args(args, namespace)
+        prog = vars(ns).pop(_PROG, self.prog)
+        if extras:
+            raise _UsageError(f"unrecognized arguments: {' '.join(extras)} (see {prog} --help)")
+        return ns
+
+
+_PROG = "_tuner_prog"  # the namespace attribute that carries the parsed subcommand's prog to `parse_args`
+
 
 class _UsageError(BadInput):
     """argparse refused the command line; `main` prints it as any `BadInput`."""

@@ -468,7 +468,9 @@ class ConfigCache:
                 died = st.get("host") == HOST and isinstance(st.get("pid"), int) and not pid_alive(st["pid"])
                 if st[IN_FLIGHT] == owner:
                     gone.append(row_id)
-                elif _returned.returned(self.store.url, row_id):  # its timing returned in a store outage
+                elif _returned.returned(
+                    self.store.url, row_id, str(st[IN_FLIGHT])
+                ):  # its timing returned in a store outage
                     gone.append(row_id)
                     noted.append(row_id)
                 elif died and not old:

@@ -90,8 +90,8 @@ def call_users_function(fn: Callable[..., Any], role: str, args: tuple, kwargs: 
 
 def check_users_function(fn: Callable[..., Any], role: str, target: Any, skip: Iterable[str]) -> None:
     """TypeError, at decoration, for a key or space function `fn` that can take the arguments of a call
-    of `target` neither as positional nor as keyword arguments: its required parameters, less `skip` (the
-    config's, which the call does not pass). A signature that cannot be read is not checked."""
+    of `target` in no way a call can pass them (the first k positional, the others by keyword): its required
+    parameters, less `skip` (the config's, which the call does not pass). A signature that cannot be read is not checked."""
     names = getattr(target, "arg_names", None)
     try:
         params = inspect.signature(underlying_function(target) if names is not None else target).parameters
@@ -105,8 +105,12 @@ def check_users_function(fn: Callable[..., Any], role: str, target: Any, skip: I
         and p.default is p.empty
         and p.name not in left
     ]
+    # a call may pass the first k of them positionally and the others by keyword (`f(x, n=2)`)
     positional = _refused_arguments(fn, tuple(needed), {})
-    if positional is not None and _refused_arguments(fn, (), dict.fromkeys(needed)) is not None:
+    if positional is not None and all(
+        _refused_arguments(fn, tuple(needed[:k]), dict.fromkeys(needed[k:])) is not None
+        for k in range(len(needed))
+    ):
         raise TypeError(_cannot_take(role, f"{positional}; a call passes at least {', '.join(needed)}"))
 
 

@@ -7,9 +7,12 @@ older than the lease, as a hang (never timed again). Where the store is down whe
 mark cannot be deleted: the process retries while it lives (`_tuning._clean_later`), and notes here, in a
 file of its own under `$TUNER_HOME/returned-marks/<store>/`, that the mark's timing returned, so that a
 process that exits (or is killed) before the store is back does not leave its config taken for a crash or a
-hang: `ConfigCache.hung_configs` deletes a noted mark without counting it. The note is an empty file
-named by the mark's row id (created whole, removed by unlink); a note that cannot be written (a read-only
-home) is logged and the mark then reads as before. Seen by the processes that share this TUNER_HOME
+hang: `ConfigCache.hung_configs` deletes a noted mark without counting it. The note is a file named by
+the mark's row id that holds the mark's owner (written whole: a temporary file renamed; removed by
+unlink); a note excuses only a mark of that owner, as a row id can be another mark's later (SQLite reuses
+the id of a deleted last row, a store made anew starts again at 1, and a note can outlive its mark where
+its process died and the mark went another way: `cache prune`). A note that cannot be written (a
+read-only home) is logged and the mark then reads as before. Seen by the processes that share this TUNER_HOME
 (those of this host, as a rule); a mark of another host's process still reads as its hang once older than
 the lease."""
 
@@ -19,6 +22,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import tempfile
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -32,21 +36,29 @@ def _folder(url: str) -> Path:
     return tuner_home() / "returned-marks" / hashlib.sha256(url.encode()).hexdigest()[:16]
 
 
-def note(url: str, row_id: int) -> None:
-    """Note that the timing of mark `row_id` in the store `url` returned."""
+def note(url: str, row_id: int, owner: str) -> None:
+    """Note that the timing of mark `row_id` (of the claim's owner `owner`) in the store `url` returned."""
+    tmp = None
     try:
         folder = _folder(url)
         folder.mkdir(parents=True, exist_ok=True)
-        os.close(os.open(folder / str(int(row_id)), os.O_WRONLY | os.O_CREAT, 0o644))
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".note-")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(owner)
+        os.replace(tmp, folder / str(int(row_id)))
     except OSError as exc:
         log.info("could not note that the timing of mark %d returned: %s", row_id, exc)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
-def returned(url: str, row_id: int) -> bool:
-    """Whether a process noted that the timing of mark `row_id` in the store `url` returned."""
+def returned(url: str, row_id: int, owner: str) -> bool:
+    """Whether a process noted that the timing of mark `row_id` of `owner` in the store `url` returned (a
+    note of another owner's mark that had this row id does not count)."""
     try:
-        return (_folder(url) / str(int(row_id))).exists()
-    except OSError:
+        return (_folder(url) / str(int(row_id))).read_text(encoding="utf-8") == owner
+    except (OSError, UnicodeDecodeError):
         return False
 
 

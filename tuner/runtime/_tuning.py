@@ -468,7 +468,8 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
             if mark is not None and db is not None:
                 unmarked = guarded(db, "write", "unmark the config timed", lambda: _unmark(db, mark), False)
                 if not unmarked:
-                    _returned.note(db.store.url, mark)  # a later owner does not take it for a crash
+                    # a later owner does not take it for a crash
+                    _returned.note(db.store.url, mark, owner or "")
                     _clean_later(db, mark=mark)
         med, spread = normalise_bench_result(timed)
         spreads[canon(cfg)] = spread
