@@ -120,6 +120,23 @@ def test_a_value_no_store_can_hold_is_refused_at_decoration_naming_the_config(ba
     assert says in str(e.value) and "X=" in str(e.value)
 
 
+@pytest.mark.parametrize(
+    "bad, hint",
+    [([1], "a tuple in place of the list"), ({"x": 1}, "in place of the dict"), ({1}, "sorted tuple")],
+    ids=["list", "dict", "set"],
+)
+def test_an_unhashable_value_of_a_plain_functions_dict_config_gets_a_hint_for_its_type(bad, hint):
+    """Was: a dict (or set) value was told to "give a tuple in place of a list", and a plain function's
+    dict configs (no Triton kernel) were told about triton.autotune alone."""
+
+    def f(n, *, b):
+        return 1.0
+
+    with pytest.raises(ValueError, match="unhashable") as e:
+        tuner.autotune(configs=[{"b": bad}, {"b": 0}], key=["n"])(f)
+    assert hint in str(e.value), e.value
+
+
 class Mode:
     """A user's constexpr value whose repr does not show what tells two of them apart."""
 

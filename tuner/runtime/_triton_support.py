@@ -95,9 +95,14 @@ def _space_value(i: int, c: Any, k: str, v: Any, single: bool) -> Any:
     except TypeError:
         if single:
             return v
+        instead = {
+            "list": "a tuple in place of the list",
+            "dict": "a tuple of its (key, value) pairs, or one parameter per key, in place of the dict",
+            "set": "a sorted tuple in place of the set",
+        }.get(type(v).__name__, "a hashable value (a tuple, a str, a number)")
         raise ValueError(
-            f"{where} is unhashable ({type(v).__name__}); triton.autotune hashes every config "
-            "(triton.Config.__hash__), so give a tuple in place of a list"
+            f"{where} is unhashable ({type(v).__name__}); each config's values are hashed (a config is "
+            f"stored and looked up by them, as triton.Config.__hash__ hashes them), so give {instead}"
         ) from None
     r = repr(v)
     if not single and re.search(r" at 0x[0-9a-fA-F]+", r):
