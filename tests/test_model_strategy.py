@@ -716,10 +716,17 @@ def _wide_strategy(checks: list[int]) -> tuple[SearchSpace, ModelStrategy]:
     return space, strat
 
 
-def test_unseen_neighbours_are_the_spaces_hamming_neighbours_in_order() -> None:
+@pytest.mark.parametrize("way", ["scan", "lookups"])
+def test_unseen_neighbours_are_the_spaces_hamming_neighbours_in_order(
+    way: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The unseen one-parameter neighbours of a pool config are `space.neighbors(config, "hamming")` that
     were not measured, in that order (parameter by parameter, values in domain order), and finding them
-    builds and checks no candidate config: a parameter with 3000 values made that some 50 ms per call."""
+    builds and checks no candidate config: a parameter with 3000 values made that some 50 ms per call.
+    Both ways to them (a key-matrix scan, index lookups) give that list."""
+    from tuner.strategies import _model
+
+    monkeypatch.setattr(_model, "_SCAN_PER_LOOKUP", 10**9 if way == "scan" else 0)
     checks = [0]
     space, strat = _wide_strategy(checks)
     pool = strat.pool
@@ -736,9 +743,13 @@ def test_distance_to_measured_configs_follows_new_results() -> None:
     to date as results arrive, equals the distance computed afresh."""
     space, strat = _wide_strategy([0])
     X = strat.pool.X
+    everything = np.arange(len(X))
     for step in range(3):
-        got = strat._observed_distance().copy()
         want = np.min([(X[j] != X).sum(axis=1) for j in strat._obs_idx], axis=0)
-        assert np.array_equal(got, want)
+        # a few configs (compared with every measured one) and the whole pool (kept up to date) alike
+        few = np.flatnonzero(strat.pool.unseen_mask)[:: 500 + step]
+        assert np.array_equal(strat._observed_distance(few), want[few])
+        assert np.array_equal(strat._observed_distance(everything), want)
+        assert np.array_equal(strat._observed_distance(few), want[few])
         unseen = np.flatnonzero(strat.pool.unseen_mask)
         strat.tell(strat.pool.config_at(int(unseen[step * 97])), 0.5)
