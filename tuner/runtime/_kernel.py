@@ -245,7 +245,7 @@ def _kernel_autotuned(
     if backend == "pallas":  # jax.grad / jax.vjp through the kernel: the VJP of its JAX reference
         from ._kernel_grad import differentiable
 
-        target = differentiable(spec, launch)
+        target = differentiable(spec, backend)
 
     def timer(args: tuple, kwargs: dict, dev: str) -> BenchFn:
         _, inputs = _split(args, kwargs)
