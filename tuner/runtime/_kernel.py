@@ -241,6 +241,12 @@ def _kernel_autotuned(
     def launch(problem: Mapping[str, Any], inputs: dict[str, Any], **config: Any) -> Any:
         return run(problem, backend, inputs, config)
 
+    target = launch
+    if backend == "pallas":  # jax.grad / jax.vjp through the kernel: the VJP of its JAX reference
+        from ._kernel_grad import differentiable
+
+        target = differentiable(spec, backend)
+
     def timer(args: tuple, kwargs: dict, dev: str) -> BenchFn:
         _, inputs = _split(args, kwargs)
         return bench or default_bench(kind, array_framework(list(inputs.values())), dev)
@@ -250,7 +256,7 @@ def _kernel_autotuned(
         return [inputs[n] for n in spec.mutated_inputs if n in inputs]
 
     return Autotuned(
-        launch,
+        target,
         _SpaceOnDevice(spec, backend, device),
         name=spec.name,
         bench=bench,
