@@ -451,6 +451,22 @@ def test_a_space_spanning_a_floats_range_is_searched_without_overflow(strategy):
     assert len(calls) == 24 == len(set(calls)) and r.best_value is not None
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_objective_values_near_the_ends_of_a_float_of_both_signs_are_results(strategy):
+    """Values of 1.7e308 and -1.7e308 (an objective with values <= 0 takes the median/spread scaling, not
+    the log): the model's targets overflowed XGBoost's float32 labels, and "auto" raised XGBoostError
+    ("Label contains NaN, infinity or a value too large") at its first model fit."""
+    space = SearchSpace.from_configs([{"x": i, "y": i % 3} for i in range(40)])
+    calls = []
+
+    def f(c):
+        calls.append(_typed(c))
+        return [1.7e308, -1.7e308, 0.0, 1.0][c["x"] % 4]
+
+    r = _run(space, f, budget=40, strategy=strategy)
+    assert len(calls) == 40 == len(set(calls)) and r.best_value == -1.7e308
+
+
 # ---- determinism across processes -----------------------------------------------------------------------
 
 _CHILD = r"""
