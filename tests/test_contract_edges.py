@@ -363,6 +363,24 @@ def test_priors_that_do_not_fit_the_space_are_accepted(strategy, prior):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("value", [2**2000, -(2**1100)], ids=["2**2000", "-2**1100"])
+def test_a_prior_config_int_beyond_a_floats_range_is_a_foreign_config(strategy, value):
+    """Prior configs need not be in the space: an int beyond a float's range in a parameter whose values are
+    text (a categorical one) raised OverflowError from the one-hot features of auto, model and xgb_greedy."""
+    rows = [{"x": 2**i, "s": "ab"[i % 2]} for i in range(12)]
+    prior = [[({**r, "s": value}, float(i + 1)) for i, r in enumerate(rows[:8])] + [(rows[9], 1.0)]]
+    calls = []
+    _run(
+        SearchSpace.from_configs(rows),
+        lambda c: calls.append(_typed(c)) or float(c["x"]),
+        budget=6,
+        strategy=strategy,
+        prior=prior,
+    )
+    assert len(calls) == 6 == len(set(calls))
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("value", [[1], {"x": 1}, np.array([1, 2])], ids=["list", "dict", "array"])
 def test_a_prior_config_value_that_is_no_parameter_value_is_refused_before_any_call(strategy, value):
     """A list, dict or array is not an int, float, str or bool: a ValueError naming it, for every strategy,
