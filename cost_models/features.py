@@ -332,7 +332,10 @@ def _cat_key(v: Any) -> tuple[str, Any]:
     if isinstance(v, bool):
         return ("bool", v)
     if isinstance(v, (int, float)):
-        return ("num", float(v))
+        # the number itself (1 and 1.0 hash and compare alike): float(v) raised OverflowError on an int
+        # beyond a float's range (a prior task's config need not be in the space) and made 2**60 and
+        # 2**60 + 1 one category
+        return ("num", v)
     return ("str", v)
 
 

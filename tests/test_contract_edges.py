@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import warnings
+import zlib
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -362,6 +363,24 @@ def test_priors_that_do_not_fit_the_space_are_accepted(strategy, prior):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("value", [2**2000, -(2**1100)], ids=["2**2000", "-2**1100"])
+def test_a_prior_config_int_beyond_a_floats_range_is_a_foreign_config(strategy, value):
+    """Prior configs need not be in the space: an int beyond a float's range in a parameter whose values are
+    text (a categorical one) raised OverflowError from the one-hot features of auto, model and xgb_greedy."""
+    rows = [{"x": 2**i, "s": "ab"[i % 2]} for i in range(12)]
+    prior = [[({**r, "s": value}, float(i + 1)) for i, r in enumerate(rows[:8])] + [(rows[9], 1.0)]]
+    calls = []
+    _run(
+        SearchSpace.from_configs(rows),
+        lambda c: calls.append(_typed(c)) or float(c["x"]),
+        budget=6,
+        strategy=strategy,
+        prior=prior,
+    )
+    assert len(calls) == 6 == len(set(calls))
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("value", [[1], {"x": 1}, np.array([1, 2])], ids=["list", "dict", "array"])
 def test_a_prior_config_value_that_is_no_parameter_value_is_refused_before_any_call(strategy, value):
     """A list, dict or array is not an int, float, str or bool: a ValueError naming it, for every strategy,
@@ -451,6 +470,22 @@ def test_a_space_spanning_a_floats_range_is_searched_without_overflow(strategy):
     assert len(calls) == 24 == len(set(calls)) and r.best_value is not None
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_objective_values_near_the_ends_of_a_float_of_both_signs_are_results(strategy):
+    """Values of 1.7e308 and -1.7e308 (an objective with values <= 0 takes the median/spread scaling, not
+    the log): the model's targets overflowed XGBoost's float32 labels, and "auto" raised XGBoostError
+    ("Label contains NaN, infinity or a value too large") at its first model fit."""
+    space = SearchSpace.from_configs([{"x": i, "y": i % 3} for i in range(40)])
+    calls = []
+
+    def f(c):
+        calls.append(_typed(c))
+        return [1.7e308, -1.7e308, 0.0, 1.0][c["x"] % 4]
+
+    r = _run(space, f, budget=40, strategy=strategy)
+    assert len(calls) == 40 == len(set(calls)) and r.best_value == -1.7e308
+
+
 # ---- determinism across processes -----------------------------------------------------------------------
 
 _CHILD = r"""
@@ -533,3 +568,129 @@ def test_autotune_calls_with_the_users_own_values_on_tuning_and_on_a_store_hit()
     second(8)
     assert second.tuner.stats["from_store"] == 1
     assert calls == [_typed({"b": 1.0, "m": "x"})]
+
+
+# ---- properties: a deterministic objective with failures, priors that overlap the space or not -----------
+
+_RESULTS = [math.nan, math.inf, -math.inf, 0.0, -0.0, 7, -3.5, np.float32(2.5), np.int32(4), 1e300, -1e300]
+
+
+def _result(config: dict, salt: int):
+    """A deterministic result of `config` (one of `_RESULTS`, or raising), equal configs alike."""
+    h = (zlib.crc32(repr(_canonical(config)).encode()) ^ salt) % 1_000_003
+    if h % 9 == 0:
+        raise RuntimeError("failed config")
+    return _RESULTS[h % len(_RESULTS)] if h % 3 == 0 else (h % 997) / 10.0
+
+
+def _canonical(config: dict):
+    """A config's values as from_configs compares them: by ==, a bool apart from numbers."""
+    return sorted(
+        (k, (type(v) is bool, float(v) if type(v) in (int, float) else v)) for k, v in config.items()
+    )
+
+
+def _expected(config: dict, salt: int) -> float | None:
+    try:
+        v = float(_result(config, salt))
+    except RuntimeError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+_cell = st.one_of(
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([-0.0, 5e-324, 1e308, ""]),
+    st.text(max_size=3),
+)
+
+
+@st.composite
+def _config_lists(draw, max_configs: int = 40) -> list[dict]:
+    keys = draw(st.lists(st.text(min_size=1, max_size=4), min_size=1, max_size=5, unique=True))
+    pools = {k: draw(st.lists(_cell, min_size=1, max_size=6)) for k in keys}
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    configs, seen = [], set()
+    for _ in range(draw(st.integers(1, max_configs))):
+        c = {k: pools[k][int(rng.integers(len(pools[k])))] for k in keys}
+        if repr(_canonical(c)) not in seen:
+            seen.add(repr(_canonical(c)))
+            configs.append(c)
+    return configs
+
+
+def _check_run(configs, r, calls, budget, salt):
+    given_ = {repr(_canonical(c)) for c in configs}
+    assert len(calls) == len(r.trials) == min(budget, len(configs))
+    assert len({repr(_canonical(c)) for c in calls}) == len(calls)
+    for call, t in zip(calls, r.trials, strict=True):
+        assert repr(_canonical(t.config)) in given_ and _typed(t.config) == _typed(call)
+        assert isinstance(t.status, str) and (t.value is None or type(t.value) is float)
+        assert t.value == _expected(t.config, salt)
+    ok = [t.value for t in r.trials if t.value is not None]
+    assert type(r.best_value) is float and r.best_value == (min(ok) if ok else math.inf)
+    assert (r.best_config is None) if not ok else _expected(r.best_config, salt) == r.best_value
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    configs=_config_lists(),
+    strategy=st.sampled_from(STRATEGIES),
+    budget=st.integers(1, 45),
+    seed=st.integers(0, 2**32 - 1),
+    salt=st.integers(0, 2**16),
+)
+def test_optimize_reports_what_a_deterministic_objective_with_failures_returned(
+    configs, strategy, budget, seed, salt
+):
+    space = SearchSpace.from_configs(configs)
+    runs = []
+    for _ in range(2):
+        calls: list[dict] = []
+        r = _run(
+            space,
+            lambda c, calls=calls: calls.append(dict(c)) or _result(c, salt),
+            budget=budget,
+            seed=seed,
+            strategy=strategy,
+        )
+        _check_run(configs, r, calls, budget, salt)
+        runs.append([_typed(c) for c in calls])
+    assert runs[0] == runs[1]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    configs=_config_lists(max_configs=25),
+    data=st.data(),
+    strategy=st.sampled_from(STRATEGIES),
+    budget=st.integers(1, 30),
+    salt=st.integers(0, 2**16),
+)
+def test_priors_overlapping_the_space_or_not_keep_the_contract(configs, data, strategy, budget, salt):
+    keys = list(configs[0])
+    other = st.one_of(
+        st.sampled_from(configs).map(dict),
+        st.sampled_from(configs).map(lambda c: {**c, keys[0]: "foreign"}),
+        st.sampled_from(configs).map(lambda c: {**c, "\x02extra": 1}),
+        st.sampled_from(configs).map(lambda c: {k: v for k, v in c.items() if k != keys[-1]}),
+        st.just({"unrelated": 1}),
+    )
+    value = st.one_of(st.none(), st.floats(), st.integers(-5, 5))
+    prior = data.draw(st.lists(st.lists(st.tuples(other, value), max_size=12), max_size=3))
+    space = SearchSpace.from_configs(configs)
+    runs = []
+    for _ in range(2):
+        calls: list[dict] = []
+        r = _run(
+            space,
+            lambda c, calls=calls: calls.append(dict(c)) or _result(c, salt),
+            budget=budget,
+            prior=prior,
+            strategy=strategy,
+        )
+        _check_run(configs, r, calls, budget, salt)
+        runs.append([_typed(c) for c in calls])
+    assert runs[0] == runs[1]

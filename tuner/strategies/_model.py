@@ -112,6 +112,9 @@ log = logging.getLogger(__name__)
 __all__ = ["ModelStrategy", "prior_predictions"]
 
 
+_TARGET_LIMIT = 1e6  # spreads from the median, where the values of an objective with values <= 0 are cut
+
+
 def _normalise(vals: np.ndarray) -> np.ndarray:
     """Per-task model targets: normalised log time (`normalise_targets`, NaN = failed). An objective with
     a value <= 0 (a negated throughput, a score, a time minus a baseline) has no log: its values are
@@ -125,11 +128,15 @@ def _normalise(vals: np.ndarray) -> np.ndarray:
         return normalise_targets(v)
     from tuner.cost_models.models import FAIL_MARGIN
 
-    good = v[ok]
+    # (good - med) / scale does not change when every value is divided by the largest: so divided, values
+    # near a float's ends (1e308 and -1e308) neither overflow to inf nor make the std NaN
+    good = v[ok] / (float(np.abs(v[ok]).max()) or 1.0)  # (all zero: as they are)
     med = float(np.median(good))
     scale = float(np.median(np.abs(good - med))) or float(np.std(good)) or 1.0
     t = np.empty(len(v))
-    t[ok] = (good - med) / scale
+    # XGBoost takes float32 labels: a value a billion spreads away (a 1e300 among small ones) is as bad
+    # as one a million away, and would otherwise be "a value too large" there
+    t[ok] = np.clip((good - med) / scale, -_TARGET_LIMIT, _TARGET_LIMIT)
     t[~ok] = float(t[ok].max()) + FAIL_MARGIN
     return t
 
