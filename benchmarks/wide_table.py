@@ -14,8 +14,6 @@ import argparse
 import gzip
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -44,11 +42,9 @@ def build(configs: int, strings: int, seed: int) -> dict:
 
 def write(out: Path, configs: int, strings: int, seed: int) -> None:
     """The table as gzipped JSON at `out`, written atomically."""
-    blob = gzip.compress(json.dumps(build(configs, strings, seed)).encode(), mtime=0)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(blob)
-    os.replace(tmp, out)
+    from tuner._atomic import atomic_write
+
+    atomic_write(out, gzip.compress(json.dumps(build(configs, strings, seed)).encode(), mtime=0))
 
 
 def main() -> None:

@@ -21,8 +21,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
-import tempfile
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -38,19 +36,14 @@ def _folder(url: str) -> Path:
 
 def note(url: str, row_id: int, owner: str) -> None:
     """Note that the timing of mark `row_id` (of the claim's owner `owner`) in the store `url` returned."""
-    tmp = None
+    from .._atomic import atomic_write
+
     try:
         folder = _folder(url)
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".note-")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(owner)
-        os.replace(tmp, folder / str(int(row_id)))
+        atomic_write(folder / str(int(row_id)), owner)
     except OSError as exc:
         log.info("could not note that the timing of mark %d returned: %s", row_id, exc)
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
 
 
 def returned(url: str, row_id: int, owner: str) -> bool:
