@@ -634,6 +634,19 @@ def _check_run(configs, r, calls, budget, salt):
     assert (r.best_config is None) if not ok else _expected(r.best_config, salt) == r.best_value
 
 
+def _check_twice(configs: list[dict], budget: int, salt: int, **kw: object) -> None:
+    """Two runs of `optimize` over `configs` (with `kw`): each keeps the contract (`_check_run`), and the
+    second makes the same calls as the first."""
+    space = SearchSpace.from_configs(configs)
+    runs = []
+    for _ in range(2):
+        calls: list[dict] = []
+        r = _run(space, lambda c, calls=calls: calls.append(dict(c)) or _result(c, salt), budget=budget, **kw)
+        _check_run(configs, r, calls, budget, salt)
+        runs.append([_typed(c) for c in calls])
+    assert runs[0] == runs[1]
+
+
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     configs=_config_lists(),
@@ -645,20 +658,7 @@ def _check_run(configs, r, calls, budget, salt):
 def test_optimize_reports_what_a_deterministic_objective_with_failures_returned(
     configs, strategy, budget, seed, salt
 ):
-    space = SearchSpace.from_configs(configs)
-    runs = []
-    for _ in range(2):
-        calls: list[dict] = []
-        r = _run(
-            space,
-            lambda c, calls=calls: calls.append(dict(c)) or _result(c, salt),
-            budget=budget,
-            seed=seed,
-            strategy=strategy,
-        )
-        _check_run(configs, r, calls, budget, salt)
-        runs.append([_typed(c) for c in calls])
-    assert runs[0] == runs[1]
+    _check_twice(configs, budget, salt, seed=seed, strategy=strategy)
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -680,17 +680,4 @@ def test_priors_overlapping_the_space_or_not_keep_the_contract(configs, data, st
     )
     value = st.one_of(st.none(), st.floats(), st.integers(-5, 5))
     prior = data.draw(st.lists(st.lists(st.tuples(other, value), max_size=12), max_size=3))
-    space = SearchSpace.from_configs(configs)
-    runs = []
-    for _ in range(2):
-        calls: list[dict] = []
-        r = _run(
-            space,
-            lambda c, calls=calls: calls.append(dict(c)) or _result(c, salt),
-            budget=budget,
-            prior=prior,
-            strategy=strategy,
-        )
-        _check_run(configs, r, calls, budget, salt)
-        runs.append([_typed(c) for c in calls])
-    assert runs[0] == runs[1]
+    _check_twice(configs, budget, salt, prior=prior, strategy=strategy)

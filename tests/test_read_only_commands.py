@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -181,10 +182,27 @@ def test_commands_that_only_read_make_no_tables_in_an_empty_postgresql_database(
     file that does not exist yet, an empty database holds nothing and is left empty."""
     url = pg_url
     out = tmp_path / "c.json"
+    _only_read(url, tmp_path, out, capsys, after_show=lambda: _tables(url) == [])
+    assert _tables(url) == [] and not out.exists()
+    assert cli("cache", "prune", "--older-than", "0", "--storage", url) == 0  # nothing to remove: none made
+    assert _tables(url) == []
+
+
+def _only_read(
+    url: str,
+    tmp_path: Path,
+    out: Path,
+    capsys: pytest.CaptureFixture[str],
+    after_show: Callable[[], bool] | None = None,
+) -> None:
+    """Run every command that only reads on the store `url` where none is: cache show (also --json), prune
+    --dry-run, export (exit 1), study report and export (exit 1, "it never ran"). `after_show`: a check
+    made right after the first `cache show`."""
     study = write_study(tmp_path, n_m=1, budget=1)
     assert cli("cache", "show", "--storage", url) == 0
     assert "no cached entries" in capsys.readouterr().out
-    assert _tables(url) == []
+    if after_show is not None:
+        assert after_show()
     assert cli("cache", "show", "--json", "--storage", url) == 0
     assert cli("cache", "prune", "--older-than", "0", "--dry-run", "--storage", url) == 0
     assert cli("cache", "export", "--out", str(out), "--storage", url) == 1
@@ -192,9 +210,6 @@ def test_commands_that_only_read_make_no_tables_in_an_empty_postgresql_database(
         extra = ["--out", str(out)] if command == "export" else []
         assert cli("study", command, str(study), *extra, "--storage", url) == 1
         assert "it never ran" in capsys.readouterr().err
-    assert _tables(url) == [] and not out.exists()
-    assert cli("cache", "prune", "--older-than", "0", "--storage", url) == 0  # nothing to remove: none made
-    assert _tables(url) == []
 
 
 def _sqlite_tables(path: Path) -> list[str]:
@@ -223,16 +238,7 @@ def test_commands_that_only_read_make_no_tables_in_an_existing_sqlite_file_witho
     before, tables = db.read_bytes(), _sqlite_tables(db)
     url = f"sqlite:///{db}"
     out = tmp_path / "c.json"
-    study = write_study(tmp_path, n_m=1, budget=1)
-    assert cli("cache", "show", "--storage", url) == 0
-    assert "no cached entries" in capsys.readouterr().out
-    assert cli("cache", "show", "--json", "--storage", url) == 0
-    assert cli("cache", "prune", "--older-than", "0", "--dry-run", "--storage", url) == 0
-    assert cli("cache", "export", "--out", str(out), "--storage", url) == 1
-    for command in ("report", "export"):
-        extra = ["--out", str(out)] if command == "export" else []
-        assert cli("study", command, str(study), *extra, "--storage", url) == 1
-        assert "it never ran" in capsys.readouterr().err
+    _only_read(url, tmp_path, out, capsys)
     capsys.readouterr()
     assert cli("cache", "upgrade", "--storage", url) == 2
     assert f"no store at {db}: nothing to upgrade" in capsys.readouterr().err

@@ -227,16 +227,10 @@ def prior_predictions(
 
 
 # `_unseen_neighbours`: how many (pool config, parameter) cells of the key matrix one scan compares in the
-# time of one index lookup of a candidate neighbour. Measured on the 2-core machine: a cell 6-16 ns, a
-# lookup 0.2-1.7 us (ratios 15-300 over a 2,000,000-config bowl, a 3000-config wide table, gemm and
-# convolution). It picks the cheaper of two ways to the same list, so it changes no proposal.
+# time of one index lookup of a candidate neighbour. Measured on the 2-core machine
+# (benchmarks/neighbour_lookup.py): a cell 6-15 ns, a lookup 0.2-2.2 us (ratios 15-300 over a
+# 2,000,000-config bowl, a 3000-config wide table, gemm and convolution). It picks the cheaper of two ways to the same list, so it changes no proposal.
 _SCAN_PER_LOOKUP = 50
-# `_observed_distance`: keeping every pool config's distance up to date costs a pool-wide comparison per
-# result; comparing the measured configs with the scored ones alone costs (results x scored) per call. The
-# second is cheaper once the pool is some hundred results' worth larger than the scored set; 64 takes it
-# for the 2,000,000-config bowl (5000 scored) and keeps the first for every table of benchmarks/data.
-# Both give the same distances: it changes no proposal.
-_DIST_SUBSET = 64
 
 
 class ModelStrategy(Strategy):
@@ -785,20 +779,11 @@ class ModelStrategy(Strategy):
         """For the pool configs `at`, the fewest feature columns in which each differs from any measured
         config (the largest int64 before the first measurement). Kept up to date for the whole pool, each
         measured config compared with the pool once, not at every call (a wide space, 3000 configs with 300
-        one-hot columns, spent tens of ms per call comparing every measured config again); where the pool
-        is more than `_DIST_SUBSET` times larger than `at` (a pool of millions, of which the model scored a
-        few thousand), every measured config is compared with `at` alone instead. The two give the same
-        distances."""
+        one-hot columns, spent tens of ms per call comparing every measured config again)."""
         X = self.pool.X
         if getattr(self, "_dist_obs", None) is None:
             self._dist_obs = np.full(len(X), np.iinfo(np.int64).max)
             self._dist_n = 0
-        if len(X) > _DIST_SUBSET * len(at):
-            d = np.full(len(at), np.iinfo(np.int64).max)
-            Xa = X[at]
-            for j in self._obs_idx:
-                np.minimum(d, (X[j] != Xa).sum(axis=1), out=d)
-            return d
         for j in self._obs_idx[self._dist_n :]:
             np.minimum(self._dist_obs, (X[j] != X).sum(axis=1), out=self._dist_obs)
         self._dist_n = len(self._obs_idx)
@@ -1010,7 +995,8 @@ class ModelStrategy(Strategy):
         # Two exact ways, the same list: a scan of the key matrix (ns per pool config and parameter) or a
         # lookup of each one-value change in the pool's index (about a microsecond per candidate); the
         # scan where it is cheaper (a small pool of many-valued parameters), the lookups where the pool is
-        # large (a scan of a 2,000,000-config pool took 64 ms, its 2998 lookups 2.8 ms)
+        # large (a scan of a 2,000,000-config pool took 58 ms, its 2998 lookups 2.5 ms:
+        # benchmarks/neighbour_lookup.py)
         params = self.space.params
         candidates = sum(len(p.values) - 1 for p in params)
         if len(self.pool.keys) * len(params) <= _SCAN_PER_LOOKUP * candidates:
