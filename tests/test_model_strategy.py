@@ -591,11 +591,14 @@ def test_a_cold_start_measures_the_default_then_the_suggested_configs() -> None:
     assert res.evaluations == 6
 
 
-@pytest.mark.parametrize("odd", [2**1100, math.inf], ids=["2**1100", "inf"])
-def test_a_prior_config_holding_a_number_no_feature_holds_is_a_missing_value(odd: Any) -> None:
-    """Past measurements are read as they were recorded: a prior config with an int beyond a float's range
-    made optimize raise OverflowError from the feature schema, and one with inf made XGBoost refuse the
-    prior task's model ("Input data contains `inf`"). The value is a missing feature now."""
+@pytest.mark.parametrize(
+    "odd", [2**1100, math.inf, -math.inf, math.nan], ids=["2**1100", "inf", "-inf", "nan"]
+)
+def test_a_prior_config_holding_a_number_no_space_holds_is_refused(odd: Any) -> None:
+    """A prior config with an int beyond a float's range made optimize raise OverflowError from the feature
+    schema, and one with inf made XGBoost refuse the prior task's model; then they (and NaN) were taken
+    without a word as a missing value, matching no config. A space refuses these values, and so does a
+    `--prior` file: so does `prior` now, naming the row and the parameter, before any objective call."""
     space = SearchSpace.from_configs(
         [{"BLOCK_M": m, "BLOCK_N": n} for m in (16, 32, 64) for n in (16, 32, 64)]
     )
@@ -605,8 +608,10 @@ def test_a_prior_config_holding_a_number_no_feature_holds_is_a_missing_value(odd
             for i, (m, n) in enumerate((m, n) for m in (16, 32, 64) for n in (16, 32, 64))
         ]
     ]
-    r = tuner.optimize(space, lambda c: float(c["BLOCK_M"] + c["BLOCK_N"]), budget=5, prior=prior, seed=0)
-    assert r.evaluations == 5 and r.best_value == min(t.value for t in r.trials)
+    calls: list[dict] = []
+    with pytest.raises(ValueError, match=r"prior\[0\]\[1\]: parameter 'BLOCK_M': value .* (finite|range)"):
+        tuner.optimize(space, lambda c: calls.append(c) or 1.0, budget=5, prior=prior, seed=0)
+    assert calls == []
 
 
 def test_a_prior_of_numbers_read_as_text_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
@@ -624,6 +629,46 @@ def test_a_prior_of_numbers_read_as_text_is_warned_about(caplog: pytest.LogCaptu
     with caplog.at_level(logging.WARNING, logger="tuner"):
         tuner.optimize(space, lambda c: c["b"] * c["w"], budget=3, seed=0, prior=number_prior)
     assert "holds text" not in caplog.text
+
+
+def test_a_prior_bool_is_not_read_as_the_number_one(caplog: pytest.LogCaptureFixture) -> None:
+    """A space compares True apart from 1 (`Param.has`), but the prior's lookup of measured configs did
+    not (in a space without booleans): a prior row {"a": True, "b": 3} gave its value to the space's
+    {"a": 1, "b": 3}, and the search measured that config first as the prior's best. The bool is now
+    left out of the config, with a warning, as text where the space has numbers is."""
+    import logging
+
+    space = SearchSpace.from_configs([{"a": a, "b": b} for a in range(4) for b in range(4)])
+    task: list[tuple[dict[str, Any], float | None]] = [
+        ({"a": a, "b": b}, float((a - 2) ** 2 + b * b + 1)) for a in range(4) for b in range(4)
+    ]
+    task.append(({"a": True, "b": 3}, 0.01))  # a recording error: better than every config
+    with caplog.at_level(logging.WARNING, logger="tuner"):
+        r = tuner.optimize(space, lambda c: float(c["a"] + c["b"]), budget=1, seed=0, prior=[task])
+    assert r.trials[0].config == {"a": 2, "b": 0}  # the prior's best measured config, not {"a": 1, "b": 3}
+    assert "prior task 0: parameter a holds a bool (True) where the space's values are numbers" in caplog.text
+
+
+def test_a_prior_number_is_not_read_as_a_bool(caplog: pytest.LogCaptureFixture) -> None:
+    """The cost model's features read 1 as True for a boolean parameter: a prior recorded with 0/1 for
+    a space's Boolean warm-started the search as if it had measured True/False. Left out with a warning
+    now, for every strategy that reads a prior (an instance built with it too)."""
+    import logging
+
+    space = tuner.SearchSpace([tuner.IntRange("a", 0, 3), tuner.Boolean("flag")])
+    task = [({"a": a, "flag": f}, float(a + 3 * f + 1)) for a in range(4) for f in (0, 1)]
+    for name in ("auto", "xgb_greedy", "transfer_best"):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="tuner"):
+            strat = get_strategy(name)(space, seed=0, prior=[task])
+        assert "parameter flag holds a number (0) where the space's values are bools" in caplog.text
+        assert [sorted(c) for c, _ in strat.prior[0]] == [["a"]] * len(task)
+        # the instance serves optimize given the same prior (its own, as it was given)
+        tuner.optimize(space, lambda c: float(c["a"]), budget=2, strategy=strat, prior=[task])
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tuner"):
+        strat = get_strategy("random")(space, seed=0, prior=[task])  # reads no prior: says nothing
+    assert "holds" not in caplog.text
 
 
 def test_a_prior_task_whose_first_config_is_sparse_is_used() -> None:

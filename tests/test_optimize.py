@@ -131,6 +131,41 @@ def test_bad_arguments() -> None:
         tuner.optimize({"a": [1]}, bowl, budget=3)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("strategy", [None, 3, ["auto"], b"auto"], ids=["None", "int", "list", "bytes"])
+def test_a_strategy_of_the_wrong_type_is_refused_up_front(strategy: Any) -> None:
+    """`tune_kernel(strategy=None)` raised AttributeError ("'NoneType' object has no attribute 'name'")
+    after building the kernel's space, and `autotune(strategy=None)` / `tuner.kernel(..., strategy=None)`
+    decorated without a word and failed inside the first call's tuning. Each now raises TypeError naming
+    the strategies, before anything is built or run (None is no default: the default is "auto")."""
+    from tuner.tune import tune_kernel
+
+    space = grid_space()
+    calls: list[dict] = []
+    with pytest.raises(TypeError, match=r"strategy must be a strategy's name, one of \['auto'"):
+        tune_kernel("no such kernel", None, backend="triton", budget=2, strategy=strategy)
+    with pytest.raises(TypeError, match=r"strategy must be a strategy's name, one of \['auto'"):
+        tuner.optimize(space, lambda c: calls.append(c) or 1.0, budget=3, strategy=strategy)
+    with pytest.raises(TypeError, match=r"strategy must be a strategy's name, one of \['auto'"):
+        tuner.autotune(space, key=["n"], budget=2, strategy=strategy)(lambda n, a, b, c: calls.append(n))
+    with pytest.raises(TypeError, match=r"strategy must be a strategy's name, one of \['auto'"):
+        tuner.kernel("softmax", strategy=strategy)
+    assert calls == []
+
+
+def test_autotune_refuses_a_strategy_instance_and_an_unknown_name_when_decorating() -> None:
+    """An instance serves one optimize call: autotune tuned the first key with it and failed on the
+    second ("already heard 2 results"); an unknown name failed inside the first call's tuning."""
+    from tuner.strategies import RandomStrategy
+
+    space = grid_space()
+    with pytest.raises(
+        TypeError, match="got a RandomStrategy instance: an instance serves one optimize call"
+    ):
+        tuner.autotune(space, key=["n"], budget=2, strategy=RandomStrategy(space))(lambda n, a, b, c: n)
+    with pytest.raises(ValueError, match="unknown strategy 'nope'"):
+        tuner.autotune(space, key=["n"], budget=2, strategy="nope")(lambda n, a, b, c: n)
+
+
 def test_time_budget() -> None:
     import time
 
@@ -452,7 +487,7 @@ def test_objective_values_that_are_not_plain_floats() -> None:
         ({"seed": 2**32}, ValueError, r"seed must be a non-negative int below 2\*\*32, got 4294967296"),
         ({"time_budget_s": float("nan")}, ValueError, "time_budget_s"),  # NaN would mean no limit
         ({"time_budget_s": "5"}, ValueError, "time_budget_s"),
-        ({"strategy": None}, TypeError, "name or a Strategy instance"),
+        ({"strategy": None}, TypeError, "or a Strategy instance; got None"),
     ],
 )
 def test_arguments_refused_up_front(kwargs: dict, err: type, match: str) -> None:

@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tuner.search_spaces import Config, ConfigError, SearchSpace
-from tuner.search_spaces._params import NONE_VALUE, native
+from tuner.search_spaces._params import NONE_VALUE, _check_value, native
 
 from ._scoped import optuna_quiet
-from .strategies import PriorTask, Strategy, get_strategy
+from .strategies import PriorTask, Strategy, check_strategy, get_strategy
+from .strategies._base import prior_matching_space
 
 if TYPE_CHECKING:  # pragma: no cover
     import optuna
@@ -85,7 +86,8 @@ class TuneResult:
 def validate_prior(prior: Any) -> list[list[tuple[dict[str, Any], float | None]]] | None:
     """Check the shape of `prior` (a list of tasks, each a list of (config dict, value or None)) and
     normalise it (non-finite values become None, numpy scalars in configs Python values); ValueError
-    names what is wrong."""
+    names what is wrong, and a config value no space holds (None, NaN, inf, an int beyond a float's range,
+    a list)."""
     if prior is None:
         return None
     if not isinstance(prior, (list, tuple)):
@@ -113,6 +115,8 @@ def validate_prior(prior: Any) -> list[list[tuple[dict[str, Any], float | None]]
                     raise ValueError(
                         f"prior[{ti}][{ri}]: config value {k}={_short_repr(v)} is not an int, float, str or bool"
                     ) from None
+                if isinstance(v, (int, float)):  # NaN, inf, 2**1100: refused as in a space's values
+                    _check_prior_number(ti, ri, k, v)
             if val is not None:
                 try:
                     val = float(val)
@@ -129,29 +133,16 @@ def validate_prior(prior: Any) -> list[list[tuple[dict[str, Any], float | None]]
     return out
 
 
-def _warn_about_text_numbers(space: SearchSpace, prior: Sequence[PriorTask]) -> None:
-    """Warn, once per prior task, about a parameter whose values are numbers in the space and text in the
-    task (`csv.DictReader` reads "32"): such configs match no config of the space, so the prior would
-    warm-start nothing without a word."""
-    numeric = {
-        p.name
-        for p in space.params
-        if p.values and isinstance(p.values[0], (int, float)) and not isinstance(p.values[0], bool)
-    }
-    for ti, task in enumerate(prior):
-        texts = sorted(
-            {k for cfg, _ in task[:50] for k, v in cfg.items() if k in numeric and isinstance(v, str)}
-        )
-        if texts:
-            k = texts[0]
-            shown = next(cfg[k] for cfg, _ in task if isinstance(cfg.get(k), str))
-            log.warning(
-                "prior task %d: parameter %s holds text (%r) where the space's values are numbers, so its "
-                "configs match none of the space's; convert the values read from text (a CSV) to numbers",
-                ti,
-                ", ".join(texts),
-                shown,
-            )
+def _check_prior_number(ti: int, ri: int, name: str, v: float) -> None:
+    """Refuse a number no space holds (NaN equals nothing, inf and an int beyond a float's range have no
+    feature), as a space's values and a `--prior` file's entries refuse it: it would match no config
+    and be a missing value to the cost model, without a word."""
+    try:
+        _check_value(name, v)
+    except ValueError as exc:
+        raise ValueError(
+            f"prior[{ti}][{ri}]: {exc} (a parameter the task did not record is left out of its config)"
+        ) from None
 
 
 def _run_objective(
@@ -276,10 +267,9 @@ def optimize(
     """
     t_start = time.perf_counter()  # the time budget counts from here: strategy and study setup included
     budget, seed = _check_arguments(space, objective, budget, seed, time_budget_s)
+    check_strategy(strategy)
     space.check_not_empty()  # every config violates a constraint: say which, before anything runs
     prior_n = validate_prior(prior)
-    if prior_n:
-        _warn_about_text_numbers(space, prior_n)
     # Optuna logs each study and trial at INFO: while `optimize` runs, only its warnings; the caller's
     # verbosity comes back after the last running call (`tuner._scoped.optuna_quiet`)
     with optuna_quiet(), _store_in_use(storage):
@@ -373,13 +363,7 @@ def _make_strategy(
     if isinstance(strategy, Strategy):
         _check_instance(strategy, space, seed, prior)
         return strategy, strategy.name
-    if isinstance(strategy, type) and issubclass(strategy, Strategy):
-        raise TypeError(
-            f"strategy must be a name or an instance, got the class {strategy.__name__}: "
-            f"pass {strategy.__name__}(space, seed=...)"
-        )
-    if not isinstance(strategy, str):
-        raise TypeError(f"strategy must be a name or a Strategy instance, got {type(strategy).__name__}")
+    check_strategy(strategy)
     return get_strategy(strategy)(space, seed=seed, prior=prior), strategy
 
 
@@ -401,7 +385,11 @@ def _check_instance(
             f"the {name} instance already heard {len(strat.history)} results (it ran before): "
             "build a new instance for each optimize call"
         )
-    if prior is not None and strat.uses_prior and prior != validate_prior(strat.prior):
+    if (
+        prior is not None
+        and strat.uses_prior
+        and prior_matching_space(space, prior, warn=False) != validate_prior(strat.prior)
+    ):
         raise ValueError(
             f"prior= is not used with a strategy instance, and the {name} instance holds another one: "
             f"pass it to the instance, {name}(space, seed=..., prior=...)"

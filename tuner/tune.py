@@ -220,6 +220,9 @@ def tune_kernel(
     """
     from tuner.kernels import get_kernel
 
+    from .strategies import check_strategy
+
+    check_strategy(strategy)  # before the space, the measurer and the store are made
     spec: KernelSpec = get_kernel(kernel) if isinstance(kernel, str) else kernel
     if backend not in spec.backends:
         raise ValueError(f"kernel {spec.name!r} has no {backend!r} backend; it has {list(spec.backends)}")

@@ -142,6 +142,9 @@ class Autotuned:
             )
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
             raise ValueError(f"budget must be a positive int, got {budget!r}")
+        from ..strategies import check_strategy
+
+        check_strategy(strategy, instance_ok=False)  # at decoration, not inside the first call's tuning
         if mode is not None and mode not in mode_names():
             raise ValueError(f"mode must be one of {mode_names()} or None (read $TUNER_MODE), got {mode!r}")
         self.fn = fn

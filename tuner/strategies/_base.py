@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from tuner.search_spaces import Config, SearchSpace
+from tuner.search_spaces._params import native
 from tuner.search_spaces._space import SAMPLE_DRAWS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -23,6 +24,72 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 PriorTask = Sequence[tuple[Mapping[str, Any], float | None]]
+
+
+def _value_kind(v: Any) -> str:
+    """What a config value is as the space compares it: True is not 1, "32" is not 32 (`Param.has`)."""
+    v = native(v)
+    if isinstance(v, bool):
+        return "a bool"
+    if isinstance(v, (int, float)):
+        return "a number"
+    return "text" if isinstance(v, str) else type(v).__name__
+
+
+def _param_kinds(p: Any) -> frozenset[str]:
+    if p.kind in ("int", "pow2"):  # an IntRange may hold 10,000,000 values: numbers all
+        return frozenset({"a number"})
+    return frozenset(_value_kind(v) for v in p.values)
+
+
+def prior_matching_space(
+    space: SearchSpace, prior: Sequence[PriorTask] | None, *, warn: bool = True
+) -> Sequence[PriorTask] | None:
+    """`prior` with each value of a space parameter that is of another kind than the parameter's values
+    left out of its config (a missing value, as for a parameter the task did not record), with one warning
+    per prior task naming the parameters. Text where the space has numbers ("32", as `csv.DictReader` reads
+    it), a bool where it has numbers, a number where it has bools or text: such a value matches none of the
+    space's, and read as a number (True as 1, 1 as True) it would warm-start the search on other configs
+    than the task measured. Tasks without such values are passed on as they are."""
+    if not prior:
+        return prior
+    kinds = {p.name: _param_kinds(p) for p in space.params}
+    out: list[PriorTask] = []
+    for ti, task in enumerate(prior):
+        odd: dict[str, tuple[str, Any]] = {}  # parameter -> (the kind found, the first such value)
+        rows = list(task)
+        for ri, row in enumerate(rows):
+            cfg = row[0] if isinstance(row, (tuple, list)) and len(row) == 2 else None
+            if not isinstance(cfg, Mapping):
+                continue
+            bad = [k for k, v in cfg.items() if k in kinds and _value_kind(v) not in kinds[k]]
+            if bad:
+                for k in bad:
+                    odd.setdefault(k, (_value_kind(cfg[k]), cfg[k]))
+                rows[ri] = ({k: v for k, v in cfg.items() if k not in bad}, row[1])
+        if not odd:
+            out.append(task)
+            continue
+        out.append(rows)
+        if not warn:
+            continue
+        groups: dict[tuple[str, frozenset[str]], list[str]] = {}
+        for k in sorted(odd):
+            groups.setdefault((odd[k][0], kinds[k]), []).append(k)
+        for (found, want), names in groups.items():
+            log.warning(
+                "prior task %d: parameter %s holds %s (%r) where the space's values are %s, so its configs "
+                "match none of the space's; the value is left out of the prior (a missing value)%s",
+                ti,
+                ", ".join(names),
+                found,
+                odd[names[0]][1],
+                " or ".join(sorted(k if k == "text" else k.replace("a ", "", 1) + "s" for k in want)),
+                "; convert the values read from text (a CSV) to numbers"
+                if found == "text" and "a number" in want
+                else "",
+            )
+    return out
 
 
 class CandidatePool:
@@ -168,7 +235,8 @@ class Strategy(ABC):
     ) -> None:
         self.space = space
         self.seed = seed
-        self.prior = prior
+        # a value of another kind than the space's (True for 1, "32" for 32) matches nothing: left out
+        self.prior = prior_matching_space(space, prior) if self.uses_prior else prior
         self.rng = np.random.default_rng(seed)
         self.pool = CandidatePool(space, self.rng)
         self.history: list[tuple[Config, float | None]] = []
