@@ -7,6 +7,11 @@ would be timed, and their winner stored, under this problem's key).
 here, by name (this module is imported by none of the kernels' modules, so it is no part of their
 source hash: a change here leaves every cached config an exact hit); another spec gives its own as
 `extra["input_spec"]` (a function of (problem, backend)), or is not checked.
+
+`check_input_values(spec, problem, backend, inputs)` checks what the kernel needs of the values of an
+input, where its launchers do not check them on the device (that would wait for the device at every
+launch): moe_gemm's group sizes. It reads them (a device sync), so it runs where `check_inputs` runs, on
+a miss, and only with real arrays (not jax tracers or stand-ins, not torch placeholders).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from ._registry import KernelSpec
 
-__all__ = ["InputSpec", "check_inputs", "input_spec"]
+__all__ = ["InputSpec", "check_input_values", "check_inputs", "input_spec"]
 
 # input name -> (shape, dtype name such as "float16", "int8")
 InputSpec = dict[str, tuple[tuple[int, ...], str]]
@@ -146,3 +151,48 @@ def check_inputs(
             raise ValueError(
                 f"{where}: input {name!r} has dtype {_dtype_name(got_dtype)}, the problem implies {dtype}"
             )
+
+
+def _moe_gemm_values(problem: Mapping[str, Any], inputs: Mapping[str, Any]) -> str | None:
+    """moe_gemm's `group_sizes`: E non-negative ints summing to T (x's rows, sorted by expert), and the
+    problem's own `group_sizes` when it gives them (the key's). The launchers read them on the device
+    unchecked: sizes that break this give rows of another expert's product or never-written rows, with no
+    error. The complaint, or None."""
+    import numpy as np
+
+    from ._common import to_numpy
+
+    sizes = [int(v) for v in np.asarray(to_numpy(inputs["group_sizes"])).reshape(-1)]
+    T, E = problem["T"], problem["E"]
+    need = f"it must hold E={E} non-negative ints summing to T={T} (the rows of x, sorted by expert)"
+    negative = [e for e, n in enumerate(sizes) if n < 0]
+    if negative:
+        return f"holds {sizes}, negative for expert {negative[0]}: {need}"
+    if sum(sizes) != T:
+        return f"holds {sizes}, which sum to {sum(sizes)}: {need}"
+    own = problem.get("group_sizes")
+    if own is not None and list(own) != sizes:
+        return f"holds {sizes}, the problem's group_sizes are {list(own)} (the key's)"
+    return None
+
+
+_VALUES: dict[str, tuple[str, Callable[[Mapping[str, Any], Mapping[str, Any]], str | None]]] = {
+    "moe_gemm": ("group_sizes", _moe_gemm_values),
+}
+
+
+def check_input_values(
+    spec: KernelSpec, problem: Mapping[str, Any], backend: str, inputs: Mapping[str, Any]
+) -> None:
+    """The values of a call's inputs that the kernel needs to be right (after `check_inputs`, on readable
+    arrays: it reads them): ValueError naming the input, what it holds and what it must hold. Nothing to
+    check for a kernel with no such need (or a spec of another kernel under a registry name)."""
+    from ._registry import REGISTRY
+
+    check = _VALUES.get(spec.name)
+    if check is None or REGISTRY.get(spec.name) is not spec:
+        return
+    name, values = check
+    bad = values(problem, inputs)
+    if bad is not None:
+        raise ValueError(f"kernel {spec.name!r} ({backend}), problem {dict(problem)}: input {name!r} {bad}")

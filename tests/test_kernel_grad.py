@@ -1,7 +1,8 @@
-"""`jax.grad` / `jax.vjp` through `tuner.kernel(name, backend="pallas")`: the forward is the tuned Pallas
-launcher, the backward the VJP of the kernel's JAX reference (tuner/runtime/_kernel_grad.py,
-kernels/_jax_reference.py). Before, grad failed inside jax (softmax: "JVP with aliasing not supported",
-matmul: an AssertionError of Pallas' JVP rule)."""
+"""`jax.grad` / `jax.vjp` / `jax.jvp` / `jax.jacfwd` / `jax.hessian` through `tuner.kernel(name,
+backend="pallas")`: the primal is the tuned Pallas launcher, the derivative the JVP of the kernel's JAX
+reference (tuner/runtime/_kernel_grad.py, kernels/_jax_reference.py). Before, grad failed inside jax
+(softmax: "JVP with aliasing not supported", matmul: an AssertionError of Pallas' JVP rule); then forward
+mode failed ("can't apply forward-mode autodiff (jvp) to a custom_vjp function")."""
 
 from __future__ import annotations
 
@@ -104,10 +105,12 @@ def test_grad_through_the_tuned_kernel_is_the_references(name):
     assert abs(fd - dot) <= 1e-3 * scale + 1e-6, (fd, dot, scale)
 
 
-def test_the_forward_under_grad_is_the_tuned_forward_and_unchanged(monkeypatch):
+def _spied(monkeypatch, name):
+    """`_setup(name)` of a norms kernel, its eager output, and the list of configs its Pallas launcher runs
+    (or is traced) with from now on."""
     from tuner.kernels import norms
 
-    spec, prob, inputs, k = _setup("softmax")
+    spec, prob, inputs, k = _setup(name)
     plain = k(prob, inputs)
     seen = []
     launch = norms._launch_pallas
@@ -117,6 +120,11 @@ def test_the_forward_under_grad_is_the_tuned_forward_and_unchanged(monkeypatch):
         return launch(kind, x, params, out, eps, block_rows, block_cols, interpret)
 
     monkeypatch.setattr(norms, "_launch_pallas", spy)
+    return spec, prob, inputs, k, plain, seen
+
+
+def test_the_forward_under_grad_is_the_tuned_forward_and_unchanged(monkeypatch):
+    spec, prob, inputs, k, plain, seen = _spied(monkeypatch, "softmax")
     stats = dict(k.tuner.stats)
     y, pull = jax.vjp(lambda x: k(prob, {**inputs, "x": x}), inputs["x"])
     jitted = jax.jit(lambda x: k(prob, {**inputs, "x": x}))(inputs["x"])
@@ -134,13 +142,163 @@ def test_a_kernel_without_a_differentiable_reference_says_which(monkeypatch):
     def loss(x):
         return k(prob, {**inputs, "x": x}).sum()
 
+    def jvp(x):
+        return jax.jvp(loss, (x,), (jnp.ones_like(x),))
+
     monkeypatch.setitem(_jax_reference._REFERENCES, "rmsnorm", spec.reference)  # numpy: not traceable
-    with pytest.raises(TypeError, match=r"kernel 'rmsnorm'.*reference cannot be differentiated"):
-        jax.grad(loss)(inputs["x"])
+    for how in (jax.grad(loss), jvp):
+        with pytest.raises(TypeError, match=r"kernel 'rmsnorm'.*reference cannot be differentiated"):
+            how(inputs["x"])
     monkeypatch.delitem(_jax_reference._REFERENCES, "rmsnorm")
-    with pytest.raises(TypeError, match=r"kernel 'rmsnorm'.*has no JAX reference"):
-        jax.grad(loss)(inputs["x"])
+    for how in (jax.grad(loss), jvp):
+        with pytest.raises(TypeError, match=r"kernel 'rmsnorm'.*has no JAX reference"):
+            how(inputs["x"])
     # the forward under jit does not need one
     np.testing.assert_array_equal(
         np.asarray(jax.jit(lambda x: k(prob, {**inputs, "x": x}))(inputs["x"])), np.asarray(k(prob, inputs))
     )
+
+
+# Forward mode (jax.jvp, jax.jacfwd, jax.hessian): the call is a `custom_jvp` whose rule runs the tuned
+# launcher for the primal and the JVP of the JAX reference for the tangent. Before, every one of these raised
+# "can't apply forward-mode autodiff (jvp) to a custom_vjp function".
+
+
+def _tangents(spec, inputs, seed=4):
+    """A random tangent for each float input (but the output buffer: zeros), float0 for the integer ones."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for n, v in inputs.items():
+        if jnp.issubdtype(v.dtype, jnp.integer):
+            out[n] = np.zeros(v.shape, jax.dtypes.float0)
+        elif n == spec.output_buffer:
+            out[n] = jnp.zeros_like(v)
+        else:
+            out[n] = jnp.asarray(rng.standard_normal(v.shape), v.dtype)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+def test_jvp_through_the_tuned_kernel_is_the_references(name):
+    spec, prob, inputs, k = _setup(name)
+    ref = jax_reference(spec)
+    plain = k(prob, inputs)
+    tan = _tangents(spec, inputs)
+    # every input at once, the integer ones with float0 tangents (what jax.jvp demands of them)
+    y, dy = jax.jvp(lambda inp: k(prob, inp), (inputs,), (tan,))
+    jy, jdy = jax.jit(lambda inp, t: jax.jvp(lambda i: k(prob, i), (inp,), (t,)))(inputs, tan)
+    _, want = jax.jvp(lambda inp: ref(prob, inp), (inputs,), (tan,))
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(plain))  # the primal is the kernel's output
+    np.testing.assert_array_equal(np.asarray(jy), np.asarray(plain))
+    for got in (dy, jdy):
+        assert got.shape == plain.shape and got.dtype == plain.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        assert np.asarray(got).any()
+    # the output buffer's tangent moves nothing: it is overwritten
+    if spec.output_buffer in inputs:
+        moved = {**tan, **{n: jnp.zeros_like(v) for n, v in _floats(spec, inputs).items()}}
+        moved[spec.output_buffer] = jnp.ones_like(inputs[spec.output_buffer])
+        _, none = jax.jvp(lambda inp: k(prob, inp), (inputs,), (moved,))
+        assert not np.asarray(none).any()
+
+
+# jax's lax.ragged_dot (moe_gemm's reference) has no batching rule for an operand batched alone
+# ("ragged_dot vmap over any dim but 0 - NYI"), so its jacfwd / vmap of grad fail in jax's own reference
+VMAPPABLE = sorted(set(PROBLEMS) - {"moe_gemm"})
+
+
+@pytest.mark.parametrize("name", VMAPPABLE)
+def test_jacfwd_and_vmap_of_grad_through_the_tuned_kernel(name):
+    spec, prob, inputs, k = _setup(name)
+    ref = jax_reference(spec)
+    floats = _floats(spec, inputs)
+    n0 = min(floats, key=lambda n: floats[n].size)  # the smallest float input: a small Jacobian
+    x = floats[n0]
+
+    def at(fn):
+        return lambda v: fn(prob, {**inputs, n0: v})
+
+    def loss(fn):
+        return lambda v: jnp.sum(jnp.tanh(at(fn)(v)))
+
+    xs = jnp.stack([x, x * 0.5 + 0.25])
+    for got, want in (
+        (jax.jacfwd(at(k))(x), jax.jacfwd(at(ref))(x)),
+        (jax.jit(jax.jacfwd(at(k)))(x), jax.jacfwd(at(ref))(x)),
+        (jax.vmap(jax.grad(loss(k)))(xs), jax.vmap(jax.grad(loss(ref)))(xs)),
+        (jax.jit(jax.vmap(jax.grad(loss(k))))(xs), jax.vmap(jax.grad(loss(ref)))(xs)),
+    ):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_hessian_through_the_tuned_kernel_is_the_references():
+    spec, prob, inputs, k = _setup("rmsnorm")
+    ref = jax_reference(spec)
+
+    def loss(fn):
+        return lambda w: jnp.sum(jnp.sin(fn(prob, {**inputs, "w": w})))
+
+    w = inputs["w"]
+    want = jax.hessian(loss(ref))(w)
+    for got in (jax.hessian(loss(k))(w), jax.jit(jax.hessian(loss(k)))(w)):
+        assert got.shape == (w.size, w.size)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        assert np.asarray(got).any()
+
+
+def test_every_transform_runs_the_tuned_pallas_kernel_for_the_primal(monkeypatch):
+    spec, prob, inputs, k, plain, seen = _spied(monkeypatch, "rmsnorm")
+    stats = dict(k.tuner.stats)
+    x, w = inputs["x"], inputs["w"]
+    tx = jnp.ones_like(x)
+
+    def f(x):
+        return k(prob, {**inputs, "x": x})
+
+    def loss(x):
+        return jnp.sum(jnp.sin(f(x)))
+
+    runs = {
+        "jvp": lambda: jax.jvp(f, (x,), (tx,))[0],
+        "jit jvp": lambda: jax.jit(lambda x: jax.jvp(f, (x,), (tx,)))(x)[0],
+        "grad": lambda: jax.value_and_grad(lambda x: jnp.sum(f(x)))(x)[0],
+        "jit grad": lambda: jax.jit(jax.value_and_grad(lambda x: jnp.sum(f(x))))(x)[0],
+        "vmap grad": lambda: jax.vmap(jax.grad(loss))(jnp.stack([x, x])),
+        "jacfwd": lambda: jax.jacfwd(lambda w: k(prob, {**inputs, "w": w}))(w),
+        "hessian": lambda: jax.hessian(lambda w: jnp.sum(jnp.sin(k(prob, {**inputs, "w": w}))))(w),
+    }
+    for what, run in runs.items():
+        seen.clear()
+        out = run()
+        assert seen, what  # the Pallas launcher ran (or was traced) for the primal
+        assert all(c == k.tuner.last_choice["config"] for c in seen), what
+        if what in ("jvp", "jit jvp"):
+            np.testing.assert_array_equal(np.asarray(out), np.asarray(plain))
+        if what in ("grad", "jit grad"):
+            np.testing.assert_allclose(float(out), float(np.sum(np.asarray(plain, np.float64))), rtol=1e-5)
+    assert k.tuner.stats == stats  # hits: nothing resolved again
+
+
+def test_a_miss_under_jvp_tunes_on_concrete_arrays(tmp_path):
+    spec = get_kernel("softmax")
+    prob = PROBLEMS["softmax"]
+    inputs = spec.make_inputs(prob, "pallas", 0)
+    timed = []
+
+    def bench(call):
+        out = call()
+        timed.append(not isinstance(out, jax.core.Tracer))
+        return 1e-3 * len(timed)
+
+    k = tuner.kernel("softmax", backend="pallas", budget=2, storage=f"sqlite:///{tmp_path}/s.db", bench=bench)
+    t = jnp.ones_like(inputs["x"])
+    # the first call of all is a miss under jax.jvp inside jax.jit
+    y, dy = jax.jit(lambda x: jax.jvp(lambda v: k(prob, {**inputs, "x": v}), (x,), (t,)))(inputs["x"])
+    assert timed and all(timed)  # timed on concrete arrays, never on tracers
+    assert k.tuner.stats["tuned"] == 1
+    ref = jax_reference(spec)
+    _, want = jax.jvp(lambda v: ref(prob, {**inputs, "x": v}), (inputs["x"],), (t,))
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(k(prob, inputs)))
+    np.testing.assert_allclose(dy, want, rtol=1e-5, atol=1e-6)
+    assert len(timed) == 2  # and that was the only tuning

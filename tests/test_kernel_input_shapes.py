@@ -161,3 +161,100 @@ def test_a_spec_of_its_own_says_its_inputs_in_extra():
         check_inputs(
             own, {"M": 2, "N": 3, "dtype": "float32"}, "triton", {"x": torch.zeros(2, 3, dtype=torch.float16)}
         )
+
+
+MOE = {"T": 12, "K": 8, "N": 10, "E": 3, "dtype": "float32"}
+BAD_GROUP_SIZES = {  # what the problem's inputs' group sizes are replaced by -> what the error says
+    "short": (
+        [2, 3, 4],
+        r"holds \[2, 3, 4\], which sum to 9: it must hold E=3 non-negative ints summing to T=12",
+    ),
+    "long": ([6, 6, 6], r"holds \[6, 6, 6\], which sum to 18"),
+    "negative": ([-2, 8, 6], r"holds \[-2, 8, 6\], negative for expert 0"),
+}
+
+
+def _moe_inputs(backend, sizes, problem=MOE):
+    inputs = dict(get_kernel("moe_gemm").make_inputs(problem, backend, 0))
+    like = inputs["group_sizes"]
+    if backend == "triton":
+        import torch
+
+        inputs["group_sizes"] = torch.tensor(sizes, dtype=like.dtype, device=like.device)
+    else:
+        import jax.numpy as jnp
+
+        inputs["group_sizes"] = jnp.asarray(sizes, dtype=like.dtype)
+    return inputs
+
+
+@pytest.mark.parametrize("backend", ["triton", "pallas"])
+@pytest.mark.parametrize("case", sorted(BAD_GROUP_SIZES))
+def test_moe_group_sizes_off_the_contract_are_refused_before_anything_is_timed(backend, case, tmp_path):
+    # Before, the kernels ran: rows past the sizes' sum never written (NaN, or whatever torch.empty held),
+    # rows of one expert multiplied by another's weights, tuned on and stored; no error anywhere
+    sizes, says = BAD_GROUP_SIZES[case]
+    inputs = _moe_inputs(backend, sizes)
+    url = f"sqlite:///{tmp_path}/s.db"
+    bench, calls = _counting_bench()
+    f = tuner.kernel("moe_gemm", backend=backend, budget=2, storage=url, bench=bench)
+    with pytest.raises(
+        ValueError, match=rf"kernel 'moe_gemm' \({backend}\), problem .*: input 'group_sizes' {says}"
+    ):
+        f(MOE, inputs)
+    assert not calls and tuner.ConfigCache(url).count() == 0  # nothing timed, nothing stored
+    with pytest.raises(ValueError, match="input 'group_sizes'"):
+        f.explain(MOE, inputs)
+
+
+@pytest.mark.parametrize("backend", ["triton", "pallas"])
+def test_moe_group_sizes_other_than_the_problems_are_refused(backend):
+    problem = {**MOE, "group_sizes": [4, 0, 8]}
+    f = tuner.kernel("moe_gemm", backend=backend, mode="offline", storage=False)
+    with pytest.raises(ValueError, match=r"holds \[0, 4, 8\], the problem's group_sizes are \[4, 0, 8\]"):
+        f(problem, _moe_inputs(backend, [0, 4, 8], problem))
+    f(problem, _moe_inputs(backend, [4, 0, 8], problem))  # the problem's own: run
+
+
+def test_moe_group_sizes_are_read_on_a_miss_only(monkeypatch):
+    from tuner.kernels import _inputs
+
+    read = []
+    check = _inputs._VALUES["moe_gemm"]
+    monkeypatch.setitem(
+        _inputs._VALUES, "moe_gemm", (check[0], lambda p, i: (read.append(1), check[1](p, i))[1])
+    )
+    f = tuner.kernel("moe_gemm", backend="triton", mode="offline", storage=False)
+    for sizes in ([4, 4, 4], [0, 12, 0], [5, 3, 4]):  # the routing changes from call to call, the key not
+        f(MOE, _moe_inputs("triton", sizes))
+    assert len(read) == 1  # the hits read no device memory (a host sync per launch)
+
+
+def test_a_traced_moe_call_is_not_checked_on_its_stand_ins():
+    # a miss under jax.jit resolves its config on stand-ins of the tracers (zeros for the group sizes),
+    # whose values say nothing of the call's: not checked (it would refuse every traced call)
+    import jax
+
+    inputs = _moe_inputs("pallas", [5, 3, 4])
+    f = tuner.kernel("moe_gemm", backend="pallas", mode="offline", storage=False)
+    got = jax.jit(lambda x, gs: f(MOE, {**inputs, "x": x, "group_sizes": gs}))(
+        inputs["x"], inputs["group_sizes"]
+    )
+    want = get_kernel("moe_gemm").reference(MOE, inputs)
+    assert abs(float((got - want).max())) < 1e-3
+    # nor are tracers read: `explain` inside a trace says what the call would use
+    said = []
+    g = tuner.kernel("moe_gemm", backend="pallas", mode="offline", storage=False)
+    jax.jit(lambda gs: (said.append(g.explain(MOE, {**inputs, "group_sizes": gs})), gs)[1])(
+        inputs["group_sizes"]
+    )
+    assert said[0].startswith("miss")
+
+
+def test_moe_group_sizes_of_meta_tensors_are_not_read():
+    import torch
+
+    inputs = {n: v.to("meta") for n, v in _moe_inputs("triton", [4, 4, 4]).items()}
+    f = tuner.kernel("moe_gemm", backend="triton", mode="offline", storage=False)
+    assert f.explain(MOE, inputs)  # no "Cannot copy out of meta tensor": the config is chosen
+    assert torch.device("meta") == inputs["x"].device

@@ -1,6 +1,7 @@
-"""`@tuner.autotune`'s key values and key/space functions: numpy scalars key as the Python numbers they
-hold, 0-d device arrays are refused (the Triton drop-in keys them by value, as before), a bad `key` and a function that cannot take the call's arguments
-raise errors that say what is accepted."""
+"""`@tuner.autotune`'s key values and key/space functions: numpy scalars and 0-d numpy arrays key as the
+Python numbers they hold, 0-d device arrays are refused (the Triton drop-in keys them by value, as
+before), a bad `key` and a function that cannot take the call's arguments raise errors that say what is
+accepted."""
 
 from __future__ import annotations
 
@@ -70,12 +71,48 @@ def test_a_non_finite_numpy_key_value_is_refused_as_a_python_float_is(_tuner_hom
         k(None, bad)
 
 
-def test_a_0d_numpy_array_keeps_its_dtype_but_keys_by_value(_tuner_home: Path):
-    k, _ = _make()
-    ck = k.tuner.full_key((None, np.array(True)), {})
-    assert (
-        ck.fields_dict == {"n": True} and ck.fields_dict["n"] is True and ck.dtypes == ("bool",)
-    )  # an array argument: its dtype
+def _counting_full(monkeypatch, k):
+    """The number of stored keys `k` builds from now on (one per call that takes the whole miss path)."""
+    built = []
+    full = k.tuner.keys.full
+    monkeypatch.setattr(k.tuner.keys, "full", lambda a, kw: (built.append(1), full(a, kw))[1])
+    return built
+
+
+@pytest.mark.parametrize(
+    ("np_value", "py_value"),
+    [(np.array(8), 8), (np.array(8, np.int32), 8), (np.array(0.5, np.float32), 0.5), (np.array(True), True)],
+)
+def test_a_0d_numpy_array_key_value_is_the_python_entry_and_hits_in_memory(
+    _tuner_home: Path, monkeypatch, np_value, py_value
+):
+    # A 0-d numpy array holds its scalar in host memory, as a numpy scalar does: it counts as the Python
+    # value (before, it kept its dtype, a second entry, and, unhashable, took the whole miss path at
+    # every call: the stored key built, the lock taken, the resolution chain walked)
+    k, calls = _make()
+    k(None, py_value)
+    tuned = len(calls)
+    built = _counting_full(monkeypatch, k)
+    for _ in range(3):
+        k(None, np_value)
+        k(None, n=np_value)
+    assert len(calls) == tuned  # not tuned again
+    assert len(built) <= 2  # one miss per form of call (positional, keyword), then in-memory hits
+    [entry] = ConfigCache().entries()
+    assert entry.key.fields_dict == {"n": py_value} and type(entry.key.fields_dict["n"]) is type(py_value)
+    assert entry.key.dtypes == () and "numpy" not in entry.key.versions_dict
+    assert k.tuner.full_key((None, np_value), {}) == k.tuner.full_key((None, py_value), {})
+    assert k.explain(None, np_value).startswith("hit")
+
+
+def test_a_0d_numpy_array_from_a_key_function_hits_in_memory(_tuner_home: Path, monkeypatch):
+    k, calls = _make(key=lambda x, n: {"n": n})
+    k(None, np.array(8))
+    built = _counting_full(monkeypatch, k)
+    k(None, np.array(8))
+    assert not built  # an in-memory hit
+    k(None, 8)
+    assert len(calls) == 3 and len(ConfigCache().entries()) == 1  # tuned once, one entry
 
 
 def test_a_0d_torch_tensor_key_value_is_refused(_tuner_home: Path):
@@ -89,10 +126,8 @@ def test_a_0d_torch_tensor_key_value_is_refused(_tuner_home: Path):
     assert ck.fields_dict == {"n": 8} and ck.dtypes == ("int64",)
 
 
-def test_the_triton_drop_in_keys_a_0d_tensor_by_its_value_as_before(_tuner_home: Path):
-    # Triton's autotune accepts any key value; the drop-in keys a 0-d tensor by the value it holds (the
-    # refusal above is `tuner.autotune`'s, whose keys are documented as Python scalars)
-    torch = pytest.importorskip("torch")
+def _drop_in_double():
+    """The Triton drop-in over a kernel `double(x, y, s, n)` (y = 2 x), keyed on `s`."""
     triton = pytest.importorskip("triton")
     import triton.language as tl
 
@@ -103,11 +138,37 @@ def test_the_triton_drop_in_keys_a_0d_tensor_by_its_value_as_before(_tuner_home:
         m = i < n
         tl.store(y + i, tl.load(x + i, mask=m) * 2, mask=m)
 
+    return double
+
+
+def test_the_triton_drop_in_keys_a_0d_tensor_by_its_value_as_before(_tuner_home: Path):
+    # Triton's autotune accepts any key value; the drop-in keys a 0-d tensor by the value it holds (the
+    # refusal above is `tuner.autotune`'s, whose keys are documented as Python scalars)
+    torch = pytest.importorskip("torch")
+    double = _drop_in_double()
     x = torch.arange(40, dtype=torch.float32)
     y = torch.empty_like(x)
-    double[lambda meta: (triton.cdiv(40, meta["B"]),)](x, y, torch.tensor(3.0), 40)
+    double[(3,)](x, y, torch.tensor(3.0), 40)
     assert torch.equal(y, x * 2)
     assert len(double.cache) == 1
+
+
+def test_the_triton_drop_in_keys_a_0d_numpy_array_as_the_python_value(_tuner_home: Path, monkeypatch):
+    # as `tuner.autotune` does (before, it kept the array's dtype: a second tuning of what `3` had tuned)
+    torch = pytest.importorskip("torch")
+    double = _drop_in_double()
+    x = torch.arange(40, dtype=torch.float32)
+    grid = (3,)
+    double[grid](x, torch.empty_like(x), 3, 40)
+    built = _counting_full(monkeypatch, double)
+    for _ in range(3):
+        y = torch.empty_like(x)
+        double[grid](x, y, np.array(3), 40)
+        assert torch.equal(y, x * 2)
+    assert double.tuner.stats["tuned"] == 1
+    assert len(built) <= 1  # the first call with the array, then in-memory hits
+    [entry] = ConfigCache().entries()
+    assert entry.key.fields_dict["s"] == 3 and "int64" not in entry.key.dtypes
 
 
 def test_a_0d_jax_array_key_value_is_refused(_tuner_home: Path):

@@ -211,10 +211,20 @@ def scalar_key_value(name: str, v: Any) -> Any:
 
 
 def numpy_scalar(v: Any) -> bool:
-    """A numpy scalar (`np.int64(8)`, not a 0-d array): keyed as the Python number it holds, with no
-    dtype and no numpy version, so that `f(np.prod(shape))` and `f(8)` share a stored entry."""
+    """A numpy scalar (`np.int64(8)`) or a 0-d numpy array (`np.array(8)`, the scalar it holds, in host
+    memory): keyed as the Python number it holds, with no dtype and no numpy version, so that
+    `f(np.prod(shape))`, `f(np.array(8))` and `f(8)` share a stored entry."""
     np = sys.modules.get("numpy")
-    return np is not None and isinstance(v, np.generic)
+    return np is not None and (isinstance(v, np.generic) or (isinstance(v, np.ndarray) and v.ndim == 0))
+
+
+def _host_values(vals: dict[str, Any]) -> dict[str, Any]:
+    """`vals` with each 0-d numpy array as the Python value it holds (`numpy_scalar`): an array is
+    unhashable, and the miss path's in-memory key is built from these values (`_stored_values_key`)."""
+    np = sys.modules.get("numpy")
+    if np is None:
+        return vals
+    return {k: v.item() if isinstance(v, np.ndarray) and v.ndim == 0 else v for k, v in vals.items()}
 
 
 def _weak_scalar(v: Any) -> bool:
@@ -294,10 +304,10 @@ class ArgKeys:
         if self.key_fn is not None:
             r = call_users_function(self.key_fn, f"the key function of {self.name}", args, kwargs)
             if isinstance(r, Mapping):
-                return dict(r)
+                return _host_values(dict(r))
             if isinstance(r, (tuple, list)):
-                return {f"k{i}": v for i, v in enumerate(r)}
-            return {"k": r}
+                return _host_values({f"k{i}": v for i, v in enumerate(r)})
+            return _host_values({"k": r})
         out = {}
         for n in self.key_names:
             i = self.arg_names.index(n)
@@ -309,7 +319,7 @@ class ArgKeys:
                 out[n] = self.defaults[n]
             else:
                 raise TypeError(f"{self.name}() missing key argument {n!r}")
-        return out
+        return _host_values(out)
 
     def _kw_key(self, deep: bool) -> KwKey:
         """The keyword entry of the fast-key table (`fast[KW]`): the general key of a call with keyword

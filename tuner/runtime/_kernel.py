@@ -160,10 +160,13 @@ def check_call(spec: KernelSpec, backend: str, problem: Any, inputs: Any) -> Non
     shape field that is not an integer, a flag of the wrong type, a dtype the kernel lacks), and the
     inputs as a table of arrays of the backend's framework (torch for Triton, jax for Pallas), with the
     names, shapes and dtypes the problem implies (`tuner.kernels._inputs.check_inputs`, which allocates
-    nothing). Raises ValueError naming what is wrong, where the kernel would crash deep inside or run on a
-    wrong key."""
+    nothing), then the values the kernel needs of them (`check_input_values`: moe_gemm's group sizes),
+    where they can be read (not jax tracers or their stand-ins, not torch placeholders). Raises ValueError
+    naming what is wrong, where the kernel would crash deep inside, give wrong rows or run on a wrong key."""
     from tuner.kernels import validate_problem
-    from tuner.kernels._inputs import check_inputs
+    from tuner.kernels._inputs import check_input_values, check_inputs
+
+    from . import _jax, _torch
 
     if isinstance(problem, Mapping) and "dtype" not in problem:
         raise ValueError(
@@ -188,6 +191,8 @@ def check_call(spec: KernelSpec, backend: str, problem: Any, inputs: Any) -> Non
         )
     # inputs made for another problem would be timed, and their winner stored, under this problem's key
     check_inputs(spec, merged, backend, inputs)
+    if not (_jax.on_stand_ins() or _jax.has_tracer((), dict(inputs)) or _torch.placeholder((), dict(inputs))):
+        check_input_values(spec, merged, backend, inputs)
 
 
 def _problem_fast_key(a: tuple) -> Any:

@@ -1,18 +1,22 @@
-"""Reverse-mode derivatives of `tuner.kernel(name, backend="pallas")`: the Pallas launchers are forward
-kernels (`pallas_call` has no usable JVP: an aliased output buffer, a manual K loop), so `jax.grad`
-through one would fail inside jax. `differentiable(spec, backend)` is the launcher that the hit path
-calls with the tuned config: a call with a jax tracer among its inputs (under `jax.grad`, `jax.vjp`,
-`jax.jit`) runs through a `jax.custom_vjp` whose forward is the launcher with that config (the
-same result) and whose backward is the VJP of the kernel's JAX reference
-(`tuner.kernels._jax_reference.jax_reference`) at the call's inputs: correct gradients, not tuned kernels.
-A call with concrete arrays (eager, and every timed run of a tuning) calls the launcher as before, after
-one isinstance check per input.
+"""Derivatives of `tuner.kernel(name, backend="pallas")`: the Pallas launchers are forward kernels
+(`pallas_call` has no usable JVP: an aliased output buffer, a manual K loop), so `jax.grad` or `jax.jvp`
+through one would fail inside jax. `differentiable(spec, backend)` is the launcher that the hit path calls
+with the tuned config: a call with a jax tracer among its inputs (under `jax.grad`, `jax.jvp`, `jax.vmap`,
+`jax.jit`) runs through a `jax.custom_jvp` whose rule computes the primal output with the launcher and that
+config (the same result) and the tangent output with the JVP of the kernel's JAX reference
+(`tuner.kernels._jax_reference.jax_reference`) at the call's inputs: correct derivatives, not tuned kernels.
+Reverse mode (`jax.grad`, `jax.vjp`) is jax's transpose of that linear tangent map; forward mode
+(`jax.jvp`, `jax.jacfwd`) uses it as it is; a second derivative (`jax.hessian`) differentiates the rule
+again, so the primal is the launcher at every order. A call with concrete arrays (eager, and every timed
+run of a tuning) calls the launcher as before, after one isinstance check per input.
 
-Gradients flow to the floating-point inputs but the output buffer (`spec.output_buffer`, overwritten);
-integer inputs (int8 weights, group sizes) and the buffer get zero cotangents (float0 for integers, as
-jax wants). Forward mode (`jax.jvp`) is not supported (a `custom_vjp`). A kernel with no JAX reference,
-or one whose reference cannot be differentiated, raises TypeError naming the kernel when the call is
-differentiated; its forward under `jit` is unaffected.
+Derivatives flow from the floating-point inputs but the output buffer (`spec.output_buffer`, overwritten);
+integer inputs (int8 weights, group sizes) take float0 tangents and get float0 cotangents, as jax wants,
+and the buffer's tangent moves nothing (zero cotangent). A kernel with no JAX reference, or one whose
+reference cannot be differentiated, raises TypeError naming the kernel when the call is differentiated;
+its forward under `jit` or `vmap` is unaffected. Transforms of the reference that jax cannot do fail as
+they would on the reference (moe_gemm's `lax.ragged_dot` has no batching rule for an operand batched
+alone: `jax.vmap` of its derivatives, `jax.jacfwd`).
 """
 
 from __future__ import annotations
@@ -30,8 +34,8 @@ Launch = Callable[..., Any]
 
 def differentiable(spec: KernelSpec, backend: str) -> Launch:
     """`launch(problem, inputs, **config)`: `spec.run(problem, backend, inputs, config)`, differentiable in
-    reverse mode through the kernel's JAX reference when its inputs are traced (see the module's docstring).
-    An eager call costs one isinstance check per input more than the plain launcher."""
+    forward and reverse mode through the kernel's JAX reference when its inputs are traced (see the module's
+    docstring). An eager call costs one isinstance check per input more than the plain launcher."""
     run = spec.run
     tracer: Any = None
 
@@ -69,7 +73,8 @@ def _traced(
     inputs: Mapping[str, Any],
 ) -> Any:
     """One traced call, `forward(inputs)` (the launcher with the problem and the tuned config): a
-    `custom_vjp` over the float inputs (but the output buffer) and the rest."""
+    `custom_jvp` over the float inputs (but the output buffer) and the rest, whose rule is the launcher for
+    the primal output and the JVP of the kernel's JAX reference for the tangent."""
     import jax
 
     from tuner.kernels._jax_reference import jax_reference
@@ -81,31 +86,30 @@ def _traced(
     def joined(fl: Mapping[str, Any], other: Mapping[str, Any]) -> dict[str, Any]:
         return {n: fl[n] if n in fl else other[n] for n in names}
 
-    @jax.custom_vjp
+    @jax.custom_jvp
     def f(fl: dict[str, Any], other: dict[str, Any]) -> Any:
         return forward(joined(fl, other))
 
-    def fwd(fl: dict[str, Any], other: dict[str, Any]) -> tuple[Any, Any]:
-        if jax_reference(spec) is None:  # raised here, before the forward runs, when differentiated only
-            raise _no_reference(spec, "it has no JAX reference")
-        return forward(joined(fl, other)), (fl, other)
-
-    def bwd(res: Any, g: Any) -> tuple[Any, None]:
-        fl, other = res
+    @f.defjvp
+    def rule(primals: tuple[Any, Any], tangents: tuple[Any, Any]) -> tuple[Any, Any]:
+        fl, other = primals
+        dfl, _ = tangents  # the rest (integers, the overwritten output buffer): no derivative
         ref = jax_reference(spec)
-        assert ref is not None  # fwd checked
+        if ref is None:  # raised here, before the forward runs, when differentiated only
+            raise _no_reference(spec, "it has no JAX reference")
+        # `f` itself, not `forward`: under a second derivative (jax.hessian, jacfwd of grad) the primal
+        # is differentiated again, by this rule, never by pallas_call's own JVP
+        out = f(fl, other)
 
         def reference(d: dict[str, Any]) -> Any:
-            return ref(problem, joined(d, other)).astype(g.dtype)
+            return ref(problem, joined(d, other)).astype(out.dtype)
 
         try:
-            _, pull = jax.vjp(reference, fl)
+            _, dout = jax.jvp(reference, (fl,), (dfl,))
         except Exception as exc:  # noqa: BLE001 - the reference's own failure, named with the kernel
             raise _no_reference(
                 spec, f"its JAX reference cannot be differentiated ({type(exc).__name__}: {exc})"
             ) from exc
-        (grads,) = pull(g)
-        return grads, None  # None: zero cotangents for the output buffer and the integer inputs
+        return out, dout
 
-    f.defvjp(fwd, bwd)
     return f(floats, rest)
