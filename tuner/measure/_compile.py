@@ -322,9 +322,32 @@ class _Compiler:
         return res.to_dict()
 
 
+# The pid of the process that started a compile process (`_Proc.start`), which it must not outlive.
+PARENT_ENV = "TUNER_COMPILE_PARENT"
+
+
+def _die_with_parent() -> None:
+    """End this compile process with the process that started it. An idle one reads EOF on stdin when
+    its parent dies, but one that is compiling (a slow or hung compile) reads nothing until the compile
+    ends, and went on alone, an orphan, for as long as it took. So: PR_SET_PDEATHSIG on Linux; a parent
+    that died before that was asked for (between the fork and here, while this process imported tuner)
+    is seen by its pid, and a thread watches the pid where Linux's signal is not there."""
+    from ._worker import _die_with_parent as _pdeathsig
+    from ._worker import _watch_parent
+
+    parent = os.environ.get(PARENT_ENV, "")
+    if not parent.isdigit():
+        return  # started some other way (by hand): stdin's EOF ends it
+    _pdeathsig()
+    if os.getppid() != int(parent):
+        os._exit(0)  # the parent is gone already: this process was handed to another
+    _watch_parent(int(parent))
+
+
 def _serve() -> None:
     """The compile process: JSON requests on stdin, one JSON answer per line on the original stdout
     (anything else written to stdout goes to stderr)."""
+    _die_with_parent()
     reply = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -397,7 +420,7 @@ class _Proc:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=fd,
-            env=self.env,
+            env={**self.env, PARENT_ENV: str(os.getpid())},
         )
         os.close(fd)
         self._buf = b""
