@@ -328,20 +328,24 @@ PARENT_ENV = "TUNER_COMPILE_PARENT"
 
 def _die_with_parent() -> None:
     """End this compile process with the process that started it. An idle one reads EOF on stdin when
-    its parent dies, but one that is compiling (a slow or hung compile) reads nothing until the compile
-    ends, and went on alone, an orphan, for as long as it took. So: PR_SET_PDEATHSIG on Linux; a parent
-    that died before that was asked for (between the fork and here, while this process imported tuner)
-    is seen by its pid, and a thread watches the pid where Linux's signal is not there."""
-    from ._worker import _die_with_parent as _pdeathsig
-    from ._worker import _watch_parent
-
+    its parent dies, but one that is compiling (a slow or hung compile) read nothing until the compile
+    ended, and went on alone, an orphan, for as long as it took. A thread watches for the parent's death
+    (this process is then handed to another parent: `getppid` changes, also while the dead parent is a
+    zombie not reaped yet), and a parent that died before (between the fork and here, while this process
+    imported tuner) is seen at once. Not PR_SET_PDEATHSIG: it fires when the *thread* that started the
+    process ends, and the compile pool starts its processes from threads of its own."""
     parent = os.environ.get(PARENT_ENV, "")
     if not parent.isdigit():
         return  # started some other way (by hand): stdin's EOF ends it
-    _pdeathsig()
+
+    def watch() -> None:
+        while os.getppid() == int(parent):
+            time.sleep(0.2)
+        os._exit(0)
+
     if os.getppid() != int(parent):
-        os._exit(0)  # the parent is gone already: this process was handed to another
-    _watch_parent(int(parent))
+        os._exit(0)
+    threading.Thread(target=watch, name="tuner-parent-watch", daemon=True).start()
 
 
 def _serve() -> None:

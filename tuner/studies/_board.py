@@ -324,7 +324,7 @@ class TaskBoard:
             silent = now - beat if taken_from and beat is not None else None
             if row_id in dead:
                 log.warning(
-                    "worker %s took over task %s from %s: its process is gone",
+                    "worker %s took over task %s: its worker's process is gone (%s)",
                     worker,
                     task.key,
                     describe_worker(str(held_by)),
