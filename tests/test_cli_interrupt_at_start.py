@@ -65,7 +65,13 @@ def _interrupt_while_importing(tmp_path: Path, module: str, argv: list[str]) -> 
     return p.returncode, err
 
 
-@pytest.mark.parametrize("module", ["numpy", "tuner.commands.cache"], ids=["import tuner", "command modules"])
+@pytest.mark.parametrize(
+    "module",
+    ["numpy", "datetime", "tuner.commands.cache"],
+    # datetime: imported first by numpy's C extension (PyCapsule_Import), which turned the interrupt's
+    # exception into an ImportError: numpy's long traceback and exit 1
+    ids=["import tuner", "a C extension's import", "command modules"],
+)
 @pytest.mark.parametrize("how", ["console script", "python -m tuner", "python -m tuner.cli"])
 def test_ctrl_c_while_the_command_starts_exits_130_in_one_line(tmp_path: Path, module: str, how: str) -> None:
     """`python -m tuner.cli` is how a study's runner starts its workers (`tuner study run --workers N`):

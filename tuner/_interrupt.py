@@ -47,11 +47,16 @@ def _console_script() -> bool:
 
 
 def _interrupted(signum: int, frame: Any) -> None:
+    """Say so and end the process at once. No exception: one raised here, inside an import that C code
+    runs (numpy's extension imports `datetime` through `PyCapsule_Import`), was turned by that code into
+    an ImportError, and the command printed numpy's 50-line "Importing the numpy C-extensions failed"
+    traceback and exited 1. Nothing is open or half written yet (`main` has not started), so nothing
+    needs the interpreter's clean-up."""
     try:
         sys.stderr.write("tuner: interrupted\n")
         sys.stderr.flush()
     finally:
-        raise SystemExit(EXIT_INTERRUPTED)
+        os._exit(EXIT_INTERRUPTED)
 
 
 def install_if_command() -> None:

@@ -322,9 +322,36 @@ class _Compiler:
         return res.to_dict()
 
 
+# The pid of the process that started a compile process (`_Proc.start`), which it must not outlive.
+PARENT_ENV = "TUNER_COMPILE_PARENT"
+
+
+def _die_with_parent() -> None:
+    """End this compile process with the process that started it. An idle one reads EOF on stdin when
+    its parent dies, but one that is compiling (a slow or hung compile) read nothing until the compile
+    ended, and went on alone, an orphan, for as long as it took. A thread watches for the parent's death
+    (this process is then handed to another parent: `getppid` changes, also while the dead parent is a
+    zombie not reaped yet), and a parent that died before (between the fork and here, while this process
+    imported tuner) is seen at once. Not PR_SET_PDEATHSIG: it fires when the *thread* that started the
+    process ends, and the compile pool starts its processes from threads of its own."""
+    parent = os.environ.get(PARENT_ENV, "")
+    if not parent.isdigit():
+        return  # started some other way (by hand): stdin's EOF ends it
+
+    def watch() -> None:
+        while os.getppid() == int(parent):
+            time.sleep(0.2)
+        os._exit(0)
+
+    if os.getppid() != int(parent):
+        os._exit(0)
+    threading.Thread(target=watch, name="tuner-parent-watch", daemon=True).start()
+
+
 def _serve() -> None:
     """The compile process: JSON requests on stdin, one JSON answer per line on the original stdout
     (anything else written to stdout goes to stderr)."""
+    _die_with_parent()
     reply = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -397,7 +424,7 @@ class _Proc:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=fd,
-            env=self.env,
+            env={**self.env, PARENT_ENV: str(os.getpid())},
         )
         os.close(fd)
         self._buf = b""

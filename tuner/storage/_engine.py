@@ -306,6 +306,11 @@ def install_timeout_errors(engine: Engine, url: str, *, migration: bool = False)
 
     def _on_error(ctx: ExceptionContext) -> None:
         exc = ctx.original_exception
+        if not isinstance(exc, Exception):
+            # KeyboardInterrupt, SystemExit: an interrupt, not a fault. SQLAlchemy marks it a disconnect
+            # (the connection is thrown away), and read as one it became `StoreConnectionLost`: a Ctrl-C
+            # while the store was opened exited 1 with "the server ended the connection", not 130.
+            return
         if _sqlstate(exc) == _PG_READ_ONLY and not ctx.is_pre_ping:
             said = " ".join(str(exc).split("\n", 1)[0].split())
             raise StoreError(

@@ -61,6 +61,17 @@ class Claim:
     worker: str
     attempts: int
     spent_s: float
+    # the worker whose task this was when its lease ran out, and that worker's last heartbeat's age (s)
+    taken_from: str | None = None
+    silent_s: float | None = None
+
+
+def describe_worker(worker: str) -> str:
+    """`host:pid:token` as `worker W (host H, process P)`; another form as it is."""
+    parts = worker.split(":")
+    if len(parts) >= 3 and parts[1].isdigit():
+        return f"worker {worker} (host {parts[0]}, process {parts[1]})"
+    return f"worker {worker}"
 
 
 @dataclass(frozen=True)
@@ -287,7 +298,10 @@ class TaskBoard:
                 free = (c.status == PENDING) | ((c.status == RUNNING) & (c.lease_expires_at < now))
                 if row_id in dead:
                     free = free | ((c.status == RUNNING) & (c.lease_token == dead[row_id]))
-                was = conn.execute(select(c.status).where(c.id == row_id)).scalar()  # for the log line only
+                # for the log line only: who held it, and when that holder's heartbeat last came
+                was, held_by, beat = conn.execute(
+                    select(c.status, c.worker, c.heartbeat_at).where(c.id == row_id)
+                ).one()
                 res = conn.execute(
                     update(tasks_table)
                     .where((c.id == row_id) & free)
@@ -306,13 +320,42 @@ class TaskBoard:
                     continue  # another worker was faster
                 row = conn.execute(select(tasks_table).where(c.id == row_id)).one()
             task = StudyTask.from_dict({**row.spec, "storage": self.url})
+            taken_from = held_by if was == RUNNING and held_by else None
+            silent = now - beat if taken_from and beat is not None else None
             if row_id in dead:
-                log.warning("worker %s took over task %s: its worker's process is gone", worker, task.key)
+                log.warning(
+                    "worker %s took over task %s: its worker's process is gone (%s)",
+                    worker,
+                    task.key,
+                    describe_worker(str(held_by)),
+                )
             elif row.attempts > 1 and was == RUNNING:  # its lease ran out
-                log.warning("worker %s took over task %s (attempt %d)", worker, task.key, row.attempts)
+                # The holder's heartbeat stopped: its process is stopped (SIGSTOP, a debugger), hangs in
+                # code that holds the GIL, or its host is down or cut off; from here this one can only
+                # tell that it stopped renewing, whichever host it runs on.
+                log.warning(
+                    "worker %s took over task %s (attempt %d) from %s: %s and its lease ran out (the "
+                    "process is stopped or hung, or its host is down or cut off); its trial in flight is "
+                    "marked abandoned and run again here, and that worker, should it go on, finds the task "
+                    "taken over and writes nothing more to it",
+                    worker,
+                    task.key,
+                    row.attempts,
+                    describe_worker(str(held_by)) if held_by else "its earlier worker",
+                    f"no heartbeat for {silent:.0f} s" if silent is not None else "its heartbeat stopped",
+                )
             elif row.attempts > 1:  # handed back, or put back by --retry-failed: nobody else holds it
                 log.info("worker %s resumes task %s (attempt %d)", worker, task.key, row.attempts)
-            return Claim(row.id, task, token, worker, int(row.attempts), float(row.spent_s or 0.0))
+            return Claim(
+                row.id,
+                task,
+                token,
+                worker,
+                int(row.attempts),
+                float(row.spent_s or 0.0),
+                taken_from=taken_from,
+                silent_s=silent,
+            )
         return None
 
     def hold(self, conn: Connection, claim: Claim) -> None:

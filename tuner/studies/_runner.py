@@ -68,6 +68,7 @@ from ._board import (
     Claim,
     TaskBoard,
     TaskRow,
+    describe_worker,
     device_clash_message,
     retry,
     summarize,
@@ -190,17 +191,20 @@ def _optuna_storage(url: str) -> Any:
     return _result_store(url).optuna_storage()
 
 
-def abandon_stale_trials(storage: Any, study_name: str, worker: str, store: Any = None) -> int:
-    """Mark trials left RUNNING or WAITING (by a dead worker) as FAIL + tuner_skip; we hold the lease.
-    With the results `store`, a RUNNING trial whose measurement is stored (its worker stopped between
-    recording it and telling Optuna) is told from that measurement instead, and counts."""
+def abandon_stale_trials(
+    storage: Any, study_name: str, worker: str, store: Any = None
+) -> list[tuple[int, dict[str, Any]]]:
+    """Mark trials left RUNNING or WAITING (by a dead or stopped worker) as FAIL + tuner_skip; we hold
+    the lease. With the results `store`, a RUNNING trial whose measurement is stored (its worker stopped
+    between recording it and telling Optuna) is told from that measurement instead, and counts. Returns
+    the number and config of each trial marked abandoned."""
     import optuna
 
     try:
         sid = storage.get_study_id_from_name(study_name)
     except KeyError:
-        return 0
-    n = 0
+        return []
+    marked: list[tuple[int, dict[str, Any]]] = []
     states = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
     stale = storage.get_all_trials(sid, deepcopy=False, states=states)
     if store is not None:
@@ -211,10 +215,10 @@ def abandon_stale_trials(storage: Any, study_name: str, worker: str, store: Any 
         try:
             storage.set_trial_user_attr(t._trial_id, "tuner_skip", f"abandoned (taken over by {worker})")
             storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
-            n += 1
+            marked.append((t.number, dict(t.params)))
         except RuntimeError as exc:  # finished meanwhile by a worker that was still alive
             log.info("trial %d of %s finished meanwhile: %s", t.number, study_name, exc)
-    return n
+    return marked
 
 
 def _best(trials: Sequence[Any]) -> tuple[float | None, dict[str, Any] | None]:
@@ -881,6 +885,14 @@ class StudyWorker:
                     )
                 log.error("worker %s: %s; task %s %s", self.worker_id, exc, claim.task.key, then)
                 raise
+            if outcome == "lost":
+                log.warning(
+                    "worker %s (process %d): task %s was taken over by another worker while this one did "
+                    "not renew its lease (stopped, or too slow); left to it, nothing more of it written here",
+                    self.worker_id,
+                    os.getpid(),
+                    claim.task.key,
+                )
             getattr(summary, outcome).append(claim.task.key)
         return summary
 
@@ -921,9 +933,12 @@ class StudyWorker:
             stale = abandon_stale_trials(storage, task.study_name, self.worker_id, self._store)
             if stale:
                 log.warning(
-                    "task %s: %d trial(s) left unfinished by a dead worker were marked abandoned",
+                    "task %s: %d trial(s) left unfinished by %s were marked abandoned (not counted; "
+                    "their configs may run again): %s",
                     task.key,
-                    stale,
+                    len(stale),
+                    describe_worker(claim.taken_from) if claim.taken_from else "a dead worker",
+                    ", ".join(f"trial {n} {cfg}" for n, cfg in stale),
                 )
             before = task_trials(storage, task.study_name)
             prior = gather_prior(storage, self.board.rows(self.spec.name), task)
