@@ -199,11 +199,13 @@ def _ptxas_stats(ptx: str, capability: int) -> tuple[int | None, int | None]:
     arch = f"sm_{capability}a" if capability >= 90 else f"sm_{capability}"
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.ptx"
-        src.write_text(ptx)
+        src.write_text(ptx, encoding="utf-8")
         res = subprocess.run(
             [ptxas, "-v", f"--gpu-name={arch}", str(src), "-o", str(Path(tmp) / "k.cubin")],
             capture_output=True,
             text=True,
+            encoding="utf-8",
+            errors="replace",
             timeout=300,
         )
     return _parse_ptxas(res.stdout + res.stderr)
@@ -324,8 +326,16 @@ class _Compiler:
 
 def _serve() -> None:
     """The compile process: JSON requests on stdin, one JSON answer per line on the original stdout
-    (anything else written to stdout goes to stderr)."""
-    reply = os.fdopen(os.dup(1), "w", buffering=1)
+    (anything else written to stdout goes to stderr).
+
+    Warnings that Triton's own modules raise (its cache writes text files without an encoding: an
+    EncodingWarning under PYTHONWARNDEFAULTENCODING=1) are shown on this process's stderr, not raised, where
+    the user's PYTHONWARNINGS makes warnings errors: that policy is for the user's code, and raised here
+    it failed every config. Warnings raised in tuner's or the kernels' code stay as the user set them."""
+    import warnings
+
+    warnings.filterwarnings("default", module=r"triton(\.|$)")
+    reply = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     comp = _Compiler()
@@ -434,7 +444,7 @@ class _Proc:
         tail = ""
         if self.stderr_path:
             with contextlib.suppress(OSError):
-                tail = Path(self.stderr_path).read_text(errors="replace")[-1500:].strip()
+                tail = Path(self.stderr_path).read_text(encoding="utf-8", errors="replace")[-1500:].strip()
         self.kill()
         return f"crashed: {what} (exit code {code})" + (f"; its stderr ended with:\n{tail}" if tail else "")
 
