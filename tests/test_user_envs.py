@@ -1,7 +1,8 @@
 """tuner run in the environments users and their test suites run it in: every warning about a text file or
 pipe opened without an encoding made an error (`PYTHONWARNDEFAULTENCODING=1`, `-W error::EncodingWarning`,
-passed on to child processes through `PYTHONWARNINGS`). Each runs in a fresh interpreter, since the flags
-are the process's."""
+passed on to child processes through `PYTHONWARNINGS`); a user with no home folder (HOME unset, no entry in
+the password database: a container run as an arbitrary uid). Each runs in a fresh interpreter, since the
+flags and the user are the process's."""
 
 from __future__ import annotations
 
@@ -88,3 +89,71 @@ def test_shipped_code_names_the_encoding_of_pipes_and_files() -> None:
         for line, name in _without_encoding(ast.parse(path.read_text(encoding="utf-8")))
     ]
     assert not found, "\n".join(found)
+
+
+# The user has no home folder: HOME unset and no password-database entry for the uid (what a container run
+# as an arbitrary uid has). pwd is patched before tuner is imported, so Path.home() fails as it does there.
+NO_PASSWD = """
+import os, pwd, sys
+def _no_entry(uid):
+    raise KeyError(f"getpwuid(): uid not found: {uid}")
+pwd.getpwuid = _no_entry
+os.environ.pop("HOME", None)
+"""
+
+TUNED = """
+import tuner
+space = tuner.SearchSpace.from_configs([{"b": b} for b in (1, 2)])
+
+@tuner.autotune(space, key=["n"], budget=2)
+def f(n, *, b):
+    return n * b
+
+print("results", f(3), f(3), f(4), f(4))
+"""
+
+
+def _no_home_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("HOME", "TUNER_HOME", "TUNER_STORAGE")}
+    return {**env, "PYTHONPATH": repo_pythonpath()}
+
+
+def _python(code: str, tmp_path: Path, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**_no_home_env(tmp_path), **extra},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=300,
+    )
+
+
+def test_no_home_runs_tuned_calls_without_a_store_and_says_so_once(tmp_path: Path) -> None:
+    """Path.home()'s RuntimeError ("Could not determine home directory.") went up through the first
+    tuned call."""
+    proc = _python(NO_PASSWD + TUNED, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    _, a, a2, b, b2 = proc.stdout.split()  # each key tuned once (either config may win), then kept
+    assert a == a2 and a in ("3", "6") and b == b2 and b in ("4", "8"), proc.stdout
+    assert proc.stderr.count("TUNER_HOME") == 1, proc.stderr  # one warning for every call and key
+    assert "password database" in proc.stderr and "running without a store" in proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_no_home_in_record_mode_says_where_the_misses_went(tmp_path: Path) -> None:
+    """The flush of the miss log at exit raised from atexit, where the log's folder could not be named."""
+    proc = _python(NO_PASSWD + TUNED, tmp_path, TUNER_MODE="record")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "were not written to the miss log" in proc.stderr and "set TUNER_HOME" in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["cache", "show"], ["misses"]])
+def test_no_home_commands_fail_with_a_line_naming_tuner_home(tmp_path: Path, argv: list[str]) -> None:
+    code = NO_PASSWD + f"from tuner.cli import main\nsys.exit(main({argv!r}))\n"
+    proc = _python(code, tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("tuner: failed: ") and "set TUNER_HOME to a folder this user can write" in line
