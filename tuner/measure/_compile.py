@@ -402,20 +402,26 @@ class _Proc:
         import tempfile
 
         fd, self.stderr_path = tempfile.mkstemp(prefix="tuner-compile-", suffix=".stderr")
-        self.p = subprocess.Popen(
-            [sys.executable, "-m", "tuner.measure._compile"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=fd,
-            env=self.env,
-        )
-        os.close(fd)
+        try:
+            self.p = subprocess.Popen(
+                [sys.executable, "-m", "tuner.measure._compile"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=fd,
+                env=self.env,
+            )
+        finally:
+            os.close(fd)
         self._buf = b""
 
     def ask(self, req: Mapping[str, Any], timeout_s: float) -> dict[str, Any] | str:
         """The answer, or a string saying why there is none (the process is then gone)."""
         if self.p is None or self.p.poll() is not None:
-            self.start()
+            try:
+                self.start()
+            except OSError as exc:  # its stderr file or the process itself (a limit, a missing temp folder)
+                self.kill()
+                return f"crashed: could not start the compile process ({type(exc).__name__}: {exc})"
         assert self.p is not None and self.p.stdin is not None and self.p.stdout is not None
         try:
             self.p.stdin.write((json.dumps(req, default=str) + "\n").encode())
