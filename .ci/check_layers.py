@@ -44,7 +44,7 @@ def violations(root: Path = ROOT) -> list[str]:
             module = "tuner." + ".".join(rel.parts)
             if path.name == "__init__.py":
                 module = module.rsplit(".", 1)[0] + ".__init__"
-            tree = ast.parse(path.read_text(), filename=str(path))
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
             for node in ast.walk(tree):
                 for name in _imported(node, module):
                     parts = name.split(".")
@@ -67,7 +67,7 @@ def violations(root: Path = ROOT) -> list[str]:
         path = root / "tuner" / f"{leaf}.py"
         if not path.exists():
             continue
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
             for name in _imported(node, f"tuner.{leaf}"):
                 if name.split(".")[0] in LAYERS | {"tuner"}:
                     out.append(f"tuner/{leaf}.py:{node.lineno}: a leaf module imports {name!r}")

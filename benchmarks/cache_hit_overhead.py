@@ -251,7 +251,9 @@ def compare(before: Path, a: argparse.Namespace) -> int:
             cmd += ["--stat", a.stat]
             if a.skip_triton:
                 cmd.append("--skip-triton")
-            out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+            out = subprocess.run(
+                cmd, env=env, check=True, capture_output=True, text=True, encoding="utf-8"
+            ).stdout
             for k, v in json.loads(out.strip().splitlines()[-1]).items():
                 got[name].setdefault(k, []).append(v)
     print(

@@ -63,7 +63,9 @@ def _worker(table_path: str, strategy: str, seed: int, budget: int) -> dict:
 def _run(checkout: Path, table: str, strategy: str, seed: int, budget: int) -> dict:
     env = dict(os.environ, PYTHONPATH=str(checkout))
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", table, strategy, str(seed), str(budget)]
-    out = subprocess.run(cmd, env=env, cwd=checkout, capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        cmd, env=env, cwd=checkout, capture_output=True, text=True, check=False, encoding="utf-8"
+    )
     if out.returncode != 0:
         raise SystemExit(f"worker failed in {checkout}: {out.stderr.strip().splitlines()[-1:]}")
     rec = json.loads(out.stdout.strip().splitlines()[-1])

@@ -490,7 +490,7 @@ def main() -> int:
         f"summary: {len(RESULTS) - len(failed)} passed, {len(failed)} failed in {time.perf_counter() - t0:.0f} s"
     )
     if args.json:
-        with open(args.json, "w") as fh:
+        with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"gpu": gpu, "results": RESULTS}, fh, indent=1)
     return 1 if failed else 0
 

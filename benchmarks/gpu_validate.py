@@ -121,13 +121,14 @@ def _driver_version() -> str | None:
             capture_output=True,
             text=True,
             timeout=20,
+            encoding="utf-8",
         )
         if p.returncode == 0 and p.stdout.strip():
             return p.stdout.strip().splitlines()[0]
     except (OSError, subprocess.SubprocessError):
         pass
     try:
-        text = Path("/proc/driver/nvidia/version").read_text()
+        text = Path("/proc/driver/nvidia/version").read_text(encoding="utf-8")
     except OSError:
         return None
     for tok in text.split():

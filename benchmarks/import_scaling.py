@@ -108,7 +108,7 @@ def pg_database(admin_url: str) -> Iterator[str]:
 def run_child(code: Path, files: Sequence[Path], urls: Sequence[str]) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(code)}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", *map(str, files), "--urls", *urls]
-    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True, encoding="utf-8").stdout
     return dict(json.loads(out.strip().splitlines()[-1]))
 
 

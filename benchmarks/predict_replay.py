@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     s = summarise(result)
     print_summary(s, len(result["rows"]), len(seeds))
     if args.json:
-        args.json.write_text(json.dumps({**result, "summary": s}, indent=1))
+        args.json.write_text(json.dumps({**result, "summary": s}, indent=1), encoding="utf-8")
     return 0
 
 

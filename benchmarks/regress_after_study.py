@@ -62,7 +62,7 @@ def main() -> int:
     env = {**os.environ, "TUNER_HOME": str(home)}
     t0 = time.time()
     cmd = [sys.executable, "-m", "tuner.cli", "study", "run", args.study, "--quiet", "--json"]
-    run = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, encoding="utf-8")
     if run.returncode != 0:
         print(run.stdout, run.stderr, file=sys.stderr)
         return 1

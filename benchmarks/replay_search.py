@@ -290,7 +290,8 @@ def _kt_cache_file(path: str) -> tuple[str, dict[str, Any], frozenset[tuple[Any,
         keys = doc["tune_params_keys"]
         configs = frozenset(tuple(e[k] for k in keys) for e in doc["cache"].values())
         dst = folder / f"{len(_KT_FILES)}_{Path(path).parent.name}_{Path(path).name.split('.')[0]}.json"
-        dst.write_text(json.dumps(doc))  # well-formed: Kernel Tuner rewrites a cache that ends with ","
+        # well-formed: Kernel Tuner rewrites a cache that ends with ","
+        dst.write_text(json.dumps(doc), encoding="utf-8")
         header = {k: doc[k] for k in ("kernel_name", "problem_size", "tune_params_keys", "tune_params")}
         _KT_FILES[path] = (str(dst), header, configs)
     return _KT_FILES[path]
@@ -714,7 +715,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs: list[dict[str, Any]] = []
     if from_json:
         for fn in from_json:
-            with open(fn) as fh:
+            with open(fn, encoding="utf-8") as fh:
                 doc = json.load(fh)
             if doc["args"]["budget"] != args.budget or doc["args"]["prior"] != args.prior:
                 print(f"{fn}: budget/prior differ from this invocation", file=sys.stderr)

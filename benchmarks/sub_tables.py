@@ -97,7 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     rng = np.random.default_rng(args.seed)
     n_written = 0
     for path in paths:
-        with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as f:
+        with (
+            gzip.open(path, "rt", encoding="utf-8")
+            if path.suffix == ".gz"
+            else open(path, encoding="utf-8") as f
+        ):
             doc = json.load(f)
         objective = recorded_objective(doc)
         kernel, gpu = path.parent.name, path.name.split(".")[0]
@@ -111,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             dest = out / kernel / f"{gpu}_{i}.json.gz"
             dest.parent.mkdir(parents=True, exist_ok=True)
             tmp = dest.with_suffix(".tmp")
-            with gzip.open(tmp, "wt") as f:
+            with gzip.open(tmp, "wt", encoding="utf-8") as f:
                 json.dump(sub, f)
             tmp.replace(dest)  # atomic: a crash leaves no half-written table
             n_written += 1

@@ -33,12 +33,13 @@ def _ptxas_stats(ptx: str, arch: int) -> tuple[int, int]:
     arch_flag = f"sm_{arch}a" if arch == 90 else f"sm_{arch}"
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.ptx"
-        src.write_text(ptx)
+        src.write_text(ptx, encoding="utf-8")
         res = subprocess.run(
             [str(ptxas), f"-arch={arch_flag}", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
             capture_output=True,
             text=True,
             check=True,
+            encoding="utf-8",
         )
     out = res.stdout + res.stderr
     regs = int(re.search(r"Used (\d+) registers", out).group(1))  # type: ignore[union-attr]

@@ -88,6 +88,15 @@ def _check_xy(X: Any, y: Any | None = None) -> tuple[np.ndarray, np.ndarray | No
     return Xa, ya
 
 
+def _check_fit_xy(X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+    """`_check_xy` for `fit`, where y is required: None is a ValueError (as scikit-learn's), not an assert,
+    which `python -O` strips (a TypeError from deep in the fit then)."""
+    Xa, ya = _check_xy(X, y)
+    if ya is None:
+        raise ValueError("y is None: fit needs the targets, one per row of X")
+    return Xa, ya
+
+
 def _check_rows(n: int, **arrays: Any) -> None:
     """Each of `groups`, `sample_weight`, `base_margin` given holds one entry per row of X: a shorter
     `groups` made the ranker fit on as many rows as it had (the rest dropped without a word), and the
@@ -206,8 +215,7 @@ class XGBRegressorModel(CostModel):
     ) -> XGBRegressorModel:
         import xgboost as xgb
 
-        Xa, ya = _check_xy(X, y)
-        assert ya is not None
+        Xa, ya = _check_fit_xy(X, y)
         _check_rows(len(ya), groups=groups, sample_weight=sample_weight, base_margin=base_margin)
         t = normalise_targets(ya, groups) if self.normalise else ya
         if self.n_estimators < 1:
@@ -279,8 +287,7 @@ class XGBRankerModel(CostModel):
             raise ValueError(
                 f"objective must be rank:pairwise, rank:ndcg or rank:map, got {self.objective!r}"
             )
-        Xa, ya = _check_xy(X, y)
-        assert ya is not None
+        Xa, ya = _check_fit_xy(X, y)
         _check_rows(len(ya), groups=groups, sample_weight=sample_weight)
         g = (
             np.zeros(len(ya), dtype=np.int64)
@@ -361,8 +368,7 @@ class XGBEnsemble(CostModel):
     def fit(
         self, X: Any, y: Any, groups: Any = None, sample_weight: Any = None, base_margin: Any = None
     ) -> XGBEnsemble:
-        Xa, ya = _check_xy(X, y)
-        assert ya is not None
+        Xa, ya = _check_fit_xy(X, y)
         _check_rows(len(ya), groups=groups, sample_weight=sample_weight, base_margin=base_margin)
         if self.n_models < 1:
             raise ValueError(f"n_models must be >= 1, got {self.n_models}")
@@ -427,8 +433,7 @@ class RandomForestModel(CostModel):
     def fit(self, X: Any, y: Any, groups: Any = None, sample_weight: Any = None) -> RandomForestModel:
         from sklearn.ensemble import RandomForestRegressor
 
-        Xa, ya = _check_xy(X, y)
-        assert ya is not None
+        Xa, ya = _check_fit_xy(X, y)
         _check_rows(len(ya), groups=groups, sample_weight=sample_weight)
         t = normalise_targets(ya, groups)
         self.forest_ = RandomForestRegressor(
@@ -458,7 +463,7 @@ class NoModel(CostModel):
         self.seed = seed
 
     def fit(self, X: Any, y: Any, groups: Any = None, sample_weight: Any = None) -> NoModel:
-        Xa, ya = _check_xy(X, y)
+        Xa, _ = _check_fit_xy(X, y)
         _check_rows(len(Xa), groups=groups, sample_weight=sample_weight)
         self.n_features_in_ = Xa.shape[1]
         self.training_summary_ = {"rows": int(len(Xa))}

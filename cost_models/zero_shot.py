@@ -39,7 +39,7 @@ import numpy as np
 from tuner.search_spaces.devices import DeviceFamily, device_family
 
 from .features import FeatureSchema, schema_for_space
-from .models import CostModel, XGBEnsemble, _check_xy
+from .models import CostModel, XGBEnsemble, _check_fit_xy, _check_xy
 
 __all__ = [
     "REGRET_CLIP",
@@ -130,8 +130,7 @@ class ZeroShotPredictor(CostModel):
         self.seed = seed
 
     def fit(self, X: Any, y: Any, groups: Any = None, sample_weight: Any = None) -> ZeroShotPredictor:
-        Xa, ya = _check_xy(X, y)
-        assert ya is not None
+        Xa, ya = _check_fit_xy(X, y)
         if not (self.regret_clip > 0 and math.isfinite(self.regret_clip)):
             raise ValueError(f"regret_clip must be a positive number, got {self.regret_clip!r}")
         t = regret_targets(ya, groups, self.regret_clip)

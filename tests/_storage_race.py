@@ -31,7 +31,7 @@ def main() -> int:
     def kernel(n, *, block):
         return 1e-3 * block
 
-    open(f"{go}.ready.{os.getpid()}", "w").close()
+    open(f"{go}.ready.{os.getpid()}", "w", encoding="utf-8").close()
     while not os.path.exists(go):
         time.sleep(0.005)
     if role == "runtime":

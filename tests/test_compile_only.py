@@ -184,3 +184,21 @@ def test_the_compile_child_gets_a_checkout_first_and_never_site_packages(monkeyp
     checkout = Path(__file__).resolve().parent.parent
     monkeypatch.setattr(tuner, "__file__", str(checkout / "tuner" / "__init__.py"))
     assert _compile._child_env(None)["PYTHONPATH"].split(os.pathsep) == [str(checkout), other]
+
+
+def test_a_compile_process_that_cannot_start_is_a_failed_result_saying_why(monkeypatch, tmp_path) -> None:
+    """Starting the compile process raised in the pool's thread (its stderr file in a temp folder removed
+    meanwhile, a process limit reached): a traceback on stderr and every config "not compiled", no reason."""
+    import tempfile
+
+    problem = get_kernel("rmsnorm").default_problem
+    configs = draw_configs(get_kernel("rmsnorm").space(problem, get_device("sm80"), "triton"), 2, seed=0)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "removed"))
+    errors: list[BaseException] = []
+    monkeypatch.setattr("threading.excepthook", lambda args: errors.append(args.exc_value))
+    with CompilePool(jobs=1) as p:
+        results = p.compile("rmsnorm", problem, configs, "sm80")
+    assert not errors
+    for r in results:
+        assert r.status == "crashed" and "could not start the compile process" in r.error, r
+        assert "FileNotFoundError" in r.error and "removed" in r.error, r

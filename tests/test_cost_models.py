@@ -75,6 +75,8 @@ def test_estimator_contract(name: str) -> None:
         type(model)(**params).fit(X, y[:-1])
     with pytest.raises(ValueError, match="1-D"):  # a 2-D y is refused as such, not as a row count
         type(model)(**params).fit(X, np.stack([y, y], axis=1))
+    with pytest.raises(ValueError, match="y is None"):  # a ValueError, not an assert that python -O strips
+        type(model)(**params).fit(X, None)
     assert model.predict(np.zeros((0, 3))).shape == (0,)  # no rows: no predictions, in every model
     # deterministic for the same hyperparameters
     assert np.allclose(type(model)(**params).fit(X, y, groups=g).predict(X), p)

@@ -70,12 +70,12 @@ def test_from_misses_weights_tasks_by_calls(misses: Path, tmp_path: Path, capsys
     assert cli(["study", "from-misses", "--min-calls", "5", "--trials", "8", "--out", str(out)]) == 0
     msg = capsys.readouterr().out
     assert "2 tasks of rmsnorm" in msg and "1 calls under --min-calls 5 left out" in msg
-    doc = tomllib.loads(out.read_text())
+    doc = tomllib.loads(out.read_text(encoding="utf-8"))
     assert doc["study"]["device"] == "cpu"
     tasks = [(t["problems"][0]["M"], t["budget"]["trials"], t["dtypes"], t["backends"]) for t in doc["tasks"]]
     # 90 and 10 calls against an even split of 50: 8 * 1.8 -> 14, 8 * 0.2 -> 2 (the floor, 8 // 4)
     assert tasks == [(8, 14, ["float32"], ["triton"]), (16, 2, ["float32"], ["triton"])]
-    assert "mine.launch key {'n': 7}" in out.read_text()  # listed, not dropped
+    assert "mine.launch key {'n': 7}" in out.read_text(encoding="utf-8")  # listed, not dropped
 
 
 def test_from_misses_bad_input_exits_2(misses: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
@@ -100,7 +100,7 @@ def test_mixed_devices_give_an_auto_study(tmp_path: Path, monkeypatch: pytest.Mo
     _log(folder, {("rmsnorm", 8, 64): 3}, device="NVIDIA H100 (sm90)")
     out = tmp_path / "s.toml"
     assert cli(["study", "from-misses", "--out", str(out)]) == 0
-    doc = tomllib.loads(out.read_text())
+    doc = tomllib.loads(out.read_text(encoding="utf-8"))
     assert doc["study"]["device"] == "auto" and len(doc["tasks"]) == 1  # one problem, tuned once
 
 
@@ -151,7 +151,7 @@ def keyed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
     from tuner.runtime._misses import recorder
 
-    (tmp_path / "keyed_user_mod.py").write_text(KEYED_MODULE)
+    (tmp_path / "keyed_user_mod.py").write_text(KEYED_MODULE, encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("TUNER_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("TUNER_MISSES_DIR", raising=False)
@@ -176,14 +176,14 @@ def test_decorated_study_exports_exact_hits_for_any_key_fields(
     study = tmp_path / "s.toml"
     fac = ["--factory", "keyed_user_mod:make_inputs", "--strategy", "random", "--trials", "4"]
     assert cli(["study", "from-misses", *fac, "--output", str(tmp_path / "out"), "--out", str(study)]) == 0
-    doc = tomllib.loads(study.read_text())
+    doc = tomllib.loads(study.read_text(encoding="utf-8"))
     assert len(doc["tasks"]) == 3
     assert {t["dtypes"][0] for t in doc["tasks"]} == {"float16", "float32", "float64"}  # the real dtypes
     run = ["study", "run", str(study), "--quiet", "--executor", "tuner.studies._from_misses:run_decorated"]
     assert cli(run) == 0, capsys.readouterr().err
     shipped = tmp_path / "shipped.json"
     assert cli(["study", "export", str(study), "--out", str(shipped)]) == 0
-    entries = json.loads(shipped.read_text())["entries"]
+    entries = json.loads(shipped.read_text(encoding="utf-8"))["entries"]
     assert sorted((e["key"]["n"], e["key"]["dtype"], e["key"]["off"]) for e in entries) == [
         (7, "float64", 1),
         (100, "float16", 0),
@@ -191,7 +191,7 @@ def test_decorated_study_exports_exact_hits_for_any_key_fields(
     ]
     assert all("factory" not in e["key"] and e["config"] == {"block": 64} for e in entries)
     # the report counts the trials the decorator kept in each task's Optuna study
-    md = (tmp_path / "out" / "report" / "report.md").read_text()
+    md = (tmp_path / "out" / "report" / "report.md").read_text(encoding="utf-8")
     assert "| done | 4/4 |" in md, md
     assert "n/a (no FLOP/byte counts: not a registered kernel)" in md  # (was: a cut "unknown kernel" list)
     # run_decorated keeps the measurements in the function's own store, by design: the study database
@@ -288,7 +288,7 @@ def _rewrite_user_module(m: Any, old: str, new: str) -> None:
     """Edit the user module's source (a rename, a bug) as a later deployment would; the next import
     (a worker's, or the next `tuner study run`) sees the new source."""
     path = Path(m.__file__)
-    path.write_text(path.read_text().replace(old, new))
+    path.write_text(path.read_text(encoding="utf-8").replace(old, new), encoding="utf-8")
     sys.modules.pop(m.__name__, None)
 
 
@@ -366,7 +366,7 @@ def test_misses_of_a_function_of_the_main_script_are_refused_with_the_fix(
     `from-misses --factory` now refuses it at once with the fix (a name=), writing nothing."""
     _log(misses, {("__main__.scale", 8, 0): 3})
     (tmp_path / "app_factory.py").write_text(
-        "def make(kernel, fields, dtypes):\n    raise NotImplementedError\n"
+        "def make(kernel, fields, dtypes):\n    raise NotImplementedError\n", encoding="utf-8"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "app.toml"
@@ -377,7 +377,7 @@ def test_misses_of_a_function_of_the_main_script_are_refused_with_the_fix(
     assert not out.exists()
     # the other functions' misses can still be studied, leaving the script's out
     assert cli([*args, "--kernel", "mine.launch"]) == 0
-    assert "__main__" not in out.read_text().split("Misses of registered kernels")[0]
+    assert "__main__" not in out.read_text(encoding="utf-8").split("Misses of registered kernels")[0]
 
 
 def test_two_services_in_one_misses_folder(misses: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
@@ -389,7 +389,7 @@ def test_two_services_in_one_misses_folder(misses: Path, tmp_path: Path, capsys:
     out = tmp_path / "s.toml"
     args = ["study", "from-misses", "--kernel", "rmsnorm", "--kernel", "mine.launch", "--out", str(out)]
     assert cli(args) == 0
-    text = out.read_text()
+    text = out.read_text(encoding="utf-8")
     assert "mine.launch key" in text and "other.svc_fn" not in text
 
 
@@ -401,7 +401,7 @@ def test_a_factory_study_lists_the_registered_kernels_misses(
     without `--factory` names the functions'. They were dropped without a word, and lost for good once
     `tuner misses --clear` ran after shipping its export."""
     (tmp_path / "svc_factory.py").write_text(
-        "def make(kernel, fields, dtypes):\n    raise NotImplementedError\n"
+        "def make(kernel, fields, dtypes):\n    raise NotImplementedError\n", encoding="utf-8"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "mine.toml"
@@ -410,7 +410,7 @@ def test_a_factory_study_lists_the_registered_kernels_misses(
     msg = capsys.readouterr().out
     assert "1 tasks of mine.launch" in msg and "1 calls under --min-calls 5 left out" in msg, msg
     assert "2 misses of registered kernels listed as comments" in msg, msg
-    text = out.read_text()
+    text = out.read_text(encoding="utf-8")
     assert [t["kernel"] for t in tomllib.loads(text)["tasks"]] == ["mine.launch"]
     listed = [line for line in text.splitlines() if line.startswith("#   rmsnorm (triton) key")]
     assert len(listed) == 2 and "'M': 8," in listed[0] and listed[0].endswith(": 90 calls"), listed
@@ -473,16 +473,16 @@ def test_regress_times_decorated_functions_with_the_factory(
     assert all(abs(c["ratio"] - 1.5) < 1e-9 for c in checks)
 
     # bad entries are refused before anything is timed: a config outside the space, another key
-    doc = json.loads(shipped.read_text())
+    doc = json.loads(shipped.read_text(encoding="utf-8"))
     doc["entries"][0]["config"] = {"block": 4096}
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps(doc))
+    bad.write_text(json.dumps(doc), encoding="utf-8")
     keyed.CALLS.clear()
     assert cli(["regress", "--baseline", str(bad), "--factory", "keyed_user_mod:make_inputs"]) == 2
     assert "is not in the function's search space" in capsys.readouterr().err and not keyed.CALLS
     doc["entries"][0]["config"] = {"block": 64}
     doc["entries"][0]["kernel"] = "other_op"
-    bad.write_text(json.dumps(doc))
+    bad.write_text(json.dumps(doc), encoding="utf-8")
     assert cli(["regress", "--baseline", str(bad), "--factory", "keyed_user_mod:make_inputs"]) == 2
     assert (
         "(other_op): the factory 'keyed_user_mod:make_inputs' raised AssertionError"
@@ -525,7 +525,7 @@ def test_decorated_winner_is_re_timed_before_export(
     later flagged an unchanged function as slower)."""
     from tuner.runtime._misses import recorder
 
-    (tmp_path / "lucky_user_mod.py").write_text(LUCKY_MODULE)
+    (tmp_path / "lucky_user_mod.py").write_text(LUCKY_MODULE, encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("TUNER_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("TUNER_MISSES_DIR", raising=False)
@@ -543,7 +543,7 @@ def test_decorated_winner_is_re_timed_before_export(
     assert cli([*run, "--executor", "tuner.studies._from_misses:run_decorated"]) == 0
     shipped = tmp_path / "c.json"
     assert cli(["study", "export", str(study), "--out", str(shipped)]) == 0
-    (e,) = json.loads(shipped.read_text())["entries"]
+    (e,) = json.loads(shipped.read_text(encoding="utf-8"))["entries"]
     assert e["config"] == {"block": 64} and e["time_s"] == pytest.approx(1e-3)  # not the lucky 0.5e-3
     assert cli(["regress", "--baseline", str(shipped), "--factory", "lucky_user_mod:make_inputs"]) == 0
     sys.modules.pop("lucky_user_mod", None)
@@ -598,7 +598,8 @@ def test_fleet_of_workers_on_postgres_exports_every_winner(
         shipped = tmp_path / "shipped.json"
         assert cli(["study", "export", str(study), "--storage", url, "--out", str(shipped)]) == 0
         keys = sorted(
-            json.dumps(e["key"], sort_keys=True) for e in json.loads(shipped.read_text())["entries"]
+            json.dumps(e["key"], sort_keys=True)
+            for e in json.loads(shipped.read_text(encoding="utf-8"))["entries"]
         )
         assert len(keys) == 3
         per_machine = []
@@ -607,7 +608,8 @@ def test_fleet_of_workers_on_postgres_exports_every_winner(
             out = tmp_path / f"m{i}.json"
             if cli(["cache", "export", "--out", str(out)]) == 0:
                 per_machine += [
-                    json.dumps(e["key"], sort_keys=True) for e in json.loads(out.read_text())["entries"]
+                    json.dumps(e["key"], sort_keys=True)
+                    for e in json.loads(out.read_text(encoding="utf-8"))["entries"]
                 ]
         assert sorted(per_machine) == keys  # each key tuned once, on one machine or the other
     finally:
@@ -657,10 +659,13 @@ def test_what_kernel_and_min_calls_selected_is_said(
     out = tmp_path / "s.toml"
     args = ["study", "from-misses", "--kernel", "rmsnorm", "--kernel", "mine.launch", "--min-calls", "5"]
     assert cli([*args, "--out", str(out)]) == 0
-    first = out.read_text().splitlines()[0]
+    first = out.read_text(encoding="utf-8").splitlines()[0]
     assert first.startswith("# Written by `tuner study from-misses --kernel rmsnorm --kernel mine.launch "), (
         first
     )
-    assert "other.svc_fn" not in out.read_text() and "2 tasks of rmsnorm" in capsys.readouterr().out
+    assert (
+        "other.svc_fn" not in out.read_text(encoding="utf-8")
+        and "2 tasks of rmsnorm" in capsys.readouterr().out
+    )
     assert cli(["study", "from-misses", "--kernel", "other.svc_fn", "--out", str(tmp_path / "o.toml")]) == 2
     assert "(1 misses of other.svc_fn recorded, 1 of them of decorated functions" in capsys.readouterr().err

@@ -351,6 +351,7 @@ def test_version_lookup_does_not_import_frameworks():
         text=True,
         check=True,
         env={**os.environ, "PYTHONPATH": repo_pythonpath()},
+        encoding="utf-8",
     ).stdout
     assert out.strip().endswith("[]"), out
     assert "torch" in out
@@ -359,7 +360,7 @@ def test_version_lookup_does_not_import_frameworks():
 def _running(pid: int) -> bool:
     """Alive and not a zombie (an orphan's zombie lingers where PID 1 does not reap)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
@@ -380,13 +381,15 @@ def test_worker_dies_with_its_parent(tmp_path):
             w = m._remote()
             print(w.proc.pid, flush=True)
             m.measure({"k": 1})
-    """)
+    """),
+        encoding="utf-8",
     )
     p = subprocess.Popen(
         [sys.executable, str(script)],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": repo_pythonpath(), "TMPDIR": str(tmp_path)},
+        encoding="utf-8",
     )
     wpid = int(p.stdout.readline())
     os.kill(wpid, 0)  # alive
@@ -477,6 +480,7 @@ def _run_script(script, *, tmpdir):
         text=True,
         timeout=120,
         env={**os.environ, "PYTHONPATH": repo_pythonpath(), "TMPDIR": str(tmpdir)},
+        encoding="utf-8",
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -507,7 +511,8 @@ def test_worker_preload_keeps_the_users_forkserver_preload(tmp_path):
             with multiprocessing.get_context("forkserver").Pool(1) as pool:  # forked from that server
                 loaded = pool.apply(probe, (), {"k": 1})
             print(json.dumps({"preload": forkserver._forkserver._preload_modules, "loaded": loaded}))
-    """)
+    """),
+        encoding="utf-8",
     )
     got = _run_script(script, tmpdir=tmp_path)
     assert got["preload"] == ["__main__", "colorsys"]  # the user's setting, as they left it
@@ -539,7 +544,8 @@ def test_workers_start_under_a_temp_folder_too_long_for_the_fork_servers_socket(
                                   settings=WorkerSettings(start_method="forkserver")) as m:
                 r = m.measure({"k": 2})
             print(json.dumps({"status": r.status, "error": r.error, "tmp": tempfile.gettempdir()}))
-    """)
+    """),
+        encoding="utf-8",
     )
     got = _run_script(script, tmpdir=long_tmp)
     assert got["tmp"] == str(long_tmp)  # the user's TMPDIR itself is left as it is

@@ -78,7 +78,7 @@ def test_hits_are_not_recorded_and_stay_plain_dicts(tmp_path: Path):
 
 def test_recording_never_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     blocker = tmp_path / "not_a_dir"
-    blocker.write_text("x")
+    blocker.write_text("x", encoding="utf-8")
     monkeypatch.setenv("TUNER_MISSES_DIR", str(blocker / "misses"))
     k, calls = _fn(storage=False)
     assert k(8) == SPACE.default()["block"]
@@ -95,7 +95,7 @@ def test_torn_lines_are_skipped(tmp_path: Path):
     k(5)
     recorder().flush()
     f = next((tmp_path / "home" / "misses").glob("*.jsonl"))
-    with open(f, "a") as fh:
+    with open(f, "a", encoding="utf-8") as fh:
         fh.write('{"v": 1, "hash": "abc", "key": {"kern')  # a process killed mid-write
     rows = read_misses()
     assert len(rows) == 1 and rows[0].calls == 1
@@ -133,7 +133,7 @@ for i in range(int(sys.argv[1])):
 
 def test_many_processes_lose_and_duplicate_nothing(tmp_path: Path):
     script = tmp_path / "w.py"
-    script.write_text(textwrap.dedent(WORKER))
+    script.write_text(textwrap.dedent(WORKER), encoding="utf-8")
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
@@ -143,7 +143,11 @@ def test_many_processes_lose_and_duplicate_nothing(tmp_path: Path):
     n_proc, n_calls = 4, 300
     procs = [
         subprocess.Popen(
-            [sys.executable, str(script), str(n_calls)], env=env, stderr=subprocess.PIPE, text=True
+            [sys.executable, str(script), str(n_calls)],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
         )
         for _ in range(n_proc)
     ]

@@ -126,7 +126,7 @@ def test_a_store_in_a_folder_whose_name_a_url_escapes_takes_its_schema_lock(
         finally:
             done.set()
 
-    with open(f"{db}.lock", "w") as held:
+    with open(f"{db}.lock", "w", encoding="utf-8") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # another process creating the schema
         threading.Thread(target=open_store, daemon=True).start()
         assert not done.wait(1.0), errors  # it waits for that process

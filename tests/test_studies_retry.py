@@ -43,7 +43,7 @@ def _key(params: dict[str, Any]) -> str:
 
 
 def _evals(log: Path) -> Counter[str]:
-    return Counter(_key(json.loads(line)["config"]) for line in log.read_text().splitlines())
+    return Counter(_key(json.loads(line)["config"]) for line in log.read_text(encoding="utf-8").splitlines())
 
 
 def _broken(t: Any) -> bool:
@@ -53,11 +53,11 @@ def _broken(t: Any) -> bool:
 def _check_report_and_export(spec: Any, row: Any, tmp_path: Path) -> None:
     from tuner.studies import export_study, write_report
 
-    md = write_report(spec, tmp_path / "report").markdown.read_text()
+    md = write_report(spec, tmp_path / "report").markdown.read_text(encoding="utf-8")
     assert "Store check" not in md, md  # each attempt's own trials have their measurements
     assert "Retried 1 time(s)" in md and row.task.study_name in md
     export_study(spec, tmp_path / "cache.json")
-    (entry,) = json.loads((tmp_path / "cache.json").read_text())["entries"]
+    (entry,) = json.loads((tmp_path / "cache.json").read_text(encoding="utf-8"))["entries"]
     assert entry["config"] == row.best_config
 
 
@@ -160,7 +160,7 @@ def test_an_interrupted_retry_resumes_the_same_attempt(
     assert len(before) == 2
     # the study file edited meanwhile (a larger budget) and run again without --retry-failed: the same
     # attempt goes on, its finished trials kept and not measured again
-    path.write_text(path.read_text().replace("trials = 6", "trials = 7"))
+    path.write_text(path.read_text(encoding="utf-8").replace("trials = 6", "trials = 7"), encoding="utf-8")
     spec = load_study(path, check_kernels=False)
     assert run_study(spec, executor=FAKE).counts[DONE] == 1
     row = _row(spec)

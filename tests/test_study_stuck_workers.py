@@ -35,7 +35,7 @@ def test_a_stuck_trial_without_trial_timeout_is_named_with_the_fix(tmp_path: Pat
         "import sys, tuner.studies._runner as r; r.STALL_MIN_S = 3.0; from tuner.cli import main; "
         f"sys.exit(main(['study', 'run', {str(path)!r}, '--executor', {FAKE!r}, '--quiet', '--no-report']))"
     )
-    with err_file.open("w") as err:
+    with err_file.open("w", encoding="utf-8") as err:
         proc = subprocess.Popen(
             [sys.executable, "-c", code],
             env=_env(tmp_path, FAKE_HANG_ONCE=str(tmp_path / "hung")),
@@ -45,11 +45,11 @@ def test_a_stuck_trial_without_trial_timeout_is_named_with_the_fix(tmp_path: Pat
         )
     try:
         deadline = time.monotonic() + 180
-        while "may be hung" not in err_file.read_text():
-            assert proc.poll() is None, err_file.read_text()[-3000:]
-            assert time.monotonic() < deadline, f"no warning: {err_file.read_text()[-3000:]}"
+        while "may be hung" not in err_file.read_text(encoding="utf-8"):
+            assert proc.poll() is None, err_file.read_text(encoding="utf-8")[-3000:]
+            assert time.monotonic() < deadline, f"no warning: {err_file.read_text(encoding='utf-8')[-3000:]}"
             time.sleep(0.2)
-        text = err_file.read_text()
+        text = err_file.read_text(encoding="utf-8")
         line = next(x for x in text.splitlines() if "may be hung" in x)
         assert task.key in line and f"(process {proc.pid})" in line, line
         assert "config {'BLOCK_M'" in line and "set trial_timeout" in line, line
@@ -109,6 +109,6 @@ def _children(pid: int) -> list[int]:
     """The child processes of `pid` (Linux /proc)."""
     path = Path(f"/proc/{pid}/task/{pid}/children")
     try:
-        return [int(x) for x in path.read_text().split()]
+        return [int(x) for x in path.read_text(encoding="utf-8").split()]
     except OSError:
         return []

@@ -24,7 +24,8 @@ PROBLEM = {"M": 8, "N": 64}
 
 def _study(tmp: Path) -> Path:
     p = tmp / "tiny.toml"
-    p.write_text(f"""
+    p.write_text(
+        f"""
 [study]
 name = "tiny"
 device = "cpu"
@@ -39,7 +40,9 @@ output = "{tmp / "out"}"
 [[tasks]]
 kernel = "rmsnorm"
 problems = [{{ M = {PROBLEM["M"]}, N = {PROBLEM["N"]} }}]
-""")
+""",
+        encoding="utf-8",
+    )
     return p
 
 
@@ -66,7 +69,7 @@ def test_exported_study_is_an_offline_hit(exported: Path) -> None:
     import tuner
     from tuner.runtime import kernel_cache_key
 
-    entries = json.loads(exported.read_text())["entries"]
+    entries = json.loads(exported.read_text(encoding="utf-8"))["entries"]
     assert len(entries) == 1
     e = entries[0]
     assert e["kernel"] == "rmsnorm" and e["device"] == "cpu" and e["dtypes"] == ["float32"]
@@ -111,10 +114,10 @@ def test_other_problem_or_versions_is_not_a_silent_hit(exported: Path) -> None:
     assert f.tuner.stats["offline_fallback"] == 1 and f.tuner.stats["tuned"] == 0
     assert "nearest cached key" in f.tuner.last_choice["why"]
 
-    stale = json.loads(exported.read_text())
+    stale = json.loads(exported.read_text(encoding="utf-8"))
     stale["entries"][0]["versions"]["triton"] = "0.0.1"
     path = exported.parent / "stale.json"
-    path.write_text(json.dumps(stale))
+    path.write_text(json.dumps(stale), encoding="utf-8")
     problem = {**PROBLEM, "dtype": "float32"}
     g = tuner.kernel("rmsnorm", backend="triton", mode="offline", storage=False, cache=str(path))
     why = g.explain(problem, spec.make_inputs(problem, "triton", 1))
@@ -155,10 +158,10 @@ def test_quickstart_use_script_hits_and_checks(exported: Path, capsys: pytest.Ca
     out = capsys.readouterr().out
     assert "rmsnorm [triton]" in out and "cache hit (exact entry in" in out and "matches the reference" in out
 
-    stale = json.loads(exported.read_text())
+    stale = json.loads(exported.read_text(encoding="utf-8"))
     stale["entries"][0]["source_hash"] = "0" * 32  # the kernel was edited since: a miss, exit 1
     path = exported.parent / "edited.json"
-    path.write_text(json.dumps(stale))
+    path.write_text(json.dumps(stale), encoding="utf-8")
     assert use.main([study, "--cache", str(path)]) == 1  # type: ignore[attr-defined]
     captured = capsys.readouterr()
     assert "NOT a cache hit" in captured.out and "kernel source changed" in captured.err

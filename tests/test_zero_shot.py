@@ -42,6 +42,8 @@ def test_estimator_contract():
         ZeroShotPredictor(regret_clip=0).fit(X, y)
     with pytest.raises(ValueError, match="features"):
         m.predict(X[:, :2])
+    with pytest.raises(ValueError, match="y is None"):  # not an assert, which python -O strips
+        ZeroShotPredictor().fit(X, None)
 
 
 SPACE = SearchSpace([PowerOfTwo("block", 8, 1024), PowerOfTwo("warps", 1, 8)])

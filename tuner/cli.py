@@ -151,7 +151,10 @@ def _home_hint(exc: BaseException) -> str:
 
     from .store import tuner_home
 
-    home = Path(os.path.abspath(tuner_home()))
+    try:
+        home = Path(os.path.abspath(tuner_home()))
+    except OSError:  # no home at all: its own error says so
+        return ""
     where = Path(os.path.abspath(os.fsdecode(exc.filename)))
     if where != home and home not in where.parents:
         return ""

@@ -87,8 +87,24 @@ __all__ = [
 
 
 def tuner_home() -> Path:
-    """`$TUNER_HOME`, default `~/.cache/tuner`. Holds the default SQLite store."""
-    return Path(text("TUNER_HOME") or Path.home() / ".cache" / "tuner")
+    """`$TUNER_HOME`, default `~/.cache/tuner`. Holds the default SQLite store.
+
+    OSError, naming TUNER_HOME, where it is not set and the user has no home folder: HOME unset and no
+    entry for this user id in the password database (a container run as an arbitrary uid, a CI sandbox),
+    or a relative HOME. The runtime then runs without a store (warned once), the CLI exits 1 with the line,
+    as for a home that cannot be written."""
+    home = text("TUNER_HOME")
+    if home:
+        return Path(home)
+    try:
+        user = Path.home()
+    except RuntimeError:  # pathlib's "Could not determine home directory."
+        why = f"HOME is not set and user id {os.getuid()} has no entry in the password database"
+    else:
+        if user.is_absolute():
+            return user / ".cache" / "tuner"
+        why = f"HOME is not an absolute path ({str(user)!r})"
+    raise OSError(f"no folder for tuner's store: {why}; set TUNER_HOME to a folder this user can write")
 
 
 def default_storage_url(*, create: bool = True) -> str:

@@ -92,7 +92,7 @@ def main(out: str) -> None:
         con = sqlite3.connect(path)
         lines = list(con.iterdump())
         con.close()
-    Path(out).write_text("\n".join(lines) + "\n")
+    Path(out).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {out}: {len(lines)} statements")
 
 

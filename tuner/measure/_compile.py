@@ -199,11 +199,13 @@ def _ptxas_stats(ptx: str, capability: int) -> tuple[int | None, int | None]:
     arch = f"sm_{capability}a" if capability >= 90 else f"sm_{capability}"
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.ptx"
-        src.write_text(ptx)
+        src.write_text(ptx, encoding="utf-8")
         res = subprocess.run(
             [ptxas, "-v", f"--gpu-name={arch}", str(src), "-o", str(Path(tmp) / "k.cubin")],
             capture_output=True,
             text=True,
+            encoding="utf-8",
+            errors="replace",
             timeout=300,
         )
     return _parse_ptxas(res.stdout + res.stderr)
@@ -350,9 +352,17 @@ def _die_with_parent() -> None:
 
 def _serve() -> None:
     """The compile process: JSON requests on stdin, one JSON answer per line on the original stdout
-    (anything else written to stdout goes to stderr)."""
+    (anything else written to stdout goes to stderr).
+
+    Warnings that Triton's own modules raise (its cache writes text files without an encoding: an
+    EncodingWarning under PYTHONWARNDEFAULTENCODING=1) are shown on this process's stderr, not raised, where
+    the user's PYTHONWARNINGS makes warnings errors: that policy is for the user's code, and raised here
+    it failed every config. Warnings raised in tuner's or the kernels' code stay as the user set them."""
+    import warnings
+
     _die_with_parent()
-    reply = os.fdopen(os.dup(1), "w", buffering=1)
+    warnings.filterwarnings("default", module=r"triton(\.|$)")
+    reply = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     comp = _Compiler()
@@ -419,20 +429,26 @@ class _Proc:
         import tempfile
 
         fd, self.stderr_path = tempfile.mkstemp(prefix="tuner-compile-", suffix=".stderr")
-        self.p = subprocess.Popen(
-            [sys.executable, "-m", "tuner.measure._compile"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=fd,
-            env={**self.env, PARENT_ENV: str(os.getpid())},
-        )
-        os.close(fd)
+        try:
+            self.p = subprocess.Popen(
+                [sys.executable, "-m", "tuner.measure._compile"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=fd,
+                env={**self.env, PARENT_ENV: str(os.getpid())},
+            )
+        finally:
+            os.close(fd)
         self._buf = b""
 
     def ask(self, req: Mapping[str, Any], timeout_s: float) -> dict[str, Any] | str:
         """The answer, or a string saying why there is none (the process is then gone)."""
         if self.p is None or self.p.poll() is not None:
-            self.start()
+            try:
+                self.start()
+            except OSError as exc:  # its stderr file or the process itself (a limit, a missing temp folder)
+                self.kill()
+                return f"crashed: could not start the compile process ({type(exc).__name__}: {exc})"
         assert self.p is not None and self.p.stdin is not None and self.p.stdout is not None
         try:
             self.p.stdin.write((json.dumps(req, default=str) + "\n").encode())
@@ -461,7 +477,7 @@ class _Proc:
         tail = ""
         if self.stderr_path:
             with contextlib.suppress(OSError):
-                tail = Path(self.stderr_path).read_text(errors="replace")[-1500:].strip()
+                tail = Path(self.stderr_path).read_text(encoding="utf-8", errors="replace")[-1500:].strip()
         self.kill()
         return f"crashed: {what} (exit code {code})" + (f"; its stderr ended with:\n{tail}" if tail else "")
 

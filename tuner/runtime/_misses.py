@@ -100,7 +100,10 @@ def _below_home(made: list[Path]) -> list[Path]:
     could not be opened."""
     from ..store import tuner_home
 
-    home = tuner_home()
+    try:
+        home = tuner_home()
+    except OSError:  # no home (HOME unset and no passwd entry): none of `made` is it
+        return made
     for i in range(len(made) - 1, -1, -1):
         with contextlib.suppress(OSError):
             if os.path.samefile(made[i], home):
