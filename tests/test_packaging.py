@@ -477,8 +477,11 @@ print(json.dumps({
 @pytest.mark.slow
 def test_wheel_installs_beside_the_kernels_distribution(wheel: Path, tmp_path: Path):
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    # without pip of its own (ensurepip is most of a venv's creation): this environment's pip installs
+    # into it (`pip --python`)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
     py = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    pip = [sys.executable, "-m", "pip", "--python", str(py)]
     pins = _constraints()
     # tuner without its dependencies but numpy (all that importing tuner.kernels needs: the import stays
     # light), and the other `kernels` with its own dependencies, from the package index.
@@ -486,7 +489,7 @@ def test_wheel_installs_beside_the_kernels_distribution(wheel: Path, tmp_path: P
     # pip and the check without PYTHONPATH: a checkout on it with a tuner.egg-info is an installed tuner
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     r = subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *others],
+        [*pip, "install", "-q", "--disable-pip-version-check", *others],
         capture_output=True,
         text=True,
         timeout=900,
@@ -497,7 +500,7 @@ def test_wheel_installs_beside_the_kernels_distribution(wheel: Path, tmp_path: P
             pytest.skip(f"the package index is not reachable here: {r.stderr.strip().splitlines()[-1]}")
         pytest.fail(r.stderr[-3000:])
     r = subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check", str(wheel)],
+        [*pip, "install", "-q", "--no-deps", "--disable-pip-version-check", str(wheel)],
         capture_output=True,
         text=True,
         timeout=300,

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.test_measure import _running
-from tests.test_studies import FAKE, write_study
-from tests.test_study_supervisor import _end, _env, _holders, _runner, _study, _wait_for
+from tests.test_studies import FAKE, _worker_cmd, write_study
+from tests.test_study_supervisor import _end, _env, _holders, _study, _wait_for
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
@@ -26,7 +26,9 @@ def test_a_stuck_trial_without_trial_timeout_is_named_with_the_fix(tmp_path: Pat
     the worker warns naming the task, its process, the config in flight and `trial_timeout`."""
     from tuner.studies import load_study
 
-    path = write_study(tmp_path, n_m=1, budget=4)
+    # lease_seconds 8: the heartbeat that looks for a stall runs every lease / 4 s (2 s here, 15 s with the
+    # default lease), so the warning comes soon after the 3 s floor below
+    path = write_study(tmp_path, n_m=1, budget=4, lease_seconds=8)
     spec = load_study(path, check_kernels=False)
     [task] = spec.tasks
     err_file = tmp_path / "stderr.txt"
@@ -68,13 +70,19 @@ def test_a_stopped_worker_process_does_not_hold_the_run_at_its_end(tmp_path: Pat
     from tuner.studies import DONE, TaskBoard, load_study
 
     if case == "idle":
+        # lease_seconds 8: the runner looks at the board every lease / 4 s (2 s; 5 s with the default lease)
         path = _study(
-            tmp_path, f"sqlite:///{tmp_path / 'study.db'}", n_m=1, budget=4, extra="trial_timeout = 60"
+            tmp_path,
+            f"sqlite:///{tmp_path / 'study.db'}",
+            n_m=1,
+            budget=4,
+            lease_seconds=8,
+            extra="trial_timeout = 60",
         )
     else:
         path = _study(tmp_path, f"sqlite:///{tmp_path / 'study.db'}", n_m=2, budget=4, lease_seconds=3)
     spec = load_study(path, check_kernels=False)
-    proc = _runner(path, tmp_path, "0.3", "--workers", "2")
+    proc = _runner_grace(path, tmp_path, "0.3", "--workers", "2")
     stopped: list[int] = []
     try:
         if case == "idle":
@@ -103,6 +111,22 @@ def test_a_stopped_worker_process_does_not_hold_the_run_at_its_end(tmp_path: Pat
         assert {r.status for r in rows} == {DONE}, rows
     finally:
         _end(proc, stopped)
+
+
+def _runner_grace(path: Path, tmp_path: Path, sleep: str, *extra: str) -> subprocess.Popen[str]:
+    """`_runner`: the real CLI, with the runner's wait for its workers after the study's last task lowered
+    from `STOP_GRACE_S` (10 s) to 4 s, still above a live worker's exit (within its 2 s poll)."""
+    cmd = _worker_cmd(path, *extra)
+    assert cmd[1:3] == ["-m", "tuner.cli"], cmd
+    code = "import sys, tuner.studies._runner as r; r.STOP_GRACE_S = 4.0; from tuner.cli import main; sys.exit(main())"
+    return subprocess.Popen(
+        [cmd[0], "-c", code, *cmd[3:]],
+        env=_env(tmp_path, FAKE_TRIAL_SLEEP=sleep),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _children(pid: int) -> list[int]:
