@@ -4,7 +4,9 @@ A schema lists, in order:
 - per parameter: numeric values raw and log2 (log2 only where every domain value is positive), booleans
   0/1, categoricals one-hot over the domain (a value outside the domain encodes as all zeros, a missing
   parameter, or a number no float holds (inf, 2**1100), as NaN, which the boosted trees treat as
-  "missing");
+  "missing"). Values are told apart as the space tells them (`Param.has`): a bool in a numeric
+  parameter, and a number (1, 0) in a Boolean one, are missing, not 1 and 0; a categorical keeps True
+  and 1 in columns of their own;
 - derived features, computed generically from the parameter names where they make that possible (all in
   log2, so a product is a sum): threads per block (block_size_x*y*z, MDIMC*NDIMC, num_warps*32),
   the elements a thread computes (tile_size_x*y*z), the block's extent per axis and its area
@@ -167,11 +169,7 @@ class FeatureSchema:
         # document it always was (same fingerprint: models saved before stay valid)
         return {
             "version": self.version,
-            "params": [
-                {"name": p.name, "kind": p.kind, "log2": p.log2, "values": list(p.values)}
-                | ({"odd": True} if p.odd else {})
-                for p in self.params
-            ],
+            "params": [_param_doc(p) for p in self.params],
             "derived": [
                 {"name": d.name, "plus": list(d.plus), "minus": list(d.minus), "log2_scale": d.log2_scale}
                 | ({"odd": True} if d.odd else {})
@@ -235,6 +233,18 @@ class FeatureSchema:
         if sorted(mine) == sorted(theirs):  # the lists below are empty: say what differs instead
             if mine == theirs:
                 how = "the same feature names, computed otherwise (a derived feature's terms or scale)"
+                # compared as the fingerprint compares them (JSON): in Python (0, 1) == (False, True)
+                odd = [
+                    (a, b)
+                    for a, b in zip(self.params, other.params, strict=True)
+                    if json.dumps(_param_doc(a), default=str) != json.dumps(_param_doc(b), default=str)
+                ]
+                if odd:
+                    a, b = odd[0]
+                    how = (
+                        f"the same feature names, computed otherwise: parameter {a.name!r} is read as "
+                        f"{_param_reading(b)} in it, as {_param_reading(a)} here"
+                    )
             else:
                 i = next(i for i, (a, b) in enumerate(zip(mine, theirs, strict=True)) if a != b)
                 how = (
@@ -296,10 +306,12 @@ class FeatureSchema:
                     if p.odd:
                         out.append(od[:, None])
             elif p.kind == "bool":
+                # a bool only, as the space compares values (`Param.has`: 1 is not True, 0 not False): a
+                # prior's or a related task's 0/1 for a Boolean is a value outside the domain, missing
+                # (NaN) as a bool is in a numeric column; read as True/False it stood for configs never
+                # measured
                 out.append(
-                    np.array(
-                        [1.0 if v is True or v == 1 else 0.0 if v is False or v == 0 else np.nan for v in col]
-                    )[:, None]
+                    np.array([1.0 if v is True else 0.0 if v is False else np.nan for v in col])[:, None]
                 )
             else:
                 index = {_cat_key(v): j for j, v in enumerate(p.values)}
@@ -326,6 +338,22 @@ class FeatureSchema:
             v = (task or {}).get(t)
             out.append(np.full((n, 1), float(v) if v is not None else np.nan))
         return np.hstack(out) if out else np.zeros((n, 0))
+
+
+def _param_doc(p: ParamFeature) -> dict[str, Any]:
+    """A parameter's entry in the schema document ("odd" only where set: see `to_dict`)."""
+    return {"name": p.name, "kind": p.kind, "log2": p.log2, "values": list(p.values)} | (
+        {"odd": True} if p.odd else {}
+    )
+
+
+def _param_reading(p: ParamFeature) -> str:
+    """How a parameter's values become features, for a message."""
+    if p.kind == "bool":
+        return "a Boolean (True/False; a number is missing)"
+    if p.kind == "num":
+        return "numbers" + (" (and their log2)" if p.log2 else "") + (" (and alignment)" if p.odd else "")
+    return f"categories {list(p.values)!r}"
 
 
 def _cat_key(v: Any) -> tuple[str, Any]:

@@ -197,6 +197,58 @@ def test_schema_handles_foreign_configs_and_task_features() -> None:
     )
 
 
+def test_features_tell_bools_and_numbers_apart_as_the_space_does() -> None:
+    """The space compares True apart from 1 (`Param.has`), and so do the features: a Boolean's column
+    read 1, 0, 1.0 and np.int64(1) as True/False (a related task or a prior recorded with 0/1 stood for
+    configs it never measured), while a numeric column reads a bool as missing. Now a Boolean's column is
+    1/0 for the bools alone and missing for anything else; a categorical holding both keeps them in
+    columns of their own."""
+    from tuner.search_spaces import Boolean, Categorical, IntRange
+
+    probes = [True, False, np.True_, np.False_, 1, 0, 1.0, 0.0, np.int64(1), "True", 2]
+    boolean = SearchSpace([Boolean("f"), IntRange("x", 1, 2)])
+    numbers = SearchSpace([Categorical("f", [0, 1], ordered=True), IntRange("x", 1, 2)])
+    mixed = SearchSpace([Categorical("f", [0, 1, True, False]), IntRange("x", 1, 2)])
+    for space in (boolean, numbers):
+        schema = schema_for_space(space)
+        col = schema.transform([{"f": v, "x": 1} for v in probes])[:, schema.names.index("f")]
+        for v, x in zip(probes, col, strict=True):
+            has = space.params[0].has(v)
+            # a value the space holds is its own number; one of the other kind (a bool for numbers, a
+            # number for a Boolean) is missing, never the other kind's 1 or 0
+            if has:
+                assert x == float(v), (space.params[0].values, v)
+            elif isinstance(v, (bool, np.bool_)) or space is boolean:
+                assert math.isnan(x), (space.params[0].values, v, x)
+    schema = schema_for_space(mixed)
+    F = schema.transform([{"f": v, "x": 1} for v in (True, 1, 1.0, False, 0)])
+    hot = [schema.names[int(j)] for j in F[:, :4].argmax(axis=1)]
+    assert hot == ["f=True", "f=1", "f=1", "f=False", "f=0"] and (F[:, :4].sum(axis=1) == 1).all()
+    # the pool's features of a Boolean space (keys) and of its configs agree
+    sb = schema_for_space(boolean)
+    keys = list(boolean.iter_keys())
+    assert np.array_equal(
+        sb.transform_keys(boolean.names, keys), sb.transform([boolean.config(k) for k in keys])
+    )
+
+
+def test_a_model_for_numbers_is_refused_for_a_boolean_naming_the_parameter(tmp_path) -> None:
+    """A space whose flag is a Boolean and one whose flag is 0/1 have the same feature names (one column
+    "f"), but the features differ (a number is missing for the Boolean): a model saved for one is refused
+    for the other, and the message names the parameter instead of blaming a derived feature."""
+    from tuner.search_spaces import Boolean, Categorical, IntRange
+
+    boolean = schema_for_space(SearchSpace([Boolean("f"), IntRange("x", 1, 4)]))
+    numbers = schema_for_space(SearchSpace([Categorical("f", [0, 1], ordered=True), IntRange("x", 1, 4)]))
+    assert boolean.names == numbers.names and boolean.fingerprint() != numbers.fingerprint()
+    X = numbers.transform([{"f": f, "x": x} for f in (0, 1) for x in range(1, 5)])
+    path = save_model(
+        XGBRegressorModel(n_estimators=3).fit(X, np.arange(1.0, 9.0)), tmp_path / "m.json", numbers
+    )
+    with pytest.raises(SchemaMismatchError, match="parameter 'f' is read as numbers in it, as a Boolean"):
+        load_model(path, schema=boolean)
+
+
 # ---- persistence ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("suffix", [".json", ".ubj"])
 @pytest.mark.parametrize("name", ["xgb", "xgb_rank", "xgb_ensemble"])

@@ -798,3 +798,84 @@ def test_distance_to_measured_configs_follows_new_results() -> None:
         assert np.array_equal(strat._observed_distance(few), want[few])
         unseen = np.flatnonzero(strat.pool.unseen_mask)
         strat.tell(strat.pool.config_at(int(unseen[step * 97])), 0.5)
+
+
+# ---- every result failed ------------------------------------------------------------------------------
+# 10 x 4 x 5 configs, `a` the slowest-varying: in pool (file) order the first 60% are the ones with a < 6
+_FAIL_SPACE = [{"a": a, "b": b, "c": c} for a in range(10) for b in (1, 2, 4, 8) for c in range(5)]
+
+
+def _fails_below_six(c: dict) -> float | None:
+    return None if c["a"] < 6 else float(c["a"] + c["b"] + c["c"])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_while_every_result_failed_proposals_spread_out(seed: int) -> None:
+    """A model fitted on failures only predicts one value for every config, and its ranking (ties in
+    pool order) swept the space in file order: after the space-filling draws all failed, auto proposed
+    pool configs 0, 1, 2, 3, ... (here the first 60% of the space, all failing) until one succeeded.
+    Until a result succeeds the proposals now keep spreading (space-filling draws, away from the failed
+    configs), with or without a prior."""
+    space = SearchSpace.from_configs(_FAIL_SPACE)
+    strat = ModelStrategy(space, seed=seed)
+    for i in range(0, 120, 10):  # 12 results told, all failed (a resumed study): a in 0..5
+        strat.tell(strat.pool.config_at(i), None)
+    picks = []
+    for _ in range(12):
+        cfg = strat.propose()
+        assert cfg is not None
+        picks.append(strat.pool.index[strat.pool.hkey(cfg)])
+        strat.tell(cfg, None)  # everything keeps failing
+    assert sum(b == a + 1 for a, b in zip(picks[:-1], picks[1:], strict=True)) <= 2  # no sweep in pool order
+    assert len({_FAIL_SPACE[i]["a"] for i in picks}) >= 5  # values of `a` not tried before
+    assert any(_FAIL_SPACE[i]["a"] >= 6 for i in picks)  # away from the failed region
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_first_success_comes_soon_when_the_first_configs_in_file_order_fail(seed: int) -> None:
+    """The configs that fail are the first 60% in pool order: a sweep in that order measured some 100
+    failing configs before the first success once the space-filling draws had all failed."""
+    space = SearchSpace.from_configs(_FAIL_SPACE)
+    strat = ModelStrategy(space, seed=seed)
+    for i in range(0, 120, 6):  # 20 failed results told first: the space-filling phase is over
+        strat.tell(strat.pool.config_at(i), None)
+    values: list[float | None] = []
+    while not values or values[-1] is None:
+        cfg = strat.propose()
+        assert cfg is not None
+        values.append(_fails_below_six(cfg))
+        strat.tell(cfg, values[-1])
+    assert (
+        len(values) <= 8
+    )  # 40% of the space succeeds (more away from the failed configs): not ~100 evaluations
+
+
+@pytest.mark.parametrize("with_prior", [False, True])
+def test_a_space_where_everything_fails_is_searched_to_the_end(with_prior: bool) -> None:
+    """Every config fails: auto neither crashes nor stalls; it measures every config once, and no stretch
+    of its proposals is the pool order (with a prior too: its own-data model, the exploration slot and,
+    once stagnant, the search without the prior ranked by a model of failures only)."""
+    import warnings
+
+    space = SearchSpace.from_configs(_FAIL_SPACE)
+    prior = None
+    if with_prior:
+        rng = np.random.default_rng(0)
+        prior = [
+            [(c, float(1 + (c["a"] - 3) ** 2 + c["b"] + rng.random())) for c in _FAIL_SPACE] for _ in range(3)
+        ]
+    for seed in range(3):
+        strat = ModelStrategy(space, seed=seed, prior=prior)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", tuner.AllTrialsFailedWarning)
+            res = tuner.optimize(space, lambda c: None, budget=500, seed=seed, strategy=strat, prior=prior)
+        assert res.evaluations == len(_FAIL_SPACE) and res.stopped_because == "space_exhausted"
+        assert res.best_config is None
+        order = [strat.pool.index[strat.pool.hkey(t.config)] for t in res.trials]
+        assert len(set(order)) == len(order)
+        # the longest run of consecutive pool indices among the first 60 proposals
+        run = longest = 1
+        for a, b in zip(order[:59], order[1:60], strict=True):
+            run = run + 1 if b == a + 1 else 1
+            longest = max(longest, run)
+        assert longest <= 6, order[:60]

@@ -61,7 +61,8 @@ class ModelStrategyConfig:
 
     # ---- the model ----------------------------------------------------------------------------------
     n_init: int = 10
-    """Without a prior: space-filling draws before the first model-guided proposal."""
+    """Without a prior: space-filling draws before the first model-guided proposal (more while every
+    result so far failed)."""
     n_models: int = 3
     """Members of the bootstrap XGBoost ensemble (their spread is the model's uncertainty)."""
     n_estimators: int = 40

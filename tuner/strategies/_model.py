@@ -5,7 +5,11 @@ the names in backticks below are those fields.
 
 Each round:
 1. Candidates: for an enumerable space every unseen valid config (the pool), scored at once (cheap for
-   finite spaces); otherwise random draws plus the neighbours of the incumbents.
+   finite spaces); otherwise random draws plus the neighbours of the incumbents. Failures only: while
+   every result so far failed, a model of them predicts one value everywhere (its ranking, ties in pool
+   order, swept the space in file order), so the space-filling draws (maximin distance to the measured,
+   failed configs) go on until one succeeds; with a prior, its ranking goes on while it is used, and the
+   picks that would rank by the task's own model (the exploration slot, the stagnant phase) draw so.
 2. Model: a bootstrap ensemble of small XGBoost regressors on the task's per-task normalised log time
    (failures count as the worst plus a margin), clipped at the median of the measured: the model's job is
    to rank the good configs, and the slow half's spread (on some GPUs 2x to 100x) would otherwise take most
@@ -401,6 +405,11 @@ class ModelStrategy(Strategy):
         )
 
     @property
+    def _succeeded(self) -> bool:
+        """Some result so far did not fail (the models have something to rank by)."""
+        return math.isfinite(self._inc)
+
+    @property
     def stagnant(self) -> bool:
         """No better incumbent for `patience` results: the current basin is exhausted, so explore."""
         return len(self._obs_idx) - self._last_improve >= self.config.patience
@@ -437,7 +446,9 @@ class ModelStrategy(Strategy):
                 cfg = self._cold.propose()
                 return cfg, "restart:" + self._cold.last_source
         has_prior = len(self.P) > 0
-        if not has_prior and n < self.config.n_init:
+        if not has_prior and (n < self.config.n_init or not self._succeeded):
+            # every result so far failed: a model fitted on them predicts one value for every config, and
+            # its ranking (ties broken by pool order) swept the space in file order; spread out instead
             return self._space_filling(), "space_filling"
         if has_prior and self._n_portfolio < self.portfolio_size:
             cfg = self._portfolio_pick()
@@ -477,6 +488,8 @@ class ModelStrategy(Strategy):
     def _model_pick(self) -> Config | None:
         """The next config of the model's ranking (refit when due)."""
         n = len(self._obs_idx)
+        if n and not self._succeeded and (self.prior_state != "trusted" or self.stagnant):
+            return self._space_filling()  # failures only and the prior unused: the model has no ranking
         self._queue = [i for i in self._queue if self.pool.unseen_mask[i]]
         if not self._queue or self._since_fit >= self._refit_every(n):
             self._refit_and_rank()
@@ -763,6 +776,8 @@ class ModelStrategy(Strategy):
         """Stagnant: the best-ranked config among the unseen ones farthest (Hamming distance) from every
         measured config. A boosted ensemble is blind where it has no data (no split on a value never
         measured), so its spread cannot find an unexplored region; distance can."""
+        if not self._succeeded:  # failures only: the last model's mu is one value, its argmin the pool order
+            return self._space_filling()
         if not hasattr(self, "_last_mu"):
             return None
         unseen, mu = self._last_mu
@@ -826,6 +841,8 @@ class ModelStrategy(Strategy):
     def _own_model_pick(self) -> Config | None:
         from tuner.cost_models import XGBRegressorModel
 
+        if not self._succeeded:  # failures only: the own-data model predicts one value everywhere
+            return self._space_filling()
         idx, y = self._targets()
         unseen = np.flatnonzero(self.pool.unseen_mask)
         if unseen.size == 0:
