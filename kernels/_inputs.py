@@ -12,6 +12,12 @@ source hash: a change here leaves every cached config an exact hit); another spe
 input, where its launchers do not check them on the device (that would wait for the device at every
 launch): moe_gemm's group sizes. It reads them (a device sync), so it runs where `check_inputs` runs, on
 a miss, and only with real arrays (not jax tracers or stand-ins, not torch placeholders).
+
+`stand_in_values(spec, problem, backend, inputs)` gives realistic values for the inputs whose values set
+how much work the kernel does, for a miss inside `jax.jit` that is tuned on stand-ins of the tracers
+(`tuner.runtime._jax`: random normal floats, zeros otherwise): moe_gemm's group sizes (zeros would leave
+every row unwritten, so nothing would be timed) and int8_matmul's weights (an all-zero weight is no
+quantized weight). Another spec gives its own as `extra["stand_ins"]`, or keeps the generic stand-ins.
 """
 
 from __future__ import annotations
@@ -22,7 +28,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from ._registry import KernelSpec
 
-__all__ = ["InputSpec", "check_input_values", "check_inputs", "input_spec"]
+__all__ = [
+    "InputSpec",
+    "balanced_group_sizes",
+    "check_input_values",
+    "check_inputs",
+    "input_spec",
+    "stand_in_values",
+]
 
 # input name -> (shape, dtype name such as "float16", "int8")
 InputSpec = dict[str, tuple[tuple[int, ...], str]]
@@ -196,3 +209,62 @@ def check_input_values(
     bad = values(problem, inputs)
     if bad is not None:
         raise ValueError(f"kernel {spec.name!r} ({backend}), problem {dict(problem)}: input {name!r} {bad}")
+
+
+def balanced_group_sizes(T: int, E: int) -> list[int]:
+    """T rows split among E experts as evenly as they go (the first T % E get one more): what a router
+    balanced by its auxiliary loss sends, the stand-in of moe_gemm's group sizes where the problem gives
+    none."""
+    q, r = divmod(T, E)
+    return [q + 1] * r + [q] * (E - r)
+
+
+def _moe_gemm_stand_ins(
+    problem: Mapping[str, Any], backend: str, inputs: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The problem's own group sizes (the key's), else balanced ones: they sum to T, so every row is
+    computed and written, as in real traffic (the generic stand-in, zeros, computes none)."""
+    import jax.numpy as jnp
+
+    own = problem.get("group_sizes")
+    sizes = list(own) if own is not None else balanced_group_sizes(problem["T"], problem["E"])
+    return {"group_sizes": jnp.asarray(sizes, dtype=inputs["group_sizes"].dtype)}
+
+
+def _int8_matmul_stand_ins(
+    problem: Mapping[str, Any], backend: str, inputs: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Symmetric int8 weights in [-127, 127], never 0 (as `make_inputs` quantizes them), drawn on the
+    device: the generic stand-in (zeros) does the same dense work, but on a GPU an all-zero operand draws
+    less power and runs at higher clocks than a real weight does."""
+    import jax
+    import jax.numpy as jnp
+
+    w = inputs["w"]
+    v = jax.random.randint(jax.random.PRNGKey(0), w.shape, -127, 128, dtype=jnp.int32)
+    return {"w": jnp.where(v == 0, 1, v).astype(w.dtype)}
+
+
+_STAND_INS: dict[str, Callable[[Mapping[str, Any], str, Mapping[str, Any]], dict[str, Any]]] = {
+    "moe_gemm": _moe_gemm_stand_ins,
+    "int8_matmul": _int8_matmul_stand_ins,
+}
+
+
+def stand_in_values(
+    spec: KernelSpec, problem: Mapping[str, Any], backend: str, inputs: Mapping[str, Any]
+) -> dict[str, Any]:
+    """{input name: array} for the inputs whose values set the kernel's work, given the generic stand-ins
+    of a traced call's inputs (jax arrays of the traced shapes and dtypes) and the validated problem: the
+    registry's kernels' by name, a spec's own `extra["stand_ins"]` (a function of (problem, backend,
+    inputs)); {} for a kernel whose work does not depend on its inputs' values (or a spec of another
+    kernel under a registry name)."""
+    from ._registry import REGISTRY
+
+    own = spec.extra.get("stand_ins")
+    if callable(own):
+        return dict(own(problem, backend, inputs))
+    fn = _STAND_INS.get(spec.name)
+    if fn is None or REGISTRY.get(spec.name) is not spec:
+        return {}
+    return fn(problem, backend, inputs)

@@ -125,6 +125,7 @@ class Autotuned:
         timer: Timer | None = None,
         restorer: Restorer | None = None,
         source_hash: str | None = None,
+        stand_ins: _jax.StandIns | None = None,
     ) -> None:
         if budget is None:  # explicit configs: time every one of them (as triton.autotune does)
             budget = max(1, len(configs)) if configs is not None else 20
@@ -161,6 +162,7 @@ class Autotuned:
         self.strategy = strategy
         self.cost_model = cost_model
         self.lease_s = lease_s
+        self.stand_ins = stand_ins  # values a traced miss is timed on, where zeros would time no work
         self.arg_names, self.defaults = signature_names(fn)
         if keys is None and self.kind != "triton" and isinstance(space, SearchSpace):
             # the config arrives as keyword arguments: a launcher that cannot take one of them would fail
@@ -408,7 +410,7 @@ class Autotuned:
             miss = self._untimed(why, unknown=unknown)
             return _jax.resolve_on_concrete(miss, self.name, args, kwargs, memo, target)
         try:
-            return _jax.resolve_on_concrete(self.miss, self.name, args, kwargs, memo, target)
+            return _jax.resolve_on_concrete(self.miss, self.name, args, kwargs, memo, target, self.stand_ins)
         except AllConfigsFailedError as exc:
             reason = _jax.untimeable_reason(exc.errors)
             if reason is None:

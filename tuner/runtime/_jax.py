@@ -6,7 +6,10 @@ number passed to `jit`, so that it does not promote a bfloat16 kernel to float32
 there the launcher runs eagerly, as it would outside any transformation (`ensure_compile_time_eval` is
 not enough: it also leaks into the Pallas interpreter's own tracing). The key, the store lookup and, if
 needed, the tuning are exactly those of an eager call with such arrays, so the stored entry is the one
-the eager path stores. The traced call then runs with the chosen config. Hits never get here (the
+the eager path stores. The traced call then runs with the chosen config. Where values of an input set
+the launcher's work (moe_gemm's group sizes: zeros leave every row unwritten, nothing to time), the caller
+of `resolve_on_concrete` replaces their stand-ins (`stand_ins`; `tuner.kernel` takes them from the
+kernel's spec, `tuner.kernels._inputs.stand_in_values`); `tuner.autotune` has no such hook. Hits never get here (the
 in-memory keys, the fast key of a positional call and the general key of a call with keywords, are
 built from key values and dtypes, which tracers have).
 
@@ -301,11 +304,24 @@ def on_stand_ins() -> bool:
     return _ON_STAND_INS.get()
 
 
+# (the arguments with a jax.ShapeDtypeStruct for each tracer, their generic stand-ins) -> the stand-ins to
+# use, with values the work depends on in place of the generic ones (`resolve_on_concrete`)
+StandIns = Callable[[tuple[tuple, dict], tuple[tuple, dict]], tuple[tuple, dict]]
+
+
 def resolve_on_concrete(
-    miss: Callable[..., dict[str, Any]], name: str, args: tuple, kwargs: dict, fast_key: Any, target: Any
+    miss: Callable[..., dict[str, Any]],
+    name: str,
+    args: tuple,
+    kwargs: dict,
+    fast_key: Any,
+    target: Any,
+    stand_ins: StandIns | None = None,
 ) -> dict[str, Any]:
     """Run the miss path `miss(args, kwargs, fast_key, target)` on concrete stand-ins of the tracers, in a
-    thread of its own (outside the caller's trace); its result or its exception is the caller's."""
+    thread of its own (outside the caller's trace); its result or its exception is the caller's.
+    `stand_ins`, where the caller knows values that set the launcher's work (`tuner.kernel`: moe_gemm's
+    group sizes, which zeros would leave with no work to time), replaces the generic stand-ins by them."""
     # The tracers' shapes and dtypes are read here; the arrays are made in the helper thread.
     sargs, skwargs = _shapes_of(args, kwargs)
     log.debug("%s: called with tracers; resolving the config on concrete arrays of the same shapes", name)
@@ -321,6 +337,8 @@ def resolve_on_concrete(
             # `jax.transfer_guard("disallow")`, in its thread or global, guards its program, not this.
             with settings(), _transfers_allowed():
                 cargs, ckwargs = _materialise(sargs, skwargs)
+                if stand_ins is not None:
+                    cargs, ckwargs = stand_ins((sargs, skwargs), (cargs, ckwargs))
                 box["cfg"] = miss(cargs, ckwargs, fast_key, target)
         except BaseException as exc:  # re-raised in the caller's thread
             box["exc"] = exc

@@ -33,6 +33,7 @@ from ._decorator import Autotuned, CostModelHook
 from ._env import array_framework, cuda_index_of, device_of, source_hash
 from ._file import ReadOnlyCache
 from ._hit import make_hit_path
+from ._jax import StandIns
 from ._key import CacheKey
 from ._restore import Restorer
 
@@ -263,6 +264,7 @@ def _kernel_autotuned(
     return Autotuned(
         target,
         _SpaceOnDevice(spec, backend, device),
+        stand_ins=_spec_stand_ins(spec, backend),
         name=spec.name,
         bench=bench,
         keys=ProblemKeys(spec.name, backend, spec),
@@ -271,6 +273,59 @@ def _kernel_autotuned(
         source_hash=kernel_source_hash(spec.name),
         **opts,
     )
+
+
+def _spec_stand_ins(spec: KernelSpec, backend: str) -> StandIns:
+    """The stand-ins of a traced miss (`_jax.resolve_on_concrete`) with the values the kernel's work depends
+    on (`tuner.kernels._inputs.stand_in_values`: moe_gemm's group sizes, int8_matmul's weights, a spec's
+    own `extra["stand_ins"]`) in place of the generic ones, for the inputs that were traced (a concrete
+    input of the call keeps its values). A call the miss path refuses (a bad problem, inputs of other
+    shapes) keeps the generic stand-ins: `check_call` says what is wrong with it. A value of another
+    shape or dtype than the traced input's raises ValueError naming the input."""
+
+    def replace(shapes: tuple[tuple, dict], concrete: tuple[tuple, dict]) -> tuple[tuple, dict]:
+        import jax
+        import jax.numpy as jnp
+
+        from tuner.kernels import validate_problem
+        from tuner.kernels._inputs import check_inputs, stand_in_values
+
+        args, kwargs = concrete
+        try:
+            problem, traced = _split(*shapes)
+            _, inputs = _split(args, kwargs)
+            if not (isinstance(traced, Mapping) and isinstance(inputs, Mapping)):
+                return concrete
+            if "inputs" not in kwargs and len(args) < 2:  # f(inputs, problem=...): not a call it takes
+                return concrete
+            merged = validate_problem(spec, problem)
+            check_inputs(spec, merged, backend, traced)
+        except (TypeError, ValueError):
+            return concrete
+        standing = {n: v for n, v in traced.items() if isinstance(v, jax.ShapeDtypeStruct)}
+        values = stand_in_values(spec, merged, backend, inputs) if standing else {}
+        new = dict(inputs)
+        for name, value in values.items():
+            if name not in inputs:
+                raise ValueError(
+                    f"kernel {spec.name!r}: its stand_ins give input {name!r}, which the call does not "
+                    f"have (inputs {list(inputs)})"
+                )
+            if name not in standing:  # the caller's own array: its real values
+                continue
+            want = standing[name]
+            value = jnp.asarray(value)
+            if tuple(value.shape) != tuple(want.shape) or value.dtype != want.dtype:
+                raise ValueError(
+                    f"kernel {spec.name!r}: its stand_ins give input {name!r} shape {tuple(value.shape)} "
+                    f"dtype {value.dtype}, the traced input has shape {tuple(want.shape)} dtype {want.dtype}"
+                )
+            new[name] = value
+        if "inputs" in kwargs:
+            return args, {**kwargs, "inputs": new}
+        return (args[0], new, *args[2:]), kwargs  # `_split` took them from args[1]
+
+    return replace
 
 
 def _split(args: tuple, kwargs: dict) -> tuple[Mapping[str, Any], Mapping[str, Any]]:

@@ -1,0 +1,136 @@
+"""A `tuner.kernel` miss inside `jax.jit` is tuned on concrete stand-ins of the tracers. Where a kernel's work
+depends on the values of an integer input, the generic stand-in (zeros) times a degenerate case: moe_gemm
+with all group sizes 0 writes no row at all, and its "winner" was stored under the key of real traffic.
+The registry's kernels supply stand-ins of such inputs (`tuner.kernels._inputs.stand_in_values`), a spec
+of one's own supplies them as `extra["stand_ins"]`."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from tuner.kernels import _moe_pallas, get_kernel  # noqa: E402
+
+import tuner  # noqa: E402
+
+MOE = {"T": 12, "K": 8, "N": 8, "E": 3, "dtype": "float32"}
+
+
+def _bench(call):
+    call()
+    return 1e-3
+
+
+@pytest.fixture
+def seen_group_sizes(monkeypatch):
+    """The concrete group sizes the Pallas moe_gemm launcher ran on (the traced call's are tracers)."""
+    seen = []
+    launch = _moe_pallas.moe_gemm
+
+    def spy(x, w, group_sizes, **config):
+        if not isinstance(group_sizes, jax.core.Tracer):
+            seen.append([int(v) for v in np.asarray(group_sizes)])
+        return launch(x, w, group_sizes, **config)
+
+    monkeypatch.setattr(_moe_pallas, "moe_gemm", spy)
+    return seen
+
+
+def _jitted(f, problem, inputs):
+    return jax.jit(lambda x, w, gs: f(problem, {"x": x, "w": w, "group_sizes": gs}))(
+        inputs["x"], inputs["w"], inputs["group_sizes"]
+    )
+
+
+def test_a_traced_moe_miss_is_tuned_on_group_sizes_that_do_work(seen_group_sizes, tmp_path):
+    # Before: the stand-in group sizes were zeros, every timed config wrote no row (NaN in interpret mode)
+    spec = get_kernel("moe_gemm")
+    inputs = spec.make_inputs({**MOE, "group_sizes": [5, 3, 4]}, "pallas", 0)
+    url = f"sqlite:///{tmp_path}/s.db"
+    f = tuner.kernel("moe_gemm", backend="pallas", budget=2, storage=url, bench=_bench)
+    got = _jitted(f, MOE, inputs)
+    assert seen_group_sizes, "the miss timed nothing on concrete stand-ins"
+    for sizes in seen_group_sizes:
+        assert sizes == [4, 4, 4]  # balanced, summing to T
+    assert tuner.ConfigCache(url).count() == 1  # tuned and stored under the key
+    rtol, atol = spec.tolerance(MOE["dtype"])
+    np.testing.assert_allclose(np.asarray(got), spec.reference(MOE, inputs), rtol=rtol, atol=atol)
+
+
+def test_a_traced_moe_miss_of_a_problem_with_group_sizes_is_tuned_on_those(seen_group_sizes):
+    problem = {**MOE, "group_sizes": [0, 9, 3]}  # part of the key: what is timed under it
+    inputs = get_kernel("moe_gemm").make_inputs(problem, "pallas", 0)
+    f = tuner.kernel("moe_gemm", backend="pallas", budget=2, storage=False, bench=_bench)
+    _jitted(f, problem, inputs)
+    assert seen_group_sizes and all(s == [0, 9, 3] for s in seen_group_sizes)
+
+
+@pytest.mark.parametrize(
+    ("T", "E", "want"), [(12, 3, [4, 4, 4]), (10, 4, [3, 3, 2, 2]), (2, 4, [1, 1, 0, 0])]
+)
+def test_balanced_group_sizes_sum_to_T(T, E, want):
+    from tuner.kernels._inputs import balanced_group_sizes
+
+    assert balanced_group_sizes(T, E) == want
+
+
+def test_int8_matmul_stand_in_weights_are_not_zeros(monkeypatch):
+    # zeros are the generic stand-in of an integer array; an all-zero int8 weight is no quantized weight
+    from tuner.kernels import _inputs
+
+    spec = get_kernel("int8_matmul")
+    problem = {"M": 8, "N": 8, "K": 8, "dtype": "float32"}
+    like = spec.make_inputs(problem, "pallas", 0)
+    stand = {n: jnp.zeros_like(v) for n, v in like.items()}
+    got = _inputs.stand_in_values(spec, problem, "pallas", stand)
+    w = np.asarray(got["w"])
+    assert w.dtype == np.int8 and w.shape == like["w"].shape
+    assert np.all(w != 0) and np.all(np.abs(w.astype(int)) <= 127)
+
+
+def test_a_spec_of_ones_own_supplies_its_stand_ins(seen_group_sizes):
+    # a spec that is not the registry's moe_gemm (another name) says which values matter in extra
+    base = get_kernel("moe_gemm")
+    asked = []
+
+    def stand_ins(problem, backend, inputs):
+        asked.append(sorted(inputs))
+        return {"group_sizes": jnp.asarray([1, 10, 1], dtype=inputs["group_sizes"].dtype)}
+
+    from tuner.kernels._registry import REGISTRY
+
+    own = dataclasses.replace(base, name="moe_gemm_own", extra={**base.extra, "stand_ins": stand_ins})
+    REGISTRY["moe_gemm_own"] = own
+    try:
+        inputs = base.make_inputs(MOE, "pallas", 0)
+        f = tuner.kernel("moe_gemm_own", backend="pallas", budget=2, storage=False, bench=_bench)
+        _jitted(f, MOE, inputs)
+    finally:
+        del REGISTRY["moe_gemm_own"]
+    assert asked and asked[0] == ["group_sizes", "w", "x"]
+    assert seen_group_sizes and all(s == [1, 10, 1] for s in seen_group_sizes)
+
+
+def test_a_stand_in_of_another_shape_is_refused():
+    base = get_kernel("moe_gemm")
+    from tuner.kernels._registry import REGISTRY
+
+    def stand_ins(problem, backend, inputs):
+        return {"group_sizes": jnp.asarray([12], dtype=jnp.int32)}
+
+    REGISTRY["moe_gemm_bad"] = dataclasses.replace(
+        base, name="moe_gemm_bad", extra={**base.extra, "stand_ins": stand_ins}
+    )
+    try:
+        inputs = base.make_inputs(MOE, "pallas", 0)
+        f = tuner.kernel("moe_gemm_bad", backend="pallas", budget=2, storage=False, bench=_bench)
+        with pytest.raises(ValueError, match=r"stand_ins.*'group_sizes'.*\(1,\).*\(3,\)"):
+            _jitted(f, MOE, inputs)
+    finally:
+        del REGISTRY["moe_gemm_bad"]
