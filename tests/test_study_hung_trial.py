@@ -78,8 +78,19 @@ def test_a_hung_trial_gives_its_task_back_and_its_config_is_not_measured_again(t
 
     _release.clear()
     _hung.clear()
+    # The stuck worker's clock starts once its task is prepared, so its first trial (which does not hang)
+    # has optimize's setup to finish within trial_timeout too: on a loaded machine that took more than 1 s,
+    # the first trial was given up as well and the task taken three times. The timeout is therefore above
+    # what a whole task of two trials takes here and now (idle: 1 s, the least the study file allows here).
+    cal = prepare_study(load_study(write_study(tmp_path, name="cal", n_m=1, budget=2), check_kernels=False))
+    t0 = time.monotonic()
+    assert StudyWorker(cal, executor=FAKE, worker_id="cal:1", lease_s=30).run().done
+    timeout = max(1.0, 3 * (time.monotonic() - t0))
     spec = prepare_study(
-        load_study(write_study(tmp_path, n_m=1, budget=4, extra="trial_timeout = 1"), check_kernels=False)
+        load_study(
+            write_study(tmp_path, n_m=1, budget=4, extra=f"trial_timeout = {timeout:.2f}"),
+            check_kernels=False,
+        )
     )
     board = TaskBoard(spec.storage)
     stuck = StudyWorker(spec, executor=_hanging_executor, worker_id="stuck:1", lease_s=30)
