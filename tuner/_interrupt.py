@@ -7,9 +7,11 @@ study's runner starts its workers), `import tuner` first installs a SIGINT handl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 EXIT_INTERRUPTED = 130
@@ -78,3 +80,34 @@ def started() -> None:
             signal.signal(signal.SIGINT, signal.default_int_handler)
     except (ValueError, OSError):
         pass
+
+
+# Whether `tuner.cli.main` runs in this process (how many calls of it: a test may nest them), and what to undo
+# when the last ends: a process-wide setting that only the command makes (`storage._interruptible`'s psycopg2
+# wait callback, which makes a wait for the PostgreSQL server end on Ctrl-C).
+_commands = 0
+_at_end: list[Callable[[], None]] = []
+
+
+@contextlib.contextmanager
+def command_running() -> Iterator[None]:
+    """`tuner.cli.main` runs inside: `in_command()` is true; the `at_command_end` callbacks run after."""
+    global _commands
+    _commands += 1
+    try:
+        yield
+    finally:
+        _commands -= 1
+        if _commands == 0:
+            while _at_end:
+                _at_end.pop()()
+
+
+def in_command() -> bool:
+    """Whether this process runs the `tuner` command now (`command_running`), not a program's call."""
+    return _commands > 0
+
+
+def at_command_end(undo: Callable[[], None]) -> None:
+    """Call `undo` when the command ends (`command_running`)."""
+    _at_end.append(undo)

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ._interrupt import EXIT_INTERRUPTED, started
+from ._interrupt import EXIT_INTERRUPTED, command_running, started
 from .errors import BadInput
 
 # Subcommand modules under tuner.commands, in the order `tuner --help` lists them.
@@ -182,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(
             level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s"
         )
-        with _reading(args):
+        with command_running(), _reading(args):
             code = int(args.func(args) or 0)
         sys.stdout.flush()  # inside the try: a reader that went away is seen here, not at exit
         return code
