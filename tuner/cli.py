@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ._interrupt import EXIT_INTERRUPTED, command_running, started
+from ._interrupt import EXIT_INTERRUPTED, command_running, finished, started
 from .errors import BadInput
 
 # Subcommand modules under tuner.commands, in the order `tuner --help` lists them.
@@ -172,6 +172,20 @@ def _reading(args: argparse.Namespace) -> contextlib.AbstractContextManager[Any]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    code: Any = 1
+    try:
+        code = _main(argv)
+    except KeyboardInterrupt:  # a second Ctrl-C while the first one's line was written
+        code = EXIT_INTERRUPTED
+    except SystemExit as exc:  # argparse's --help, --version and usage errors
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        raise
+    finally:
+        finished(code)  # a Ctrl-C while the process exits: ends it with this status (the command's process)
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args: argparse.Namespace | None = None
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
