@@ -46,16 +46,20 @@ def _interrupt_while_importing(tmp_path: Path, module: str, argv: list[str]) -> 
     site = tmp_path / "site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(_SITE.format(module=module))
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(site), repo_pythonpath()]),
-        "TUNER_HOME": str(tmp_path / "home"),
-    }
+    return _interrupt_on(argv, site, "importing\n", {"TUNER_HOME": str(tmp_path / "home")})
+
+
+def _interrupt_on(argv: list[str], site: Path, line: str, env: dict[str, str]) -> tuple[int, str]:
+    """Run `argv` with the `sitecustomize` of the folder `site`, send it SIGINT once it wrote `line` on
+    stdout (the child is where the test wants it then); its exit status and stderr."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), repo_pythonpath()]), **env}
     p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert p.stdout is not None
-        line = p.stdout.readline()  # the child is inside the import now
-        assert line == "importing\n", (line, p.stderr.read() if p.stderr else "")
+        seen = [p.stdout.readline()]
+        while seen[-1] not in (line, ""):
+            seen.append(p.stdout.readline())
+        assert seen[-1] == line, (seen, p.stderr.read() if p.stderr else "")
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=120)
     finally:
@@ -90,3 +94,32 @@ def test_a_program_that_imports_tuner_keeps_its_own_ctrl_c(tmp_path: Path) -> No
     argv = [sys.executable, "-c", "import tuner"]
     code, err = _interrupt_while_importing(tmp_path, "numpy", argv)
     assert code == -signal.SIGINT and err.rstrip().endswith("KeyboardInterrupt"), err
+
+
+# A thread that keeps the child's exit waiting (Python joins the threads that are not daemons when the
+# main thread is done), after saying so on stdout.
+_LINGER = """
+import sys, threading, time
+
+def _linger():
+    while threading.main_thread().is_alive():
+        time.sleep(0.01)
+    sys.stdout.write("exiting\\n")
+    sys.stdout.flush()
+    time.sleep(120)
+
+threading.Thread(target=_linger, name="linger").start()
+"""
+
+
+@pytest.mark.parametrize(("argv", "status"), [(["--version"], 0), (["study", "run", "none.toml"], 2)])
+def test_ctrl_c_while_the_finished_command_exits(tmp_path: Path, argv: list[str], status: int) -> None:
+    """Once `main` returned, a Ctrl-C while the interpreter exits ends the process at once with the
+    command's status and no traceback. Python's handler printed an "Exception ignored ... KeyboardInterrupt"
+    traceback from its thread shutdown, and late in the exit, where Python puts SIGINT's default back, the
+    process died of the signal (-2) after the command had said how it ended."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_LINGER)
+    code, err = _interrupt_on([sys.executable, "-m", "tuner", *argv], site, "exiting\n", {})
+    assert code == status and "KeyboardInterrupt" not in err and "Traceback" not in err, err

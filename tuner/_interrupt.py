@@ -7,12 +7,17 @@ study's runner starts its workers), `import tuner` first installs a SIGINT handl
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 EXIT_INTERRUPTED = 130
+# Whether this process is the `tuner` command (`install_if_command` installed its start-up handler).
+_command_process = False
 _OPTIONS_WITH_VALUE = ("-X", "-W", "-Q")
 # `python -m tuner`, and `python -m tuner.cli`: how a study's runner starts its worker processes
 _COMMAND_MODULES = ("tuner", "tuner.cli")
@@ -66,7 +71,10 @@ def install_if_command() -> None:
         if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
             return
         if _run_as_module() or _console_script():
+            global _command_process
+            _command_process = True
             signal.signal(signal.SIGINT, _interrupted)
+            atexit.register(_ignore_at_exit)  # registered first: runs last
     except (ValueError, OSError):  # not the main thread, or no SIGINT here
         pass
 
@@ -78,3 +86,66 @@ def started() -> None:
             signal.signal(signal.SIGINT, signal.default_int_handler)
     except (ValueError, OSError):
         pass
+
+
+# Whether `tuner.cli.main` runs in this process (how many calls of it: a test may nest them), and what to undo
+# when the last ends: a process-wide setting that only the command makes (`storage._interruptible`'s psycopg2
+# wait callback, which makes a wait for the PostgreSQL server end on Ctrl-C).
+_commands = 0
+_at_end: list[Callable[[], None]] = []
+
+
+@contextlib.contextmanager
+def command_running() -> Iterator[None]:
+    """`tuner.cli.main` runs inside: `in_command()` is true; the `at_command_end` callbacks run after."""
+    global _commands
+    _commands += 1
+    try:
+        yield
+    finally:
+        _commands -= 1
+        if _commands == 0:
+            while _at_end:
+                _at_end.pop()()
+
+
+def in_command() -> bool:
+    """Whether this process runs the `tuner` command now (`command_running`), not a program's call."""
+    return _commands > 0
+
+
+def at_command_end(undo: Callable[[], None]) -> None:
+    """Call `undo` when the command ends (`command_running`)."""
+    _at_end.append(undo)
+
+
+def finished(code: int) -> None:
+    """`tuner.cli.main` returns `code`. In the command's process, a Ctrl-C from now on, while the interpreter
+    exits (joining threads, `atexit`), ends it at once with that status: Python's handler raised a
+    KeyboardInterrupt there, printed as an "Exception ignored" traceback, and one that came after Python
+    put SIGINT's default back (late in its exit) ended the process as killed by SIGINT (-2) after the
+    command had said how it ended. Elsewhere (main called by a program, a test) nothing changes."""
+    if not _command_process:
+        return
+
+    def _exit_now(signum: int, frame: Any) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+    for _ in range(3):  # setting a handler runs the one before for a signal already pending
+        try:
+            signal.signal(signal.SIGINT, _exit_now)
+            return
+        except KeyboardInterrupt:
+            continue
+        except (ValueError, OSError):  # not the main thread
+            return
+
+
+def _ignore_at_exit() -> None:
+    """The last `atexit` callback of the command's process: SIGINT ignored for the rest of the exit, in which
+    Python puts back the default handler (the process killed, -2) of a signal that had a Python one."""
+    with contextlib.suppress(ValueError, OSError, KeyboardInterrupt):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)

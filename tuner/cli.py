@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ._interrupt import EXIT_INTERRUPTED, started
+from ._interrupt import EXIT_INTERRUPTED, command_running, finished, started
 from .errors import BadInput
 
 # Subcommand modules under tuner.commands, in the order `tuner --help` lists them.
@@ -175,6 +175,20 @@ def _reading(args: argparse.Namespace) -> contextlib.AbstractContextManager[Any]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    code: Any = 1
+    try:
+        code = _main(argv)
+    except KeyboardInterrupt:  # a second Ctrl-C while the first one's line was written
+        code = EXIT_INTERRUPTED
+    except SystemExit as exc:  # argparse's --help, --version and usage errors
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        raise
+    finally:
+        finished(code)  # a Ctrl-C while the process exits: ends it with this status (the command's process)
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args: argparse.Namespace | None = None
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -185,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(
             level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s"
         )
-        with _reading(args):
+        with command_running(), _reading(args):
             code = int(args.func(args) or 0)
         sys.stdout.flush()  # inside the try: a reader that went away is seen here, not at exit
         return code

@@ -482,6 +482,10 @@ def _connect_waiting(dialect: Any, _rec: Any, cargs: Any, cparams: Any) -> Any:
     """The `do_connect` listener of tuner's PostgreSQL engines: the driver's connect, tried again while
     the server refuses it for a connection limit (`connect_waiting`). psycopg 3 engines with a deadline
     connect in `_watchdog_pg3`, which waits the same way."""
+    if dialect.driver == "psycopg2":  # an engine made before the command started (`engine_for`'s)
+        from ._interruptible import install_in_command
+
+        install_in_command()
     return connect_waiting(lambda: dialect.connect(*cargs, **cparams))
 
 
@@ -932,6 +936,10 @@ def engine_kwargs(url: str, timeout_s: float | None = None) -> dict[str, Any]:
     kw: dict[str, Any] = {"pool_pre_ping": True, "pool_size": pool, "max_overflow": pool}
     parsed = make_url(normalize_url(url))
     if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() in ("psycopg2", "psycopg"):
+        if parsed.get_driver_name() == "psycopg2":  # Ctrl-C ends the command's waits for the server
+            from ._interruptible import install_in_command
+
+            install_in_command()
         # libpq's own connection parameters; those the URL names are left to it
         args = {"connect_timeout": PG_CONNECT_TIMEOUT_S, **_PG_KEEPALIVES}
         kw["connect_args"] = {k: v for k, v in args.items() if k not in parsed.query}
