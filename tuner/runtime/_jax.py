@@ -53,7 +53,12 @@ stand-in's zero. Typed PRNG key arrays (`jax.random.key`) get stand-in keys of t
 
 An interrupt of the caller (Ctrl-C) while it waits for the helper thread stops the helper's tuning
 too (`_stop_helper`), as it stops an eager call's tuning: the tuning does not go on in the background,
-holding the key's claim and storing a winner after the caller was interrupted.
+holding the key's claim and storing a winner after the caller was interrupted. A KeyboardInterrupt
+raised in the helper stops the config being timed; as one raised asynchronously is lost where it lands
+in Python code that C calls (a garbage-collection callback, such as jax's, a weakref callback, a
+`__del__`: reported as unraisable), the tuning also checks a stop flag before each config it times,
+after each trial, before it stores its winner and while it waits for another process's claim
+(`raise_if_stopped`).
 
 Donated buffers: a launcher that donates its inputs (`jax.jit(..., donate_argnums=...)`) deletes them
 on every call, so tuning it on the caller's arrays would leave every config after the first, and the
@@ -89,6 +94,7 @@ __all__ = [
     "symbolic_shapes",
     "concrete_like",
     "resolve_on_concrete",
+    "raise_if_stopped",
     "refuse_traced_key",
     "donation_guard",
     "caller_jax_settings",
@@ -304,6 +310,23 @@ def on_stand_ins() -> bool:
     return _ON_STAND_INS.get()
 
 
+# The stop flag of the helper thread of `resolve_on_concrete` (in the copy of the caller's context it runs
+# in), set when its caller is interrupted (`_stop_helper`).
+_STOP: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar(
+    "tuner_stop_helper", default=None
+)
+
+
+def raise_if_stopped() -> None:
+    """KeyboardInterrupt where this is the helper thread of a traced miss whose caller was interrupted
+    (`_stop_helper`); nothing elsewhere. The tuning checks it between its steps: the KeyboardInterrupt
+    `_stop_helper` raises in the helper is lost where it lands in Python code called from C (a
+    garbage-collection callback, a weakref callback, a `__del__`), and the tuning must stop all the same."""
+    stop = _STOP.get()
+    if stop is not None and stop.is_set():
+        raise KeyboardInterrupt("the traced call that this tuning runs for was interrupted")
+
+
 # (the arguments with a jax.ShapeDtypeStruct for each tracer, their generic stand-ins) -> the stand-ins to
 # use, with values the work depends on in place of the generic ones (`resolve_on_concrete`)
 StandIns = Callable[[tuple[tuple, dict], tuple[tuple, dict]], tuple[tuple, dict]]
@@ -328,9 +351,11 @@ def resolve_on_concrete(
     box: dict[str, Any] = {}
     settings = caller_jax_settings()  # read here: they are this thread's
     context = contextvars.copy_context()
+    stop = threading.Event()
 
     def work() -> None:
         _ON_STAND_INS.set(True)  # in the copy of the caller's context: never seen by the caller
+        _STOP.set(stop)
         try:
             # Transfers allowed: making the stand-ins and running the launcher eagerly move data that the
             # traced program does not (its Python numbers are constants there), so a caller's
@@ -353,7 +378,7 @@ def resolve_on_concrete(
     try:
         done.wait()
     except BaseException:  # Ctrl-C (or another exception) in the caller while the helper tunes
-        _stop_helper(t, done)
+        _stop_helper(t, done, stop)
         raise
     t.join()
     if "exc" in box:
@@ -361,18 +386,24 @@ def resolve_on_concrete(
     return box["cfg"]
 
 
-def _stop_helper(t: threading.Thread, done: threading.Event) -> None:
+def _stop_helper(t: threading.Thread, done: threading.Event, stop: threading.Event) -> None:
     """Stop the helper thread `t` of a traced miss whose caller was interrupted while it waited (Ctrl-C
     in the caller's thread, where the eager call's tuning would have stopped): a KeyboardInterrupt is
     raised in the helper at its next Python instruction, so its tuning ends as an interrupted eager
     tuning does (its claim released, no winner stored after the interrupt), and the caller waits for
-    that. A second interrupt while it waits (the helper inside a long compile, say) stops the waiting."""
+    that. Then `stop` is set: where that KeyboardInterrupt is lost (it landed in a garbage-collection
+    callback or a `__del__`, which report it as unraisable), the tuning raises its own at its next check
+    (`raise_if_stopped`), between trials. The asynchronous one is raised once only, and before `stop`,
+    so that it does not land in the helper's cleanup (the release of its claim) after the tuning
+    stopped at a check. A second interrupt while the caller waits (the helper inside a long compile,
+    say) stops the waiting; the helper still stops at its next check."""
     import ctypes
 
     ident = t.ident
     if ident is not None and not done.is_set():
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(KeyboardInterrupt))
         log.debug("%s: the caller was interrupted; stopping its tuning", t.name)
+    stop.set()
     t.join()  # not `done`: the interrupt may land in the helper before it sets `done`
 
 

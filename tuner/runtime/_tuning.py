@@ -322,6 +322,7 @@ def tune_once(req: Request) -> Resolution:
                 if cfg is not None:
                     return _waited(cfg)
             waited = _log_wait(t.name, ck, db, waited)
+            _jax.raise_if_stopped()
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
     finally:
@@ -444,6 +445,7 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
     fingerprint = space.fingerprint() if owner is not None else ""
 
     def objective(cfg: dict[str, Any]) -> float:
+        _jax.raise_if_stopped()  # the caller of a traced miss was interrupted: no config is timed after
         earlier = hung.get(canon(cfg))
         if earlier is not None:
             raise (ConfigCrashed if earlier.startswith(CRASHED) else ConfigHung)(earlier)
@@ -500,6 +502,7 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
 
     def progress(trial: Any, res: Any) -> None:
         t.progress[ck.hash] = time.monotonic()  # the threads waiting for the key wait on (`_wait_for`)
+        _jax.raise_if_stopped()
         if on_stand_ins[0]:
             on_stand_ins[0] = False
             _stop_if_untimeable(t.name, ck, trial)
@@ -528,6 +531,7 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
         t.progress.pop(ck.hash, None)
         if restore is not None:
             restore()  # the call that follows sees the inputs as the caller passed them
+    _jax.raise_if_stopped()  # nothing recorded or stored after the interrupt, as in an eager tuning
     run = uuid.uuid4().hex[:16]  # this tuning's trials, told apart from an earlier tuning's of the key
 
     def record() -> None:
