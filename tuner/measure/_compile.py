@@ -324,11 +324,13 @@ class _Compiler:
         return res.to_dict()
 
 
-# The pid of the process that started a compile process (`_Proc.start`), which it must not outlive.
-PARENT_ENV = "TUNER_COMPILE_PARENT"
+# The argument that gives a compile process the pid of the process that started it (`_Proc.start`), which
+# it must not outlive: an argument, not an environment variable, so that it is not inherited by what the
+# compile process itself starts (ptxas, Triton's compiler) nor read as a setting.
+PARENT_ARG = "--parent"
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(argv: list[str]) -> None:
     """End this compile process with the process that started it. An idle one reads EOF on stdin when
     its parent dies, but one that is compiling (a slow or hung compile) read nothing until the compile
     ended, and went on alone, an orphan, for as long as it took. A thread watches for the parent's death
@@ -336,7 +338,7 @@ def _die_with_parent() -> None:
     zombie not reaped yet), and a parent that died before (between the fork and here, while this process
     imported tuner) is seen at once. Not PR_SET_PDEATHSIG: it fires when the *thread* that started the
     process ends, and the compile pool starts its processes from threads of its own."""
-    parent = os.environ.get(PARENT_ENV, "")
+    parent = argv[argv.index(PARENT_ARG) + 1] if PARENT_ARG in argv[:-1] else ""
     if not parent.isdigit():
         return  # started some other way (by hand): stdin's EOF ends it
 
@@ -360,7 +362,7 @@ def _serve() -> None:
     it failed every config. Warnings raised in tuner's or the kernels' code stay as the user set them."""
     import warnings
 
-    _die_with_parent()
+    _die_with_parent(sys.argv[1:])
     warnings.filterwarnings("default", module=r"triton(\.|$)")
     reply = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)
@@ -431,11 +433,11 @@ class _Proc:
         fd, self.stderr_path = tempfile.mkstemp(prefix="tuner-compile-", suffix=".stderr")
         try:
             self.p = subprocess.Popen(
-                [sys.executable, "-m", "tuner.measure._compile"],
+                [sys.executable, "-m", "tuner.measure._compile", PARENT_ARG, str(os.getpid())],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=fd,
-                env={**self.env, PARENT_ENV: str(os.getpid())},
+                env=self.env,
             )
         finally:
             os.close(fd)
