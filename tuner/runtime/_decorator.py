@@ -558,6 +558,12 @@ def _attach(wrapper: Any, t: Autotuned) -> Any:
     for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
         with contextlib.suppress(AttributeError, TypeError):
             setattr(wrapper, attr, getattr(underlying_function(t.fn), attr))
+    # A `jax.custom_vjp`/`custom_jvp` decorated before its rule is defined: `f.defvjp(fwd, bwd)` (or
+    # `@f.defjvp`) on the decorated name defines it on the function that the wrapper calls.
+    for attr in ("defvjp", "defjvp", "defjvps"):
+        method = getattr(t.fn, attr, None)
+        if callable(method) and (type(t.fn).__module__ or "").startswith("jax"):
+            setattr(wrapper, attr, method)
     return wrapper
 
 
