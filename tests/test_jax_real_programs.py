@@ -421,6 +421,28 @@ def test_every_config_failing_raises_with_the_first_error_under_jit():
     assert ConfigCache().entries() == []
 
 
+def test_a_jitted_launcher_whose_config_is_not_static_says_to_make_it_static():
+    """`@tuner.autotune` over `@jax.jit` without `static_argnames`: the block size reaches the launcher
+    traced, every config fails on it (Pallas: "Unsupported block dimension type: ...Tracer"), and the
+    error says which parameters to make static."""
+
+    def add_one(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + 1
+
+    @tuner.autotune(configs=[{"block": 8}, {"block": 16}], key=lambda x, **_: {"n": x.shape[0]},
+                    bench=lambda c: (jax.block_until_ready(c()), 1.0)[1])  # fmt: skip
+    @jax.jit
+    def launch(x, block):
+        spec = pl.BlockSpec((block,), lambda i: (i,))
+        return pl.pallas_call(add_one, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              grid=(x.shape[0] // block,), in_specs=[spec], out_specs=spec, interpret=True)(x)  # fmt: skip
+
+    with pytest.raises(
+        RuntimeError, match=r"every one of 2 configs failed; .*Tracer.*static_argnames=\['block'\]"
+    ):
+        launch(jnp.ones(32))
+
+
 # ---- the cache persists across processes (TUNER_HOME), for a jitted call with a pytree argument -----
 _SCRIPT = """
 import json, sys
