@@ -261,3 +261,39 @@ def test_a_jit_function_key_value_is_found_again_through_another_object_of_it():
     fields = sorted(str(e.key.fields_dict["ACT"]) for e in ConfigCache().entries())
     assert len(fields) == 2 and not any(" at 0x" in f for f in fields), fields
     assert "_act_neg" in fields[0] and "_act_relu" in fields[1]
+
+
+# The activation as a tuned meta-parameter (`triton.Config({"BLOCK": 16, "ACT": relu})`): Triton accepts it,
+# and so does the drop-in on a GPU (a JITFunction's repr, `JITFunction(module:name)`, names no address);
+# under the interpreter the drop-in refused the list ("its repr names a memory address").
+def _epilogue_over_acts(bench, acts):
+    import tuner
+
+    @tuner.autotune(
+        configs=[triton.Config({"BLOCK": b, "ACT": a}) for b, a in zip((16, 32), acts, strict=True)],
+        key=["n"],
+        do_bench=bench,
+    )
+    @triton.jit
+    def epilogue(x, y, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y + offs, ACT(tl.load(x + offs, mask=offs < n)), mask=offs < n)
+
+    return epilogue
+
+
+def _act_relu_where(v):
+    return tl.where(v > 0, v, 0.0)
+
+
+def test_jit_functions_among_the_config_values_are_tuned_and_found_again():
+    x = torch.randn(40)
+    bench = Bench([2.0, 1.0])
+    for _ in range(2):  # the second kernel, with new jit objects of the same functions: as in a new process
+        acts = (triton.jit(_act_relu), triton.jit(_act_relu_where))
+        k = _epilogue_over_acts(bench, acts)
+        y = torch.empty_like(x)
+        k[lambda meta: (triton.cdiv(40, meta["BLOCK"]),)](x, y, 40)
+        torch.testing.assert_close(y, x.relu())
+        assert k.best_config.kwargs["ACT"] is acts[1]  # the kernel's own object, read back from the store
+    assert bench.calls == 2

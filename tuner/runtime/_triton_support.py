@@ -106,7 +106,7 @@ def _space_value(i: int, c: Any, k: str, v: Any, single: bool) -> Any:
             f"{where} is unhashable ({type(v).__name__}); each config's values are hashed (a config is "
             f"stored and looked up by them, as triton.Config.__hash__ hashes them), so give {instead}"
         ) from None
-    r = repr(v)
+    r = _stable_text(v, repr(v), jit_only=True)
     if not single and _ADDRESS.search(r):
         raise ValueError(
             f"{where}: its repr names a memory address, so a stored winner holding it could not be "
@@ -373,13 +373,12 @@ class _TritonKeys(ArgKeys):
         return out
 
 
-def _key_text(v: Any) -> str:
-    """A key value that is no JSON scalar, as the stored key holds it: its str(), unless that names a
-    memory address (a `@triton.jit` function passed as a constexpr, under the interpreter; a plain
-    function), which another process would never find: a function then by its qualified name and the hash
-    of its code (closures of one factory over other values are other values)."""
-    text = str(v)
-    if _ADDRESS.search(text):
+def _stable_text(v: Any, text: str, *, jit_only: bool = False) -> str:
+    """`text` (v's str or repr), unless it names a memory address and `v` is a function (a `@triton.jit`
+    function under the interpreter, whose repr is `<...InterpretedFunction object at 0x...>`; with
+    `jit_only` False, a plain function too), which another process would never find: then the function's
+    qualified name and the hash of its code (closures of one factory over other values are other values)."""
+    if _ADDRESS.search(text) and (not jit_only or (type(v).__module__ or "").startswith("triton")):
         from ._env import underlying_function
         from ._source import code_hash
 
@@ -387,6 +386,11 @@ def _key_text(v: Any) -> str:
         if inspect.isfunction(base):
             return f"<function {base.__module__}.{base.__qualname__} {code_hash(v)}>"
     return text
+
+
+def _key_text(v: Any) -> str:
+    """A key value that is no JSON scalar, as the stored key holds it: its str() (`_stable_text`)."""
+    return _stable_text(v, str(v))
 
 
 class TritonCache(dict):
