@@ -14,6 +14,9 @@ tests/test_thirdparty_triton.py and the files after it, for uses those files do 
 - A launcher that runs a kernel's autotuner through a compile path of its own: it makes a private chain of
   shallow copies (`copy.copy(layer)`), puts its shim on the copy's `.fn`, gives the copy an empty
   `.cache`, launches the copy's `run`, and copies `best_config` back; the user's kernel is left as it was.
+- An activation passed as a `@triton.jit` function constexpr (`ACT: tl.constexpr`, called in the kernel),
+  keyed, or tuned as a meta-parameter of the configs: under the interpreter its repr names an address,
+  which must not reach the store (written here in the style of kernels that take their epilogue so).
 
 On the CPU both decorators get an injected `do_bench` (Triton's default times with CUDA events), so the
 winner is known in advance and the two can be compared.
