@@ -324,6 +324,52 @@ def test_custom_vjp_forward_is_tuned_under_grad():
     assert bench.calls == 2 and softmax_fwd.tuner.stats["tuned"] == 1
 
 
+# `@tuner.autotune` stacked on `jax.custom_vjp` / `jax.custom_jvp` whose block size is a nondiff argument,
+# the rule defined after decoration through the decorated name (`f.defvjp(fwd, bwd)`, `@f.defjvp`), as
+# code written with the decorators stacked does; the wrapper had no `defvjp`/`defjvp` (AttributeError).
+def _rows_sq(x, block_rows):
+    spec = pl.BlockSpec((block_rows, x.shape[1]), lambda i: (i, 0))
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * x_ref[...]
+
+    return pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // block_rows,),
+        in_specs=[spec], out_specs=spec, interpret=True,
+    )(x)  # fmt: skip
+
+
+@pytest.mark.parametrize("rule", ["custom_vjp", "custom_jvp"])
+def test_a_custom_rule_defined_through_the_decorated_name(rule):
+    seen: list = []
+    bench = OnceBench(seen, lambda c: {4: 2e-3, 8: 1e-3}[c])
+    custom = jax.custom_vjp if rule == "custom_vjp" else jax.custom_jvp
+
+    @tuner.autotune(
+        configs=[{"block_rows": 4}, {"block_rows": 8}], key=lambda x: {"R": x.shape[0]}, bench=bench
+    )
+    @functools.partial(custom, nondiff_argnums=(1,))
+    def square(x, block_rows):
+        seen.append(block_rows)
+        return _rows_sq(x, block_rows)
+
+    if rule == "custom_vjp":
+        square.defvjp(lambda x, b: (_rows_sq(x, b), x), lambda b, x, g: (2 * x * g,))
+    else:
+
+        @square.defjvp
+        def _(block_rows, primals, tangents):
+            (x,), (t,) = primals, tangents
+            return _rows_sq(x, block_rows), 2 * x * t
+
+    x = jax.random.normal(jax.random.PRNGKey(7), (8, 4))
+    np.testing.assert_allclose(np.asarray(square(x)), np.asarray(x * x), rtol=1e-6)
+    assert bench.calls == 2 and square.tuner.last_choice["config"] == {"block_rows": 8}
+    g = jax.jit(jax.grad(lambda x: jnp.sum(square(x))))(x)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(2 * x), rtol=1e-6)
+    assert bench.calls == 2
+
+
 # ---- keys on jit arguments: static ones key the entry, traced ones are refused with a reason ---------
 def test_key_on_a_traced_argument_is_refused_and_a_static_one_works():
     seen: list = []
@@ -373,6 +419,28 @@ def test_every_config_failing_raises_with_the_first_error_under_jit():
     with pytest.raises(RuntimeError, match=r"every one of 2 configs failed; first error: .*block=7"):
         jax.jit(scale)(jnp.ones(32))
     assert ConfigCache().entries() == []
+
+
+def test_a_jitted_launcher_whose_config_is_not_static_says_to_make_it_static():
+    """`@tuner.autotune` over `@jax.jit` without `static_argnames`: the block size reaches the launcher
+    traced, every config fails on it (Pallas: "Unsupported block dimension type: ...Tracer"), and the
+    error says which parameters to make static."""
+
+    def add_one(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + 1
+
+    @tuner.autotune(configs=[{"block": 8}, {"block": 16}], key=lambda x, **_: {"n": x.shape[0]},
+                    bench=lambda c: (jax.block_until_ready(c()), 1.0)[1])  # fmt: skip
+    @jax.jit
+    def launch(x, block):
+        spec = pl.BlockSpec((block,), lambda i: (i,))
+        return pl.pallas_call(add_one, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              grid=(x.shape[0] // block,), in_specs=[spec], out_specs=spec, interpret=True)(x)  # fmt: skip
+
+    with pytest.raises(
+        RuntimeError, match=r"every one of 2 configs failed; .*Tracer.*static_argnames=\['block'\]"
+    ):
+        launch(jnp.ones(32))
 
 
 # ---- the cache persists across processes (TUNER_HOME), for a jitted call with a pytree argument -----

@@ -239,3 +239,78 @@ def test_cache_export_with_an_empty_store_says_so_in_one_spaced_line(
     assert main(["cache", "export", "--out", str(tmp_path / "x.json")]) == 1
     err = capsys.readouterr().err
     assert "no cache entry (tune or import first)" in err and "  " not in err
+
+
+# A launcher that takes its arrays as `*args` and its sizes by keyword only (`def f(*arrays, n, block)`,
+# as code that sums or concatenates any number of inputs writes it): the key names a keyword-only
+# parameter, which the call can only give by keyword (or leave to its default). It was read from the
+# positional arguments by its place in the parameter list, so `f(a, b, n=32)` keyed as n=a.
+@pytest.mark.parametrize("lead", [False, True])
+def test_a_keyword_only_key_after_var_positional_is_read_from_the_keyword(_tuner_home: Path, lead):
+    timed = []
+
+    def bench(call):
+        timed.append(1)
+        call()
+        return 1e-3
+
+    if lead:
+
+        @tuner.autotune(configs=[{"block": 8}, {"block": 16}], key=["n", "scale"], bench=bench)
+        def f(first, *xs, n, scale=2, block):
+            return first + sum(xs) * scale + n
+
+        def call(n, scale=None):
+            return f(1, 5, 7, n=n) if scale is None else f(1, 5, 7, n=n, scale=scale)
+
+    else:
+
+        @tuner.autotune(configs=[{"block": 8}, {"block": 16}], key=["n", "scale"], bench=bench)
+        def f(*xs, n, scale=2, block):
+            return xs[0] + sum(xs[1:]) * scale + n
+
+        def call(n, scale=None):
+            return f(1, 5, 7, n=n) if scale is None else f(1, 5, 7, n=n, scale=scale)
+
+    assert call(32) == 1 + 12 * 2 + 32
+    assert f.tuner.last_choice["key"]["key"] == {"n": 32, "scale": 2}
+    assert call(64, 3) == 1 + 12 * 3 + 64
+    assert f.tuner.last_choice["key"]["key"] == {"n": 64, "scale": 3}
+    assert len(timed) == 4  # two keys, two configs each
+    assert call(32) == 1 + 12 * 2 + 32  # a hit, in memory
+    assert len(timed) == 4
+
+
+@pytest.mark.parametrize("form", ["tuner", "triton_keywords"])
+def test_a_keyword_only_restore_name_after_var_positional_restores_that_array(_tuner_home: Path, form):
+    """`restore=` (or Triton's `restore_value=`) naming a keyword-only parameter after `*arrays` restores
+    the array given by that keyword between the timed runs (the positional array at its place in the
+    parameter list was taken instead, so each timed run added to `out` again), and a prune function's
+    named arguments (Triton's `nargs`: the positional ones by name) name none of the `*arrays`."""
+    nargs = []
+
+    def prune(configs, named, **kw):
+        nargs.append(sorted(named))
+        return configs
+
+    opts = (
+        {"restore": "out", "bench": lambda c: c() or 1e-3}
+        if form == "tuner"
+        else {
+            "restore_value": ["out"],
+            "do_bench": lambda c, quantiles=None: c() or [1.0] * 3,
+            "prune_configs_by": {"early_config_prune": prune},
+        }
+    )
+
+    @tuner.autotune(configs=[{"block": 8}, {"block": 16}], key=["n"], **opts)
+    def accumulate(first, *xs, out, n, block):
+        for x in (first, *xs):
+            out += x[:n]
+
+    a, b, out = np.ones(4), np.full(4, 2.0), np.zeros(4)
+    accumulate(a, b, out=out, n=4)
+    np.testing.assert_array_equal(out, np.full(4, 3.0))
+    np.testing.assert_array_equal(b, np.full(4, 2.0))
+    assert accumulate.tuner.last_choice["key"]["key"] == {"n": 4}
+    assert nargs == ([] if form == "tuner" else [["first"]])

@@ -14,6 +14,9 @@ tests/test_thirdparty_triton.py and the files after it, for uses those files do 
 - A launcher that runs a kernel's autotuner through a compile path of its own: it makes a private chain of
   shallow copies (`copy.copy(layer)`), puts its shim on the copy's `.fn`, gives the copy an empty
   `.cache`, launches the copy's `run`, and copies `best_config` back; the user's kernel is left as it was.
+- An activation passed as a `@triton.jit` function constexpr (`ACT: tl.constexpr`, called in the kernel),
+  keyed, or tuned as a meta-parameter of the configs: under the interpreter its repr names an address,
+  which must not reach the store (written here in the style of kernels that take their epilogue so).
 
 On the CPU both decorators get an injected `do_bench` (Triton's default times with CUDA events), so the
 winner is known in advance and the two can be compared.
@@ -220,3 +223,80 @@ def test_a_shallow_copy_of_a_module_level_drop_in_is_another_object():
     object of its own, as Triton's is, not the kernel itself."""
     _MODULE_BENCH.times, _MODULE_BENCH.calls = [1.0, 2.0, 2.0, 1.0], 0
     _check_private_copy(module_fill, _MODULE_BENCH)
+
+
+# ---- an activation passed as a @triton.jit function constexpr, keyed ------------------------------------
+# As kernels that take their epilogue as a constexpr function do (`ACTIVATION: tl.constexpr`, called inside
+# the kernel), with the activation among the key names. Triton keys it by the function object; the stored
+# key held its str(), which under the interpreter is `<...InterpretedFunction object at 0x...>`: another
+# process (another address) never found the entry, tuned again and stored one more.
+def _act_relu(v):
+    return tl.maximum(v, 0.0)
+
+
+def _act_neg(v):
+    return -v
+
+
+def _epilogue_kernel(bench):
+    import tuner
+
+    @tuner.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32)], key=["n", "ACT"], do_bench=bench)
+    @triton.jit
+    def epilogue(x, y, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y + offs, ACT(tl.load(x + offs, mask=offs < n)), mask=offs < n)
+
+    return epilogue
+
+
+def test_a_jit_function_key_value_is_found_again_through_another_object_of_it():
+    from tuner.runtime import ConfigCache
+
+    x = torch.randn(40)
+    bench = Bench([2.0, 1.0] * 3)
+    for act, want in ((_act_relu, x.relu()), (_act_neg, -x), (_act_relu, x.relu())):
+        k = _epilogue_kernel(bench)  # a fresh kernel and jit function each time, as in a new process
+        y = torch.empty_like(x)
+        k[lambda meta: (triton.cdiv(40, meta["BLOCK"]),)](x, y, 40, ACT=triton.jit(act))
+        torch.testing.assert_close(y, want)
+    assert bench.calls == 4  # relu and neg tuned once each; the second relu read the store
+    fields = sorted(str(e.key.fields_dict["ACT"]) for e in ConfigCache().entries())
+    assert len(fields) == 2 and not any(" at 0x" in f for f in fields), fields
+    assert "_act_neg" in fields[0] and "_act_relu" in fields[1]
+
+
+# The activation as a tuned meta-parameter (`triton.Config({"BLOCK": 16, "ACT": relu})`): Triton accepts it,
+# and so does the drop-in on a GPU (a JITFunction's repr, `JITFunction(module:name)`, names no address);
+# under the interpreter the drop-in refused the list ("its repr names a memory address").
+def _epilogue_over_acts(bench, acts):
+    import tuner
+
+    @tuner.autotune(
+        configs=[triton.Config({"BLOCK": b, "ACT": a}) for b, a in zip((16, 32), acts, strict=True)],
+        key=["n"],
+        do_bench=bench,
+    )
+    @triton.jit
+    def epilogue(x, y, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y + offs, ACT(tl.load(x + offs, mask=offs < n)), mask=offs < n)
+
+    return epilogue
+
+
+def _act_relu_where(v):
+    return tl.where(v > 0, v, 0.0)
+
+
+def test_jit_functions_among_the_config_values_are_tuned_and_found_again():
+    x = torch.randn(40)
+    bench = Bench([2.0, 1.0])
+    for _ in range(2):  # the second kernel, with new jit objects of the same functions: as in a new process
+        acts = (triton.jit(_act_relu), triton.jit(_act_relu_where))
+        k = _epilogue_over_acts(bench, acts)
+        y = torch.empty_like(x)
+        k[lambda meta: (triton.cdiv(40, meta["BLOCK"]),)](x, y, 40)
+        torch.testing.assert_close(y, x.relu())
+        assert k.best_config.kwargs["ACT"] is acts[1]  # the kernel's own object, read back from the store
+    assert bench.calls == 2

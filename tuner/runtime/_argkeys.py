@@ -256,12 +256,15 @@ class ArgKeys:
         bucket: Bucket,
         dtypes: bool,
         packages: Sequence[str] = (),
+        positional: int | None = None,
     ) -> None:
         self.name = name
         self.kind = kind
         self.packages = tuple(packages)  # more packages whose versions the stored key holds (`depends`)
         self._source_hash = source_hash  # a callable is asked on the first stored key, then kept
         self.arg_names = list(arg_names)
+        # the first `positional` names are the ones a call can give positionally (`_env.positional_count`)
+        self.positional = len(self.arg_names) if positional is None else positional
         self.defaults = dict(defaults)
         self.use_dtypes = dtypes
         self.bucketer = make_bucketer(bucket)
@@ -282,6 +285,8 @@ class ArgKeys:
             pos = [self.arg_names.index(n) for n in self.key_names]
             ig: Callable[[tuple], Any] = operator.itemgetter(*pos) if pos else (lambda args: ())
             self._ig, self._need = ig, max(pos) + 1 if pos else 0
+            if self._need > self.positional:  # a key name that only a keyword gives: no positional fast key
+                self._need = MAX_FAST_ARGS
             self.fast = list(positional_fast_keys(ig, self._need, dtypes, kw=self._kw_key(False)))
         self._env: dict[tuple[str, str], tuple[str, dict[str, str]]] = {}
 
@@ -294,7 +299,7 @@ class ArgKeys:
 
     def arg_value(self, name: str, args: tuple, kwargs: dict) -> Any:
         i = self.arg_names.index(name)
-        if i < len(args):
+        if i < len(args) and i < self.positional:
             return args[i]
         if name in kwargs:
             return kwargs[name]
@@ -311,7 +316,7 @@ class ArgKeys:
         out = {}
         for n in self.key_names:
             i = self.arg_names.index(n)
-            if i < len(args):
+            if i < len(args) and i < self.positional:
                 out[n] = args[i]
             elif n in kwargs:
                 out[n] = kwargs[n]
@@ -372,7 +377,7 @@ class ArgKeys:
     def _plan(self, form: tuple) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
         """Getters of the key values of a call of this form (`_kw_key`): from the positional arguments,
         from the keywords (a default is the same in every call of the form, so it is left out)."""
-        n, names = form[0], form[1:]
+        n, names = min(form[0], self.positional), form[1:]
         pos: list[int] = []
         kws: list[str] = []
         for name in self.key_names:

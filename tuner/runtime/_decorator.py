@@ -41,6 +41,7 @@ from ._env import (
     flat_args,
     keywords_refused,
     kind_of,
+    positional_count,
     signature_names,
     underlying_function,
 )
@@ -164,6 +165,8 @@ class Autotuned:
         self.lease_s = lease_s
         self.stand_ins = stand_ins  # values a traced miss is timed on, where zeros would time no work
         self.arg_names, self.defaults = signature_names(fn)
+        # how many of arg_names a call can give positionally (None: all of them); see `positional_count`
+        self.positional: int | None = positional_count(fn)
         if keys is None and self.kind != "triton" and isinstance(space, SearchSpace):
             # the config arrives as keyword arguments: a launcher that cannot take one of them would fail
             # every trial of every key; say so now (a Triton kernel takes num_warps etc. as launch options)
@@ -191,6 +194,7 @@ class Autotuned:
                 bucket=bucket,
                 dtypes=dtypes,
                 packages=dependency_packages((fn, *self._depends)),
+                positional=self.positional,
             )
         )
         self.timer: Timer = timer or _default_timer(bench, self.kind)
@@ -257,9 +261,15 @@ class Autotuned:
             self._source_hash = None
 
     # ---- the call's parts ----------------------------------------------------------------------------
+    def positional_args(self, args: tuple) -> dict[str, Any]:
+        """The positional arguments of a call by parameter name (those past the named ones belong to
+        `*args`, which has no name here), as Triton's `Autotuner.nargs` holds them."""
+        names = self.arg_names if self.positional is None else self.arg_names[: self.positional]
+        return dict(zip(names, args, strict=False))
+
     def arg_value(self, name: str, args: tuple, kwargs: dict) -> Any:
         i = self.arg_names.index(name)
-        if i < len(args):
+        if i < len(args) and (self.positional is None or i < self.positional):
             return args[i]
         if name in kwargs:
             return kwargs[name]
@@ -550,6 +560,12 @@ def _attach(wrapper: Any, t: Autotuned) -> Any:
     for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
         with contextlib.suppress(AttributeError, TypeError):
             setattr(wrapper, attr, getattr(underlying_function(t.fn), attr))
+    # A `jax.custom_vjp`/`custom_jvp` decorated before its rule is defined: `f.defvjp(fwd, bwd)` (or
+    # `@f.defjvp`) on the decorated name defines it on the function that the wrapper calls.
+    for attr in ("defvjp", "defjvp", "defjvps"):
+        method = getattr(t.fn, attr, None)
+        if callable(method) and (type(t.fn).__module__ or "").startswith("jax"):
+            setattr(wrapper, attr, method)
     return wrapper
 
 

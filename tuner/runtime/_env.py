@@ -345,6 +345,25 @@ def signature_names(fn: Any) -> tuple[list[str], dict[str, Any]]:
     return [p.name for p in params], defaults
 
 
+def positional_count(fn: Any) -> int | None:
+    """How many of `signature_names(fn)` a call can give positionally (those before `*args` and any
+    keyword-only parameter): a positional argument past them belongs to `*args`, never to a name after
+    it (`def f(*xs, n)`: `f(a, b, n=3)` gives n by keyword only). None where every name can be."""
+    names = getattr(fn, "arg_names", None)
+    target: Callable[..., Any] = underlying_function(fn) if names is not None else fn
+    try:
+        sig = inspect.signature(target)
+    except (TypeError, ValueError):
+        return None
+    params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    kinds = [p.kind for p in params]
+    if inspect.Parameter.VAR_POSITIONAL not in kinds and inspect.Parameter.KEYWORD_ONLY not in kinds:
+        return None
+    return sum(
+        k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) for k in kinds
+    )
+
+
 def keywords_refused(fn: Any, names: Sequence[str]) -> list[str]:
     """Those of `names` that a call of `fn` cannot take as keyword arguments: none when it takes
     `**kwargs` or its signature cannot be read (a builtin, an object of C code)."""

@@ -283,6 +283,7 @@ class TritonAutotuned(Autotuned):
             key=key,
             bucket=self._bucket,
             dtypes=self._dtypes,
+            positional=self.positional,
         )
         self.key_names = list(self.keys.key_names)
 
@@ -418,7 +419,7 @@ class TritonAutotuned(Autotuned):
         if args is None:
             args = getattr(self._tl, "warmup_args", None)
         if args is not None:
-            return dict(zip(self.arg_names, args, strict=False))
+            return self.positional_args(args)
         return self._nargs_assigned
 
     @nargs.setter
@@ -455,7 +456,7 @@ class TritonAutotuned(Autotuned):
 
     def full_nargs(self, args: tuple, kwargs: dict, grid: Any, cfg_obj: Any) -> dict[str, Any]:
         return {
-            **dict(zip(self.arg_names, args, strict=False)),
+            **self.positional_args(args),
             **self.meta(kwargs, grid),
             **_all_kwargs(cfg_obj),
         }
@@ -479,7 +480,7 @@ class TritonAutotuned(Autotuned):
 
     def triton_key(self, args: tuple, kwargs: dict) -> tuple:
         """Triton's key: the values of the key arguments, then str(dtype) of every array argument."""
-        all_args = {**dict(zip(self.arg_names, args, strict=False)), **kwargs}
+        all_args = {**self.positional_args(args), **kwargs}
         named = {k: v for k, v in all_args.items() if k in self.arg_names}
         key: list[Any] = [named[k] for k in self.key_names if k in named]
         key += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
@@ -488,7 +489,7 @@ class TritonAutotuned(Autotuned):
     def prune(self, args: tuple, kwargs: dict, grid: Any) -> list[Any]:
         """Triton's prune_configs: early_config_prune, then the perf model's top_k (a fraction counts the
         configs left by the early prune; at least one is kept)."""
-        return self.prune_named(dict(zip(self.arg_names, args, strict=False)), self.meta(kwargs, grid))
+        return self.prune_named(self.positional_args(args), self.meta(kwargs, grid))
 
     def prune_named(self, nargs: dict[str, Any], kw: dict[str, Any]) -> list[Any]:
         """`prune` with the positional arguments by name and the keywords as the prune functions get them

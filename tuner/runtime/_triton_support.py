@@ -5,6 +5,7 @@ list, triton.Config conversion, `TRITON_PRINT_AUTOTUNING` output, Triton's error
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import re
 import sys
@@ -24,6 +25,7 @@ from ._hit import run_of
 from ._launcher import triton_configs_to_dicts
 
 _QUANTILES = (0.5, 0.2, 0.8)
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # a repr that names a memory address
 
 
 def _all_kwargs(c: Any) -> dict[str, Any]:
@@ -104,8 +106,8 @@ def _space_value(i: int, c: Any, k: str, v: Any, single: bool) -> Any:
             f"{where} is unhashable ({type(v).__name__}); each config's values are hashed (a config is "
             f"stored and looked up by them, as triton.Config.__hash__ hashes them), so give {instead}"
         ) from None
-    r = repr(v)
-    if not single and re.search(r" at 0x[0-9a-fA-F]+", r):
+    r = _stable_text(v, repr(v), jit_only=True)
+    if not single and _ADDRESS.search(r):
         raise ValueError(
             f"{where}: its repr names a memory address, so a stored winner holding it could not be "
             "recognised in another process; give a value with a stable repr (an int, str, tuple, tl.dtype)"
@@ -367,8 +369,28 @@ class _TritonKeys(ArgKeys):
 
                 out[k] = operator.index(v)
             except TypeError:
-                out[k] = str(v)
+                out[k] = _key_text(v)
         return out
+
+
+def _stable_text(v: Any, text: str, *, jit_only: bool = False) -> str:
+    """`text` (v's str or repr), unless it names a memory address and `v` is a function (a `@triton.jit`
+    function under the interpreter, whose repr is `<...InterpretedFunction object at 0x...>`; with
+    `jit_only` False, a plain function too), which another process would never find: then the function's
+    qualified name and the hash of its code (closures of one factory over other values are other values)."""
+    if _ADDRESS.search(text) and (not jit_only or (type(v).__module__ or "").startswith("triton")):
+        from ._env import underlying_function
+        from ._source import code_hash
+
+        base = underlying_function(v)
+        if inspect.isfunction(base):
+            return f"<function {base.__module__}.{base.__qualname__} {code_hash(v)}>"
+    return text
+
+
+def _key_text(v: Any) -> str:
+    """A key value that is no JSON scalar, as the stored key holds it: its str() (`_stable_text`)."""
+    return _stable_text(v, str(v))
 
 
 class TritonCache(dict):

@@ -53,6 +53,18 @@ class AllConfigsFailedError(RuntimeError):
         self.errors = errors
 
 
+def _traced_config_hint(t: Any, space: Any, first: str | None) -> str:
+    """What to do when a `jax.jit`-compiled launcher failed on a tracer: the config arrives as keyword
+    arguments, which `jax.jit` traces unless they are static, so every config fails the same way."""
+    if t.kind != "jax" or not first or "tracer" not in first.lower():
+        return ""
+    names = list(getattr(space, "names", ()))
+    return (
+        f" (the config reaches the jax.jit-compiled {t.name} as traced values: make its parameters static, "
+        f"jax.jit(..., static_argnames={names!r}))"
+    )
+
+
 class ConfigHung(RuntimeError):
     """The trial of a config whose timing outlived an earlier owner's claim of the key (it hung there):
     failed without being timed again."""
@@ -559,7 +571,7 @@ def _tune(req: Request, db: ConfigCache | None, owner: str | None, *, stale: boo
         first = next((tr.error for tr in res.trials if tr.error), None)
         raise AllConfigsFailedError(
             f"{t.name} {ck.fields_dict}: every one of {len(res.trials)} configs failed; "
-            f"first error: {first or 'unknown'}",
+            f"first error: {first or 'unknown'}{_traced_config_hint(t, space, first)}",
             tuple(tr.error or "" for tr in res.trials),
         )
     cfg, best_value = _winner(res, raw)
