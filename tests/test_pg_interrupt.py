@@ -65,29 +65,16 @@ def _child(url: str, *statement: str) -> subprocess.Popen[str]:
 
 
 def test_ctrl_c_under_a_statement_is_an_interrupt(url: str) -> None:
-    from sqlalchemy import create_engine, text
+    from sqlalchemy import create_engine
 
     db = url.rsplit("/", 1)[1]
     watcher = create_engine(url)
     p = _child(url)
     try:
         assert p.stdout is not None and p.stdout.readline() == "go\n"
-        running = text(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = :d AND state = 'active' "
-            "AND query LIKE '%tuner-interrupted-%' AND pid <> pg_backend_pid()"
-        )
-        while True:  # the child waits for the server's answer now
-            with watcher.connect() as c:
-                if c.execute(running, {"d": db}).scalar():
-                    break
-            assert p.poll() is None, p.communicate()
-            time.sleep(0.02)
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=60)
+        # the child waits for the server's answer now
+        _, out, err = _interrupt_when(_RUNNING, watcher, db, p)
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
         watcher.dispose()
     assert out.strip() == "KeyboardInterrupt", (out, err[-2000:])
 
@@ -100,27 +87,36 @@ def test_ctrl_c_under_a_statement_is_an_interrupt(url: str) -> None:
 _SCHEMA_LOCK_KEY = 0x2B8F3E1C5A7D9064  # tuner.storage._migrate._PG_LOCK_KEY
 
 
-def _interrupt_when_blocked(watcher: Any, db: str, p: subprocess.Popen[str]) -> tuple[int, str, str]:
-    """Once a session of `db` waits for a lock (the child `p`'s), send `p` SIGINT; its exit status and
+# Sessions of database :d other than the watcher's: running the child's statement, waiting for a lock.
+_RUNNING = (
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = :d AND state = 'active' "
+    "AND query LIKE '%tuner-interrupted-%' AND pid <> pg_backend_pid()"
+)
+_BLOCKED = (
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = :d AND wait_event_type = 'Lock' "
+    "AND pid <> pg_backend_pid()"
+)
+
+
+def _interrupt_when(query: str, watcher: Any, db: str, p: subprocess.Popen[str]) -> tuple[int, str, str]:
+    """Once `query` counts a session of `db` (the child `p`'s), send `p` SIGINT; its exit status and
     output. A failure when it ended before or did not end within 60 s after."""
     from sqlalchemy import text
 
-    blocked = text(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = :d AND wait_event_type = 'Lock' "
-        "AND pid <> pg_backend_pid()"
-    )
     try:
         while True:
             with watcher.connect() as c:
-                if c.execute(blocked, {"d": db}).scalar():
+                if c.execute(text(query), {"d": db}).scalar():
                     break
             assert p.poll() is None, p.communicate()
-            time.sleep(0.05)
+            time.sleep(0.02)
         p.send_signal(signal.SIGINT)
         try:
             out, err = p.communicate(timeout=60)
         except subprocess.TimeoutExpired:
-            pytest.fail("Ctrl-C was ignored: the process did not end within 60 s while it waited for a lock")
+            pytest.fail(
+                "Ctrl-C was ignored: the process did not end within 60 s while it waited for the server"
+            )
         return p.returncode, out, err
     finally:
         if p.poll() is None:
@@ -148,7 +144,7 @@ def test_ctrl_c_while_the_command_waits_for_the_schema_lock(url: str, tmp_path: 
         p = subprocess.Popen(
             cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-        code, _, err = _interrupt_when_blocked(watcher, db, p)
+        code, _, err = _interrupt_when(_BLOCKED, watcher, db, p)
         assert (code, err) == (130, "tuner: interrupted\n")
     finally:
         holder.close()  # its session ends: the lock is free
@@ -173,7 +169,7 @@ def test_ctrl_c_while_the_command_waits_for_a_row_lock(url: str) -> None:
         holder.execute(text("UPDATE held SET v = 3"))  # its transaction stays open: the row is locked
         p = _child(url, "UPDATE held SET v = 2")
         assert p.stdout is not None and p.stdout.readline() == "go\n"
-        code, out, err = _interrupt_when_blocked(watcher, db, p)
+        code, out, err = _interrupt_when(_BLOCKED, watcher, db, p)
         assert out.strip() == "KeyboardInterrupt", (out, err[-2000:])
         assert code == 0, err[-2000:]
     finally:
