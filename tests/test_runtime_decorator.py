@@ -584,6 +584,23 @@ def test_cpu_bench_median_and_spread_with_a_fake_clock():
     assert med == pytest.approx(0.03) and spread == pytest.approx(0.042 - 0.018)
 
 
+@pytest.mark.parametrize(("per_call", "timed"), [(0.3, 1), (0.2, 2), (0.1, 5), (0.05, 7)])
+def test_cpu_bench_repeats_a_slow_call_only_as_often_as_fits_its_budget(per_call, timed):
+    """A call of 0.3 s (a kernel under the Triton interpreter takes that and more) was repeated 7 times
+    after its warm-up, whatever it cost; now the repeats stop at what fits in 0.5 s, at least one."""
+    from tuner.runtime import cpu_bench
+
+    t = [0.0]
+    calls = [0]
+
+    def call():
+        calls[0] += 1
+        t[0] += per_call
+
+    med, spread = cpu_bench(call, clock=lambda: t[0])
+    assert calls[0] == 1 + timed and med == pytest.approx(per_call) and spread == pytest.approx(0.0)
+
+
 def test_triton_warmup_and_rep_counts_are_not_sized_on_one_preempted_run():
     """`warmup=`/`rep=` on a CPU launcher: the counts come from a run's time. A run the OS preempted (here
     the first, 0.2 s where the others take microseconds) used to size them alone: 1 warm-up and 1 timed

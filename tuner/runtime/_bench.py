@@ -2,7 +2,8 @@
 once with one config. Injectable (like Triton's `do_bench`) so tests run without a GPU.
 
 - `cpu_bench`: warm-up, then a few repeats timed with time.perf_counter (calls batched so each sample
-  lasts at least ~1 ms), median and p80 - p20 spread. Honest for plain callables and the interpreters.
+  lasts at least ~1 ms; fewer repeats, at least one, for a call so slow that 7 would take over 0.5 s),
+  median and p80 - p20 spread. Honest for plain callables and the interpreters.
 - `triton_bench`: triton.testing.do_bench (CUDA events, L2 flush), milliseconds converted to seconds.
 - `jax_bench`: one untimed call first (jax traces and compiles the launcher there), then `cpu_bench` over
   `jax.block_until_ready(call())` (every leaf of the output waited for, not just dispatched), so neither
@@ -69,14 +70,22 @@ def cpu_bench(
     repeats: int = 7,
     min_sample_s: float = 1e-3,
     max_batch: int = 10_000,
+    budget_s: float = 0.5,
     clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[float, float]:
-    """(median seconds per call, p80 - p20 spread) of `call`."""
+    """(median seconds per call, p80 - p20 spread) of `call`.
+
+    A call so slow that `repeats` of them would take longer than `budget_s` is repeated only as many
+    times as fit in it, at least once (Triton's `do_bench` sizes its repeats by time the same way): a
+    kernel under the Triton interpreter can take a second per launch, and 7 timed launches of each config
+    made a tutorial matmul's first call take minutes."""
     t0 = clock()
     for _ in range(max(1, warmup)):
         call()
     per = (clock() - t0) / max(1, warmup)
     batch = 1 if per >= min_sample_s else min(max_batch, max(1, math.ceil(min_sample_s / max(per, 1e-9))))
+    if per * repeats > budget_s:
+        repeats = max(1, int(budget_s / max(per, 1e-9)))
     samples = []
     for _ in range(max(1, repeats)):
         t0 = clock()

@@ -320,6 +320,7 @@ def _budgeted_cpu_bench(
         warmup=max(1, min(1000, int(warmup_s / est))),
         repeats=max(1, min(1000, int(rep_s / est))),
         min_sample_s=0.0,
+        budget_s=math.inf,  # `rep` sized the repeats already
     )
 
 
