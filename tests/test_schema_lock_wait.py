@@ -93,13 +93,17 @@ def _open_while_held(url: str, notice: _Notice, release: Callable[[], None]) -> 
     assert len(notice.messages) == 1, notice.messages  # once, not at every poll
 
 
-def _waited_for_tuner_holder(url: str, notice: _Notice) -> tuple[str, int]:
-    """`_open_while_held` while a tuner process holds the lock of `url`: (the one warning, its pid)."""
+def _waited_for_tuner_holder(url: str, notice: _Notice, linger: float = 0) -> tuple[str, int]:
+    """`_open_while_held` while a tuner process holds the lock of `url`, `linger` seconds more after the
+    warning: (the one warning, the holder's pid)."""
+    import time
+
     from tuner.storage import engine_for
 
     holder = _tuner_holder(url)
 
     def release() -> None:
+        time.sleep(linger)
         holder.communicate("", timeout=60)  # its stdin closed: it lets go of the lock and exits
 
     try:
@@ -169,3 +173,64 @@ def test_a_wait_for_a_tuner_process_holding_the_sqlite_lock_file_names_it(
     assert f"held by pid {pid} on host {HOST}" in msg and "tuner.db.lock" in msg, msg
     # released: the holder's name is gone from the file, not read as the next holder's
     assert (tmp_path / "tuner.db.lock").read_bytes() == b""
+
+
+# --- a DBA's lock_timeout on the database -----------------------------------------------------------------
+
+
+def _lock_timeout(url: str, value: str) -> None:
+    """`ALTER DATABASE ... SET lock_timeout` on `url`'s database (its new sessions get it)."""
+    from .pg import _admin_or_skip
+
+    admin = _admin_or_skip(None)
+    try:
+        with admin.connect() as c:
+            c.exec_driver_sql(f"ALTER DATABASE \"{url.rsplit('/', 1)[1]}\" SET lock_timeout = '{value}'")
+    finally:
+        admin.dispose()
+
+
+def test_a_databases_lock_timeout_does_not_cut_the_wait_for_the_schema_lock(
+    pg_url: str, notice: _Notice
+) -> None:
+    """Was: with the database's lock_timeout (1 ms here; a DBA's guard for DDL, often a few seconds) the
+    wait for the schema lock failed with StoreTimeout as soon as it waited on the server, saying it "gave
+    up after 600 s (the migration limit)": processes of a fleet that started together on a fresh store
+    failed. The wait for tuner's own advisory lock (no session queues behind it) keeps the migration
+    limit; the holder here waits well past the database's lock_timeout before it lets go."""
+    _lock_timeout(pg_url, "1ms")
+    # 500 times the lock_timeout after the warning (then the process waits on the server): it would be cut
+    _waited_for_tuner_holder(pg_url, notice, linger=0.5)
+
+
+def test_a_write_cut_by_the_databases_lock_timeout_names_it_not_tuners_limit(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: "gave up after 60 s (TUNER_PG_TIMEOUT; default 60): no answer within lock_timeout", when the
+    database's lock_timeout (200 ms) ended the wait for a table another session had locked."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    from tuner.storage import StoreTimeout, engine_for
+    from tuner.store import ResultStore, TaskContext
+
+    store = ResultStore(pg_url)
+    task = TaskContext(kernel="k")
+    store.record(task, "fp", {"a": 1}, 1.0, "ok")
+    _lock_timeout(pg_url, "200ms")
+    engine_for(pg_url).dispose()  # new sessions: the database's setting
+    other = create_engine(pg_url, poolclass=NullPool)
+    conn = other.connect()
+    try:
+        conn.execute(text("LOCK TABLE tuner_measurements IN ACCESS EXCLUSIVE MODE"))
+        with pytest.raises(StoreTimeout) as err:
+            store.record(task, "fp", {"a": 2}, 2.0, "ok")
+    finally:
+        conn.close()
+        other.dispose()
+    msg = str(err.value)
+    assert "recording a measurement of k" in msg and "past the server's lock_timeout" in msg, msg
+    assert "TUNER_PG_TIMEOUT" not in msg and "gave up after" not in msg, msg
+    store.record(task, "fp", {"a": 3}, 3.0, "ok")  # the lock gone, the store works again
+    assert sorted(m.value for m in store.measurements()) == [1.0, 3.0]
+    engine_for(pg_url).dispose()

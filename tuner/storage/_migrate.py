@@ -323,6 +323,10 @@ def _take_pg_lock(conn: Connection) -> None:
             holder[0],
             holder[0],
         )
+    # The wait is bounded by the migration limit alone: a `lock_timeout` of the database or role (a DBA's
+    # guard against DDL that queues other sessions behind it) ended it at once, although no session
+    # waits behind this one, and a fleet's processes that started together failed on a fresh store.
+    conn.execute(text("SET LOCAL lock_timeout = 0"))
     conn.execute(text("SELECT pg_advisory_lock(:k)"), key)
 
 
