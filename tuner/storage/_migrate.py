@@ -45,6 +45,7 @@ from ._engine import (
     StoreTimeout,
     _inherited_pools,
     _sqlite_pragmas,
+    _sqlstate,
     engine_for,
     engine_kwargs,
     engine_kwargs_calling,
@@ -364,6 +365,30 @@ def _pg_lock_holder(conn: Connection) -> tuple[int, str] | None:
     return pid, f"server process {pid}" + (f" ({details})" if details else "")
 
 
+def _pg_refusal(exc: SQLAlchemyError, url: str) -> str | None:
+    """The one-line message of a PostgreSQL store whose schema its role may not make or read (a role
+    without CREATE on the schema, the PostgreSQL 15 default for `public`; tables another role made and
+    granted nothing on), or whose search_path names no schema that exists; None for any other error.
+    It was SQLAlchemy's message, with the failed statement and a link, over a dozen lines."""
+    code = _sqlstate(getattr(exc, "orig", None) or exc)
+    said = " ".join(str(getattr(exc, "orig", exc)).split("\n", 1)[0].split())
+    where = f"cannot open store {redact(url)}: {said}"
+    if code == "42501":  # insufficient_privilege
+        return (
+            f"{where}: the URL's role may not create or use tuner's tables in the schema. Make the store "
+            "once as a role that may (its owner, e.g. `tuner cache import` as that role), then GRANT this "
+            "role USAGE on the schema and SELECT, INSERT, UPDATE, DELETE on its tables (and USAGE on its "
+            "sequences), or GRANT it CREATE on the schema; nothing was written"
+        )
+    if code == "3F000":  # invalid_schema_name: the search_path names no schema that exists
+        return (
+            f"{where}: the search_path (the URL's `options=-csearch_path=...`, the role's or the "
+            "database's) names no schema that exists; CREATE SCHEMA it or correct the search_path; "
+            "nothing was written"
+        )
+    return None
+
+
 def _sqlite_migration_engine(url: str) -> Engine:
     """A one-connection engine whose transactions begin with BEGIN IMMEDIATE (the write lock), so that
     the whole migration is one transaction."""
@@ -601,6 +626,9 @@ def ensure_schema(engine: Engine) -> None:
     except StoreError:
         raise
     except SQLAlchemyError as exc:
+        refused = _pg_refusal(exc, url)
+        if refused is not None:
+            raise StoreError(refused) from exc
         path = sqlite_path(url)
         folder = os.path.dirname(os.path.abspath(path)) if path else None
         why = f" (folder {folder} cannot be written)" if folder and not os.access(folder, os.W_OK) else ""
