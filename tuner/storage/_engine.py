@@ -345,6 +345,14 @@ def install_timeout_errors(engine: Engine, url: str, *, migration: bool = False)
             )
         migrating = _migration_limit_of(ctx)  # the schema lock's connection: SET to the migration's
         named = limit if migrating is None else _limit_text(None, migrating, migration=True)
+        if kind == "lock_timeout":
+            # tuner sets no lock_timeout: the database's, the role's or the URL's own (a DBA's `ALTER
+            # DATABASE ... SET lock_timeout`) ended the wait, well before tuner's limit, which was named
+            raise StoreTimeout(
+                f"store {where}: {what} gave up: another transaction held a lock it needed past the "
+                "server's lock_timeout (tuner sets none: the database's, the role's or the URL's options "
+                "set it; `SHOW lock_timeout`); its transaction was rolled back, nothing of it was written"
+            )
         if kind == "idle_in_transaction_session_timeout":
             why = (
                 "the server ended the session: it sat inside a transaction past "

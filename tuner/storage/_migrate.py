@@ -8,14 +8,21 @@ On SQLite the migrations run in one `BEGIN IMMEDIATE` transaction, so a crash le
 and the lock file is waited for at most SQLite's busy timeout (`SQLITE_TIMEOUT_S`; then `StoreTimeout`
 naming it): a process stopped or hung while it holds the lock holds up no other for ever. Optuna's tables
 are created under the same lock (`optuna_storage`); once made, they are opened with no lock.
+
+A process that waits for the lock longer than `SCHEMA_LOCK_NOTICE_S` logs one warning that names the
+holder: the holder advertises itself (PostgreSQL: its lock's session gets the `application_name`
+"tuner pid N on HOST", found through `pg_locks` and `pg_stat_activity`, which also name a session of
+another program; SQLite: "pid N on HOST" written into the lock file while it is held).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -38,6 +45,7 @@ from ._engine import (
     StoreTimeout,
     _inherited_pools,
     _sqlite_pragmas,
+    _sqlstate,
     engine_for,
     engine_kwargs,
     engine_kwargs_calling,
@@ -56,6 +64,7 @@ from ._engine import (
     sqlite_path,
 )
 from ._new_file import is_at
+from ._owner import HOST
 from ._replaced import check_file, watch_file
 from ._schema import SCHEMA_REVISION, SCHEMA_VERSION, VERSION_TABLE
 
@@ -80,6 +89,14 @@ __all__ = [
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # pg_advisory_lock key: the first 8 bytes of sha256("tuner schema"), as a signed 64-bit integer.
 _PG_LOCK_KEY = 0x2B8F3E1C5A7D9064
+# A wait for the schema lock longer than this many seconds is logged (a warning naming the holder): a
+# migration takes about a second, so a longer wait is another process that is slow, stopped or stuck
+# while it holds the lock (a session left in a transaction, a debugger), which the waiter used to wait for
+# in silence, up to the migration limit (PostgreSQL) or SQLite's busy timeout.
+SCHEMA_LOCK_NOTICE_S = 3.0
+# The `application_name` of the session that holds the schema lock, while it does (`_pg_lock_holder`).
+_HOLDER_NAME = "tuner pid {pid} on {host}"
+_HOLDER_PATTERN = re.compile(r"^tuner pid (\d+) on (.+)$")
 # The threads of this process take the schema lock of a database one at a time: one lock per database
 # (`_thread_lock`), never one for all. A thread that holds it may wait long (for a connection slot, up to
 # TUNER_PG_CONNECT_WAIT; for another process's migration): a process-wide lock made every other store's
@@ -145,10 +162,36 @@ def _file_lock(path: str) -> Iterator[None]:
         if is_at(fd, lock_path):
             break
         os.close(fd)
+    _say_holder(fd, lock_path)
     try:
         yield
     finally:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)  # no longer held: a stale name would be read as the next holder's
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def _say_holder(fd: int, lock_path: str) -> None:
+    """Write this process (pid and host, JSON) into the schema lock file `fd` it holds, for the processes
+    that wait for it (`_file_holder`). Best effort: a full disk or a file that cannot be written says
+    nothing, and the lock holds the same."""
+    said = json.dumps({"pid": os.getpid(), "host": HOST}).encode()
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, said, 0)
+    except OSError as exc:
+        log.debug("schema lock file %s: cannot name its holder (%s)", lock_path, exc)
+
+
+def _file_holder(lock_path: str) -> str:
+    """Who holds the schema lock file `lock_path`, as its holder wrote it (`_say_holder`)."""
+    try:
+        with open(lock_path, "rb") as f:
+            said = json.loads(f.read(4096) or b"null")
+        pid, host = int(said["pid"]), str(said["host"])
+    except (OSError, ValueError, TypeError, KeyError):  # not written (an older tuner), or being written
+        return "another process"
+    return f"pid {pid} on host {host}"
 
 
 def _lock_by(fd: int, deadline: float, path: str, lock_path: str) -> None:
@@ -157,6 +200,7 @@ def _lock_by(fd: int, deadline: float, path: str, lock_path: str) -> None:
     (`SQLITE_TIMEOUT_S`), as a write to the store is: a process stopped (SIGSTOP, a debugger) or hung while
     it held the lock made every process that opened the store wait for ever."""
     pause = 0.005
+    notice: float | None = time.monotonic() + SCHEMA_LOCK_NOTICE_S  # None: logged
     while True:
         try:
             if sys.platform == "win32":  # pragma: no cover - Windows
@@ -182,6 +226,19 @@ def _lock_by(fd: int, deadline: float, path: str, lock_path: str) -> None:
                 f"stopped or hung while it holds the lock. Find it (`fuser {lock_path}` or "
                 f"`lsof {lock_path}`) and let it finish, resume it (`kill -CONT PID`) or end it, then try "
                 "again; nothing was written"
+            )
+        if notice is not None and time.monotonic() >= notice:
+            notice = None
+            log.warning(
+                "store %s: waiting for its schema lock %s, held by %s for over %g s (it creates or "
+                "upgrades the store's schema, or it is stopped or hung); this process waits up to %g s "
+                "(SQLite's busy timeout). To find it: `fuser %s`",
+                path,
+                lock_path,
+                _file_holder(lock_path),
+                SCHEMA_LOCK_NOTICE_S,
+                float(_engine.SQLITE_TIMEOUT_S),
+                lock_path,
             )
         time.sleep(min(pause, left))
         pause = min(pause * 2, 0.05)
@@ -210,7 +267,13 @@ def schema_lock(engine: Engine) -> Iterator[Connection | None]:
                 with operation(
                     "waiting for the schema lock (another process creates or upgrades the schema)"
                 ):
-                    conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_LOCK_KEY})
+                    _take_pg_lock(conn)
+                name = conn.execute(
+                    text(
+                        "SELECT current_setting('application_name'), set_config('application_name', :n, false)"
+                    ),
+                    {"n": _HOLDER_NAME.format(pid=os.getpid(), host=HOST)[:63]},
+                ).scalar()
                 conn.commit()
                 try:
                     yield conn
@@ -218,6 +281,7 @@ def schema_lock(engine: Engine) -> Iterator[Connection | None]:
                     with contextlib.suppress(SQLAlchemyError, StoreConnectionLost):
                         conn.rollback()
                         conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_LOCK_KEY})
+                        conn.execute(text("SELECT set_config('application_name', :n, false)"), {"n": name})
                         set_statement_limit(conn, None)
                         conn.commit()
             return
@@ -227,6 +291,102 @@ def schema_lock(engine: Engine) -> Iterator[Connection | None]:
             return
         with _file_lock(path):
             yield None
+
+
+def _take_pg_lock(conn: Connection) -> None:
+    """Take the schema's advisory lock on `conn` (PostgreSQL). While another session holds it, wait; past
+    `SCHEMA_LOCK_NOTICE_S`, log once who holds it (`_pg_lock_holder`), then wait on the server (its
+    queue, the connection's statement limit and Ctrl-C as for any statement)."""
+    key = {"k": _PG_LOCK_KEY}
+    notice = time.monotonic() + SCHEMA_LOCK_NOTICE_S
+    pause = 0.01
+    while True:
+        got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), key).scalar()
+        conn.commit()  # no transaction left open while this process sleeps
+        if got:
+            return
+        left = notice - time.monotonic()
+        if left <= 0:
+            break
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, 0.25)
+    holder = _pg_lock_holder(conn)
+    if holder is not None:
+        log.warning(
+            "store %s: waiting for its schema lock, held by %s for over %g s (it creates or upgrades the "
+            "store's schema, or it is stopped, hung or left idle in a transaction); this process waits up "
+            "to %s. To see it: SELECT * FROM pg_stat_activity WHERE pid = %d; to end it: "
+            "SELECT pg_terminate_backend(%d)",
+            redact(conn.engine.url.render_as_string(hide_password=True)),
+            holder[1],
+            SCHEMA_LOCK_NOTICE_S,
+            f"{migration_timeout_s():g} s (the migration limit)" if migration_timeout_s() else "no limit",
+            holder[0],
+            holder[0],
+        )
+    # The wait is bounded by the migration limit alone: a `lock_timeout` of the database or role (a DBA's
+    # guard against DDL that queues other sessions behind it) ended it at once, although no session
+    # waits behind this one, and a fleet's processes that started together failed on a fresh store.
+    conn.execute(text("SET LOCAL lock_timeout = 0"))
+    conn.execute(text("SELECT pg_advisory_lock(:k)"), key)
+
+
+_HOLDER_QUERY = text(
+    "SELECT a.pid, a.application_name, a.usename, host(a.client_addr), a.state "
+    "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+    "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+    "AND l.classid::bigint = :hi AND l.objid::bigint = :lo "
+    "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
+
+
+def _pg_lock_holder(conn: Connection) -> tuple[int, str] | None:
+    """(server pid, description) of the session that holds the schema lock of `conn`'s database, or None
+    (no one now, or the server's views cannot be read). A tuner process names its pid and host (its
+    `application_name` while it holds the lock); another program's session, what the server knows."""
+    key = _PG_LOCK_KEY & 0xFFFFFFFFFFFFFFFF
+    try:
+        row = conn.execute(_HOLDER_QUERY, {"hi": key >> 32, "lo": key & 0xFFFFFFFF}).first()
+        conn.commit()
+    except (SQLAlchemyError, StoreError) as exc:
+        with contextlib.suppress(SQLAlchemyError, StoreError):
+            conn.rollback()
+        log.debug("cannot read who holds the schema lock: %s", exc)
+        return None
+    if row is None:
+        return None
+    pid, app, user, client, state = row
+    tuner = _HOLDER_PATTERN.match(app or "")
+    if tuner:
+        return pid, f"tuner pid {tuner.group(1)} on host {tuner.group(2)} (server process {pid})"
+    said = [f"application_name {app!r}" if app else "", f"user {user}" if user else ""]
+    said += [f"client {client}" if client else "", f"state {state!r}" if state else ""]
+    details = ", ".join(p for p in said if p)
+    return pid, f"server process {pid}" + (f" ({details})" if details else "")
+
+
+def _pg_refusal(exc: SQLAlchemyError, url: str) -> str | None:
+    """The one-line message of a PostgreSQL store whose schema its role may not make or read (a role
+    without CREATE on the schema, the PostgreSQL 15 default for `public`; tables another role made and
+    granted nothing on), or whose search_path names no schema that exists; None for any other error.
+    It was SQLAlchemy's message, with the failed statement and a link, over a dozen lines."""
+    code = _sqlstate(getattr(exc, "orig", None) or exc)
+    said = " ".join(str(getattr(exc, "orig", exc)).split("\n", 1)[0].split())
+    where = f"cannot open store {redact(url)}: {said}"
+    if code == "42501":  # insufficient_privilege
+        return (
+            f"{where}: the URL's role may not create or use tuner's tables in the schema. Make the store "
+            "once as a role that may (its owner, e.g. `tuner cache import` as that role), then GRANT this "
+            "role USAGE on the schema and SELECT, INSERT, UPDATE, DELETE on its tables (and USAGE on its "
+            "sequences), or GRANT it CREATE on the schema; nothing was written"
+        )
+    if code == "3F000":  # invalid_schema_name: the search_path names no schema that exists
+        return (
+            f"{where}: the search_path (the URL's `options=-csearch_path=...`, the role's or the "
+            "database's) names no schema that exists; CREATE SCHEMA it or correct the search_path; "
+            "nothing was written"
+        )
+    return None
 
 
 def _sqlite_migration_engine(url: str) -> Engine:
@@ -466,6 +626,9 @@ def ensure_schema(engine: Engine) -> None:
     except StoreError:
         raise
     except SQLAlchemyError as exc:
+        refused = _pg_refusal(exc, url)
+        if refused is not None:
+            raise StoreError(refused) from exc
         path = sqlite_path(url)
         folder = os.path.dirname(os.path.abspath(path)) if path else None
         why = f" (folder {folder} cannot be written)" if folder and not os.access(folder, os.W_OK) else ""
