@@ -186,3 +186,24 @@ def test_the_launchers_own_value_check_runs_on_the_users_stand_ins():
 
     with pytest.raises(AllConfigsFailedError, match="group sizes sum to 3, not 8 rows"):
         jax.jit(checked)(X, GS)
+
+
+@pytest.mark.parametrize(
+    "drop_in",
+    [{"configs": [{"tile": (2, 2)}, {"tile": (4, 4)}]}, {"configs": CONFIGS, "warmup": 1, "rep": 1}],
+    ids=["tuple_values", "triton_keywords"],
+)
+@pytest.mark.filterwarnings("ignore:warmup, rep, and use_cuda_graph:DeprecationWarning")
+def test_the_triton_drop_in_on_a_jax_launcher_uses_them_too(drop_in):
+    # Configs holding tuples, or triton.autotune's keywords, build the drop-in, whose traced miss is its
+    # own: it timed on zeros, the stand_ins unused (seen on this branch before the fix).
+    seen: list = []
+
+    @tuner.autotune(key=[], bench=_once, storage=False, stand_ins={"group_sizes": [2, 6]}, **drop_in)
+    def f(x, group_sizes, **config):
+        if not isinstance(group_sizes, jax.core.Tracer):
+            seen.append(np.asarray(group_sizes).tolist())
+        return x * group_sizes.sum()
+
+    jax.jit(f)(X, jnp.array([1, 1], jnp.int32))
+    assert seen and all(s == [2, 6] for s in seen), seen

@@ -690,7 +690,9 @@ class TritonAutotuned(Autotuned):
     # ---- the miss path -------------------------------------------------------------------------------
     def miss(self, args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]) -> dict[str, Any]:
         if _jax.has_tracer(args, kwargs):
-            return _jax.resolve_on_concrete(self.miss, self.name, args, kwargs, fast_key, target)
+            return _jax.resolve_on_concrete(
+                self.miss, self.name, args, kwargs, fast_key, target, self.stand_ins
+            )
         # a launch that the hit path cannot key (an unhashable key value) comes here at every call: the
         # configs' values and hooks are compared only where the key is not known (a real miss), or once
         # code read `.configs`/`.keys`
