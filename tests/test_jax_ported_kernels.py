@@ -136,3 +136,44 @@ def test_a_tuple_valued_config_of_a_jax_launcher():
     out = jax.jit(lambda a, b: matmul(a, b) + 1)(y, x)
     np.testing.assert_allclose(np.asarray(out), np.asarray(y @ x + 1), rtol=1e-5, atol=1e-5)
     assert len(timed) == 4 and matmul.tuner.stats["tuned"] == 2
+
+
+# ---- the drop-in's traced misses: as `tuner.autotune`'s, untimed where the stand-ins cannot time ------
+def _drop_in(body):
+    """A launcher whose configs hold tuples (a Pallas block shape), so `autotune` builds the drop-in; it
+    records the scale of each call, concrete or traced."""
+    calls: list = []
+
+    @tuner.autotune(configs=[{"tile": (1,)}, {"tile": (2,)}], key=lambda x: {"n": x.shape[-1]}, bench=once)
+    def f(x, *, tile):
+        calls.append(tile[0])
+        return body(x) * tile[0]
+
+    return f, calls
+
+
+def test_the_drop_ins_export_with_symbolic_dimensions_is_chosen_untimed():
+    # Before: the drop-in timed both configs on stand-ins holding 1 for the symbolic batch and stored the
+    # winner of those size-1 arrays under the key of every batch.
+    from jax import export
+
+    f, calls = _drop_in(jnp.sin)
+    (b,) = export.symbolic_shape("b")
+    exp = export.export(jax.jit(f))(jax.ShapeDtypeStruct((b, 4), jnp.float32))
+    assert f.tuner.stats["tuned"] == 0 and tuner.ConfigCache().entries() == []
+    assert "symbolic dimensions" in f.tuner.last_choice["why"]
+    x = jnp.linspace(0.0, 1.0, 8).reshape(2, 4)
+    np.testing.assert_allclose(np.asarray(exp.call(x)), np.asarray(jnp.sin(x)) * calls[-1], rtol=1e-6)
+
+
+def test_the_drop_ins_collective_over_a_vmap_axis_is_chosen_untimed():
+    # Before: the first config's NameError (unbound axis name, which exists only in the caller's vmap)
+    # was raised, as Triton raises a config's error, and the traced call failed.
+    f, calls = _drop_in(lambda x: x / jax.lax.psum(x.sum(), "batch"))
+    x = jnp.ones((4, 8))
+    r = jax.vmap(f, axis_name="batch")(x)
+    np.testing.assert_allclose(np.asarray(r), np.full((4, 8), calls[-1] / 32), rtol=1e-6)
+    assert f.tuner.stats["tuned"] == 0 and "unbound axis name: batch" in f.tuner.last_choice["why"]
+    n = len(calls)
+    jax.jit(jax.vmap(f, axis_name="batch"))(x + 1)  # the key again: the untimed choice, nothing tried
+    assert len(calls) == n + 1 and tuner.ConfigCache().entries() == []

@@ -5,8 +5,10 @@ accepted."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -314,3 +316,38 @@ def test_a_keyword_only_restore_name_after_var_positional_restores_that_array(_t
     np.testing.assert_array_equal(b, np.full(4, 2.0))
     assert accumulate.tuner.last_choice["key"]["key"] == {"n": 4}
     assert nargs == ([] if form == "tuner" else [["first"]])
+
+
+@dataclasses.dataclass(frozen=True)
+class _AttnConfig:  # a static config object, as passed through jax.jit(static_argnames=...)
+    heads: int
+    causal: bool
+
+
+class _Window(NamedTuple):
+    left: int
+    right: int
+
+
+@pytest.mark.parametrize(
+    ("value", "hint"),
+    [
+        ((128, 64), "{'block_shape_0': block_shape[0], 'block_shape_1': block_shape[1]}"),
+        ([128], "{'block_shape_0': block_shape[0]}"),
+        (_Window(-1, 0), "{'left': block_shape.left, 'right': block_shape.right}"),
+        (_AttnConfig(8, True), "{'heads': block_shape.heads, 'causal': block_shape.causal}"),
+    ],
+)
+def test_a_key_value_made_of_parts_says_how_to_key_on_them(value, hint):
+    # Before: only "a key value must be an int, float, str, bool or None", with no way forward shown for
+    # the static tuples and config objects that jax code passes (block_shape=(128, 64), a frozen config).
+    @tuner.autotune(SPACE, key=["block_shape"], bench=lambda call: call(), budget=1, storage=False)
+    def kernel(x, block_shape, *, block):
+        return 1e-3
+
+    with pytest.raises(TypeError, match="a key value must be an int") as err:
+        kernel(1, value)
+    assert str(err.value).endswith(
+        "to key on its parts, give a key function (called with the decorated function's arguments) that "
+        f"returns them as fields: {hint}"
+    )

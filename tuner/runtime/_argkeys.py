@@ -23,6 +23,7 @@ chain as they are.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import operator
@@ -203,11 +204,30 @@ def scalar_key_value(name: str, v: Any) -> Any:
         f = float(v)
     except (TypeError, ValueError):
         raise TypeError(
-            f"key field {name}={v!r}: a key value must be an int, float, str, bool or None"
+            f"key field {name}={v!r}: a key value must be an int, float, str, bool or None{_parts_hint(name, v)}"
         ) from None
     if not math.isfinite(f):
         raise ValueError(f"key field {name}={v!r} is not finite")
     return f
+
+
+def _parts_hint(name: str, v: Any) -> str:
+    """For a key value made of parts (a tuple or list, a NamedTuple, a dataclass: a static argument such
+    as `block_shape=(128, 128)` or a config object under `jax.jit(static_argnames=...)`): how to key on
+    its parts with a key function. "" for another value."""
+    if isinstance(v, tuple) and hasattr(v, "_fields") and v._fields:
+        parts = [(f, f"{name}.{f}") for f in v._fields[:2]]
+    elif isinstance(v, (tuple, list)) and v:
+        parts = [(f"{name}_{i}", f"{name}[{i}]") for i in range(min(len(v), 2))]
+    elif dataclasses.is_dataclass(v) and not isinstance(v, type) and dataclasses.fields(v):
+        parts = [(f.name, f"{name}.{f.name}") for f in dataclasses.fields(v)[:2]]
+    else:
+        return ""
+    fields = ", ".join(f"{field!r}: {expr}" for field, expr in parts)
+    return (
+        f"; to key on its parts, give a key function (called with the decorated function's arguments) "
+        f"that returns them as fields: {{{fields}}}"
+    )
 
 
 def numpy_scalar(v: Any) -> bool:

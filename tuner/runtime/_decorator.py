@@ -62,6 +62,8 @@ from ._resolve import (
 )
 from ._restore import Restorer
 from ._sources import set_global_cache, warn_once
+from ._stand_ins import StandInsArg, check_stand_ins
+from ._stand_ins import user_stand_ins as user_stand_ins_hook
 from ._tuning import AllConfigsFailedError, candidate_being_timed
 
 log = logging.getLogger(__name__)
@@ -127,6 +129,7 @@ class Autotuned:
         restorer: Restorer | None = None,
         source_hash: str | None = None,
         stand_ins: _jax.StandIns | None = None,
+        user_stand_ins: StandInsArg | None = None,
     ) -> None:
         if budget is None:  # explicit configs: time every one of them (as triton.autotune does)
             budget = max(1, len(configs)) if configs is not None else 20
@@ -178,6 +181,10 @@ class Autotuned:
                 )
         if keys is None and callable(key) and isinstance(space, SearchSpace):
             check_users_function(key, f"the key function of {self.name}", fn, space.names)
+        if user_stand_ins is not None:  # `autotune(stand_ins=...)`: checked now, used by traced misses
+            config_names = space.names if isinstance(space, SearchSpace) else ()
+            check_stand_ins(user_stand_ins, self.name, fn, self.arg_names, config_names)
+            self.stand_ins = user_stand_ins_hook(user_stand_ins, self.name, self.arg_names, self.positional)
         self._depends = tuple(depends)
         self._source_hash = source_hash  # None: computed on the first miss (see the property)
         self._hash_given = source_hash is not None
@@ -675,6 +682,7 @@ def autotune(
     use_cuda_graph: bool = False,
     do_bench: Callable[..., Any] | None = None,
     cache_results: bool | None = None,
+    stand_ins: StandInsArg | None = None,
 ) -> Callable[[Any], Any]:
     """Decorate a kernel launcher so that it tunes itself once per key and then runs from a cache.
 
@@ -718,6 +726,11 @@ def autotune(
       kernel that a plain-Python launcher calls): editing them makes old entries stale, and so does
       upgrading the compiler of a `@triton.jit` or `jax.jit` function among them (its versions join the
       key's, as for a decorated Triton kernel).
+    - `stand_ins`: for a miss inside a jax trace, the values of the traced arguments whose values set the
+      work (group sizes, lengths), in place of the generic stand-ins (zeros for integer dtypes): a dict
+      {argument name: array, or function of its abstract value (`jax.ShapeDtypeStruct` leaves)}, or a
+      function of the call's abstract arguments returning one (`_stand_ins`). Checked against the traced
+      argument's structure, shapes and dtypes (ValueError naming what differs).
     - `lease_s`: how long a claim to tune a key stays valid without renewal (another process takes over
       a key whose tuner died after this long; a config whose timing outlived it is not timed again, and
       the other threads of the process stop waiting for a tuning that finished no trial for this long
@@ -762,6 +775,7 @@ def autotune(
         "lease_s": lease_s,
         "restore": restore,
         "depends": depends,
+        "user_stand_ins": stand_ins,
     }
 
     def deco(fn: Any) -> Any:
@@ -802,6 +816,7 @@ def autotune(
             lease_s=lease_s,
             restore=restore,
             depends=depends,
+            user_stand_ins=stand_ins,
         )
         if t.kind == "triton":
             return AutotunedKernel(t)

@@ -9,7 +9,8 @@ needed, the tuning are exactly those of an eager call with such arrays, so the s
 the eager path stores. The traced call then runs with the chosen config. Where values of an input set
 the launcher's work (moe_gemm's group sizes: zeros leave every row unwritten, nothing to time), the caller
 of `resolve_on_concrete` replaces their stand-ins (`stand_ins`; `tuner.kernel` takes them from the
-kernel's spec, `tuner.kernels._inputs.stand_in_values`); `tuner.autotune` has no such hook. Hits never get here (the
+kernel's spec, `tuner.kernels._inputs.stand_in_values`; `tuner.autotune` from its `stand_ins=`,
+`_stand_ins`). Hits never get here (the
 in-memory keys, the fast key of a positional call and the general key of a call with keywords, are
 built from key values and dtypes, which tracers have).
 

@@ -689,8 +689,8 @@ class TritonAutotuned(Autotuned):
 
     # ---- the miss path -------------------------------------------------------------------------------
     def miss(self, args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]) -> dict[str, Any]:
-        if _jax.has_tracer(args, kwargs):
-            return _jax.resolve_on_concrete(self.miss, self.name, args, kwargs, fast_key, target)
+        if _jax.has_tracer(args, kwargs):  # as `Autotuned`'s: stand-ins, and untimed where they cannot time
+            return self._traced_miss(args, kwargs, fast_key, target)
         # a launch that the hit path cannot key (an unhashable key value) comes here at every call: the
         # configs' values and hooks are compared only where the key is not known (a real miss), or once
         # code read `.configs`/`.keys`
@@ -807,6 +807,8 @@ class TritonAutotuned(Autotuned):
             cfg = super().miss(args, kwargs, fast_key, self._bench_target(args, kwargs, grid, target))
         except AllConfigsFailedError as exc:
             first = self._tl.first_error
+            if _jax.on_stand_ins() and _jax.untimeable_reason(exc.errors) is not None:
+                raise  # the stand-ins of a trace cannot time it: chosen untimed (`Autotuned._traced_miss`)
             if first is None and _all_infinite(self._tl.timings):
                 # every config ran and timed inf (a do_bench that says so): Triton's min() of its timings
                 # is then the first config timed, which it launches and puts in `.cache`; not stored here
