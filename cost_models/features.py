@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from tuner.search_spaces._params import native
+from tuner.search_spaces._params import category_names, native
 
 __all__ = [
     "FEATURE_SCHEMA_VERSION",
@@ -73,7 +73,7 @@ class ParamFeature:
             return cols + [f"log2odd_{self.name}"] if self.odd else cols
         if self.kind == "bool":
             return [self.name]
-        return [f"{self.name}={v}" for v in self.values]
+        return category_names(self.name, self.values)
 
 
 @dataclass(frozen=True)

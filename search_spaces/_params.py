@@ -115,15 +115,25 @@ class Param:
             return [self.name]
         if all(isinstance(v, bool) for v in self.values):
             return [self.name]
-        return [f"{self.name}={v}" for v in self.values]
+        return category_names(self.name, self.values)
 
     def encode(self, value: Any) -> list[float]:
+        """The features of `value`: a number (not a bool) for a numeric parameter, in its domain or not
+        (raw, and log2 where the domain's are); True or False for a boolean one; a value of the domain for
+        a categorical one (True is not 1). Anything else is a ValueError."""
+        value = native(value)
         if self.is_numeric:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(
+                    f"{self.name}={value!r} is not a number (the values are {brief_list(self.values)})"
+                )
             x = float(value)
             if all(float(v) > 0 for v in self.values):  # type: ignore[arg-type]
                 return [x, math.log2(x)]
             return [x]
         if all(isinstance(v, bool) for v in self.values):
+            if not isinstance(value, bool):  # 1 or "yes" read as True before
+                raise ValueError(f"{self.name}={value!r} is not a bool (the values are {list(self.values)})")
             return [1.0 if value else 0.0]
         i = self.index(value)
         return [1.0 if j == i else 0.0 for j in range(len(self.values))]
@@ -178,6 +188,20 @@ def brief_list(items: Sequence[Any], *, first: int = 5, width: int = 60) -> str:
     list of duplicates stays short however many there are ("[1, 2, 3, 4, 5, ...] (12 in all)")."""
     shown = ", ".join(brief(x, width) for x in list(items[:first]))
     return f"[{shown}]" if len(items) <= first else f"[{shown}, ...] ({len(items)} in all)"
+
+
+def category_names(name: str, values: Sequence[Any]) -> list[str]:
+    """The one-hot feature names of a categorical parameter: `name=value`, a string value written as its
+    repr (`name='True'`) where its text is another value's (True and "True", 1 and "1"), so that no two
+    columns share a name; the names of other parameters are as they always were."""
+    plain = [f"{name}={v}" for v in values]
+    if len(set(plain)) == len(plain):
+        return plain
+    taken = {n for n, v in zip(plain, values, strict=True) if not isinstance(v, str)}
+    return [
+        f"{name}={v!r}" if isinstance(v, str) and n in taken else n
+        for n, v in zip(plain, values, strict=True)
+    ]
 
 
 def _hashable(v: Any) -> tuple[str, Any]:

@@ -601,11 +601,16 @@ class SearchSpace:
         arr = list(zip(*keys, strict=True)) if n else [() for _ in self.params]
         for p, column in zip(self.params, arr, strict=True):
             if p.is_numeric:
+                if any(isinstance(v, (bool, np.bool_)) for v in column):  # as Param.encode: True is not 1
+                    p.encode(next(v for v in column if isinstance(v, (bool, np.bool_))))  # raises
                 x = np.asarray(column, dtype=np.float64)
                 cols.append(x[:, None])
                 if all(float(v) > 0 for v in p.values):  # type: ignore[arg-type]
                     cols.append(np.log2(x)[:, None])
             elif all(isinstance(v, bool) for v in p.values):
+                for v in column:
+                    if not isinstance(v, (bool, np.bool_)):
+                        p.encode(v)  # raises: 1 is not True
                 cols.append(np.asarray(column, dtype=np.float64)[:, None])
             else:
                 idx = np.array([p.index(v) for v in column], dtype=np.int64)

@@ -519,7 +519,8 @@ def test_launcher_inside_scan_and_checkpoint():
 # ---- the drop-in's keywords on a jax launcher, with a key of shapes and dtypes as jax gives them ----------
 def test_drop_in_key_function_returning_a_dtype_and_a_shape():
     """With triton.autotune's keywords (do_bench=) any key value that is not a number or string is keyed
-    by its str (README): a numpy/jax dtype too, which has a `.shape` but is no array."""
+    as a config's object is, `<object TYPE REPR>` (docs/api.md): a numpy/jax dtype too, which has a
+    `.shape` but is no array."""
     timed: list = []
 
     def do_bench(kernel_call, quantiles):
@@ -533,7 +534,10 @@ def test_drop_in_key_function_returning_a_dtype_and_a_shape():
         np.testing.assert_array_equal(np.asarray(jax.jit(f)(x), np.float32), np.full(32, 2.0))
     assert len(timed) == 4
     fields = sorted((e.key.fields_dict["dtype"], e.key.fields_dict["shape"]) for e in ConfigCache().entries())
-    assert fields == [("bfloat16", "(32,)"), ("float32", "(32,)")]
+    assert fields == [
+        ("<object numpy.dtype[bfloat16] dtype(bfloat16)>", "<object tuple (32,)>"),
+        ("<object numpy.dtypes.Float32DType dtype('float32')>", "<object tuple (32,)>"),
+    ]
 
 
 # ---- Triton tutorial 03 as people adapt it: grouped ordering, a transposed B, prune_configs_by with an

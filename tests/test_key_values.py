@@ -351,3 +351,52 @@ def test_a_key_value_made_of_parts_says_how_to_key_on_them(value, hint):
         "to key on its parts, give a key function (called with the decorated function's arguments) that "
         f"returns them as fields: {hint}"
     )
+
+
+def _kernel_of(how: str):
+    """A kernel keyed on `n` in one of the fast-key shapes: positional with dtypes (inline), without dtypes,
+    with more arguments than are written out (a map over them), by a key function, by keyword."""
+    calls = []
+
+    def bench(call):
+        calls.append(1)
+        return call()
+
+    kw: dict = {"key": ["n"], "bench": bench, "budget": 3}
+    if how == "no_dtypes":
+        kw["dtypes"] = False
+    if how == "key_fn":
+        kw["key"] = lambda x, n, *rest: {"n": n}
+
+    if how == "many_args":
+
+        @tuner.autotune(SPACE, **kw)
+        def kernel(x, n, a2, a3, a4, a5, a6, a7, *, block):
+            return 1e-3 * (1 + abs(math.log2(block) - 5))
+
+        return (lambda n: kernel(None, n, 2, 3, 4, 5, 6, 7)), calls
+
+    @tuner.autotune(SPACE, **kw)
+    def kernel(x, n, *, block):
+        return 1e-3 * (1 + abs(math.log2(block) - 5))
+
+    if how == "keyword":
+        return (lambda n: kernel(None, n=n)), calls
+    return (lambda n: kernel(None, n)), calls
+
+
+@pytest.mark.parametrize("how", ["positional", "no_dtypes", "many_args", "key_fn", "keyword"])
+def test_equal_key_values_of_other_types_are_other_entries_in_memory_too(_tuner_home: Path, how):
+    # 1, True and 1.0 are one dict key in Python, yet three stored keys (JSON 1, true, 1.0): the hit
+    # path used the config of the first for the others (never tuned, never stored, `explain` said miss)
+    call, calls = _kernel_of(how)
+    for v in (1, True, 1.0, 0, False):
+        before = len(calls)
+        call(v)
+        assert len(calls) > before, f"{v!r} ({type(v).__name__}) hit another type's entry"
+        call(v)  # and hits its own from then on
+    entries = ConfigCache().entries()
+    assert sorted(repr(e.key.fields_dict["n"]) for e in entries) == ["0", "1", "1.0", "False", "True"]
+    before = len(calls)
+    call(np.bool_(True))  # stored as True is: True's entry, not tuned again
+    assert len(calls) == before and len(ConfigCache().entries()) == 5

@@ -3,6 +3,8 @@ fingerprints and Optuna conversion, with hypothesis property tests."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -419,3 +421,36 @@ def test_a_constraint_returning_an_array_is_named() -> None:
     with pytest.raises(ValueError, match="ambiguous") as info:
         space.enumerate()
     assert "constraint 'arr' returned array([ True, False])" in "".join(info.value.__notes__)
+
+
+def test_encode_is_exact_about_bool_and_int():
+    # 1 and "yes" were read as True by a boolean parameter, True as 1.0 by a numeric one
+    flag, block = Boolean("flag"), PowerOfTwo("block", 16, 64)
+    for bad in (1, 0, "yes"):
+        with pytest.raises(ValueError, match="is not a bool"):
+            flag.encode(bad)
+        with pytest.raises(ValueError, match="is not a bool"):
+            SearchSpace([flag]).encode_keys([(bad,)])
+    with pytest.raises(ValueError, match="is not a number"):
+        block.encode(True)
+    with pytest.raises(ValueError, match="is not a number"):
+        SearchSpace([block]).encode_keys([(True,)])
+    assert flag.encode(np.bool_(True)) == [1.0] and block.encode(48) == [48.0, math.log2(48)]
+    both = Categorical("mode", [True, 1, "x"])
+    assert both.encode(True) == [1.0, 0.0, 0.0] and both.encode(1) == [0.0, 1.0, 0.0]
+    with pytest.raises(ValueError):
+        both.encode(1.5)
+
+
+def test_a_string_and_a_value_of_the_same_text_get_distinct_feature_names():
+    from cost_models.features import FeatureSchema, schema_for_space
+
+    mode = Categorical("mode", [True, "True", 1, "1", "x"])
+    names = ["mode=True", "mode='True'", "mode=1", "mode='1'", "mode=x"]
+    assert mode.feature_names() == names
+    schema = schema_for_space(SearchSpace([mode]))
+    assert schema.names == names
+    # the names are not stored: a schema read back (a saved model's) gets the same ones, same fingerprint
+    back = FeatureSchema.from_dict(schema.to_dict())
+    assert back.names == names and back.fingerprint() == schema.fingerprint()
+    assert Categorical("act", ["relu", "gelu"]).feature_names() == ["act=relu", "act=gelu"]  # as before

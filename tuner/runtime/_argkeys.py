@@ -24,6 +24,7 @@ chain as they are.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import operator
@@ -74,102 +75,107 @@ def arg_dtypes(a: Any) -> tuple:
     return tuple(map(arg_dtype, a))
 
 
-# One fast key per arity with the dtype getters written out: one Python frame per hit, about 40% cheaper
-# than dtypes_of for a few arguments. `ig` is the C-level getter of the key values.
-def _k0(ig: Callable[[tuple], Any]) -> FastKey:
-    return lambda a: (ig(a), ())
+# The fast keys hold the type of each key value beside the value: 1, True and 1.0 (and np.bool_(True))
+# are one dict key in Python, yet distinct stored keys (JSON `1`, `true`, `1.0`), so a call with one must
+# never hit the config of another. A fast key is written out per key positions (and per arity where it
+# reads every argument's dtype inline): `type(a[p])` stands in the dtype slot of a key argument, which is
+# a scalar (an array is refused as a key value), so the hit costs no more than before. The functions are
+# compiled once per shape (`_factory`), and a table's inline entries on first use (`_lazy`).
+_FACTORIES: dict[tuple[Any, ...], Callable[[Callable[[tuple], Any]], FastKey]] = {}
+MAX_INLINE = 6  # arities whose fast key reads each argument's dtype written out; more: a C-level map
 
 
-def _k1(ig: Callable[[tuple], Any]) -> FastKey:
-    return lambda a: (ig(a), (_g(a[0], "dtype", None),))
+def _factory(mode: str, pos: tuple[int, ...], n: int = 0) -> Callable[[Callable[[tuple], Any]], FastKey]:
+    """`make(ig) -> fast key` of one shape: `mode` "inline" (arity `n`, dtypes written out), "map" (dtypes
+    by a C-level map), "deep" (`arg_dtypes`) or "plain" (no dtypes); `pos` the key arguments' positions."""
+    k = (mode, pos, n)
+    f = _FACTORIES.get(k)
+    if f is None:
+        types = "".join(f"type(a[{p}]), " for p in pos)
+        if mode == "inline":
+            slots = "".join(
+                f"type(a[{i}]), " if i in pos else f'_g(a[{i}], "dtype", None), ' for i in range(n)
+            )
+            body = f"(ig(a), ({slots}))"
+        elif mode == "map":
+            body = f"(ig(a), ({types}), tuple(map(_g, a, _DTYPE, _NONE)))"
+        elif mode == "deep":
+            body = f"(ig(a), ({types}), arg_dtypes(a))"
+        else:
+            body = f"(ig(a), ({types}))"
+        scope = {"_g": getattr, "_DTYPE": _DTYPE, "_NONE": _NONE, "arg_dtypes": arg_dtypes}
+        f = _FACTORIES[k] = eval(f"lambda ig: lambda a: {body}", scope)  # noqa: S307 (text built above)
+    return f
 
 
-def _k2(ig: Callable[[tuple], Any]) -> FastKey:
-    return lambda a: (ig(a), (_g(a[0], "dtype", None), _g(a[1], "dtype", None)))
+def _inline(pos: tuple[int, ...], n: int, ig: Callable[[tuple], Any]) -> FastKey:
+    return _factory("inline", pos, n)(ig)
 
 
-def _k3(ig: Callable[[tuple], Any]) -> FastKey:
-    return lambda a: (ig(a), (_g(a[0], "dtype", None), _g(a[1], "dtype", None), _g(a[2], "dtype", None)))
+def _lazy(table: list[Any], n: int, build: Callable[[], FastKey]) -> FastKey:
+    """A table entry that builds its fast key on first use and puts it in its place (`table[n]`)."""
 
+    def first(a: tuple) -> Any:
+        f = build()
+        if table[n] is first:
+            table[n] = f
+        return f(a)
 
-def _k4(ig: Callable[[tuple], Any]) -> FastKey:
-    return lambda a: (
-        ig(a),
-        (_g(a[0], "dtype", None), _g(a[1], "dtype", None), _g(a[2], "dtype", None), _g(a[3], "dtype", None)),
-    )
-
-
-def _k5(ig: Callable[[tuple], Any]) -> FastKey:
-    return lambda a: (
-        ig(a),
-        (
-            _g(a[0], "dtype", None),
-            _g(a[1], "dtype", None),
-            _g(a[2], "dtype", None),
-            _g(a[3], "dtype", None),
-            _g(a[4], "dtype", None),
-        ),
-    )
-
-
-def _k6(ig: Callable[[tuple], Any]) -> FastKey:
-    return lambda a: (
-        ig(a),
-        (
-            _g(a[0], "dtype", None),
-            _g(a[1], "dtype", None),
-            _g(a[2], "dtype", None),
-            _g(a[3], "dtype", None),
-            _g(a[4], "dtype", None),
-            _g(a[5], "dtype", None),
-        ),
-    )
-
-
-def _kn(ig: Callable[[tuple], Any]) -> FastKey:
-    return lambda a: (ig(a), dtypes_of(a))
-
-
-_BY_ARITY = (_k0, _k1, _k2, _k3, _k4, _k5, _k6)
+    return first
 
 
 def positional_fast_keys(
-    ig: Callable[[tuple], Any], need: int, dtypes: bool, *, deep: bool = False, kw: KwKey | None = None
-) -> tuple[Any, ...]:
-    """The fast-key table for keys taken from positional arguments by `ig` (which needs `need` of them):
-    with `dtypes`, the key is (values, dtypes of the arguments), else the values alone; `deep` reads
-    the dtypes inside container arguments too (`arg_dtypes`). `kw` is the keyword entry (`fast[KW]`)."""
-    if not dtypes:
-        return (None,) * need + (ig,) * (MAX_FAST_ARGS - need) + (kw,)
-    if deep:
-        return (None,) * need + ((lambda a: (ig(a), arg_dtypes(a))),) * (MAX_FAST_ARGS - need) + (kw,)
+    ig: Callable[[tuple], Any],
+    need: int,
+    dtypes: bool,
+    *,
+    deep: bool = False,
+    kw: KwKey | None = None,
+    pos: Sequence[int] = (),
+) -> list[Any]:
+    """The fast-key table for keys taken from positional arguments `pos` by `ig` (which needs `need` of
+    them): with `dtypes`, the key is (values, dtypes of the arguments), else the values alone, each time
+    with the types of the key values; `deep` reads the dtypes inside container arguments too
+    (`arg_dtypes`). `kw` is the keyword entry (`fast[KW]`)."""
+    p = tuple(pos)
+    if not dtypes or deep:
+        fk = _factory("deep" if dtypes else "plain", p)(ig)
+        return [None] * need + [fk] * (MAX_FAST_ARGS - need) + [kw]
     table: list[Any] = [None] * need
     for n in range(need, MAX_FAST_ARGS):
-        table.append((_BY_ARITY[n] if n < len(_BY_ARITY) else _kn)(ig))
+        if n <= MAX_INLINE:
+            table.append(_lazy(table, n, functools.partial(_inline, p, n, ig)))
+        else:
+            table.append(_factory("map", p)(ig))
     table.append(kw)
-    return tuple(table)
+    return table
+
+
+def _typed(r: Any) -> Any:
+    """A key function's result as the fast keys hold it: hashable (a dict as its items) and with the type
+    of each value (1, True and 1.0 are other keys)."""
+    t = type(r)
+    if t is dict:
+        return (tuple(r.items()), tuple(map(type, r.values())))
+    if t is tuple:
+        return (r, tuple(map(type, r)))
+    return (r, t)
 
 
 def key_fn_fast_keys(
     kf: Callable[..., Any], dtypes: bool, *, deep: bool = False, kw: KwKey | None = None
 ) -> tuple[Any, ...]:
-    """The fast-key table for a key function of the positional arguments (a dict result is made hashable);
-    `deep` reads the dtypes inside container arguments too (`arg_dtypes`). `kw` is the keyword entry."""
+    """The fast-key table for a key function of the positional arguments (its result `_typed`); `deep`
+    reads the dtypes inside container arguments too (`arg_dtypes`). `kw` is the keyword entry."""
     if dtypes:
         dts = arg_dtypes if deep else dtypes_of
 
         def key(a: tuple) -> Any:
-            r = kf(*a)
-            if type(r) is dict:
-                r = tuple(r.items())
-            return (_KEYFN, r, dts(a))
+            return (_KEYFN, _typed(kf(*a)), dts(a))
     else:
 
         def key(a: tuple) -> Any:
-            r = kf(*a)
-            if type(r) is dict:
-                r = tuple(r.items())
-            return (_KEYFN, r)
+            return (_KEYFN, _typed(kf(*a)))
 
     return (key,) * MAX_FAST_ARGS + (kw,)
 
@@ -294,6 +300,7 @@ class ArgKeys:
         self._deep = False  # whether the fast keys read dtypes inside containers (see the class doc)
         self._ig: Callable[[tuple], Any] = lambda args: ()
         self._need = 0
+        self._pos: tuple[int, ...] = ()  # the key arguments' positions
         if callable(key):
             self.key_fn = key
             self.fast = list(key_fn_fast_keys(key, dtypes, kw=self._kw_key(False)))
@@ -304,10 +311,10 @@ class ArgKeys:
                 raise ValueError(f"key names {unknown} are not parameters of {name} ({self.arg_names})")
             pos = [self.arg_names.index(n) for n in self.key_names]
             ig: Callable[[tuple], Any] = operator.itemgetter(*pos) if pos else (lambda args: ())
-            self._ig, self._need = ig, max(pos) + 1 if pos else 0
+            self._ig, self._need, self._pos = ig, max(pos) + 1 if pos else 0, tuple(pos)
             if self._need > self.positional:  # a key name that only a keyword gives: no positional fast key
                 self._need = MAX_FAST_ARGS
-            self.fast = list(positional_fast_keys(ig, self._need, dtypes, kw=self._kw_key(False)))
+            self.fast = positional_fast_keys(ig, self._need, dtypes, kw=self._kw_key(False), pos=self._pos)
         self._env: dict[tuple[str, str], tuple[str, dict[str, str]]] = {}
 
     @property
@@ -359,10 +366,7 @@ class ArgKeys:
         if kf is not None:
 
             def by_fn(a: tuple, k: dict) -> Any:
-                r = kf(*a, **k)
-                if type(r) is dict:
-                    r = tuple(r.items())
-                return (_GENERAL, r, dts(a), tuple(k), dts(k.values()))
+                return (_GENERAL, _typed(kf(*a, **k)), dts(a), tuple(k), dts(k.values()))
 
             return by_fn
         plans: dict[tuple, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {}
@@ -373,7 +377,8 @@ class ArgKeys:
             p = plans.get(form)
             if p is None:
                 p = plans[form] = plan(form)
-            return (_GENERAL, form, p[0](a), p[1](k), dts(a), dts(k.values()))
+            types = (tuple(map(type, a)), tuple(map(type, k.values())))  # 1, True and 1.0: other keys
+            return (_GENERAL, form, p[0](a), p[1](k), types, dts(a), dts(k.values()))
 
         if dts is not dtypes_of:
             return by_names
@@ -388,6 +393,8 @@ class ArgKeys:
                 form,
                 p[0](a),
                 p[1](k),
+                tuple(map(type, a)),  # the types of the key values (1, True and 1.0 are other keys)
+                tuple(map(type, k.values())),
                 tuple(map(_g, a, _DTYPE, _NONE)),
                 tuple(map(_g, k.values(), _DTYPE, _NONE)),
             )
@@ -429,12 +436,18 @@ class ArgKeys:
         items = tuple(sorted(kwargs.items()))
         dts = tuple(arg_dtype(a) for a in args) if self.use_dtypes else ()
         kdts = tuple((k, arg_dtype(v)) for k, v in items) if self.use_dtypes else ()
-        key = (_GENERAL, tuple(vals.items()), dts, kdts)
+        # with the types of the arguments as given: 1, True and 1.0 are other keys, and so are "fp16" and
+        # the tl.float16 that `_TritonKeys.raw_values` makes text of
+        types = (tuple(map(type, args)), tuple((k, type(v)) for k, v in items))
+        key = (_GENERAL, tuple(vals.items()), types, dts, kdts)
         hash(key)  # TypeError for an unhashable key value
         return key
 
     def full(self, args: tuple, kwargs: dict) -> CacheKey:
-        raw = self.raw_values(args, kwargs)
+        return self.full_of(self.raw_values(args, kwargs), args, kwargs)
+
+    def full_of(self, raw: dict[str, Any], args: tuple, kwargs: dict) -> CacheKey:
+        """`full` with the key values `raw` (`raw_values`, or a builder's older form of them)."""
         fields = {}
         for n, v in raw.items():
             v = scalar_key_value(n, v)
@@ -461,7 +474,7 @@ class ArgKeys:
         if self.key_fn is not None:
             self.fast[:] = key_fn_fast_keys(self.key_fn, True, deep=True, kw=kw)
         else:
-            self.fast[:] = positional_fast_keys(self._ig, self._need, True, deep=True, kw=kw)
+            self.fast[:] = positional_fast_keys(self._ig, self._need, True, deep=True, kw=kw, pos=self._pos)
         self._deep = True
 
     def _device_versions(self, values: list[Any]) -> tuple[str, dict[str, str]]:

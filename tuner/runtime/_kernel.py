@@ -197,7 +197,8 @@ def check_call(spec: KernelSpec, backend: str, problem: Any, inputs: Any) -> Non
 
 
 def _problem_fast_key(a: tuple) -> Any:
-    return (tuple(a[0].items()), _device_tag(a[1]))
+    # with the values' types: 1, True and 1.0 are one dict key, yet other stored keys (JSON 1, true, 1.0)
+    return (tuple(a[0].items()), tuple(map(type, a[0].values())), _device_tag(a[1]))
 
 
 def _problem_kw_key(args: tuple, kwargs: dict) -> Any:

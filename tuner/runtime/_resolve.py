@@ -128,6 +128,19 @@ class Request:
         return self.t.space_for(self.args, self.kwargs)
 
     @functools.cached_property
+    def legacy_key(self) -> CacheKey | None:
+        """The call's stored key as an older release wrote it, where the key builder has one (the Triton
+        drop-in's `_TritonKeys.legacy_key`: a key object as its str()): an exact entry under it is read
+        when none is under `key`, so that caches written before keep hitting."""
+        fn = getattr(self.t.keys, "legacy_key", None)
+        return None if fn is None else fn(self.args, self.kwargs)
+
+    def exact_keys(self) -> list[CacheKey]:
+        """`key`, then `legacy_key` where there is one: the keys an exact lookup reads, in that order."""
+        old = self.legacy_key
+        return [self.key] if old is None else [self.key, old]
+
+    @functools.cached_property
     def _files(self) -> list[ReadOnlyCache]:
         return file_caches(self.t.cache)
 
@@ -247,7 +260,7 @@ def memory(req: Request) -> Resolution | str:
 
 def shipped_files(req: Request) -> Resolution | str:
     for fc in req.files():
-        e = fc.get(req.key)
+        e = next((got for got in map(fc.get, req.exact_keys()) if got is not None), None)
         if e is not None:
             cfg = valid_config(req.space, e.config)
             if cfg is not None:
@@ -262,11 +275,12 @@ def store_entry(req: Request) -> Resolution | str:
     db = req.store()
     if db is None:
         return "no store"
-    e = guarded(db, "read", "read an entry", lambda: db.get(req.key), None)
-    if e is not None:
-        cfg = usable_config(req, e)
-        if cfg is not None:
-            return Resolution(cfg, "exact entry in the store", "from_store", hit="store")
+    for ck in req.exact_keys():
+        e = guarded(db, "read", "read an entry", functools.partial(db.get, ck), None)
+        if e is not None:
+            cfg = usable_config(req, e)
+            if cfg is not None:
+                return Resolution(cfg, "exact entry in the store", "from_store", hit="store")
     return "no usable entry in the store"
 
 

@@ -740,7 +740,7 @@ class TritonAutotuned(Autotuned):
         cfg = None
         if self.named_key and self.triton_cache:
             with contextlib.suppress(TypeError):
-                obj = self.triton_cache.get(self.triton_key(args, kwargs))
+                obj = self.triton_cache.get_typed(self.triton_key(args, kwargs))
                 if obj is not None:
                     cfg = self.dicts_of([obj])[0]
                     chosen = self.by_hash.get(self.keys.full(args, kwargs).hash)

@@ -22,6 +22,7 @@ from tuner.strategies import Strategy
 from ._argkeys import ArgKeys
 from ._bench import cpu_bench, normalise_bench_result
 from ._hit import run_of
+from ._key import CacheKey
 from ._launcher import triton_configs_to_dicts
 
 _QUANTILES = (0.5, 0.2, 0.8)
@@ -343,24 +344,38 @@ class InOrder(Strategy):
 
 class _TritonKeys(ArgKeys):
     """ArgKeys that, as Triton, accept any key value: one that is not a JSON scalar (a tl.dtype
-    constexpr, say) is keyed by its str(), and so is an infinite or NaN float (a `float("inf")` meaning
-    "no limit", which Triton keys as any other value; a JSON scalar cannot hold it)."""
+    constexpr, a torch or numpy dtype, an enum member, say) is keyed by the string a config's object is
+    (`OBJECT_PREFIX + "<type> <repr>>"`, `_key_object`), and so is an infinite or NaN float (a
+    `float("inf")` meaning "no limit", which Triton keys as any other value; a JSON scalar cannot hold
+    it): never the text of a string key value ("fp16" is not tl.float16, "inf" not inf). Such keys were
+    stored as the value's str() before (`legacy_key`: an entry stored so is still read)."""
 
     def raw_values(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        return self._raw(args, kwargs, _key_object)
+
+    def legacy_key(self, args: tuple, kwargs: dict) -> CacheKey | None:
+        """The stored key of the call as it was written before key objects were told from strings (their
+        str(), `_legacy_text`), or None where it is the stored key (no key value is such an object)."""
+        raw = self._raw(args, kwargs, _legacy_text)
+        if raw == self._raw(args, kwargs, _key_object):
+            return None
+        return self.full_of(raw, args, kwargs)
+
+    def _raw(self, args: tuple, kwargs: dict, text: Callable[[Any], str]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         np = sys.modules.get("numpy")
         for k, v in super().raw_values(args, kwargs).items():
             if np is not None and isinstance(v, np.generic):  # a numpy scalar: the Python value it holds
                 v = v.item()
             if np is not None and isinstance(v, np.dtype):  # has a `.shape` (()), yet is no array
-                out[k] = str(v)
+                out[k] = text(v)
                 continue
             if getattr(v, "ndim", None) == 0 and callable(getattr(v, "item", None)):
                 # a 0-d tensor, which Triton keys as any other argument: its value (read from the device),
                 # where `tuner.autotune` refuses it (scalar_key_value)
                 v = v.item()
             if isinstance(v, float) and not math.isfinite(v):
-                out[k] = str(float(v))  # "inf", "-inf", "nan"
+                out[k] = text(float(v))  # <object float inf>, as a config holds it
                 continue
             if v is None or isinstance(v, (bool, int, float, str)) or hasattr(v, "shape"):
                 out[k] = v
@@ -370,7 +385,7 @@ class _TritonKeys(ArgKeys):
 
                 out[k] = operator.index(v)
             except TypeError:
-                out[k] = _key_text(v)
+                out[k] = text(v)
         return out
 
 
@@ -389,8 +404,18 @@ def _stable_text(v: Any, text: str, *, jit_only: bool = False) -> str:
     return text
 
 
-def _key_text(v: Any) -> str:
-    """A key value that is no JSON scalar, as the stored key holds it: its str() (`_stable_text`)."""
+def _key_object(v: Any) -> str:
+    """A key value that is no JSON scalar, as the stored key holds it: the string a config's object is
+    (`OBJECT_PREFIX`, its type and repr, `_stable_text`), which no str() of a value is alone."""
+    return f"{OBJECT_PREFIX}{_type_name(v)} {_stable_text(v, repr(v))}>"
+
+
+def _legacy_text(v: Any) -> str:
+    """A key value that is no JSON scalar as stored keys held it before `_key_object`: its str()
+    (`_stable_text`; a numpy dtype's and a non-finite float's str() as they are)."""
+    np = sys.modules.get("numpy")
+    if isinstance(v, float) or (np is not None and isinstance(v, np.dtype)):
+        return str(v)
     return _stable_text(v, str(v))
 
 
@@ -408,8 +433,30 @@ class TritonCache(dict):
         self._changed = changed
 
     def put(self, key: tuple, config: Any) -> None:
-        """The runtime's own write (a key it resolved): nothing to forget."""
+        """The runtime's own write (a key it resolved): nothing to forget. A key equal to `key` with values
+        of other types ((1,) for (True,)) is replaced, key and all, as the entry of the last launch."""
+        if key in self and self._own_key(key) is None:
+            dict.__delitem__(self, key)
         dict.__setitem__(self, key, config)
+
+    def get_typed(self, key: tuple) -> Any:
+        """The config of `key`, where the dict's own key equal to it holds values of the same types: a
+        dict keys (1,), (True,) and (1.0,) alike, yet they are other stored keys, and a config tuned for
+        one is not the other's (a miss only: the dict's keys are scanned for the equal one)."""
+        got = self.get(key)
+        return None if got is None or self._own_key(key) is None else got
+
+    def _own_key(self, key: tuple) -> tuple | None:
+        """The dict's key equal to `key` if its values are of the same types as `key`'s, else None."""
+        for k in self:
+            try:
+                equal = k is key or bool(k == key)
+            except Exception:  # noqa: BLE001 - a value whose == raises is no equal of another
+                continue
+            if equal:
+                same = len(k) == len(key) and all(type(a) is type(b) for a, b in zip(k, key, strict=True))
+                return k if same else None
+        return None
 
     def __setitem__(self, key: Any, value: Any) -> None:
         super().__setitem__(key, value)
