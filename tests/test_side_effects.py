@@ -1,8 +1,10 @@
 """What tuner changes in the process of a user who imports and uses it: nothing global that it does not
 put back (docs/api.md, "What tuner changes in your process").
 
-Each use runs in a fresh interpreter (`sys.executable`), away from pytest's own logging and warnings setup.
-The script imports the user's stack first (torch, jax, optuna, xgboost, ... as the use needs), takes a
+Each use runs in a process of its own where tuner is imported fresh, away from pytest's own logging and
+warnings setup: a fresh interpreter (`sys.executable`), or for the uses without torch, triton or jax a child
+forked from a server that imported only the user's stack (ZYGOTE: paid once per stack, not per use). The
+script imports the user's stack first (torch, jax, optuna, xgboost, ... as the use needs), takes a
 snapshot of the process-wide state a library could change (logging, warnings filters, os.environ, sys.path,
 signal handlers, atexit, threads, faulthandler, numpy's error state and print options, the global random
 generators, torch's and jax's global settings, XGBoost's global config, matplotlib's backend, Optuna's
@@ -15,11 +17,15 @@ is not installed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +145,127 @@ USER_STACK = ("numpy", "optuna", "sqlalchemy", "alembic", "xgboost", "sklearn", 
 KERNEL_STACK = ("torch", "triton", "jax", "jax.numpy")
 
 
+# A fork server per worker of the suite and user stack: an interpreter that imports the stack (no tuner: it
+# checks) and forks a child per use, which runs the use from there as the script of a fresh interpreter would
+# (the same snapshot, the same normal interpreter exit with atexit handlers, its own stdout, stderr, cwd,
+# TMPDIR and TUNER_HOME). The stack's import, the bulk of a probe's cost, is paid once instead of per use.
+# Only for stacks without the kernel modules (torch, triton, jax start threads and pools a fork does not
+# carry); and the server forks only while it runs no thread but its main one, so the child starts from the
+# state a fresh interpreter that imported the stack is in.
+ZYGOTE = r"""
+import json, os, select, sys, tempfile, threading
+while True:
+    _se_line = sys.stdin.readline()
+    if not _se_line:
+        os._exit(0)
+    _se_req = json.loads(_se_line)
+    _se_tuner = sorted(m for m in sys.modules if m == "tuner" or m.startswith("tuner."))
+    _se_threads = [t.name for t in threading.enumerate()]
+    if _se_tuner or len(_se_threads) != 1:
+        sys.stdout.write(json.dumps({"refused": [_se_tuner, _se_threads]}) + "\n")
+        sys.stdout.flush()
+        continue
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _se_pid = os.fork()
+    if _se_pid == 0:
+        break
+    _se_status = os.waitpid(_se_pid, 0)[1]
+    sys.stdout.write(json.dumps({"rc": os.waitstatus_to_exitcode(_se_status)}) + "\n")
+    sys.stdout.flush()
+# the child: the use's own streams, folder and environment, then its script at module level
+for _se_fd, _se_path, _se_flags in ((0, os.devnull, os.O_RDONLY),
+                                    (1, _se_req["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                                    (2, _se_req["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+    _se_new = os.open(_se_path, _se_flags)
+    os.dup2(_se_new, _se_fd)
+    os.close(_se_new)
+os.environ.update(_se_req["env"])
+os.chdir(_se_req["cwd"])
+tempfile.tempdir = None
+tempfile.gettempdir()
+_se_code = compile(_se_req["script"], "<string>", "exec")
+del _se_line, _se_req, _se_tuner, _se_threads, _se_pid, _se_fd, _se_path, _se_flags, _se_new
+exec(_se_code)
+"""
+
+
+class _Zygote:
+    """The fork server of one stack and environment (ZYGOTE)."""
+
+    def __init__(self, stack: tuple[str, ...], env: dict[str, str], folder: Path) -> None:
+        folder.mkdir(parents=True)
+        (folder / "tmp").mkdir()
+        (folder / "home").mkdir()
+        script = "\n".join(
+            [SNAPSHOT, "import importlib", *(f"importlib.import_module({m!r})" for m in stack), ZYGOTE]
+        )
+        run_env = {**_base_env(), "TMPDIR": str(folder / "tmp"), "TUNER_HOME": str(folder / "home"), **env}
+        with open(folder / "stderr", "w", encoding="utf-8") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", script],
+                cwd=folder,
+                env=run_env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                start_new_session=True,
+            )
+        self.folder = folder
+
+    def run(self, script: str, tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        out, err = tmp_path / "probe.stdout", tmp_path / "probe.stderr"
+        req = {"script": script, "env": env, "cwd": str(tmp_path), "stdout": str(out), "stderr": str(err)}
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], 300)
+        if not ready:
+            self.close()
+            pytest.fail("the use did not end within 300 s")
+        line = self.proc.stdout.readline()
+        assert line, f"the fork server ended: {(self.folder / 'stderr').read_text()[-3000:]}"
+        reply = json.loads(line)
+        assert "refused" not in reply, f"the fork server holds tuner modules or threads: {reply['refused']}"
+        return subprocess.CompletedProcess(
+            [], reply["rc"], out.read_text(encoding="utf-8"), err.read_text(encoding="utf-8")
+        )
+
+    def close(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.communicate()
+
+
+class _Zygotes:
+    """The fork servers of this worker of the suite, one per stack and environment, started on first use."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.servers = folder, dict[Any, _Zygote]()
+
+    def get(self, stack: tuple[str, ...], env: dict[str, str]) -> _Zygote:
+        key = (stack, tuple(sorted(env.items())))
+        if key not in self.servers:
+            self.servers[key] = _Zygote(stack, env, self.folder / f"server{len(self.servers)}")
+        return self.servers[key]
+
+
+@pytest.fixture(scope="session")
+def _zygotes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Zygotes]:
+    servers = _Zygotes(tmp_path_factory.mktemp("zygotes"))
+    yield servers
+    for z in servers.servers.values():
+        z.close()
+
+
+def _base_env() -> dict[str, str]:
+    # Not pytest's environment (conftest.py sets TRITON_INTERPRET and JAX_PLATFORMS): each use says its own.
+    drop = ("TUNER_", "PYTEST", "TRITON_", "JAX_", "XLA_")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    return {**base, "PYTHONPATH": repo_pythonpath()}
+
+
 def probe(
     tmp_path: Path,
     body: str,
@@ -146,18 +273,18 @@ def probe(
     stack: tuple[str, ...] = USER_STACK,
     env: dict[str, str] | None = None,
     setup: str = "",
+    zygotes: _Zygotes | None = None,
 ) -> dict[str, Any]:
-    """Run `body` in a fresh interpreter after importing `stack` and running `setup` (the user's own
+    """Run `body` in a process of its own, after importing `stack` and running `setup` (the user's own
     settings); return the global state it changed, the threads it left running, its stdout, and what it left
-    in its own temp folder."""
+    in its own temp folder. With `zygotes` (the `_zygotes` fixture) and a stack without the kernel modules,
+    the process is forked from a server that imported the stack (ZYGOTE); else it is a fresh interpreter."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     out = tmp_path / "diff.json"
-    script = "\n".join(
+    use = "\n".join(
         [
-            SNAPSHOT,
-            "import importlib, time",
-            *(f"importlib.import_module({m!r})" for m in stack),
+            "import time",
             textwrap.dedent(setup).strip(),
             "_se_before, _se_threads = _se_snap(), _se_thread_names()",
             textwrap.dedent(body).strip(),  # at module level: Triton's interpreter looks up `tl` in globals
@@ -172,19 +299,21 @@ def probe(
     )
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    # Not pytest's environment (conftest.py sets TRITON_INTERPRET and JAX_PLATFORMS): each use says its own.
-    drop = ("TUNER_", "PYTEST", "TRITON_", "JAX_", "XLA_")
-    base = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    run_env = {
-        **base,
-        "TMPDIR": str(tmp),
-        "TUNER_HOME": str(home),
-        "PYTHONPATH": repo_pythonpath(),
-        **(env or {}),
-    }
-    p = subprocess.run(
-        [sys.executable, "-c", script], cwd=tmp_path, env=run_env, capture_output=True, text=True, timeout=300
-    )
+    own = {"TMPDIR": str(tmp), "TUNER_HOME": str(home)}
+    if zygotes is not None and not _kernel_modules(stack):
+        p = zygotes.get(stack, env or {}).run(use, tmp_path, own)
+    else:
+        script = "\n".join(
+            [SNAPSHOT, "import importlib", *(f"importlib.import_module({m!r})" for m in stack), use]
+        )
+        p = subprocess.run(
+            [sys.executable, "-c", script],
+            cwd=tmp_path,
+            env={**_base_env(), **own, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(out.read_text())
     res["stdout"] = p.stdout
@@ -435,13 +564,13 @@ def _skip_without_kernel_modules(use: str, stack: tuple[str, ...]) -> None:
 
 
 @pytest.mark.parametrize("use", list(USES))
-def test_use_leaves_the_process_as_it_found_it(tmp_path: Path, use: str) -> None:
+def test_use_leaves_the_process_as_it_found_it(tmp_path: Path, use: str, _zygotes: _Zygotes) -> None:
     body, stack, env, allow = USES[use]
     _skip_without_kernel_modules(use, stack)
-    assert changes(probe(tmp_path, body, stack=stack, env=env), allow) == {}, use
+    assert changes(probe(tmp_path, body, stack=stack, env=env, zygotes=_zygotes), allow) == {}, use
 
 
-def test_the_users_own_logger_levels_hold(tmp_path: Path) -> None:
+def test_the_users_own_logger_levels_hold(tmp_path: Path, _zygotes: _Zygotes) -> None:
     """A user who set the alembic and optuna loggers' levels keeps them: tuner quietens alembic only where
     nobody chose (and puts Optuna's own `setLevel(WARN)` of alembic back)."""
     setup = """
@@ -450,7 +579,10 @@ logging.getLogger("alembic").setLevel(logging.INFO)
 optuna.logging.set_verbosity(optuna.logging.DEBUG)
 """
     res = probe(
-        tmp_path, SPACE + USES["optimize with a prior and a sqlite store"][0].split(SPACE, 1)[1], setup=setup
+        tmp_path,
+        SPACE + USES["optimize with a prior and a sqlite store"][0].split(SPACE, 1)[1],
+        setup=setup,
+        zygotes=_zygotes,
     )
     assert changes(res) == {}
 
