@@ -3,7 +3,8 @@
 - `engine_for(url)`: the engine of this process for a database URL (SQLite file or PostgreSQL).
 - `ensure_schema(engine)`: create or migrate tuner's tables (Alembic, scripts in `migrations/`), safe when
   many processes start at once on a fresh database; `check_schema(engine)` for a store opened read-only
-  (`read_only_url(url)`: a SQLite file in a folder that cannot be written), which is read, never migrated.
+  (`read_only_url(url)`: a SQLite file in a folder that cannot be written), which is read, never migrated;
+  the rows only in its `-wal` (a writer killed before a checkpoint) are read too (`_read_only`).
 - `guarding(url, study_name, check)`: while a study worker runs a task, the measurements of its study are
   written only while `check` finds the worker's lease held (`LeaseLost` otherwise; `_fence`).
 - `optuna_storage(url)`: Optuna's RDBStorage on the same database, created under the same lock; on

@@ -16,7 +16,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, unquote
 
 from sqlalchemy import create_engine, event, text
@@ -24,6 +24,9 @@ from sqlalchemy.dialects import plugins
 from sqlalchemy.engine import URL, Connection, CreateEnginePlugin, Engine, ExceptionContext, make_url
 
 from tuner._settings import text as _setting_text
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = [
     "PG_CONNECT_WAIT_S",
@@ -50,7 +53,9 @@ __all__ = [
     "pg_timeout_s",
     "read_only_url",
     "immutable_url",
+    "immutable_url_unwarned",
     "locked_read_only_url",
+    "snapshot_sources",
     "disk_full_in",
     "redact",
     "set_statement_limit",
@@ -678,6 +683,7 @@ def install_sqlite_errors(engine: Engine) -> None:
     path = sqlite_file(engine) or str(engine.url.database)
     if path.startswith("file:"):  # a read-only URI: file:/path?mode=ro&immutable=1
         path = _uri_file(path)
+        path = snapshot_sources.get(path, path)  # a private copy of a read-only store: name the store
     _with_sqlite_errors.add(engine)
 
     def _on_error(ctx: ExceptionContext) -> None:
@@ -842,22 +848,29 @@ def sqlite_file(engine: Engine) -> str | None:
 
 
 _wal_warned: set[str] = set()
+# The private copies of read-only stores (`_read_only.snapshot`) -> the store each was copied from: the
+# messages of a fault of a copy name the store.
+snapshot_sources: dict[str, str] = {}
 
 
 def read_only_url(url: str) -> str | None:
     """The URL that opens an existing SQLite store read-only when its folder cannot be written (a
     read-only mount, a store shipped in a container image), else None.
 
-    SQLite cannot open a WAL database there otherwise: it would create the `-shm` file beside it. Opened
-    immutable, it reads the file as it is (a checkpointed store: what tuner leaves when its last
-    connection closes) and every write fails, as a read-only store's should."""
+    SQLite cannot open a WAL database there the usual way: it would create the `-shm` file beside it. A
+    checkpointed store (what tuner leaves when its last connection closes) is read as it is (immutable);
+    one whose `-wal` still holds changes is read with them: in place through SQLite's locks where its
+    `-shm` can be read, else from a private copy (`_read_only`). Every write fails, as a read-only
+    store's should."""
     path = sqlite_path(url)
     if path is None or path.startswith("file:") or not os.path.isfile(path):
         return None
     path = os.path.abspath(path)
     if os.access(os.path.dirname(path), os.W_OK):
         return None
-    return immutable_url(path)
+    from ._read_only import read_only_file_url
+
+    return read_only_file_url(path)
 
 
 def immutable_url(path: str) -> str:
@@ -865,7 +878,12 @@ def immutable_url(path: str) -> str:
     `-shm`, no lock): what is only in a non-empty `-wal` is not read, and a warning says so."""
     path = os.path.abspath(path)
     _warn_unread_wal(path)
-    return _file_uri_url(path, "mode=ro&immutable=1&uri=true")
+    return immutable_url_unwarned(path)
+
+
+def immutable_url_unwarned(path: str) -> str:
+    """`immutable_url` without the warning (for a caller that has said what it did not read)."""
+    return _file_uri_url(os.path.abspath(path), "mode=ro&immutable=1&uri=true")
 
 
 def _warn_unread_wal(path: str) -> None:
@@ -886,13 +904,30 @@ _LOCKED_READ_ONLY = "mode=ro&uri=true"
 def locked_read_only_url(path: str) -> str:
     """The URL that reads the SQLite file `path` read-only through SQLite's own locks (`mode=ro`): each
     read sees one committed state, another process's write-ahead log included, and no checkpoint of a
-    writer overwrites the pages it reads. For a store opened read-only because its disk is full.
+    writer overwrites the pages it reads. For a store opened read-only because its disk is full, and for
+    one in a folder that cannot be written whose `-wal` holds changes and whose `-shm` can be read
+    (`_read_only`).
 
     Its engine (`make_engine`) opens a new connection for each use and decides there: SQLite cannot open
     a WAL database so when its `-shm` file cannot be made or grown (a full disk; then no process has the
-    wal-index that read needs), and that connection reads the file immutable instead (`immutable_url`),
-    as it is. The next use tries the locked read again."""
+    wal-index that read needs), or when its writer has closed it since (`_log_gone`), and that connection
+    reads the file immutable instead (`immutable_url`), as it is. The next use tries the locked read
+    again."""
     return _file_uri_url(path, _LOCKED_READ_ONLY)
+
+
+def _log_gone(exc: sqlite3.OperationalError, path: str) -> bool:
+    """Whether a read-only opening of `path` failed because its writer closed it since (SQLite removed its
+    `-wal` and `-shm`, and cannot make the `-shm` in a folder that cannot be written): then there is no log
+    to miss, and the file is read as it is. Not a lock another process holds (never read immutable)."""
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    if code not in (_SQLITE_READONLY, _SQLITE_CANTOPEN):
+        return False
+    wal = path + "-wal"
+    return not os.path.isfile(wal) or os.path.getsize(wal) == 0
+
+
+_SQLITE_READONLY, _SQLITE_CANTOPEN = 8, 14  # SQLite's primary result codes
 
 
 def _locked_read_only_engine(url: str) -> Engine:
@@ -915,7 +950,7 @@ def _locked_read_only_engine(url: str) -> Engine:
             return conn
         except sqlite3.OperationalError as exc:
             conn.close()
-            if not _disk_full(exc, folder):
+            if not _disk_full(exc, folder) and not _log_gone(exc, path):
                 raise
         _warn_unread_wal(path)
         return open_("mode=ro&immutable=1")
