@@ -326,10 +326,9 @@ class Autotuned:
     def _resolve_miss(
         self, args: tuple, kwargs: dict, fast_key: Any, general: Any, target: Callable[..., Any]
     ) -> dict[str, Any]:
-        if _jax.has_tracer(args, kwargs) or _jax.under_trace():  # inside jit/grad/vmap: on concrete arrays
-            if isinstance(self.keys, ArgKeys):  # a key value only known at run time cannot select
-                _jax.refuse_traced_key(self.name, self.keys.raw_values(args, kwargs))
-            return self._traced_miss(args, kwargs, fast_key if fast_key is not None else general, target)
+        traced = self.miss_if_traced(args, kwargs, fast_key if fast_key is not None else general, target)
+        if traced is not None:  # inside jit/grad/vmap: resolved on concrete arrays
+            return traced
         fake = _torch.placeholder(args, kwargs)
         if fake is not None:  # no data to time: chosen untimed, never stored; real tensors tune the key
             return self._placeholder_miss(args, kwargs, fast_key if fast_key is not None else general, fake)
@@ -367,6 +366,24 @@ class Autotuned:
         if fast_key is not None:
             self.mem[fast_key] = res.config
         return res.config
+
+    def miss_if_traced(
+        self, args: tuple, kwargs: dict, memo: Any, target: Callable[..., Any]
+    ) -> dict[str, Any] | None:
+        """The config of a miss inside a jax trace (`_traced_miss`: tracers among the arguments, or a
+        launcher of static arguments only called inside one, `_jax.under_trace`), None for a call outside
+        any. A key value that is traced (or a symbolic dimension) is refused first (TypeError,
+        `_jax.refuse_traced_key`): it has no value when the config is chosen. `memo`: the call's fast
+        key, or None (then its general key, where it has one). Shared by every front end whose key
+        builder reads the arguments (`ArgKeys`), the drop-in for `triton.autotune` included."""
+        if not (_jax.has_tracer(args, kwargs) or _jax.under_trace()):
+            return None
+        if isinstance(self.keys, ArgKeys):  # a key value only known at run time cannot select
+            _jax.refuse_traced_key(self.name, self.keys.raw_values(args, kwargs))
+        if memo is None:
+            with contextlib.suppress(TypeError):
+                memo = self.keys.general(args, kwargs)
+        return self._traced_miss(args, kwargs, memo, target)
 
     def _wait_for(self, lock: threading.Lock, ck: CacheKey) -> bool:
         """Take the key's miss-path lock; False when the thread holding it (tuning the key) went
