@@ -393,10 +393,11 @@ class Autotuned:
         key_hash = ck.hash
         if key_hash in self._overdue:
             return lock.acquire(blocking=False)
+        stop = _jax.stop_flag()  # the helper thread of a traced miss: its caller's Ctrl-C stops the wait
         while True:
             last = self.progress.get(key_hash)
             left = self.lease_s - (time.monotonic() - last) if last is not None else self.lease_s
-            if lock.acquire(timeout=max(left, 0.0)):
+            if _acquire(lock, max(left, 0.0), stop):
                 return True
             if self.progress.get(key_hash) == last:  # no trial finished meanwhile
                 self._overdue.add(key_hash)
@@ -550,6 +551,28 @@ class Autotuned:
         self.by_hash.clear()
         self.untimed.clear()
         self._logged.clear()
+
+
+# How often a helper thread of a traced miss that waits for another thread's tuning of its key checks
+# whether its caller was interrupted (`_acquire`).
+_STOP_POLL_S = 0.05
+
+
+def _acquire(lock: threading.Lock, timeout: float, stop: threading.Event | None) -> bool:
+    """`lock.acquire(timeout=timeout)`; where `stop` is the stop flag of a traced miss's helper thread
+    (`_jax.stop_flag`), in slices of `_STOP_POLL_S`, raising KeyboardInterrupt once it is set
+    (`_jax.raise_if_stopped`): a thread blocked in `acquire` runs no Python code, so neither the
+    KeyboardInterrupt that `_jax._stop_helper` raises in it nor the flag would reach it before the
+    other thread's tuning ends or the lease runs out, and the interrupted caller waits for that."""
+    if stop is None:
+        return lock.acquire(timeout=timeout)
+    end = time.monotonic() + timeout
+    while True:
+        _jax.raise_if_stopped()
+        if lock.acquire(timeout=min(_STOP_POLL_S, max(end - time.monotonic(), 0.0))):
+            return True
+        if time.monotonic() >= end:
+            return False
 
 
 # Every Autotuned of the process, for `_after_fork_in_child`.
