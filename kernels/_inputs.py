@@ -10,14 +10,17 @@ source hash: a change here leaves every cached config an exact hit); another spe
 
 `check_input_values(spec, problem, backend, inputs)` checks what the kernel needs of the values of an
 input, where its launchers do not check them on the device (that would wait for the device at every
-launch): moe_gemm's group sizes. It reads them (a device sync), so it runs where `check_inputs` runs, on
-a miss, and only with real arrays (not jax tracers or stand-ins, not torch placeholders).
+launch): moe_gemm's group sizes, for the registry's spec and a spec of one's own made from it (the same
+`run`). It reads them (a device sync), so it runs where `check_inputs` runs, on a miss, and only with
+concrete arrays (not jax tracers, not torch placeholders): a miss inside a jax trace checks the values it
+is tuned on, the call's own where they are concrete, else the stand-ins (a spec's own included).
 
 `stand_in_values(spec, problem, backend, inputs)` gives realistic values for the inputs whose values set
 how much work the kernel does, for a miss inside `jax.jit` that is tuned on stand-ins of the tracers
 (`tuner.runtime._jax`: random normal floats, zeros otherwise): moe_gemm's group sizes (zeros would leave
 every row unwritten, so nothing would be timed) and int8_matmul's weights (an all-zero weight is no
-quantized weight). Another spec gives its own as `extra["stand_ins"]`, or keeps the generic stand-ins.
+quantized weight); a spec made from one of them (the same `run`) gets the same. Another spec gives its
+own as `extra["stand_ins"]`, or keeps the generic stand-ins.
 """
 
 from __future__ import annotations
@@ -200,10 +203,8 @@ def check_input_values(
     """The values of a call's inputs that the kernel needs to be right (after `check_inputs`, on readable
     arrays: it reads them): ValueError naming the input, what it holds and what it must hold. Nothing to
     check for a kernel with no such need (or a spec of another kernel under a registry name)."""
-    from ._registry import REGISTRY
-
-    check = _VALUES.get(spec.name)
-    if check is None or REGISTRY.get(spec.name) is not spec:
+    check = _VALUES.get(_registry_kernel(spec, _VALUES) or "")
+    if check is None:
         return
     name, values = check
     bad = values(problem, inputs)
@@ -259,12 +260,20 @@ def stand_in_values(
     registry's kernels' by name, a spec's own `extra["stand_ins"]` (a function of (problem, backend,
     inputs)); {} for a kernel whose work does not depend on its inputs' values (or a spec of another
     kernel under a registry name)."""
-    from ._registry import REGISTRY
-
     own = spec.extra.get("stand_ins")
     if callable(own):
         return dict(own(problem, backend, inputs))
-    fn = _STAND_INS.get(spec.name)
-    if fn is None or REGISTRY.get(spec.name) is not spec:
+    fn = _STAND_INS.get(_registry_kernel(spec, _STAND_INS) or "")
+    if fn is None:
         return {}
     return fn(problem, backend, inputs)
+
+
+def _registry_kernel(spec: KernelSpec, among: Mapping[str, Any]) -> str | None:
+    """The name, among `among`'s, of the registry's kernel whose launchers `spec` runs: the registry's
+    spec itself, or a spec of one's own made from it (`dataclasses.replace(get_kernel("moe_gemm"),
+    name=..., extra=...)`, the same `run`), which needs the same values; None for another kernel, a
+    spec of another kernel under a registry name included."""
+    from ._registry import REGISTRY
+
+    return next((n for n in among if (r := REGISTRY.get(n)) is not None and r.run is spec.run), None)

@@ -388,3 +388,52 @@ def test_ctrl_c_lost_in_a_del_of_the_helper_still_stops_the_tuning(tmp_path):
     out = jax.jit(scale)(jnp.ones(8))  # the next call tunes the key from the start
     assert benched == [1, 1, 1] and scale.tuner.stats["tuned"] == 1
     np.testing.assert_allclose(np.asarray(out), scale.tuner.last_choice["config"]["b"])
+
+
+# ---- a helper that waits for another thread's tuning of its key stops with its caller ----------------
+def _held_key():
+    """A launcher whose first (eager) call, in a thread of its own, tunes the key and holds its miss-path
+    lock until `release` is set (bounded, so that a failing test ends): another call of the key waits."""
+    started, release = threading.Event(), threading.Event()
+
+    def bench(call):
+        jax.block_until_ready(call())
+        started.set()
+        release.wait(60)
+        return 1e-3
+
+    scale = _three_configs(bench, storage=False)
+    scale.tuner.lease_s = 600.0  # the wait below never reaches it
+    holder = threading.Thread(target=lambda: scale(jnp.ones(8)), daemon=True)
+    holder.start()
+    assert started.wait(30)
+    return scale, release, holder
+
+
+def test_a_helper_waiting_for_another_threads_tuning_of_its_key_checks_the_stop_flag():
+    """The stop flag of a traced miss's helper (`_jax.raise_if_stopped`, set when its caller is
+    interrupted) was not checked while the helper waited for another thread's tuning of the same key
+    (`Autotuned._wait_for`, blocked in the lock's acquire until that tuning ended or `lease_s` ran out).
+    Here the flag is set from the test, as `_jax._stop_helper` sets it: the wait ends at once with a
+    KeyboardInterrupt, the other thread still tuning."""
+    scale, release, holder = _held_key()
+    stop = threading.Event()
+    stop.set()
+    box: dict = {}
+
+    def waiter():
+        rjax._STOP.set(stop)  # what `resolve_on_concrete` sets in its helper thread (this thread's context)
+        try:
+            scale(jnp.ones(8))
+        except BaseException as exc:  # noqa: BLE001 - what the wait raised
+            box["exc"] = exc
+
+    w = threading.Thread(target=waiter, daemon=True)
+    w.start()
+    w.join(20)  # a generous bound: the old code waited for the other thread's tuning (held below)
+    ended_while_held = not w.is_alive()
+    release.set()
+    holder.join(30)
+    w.join(30)
+    assert ended_while_held and isinstance(box.get("exc"), KeyboardInterrupt), box
+    assert scale.tuner.stats["tuned"] == 1  # the holder's tuning went on and ended as usual

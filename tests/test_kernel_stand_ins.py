@@ -134,3 +134,61 @@ def test_a_stand_in_of_another_shape_is_refused():
             _jitted(f, MOE, inputs)
     finally:
         del REGISTRY["moe_gemm_bad"]
+
+
+def _own_moe(name, **extra):
+    """A spec of one's own made from moe_gemm (the same launchers), registered under `name`."""
+    from tuner.kernels._registry import REGISTRY
+
+    base = get_kernel("moe_gemm")
+    REGISTRY[name] = dataclasses.replace(base, name=name, extra={**base.extra, **extra})
+    return REGISTRY[name]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "says"),
+    [([-1, 12, 1], r"holds \[-1, 12, 1\], negative for expert 0"), ([1, 1, 1], r"holds \[1, 1, 1\], which sum to 3")],
+)  # fmt: skip
+def test_invalid_stand_in_group_sizes_of_a_spec_are_refused_at_the_traced_miss(seen_group_sizes, sizes, says):
+    # Before, a spec's own stand-ins were never checked (the check skipped stand-ins, and specs other than
+    # the registry's): every config was timed on rows never written or written twice, and stored
+    from tuner.kernels._registry import REGISTRY
+
+    _own_moe("moe_gemm_bad_sizes", stand_ins=lambda p, b, i: {"group_sizes": jnp.asarray(sizes, jnp.int32)})
+    try:
+        inputs = get_kernel("moe_gemm").make_inputs(MOE, "pallas", 0)
+        f = tuner.kernel("moe_gemm_bad_sizes", backend="pallas", budget=2, storage=False, bench=_bench)
+        with pytest.raises(ValueError, match=rf"input 'group_sizes' {says}: .*inside a jax trace.*stand_ins"):
+            _jitted(f, MOE, inputs)
+    finally:
+        del REGISTRY["moe_gemm_bad_sizes"]
+    assert seen_group_sizes == [] and f.tuner.stats["tuned"] == 0  # nothing timed
+
+
+def test_a_spec_made_from_moe_gemm_gets_its_stand_ins_and_its_check(seen_group_sizes):
+    # the same launchers need the same values: balanced stand-ins (before: zeros, no row written), and
+    # the check of the group sizes on an eager miss (before: none)
+    from tuner.kernels._registry import REGISTRY
+
+    _own_moe("moe_gemm_same_run")
+    try:
+        inputs = get_kernel("moe_gemm").make_inputs(MOE, "pallas", 0)
+        f = tuner.kernel("moe_gemm_same_run", backend="pallas", budget=1, storage=False, bench=_bench)
+        _jitted(f, MOE, inputs)
+        assert seen_group_sizes and all(s == [4, 4, 4] for s in seen_group_sizes)
+        g = tuner.kernel("moe_gemm_same_run", backend="pallas", budget=2, storage=False, bench=_bench)
+        with pytest.raises(ValueError, match=r"input 'group_sizes' holds \[5, 3, 5\], which sum to 13"):
+            g(MOE, {**inputs, "group_sizes": jnp.asarray([5, 3, 5], jnp.int32)})
+    finally:
+        del REGISTRY["moe_gemm_same_run"]
+
+
+def test_concrete_group_sizes_of_a_traced_call_are_checked(seen_group_sizes):
+    # x and w traced, the group sizes a concrete constant of the jitted function: its miss is tuned on
+    # them as they are, and they used to go unchecked there (timed, stored, and the call's rows wrong)
+    inputs = get_kernel("moe_gemm").make_inputs(MOE, "pallas", 0)
+    bad = jnp.asarray([5, 3, 5], jnp.int32)
+    f = tuner.kernel("moe_gemm", backend="pallas", budget=2, storage=False, bench=_bench)
+    with pytest.raises(ValueError, match=r"holds \[5, 3, 5\], which sum to 13.*the call's own"):
+        jax.jit(lambda x, w: f(MOE, {"x": x, "w": w, "group_sizes": bad}))(inputs["x"], inputs["w"])
+    assert seen_group_sizes == []

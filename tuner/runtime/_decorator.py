@@ -326,10 +326,9 @@ class Autotuned:
     def _resolve_miss(
         self, args: tuple, kwargs: dict, fast_key: Any, general: Any, target: Callable[..., Any]
     ) -> dict[str, Any]:
-        if _jax.has_tracer(args, kwargs) or _jax.under_trace():  # inside jit/grad/vmap: on concrete arrays
-            if isinstance(self.keys, ArgKeys):  # a key value only known at run time cannot select
-                _jax.refuse_traced_key(self.name, self.keys.raw_values(args, kwargs))
-            return self._traced_miss(args, kwargs, fast_key if fast_key is not None else general, target)
+        traced = self.miss_if_traced(args, kwargs, fast_key if fast_key is not None else general, target)
+        if traced is not None:  # inside jit/grad/vmap: resolved on concrete arrays
+            return traced
         fake = _torch.placeholder(args, kwargs)
         if fake is not None:  # no data to time: chosen untimed, never stored; real tensors tune the key
             return self._placeholder_miss(args, kwargs, fast_key if fast_key is not None else general, fake)
@@ -368,6 +367,24 @@ class Autotuned:
             self.mem[fast_key] = res.config
         return res.config
 
+    def miss_if_traced(
+        self, args: tuple, kwargs: dict, memo: Any, target: Callable[..., Any]
+    ) -> dict[str, Any] | None:
+        """The config of a miss inside a jax trace (`_traced_miss`: tracers among the arguments, or a
+        launcher of static arguments only called inside one, `_jax.under_trace`), None for a call outside
+        any. A key value that is traced (or a symbolic dimension) is refused first (TypeError,
+        `_jax.refuse_traced_key`): it has no value when the config is chosen. `memo`: the call's fast
+        key, or None (then its general key, where it has one). Shared by every front end whose key
+        builder reads the arguments (`ArgKeys`), the drop-in for `triton.autotune` included."""
+        if not (_jax.has_tracer(args, kwargs) or _jax.under_trace()):
+            return None
+        if isinstance(self.keys, ArgKeys):  # a key value only known at run time cannot select
+            _jax.refuse_traced_key(self.name, self.keys.raw_values(args, kwargs))
+        if memo is None:
+            with contextlib.suppress(TypeError):
+                memo = self.keys.general(args, kwargs)
+        return self._traced_miss(args, kwargs, memo, target)
+
     def _wait_for(self, lock: threading.Lock, ck: CacheKey) -> bool:
         """Take the key's miss-path lock; False when the thread holding it (tuning the key) went
         `lease_s` seconds without finishing a trial, the bound another process waits for a claim: a
@@ -376,10 +393,11 @@ class Autotuned:
         key_hash = ck.hash
         if key_hash in self._overdue:
             return lock.acquire(blocking=False)
+        stop = _jax.stop_flag()  # the helper thread of a traced miss: its caller's Ctrl-C stops the wait
         while True:
             last = self.progress.get(key_hash)
             left = self.lease_s - (time.monotonic() - last) if last is not None else self.lease_s
-            if lock.acquire(timeout=max(left, 0.0)):
+            if _acquire(lock, max(left, 0.0), stop):
                 return True
             if self.progress.get(key_hash) == last:  # no trial finished meanwhile
                 self._overdue.add(key_hash)
@@ -533,6 +551,28 @@ class Autotuned:
         self.by_hash.clear()
         self.untimed.clear()
         self._logged.clear()
+
+
+# How often a helper thread of a traced miss that waits for another thread's tuning of its key checks
+# whether its caller was interrupted (`_acquire`).
+_STOP_POLL_S = 0.05
+
+
+def _acquire(lock: threading.Lock, timeout: float, stop: threading.Event | None) -> bool:
+    """`lock.acquire(timeout=timeout)`; where `stop` is the stop flag of a traced miss's helper thread
+    (`_jax.stop_flag`), in slices of `_STOP_POLL_S`, raising KeyboardInterrupt once it is set
+    (`_jax.raise_if_stopped`): a thread blocked in `acquire` runs no Python code, so neither the
+    KeyboardInterrupt that `_jax._stop_helper` raises in it nor the flag would reach it before the
+    other thread's tuning ends or the lease runs out, and the interrupted caller waits for that."""
+    if stop is None:
+        return lock.acquire(timeout=timeout)
+    end = time.monotonic() + timeout
+    while True:
+        _jax.raise_if_stopped()
+        if lock.acquire(timeout=min(_STOP_POLL_S, max(end - time.monotonic(), 0.0))):
+            return True
+        if time.monotonic() >= end:
+            return False
 
 
 # Every Autotuned of the process, for `_after_fork_in_child`.

@@ -58,8 +58,10 @@ holding the key's claim and storing a winner after the caller was interrupted. A
 raised in the helper stops the config being timed; as one raised asynchronously is lost where it lands
 in Python code that C calls (a garbage-collection callback, such as jax's, a weakref callback, a
 `__del__`: reported as unraisable), the tuning also checks a stop flag before each config it times,
-after each trial, before it stores its winner and while it waits for another process's claim
-(`raise_if_stopped`).
+after each trial, before it stores its winner, while it waits for another process's claim and while it
+waits for another thread's tuning of the same key (`raise_if_stopped`; that wait, blocked in a lock's
+`acquire` where no KeyboardInterrupt lands, wakes every 50 ms to check the flag, `stop_flag`), so the
+interrupted caller does not wait for the other thread's tuning or the lease.
 
 Donated buffers: a launcher that donates its inputs (`jax.jit(..., donate_argnums=...)`) deletes them
 on every call, so tuning it on the caller's arrays would leave every config after the first, and the
@@ -96,6 +98,7 @@ __all__ = [
     "concrete_like",
     "resolve_on_concrete",
     "raise_if_stopped",
+    "stop_flag",
     "refuse_traced_key",
     "donation_guard",
     "caller_jax_settings",
@@ -326,6 +329,12 @@ def raise_if_stopped() -> None:
     stop = _STOP.get()
     if stop is not None and stop.is_set():
         raise KeyboardInterrupt("the traced call that this tuning runs for was interrupted")
+
+
+def stop_flag() -> threading.Event | None:
+    """The stop flag of this helper thread of a traced miss (`raise_if_stopped`), None elsewhere: a
+    wait that blocks in C (a lock's `acquire`) checks it between slices of its wait."""
+    return _STOP.get()
 
 
 # (the arguments with a jax.ShapeDtypeStruct for each tracer, their generic stand-ins) -> the stand-ins to

@@ -162,7 +162,8 @@ def check_call(spec: KernelSpec, backend: str, problem: Any, inputs: Any) -> Non
     inputs as a table of arrays of the backend's framework (torch for Triton, jax for Pallas), with the
     names, shapes and dtypes the problem implies (`tuner.kernels._inputs.check_inputs`, which allocates
     nothing), then the values the kernel needs of them (`check_input_values`: moe_gemm's group sizes),
-    where they can be read (not jax tracers or their stand-ins, not torch placeholders). Raises ValueError
+    where they can be read (not jax tracers or torch placeholders; a traced call's miss checks the
+    concrete values it is tuned on, the stand-ins of the spec included). Raises ValueError
     naming what is wrong, where the kernel would crash deep inside, give wrong rows or run on a wrong key."""
     from tuner.kernels import validate_problem
     from tuner.kernels._inputs import check_input_values, check_inputs
@@ -192,8 +193,19 @@ def check_call(spec: KernelSpec, backend: str, problem: Any, inputs: Any) -> Non
         )
     # inputs made for another problem would be timed, and their winner stored, under this problem's key
     check_inputs(spec, merged, backend, inputs)
-    if not (_jax.on_stand_ins() or _jax.has_tracer((), dict(inputs)) or _torch.placeholder((), dict(inputs))):
+    if _jax.has_tracer((), dict(inputs)) or _torch.placeholder((), dict(inputs)):
+        return  # no values to read: a traced call's are checked on what its miss is tuned on, below
+    try:
         check_input_values(spec, merged, backend, inputs)
+    except ValueError as exc:
+        if not _jax.on_stand_ins():
+            raise
+        # the miss of a call inside a jax trace, on concrete values: the call's own where it passed them
+        # concrete, else the stand-ins (the spec's `extra["stand_ins"]`): timing them would time garbage
+        raise ValueError(
+            f"{exc}; inside a jax trace, checked on the values its miss is tuned on: the call's own where "
+            f"they are concrete, else the stand-ins the spec gives (extra['stand_ins'])"
+        ) from None
 
 
 def _problem_fast_key(a: tuple) -> Any:

@@ -689,8 +689,11 @@ class TritonAutotuned(Autotuned):
 
     # ---- the miss path -------------------------------------------------------------------------------
     def miss(self, args: tuple, kwargs: dict, fast_key: Any, target: Callable[..., Any]) -> dict[str, Any]:
-        if _jax.has_tracer(args, kwargs):  # as `Autotuned`'s: stand-ins, and untimed where they cannot time
-            return self._traced_miss(args, kwargs, fast_key, target)
+        # inside a jax trace, as `Autotuned`'s: a traced key value refused, the config resolved on stand-ins
+        # (untimed where they cannot time it), before any pruning or hook runs here in the caller's trace
+        traced = self.miss_if_traced(args, kwargs, fast_key, target)
+        if traced is not None:
+            return traced
         # a launch that the hit path cannot key (an unhashable key value) comes here at every call: the
         # configs' values and hooks are compared only where the key is not known (a real miss), or once
         # code read `.configs`/`.keys`

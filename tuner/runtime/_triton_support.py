@@ -370,9 +370,10 @@ class _TritonKeys(ArgKeys):
             if np is not None and isinstance(v, np.dtype):  # has a `.shape` (()), yet is no array
                 out[k] = text(v)
                 continue
-            if getattr(v, "ndim", None) == 0 and callable(getattr(v, "item", None)):
+            if getattr(v, "ndim", None) == 0 and callable(getattr(v, "item", None)) and not _traced(v):
                 # a 0-d tensor, which Triton keys as any other argument: its value (read from the device),
-                # where `tuner.autotune` refuses it (scalar_key_value)
+                # where `tuner.autotune` refuses it (scalar_key_value); a jax tracer has none to read (the
+                # traced miss refuses it, `_jax.refuse_traced_key`)
                 v = v.item()
             if isinstance(v, float) and not math.isfinite(v):
                 out[k] = text(float(v))  # <object float inf>, as a config holds it
@@ -387,6 +388,12 @@ class _TritonKeys(ArgKeys):
             except TypeError:
                 out[k] = text(v)
         return out
+
+
+def _traced(v: Any) -> bool:
+    """Whether `v` is a jax tracer (False, cheaply, where jax is not imported)."""
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(v, jax.core.Tracer)
 
 
 def _stable_text(v: Any, text: str, *, jit_only: bool = False) -> str:
