@@ -439,3 +439,38 @@ def test_torch_compile_of_the_autograd_function_with_tuned_forward_and_backward(
         torch.testing.assert_close(w.grad, wr.grad)
     assert fwd_bench.calls == bwd_bench.calls == 4 and len(fwd.cache) == len(bwd.cache) == 2
     torch._dynamo.reset()
+
+
+# ---- one @triton.jit kernel wrapped by two autotuners with different config lists ---------------------
+@triton.jit
+def _plus_one(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + offs, tl.load(x + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+def test_one_kernel_under_two_config_lists_is_named_in_a_warning_and_name_parts_them(caplog):
+    """Both autotuners store under the kernel's module.qualname with the same code: each one's tuning
+    replaced the other's winner, so every process tuned both again, and nothing said why."""
+    small_cfgs = [triton.Config({"BLOCK": 8}), triton.Config({"BLOCK": 16})]
+    big_cfgs = [triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})]
+    x = torch.randn(40)
+
+    def one_process(names):
+        benches = Bench([2.0, 1.0]), Bench([2.0, 1.0])
+        kernels = [
+            tuner.autotune(configs=cfgs, key=["n"], do_bench=b, **({"name": nm} if nm else {}))(_plus_one)
+            for cfgs, b, nm in zip((small_cfgs, big_cfgs), benches, names, strict=True)
+        ]
+        for k in kernels * 2:
+            out = torch.empty(40)
+            k[lambda meta: (triton.cdiv(40, meta["BLOCK"]),)](x, out, 40)
+            torch.testing.assert_close(out, x + 1)
+        return [b.calls for b in benches]
+
+    with caplog.at_level("WARNING", logger="tuner"):
+        assert one_process((None, None)) == [2, 2]
+        assert one_process((None, None)) == [2, 2]  # another process: both tune again
+    warned = [r.getMessage() for r in caplog.records if "same name" in r.getMessage()]
+    assert len(warned) == 1 and "_plus_one" in warned[0] and "give each its own `name=`" in warned[0]
+    assert one_process(("plus_one_small", "plus_one_big")) == [2, 2]
+    assert one_process(("plus_one_small", "plus_one_big")) == [0, 0]  # each finds its own winner
