@@ -9,8 +9,10 @@ monkeypatched per test; heuristics that derive the block and `num_warps` from a 
 of Configs shared by two decorators; strided and empty inputs; `torch.compile` over a
 `torch.library.custom_op` with a fake, and over the autograd.Function.
 
-All of these behaved as with `triton.autotune` when written (no tuner change came out of them); they
-guard the behaviour. On the CPU both decorators get an injected `do_bench`.
+All of these behaved as with `triton.autotune` when written; they guard the behaviour. The last case,
+one `@triton.jit` kernel wrapped by two autotuners with different config lists, is tuner's own: both
+share the stored key, so each tuned again in every process, which a warning now names (with the fix,
+`name=`). On the CPU the decorators get an injected `do_bench`.
 """
 
 from __future__ import annotations
