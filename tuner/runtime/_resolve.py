@@ -31,7 +31,7 @@ from ._coverage import times_every_config, tried_configs, untimed, untimed_reaso
 from ._entry import CacheEntry
 from ._file import ReadOnlyCache, rank_fields
 from ._key import CacheKey
-from ._sources import file_caches, guarded, open_store, unusable_store
+from ._sources import file_caches, guarded, open_store, unusable_store, warn_once
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._db import ConfigCache
@@ -430,6 +430,34 @@ def _machine_differs(ck: CacheKey, stored: CacheKey) -> bool:
     return stored.device != ck.device or stored.versions != ck.versions
 
 
+def _name_shared_note(req: Request, entry: CacheEntry) -> str:
+    """Where the stored `entry`, whose config is not in the request's space, is the winner of another
+    decorated function of this process with the same stored name and code (one `@triton.jit` kernel
+    wrapped by two autotuners with different config lists): a note that says so and how to part them,
+    also logged as a warning once per name. Such functions share every stored key, each one's tuning
+    replaces the other's winner, and every process tunes both again."""
+    from ._decorator import _instances  # the module that imports this one
+
+    t = req.t
+    for other in list(_instances):
+        if other is t or other.name != t.name:
+            continue
+        try:
+            same = other.source_hash == req.key.source_hash
+            theirs = same and valid_config(other.space_for(req.args, req.kwargs), entry.config) is not None
+        except Exception:  # noqa: BLE001 - another function's space or hash: only a hint is lost
+            continue
+        if theirs:
+            note = (
+                f"; it is the winner of another function of this process stored under the same name "
+                f"{t.name!r} with the same code and another config list: the two share every stored key "
+                "and each tunes again what the other stored; give each its own `name=`"
+            )
+            warn_once(("name shared", t.name), "%s%s", t.name, note)
+            return note
+    return ""
+
+
 def miss_reason(req: Request) -> str:
     """Why no stored entry serves the key: the nearest entries that differ, and how; and that the store
     could not be read, when it could not (its entries may well hold the key)."""
@@ -451,8 +479,10 @@ def _nearest_reason(req: Request) -> str:
         if left:
             return untimed_reason(left)
     if exact is not None:
-        return f"cached config {dict(exact.config)} is not in the current search space: " + "; ".join(
-            req.space.violations(exact.config)
+        return (
+            f"cached config {dict(exact.config)} is not in the current search space: "
+            + "; ".join(req.space.violations(exact.config))
+            + _name_shared_note(req, exact)
         )
     same_fields = [e for e in cands.values() if e.key.fields == ck.fields]
     if same_fields:
