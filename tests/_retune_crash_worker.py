@@ -2,18 +2,26 @@
 BLOCK=32 kills its own process (os._exit) while it is timed, when `crash` is "1". It launches the kernel
 for one key, then, when `clear` is "1", takes the key out of `.cache` (`kernel.cache.clear()`) and
 launches it again, which tunes it again. Touches `<dir>/<name>-crashes` just before it dies, and prints
-the BLOCK of each launch as a JSON line."""
+the BLOCK of each launch as a JSON line.
+
+Run as `_retune_crash_worker.py URL DIR NAME CRASH CLEAR`, or as `_retune_crash_worker.py serve`: a fork
+server that imports torch and triton once (no tuner: it checks) and, per JSON line on stdin (`argv`, `env`,
+`stdout`, `stderr`), forks a child that runs those arguments as the script run with them does, from the
+state of a fresh interpreter that imported torch and triton (tuner imported fresh, a normal interpreter
+exit with its atexit handlers), with its own streams and environment; it answers `{"rc": ...}` per line.
+The cold import of torch and triton, most of a run's cost, is paid once instead of per run."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 
 
-def main() -> int:
-    url, folder, name, crash, clear = sys.argv[1:6]
+def main(argv: list[str]) -> int:
+    url, folder, name, crash, clear = argv
     os.environ.setdefault("TRITON_INTERPRET", "1")
     os.environ["TUNER_STORAGE"] = url
     flag = Path(folder) / f"{name}-crashes"
@@ -56,5 +64,44 @@ def main() -> int:
     return 0
 
 
+def serve() -> list[str]:
+    """The fork server's loop; returns (in the forked child only) the arguments the child runs."""
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    import torch  # noqa: F401
+    import triton  # noqa: F401
+    import triton.language  # noqa: F401
+
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            os._exit(0)
+        req = json.loads(line)
+        held = sorted(m for m in sys.modules if m == "tuner" or m.startswith("tuner."))
+        threads = [t.name for t in threading.enumerate()]
+        if held or len(threads) != 1:
+            sys.stdout.write(json.dumps({"refused": [held, threads]}) + "\n")
+            sys.stdout.flush()
+            continue
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            break
+        status = os.waitpid(pid, 0)[1]
+        sys.stdout.write(json.dumps({"rc": os.waitstatus_to_exitcode(status)}) + "\n")
+        sys.stdout.flush()
+    # the child: the run's own streams and environment
+    for fd, path, flags in (
+        (0, os.devnull, os.O_RDONLY),
+        (1, req["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+        (2, req["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+    ):
+        new = os.open(path, flags)
+        os.dup2(new, fd)
+        os.close(new)
+    os.environ.update(req["env"])
+    return list(req["argv"])
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(serve() if sys.argv[1:] == ["serve"] else sys.argv[1:6]))

@@ -96,7 +96,32 @@ def _wait_for(what: str, cond: Any, proc: subprocess.Popen[str]) -> Any:
         time.sleep(0.05)
 
 
-def test_a_stopped_worker_process_is_killed_and_replaced(storage: str, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def cold_trial_timeout(tmp_path_factory: pytest.TempPathFactory) -> float:
+    """A `trial_timeout` far above what a worker process's first trial takes here and now, its process's
+    cold start and imports included: three times a whole cold `tuner study run` of a calm study of one task
+    and two trials (a process of its own, which imports what a worker does, prepares the study and the task,
+    and runs two trials), at least 1 s. On an idle machine it is a few seconds; on a loaded one it grows
+    with the load, where a fixed value was either long (the runner gives a stopped worker up only past it)
+    or too short (a replacement's first trial given up as hung)."""
+    tmp = tmp_path_factory.mktemp("calibrate")
+    path = write_study(tmp, name="cal", n_m=1, budget=2)
+    t0 = time.monotonic()
+    run = subprocess.run(
+        _worker_cmd(path),
+        env=_env(tmp, FAKE_TRIAL_SLEEP="0.3"),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    took = time.monotonic() - t0
+    assert run.returncode == 0, run.stderr[-3000:]
+    return max(1.0, 3 * took)
+
+
+def test_a_stopped_worker_process_is_killed_and_replaced(
+    storage: str, tmp_path: Path, cold_trial_timeout: float
+) -> None:
     """Was: a worker process whose heartbeat stopped with its trial (SIGSTOP here; C code that holds the
     GIL does the same) was never given up: its own `trial_timeout` runs in that heartbeat, and the runner
     waited for it for ever. Now the runner kills it once its task went `trial_timeout` (and a margin)
@@ -105,8 +130,10 @@ def test_a_stopped_worker_process_is_killed_and_replaced(storage: str, tmp_path:
     from tuner.studies import DONE, TaskBoard, load_study
 
     # trial_timeout far above a normal trial (0.3 s) on a loaded machine too: a replacement worker's first
-    # trial pays its process's cold imports, and one given up as hung there failed the count below
-    path = _study(tmp_path, storage, n_m=2, budget=4, extra="trial_timeout = 15")
+    # trial pays its process's cold imports, and one given up as hung there failed the count below (the
+    # runner kills the stopped worker only past it, a margin and two heartbeats: calibrated, not fixed)
+    timeout = f"trial_timeout = {cold_trial_timeout:.2f}"
+    path = _study(tmp_path, storage, n_m=2, budget=4, extra=timeout)
     spec = load_study(path, check_kernels=False)
     proc = _runner(path, tmp_path, "0.3")
     stopped: list[int] = []
