@@ -13,16 +13,19 @@ at INFO); every place in tuner that quiets Optuna uses this one override, so two
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator
+from types import ModuleType
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["SharedOverride", "optuna_quiet"]
+__all__ = ["SharedOverride", "import_apart", "optuna_quiet"]
 
 
 class SharedOverride(Generic[T]):
@@ -60,16 +63,39 @@ def _after_fork_in_child() -> None:  # a parent thread may have held a lock at t
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _optuna_verbosity() -> int:
-    import optuna
+def import_apart(name: str) -> ModuleType:
+    """`importlib.import_module(name)`, run the first time in a short-lived thread of its own, so that the
+    caller's frames are not among the import's.
 
+    A module that keeps a traceback from its import (Optuna keeps the ImportError of each optional package
+    it lacks, for the error it raises later) keeps the frames of that traceback alive, and each frame its
+    caller (`f_back`): imported in the caller's thread, every frame on the stack at the time stays alive
+    for good, with what it holds: the arrays or tensors a tuned call was given, a jax trace's tracers
+    (`jax.checking_leaks` reports them), and on Python 3.12 and newer, where a finished generator's frame
+    keeps the frame that last resumed it, the exception a tuning ended with, as well. In a thread of its
+    own only that thread's few frames are kept. Where no thread can start (interpreter shutdown), or the
+    import failed there, it is imported here, failing as a plain import does."""
+    mod = sys.modules.get(name)
+    if mod is not None:
+        return mod
+    try:
+        t = threading.Thread(
+            target=importlib.import_module, args=(name,), name=f"tuner-import-{name}", daemon=True
+        )
+        t.start()
+        t.join()
+    except RuntimeError:  # pragma: no cover - "can't create new thread at interpreter shutdown"
+        pass
+    return importlib.import_module(name)  # imported above: the module from sys.modules
+
+
+def _optuna_verbosity() -> int:
+    optuna = import_apart("optuna")  # first imported here on every tuning path (`optimize`)
     return int(optuna.logging.get_verbosity())
 
 
 def _set_optuna_verbosity(v: int) -> None:
-    import optuna
-
-    optuna.logging.set_verbosity(v)
+    import_apart("optuna").logging.set_verbosity(v)
 
 
 # the caller's verbosity comes back after the last running scope (their own studies log as before)
