@@ -312,6 +312,55 @@ def test_the_lease_is_renewed_until_the_finished_task_is_marked_done(
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
 
 
+def test_a_renewal_that_waited_for_the_write_lock_runs_its_full_lease(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A renewal whose UPDATE waits for SQLite's write lock (a long write transaction of this process or
+    another one; seconds on a loaded machine) writes a lease that runs from when it is written. Was: from
+    the clock read before the wait, so that after a wait nearly as long as the lease the renewal wrote a
+    lease that had run out already, the next renewal found it lost, and a live worker gave its task up
+    (seen in CI with a 3 s lease: the same worker then claimed it again, attempt 2)."""
+    import sqlite3
+    import threading
+
+    from tuner.storage import sqlite_path
+    from tuner.studies import TaskBoard, load_study, prepare_study
+
+    lease_s = 60.0
+    spec = prepare_study(load_study(write_study(tmp_path, n_m=1, budget=2), check_kernels=False))
+    board = TaskBoard(spec.storage)
+    claim = board.claim(spec.name, "w:1", lease_s)
+    assert claim is not None
+    path = sqlite_path(spec.storage)
+    assert path is not None
+    writer = sqlite3.connect(path, isolation_level=None, timeout=60)
+    writer.execute("BEGIN IMMEDIATE")  # holds the write lock until COMMIT below
+    real_now = board._now
+    began: list[float] = []
+
+    def now(conn: Any) -> float:
+        t = real_now(conn)
+        began.append(t)
+        return t
+
+    monkeypatch.setattr(board, "_now", now)
+    renewed: list[bool] = []
+    renewal = threading.Thread(target=lambda: renewed.append(board.renew(claim, lease_s)))
+    renewal.start()
+    deadline = time.monotonic() + 60
+    while not began or board.now() <= began[0] + 0.5:  # it read the clock, then waits for the lock
+        assert time.monotonic() < deadline and renewal.is_alive(), (began, renewed)
+        time.sleep(0.02)
+    released = board.now()
+    writer.execute("COMMIT")
+    writer.close()
+    renewal.join(60)
+    assert renewed == [True]
+    [row] = board.rows(spec.name)
+    assert row.lease_expires_at is not None and row.lease_expires_at >= released + lease_s, (row, released)
+    board.close()
+
+
 def test_budget_increase_reopens_a_finished_task(tmp_path: Path) -> None:
     from tuner.studies import load_study, run_study
 

@@ -22,9 +22,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import Float, func, literal, literal_column, select, text, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.sql.elements import ColumnElement
 
 from ..storage import (
     LeaseLost,
@@ -45,6 +46,12 @@ from ..storage._schema import tasks_table
 from ._spec import StudyError, StudyTask
 
 log = logging.getLogger(__name__)
+
+# The database's clock in seconds since the epoch, as SQL (the clock every lease is measured by).
+_CLOCK_SQL = {
+    "postgresql": "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)",
+    "sqlite": "((julianday('now') - 2440587.5) * 86400.0)",
+}
 
 __all__ = ["TaskBoard", "Claim", "TaskRow", "PENDING", "RUNNING", "DONE", "FAILED"]
 
@@ -144,12 +151,19 @@ class TaskBoard:
 
     # ---- clock -------------------------------------------------------------------------------------
     def _now(self, conn: Connection) -> float:
-        dialect = conn.dialect.name
-        if dialect == "postgresql":
-            return float(conn.execute(text("SELECT EXTRACT(EPOCH FROM clock_timestamp())")).scalar_one())
-        if dialect == "sqlite":
-            return float(conn.execute(text("SELECT (julianday('now') - 2440587.5) * 86400.0")).scalar_one())
-        return time.time()
+        clock = _CLOCK_SQL.get(conn.dialect.name)
+        if clock is None:
+            return time.time()
+        return float(conn.execute(text(f"SELECT {clock}")).scalar_one())
+
+    def _now_sql(self, conn: Connection) -> ColumnElement[float]:
+        """The database's clock as read by the statement that uses it, when it runs: after its wait for
+        the write lock (SQLite) or the row's lock (PostgreSQL), not before it as `_now` in the same
+        transaction. A lease renewed or claimed at that time lasts its full length from then on."""
+        clock = _CLOCK_SQL.get(conn.dialect.name)
+        if clock is None:
+            return literal(time.time(), Float)
+        return literal_column(clock, Float)
 
     def now(self) -> float:
         with self.engine.connect() as conn:
@@ -309,8 +323,8 @@ class TaskBoard:
                         status=RUNNING,
                         worker=worker,
                         lease_token=token,
-                        lease_expires_at=now + lease_s,
-                        heartbeat_at=now,
+                        lease_expires_at=self._now_sql(conn) + lease_s,
+                        heartbeat_at=self._now_sql(conn),
                         attempts=c.attempts + 1,
                         started_at=func.coalesce(c.started_at, now),
                         error=None,
@@ -414,10 +428,14 @@ class TaskBoard:
     ) -> bool:
         c = tasks_table.c
         with operation(f"renewing the lease of task {claim.task.key}"), self.engine.begin() as conn:
+            # `now` (read before the UPDATE waits for its lock) decides whether the lease still held when
+            # the renewal began; the new lease runs from when it is written (`_now_sql`). Was: from `now`,
+            # so that a renewal that waited for the write lock (a long write transaction of this process
+            # or another) wrote a lease that had run out already, and the next one found it lost.
             now = self._now(conn)
             values: dict[str, Any] = {
-                "lease_expires_at": now + lease_s,
-                "heartbeat_at": now,
+                "lease_expires_at": self._now_sql(conn) + lease_s,
+                "heartbeat_at": self._now_sql(conn),
                 "spent_s": c.spent_s + spent_add,
             }
             if trials_done is not None:
@@ -537,7 +555,7 @@ class TaskBoard:
         c = tasks_table.c
         token = uuid.uuid4().hex
         with operation("taking a task over"), self.engine.begin() as conn:
-            now = self._now(conn)
+            now = self._now_sql(conn)
             res = conn.execute(
                 update(tasks_table)
                 .where((c.id == row_id) & (c.worker == worker_from) & (c.status == RUNNING))
