@@ -16,6 +16,8 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tuner._parse import parse
+
 from ._space import Constraint
 
 __all__ = ["RestrictionError", "block_size_restriction", "restriction_constraint", "restriction_constraints"]
@@ -139,7 +141,7 @@ class _Expr:
             raise RestrictionError(f"restriction of {len(text)} characters is over the limit of {_MAX_LEN}")
         self.text = text
         try:
-            self.tree = ast.parse(text.strip(), mode="eval").body
+            self.tree = parse(text.strip(), mode="eval").body
         except SyntaxError as exc:
             raise RestrictionError(f"restriction {text!r} is not a Python expression ({exc.msg})") from None
         self.uses: list[str] = []

@@ -15,6 +15,8 @@ import functools
 import sys
 from typing import Any
 
+from tuner._parse import parse
+
 __all__ = ["MainGuardError", "check_main_guard", "unguarded_call_site"]
 
 
@@ -36,7 +38,7 @@ def _guarded_ranges(path: str) -> tuple[tuple[int, int], ...] | None:
     """Line ranges of the bodies of `if __name__ == "__main__":` blocks; None if the file cannot be read."""
     try:
         with open(path, encoding="utf-8") as f:
-            tree = ast.parse(f.read(), filename=path)
+            tree = parse(f.read(), filename=path)
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
     out = []

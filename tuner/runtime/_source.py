@@ -56,6 +56,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from tuner._parse import parse
 from tuner._versions import FRAMEWORK_PACKAGES
 
 log = logging.getLogger(__name__)
@@ -151,7 +152,7 @@ def _top_package(module: str | None) -> str:
 
 def _parse(text: str) -> ast.Module | None:
     try:
-        return ast.parse(text)
+        return parse(text)
     except SyntaxError:
         return None
 
@@ -475,7 +476,7 @@ class _Values:
 def _imported_modules(path: Path, module: str, package: str) -> list[str]:
     """Modules of `package` that the file imports (absolute or relative), as dotted names."""
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError):
         return []
     out = []
