@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 from pathlib import Path
 
 
@@ -70,37 +69,9 @@ def serve() -> list[str]:
     import torch  # noqa: F401
     import triton  # noqa: F401
     import triton.language  # noqa: F401
+    from _fork_server import fork_per_request  # this script's folder is first on sys.path
 
-    while True:
-        line = sys.stdin.readline()
-        if not line:
-            os._exit(0)
-        req = json.loads(line)
-        held = sorted(m for m in sys.modules if m == "tuner" or m.startswith("tuner."))
-        threads = [t.name for t in threading.enumerate()]
-        if held or len(threads) != 1:
-            sys.stdout.write(json.dumps({"refused": [held, threads]}) + "\n")
-            sys.stdout.flush()
-            continue
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            break
-        status = os.waitpid(pid, 0)[1]
-        sys.stdout.write(json.dumps({"rc": os.waitstatus_to_exitcode(status)}) + "\n")
-        sys.stdout.flush()
-    # the child: the run's own streams and environment
-    for fd, path, flags in (
-        (0, os.devnull, os.O_RDONLY),
-        (1, req["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
-        (2, req["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
-    ):
-        new = os.open(path, flags)
-        os.dup2(new, fd)
-        os.close(new)
-    os.environ.update(req["env"])
-    return list(req["argv"])
+    return list(fork_per_request()["argv"])
 
 
 if __name__ == "__main__":

@@ -153,39 +153,15 @@ KERNEL_STACK = ("torch", "triton", "jax", "jax.numpy")
 # carry); and the server forks only while it runs no thread but its main one, so the child starts from the
 # state a fresh interpreter that imported the stack is in.
 ZYGOTE = r"""
-import json, os, select, sys, tempfile, threading
-while True:
-    _se_line = sys.stdin.readline()
-    if not _se_line:
-        os._exit(0)
-    _se_req = json.loads(_se_line)
-    _se_tuner = sorted(m for m in sys.modules if m == "tuner" or m.startswith("tuner."))
-    _se_threads = [t.name for t in threading.enumerate()]
-    if _se_tuner or len(_se_threads) != 1:
-        sys.stdout.write(json.dumps({"refused": [_se_tuner, _se_threads]}) + "\n")
-        sys.stdout.flush()
-        continue
-    sys.stdout.flush()
-    sys.stderr.flush()
-    _se_pid = os.fork()
-    if _se_pid == 0:
-        break
-    _se_status = os.waitpid(_se_pid, 0)[1]
-    sys.stdout.write(json.dumps({"rc": os.waitstatus_to_exitcode(_se_status)}) + "\n")
-    sys.stdout.flush()
-# the child: the use's own streams, folder and environment, then its script at module level
-for _se_fd, _se_path, _se_flags in ((0, os.devnull, os.O_RDONLY),
-                                    (1, _se_req["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
-                                    (2, _se_req["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
-    _se_new = os.open(_se_path, _se_flags)
-    os.dup2(_se_new, _se_fd)
-    os.close(_se_new)
-os.environ.update(_se_req["env"])
+import os, tempfile
+from tests._fork_server import fork_per_request as _se_fork
+_se_req = _se_fork()
+# the child: its own streams and environment (set by the loop), folder and temp folder, then the script
 os.chdir(_se_req["cwd"])
 tempfile.tempdir = None
 tempfile.gettempdir()
 _se_code = compile(_se_req["script"], "<string>", "exec")
-del _se_line, _se_req, _se_tuner, _se_threads, _se_pid, _se_fd, _se_path, _se_flags, _se_new
+del _se_req, _se_fork
 exec(_se_code)
 """
 
