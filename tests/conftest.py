@@ -60,6 +60,17 @@ def _optuna_verbosity_restored() -> Iterator[None]:
         mod.logging.set_verbosity(before)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Python's own SIGINT handler (KeyboardInterrupt) in every test process, as in a terminal's foreground:
+    a shell starts a background job (`pytest ... &`, `nohup`) with SIGINT ignored, and the tests that send
+    SIGINT to this process, or to a child they start (which inherits an ignored SIGINT, and gets the
+    default where this process has a handler), failed there. Tests of an ignored SIGINT set it themselves."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_report_header() -> list[str]:
     """Says when the kernels extra is missing: the tests that run kernels then fail on the missing
     framework (ModuleNotFoundError), and this line says why and what to install."""
