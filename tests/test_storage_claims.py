@@ -126,6 +126,29 @@ def test_waiting_caller_logs_its_holder_and_takes_over_when_it_dies(
     assert "is gone; taking it over" in caplog.text
 
 
+def _worker_after_trials(
+    tmp_path: Path, path: Path, sleep: str, trials: int, **popen: Any
+) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """`tuner study run` on `path` (the fake executor, each trial `sleep` s) once it finished `trials`
+    trials, and its environment."""
+    log_file = tmp_path / "evals.jsonl"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "FAKE_TRIAL_SLEEP": sleep,
+        "FAKE_EVAL_LOG": str(log_file),
+    }
+    proc = subprocess.Popen(_worker_cmd(path), cwd=REPO, env=env, text=True, **popen)
+    deadline = time.monotonic() + 60
+    while not (log_file.exists() and len(log_file.read_text().splitlines()) >= trials):
+        if not (time.monotonic() < deadline and proc.poll() is None):
+            proc.kill()
+            proc.communicate()
+            pytest.fail("the worker never ran a trial")
+        time.sleep(0.05)
+    return proc, env
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_sigterm_and_sighup_hand_the_study_task_back(sig: int, tmp_path: Path) -> None:
@@ -133,19 +156,8 @@ def test_sigterm_and_sighup_hand_the_study_task_back(sig: int, tmp_path: Path) -
 
     path = write_study(tmp_path, n_m=2, budget=40, lease_seconds=600)
     spec = load_study(path, check_kernels=False)
-    log_file = tmp_path / "evals.jsonl"
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        "FAKE_TRIAL_SLEEP": "0.1",
-        "FAKE_EVAL_LOG": str(log_file),
-    }
-    proc = subprocess.Popen(_worker_cmd(path), cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+    proc, _env = _worker_after_trials(tmp_path, path, "0.1", 3, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 60
-        while not (log_file.exists() and len(log_file.read_text().splitlines()) >= 3):
-            assert time.monotonic() < deadline and proc.poll() is None, "the worker never ran a trial"
-            time.sleep(0.05)
         board = TaskBoard(spec.storage)
         assert any(r.status == RUNNING for r in board.rows(spec.name))
         proc.send_signal(sig)
@@ -160,24 +172,45 @@ def test_sigterm_and_sighup_hand_the_study_task_back(sig: int, tmp_path: Path) -
     assert f"received {signal.Signals(sig).name}: handing the task back" in err
 
 
+def _ignore_sighup() -> None:
+    """A `preexec_fn`: SIGHUP ignored, as `nohup` starts a command."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="POSIX signals")
+def test_a_worker_started_by_nohup_goes_on_after_sighup(tmp_path: Path) -> None:
+    """`nohup tuner study run ... &`: SIGHUP (the terminal closed, its shell passing it on to its jobs) is
+    ignored, as the user asked. Was: the worker put its own handler over the ignored SIGHUP, handed its task
+    back and exited 130."""
+    from tuner.studies import DONE, TaskBoard, load_study
+
+    path = write_study(tmp_path, n_m=1, budget=6, lease_seconds=600)
+    spec = load_study(path, check_kernels=False)
+    proc, _env = _worker_after_trials(
+        tmp_path, path, "0.2", 2, stderr=subprocess.PIPE, preexec_fn=_ignore_sighup
+    )
+    try:
+        proc.send_signal(signal.SIGHUP)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert "received SIGHUP" not in err, err[-2000:]
+    board = TaskBoard(spec.storage)
+    try:
+        assert [r.status for r in board.rows(spec.name)] == [DONE]
+    finally:
+        board.close()
+
+
 @pytest.mark.slow
 def test_study_task_of_a_killed_worker_on_this_host_is_taken_over_at_once(tmp_path: Path) -> None:
     from tuner.studies import DONE, RUNNING, TaskBoard, load_study
 
     path = write_study(tmp_path, n_m=2, budget=4, lease_seconds=600)
     spec = load_study(path, check_kernels=False)
-    log_file = tmp_path / "evals.jsonl"
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        "FAKE_TRIAL_SLEEP": "0.2",
-        "FAKE_EVAL_LOG": str(log_file),
-    }
-    proc = subprocess.Popen(_worker_cmd(path), cwd=REPO, env=env, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while not (log_file.exists() and len(log_file.read_text().splitlines()) >= 2):
-        assert time.monotonic() < deadline and proc.poll() is None, "the worker never ran a trial"
-        time.sleep(0.05)
+    proc, env = _worker_after_trials(tmp_path, path, "0.2", 2, stderr=subprocess.DEVNULL)
     proc.kill()
     proc.wait()
     board = TaskBoard(spec.storage)

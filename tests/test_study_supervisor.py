@@ -63,8 +63,16 @@ def _holders(spec: Any) -> dict[int, str]:
     return out
 
 
-def _runner(path: Path, tmp_path: Path, sleep: str, *extra: str) -> subprocess.Popen[str]:
-    """`tuner study run` on the study file `path`, each trial taking `sleep` seconds."""
+def _ignore_sigint() -> None:
+    """A `preexec_fn`: SIGINT ignored, as a shell starts a background job (`tuner study run ... &`)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _runner(
+    path: Path, tmp_path: Path, sleep: str, *extra: str, ignore_sigint: bool = False
+) -> subprocess.Popen[str]:
+    """`tuner study run` on the study file `path`, each trial taking `sleep` seconds (started with SIGINT
+    ignored where `ignore_sigint`, else with its default)."""
     return subprocess.Popen(
         [*_worker_cmd(path), *extra],
         env=_env(tmp_path, FAKE_TRIAL_SLEEP=sleep),
@@ -72,6 +80,7 @@ def _runner(path: Path, tmp_path: Path, sleep: str, *extra: str) -> subprocess.P
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=_ignore_sigint if ignore_sigint else None,
     )
 
 
@@ -160,12 +169,16 @@ def test_a_stopped_worker_process_is_killed_and_replaced(
         _end(proc, stopped)
 
 
-@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGINT-stopped"])
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGINT-stopped", "SIGTERM-background"])
 def test_interrupting_the_runner_stops_every_worker_process(storage: str, tmp_path: Path, how: str) -> None:
     """Ctrl-C (SIGINT), or SIGTERM, on the supervising runner alone: every worker process stops, the
     tasks in progress go back to the queue with their finished trials, the runner exits 130 and leaves no
     process behind. Was: a worker that did not stop on SIGINT (stopped here; stuck in a hung trial
-    likewise) kept the runner waiting for it for ever."""
+    likewise) kept the runner waiting for it for ever.
+
+    SIGTERM-background: the runner started with SIGINT ignored (a shell's background job, `... &`), which
+    its workers inherit. Was: the runner asked them to stop with SIGINT, which they ignored; it killed them
+    after `STOP_GRACE_S`, their trials in flight with them. Now it sends them SIGTERM: they hand back."""
     from tuner.studies import PENDING, RUNNING, TaskBoard, load_study
     from tuner.studies._runner import _optuna_storage, task_trials
 
@@ -173,7 +186,7 @@ def test_interrupting_the_runner_stops_every_worker_process(storage: str, tmp_pa
         pytest.skip("the store plays no part in it; SQLite covers it")
     path = _study(tmp_path, storage, n_m=3, budget=40, extra="trial_timeout = 60")
     spec = load_study(path, check_kernels=False)
-    proc = _runner(path, tmp_path, "0.2", "--workers", "2")
+    proc = _runner(path, tmp_path, "0.2", "--workers", "2", ignore_sigint=how == "SIGTERM-background")
     children: list[int] = []
     try:
         held = _wait_for(
@@ -188,13 +201,15 @@ def test_interrupting_the_runner_stops_every_worker_process(storage: str, tmp_pa
         done = _wait_for("two finished trials", lambda: finished() >= 2 and finished(), proc)
         if how == "SIGINT-stopped":
             os.kill(children[0], signal.SIGSTOP)
-        proc.send_signal(signal.SIGTERM if how == "SIGTERM" else signal.SIGINT)
+        proc.send_signal(signal.SIGTERM if how.startswith("SIGTERM") else signal.SIGINT)
         try:
             _out, err = proc.communicate(timeout=120)
         except subprocess.TimeoutExpired:
             pytest.fail(f"the runner did not stop: {[p for p in children if _running(p)]} still run")
         assert proc.returncode == 130, err[-3000:]
         assert not [p for p in children if _running(p)], "worker processes left behind"
+        if how == "SIGTERM-background":  # each worker handed its task back itself, none was killed
+            assert "did not stop on the interrupt" not in err, err[-3000:]
         board = TaskBoard(spec.storage)
         rows = board.rows(spec.name)
         board.close()

@@ -625,7 +625,9 @@ class _Interrupt(threading.Event):
 @contextlib.contextmanager
 def _signals_as_interrupt() -> Iterator[threading.Event | None]:
     """While inside, SIGTERM and SIGHUP raise KeyboardInterrupt (main thread only; elsewhere nothing
-    changes), so the running task is handed back to the board at once, as after SIGINT.
+    changes), so the running task is handed back to the board at once, as after SIGINT. A SIGHUP that the
+    process ignores (started by `nohup`) stays ignored; SIGTERM is always handled: it is how the study
+    runner stops its workers where they ignore SIGINT (`_Supervisor._stop`).
 
     Yields an event that every one of these signals, SIGINT included (unless a program installed its own
     SIGINT handler), sets before raising. A KeyboardInterrupt raised while Python runs a finaliser or a
@@ -678,7 +680,8 @@ def _signals_as_interrupt() -> Iterator[threading.Event | None]:
         seen.raised = True
         raise KeyboardInterrupt
 
-    sigs = list(_HANDBACK_SIGNALS)
+    # SIGHUP that this process ignores (`nohup`) stays ignored: closing the terminal must not stop it
+    sigs = [s for s in _HANDBACK_SIGNALS if s == signal.SIGTERM or signal.getsignal(s) is not signal.SIG_IGN]
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         sigs.append(signal.SIGINT)
     old: dict[Any, Any] = {}
@@ -1432,13 +1435,14 @@ class _Supervisor:
         ) + f" and handed task {claim.task.key} back"
 
     def _stop(self) -> None:
-        """Ctrl-C: ask every worker process to hand its task back (SIGINT: the terminal sent it to them
-        as well, or not, with `kill -INT` on the runner), wait `STOP_GRACE_S` for them, kill the rest
-        and hand their tasks back; no worker process is left behind, every finished trial is kept."""
+        """Ctrl-C: ask every worker process to hand its task back (`_stop_signal`), wait `STOP_GRACE_S`
+        for them, kill the rest and hand their tasks back; no worker process is left behind, every
+        finished trial is kept."""
         live = [p for p in self.procs if p.poll() is None]
+        stop = _stop_signal()
         for p in live:
             with contextlib.suppress(ProcessLookupError):
-                p.send_signal(signal.SIGINT)
+                p.send_signal(stop)
         deadline = time.monotonic() + STOP_GRACE_S
         try:
             for p in live:
@@ -1464,6 +1468,15 @@ class _Supervisor:
                     board.release(self.spec.name, worker)
         except Exception as exc:  # noqa: BLE001 - a worker of this host takes a dead one's task over at once
             log.error("could not hand back the tasks of the killed workers: %s", exc)
+
+
+def _stop_signal() -> int:
+    """The signal that asks the runner's worker processes to hand their tasks back: SIGINT, which a
+    terminal's Ctrl-C sent them as well (or not, with `kill -INT` on the runner), unless this process
+    ignores SIGINT. Its workers then ignore it too (a shell starts a background job, `cmd &`, with SIGINT
+    ignored, and the workers inherit that): SIGINT left them running, and the runner killed them after
+    `STOP_GRACE_S`, with their trials in flight. SIGTERM, which a worker always hands its task back on."""
+    return signal.SIGTERM if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else signal.SIGINT
 
 
 def _kill(p: subprocess.Popen[bytes]) -> None:
