@@ -262,7 +262,13 @@ def stand_in_values(
     kernel under a registry name)."""
     own = spec.extra.get("stand_ins")
     if callable(own):
-        return dict(own(problem, backend, inputs))
+        given = own(problem, backend, inputs)
+        if not isinstance(given, Mapping):
+            raise TypeError(
+                f"kernel {spec.name!r}: its extra['stand_ins'] returned {type(given).__name__}, not a dict "
+                f"{{input name: array}}"
+            )
+        return dict(given)
     fn = _STAND_INS.get(_registry_kernel(spec, _STAND_INS) or "")
     if fn is None:
         return {}

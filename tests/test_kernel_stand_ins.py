@@ -136,6 +136,32 @@ def test_a_stand_in_of_another_shape_is_refused():
         del REGISTRY["moe_gemm_bad"]
 
 
+@pytest.mark.parametrize(
+    ("given", "error", "match"),
+    [
+        ({"group_sizes": {"a": np.array([4, 4, 4], np.int32)}}, ValueError, r"stand_ins give input 'group_sizes' the structure PyTreeDef\(\{'a': \*\}\), the traced input has PyTreeDef\(\*\)"),
+        ({"group_sizes": "4,4,4"}, ValueError, r"stand_ins give input 'group_sizes' a str \('4,4,4'\), not an array"),
+        ([("group_sizes", [4, 4, 4])], TypeError, r"kernel 'moe_gemm_checked': its extra\['stand_ins'\] returned list, not a dict"),
+    ],
+    ids=["pytree", "str", "pairs"],
+)  # fmt: skip
+def test_a_specs_stand_ins_are_checked_as_autotunes_are(seen_group_sizes, given, error, match):
+    # `tuner.kernel` checked a spec's stand-ins by shape and dtype only: a pytree for an array input
+    # raised jax's "entry not a 2- or 3- tuple", a str jax's TypeError, naming no input; a list of pairs
+    # was taken as the dict it is not. Now the one check of `tuner.autotune(stand_ins=...)`.
+    from tuner.kernels._registry import REGISTRY
+
+    _own_moe("moe_gemm_checked", stand_ins=lambda p, b, i: given)
+    try:
+        inputs = get_kernel("moe_gemm").make_inputs(MOE, "pallas", 0)
+        f = tuner.kernel("moe_gemm_checked", backend="pallas", budget=2, storage=False, bench=_bench)
+        with pytest.raises(error, match=match):
+            _jitted(f, MOE, inputs)
+    finally:
+        del REGISTRY["moe_gemm_checked"]
+    assert seen_group_sizes == [] and f.tuner.stats["tuned"] == 0  # nothing timed
+
+
 def _own_moe(name, **extra):
     """A spec of one's own made from moe_gemm (the same launchers), registered under `name`."""
     from tuner.kernels._registry import REGISTRY
