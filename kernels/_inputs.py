@@ -11,7 +11,8 @@ source hash: a change here leaves every cached config an exact hit); another spe
 `check_input_values(spec, problem, backend, inputs)` checks what the kernel needs of the values of an
 input, where its launchers do not check them on the device (that would wait for the device at every
 launch): moe_gemm's group sizes, for the registry's spec and a spec of one's own made from it (the same
-`run`). It reads them (a device sync), so it runs where `check_inputs` runs, on a miss, and only with
+`run`); another spec gives its own as `extra["check_values"]` (a function of (problem, backend, inputs)
+returning None or what is wrong). It reads them (a device sync), so it runs where `check_inputs` runs, on a miss, and only with
 concrete arrays (not jax tracers, not torch placeholders): a miss inside a jax trace checks the values it
 is tuned on, the call's own where they are concrete, else the stand-ins (a spec's own included).
 
@@ -201,15 +202,36 @@ def check_input_values(
     spec: KernelSpec, problem: Mapping[str, Any], backend: str, inputs: Mapping[str, Any]
 ) -> None:
     """The values of a call's inputs that the kernel needs to be right (after `check_inputs`, on readable
-    arrays: it reads them): ValueError naming the input, what it holds and what it must hold. Nothing to
-    check for a kernel with no such need (or a spec of another kernel under a registry name)."""
+    arrays: it reads them): ValueError naming the input, what it holds and what it must hold. The
+    registry's kernels' checks (and a spec's made from one, the same `run`), then a spec's own
+    `extra["check_values"]`, a function of (problem, backend, inputs) returning None, or what is wrong
+    (a str; or it raises ValueError). Nothing to check for a kernel with neither."""
+    where = f"kernel {spec.name!r} ({backend}), problem {dict(problem)}"
     check = _VALUES.get(_registry_kernel(spec, _VALUES) or "")
-    if check is None:
+    if check is not None:
+        name, values = check
+        bad = values(problem, inputs)
+        if bad is not None:
+            raise ValueError(f"{where}: input {name!r} {bad}")
+    own = spec.extra.get("check_values")
+    if own is None:
         return
-    name, values = check
-    bad = values(problem, inputs)
-    if bad is not None:
-        raise ValueError(f"kernel {spec.name!r} ({backend}), problem {dict(problem)}: input {name!r} {bad}")
+    if not callable(own):
+        raise TypeError(
+            f"kernel {spec.name!r}: extra['check_values'] must be a function of (problem, backend, inputs), "
+            f"got {type(own).__name__}"
+        )
+    try:
+        said = own(problem, backend, inputs)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from exc
+    if said is not None and not isinstance(said, str):
+        raise TypeError(
+            f"kernel {spec.name!r}: extra['check_values'] returned {type(said).__name__}; it returns None, "
+            f"or a str saying what is wrong with the inputs"
+        )
+    if said:
+        raise ValueError(f"{where}: {said}")
 
 
 def balanced_group_sizes(T: int, E: int) -> list[int]:
@@ -262,7 +284,13 @@ def stand_in_values(
     kernel under a registry name)."""
     own = spec.extra.get("stand_ins")
     if callable(own):
-        return dict(own(problem, backend, inputs))
+        given = own(problem, backend, inputs)
+        if not isinstance(given, Mapping):
+            raise TypeError(
+                f"kernel {spec.name!r}: its extra['stand_ins'] returned {type(given).__name__}, not a dict "
+                f"{{input name: array}}"
+            )
+        return dict(given)
     fn = _STAND_INS.get(_registry_kernel(spec, _STAND_INS) or "")
     if fn is None:
         return {}

@@ -142,6 +142,8 @@ def test_a_python_number_traced_by_jit_takes_a_number():
         ({"group_sizes": jnp.ones((4,), jnp.int32)}, r"argument 'group_sizes' shape \(4,\) dtype int32, the traced argument has shape \(3,\) dtype int32"),
         ({"group_sizes": jnp.ones((3,), jnp.float32)}, r"argument 'group_sizes' shape \(3,\) dtype float32, the traced argument has shape \(3,\) dtype int32"),
         ({"group_sizes": lambda s: {"a": s}}, r"argument 'group_sizes' the structure"),
+        # a leaf that is no array: named (before: jax's TypeError, naming neither argument nor leaf)
+        ({"group_sizes": "5,0,3"}, r"argument 'group_sizes' a str \('5,0,3'\), not an array"),
         (lambda x, group_sizes: {"sizes": 1}, r"the stand_ins function gives \['sizes'\], which are not parameters"),
     ],
 )  # fmt: skip

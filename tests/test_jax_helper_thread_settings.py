@@ -8,6 +8,7 @@ traces (shard_map's mesh, `ensure_compile_time_eval`) is not carried: the helper
 from __future__ import annotations
 
 import contextvars
+import logging
 import threading
 import warnings
 
@@ -301,11 +302,6 @@ def _interrupt_once(started):
     threading.Thread(target=interrupt, daemon=True).start()
 
 
-# The helper's KeyboardInterrupt, where it lands in jax's garbage-collection callback (now and then under
-# load), is reported as unraisable and lost; the tuning stops at its next check all the same (below).
-@pytest.mark.filterwarnings(
-    "ignore:(?s)Exception ignored in.*KeyboardInterrupt:pytest.PytestUnraisableExceptionWarning"
-)
 def test_ctrl_c_while_a_traced_call_tunes_stops_the_tuning():
     """Ctrl-C while a call inside jax.jit tunes stops that tuning, as it stops an eager call's: the
     helper thread used to go on tuning in the background after the caller got its KeyboardInterrupt
@@ -340,12 +336,15 @@ def test_ctrl_c_while_a_traced_call_tunes_stops_the_tuning():
     np.testing.assert_allclose(np.asarray(out), scale.tuner.last_choice["config"]["b"])
 
 
-def test_ctrl_c_lost_in_a_del_of_the_helper_still_stops_the_tuning(tmp_path):
+def test_ctrl_c_lost_in_a_del_of_the_helper_still_stops_the_tuning(tmp_path, caplog):
     """The KeyboardInterrupt that Ctrl-C of a traced call raises in the helper thread is lost where it
-    lands in Python code called from C (here a `__del__`; in the suite, jax's garbage-collection
+    lands in Python code called from C (here a `__del__`; in real programs, jax's garbage-collection
     callback): Python reports it as unraisable and the code goes on. The helper used to go on tuning
     every config and store the winner after its caller was interrupted, the caller waiting for all of
-    it. Now the tuning stops before its next config: nothing is timed after, stored or left claimed."""
+    it. Now the tuning stops before its next config: nothing is timed after, stored or left claimed.
+    And the loss, handled, is no longer reported to the program's unraisable hook (which printed
+    "Exception ignored in: <function _xla_gc_callback ...> KeyboardInterrupt" after a Ctrl-C): a debug
+    line says it instead."""
     import sqlite3
     import sys
     import time
@@ -373,11 +372,12 @@ def test_ctrl_c_lost_in_a_del_of_the_helper_still_stops_the_tuning(tmp_path):
     hook = sys.unraisablehook
     sys.unraisablehook = lambda u: lost.append(u.exc_type)
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with caplog.at_level(logging.DEBUG, logger="tuner.runtime._jax"), pytest.raises(KeyboardInterrupt):
             jax.jit(scale)(jnp.ones(8))
     finally:
         sys.unraisablehook = hook
-    assert lost == [KeyboardInterrupt]  # the helper's KeyboardInterrupt was lost in the __del__
+    assert lost == []  # before: [KeyboardInterrupt], reported to the program's hook (printed by default)
+    assert any("was lost in" in r.getMessage() and "Slow" in r.getMessage() for r in caplog.records)
     helpers = [t for t in threading.enumerate() if t.name.startswith("tuner-concrete-")]
     assert helpers == [] and benched == [1], (helpers, benched)
     assert scale.tuner.stats["tuned"] == 0

@@ -136,6 +136,32 @@ def test_a_stand_in_of_another_shape_is_refused():
         del REGISTRY["moe_gemm_bad"]
 
 
+@pytest.mark.parametrize(
+    ("given", "error", "match"),
+    [
+        ({"group_sizes": {"a": np.array([4, 4, 4], np.int32)}}, ValueError, r"stand_ins give input 'group_sizes' the structure PyTreeDef\(\{'a': \*\}\), the traced input has PyTreeDef\(\*\)"),
+        ({"group_sizes": "4,4,4"}, ValueError, r"stand_ins give input 'group_sizes' a str \('4,4,4'\), not an array"),
+        ([("group_sizes", [4, 4, 4])], TypeError, r"kernel 'moe_gemm_checked': its extra\['stand_ins'\] returned list, not a dict"),
+    ],
+    ids=["pytree", "str", "pairs"],
+)  # fmt: skip
+def test_a_specs_stand_ins_are_checked_as_autotunes_are(seen_group_sizes, given, error, match):
+    # `tuner.kernel` checked a spec's stand-ins by shape and dtype only: a pytree for an array input
+    # raised jax's "entry not a 2- or 3- tuple", a str jax's TypeError, naming no input; a list of pairs
+    # was taken as the dict it is not. Now the one check of `tuner.autotune(stand_ins=...)`.
+    from tuner.kernels._registry import REGISTRY
+
+    _own_moe("moe_gemm_checked", stand_ins=lambda p, b, i: given)
+    try:
+        inputs = get_kernel("moe_gemm").make_inputs(MOE, "pallas", 0)
+        f = tuner.kernel("moe_gemm_checked", backend="pallas", budget=2, storage=False, bench=_bench)
+        with pytest.raises(error, match=match):
+            _jitted(f, MOE, inputs)
+    finally:
+        del REGISTRY["moe_gemm_checked"]
+    assert seen_group_sizes == [] and f.tuner.stats["tuned"] == 0  # nothing timed
+
+
 def _own_moe(name, **extra):
     """A spec of one's own made from moe_gemm (the same launchers), registered under `name`."""
     from tuner.kernels._registry import REGISTRY
@@ -192,3 +218,99 @@ def test_concrete_group_sizes_of_a_traced_call_are_checked(seen_group_sizes):
     with pytest.raises(ValueError, match=r"holds \[5, 3, 5\], which sum to 13.*the call's own"):
         jax.jit(lambda x, w: f(MOE, {"x": x, "w": w, "group_sizes": bad}))(inputs["x"], inputs["w"])
     assert seen_group_sizes == []
+
+
+# ---- a spec of one's own, not made from a registered kernel: its own value check ---------------------
+def _lengths_spec(**extra):
+    """Row sums of x (B, L) over each row's first `lengths[b]` columns: lengths outside [0, L] read past
+    the row (a Pallas kernel would read another row's values, or padding, without an error)."""
+    from tuner.kernels._registry import KernelSpec
+    from tuner.search_spaces import Categorical, SearchSpace
+
+    def run(problem, backend, inputs, config):
+        x, lengths = inputs["x"], inputs["lengths"]
+        mask = jnp.arange(x.shape[1])[None, :] < lengths[:, None]
+        return jnp.where(mask, x, 0.0).sum(1)
+
+    def make_inputs(problem, backend, seed):
+        B, L = problem["B"], problem["L"]
+        return {"x": jnp.ones((B, L), jnp.float32), "lengths": jnp.full((B,), L // 2, jnp.int32)}
+
+    return KernelSpec(
+        name="own_lengths",
+        description="masked row sums",
+        backends=("pallas",),
+        dtypes=("float32",),
+        default_problem={"B": 4, "L": 8, "dtype": "float32"},
+        shape_fields=("B", "L"),
+        space=lambda problem, device, backend: SearchSpace([Categorical("unroll", [1, 2])]),
+        make_inputs=make_inputs,
+        reference=lambda problem, inputs: np.asarray(run(problem, "pallas", inputs, {})),
+        run=run,
+        flops=lambda p: float(p["B"] * p["L"]),
+        bytes_moved=lambda p: float(p["B"] * p["L"] * 4),
+        tolerance=lambda dtype: (1e-5, 1e-5),
+        extra=extra,
+    )
+
+
+def _lengths_in_range(problem, backend, inputs):
+    lengths = [int(v) for v in np.asarray(inputs["lengths"])]
+    if any(not 0 <= n <= problem["L"] for n in lengths):
+        return f"input 'lengths' holds {lengths}: each must be in [0, L={problem['L']}]"
+    return None
+
+
+LENGTHS = {"B": 4, "L": 8, "dtype": "float32"}
+
+
+@pytest.fixture
+def own_lengths():
+    from tuner.kernels._registry import REGISTRY
+
+    def register(**extra):
+        REGISTRY["own_lengths"] = _lengths_spec(**extra)
+        return tuner.kernel("own_lengths", backend="pallas", budget=2, storage=False, bench=_bench)
+
+    yield register
+    REGISTRY.pop("own_lengths", None)
+
+
+def test_a_spec_of_ones_own_checks_values_with_its_check_values(own_lengths):
+    # Before: a spec not made from a registered kernel had no value check at all (only moe_gemm's and
+    # those made from it did): lengths past L were timed, stored under the key, and the call's sums wrong
+    f = own_lengths(check_values=_lengths_in_range)
+    x = jnp.ones((4, 8), jnp.float32)
+    with pytest.raises(
+        ValueError, match=r"own_lengths.*input 'lengths' holds \[9, 1, 1, 1\]: each must be in"
+    ):
+        f(LENGTHS, {"x": x, "lengths": jnp.asarray([9, 1, 1, 1], jnp.int32)})
+    assert f.tuner.stats["tuned"] == 0
+    got = f(LENGTHS, {"x": x, "lengths": jnp.asarray([8, 1, 0, 2], jnp.int32)})
+    np.testing.assert_allclose(np.asarray(got), [8.0, 1.0, 0.0, 2.0])
+
+
+def test_a_spec_of_ones_own_checks_its_stand_ins_values_at_a_traced_miss(own_lengths):
+    # the values a traced miss is tuned on (the spec's stand-ins) get the same check, as moe_gemm's do
+    f = own_lengths(
+        check_values=_lengths_in_range,
+        stand_ins=lambda p, b, i: {"lengths": jnp.full((p["B"],), p["L"] + 1, jnp.int32)},
+    )
+    x = jnp.ones((4, 8), jnp.float32)
+    step = jax.jit(lambda x, n: f(LENGTHS, {"x": x, "lengths": n}))
+    with pytest.raises(ValueError, match=r"holds \[9, 9, 9, 9\]: each must be in .*inside a jax trace"):
+        step(x, jnp.asarray([8, 1, 0, 2], jnp.int32))
+    assert f.tuner.stats["tuned"] == 0
+
+
+@pytest.mark.parametrize(
+    ("check", "match"),
+    [
+        (lambda p, b, i: 1, r"extra\['check_values'\] returned int; it returns None, or a str"),
+        ("lengths <= L", r"extra\['check_values'\] must be a function of \(problem, backend, inputs\)"),
+    ],
+)
+def test_a_bad_check_values_is_a_type_error(own_lengths, check, match):
+    f = own_lengths(check_values=check)
+    with pytest.raises(TypeError, match=match):
+        f(LENGTHS, {"x": jnp.ones((4, 8), jnp.float32), "lengths": jnp.asarray([1, 1, 1, 1], jnp.int32)})

@@ -57,11 +57,15 @@ too (`_stop_helper`), as it stops an eager call's tuning: the tuning does not go
 holding the key's claim and storing a winner after the caller was interrupted. A KeyboardInterrupt
 raised in the helper stops the config being timed; as one raised asynchronously is lost where it lands
 in Python code that C calls (a garbage-collection callback, such as jax's, a weakref callback, a
-`__del__`: reported as unraisable), the tuning also checks a stop flag before each config it times,
+`__del__`), the tuning also checks a stop flag before each config it times,
 after each trial, before it stores its winner, while it waits for another process's claim and while it
 waits for another thread's tuning of the same key (`raise_if_stopped`; that wait, blocked in a lock's
 `acquire` where no KeyboardInterrupt lands, wakes every 50 ms to check the flag, `stop_flag`), so the
-interrupted caller does not wait for the other thread's tuning or the lease.
+interrupted caller does not wait for the other thread's tuning or the lease. Python reports such a
+lost exception as unraisable ("Exception ignored in: <function _xla_gc_callback ...> KeyboardInterrupt"
+on stderr, now and then, after a Ctrl-C of a traced call): tuner's own (`_CallerInterrupted`, raised by
+`_stop_helper`) is dropped from that report while the caller waits for the helper, with a debug log
+line, as its loss is handled; every other unraisable exception is reported as before.
 
 Donated buffers: a launcher that donates its inputs (`jax.jit(..., donate_argnums=...)`) deletes them
 on every call, so tuning it on the caller's arrays would leave every config after the first, and the
@@ -396,6 +400,40 @@ def resolve_on_concrete(
     return box["cfg"]
 
 
+class _CallerInterrupted(KeyboardInterrupt):
+    """The KeyboardInterrupt `_stop_helper` raises in the helper thread of an interrupted traced call (a
+    class of its own, so that the report of it being lost, `_lost_stop_unreported`, is told apart)."""
+
+
+@contextlib.contextmanager
+def _lost_stop_unreported(ident: int | None) -> Iterator[None]:
+    """While the caller stops the helper thread `ident`: a `_CallerInterrupted` that Python reports as
+    unraisable in that thread (it landed in a garbage-collection callback, jax's `_xla_gc_callback`, or a
+    `__del__`, and was lost there) is logged at debug level instead of printed (the tuning stops at its
+    next `raise_if_stopped`); any other unraisable exception goes to the hook there was."""
+    before = sys.unraisablehook
+
+    def hook(u: Any) -> None:
+        if (
+            ident is not None
+            and threading.get_ident() == ident
+            and isinstance(u.exc_type, type)
+            and issubclass(u.exc_type, _CallerInterrupted)
+        ):
+            log.debug(
+                "the stop of the helper thread was lost in %r; its tuning stops at its next check", u.object
+            )
+            return
+        before(u)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        if sys.unraisablehook is hook:  # else someone set their own meanwhile: theirs stays
+            sys.unraisablehook = before
+
+
 def _stop_helper(t: threading.Thread, done: threading.Event, stop: threading.Event) -> None:
     """Stop the helper thread `t` of a traced miss whose caller was interrupted while it waited (Ctrl-C
     in the caller's thread, where the eager call's tuning would have stopped): a KeyboardInterrupt is
@@ -410,11 +448,13 @@ def _stop_helper(t: threading.Thread, done: threading.Event, stop: threading.Eve
     import ctypes
 
     ident = t.ident
-    if ident is not None and not done.is_set():
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(KeyboardInterrupt))
-        log.debug("%s: the caller was interrupted; stopping its tuning", t.name)
-    stop.set()
-    t.join()  # not `done`: the interrupt may land in the helper before it sets `done`
+    with _lost_stop_unreported(ident):
+        if ident is not None and not done.is_set():
+            exc = ctypes.py_object(_CallerInterrupted)
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), exc)
+            log.debug("%s: the caller was interrupted; stopping its tuning", t.name)
+        stop.set()
+        t.join()  # not `done`: the interrupt may land in the helper before it sets `done`
 
 
 def _transfers_allowed() -> contextlib.AbstractContextManager[Any]:

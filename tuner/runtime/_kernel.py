@@ -293,15 +293,16 @@ def _spec_stand_ins(spec: KernelSpec, backend: str) -> StandIns:
     on (`tuner.kernels._inputs.stand_in_values`: moe_gemm's group sizes, int8_matmul's weights, a spec's
     own `extra["stand_ins"]`) in place of the generic ones, for the inputs that were traced (a concrete
     input of the call keeps its values). A call the miss path refuses (a bad problem, inputs of other
-    shapes) keeps the generic stand-ins: `check_call` says what is wrong with it. A value of another
-    shape or dtype than the traced input's raises ValueError naming the input."""
+    shapes) keeps the generic stand-ins: `check_call` says what is wrong with it. Each value is checked
+    as `tuner.autotune(stand_ins=...)` checks its own (`_stand_ins.checked_stand_in`): another pytree
+    structure, shape or dtype than the traced input's, or a leaf that is no array, raises ValueError
+    naming the input and the leaf."""
 
     def replace(shapes: tuple[tuple, dict], concrete: tuple[tuple, dict]) -> tuple[tuple, dict]:
-        import jax
-        import jax.numpy as jnp
-
         from tuner.kernels import validate_problem
         from tuner.kernels._inputs import check_inputs, stand_in_values
+
+        from ._stand_ins import checked_stand_in, is_traced
 
         args, kwargs = concrete
         try:
@@ -315,7 +316,7 @@ def _spec_stand_ins(spec: KernelSpec, backend: str) -> StandIns:
             check_inputs(spec, merged, backend, traced)
         except (TypeError, ValueError):
             return concrete
-        standing = {n: v for n, v in traced.items() if isinstance(v, jax.ShapeDtypeStruct)}
+        standing = [n for n, v in traced.items() if is_traced(v)]
         values = stand_in_values(spec, merged, backend, inputs) if standing else {}
         new = dict(inputs)
         for name, value in values.items():
@@ -326,14 +327,8 @@ def _spec_stand_ins(spec: KernelSpec, backend: str) -> StandIns:
                 )
             if name not in standing:  # the caller's own array: its real values
                 continue
-            want = standing[name]
-            value = jnp.asarray(value)
-            if tuple(value.shape) != tuple(want.shape) or value.dtype != want.dtype:
-                raise ValueError(
-                    f"kernel {spec.name!r}: its stand_ins give input {name!r} shape {tuple(value.shape)} "
-                    f"dtype {value.dtype}, the traced input has shape {tuple(want.shape)} dtype {want.dtype}"
-                )
-            new[name] = value
+            says = f"kernel {spec.name!r}: its stand_ins give"
+            new[name] = checked_stand_in(says, "input", name, traced[name], value, inputs[name])
         if "inputs" in kwargs:
             return args, {**kwargs, "inputs": new}
         return (args[0], new, *args[2:]), kwargs  # `_split` took them from args[1]

@@ -17,7 +17,8 @@ Only arguments that the call traced are replaced: a concrete argument (static, o
 passed in) keeps its own values, as does a concrete leaf inside a traced pytree argument. A value must
 have the traced argument's pytree structure and each traced leaf's shape and dtype (a weakly typed leaf,
 a Python number traced by `jit`, takes a Python number, so that its key stays that of the number); else
-`ValueError` naming the function, the argument, the leaf and both shapes and dtypes. A name that is no
+`ValueError` naming the function, the argument, the leaf and both shapes and dtypes (`checked_stand_in`,
+which `tuner.kernel` runs on a spec's `extra["stand_ins"]` too). A name that is no
 parameter of the decorated function is refused when decorating (the dict form) or at the traced miss
 (the function form).
 """
@@ -96,11 +97,11 @@ def user_stand_ins(
             if at is None:  # its default: not traced
                 continue
             abstract = sargs[at] if isinstance(at, int) else skwargs[at]
-            if not _traced(abstract):  # the caller's own values
+            if not is_traced(abstract):  # the caller's own values
                 continue
             made = value(abstract) if isinstance(stand_ins, Mapping) and callable(value) else value
             current = args[at] if isinstance(at, int) else kwargs[at]
-            new = _checked(name, arg, abstract, made, current)
+            new = checked_stand_in(f"{name}: stand_ins gives", "argument", arg, abstract, made, current)
             if isinstance(at, int):
                 args[at] = new
             else:
@@ -110,7 +111,8 @@ def user_stand_ins(
     return replace
 
 
-def _traced(abstract: Any) -> bool:
+def is_traced(abstract: Any) -> bool:
+    """Whether an argument with each tracer replaced by its ShapeDtypeStruct (`_jax._shapes_of`) held one."""
     import jax
 
     from ._jax import _KeySpec
@@ -118,11 +120,13 @@ def _traced(abstract: Any) -> bool:
     return any(isinstance(x, (jax.ShapeDtypeStruct, _KeySpec)) for x in jax.tree_util.tree_leaves(abstract))
 
 
-def _checked(name: str, arg: str, abstract: Any, value: Any, current: Any) -> Any:
+def checked_stand_in(says: str, noun: str, arg: str, abstract: Any, value: Any, current: Any) -> Any:
     """`value` as the stand-in of the traced argument `arg` (abstract: its ShapeDtypeStructs; current: the
-    generic stand-ins), its leaves jax arrays; ValueError where it differs from the traced argument."""
+    generic stand-ins), its leaves jax arrays; ValueError where it differs from the traced argument,
+    naming it and the leaf: `{says} {noun} 'arg'{leaf} ...` (`tuner.autotune`: "f: stand_ins gives",
+    "argument"; `tuner.kernel`: "kernel 'k': its stand_ins give", "input"). The one check of the
+    stand-ins of every front end."""
     import jax
-    import jax.numpy as jnp
     import numpy as np
 
     from ._jax import _KeySpec
@@ -130,16 +134,15 @@ def _checked(name: str, arg: str, abstract: Any, value: Any, current: Any) -> An
     def is_leaf(x: Any) -> bool:
         return isinstance(x, (jax.ShapeDtypeStruct, _KeySpec))
 
+    what = f"{noun} {arg!r}"
+
     a_tree: Any
     a_leaves, a_tree = jax.tree_util.tree_flatten(abstract, is_leaf=is_leaf)
     if a_tree == jax.tree_util.tree_structure(0) and isinstance(value, (list, tuple, np.ndarray)):
-        value = jnp.asarray(value)  # one array: a (nested) list or a numpy array will do
+        value = _as_array(value, says, what)  # one array: a (nested) list or a numpy array will do
     v_leaves, v_tree = jax.tree_util.tree_flatten(value)
     if v_tree != a_tree:
-        raise ValueError(
-            f"{name}: stand_ins gives argument {arg!r} the structure {v_tree}, the traced argument has "
-            f"{a_tree}"
-        )
+        raise ValueError(f"{says} {what} the structure {v_tree}, the traced {noun} has {a_tree}")
     c_leaves = jax.tree_util.tree_leaves(current, is_leaf=is_leaf)
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(abstract, is_leaf)[0]]
     out = []
@@ -147,13 +150,13 @@ def _checked(name: str, arg: str, abstract: Any, value: Any, current: Any) -> An
         if not is_leaf(want):  # concrete in the call: its own value
             out.append(mine)
             continue
-        where = f"argument {arg!r}{path}"
+        where = f"{what}{path}"
         if isinstance(want, _KeySpec):
-            got = jnp.asarray(got) if not isinstance(got, jax.Array) else got
+            got = _as_array(got, says, where)
             if tuple(got.shape) != want.shape or not jax.dtypes.issubdtype(got.dtype, jax.dtypes.prng_key):
                 raise ValueError(
-                    f"{name}: stand_ins gives {where} shape {tuple(got.shape)} dtype {got.dtype}, the traced "
-                    f"argument is a typed PRNG key array of shape {want.shape}"
+                    f"{says} {where} shape {tuple(got.shape)} dtype {got.dtype}, the traced {noun} is a "
+                    f"typed PRNG key array of shape {want.shape}"
                 )
             out.append(got)
             continue
@@ -165,20 +168,18 @@ def _checked(name: str, arg: str, abstract: Any, value: Any, current: Any) -> An
             if arr.dtype != want.dtype:
                 arr = None
         else:
-            arr = _as_array(got)
+            arr = _as_array(got, says, where)
         if arr is None or tuple(arr.shape) != shape or np.dtype(arr.dtype) != np.dtype(want.dtype):
             desc = (
                 f"the Python number {got!r}" if arr is None else f"shape {tuple(arr.shape)} dtype {arr.dtype}"
             )
             raise ValueError(
-                f"{name}: stand_ins gives {where} {desc}, the traced argument has shape {shape} dtype "
-                f"{np.dtype(want.dtype)}"
+                f"{says} {where} {desc}, the traced {noun} has shape {shape} dtype {np.dtype(want.dtype)}"
             )
         if weak and not getattr(arr, "weak_type", False):
             raise ValueError(
-                f"{name}: stand_ins gives {where} a {arr.dtype} array, the traced argument is a Python "
-                f"number that jax.jit traced (weakly typed): give a Python number, so that the key stays "
-                f"the number's"
+                f"{says} {where} a {arr.dtype} array, the traced {noun} is a Python number that jax.jit "
+                f"traced (weakly typed): give a Python number, so that the key stays the number's"
             )
         if not weak and getattr(arr, "weak_type", False):  # `jnp.asarray(2.0)`: strongly typed, as traced
             arr = arr.astype(arr.dtype)
@@ -190,8 +191,14 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, numbers.Number) and not hasattr(x, "shape")
 
 
-def _as_array(x: Any) -> Any:
+def _as_array(x: Any, says: str, where: str) -> Any:
+    """`x` as a jax array; ValueError naming the leaf where it is none (a str, None, an object)."""
     import jax
     import jax.numpy as jnp
 
-    return x if isinstance(x, jax.Array) else jnp.asarray(x)
+    if isinstance(x, jax.Array):
+        return x
+    try:
+        return jnp.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{says} {where} a {type(x).__name__} ({x!r:.60}), not an array: {exc}") from None
