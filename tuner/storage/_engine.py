@@ -213,12 +213,18 @@ def pg_timeout_s() -> float:
     return _seconds_setting("TUNER_PG_TIMEOUT", PG_TIMEOUT_S, "0: no limit")
 
 
-def _pg_options(url_options: str | None, timeout_s: float) -> str | None:
-    """libpq's `options` for a connection: the URL's, plus `-c NAME=ms` for each timeout it does not set."""
+def _pg_options(url_options: str | None, timeout_s: float, *, migration: bool = False) -> str | None:
+    """libpq's `options` for a connection: the URL's, plus `-c NAME=ms` for each timeout it does not set.
+    `migration` (an engine that only creates a schema): `timeout_s` 0 sets no limit (`=0`, not the role's
+    or database's: a DBA's idle_in_transaction_session_timeout ended the migration while alembic imported
+    its scripts inside its transaction), and `lock_timeout=0` (the migration limit bounds its lock waits,
+    as on the schema lock's own connection)."""
     parts = [url_options] if url_options else []
-    if timeout_s > 0:
-        ms = max(1, round(timeout_s * 1000))
+    if timeout_s > 0 or migration:
+        ms = max(1, round(timeout_s * 1000)) if timeout_s > 0 else 0
         parts += [f"-c {n}={ms}" for n in _PG_TIMEOUT_PARAMS if n not in (url_options or "")]
+    if migration and "lock_timeout" not in (url_options or ""):
+        parts.append("-c lock_timeout=0")
     return " ".join(parts) or None
 
 
@@ -251,9 +257,12 @@ _STATEMENT_TARGET = re.compile(r"\b(?:FROM|INTO|UPDATE|TABLE)\s+\"?([A-Za-z_][\w
 def _describe(statement: str | None) -> str:
     if not statement:
         return "a commit"
-    verb = statement.split(None, 1)[0].upper() if statement.strip() else "a statement"
+    if not statement.strip():
+        return "a statement"
+    verb = statement.split(None, 1)[0].upper()
+    what = f"{'an' if verb[0] in 'AEIOU' else 'a'} {verb}"  # an INSERT, an UPDATE, a DELETE
     target = _STATEMENT_TARGET.search(statement)
-    return f"a {verb} on {target.group(1)}" if target else f"a {verb}"
+    return f"{what} on {target.group(1)}" if target else what
 
 
 def _timeout_kind(exc: BaseException | None) -> str | None:
@@ -276,6 +285,12 @@ _with_timeout_errors: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
 _PG_READ_ONLY = "25006"  # read_only_sql_transaction: a hot standby, default_transaction_read_only
+# What to do about a server that only reads (tuner never overrides a DBA's default_transaction_read_only)
+READ_ONLY_FIX = (
+    "A standby: point the URL at the primary. Else `SHOW default_transaction_read_only` is on for this "
+    "role or database (a DBA's `ALTER ROLE|DATABASE ... SET default_transaction_read_only = on`): use a "
+    "role or database that may write, or have it RESET"
+)
 
 
 def _sqlstate(exc: BaseException) -> str | None:
@@ -321,7 +336,7 @@ def install_timeout_errors(engine: Engine, url: str, *, migration: bool = False)
             raise StoreError(
                 f"store {where}: {_operation.get() or _describe(ctx.statement)} failed: the server only "
                 f"reads ({said}: a hot standby after a failover, or default_transaction_read_only); its "
-                "transaction was rolled back, nothing of it was written"
+                f"transaction was rolled back, nothing of it was written. {READ_ONLY_FIX}"
             ) from exc
         kind = _timeout_kind(exc)
         if kind is None:
@@ -970,9 +985,10 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
         cur.close()
 
 
-def engine_kwargs(url: str, timeout_s: float | None = None) -> dict[str, Any]:
+def engine_kwargs(url: str, timeout_s: float | None = None, *, migration: bool = False) -> dict[str, Any]:
     """The keyword arguments of `create_engine` for `url` (also given to Optuna's RDBStorage).
-    `timeout_s`: the PostgreSQL timeouts in seconds in place of `pg_timeout_s()` (0: none)."""
+    `timeout_s`: the PostgreSQL timeouts in seconds in place of `pg_timeout_s()` (0: none); `migration`:
+    an engine that only creates a schema (`_pg_options`)."""
     if url.startswith("sqlite"):
         return {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
     pool = pg_pool_size()
@@ -988,7 +1004,9 @@ def engine_kwargs(url: str, timeout_s: float | None = None) -> dict[str, Any]:
         kw["connect_args"] = {k: v for k, v in args.items() if k not in parsed.query}
         url_options = parsed.query.get("options")
         limit = pg_timeout_s() if timeout_s is None else timeout_s
-        options = _pg_options(url_options if isinstance(url_options, str) else None, limit)
+        options = _pg_options(
+            url_options if isinstance(url_options, str) else None, limit, migration=migration
+        )
         if options:
             kw["connect_args"]["options"] = options
         if options and "statement_timeout" in options:
@@ -1022,10 +1040,12 @@ class EngineCreated(CreateEnginePlugin):
             self.callback(engine)
 
 
-def engine_kwargs_calling(url: str, timeout_s: float | None, callback: Any) -> dict[str, Any]:
-    """`engine_kwargs(url, timeout_s)`, plus the plugin that calls `callback(engine)` as soon as the
-    engine is made (`EngineCreated`)."""
-    kw = engine_kwargs(url, timeout_s)
+def engine_kwargs_calling(
+    url: str, timeout_s: float | None, callback: Any, *, migration: bool = False
+) -> dict[str, Any]:
+    """`engine_kwargs(url, timeout_s, migration=migration)`, plus the plugin that calls `callback(engine)`
+    as soon as the engine is made (`EngineCreated`)."""
+    kw = engine_kwargs(url, timeout_s, migration=migration)
     kw["plugins"] = [*kw.get("plugins", ()), ENGINE_CREATED_PLUGIN]
     kw[ENGINE_CREATED_ARG] = callback
     return kw

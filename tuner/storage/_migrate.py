@@ -38,6 +38,7 @@ from sqlalchemy.pool import NullPool
 from tuner._scoped import SharedOverride
 
 from . import _engine
+from ._dba import migration_lock_waits, refuse_read_only
 from ._engine import (
     SQLITE_TIMEOUT_S,
     StoreConnectionLost,
@@ -599,10 +600,10 @@ def ensure_schema(engine: Engine) -> None:
                 if rev == SCHEMA_REVISION:
                     return
                 _check_known(locked, rev, url)
-                with (
-                    operation(f"upgrading the schema from {rev or 'empty'} to {SCHEMA_REVISION}"),
-                    locked.begin(),
-                ):
+                what = f"upgrading the schema from {rev or 'empty'} to {SCHEMA_REVISION}"
+                with operation(what), locked.begin():
+                    refuse_read_only(locked, url, what)
+                    migration_lock_waits(locked)
                     _upgrade(locked)
                 log.info("store %s: schema migrated from %s to %s", redact(url), rev, SCHEMA_REVISION)
                 return
@@ -691,16 +692,30 @@ def _rdb_storage(
     try:
         storage = optuna.storages.RDBStorage(
             full_url,
-            engine_kwargs=engine_kwargs_calling(url, limit, _made),
+            engine_kwargs=engine_kwargs_calling(url, limit, _made, migration=migration),
             skip_table_creation=skip_table_creation,
+            skip_compatibility_check=True,  # checked below, with no transaction open
         )
+        _check_optuna_version(storage)
     except BaseException:
         for engine in made:
             engine.dispose()
         raise
     # what Optuna keeps to make its engine again after unpickling: without the callback (a closure)
-    storage.engine_kwargs = engine_kwargs(url, limit)
+    storage.engine_kwargs = engine_kwargs(url, limit, migration=migration)
     return storage
+
+
+def _check_optuna_version(storage: optuna.storages.RDBStorage) -> None:
+    """Optuna's check that its tables are at this Optuna's schema version, raising Optuna's own error
+    where they are not. Optuna's constructor makes it inside a transaction it keeps open while alembic
+    loads Optuna's migration scripts (a fraction of a second, more on a loaded machine): a role's or
+    database's idle_in_transaction_session_timeout (with TUNER_PG_TIMEOUT=0, or a small TUNER_PG_TIMEOUT)
+    ended that session and the opening failed. Here the version is read in one short statement and the
+    scripts are loaded with no transaction open; Optuna's check runs only where they differ."""
+    manager = storage._version_manager
+    if manager.get_current_version() != manager.get_head_version():
+        manager.check_table_schema_compatibility()
 
 
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:

@@ -1,0 +1,177 @@
+"""A PostgreSQL store under a DBA's server-side defaults, set on the role or the database (`ALTER ROLE|DATABASE
+... SET ...`) as a DBA sets them, so every new session of tuner gets them: what tuner's schema creation and
+upgrade set for themselves inside their own transaction (tuner/storage/_dba.py), and what they refuse in
+one line. Real server, a fresh role and database per test (tests/pg.py's `limited_database`)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from tests.pg import LimitedDatabase, limited_database
+
+LEVELS = ("role", "database")
+
+
+@pytest.fixture
+def db() -> Iterator[LimitedDatabase]:
+    yield from limited_database()
+
+
+def _set(db: LimitedDatabase, level: str, setting: str, value: str) -> None:
+    """The DBA's `ALTER ROLE|DATABASE ... SET setting = value` (the sessions opened after it get it)."""
+    target = f'ROLE "{db.role}"' if level == "role" else f'DATABASE "{db.database}"'
+    db._run(f"ALTER {target} SET {setting} = '{value}'")
+
+
+def _dispose(url: str) -> None:
+    from tuner.storage import engine_of
+
+    eng = engine_of(url)
+    if eng is not None:
+        eng.dispose()
+
+
+def _release1_schema(url: str) -> None:
+    """The tables of schema revision 0001 (the first release's), with one cache entry, as the role."""
+    from alembic import command
+    from alembic.config import Config
+
+    from tuner.storage._migrate import MIGRATIONS_DIR
+
+    eng = create_engine(url)
+    try:
+        with eng.connect() as conn, conn.begin():
+            cfg = Config()
+            cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "0001")
+            conn.execute(
+                text(
+                    "INSERT INTO tuner_cache_entries VALUES ('h', 'k', 's', '{}', '[]', 'cpu', '{}', '{}', "
+                    "1.0, 0.0, '2026-01-01', 'fp')"
+                )
+            )
+    finally:
+        eng.dispose()
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_an_upgrade_waits_past_the_dbas_lock_timeout_for_a_reader_of_its_tables(
+    db: LimitedDatabase, level: str
+) -> None:
+    """Was: with a lock_timeout of 100 ms on the role or database, upgrading a store while another session
+    read one of its tables (a worker in a transaction) failed at once with StoreTimeout ("upgrading the
+    schema from 0001 to 0002 gave up: ... past the server's lock_timeout"). The upgrade now waits for the
+    reader (up to the migration limit), which here lets go only once the upgrade is seen waiting on it
+    for five times the lock_timeout (PostgreSQL 14's pg_locks.waitstart)."""
+    from tuner.storage import SCHEMA_REVISION
+    from tuner.store import ResultStore
+
+    _release1_schema(db.url)
+    _set(db, level, "lock_timeout", "100ms")
+    reader = create_engine(db.url.replace(f"://{db.role}@", "://postgres@"))
+    conn, watch = reader.connect(), reader.connect()
+    got: dict[str, BaseException] = {}
+    try:
+        conn.execute(text("SELECT count(*) FROM tuner_cache_entries"))  # ACCESS SHARE until it commits
+
+        def upgrade() -> None:
+            try:
+                ResultStore(db.url)
+            except BaseException as exc:  # noqa: BLE001 - handed to the test
+                got["error"] = exc
+
+        thread = threading.Thread(target=upgrade, daemon=True)
+        thread.start()
+        waiting = threading.Event()
+        while thread.is_alive() and not waiting.wait(0.01):  # its ALTER TABLE queued on the reader
+            n = watch.execute(
+                text(
+                    "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE NOT "
+                    "l.granted AND a.usename = :r AND l.relation = 'tuner_cache_entries'::regclass "
+                    "AND clock_timestamp() - l.waitstart > interval '500 ms'"
+                ),
+                {"r": db.role},
+            ).scalar()
+            watch.commit()
+            if n:
+                waiting.set()
+        conn.commit()
+        thread.join(120)
+    finally:
+        conn.close()
+        watch.close()
+        reader.dispose()
+        _dispose(db.url)
+    assert "error" not in got, got
+    with create_engine(db.url).connect() as c:
+        assert c.execute(text("SELECT version_num FROM tuner_alembic_version")).scalar() == SCHEMA_REVISION
+        assert c.execute(text("SHOW lock_timeout")).scalar() == "100ms"  # the DBA's, for every other session
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_optunas_tables_are_made_under_the_dbas_idle_in_transaction_timeout(
+    db: LimitedDatabase, level: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With TUNER_PG_TIMEOUT=0 (tuner sets no timeout: the DBA's apply) and an
+    idle_in_transaction_session_timeout of 100 ms on the role or database. Was: StoreConnectionLost,
+    "creating Optuna's tables failed: the server ended the connection" (alembic imports its scripts
+    inside the creation's transaction), then the same for "opening Optuna's tables"."""
+    from tuner.storage._migrate import close_idle_connections
+    from tuner.store import ResultStore
+
+    monkeypatch.setenv("TUNER_PG_TIMEOUT", "0")
+    _set(db, level, "idle_in_transaction_session_timeout", "100ms")
+    try:
+        storage = ResultStore(db.url).optuna_storage()
+        assert storage.get_all_studies() == []
+    finally:
+        close_idle_connections(db.url)
+        _dispose(db.url)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_read_only_default_is_refused_in_one_line_naming_it_and_its_undo(
+    db: LimitedDatabase, level: str
+) -> None:
+    """Was: "upgrading the schema from empty to 0002 failed: the server only reads (cannot execute CREATE
+    TABLE ...: a hot standby after a failover, or default_transaction_read_only)", which named neither
+    where the setting was made nor what to do. tuner does not override it."""
+    from tuner.storage import StoreError
+    from tuner.store import ResultStore
+
+    _set(db, level, "default_transaction_read_only", "on")
+    try:
+        with pytest.raises(StoreError) as err:
+            ResultStore(db.url)
+    finally:
+        _dispose(db.url)
+    msg = str(err.value)
+    undo = (
+        f'ALTER ROLE "{db.role}" RESET default_transaction_read_only'
+        if level == "role"
+        else f'ALTER DATABASE "{db.database}" RESET default_transaction_read_only'
+    )
+    assert "\n" not in msg and "nothing was written" in msg, msg
+    assert f"default_transaction_read_only is on for this session, set by the {level}" in msg, msg
+    assert f"`{undo}`" in msg, msg
+    db._run(undo)  # what it says to do is enough
+    try:
+        assert ResultStore(db.url).count() == 0
+    finally:
+        _dispose(db.url)
+
+
+def test_a_statement_is_named_with_its_article() -> None:
+    """Was: "a INSERT on tuner_measurements", "a UPDATE on ..." in the messages of a failed statement."""
+    from tuner.storage._engine import _describe
+
+    assert _describe("INSERT INTO tuner_measurements (a) VALUES (1)") == "an INSERT on tuner_measurements"
+    assert _describe("UPDATE tuner_cache_claims SET x = 1") == "an UPDATE on tuner_cache_claims"
+    assert _describe("ALTER TABLE tuner_meta ADD c int") == "an ALTER on tuner_meta"
+    assert _describe("DELETE FROM tuner_cache_claims") == "a DELETE on tuner_cache_claims"
+    assert _describe("SELECT 1") == "a SELECT"
