@@ -175,3 +175,33 @@ def test_a_statement_is_named_with_its_article() -> None:
     assert _describe("ALTER TABLE tuner_meta ADD c int") == "an ALTER on tuner_meta"
     assert _describe("DELETE FROM tuner_cache_claims") == "a DELETE on tuner_cache_claims"
     assert _describe("SELECT 1") == "a SELECT"
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_serializable_default_is_read_committed_for_tuners_and_optunas_sessions(
+    db: LimitedDatabase, level: str
+) -> None:
+    """A DBA's `default_transaction_isolation = 'serializable'`: tuner's and Optuna's sessions run at read
+    committed, which their writes are made for (was: serializable, and Optuna's commit of a trial's state
+    from one study's workers at once met "could not serialize access", which Optuna does not retry); a
+    URL's own `options` keep theirs, and sessions not tuner's keep the DBA's."""
+    from tuner.storage import engine_of
+    from tuner.store import ResultStore
+
+    _set(db, level, "default_transaction_isolation", "serializable")
+    own = f"{db.url}?options=-cdefault_transaction_isolation%3Drepeatable%5C%20read"
+    try:
+        store = ResultStore(db.url)
+        storage = store.optuna_storage()
+        with engine_of(db.url).connect() as c:
+            assert c.execute(text("SHOW transaction_isolation")).scalar() == "read committed"
+        with storage.engine.connect() as c:
+            assert c.execute(text("SHOW transaction_isolation")).scalar() == "read committed"
+        ResultStore(own)
+        with engine_of(own).connect() as c:
+            assert c.execute(text("SHOW transaction_isolation")).scalar() == "repeatable read"
+    finally:
+        _dispose(db.url)
+        _dispose(own)
+    with create_engine(db.url).connect() as c:
+        assert c.execute(text("SHOW transaction_isolation")).scalar() == "serializable"

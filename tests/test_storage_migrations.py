@@ -244,3 +244,28 @@ def test_making_a_store_logs_no_alembic_info_to_a_program_that_logs_info(tmp_pat
     assert r.returncode == 0, r.stderr
     assert "INFO:mine:done" in r.stderr  # the program's own INFO lines still show
     assert not [ln for ln in r.stderr.splitlines() if ln.startswith("INFO:alembic")], r.stderr
+
+
+def test_optunas_tables_at_another_version_are_refused_with_optunas_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tuner reads Optuna's table version itself (no transaction left open while alembic loads scripts):
+    tables at another version still raise Optuna's own error, and tuner's where that Optuna has no such
+    check (it is private: `_version_manager.check_table_schema_compatibility`)."""
+    import contextlib
+
+    import optuna
+
+    from tuner.store import ResultStore
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    ResultStore(url).optuna_storage()
+    with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as c:
+        c.execute("UPDATE alembic_version SET version_num = 'v3.0.0.a'")
+        c.commit()
+    with pytest.raises(RuntimeError, match="optuna storage upgrade --storage"):
+        ResultStore(url).optuna_storage()
+    manager = type(optuna.storages.RDBStorage(url, skip_compatibility_check=True)._version_manager)
+    monkeypatch.delattr(manager, "check_table_schema_compatibility")
+    with pytest.raises(RuntimeError, match=r"schema version v3\.0\.0\.a \(it needs v"):
+        ResultStore(url).optuna_storage()

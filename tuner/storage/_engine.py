@@ -1003,6 +1003,13 @@ def engine_kwargs(url: str, timeout_s: float | None = None, *, migration: bool =
         args = {"connect_timeout": PG_CONNECT_TIMEOUT_S, **_PG_KEEPALIVES}
         kw["connect_args"] = {k: v for k, v in args.items() if k not in parsed.query}
         url_options = parsed.query.get("options")
+        if "default_transaction_isolation" not in str(url_options or ""):
+            # each transaction begins at read committed (the drivers send `BEGIN ISOLATION LEVEL ...`: no
+            # startup option, which PgBouncer refuses): tuner's writes (upserts with ON CONFLICT, lease
+            # updates under a token) and Optuna's are made for PostgreSQL's default level, and under a
+            # DBA's `serializable` default Optuna's commit of a trial's state from one study's workers met
+            # serialization failures ("could not serialize access"), which Optuna does not retry
+            kw["isolation_level"] = "READ COMMITTED"
         limit = pg_timeout_s() if timeout_s is None else timeout_s
         options = _pg_options(
             url_options if isinstance(url_options, str) else None, limit, migration=migration

@@ -713,9 +713,19 @@ def _check_optuna_version(storage: optuna.storages.RDBStorage) -> None:
     database's idle_in_transaction_session_timeout (with TUNER_PG_TIMEOUT=0, or a small TUNER_PG_TIMEOUT)
     ended that session and the opening failed. Here the version is read in one short statement and the
     scripts are loaded with no transaction open; Optuna's check runs only where they differ."""
-    manager = storage._version_manager
-    if manager.get_current_version() != manager.get_head_version():
-        manager.check_table_schema_compatibility()
+    import optuna
+
+    current, head = storage.get_current_version(), storage.get_head_version()
+    if current == head:
+        return
+    manager = getattr(storage, "_version_manager", None)  # Optuna's own message, where it has one
+    check = getattr(manager, "check_table_schema_compatibility", None)
+    if check is not None:
+        check()
+    raise RuntimeError(
+        f"Optuna {optuna.__version__} cannot use the study tables at their schema version {current} (it "
+        f"needs {head}): run `optuna storage upgrade --storage URL`, or use the Optuna release that made them"
+    )
 
 
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:
