@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.test_measure import _running
-from tests.test_studies import FAKE, _worker_cmd, write_study
-from tests.test_study_supervisor import _end, _env, _holders, _study, _wait_for
+from tests.test_studies import FAKE, write_study
+from tests.test_study_supervisor import _end, _env, _holders, _runner_grace, _study, _wait_for
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
@@ -111,22 +111,6 @@ def test_a_stopped_worker_process_does_not_hold_the_run_at_its_end(tmp_path: Pat
         assert {r.status for r in rows} == {DONE}, rows
     finally:
         _end(proc, stopped)
-
-
-def _runner_grace(path: Path, tmp_path: Path, sleep: str, *extra: str) -> subprocess.Popen[str]:
-    """`_runner`: the real CLI, with the runner's wait for its workers after the study's last task lowered
-    from `STOP_GRACE_S` (10 s) to 4 s, still above a live worker's exit (within its 2 s poll)."""
-    cmd = _worker_cmd(path, *extra)
-    assert cmd[1:3] == ["-m", "tuner.cli"], cmd
-    code = "import sys, tuner.studies._runner as r; r.STOP_GRACE_S = 4.0; from tuner.cli import main; sys.exit(main())"
-    return subprocess.Popen(
-        [cmd[0], "-c", code, *cmd[3:]],
-        env=_env(tmp_path, FAKE_TRIAL_SLEEP=sleep),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
 
 
 def _children(pid: int) -> list[int]:

@@ -84,6 +84,23 @@ def _runner(
     )
 
 
+def _runner_grace(path: Path, tmp_path: Path, sleep: str, *extra: str) -> subprocess.Popen[str]:
+    """`_runner`: the real CLI, with the runner's wait for its workers (after the study's last task, and
+    after Ctrl-C) lowered from `STOP_GRACE_S` (10 s) to 4 s, still above a live worker's exit (within its
+    2 s poll; at once on SIGINT)."""
+    cmd = _worker_cmd(path, *extra)
+    assert cmd[1:3] == ["-m", "tuner.cli"], cmd
+    code = "import sys, tuner.studies._runner as r; r.STOP_GRACE_S = 4.0; from tuner.cli import main; sys.exit(main())"
+    return subprocess.Popen(
+        [cmd[0], "-c", code, *cmd[3:]],
+        env=_env(tmp_path, FAKE_TRIAL_SLEEP=sleep),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
 def _end(proc: subprocess.Popen[str], pids: list[int]) -> None:
     """Leave nothing behind: the worker processes `pids`, then the runner's session."""
     for pid in pids:
@@ -186,7 +203,11 @@ def test_interrupting_the_runner_stops_every_worker_process(storage: str, tmp_pa
         pytest.skip("the store plays no part in it; SQLite covers it")
     path = _study(tmp_path, storage, n_m=3, budget=40, extra="trial_timeout = 60")
     spec = load_study(path, check_kernels=False)
-    proc = _runner(path, tmp_path, "0.2", "--workers", "2", ignore_sigint=how == "SIGTERM-background")
+    # the stopped worker is killed once the runner's grace is over: 4 s here, not STOP_GRACE_S's 10
+    if how == "SIGINT-stopped":
+        proc = _runner_grace(path, tmp_path, "0.2", "--workers", "2")
+    else:
+        proc = _runner(path, tmp_path, "0.2", "--workers", "2", ignore_sigint=how == "SIGTERM-background")
     children: list[int] = []
     try:
         held = _wait_for(
