@@ -77,7 +77,7 @@ def test_the_cli_on_a_corrupt_store_fails_in_one_line_naming_the_file(
     _tuner_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # the runtime's store, truncated in the middle
-    _populate(_tuner_home, ns=range(100, 140))
+    _populate(_tuner_home, ns=range(100, 140), strategy="random")
     db = _tuner_home / "tuner.db"
     os.truncate(db, db.stat().st_size // 2)
     before = db.read_bytes()
