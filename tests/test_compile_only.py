@@ -94,7 +94,10 @@ def test_a_config_over_the_shared_memory_limit_is_rejected_by_the_space_first(po
 
 def test_cli_compile_only_prints_resources_and_rejects_bad_devices(tmp_path) -> None:
     cmd = [sys.executable, "-m", "tuner.cli", "check", "softmax", "--compile-only", "--device", "sm80"]
-    p = subprocess.run([*cmd, "--configs", "2", "--json"], capture_output=True, text=True, timeout=600)
+    # one compile process (--jobs 1): a second would import torch and Triton again for one config
+    p = subprocess.run(
+        [*cmd, "--configs", "2", "--jobs", "1", "--json"], capture_output=True, text=True, timeout=600
+    )
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["device"] == "sm80" and doc["ok"] and len(doc["rows"]) == 2

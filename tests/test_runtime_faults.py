@@ -99,9 +99,11 @@ def mount() -> Iterator[Callable[..., None]]:
         subprocess.run(["umount", "-l", str(t)], capture_output=True)
 
 
-def _populate(home: Path, ns=(100,)) -> None:
-    """A store with tuned entries for `ns`, every connection closed and the WAL checkpointed."""
-    f, _ = make()
+def _populate(home: Path, ns=(100,), **kw) -> None:
+    """A store with tuned entries for `ns`, every connection closed and the WAL checkpointed; `kw` goes to
+    make (strategy="random" fills a store of many keys without fitting each new key's model on the
+    ones before)."""
+    f, _ = make(**kw)
     check_calls(f, ns)
     close_stores()
     with sqlite3.connect(home / "tuner.db") as con:
@@ -211,7 +213,7 @@ def test_corrupt_db(_tuner_home: Path, caplog):
 
 
 def test_truncated_db(_tuner_home: Path, caplog):
-    _populate(_tuner_home, ns=range(100, 140))
+    _populate(_tuner_home, ns=range(100, 140), strategy="random")
     db = _tuner_home / "tuner.db"
     size = db.stat().st_size
     with open(db, "r+b") as fh:
