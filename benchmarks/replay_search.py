@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import gzip
 import inspect
 import io
@@ -93,10 +94,40 @@ def _table(path: str) -> Any:
     return _TABLES[path]
 
 
-def _loo_prior(path: str) -> list[list[tuple[dict, float | None]]]:
+def _loo_prior(path: str, order: str = "file", seed: int = 0) -> list[list[tuple[dict, float | None]]]:
     folder = Path(path).parent
     others = sorted(str(p) for p in folder.glob("*.json*") if str(p) != path and is_table_file(p))
-    return [_table(p).as_prior() for p in others]
+    return [reorder_table(_table(p), order, seed).as_prior() for p in others]
+
+
+# ---- the order a table's configs and parameters are presented in (--permute-order) ------------------
+ORDERS = ("file", "shuffle", "reverse")
+_ORDER_TAG = 0x0DE5  # keeps the permutation's random stream apart from the run's own (seeded with `seed`)
+
+
+def reorder_table(table: Any, order: str, seed: int) -> Any:
+    """`table` with its configs (rows: the order of the strategy's candidate pool) and its parameters
+    (columns: the order of neighbour lists and of the partition portfolio's two-valued parameters) in
+    another order: "shuffle", a random permutation of each drawn from `seed` (each run its own order);
+    "reverse", both reversed; "file", the table as it is. Each parameter's values keep their order (a
+    numeric domain is ascending whatever the rows' order), and every config keeps its value."""
+    if order == "file":
+        return table
+    from tuner.search_spaces import SearchSpace
+
+    rows = table.as_prior()
+    names = list(table.space.names)
+    if order == "reverse":
+        rows, names = rows[::-1], names[::-1]
+    elif order == "shuffle":
+        rng = np.random.default_rng([_ORDER_TAG, seed])
+        rows = [rows[int(i)] for i in rng.permutation(len(rows))]
+        names = [names[int(i)] for i in rng.permutation(len(names))]
+    else:
+        raise ValueError(f"order {order!r}: expected one of {', '.join(ORDERS)}")
+    space = SearchSpace.from_configs([{n: c[n] for n in names} for c, _ in rows], name=table.space.name)
+    values = {space._hkey(space._key_unchecked(c)): v for c, v in rows}
+    return dataclasses.replace(table, space=space, values=values)
 
 
 # ---- closed-form uniform random search without replacement ---------------------------------------------
@@ -142,14 +173,16 @@ def random_time_to(values_sorted: np.ndarray, threshold: float, budget: int) -> 
 
 # ---- one run ---------------------------------------------------------------------------------------
 @quiet_logging()
-def run_one(job: tuple[str, str, int, int, str]) -> dict[str, Any]:
-    path, strategy, seed, budget, prior_mode = job
+def run_one(job: tuple[Any, ...]) -> dict[str, Any]:
+    """One run of (file, strategy, seed, budget, prior mode[, order]); the order is "file" if not given."""
+    path, strategy, seed, budget, prior_mode, *rest = job
+    order = rest[0] if rest else "file"
     if strategy.startswith(KT_PREFIX):
         return run_kt(path, strategy[len(KT_PREFIX) :], seed, budget)
     import tuner
 
-    table = _table(path)
-    prior = _loo_prior(path) if prior_mode == "loo" else None
+    table = reorder_table(_table(path), order, seed)
+    prior = _loo_prior(path, order, seed) if prior_mode == "loo" else None
     t0 = time.perf_counter()
     res = tuner.optimize(
         table.space,
@@ -572,7 +605,7 @@ def print_report(
     budget = args.budget
     strategies = summary["strategies"]
     print(
-        f"# replay search: budget {budget}, seeds {args.seeds}, prior {args.prior}; "
+        f"# replay search: budget {budget}, seeds {args.seeds}, prior {args.prior}, order {args.permute_order}; "
         f"not reached = {budget + 1}; E[random] = closed-form uniform random search"
     )
     print()
@@ -671,6 +704,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--prior", choices=["none", "loo"], default="none")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--by-folder", action="store_true", help="also aggregate per kernel folder")
+    ap.add_argument(
+        "--permute-order",
+        choices=ORDERS,
+        default="file",
+        help="present each table's configs (the candidate pool's order) and parameters (the order of "
+        "neighbour lists and two-valued switches) in the file's order (default), in a random permutation "
+        "drawn from each run's seed ('shuffle'), or reversed ('reverse'); with --prior loo the prior tables "
+        "too. A strategy whose ties fall to enumeration order scores differently; Kernel Tuner's kt:* "
+        "strategies read the file and take only 'file'",
+    )
     ap.add_argument("--json", default="", help="write every run and the summary to this file")
     ap.add_argument(
         "--from-json",
@@ -699,6 +742,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if reason:
         print(f"replay_search: {reason}", file=sys.stderr)
         return 2
+    if args.permute_order != "file" and any(s.startswith(KT_PREFIX) for s in strategies):
+        print(
+            "replay_search: kt:* strategies read the table file: --permute-order file only", file=sys.stderr
+        )
+        return 2
     if not args.from_json:
         reason = kt_unavailable(strategies)
         if reason:
@@ -706,7 +754,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     prior_mode = args.prior
     jobs = [
-        (f, s, seed, args.budget, prior_mode)
+        (f, s, seed, args.budget, prior_mode, args.permute_order)
         for f in files
         for s in strategies
         for seed in range(args.seed0, args.seed0 + args.seeds)
@@ -717,8 +765,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for fn in from_json:
             with open(fn, encoding="utf-8") as fh:
                 doc = json.load(fh)
-            if doc["args"]["budget"] != args.budget or doc["args"]["prior"] != args.prior:
-                print(f"{fn}: budget/prior differ from this invocation", file=sys.stderr)
+            if (
+                doc["args"]["budget"] != args.budget
+                or doc["args"]["prior"] != args.prior
+                or doc["args"].get("permute_order", "file") != args.permute_order
+            ):
+                print(f"{fn}: budget/prior/permute-order differ from this invocation", file=sys.stderr)
                 return 2
             runs += [r for r in doc["runs"] if r["file"] in files and r["strategy"] in strategies]
         args.seeds = len({r["seed"] for r in runs})

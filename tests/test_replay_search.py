@@ -110,3 +110,27 @@ def test_bad_arguments_exit_2_with_one_line_before_any_run(
     err = capsys.readouterr().err.strip().splitlines()
     assert says in err[-1] and "Traceback" not in "\n".join(err)
     assert list(cwd.iterdir()) == []
+
+
+def test_permute_order_presents_the_same_table_in_another_order() -> None:
+    """`--permute-order`: the pool (rows) and the parameters (columns) in a per-seed random order or
+    reversed, every config keeping its value; the file's order is the table itself."""
+    table = rs._table(str(SAMPLE))
+    rows = table.as_prior()
+    assert rs.reorder_table(table, "file", 0) is table
+    rev = rs.reorder_table(table, "reverse", 0)
+    assert rev.space.names == table.space.names[::-1]
+    assert rev.space.config(list(rev.space.iter_keys())[0]) == rows[-1][0]
+    orders = set()
+    for seed in (0, 1):
+        shuf = rs.reorder_table(table, "shuffle", seed)
+        assert shuf.optimum == table.optimum and len(shuf.values) == len(table.values)
+        assert all(shuf.lookup(c) == v for c, v in rows)
+        assert {p.name: p.values for p in shuf.space.params} == {p.name: p.values for p in table.space.params}
+        first = shuf.space.config(list(shuf.space.iter_keys())[0])
+        orders.add((tuple(shuf.space.names), tuple(sorted(first.items()))))
+        again = rs.reorder_table(table, "shuffle", seed)  # per seed, the same order
+        assert list(again.space.iter_keys()) == list(shuf.space.iter_keys())
+    assert len(orders) == 2
+    with pytest.raises(ValueError, match="order 'sideways'"):
+        rs.reorder_table(table, "sideways", 0)
