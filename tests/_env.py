@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -16,3 +22,23 @@ def repo_pythonpath(*front: str | os.PathLike[str]) -> str:
     """
     parts = [str(p) for p in front] + [str(REPO)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)
     return os.pathsep.join(p for p in parts if p)
+
+
+def cpu_jax_program(tmp_path: Path, source: str) -> Callable[[], dict[str, Any]]:
+    """A function that runs `source` (dedented, written to `tmp_path/program.py`) in a fresh Python with
+    jax on the CPU, `TUNER_HOME` at `tmp_path` and no inherited `XLA_FLAGS` (the program sets its own
+    device count), asserts it exits 0 and returns the JSON of its last line of output. Called twice, the
+    second process shares the first's store."""
+    env = {**os.environ, "TUNER_HOME": str(tmp_path), "JAX_PLATFORMS": "cpu", "PYTHONPATH": repo_pythonpath()}
+    env.pop("XLA_FLAGS", None)
+    script = tmp_path / "program.py"
+    script.write_text(textwrap.dedent(source), encoding="utf-8")
+
+    def run() -> dict[str, Any]:
+        proc = subprocess.run(
+            [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    return run

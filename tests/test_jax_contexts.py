@@ -13,12 +13,7 @@ key seen. Timing is irrelevant here: a fake bench runs each config once."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import os
-import subprocess
-import sys
-import textwrap
 import warnings
 
 import pytest
@@ -31,7 +26,7 @@ import numpy as np  # noqa: E402
 from jax import lax  # noqa: E402
 
 import tuner  # noqa: E402
-from tests._env import repo_pythonpath  # noqa: E402
+from tests._env import cpu_jax_program  # noqa: E402
 from tests.test_thirdparty_pallas import OnceBench  # noqa: E402
 from tuner.runtime import ConfigCache  # noqa: E402
 from tuner.runtime._tuning import AllConfigsFailedError  # noqa: E402
@@ -569,17 +564,7 @@ print(json.dumps({"bench": calls["bench"], "sine": sine.tuner.stats, "allreduce"
 
 
 def test_four_cpu_devices_and_a_second_process_hits(tmp_path):
-    env = {**os.environ, "TUNER_HOME": str(tmp_path), "JAX_PLATFORMS": "cpu", "PYTHONPATH": repo_pythonpath()}
-    env.pop("XLA_FLAGS", None)
-    script = tmp_path / "program.py"
-    script.write_text(textwrap.dedent(_PROGRAM))
-
-    def run() -> dict:
-        proc = subprocess.run(
-            [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+    run = cpu_jax_program(tmp_path, _PROGRAM)
 
     first = run()
     # sine: the symbolic export of n=16 is not timed; then n=8 (the scanned layer; the sharded (4, 8)

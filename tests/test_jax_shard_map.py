@@ -10,17 +10,11 @@ gets the per-shard `ShapeDtypeStruct`s)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
 
 pytest.importorskip("jax")
 
-from tests._env import repo_pythonpath  # noqa: E402
+from tests._env import cpu_jax_program  # noqa: E402
 
 _PROGRAM = """
 import json, os, warnings
@@ -135,17 +129,7 @@ print(json.dumps({
 
 
 def test_a_tuned_function_inside_shard_map_is_timed_and_keyed_on_its_shards(tmp_path):
-    env = {**os.environ, "TUNER_HOME": str(tmp_path), "JAX_PLATFORMS": "cpu", "PYTHONPATH": repo_pythonpath()}
-    env.pop("XLA_FLAGS", None)
-    script = tmp_path / "program.py"
-    script.write_text(textwrap.dedent(_PROGRAM))
-
-    def run() -> dict:
-        proc = subprocess.run(
-            [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+    run = cpu_jax_program(tmp_path, _PROGRAM)
 
     first = run()
     # each config timed once, on concrete arrays of the shard's shapes (not the global (128, 8) and (8,))
