@@ -47,6 +47,11 @@ def _hanging_executor(task: Any, *, prior: Any = None, callback: Any = None) -> 
         fake.objective_for = orig  # type: ignore[assignment]
 
 
+def _run_once(worker: Any, outcome: list[Any]) -> None:
+    """`worker` takes one task (a hung trial must not make it take the task again) and runs it."""
+    outcome.append(worker.run(max_tasks=1))
+
+
 def timed_out_trials(spec: Any) -> list[tuple[Any, Any]]:
     """(task, trial) of the trials of `spec`'s tasks given up as hung (`tuner_status = "timeout"`)."""
     from tuner.studies._runner import _optuna_storage
@@ -76,39 +81,54 @@ def test_a_hung_trial_gives_its_task_back_and_its_config_is_not_measured_again(t
     from tuner.studies import DONE, PENDING, RUNNING, StudyWorker, TaskBoard, load_study, prepare_study
     from tuner.studies._runner import _optuna_storage
 
-    _release.clear()
-    _hung.clear()
     # The stuck worker's clock starts once its task is prepared, so its first trial (which does not hang)
-    # has optimize's setup to finish within trial_timeout too: on a loaded machine that took more than 1 s,
-    # the first trial was given up as well and the task taken three times. The timeout is therefore above
-    # what a whole task of two trials takes here and now (idle: 1 s, the least the study file allows here),
-    # six times over: at three times, a CI run under load (2 xdist workers) still saw the first trial given
-    # up (attempts 3); the hung trial waits out this timeout once, so the margin costs a few seconds.
+    # must finish within trial_timeout. On a loaded machine (an fsync stalled by another test's I/O) that
+    # took longer than six times what a whole task took a moment before: the first trial was given up,
+    # the worker took the task again (attempts 3). The stuck worker therefore takes one task only
+    # (`max_tasks=1`), and where its first trial outlasted the timeout (the task went back before any
+    # trial hung), the scenario starts again in a new study with twice the timeout: the premise is
+    # re-established, not the check relaxed. The hung trial waits out the timeout once.
     cal = prepare_study(load_study(write_study(tmp_path, name="cal", n_m=1, budget=2), check_kernels=False))
     t0 = time.monotonic()
     assert StudyWorker(cal, executor=FAKE, worker_id="cal:1", lease_s=30).run().done
-    timeout = max(1.0, 6 * (time.monotonic() - t0))
-    spec = prepare_study(
-        load_study(
-            write_study(tmp_path, n_m=1, budget=4, extra=f"trial_timeout = {timeout:.2f}"),
-            check_kernels=False,
-        )
-    )
-    board = TaskBoard(spec.storage)
-    stuck = StudyWorker(spec, executor=_hanging_executor, worker_id="stuck:1", lease_s=30)
-    outcome: list[Any] = []
-    th = threading.Thread(target=lambda: outcome.append(stuck.run()), daemon=True)
-    th.start()
+    timeout = max(1.0, 3 * (time.monotonic() - t0))
+    th: threading.Thread | None = None
     try:
-        # the task goes back to the queue while its trial still hangs (well before the 30 s lease ends)
-        deadline = time.monotonic() + 120
-        while True:
-            [row] = board.rows(spec.name)
-            if row.status == PENDING and _hung:
+        for round_ in range(5):
+            _release.clear()
+            _hung.clear()
+            spec = prepare_study(
+                load_study(
+                    write_study(
+                        tmp_path, name=f"s{round_}", n_m=1, budget=4, extra=f"trial_timeout = {timeout:.2f}"
+                    ),
+                    check_kernels=False,
+                )
+            )
+            board = TaskBoard(spec.storage)
+            stuck = StudyWorker(spec, executor=_hanging_executor, worker_id=f"stuck:{round_}", lease_s=30)
+            outcome: list[Any] = []
+            th = threading.Thread(target=_run_once, args=(stuck, outcome), daemon=True)
+            th.start()
+            # the task goes back to the queue while its trial still hangs (well before the 30 s lease ends)
+            deadline = time.monotonic() + 120
+            while True:
+                [row] = board.rows(spec.name)
+                if row.status == PENDING and (_hung or not th.is_alive()):
+                    break
+                assert row.status in (PENDING, RUNNING), row
+                assert time.monotonic() < deadline, f"the hung trial still holds its task: {row}"
+                time.sleep(0.1)
+            if _hung:
                 break
-            assert row.status in (PENDING, RUNNING), row
-            assert time.monotonic() < deadline, f"the hung trial still holds its task: {row}"
-            time.sleep(0.1)
+            # given back before any trial hung: the first trial outlasted trial_timeout; that worker is done
+            th.join(timeout=120)
+            assert outcome and outcome[0].lost, outcome
+            assert not _hung
+            board.close()
+            timeout *= 2
+        else:
+            raise AssertionError(f"no first trial finished within trial_timeout, up to {timeout / 2:.1f} s")
         assert th.is_alive() and not _release.is_set()  # the trial is still stuck
         # another worker takes the task over and finishes it, without measuring the hung config again
         # (without the 1 s trial_timeout: on a loaded machine its first trial, after the task's
@@ -134,7 +154,9 @@ def test_a_hung_trial_gives_its_task_back_and_its_config_is_not_measured_again(t
         assert check_task(_result_store(spec.storage), study, task) == []
     finally:
         _release.set()
-        th.join(timeout=120)
+        if th is not None:
+            th.join(timeout=120)
+    assert th is not None
     # the stuck worker, once its trial returns, finds the task taken over and leaves it alone
     assert not th.is_alive()
     assert outcome and outcome[0].lost, outcome
@@ -251,3 +273,31 @@ def test_a_worker_process_stuck_in_a_hung_trial_is_replaced_and_the_study_finish
     measured = [json.loads(line) for line in evals.read_text().splitlines()]
     key, config = timed_out[0]
     assert not [m for m in measured if m["task"] == key and m["config"] == config], measured
+
+
+def test_a_trial_that_finishes_while_the_heartbeat_waits_for_the_lock_is_progress() -> None:
+    """The heartbeat found the task overdue, then waited for the lease's lock while the trial's callback
+    held it to record a finished trial: it gave the task up all the same (was: the check was not asked
+    again under the lock), so a worker that was making progress lost its task."""
+    import types
+
+    from tuner.studies._runner import _Lease
+
+    finished: list[str] = []
+    board = types.SimpleNamespace(finish=lambda claim, status, **kw: finished.append(status) or True)
+    claim = types.SimpleNamespace(task=types.SimpleNamespace(key="k"))
+    given_up: list[float] = []
+    lease = _Lease(
+        board, claim, 30.0, None, trial_timeout=1.0, on_timeout=lambda idle: given_up.append(idle) or []
+    )  # type: ignore[arg-type]
+    lease.begin(0, (None, None))
+    lease.last_progress -= 5.0  # overdue, as `_beat` saw it
+    assert lease._overdue()
+    with lease.lock:  # the callback of a finished trial holds the lock ...
+        th = threading.Thread(target=lease._time_out, daemon=True)
+        th.start()
+        time.sleep(0.2)  # ... while the heartbeat waits for it (it cannot go on without the lock)
+        lease.last_progress = time.monotonic()  # the trial finished
+    th.join(timeout=30)
+    assert not th.is_alive()
+    assert not lease.lost.is_set() and not lease.timed_out and finished == [] and given_up == []

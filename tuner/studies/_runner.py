@@ -556,7 +556,9 @@ class _Lease:
         returns. Where either write fails, the renewals stop all the same and the lease runs out."""
         key = self.claim.task.key
         with self.lock:
-            if self.lost.is_set() or self.stop.is_set():
+            # asked again under the lock: a trial that finished after `_beat` asked, before the lock was
+            # taken, is progress (its callback waited on the lock), and the task is not given up
+            if self.lost.is_set() or self.stop.is_set() or not self._overdue():
                 return
             idle = time.monotonic() - self.last_progress
             configs: list[dict[str, Any]] = []
