@@ -879,37 +879,3 @@ def test_a_space_where_everything_fails_is_searched_to_the_end(with_prior: bool)
             run = run + 1 if b == a + 1 else 1
             longest = max(longest, run)
         assert longest <= 6, order[:60]
-
-
-def test_ils_kicks_from_the_incumbent_then_climbs() -> None:
-    """`ils_kick` (an opt-in component): before its first climb, the walker is kicked from the incumbent
-    (exactly `ils_kick` parameters changed, an unseen config); once measured, it proposes unseen
-    one-parameter neighbours of itself, moving first to a better measured neighbour."""
-    space = SearchSpace.from_configs(
-        [{"a": a, "b": b, "c": c} for a in range(6) for b in range(6) for c in range(6)]
-    )
-    strat = ModelStrategy(space, seed=2, config=ModelStrategyConfig(ils_kick=2))
-    strat._setup()
-    assert strat._ils_pick() is None  # nothing measured yet
-    strat.tell({"a": 0, "b": 0, "c": 0}, 1.0)
-    strat.tell({"a": 5, "b": 5, "c": 5}, 9.0)
-
-    def dist(x: dict, y: dict) -> int:
-        return sum(x[k] != y[k] for k in "abc")
-
-    kicked = strat._ils_pick()
-    assert (
-        kicked is not None and dist(kicked, {"a": 0, "b": 0, "c": 0}) == 2 and not strat.pool.is_seen(kicked)
-    )
-    strat.tell(kicked, 5.0)
-    step = strat._ils_pick()
-    assert step is not None and dist(step, kicked) == 1 and not strat.pool.is_seen(step)
-    better = {**kicked, "a": (kicked["a"] + 1) % 6}
-    if strat.pool.is_seen(better):
-        better = {**kicked, "a": (kicked["a"] + 2) % 6}
-    strat.tell(better, 2.0)  # measured by another component: the walker moves there for free
-    step = strat._ils_pick()
-    assert step is not None and dist(step, better) == 1 and not strat.pool.is_seen(step)
-    with pytest.raises(ValueError, match="ils_order"):
-        ModelStrategyConfig(ils_order="best")
-    assert ModelStrategyConfig().ils_kick == 0  # off by default

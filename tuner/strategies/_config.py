@@ -120,17 +120,6 @@ class ModelStrategyConfig:
     """`allocation="progress"`: the pseudo-count c of each component's Beta(c + wins, c + results - wins);
     1 is the uniform prior (not tuned; 0.5 and 2 measured in docs/benchmarks.md)."""
 
-    ils_kick: int = 0
-    """*Scratch* (search-notes.md, cold item 40): with `allocation="progress"`, a fifth component, an
-    iterated local search (Kernel Tuner's greedy_ils): a walker of its own climbs by first improvement
-    over its one-parameter neighbours (in `ils_order`), moving for free to a better neighbour that any
-    component measured; at a local optimum it is kicked from the incumbent by changing this many random
-    parameters at once, and climbs from there. 0 (the default): off."""
-    ils_order: str = "random"
-    """`ils_kick`: the order of the walker's neighbours, "random" or "model" (the last refit's mean)."""
-    ils_stagnant: bool = False
-    """`ils_kick`: the component joins the allocation only once the search is stagnant."""
-
     # ---- stagnation ---------------------------------------------------------------------------------
     patience: int = 20
     """Results without a better incumbent after which the search counts as stagnant."""
@@ -220,11 +209,8 @@ class ModelStrategyConfig:
                 "partition_every",
                 "partition_every_early",
                 "restart_keep_every",
-                "ils_kick",
             ),
         )
-        if self.ils_order not in ("random", "model"):
-            raise ValueError(f"ModelStrategyConfig: ils_order={self.ils_order!r} must be 'random' or 'model'")
         for name in ("epsilon", "mutation", "novelty_quantile"):
             if getattr(self, name) > 1:
                 raise ValueError(f"ModelStrategyConfig: {name}={getattr(self, name)!r} must be <= 1")

@@ -297,7 +297,6 @@ class ModelStrategy(Strategy):
         self._large_arm_of: dict[tuple, str] = {}  # large spaces: config -> component that proposed it
         self._large_seen_n = 0  # results credited so far (large spaces)
         self.sources: list[str] = []  # the component behind each proposal, in order (see `propose`)
-        self._ils_cur: int | None = None  # `ils_kick`: the iterated local search's walker (pool index)
 
     # ---- setup (lazily, inside the first propose, so that its time counts as strategy time) ---------
     def _setup(self) -> None:
@@ -520,8 +519,6 @@ class ModelStrategy(Strategy):
         every = self._partition_every()
         if every and not self._in_restart and self._cold is None and self._partition_ids() is not None:
             arms.append("partition")  # 0 turns the portfolio off here too (before / once stagnant)
-        if self.config.ils_kick and (self.stagnant or not self.config.ils_stagnant):
-            arms.append("ils")
         for a in self._thompson_order(arms):
             if a == "model":
                 cfg = self._model_pick()
@@ -529,8 +526,6 @@ class ModelStrategy(Strategy):
                 cfg = self._local_step()
             elif a == "explore":
                 cfg = self._explore_pick(has_prior)
-            elif a == "ils":
-                cfg = self._ils_pick()
             else:
                 cfg = self._partition_pick()
             if cfg is not None:
@@ -776,52 +771,6 @@ class ModelStrategy(Strategy):
         if cand.size == 0:
             return None
         return self.pool.config_at(int(cand[int(self.rng.integers(cand.size))]))
-
-    def _ils_pick(self) -> Config | None:
-        """`ils_kick` (scratch, off by default): the iterated local search's next config (Kernel Tuner's
-        greedy_ils). Its walker first moves for free to its best measured one-parameter neighbour while
-        that is better (another component may have measured it), then measures an unseen neighbour (a
-        first-improvement climb, in `ils_order`); at a local optimum (no unseen neighbour left), or
-        before its first climb, a kick: the incumbent with `ils_kick` random parameters changed at once,
-        from which the walker climbs again (acceptance "better": every kick starts from the best)."""
-        vals = np.asarray(self._obs_val, dtype=np.float64)
-        ok = np.isfinite(vals)
-        if not ok.any():
-            return None
-        obs, vals = np.asarray(self._obs_idx, dtype=np.int64)[ok], vals[ok]
-        K = self._key_matrix()
-        value = dict(zip(obs.tolist(), vals.tolist(), strict=True))
-        cur = self._ils_cur
-        if cur is not None and cur in value:
-            while True:  # free moves to a better measured neighbour
-                near = (K[obs] != K[cur]).sum(axis=1) == 1
-                j = int(np.argmin(np.where(near, vals, math.inf)))
-                if not near[j] or vals[j] >= value[cur]:
-                    break
-                cur = int(obs[j])
-            self._ils_cur = cur
-            nbs = self._unseen_neighbours(cur)
-            if nbs:
-                score = self._last_scores() if self.config.ils_order == "model" else {}
-                if score:
-                    return self.pool.config_at(min(nbs, key=lambda k: score.get(k, math.inf)))
-                return self.pool.config_at(nbs[int(self.rng.integers(len(nbs)))])
-        params = self.space.params
-        multi = [t for t, p in enumerate(params) if len(p.values) > 1]
-        if not multi:
-            return None
-        base = self.pool.keys[int(obs[int(np.argmin(vals))])]
-        k = min(self.config.ils_kick, len(multi))
-        for _ in range(64):
-            child = list(base)
-            for t in self.rng.choice(multi, size=k, replace=False):
-                others = [v for v in params[int(t)].values if v != child[int(t)]]
-                child[int(t)] = others[int(self.rng.integers(len(others)))]
-            i = self.pool.index.get(self.space._hkey(tuple(child)))
-            if i is not None and self.pool.unseen_mask[i]:
-                self._ils_cur = i
-                return self.pool.config_at(i)
-        return None
 
     def _novel_pick(self) -> Config | None:
         """Stagnant: the best-ranked config among the unseen ones farthest (Hamming distance) from every
