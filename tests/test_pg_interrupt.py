@@ -136,6 +136,7 @@ def test_ctrl_c_while_the_command_waits_for_the_schema_lock(url: str, tmp_path: 
     db = url.rsplit("/", 1)[1]
     study = write_study(tmp_path, budget=2)
     cmd = [sys.executable, "-m", "tuner", "study", "run", str(study), "--executor", FAKE, "--quiet"]
+    cmd.append("--no-report")  # the report (matplotlib: a second or more in a cold process) plays no part
     env = {**os.environ, "PYTHONPATH": repo_pythonpath(), "TUNER_STUDY_STORAGE": url}
     watcher = create_engine(url, poolclass=NullPool)
     holder = watcher.connect()
@@ -306,8 +307,10 @@ def test_the_next_run_completes_a_half_made_schema(made: Any, tmp_path: Path) ->
     for url in fresh_database():
         made(url)
         study = write_study(tmp_path, budget=2)
+        cmd = [sys.executable, "-m", "tuner", "study", "run", str(study), "--executor", FAKE, "--json"]
+        cmd.append("--no-report")  # the report (matplotlib: a second or more in a cold process) plays no part
         r = subprocess.run(
-            [sys.executable, "-m", "tuner", "study", "run", str(study), "--executor", FAKE, "--json"],
+            cmd,
             cwd=tmp_path,
             env={**os.environ, "PYTHONPATH": repo_pythonpath(), "TUNER_STUDY_STORAGE": url},
             capture_output=True,
