@@ -5,13 +5,14 @@ one line. Real server, a fresh role and database per test (tests/pg.py's `limite
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.pg import LimitedDatabase, limited_database
+from tests.pg import DRIVERS, LimitedDatabase, limited_database
 
 LEVELS = ("role", "database")
 
@@ -19,6 +20,12 @@ LEVELS = ("role", "database")
 @pytest.fixture
 def db() -> Iterator[LimitedDatabase]:
     yield from limited_database()
+
+
+@pytest.fixture
+def db_driver(driver: str) -> Iterator[LimitedDatabase]:
+    """`db`, its URL naming the test's `driver` (one of DRIVERS)."""
+    yield from limited_database(driver)
 
 
 def _set(db: LimitedDatabase, level: str, setting: str, value: str) -> None:
@@ -205,3 +212,100 @@ def test_a_serializable_default_is_read_committed_for_tuners_and_optunas_session
         _dispose(own)
     with create_engine(db.url).connect() as c:
         assert c.execute(text("SHOW transaction_isolation")).scalar() == "serializable"
+
+
+def _shown(url: str, setting: str) -> tuple[str, str, float | None]:
+    """`SHOW setting` on a connection of tuner's store of `url` and on one of its Optuna storage, and the
+    client-side deadline's limit of tuner's connection (None: none)."""
+    from tuner.storage import engine_of
+    from tuner.storage._migrate import close_idle_connections
+    from tuner.store import ResultStore
+
+    try:
+        storage = ResultStore(url).optuna_storage()
+        with engine_of(url).connect() as c:
+            tuners = c.execute(text(f"SHOW {setting}")).scalar_one()
+            deadline = getattr(c.connection.dbapi_connection, "tuner_limit_s", None)
+        with storage.engine.connect() as c:
+            optunas = c.execute(text(f"SHOW {setting}")).scalar_one()
+    finally:
+        close_idle_connections(url)
+        _dispose(url)
+    return tuners, optunas, deadline
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("setting", ["statement_timeout", "idle_in_transaction_session_timeout"])
+def test_the_stricter_of_the_dbas_limit_and_tuners_holds(
+    setting: str, driver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A role's `statement_timeout` or `idle_in_transaction_session_timeout` of 2 s stays 2 s on the
+    connections of tuner's store and of its Optuna storage (was: tuner's startup option made it 60 s,
+    relaxing the DBA's limit), and the client-side deadline follows it; a role's 10 min gets tuner's 60 s;
+    with TUNER_PG_TIMEOUT=0 tuner adds no limit of its own and the role's 2 s stands (as it did before).
+    No startup option is sent, not even for a migration's engine (PgBouncer refuses them)."""
+    from tuner.storage import engine_kwargs
+
+    watched = setting == "statement_timeout"  # the client-side deadline follows the statement limit
+    monkeypatch.delenv("TUNER_PG_TIMEOUT", raising=False)
+    with contextlib.contextmanager(limited_database)(driver) as db:
+        for kw in (engine_kwargs(db.url), engine_kwargs(db.url, 0, migration=True)):
+            assert "options" not in kw["connect_args"]  # no startup option, which would outrank the DBA's
+        _set(db, "role", setting, "2s")
+        assert _shown(db.url, setting) == ("2s", "2s", 2.0 if watched else 60.0)
+        _set(db, "role", setting, "10min")
+        assert _shown(db.url, setting) == ("1min", "1min", 60.0)
+        monkeypatch.setenv("TUNER_PG_TIMEOUT", "0")
+        _set(db, "role", setting, "2s")
+        assert _shown(db.url, setting)[:2] == ("2s", "2s")
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_connection_given_back_its_own_limits_gets_those_it_was_made_with(
+    db_driver: LimitedDatabase, driver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The schema lock's connection runs under the migration limit, then gets its own limits back
+    (`set_statement_limit(conn, None)`): tuner's 60 s under a role's 10 min, the role's 2 s where stricter
+    (was `RESET`, the session's start values: with no startup option, the role's 10 min)."""
+    from tuner.storage import engine_for
+    from tuner.storage._engine import set_statement_limit
+
+    db = db_driver
+    monkeypatch.delenv("TUNER_PG_TIMEOUT", raising=False)
+    _set(db, "role", "statement_timeout", "10min")
+    _set(db, "role", "idle_in_transaction_session_timeout", "2s")
+    try:
+        with engine_for(db.url).connect() as c:
+            set_statement_limit(c, 600)
+            assert c.execute(text("SHOW statement_timeout")).scalar_one() == "10min"
+            set_statement_limit(c, None)
+            shown = [c.execute(text(f"SHOW {s}")).scalar_one() for s in _TIMEOUTS]
+            assert shown == ["1min", "2s"]
+            assert c.connection.dbapi_connection.tuner_limit_s == 60.0
+    finally:
+        _dispose(db.url)
+
+
+_TIMEOUTS = ("statement_timeout", "idle_in_transaction_session_timeout")
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_statement_past_the_dbas_stricter_limit_names_it(
+    db_driver: LimitedDatabase, driver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A role's statement_timeout of 1 s ends a statement of tuner after 1 s, and the StoreTimeout names
+    that limit and where it was set, not TUNER_PG_TIMEOUT's 60 s."""
+    from tuner.storage import StoreTimeout
+    from tuner.store import ResultStore
+
+    db = db_driver
+    monkeypatch.delenv("TUNER_PG_TIMEOUT", raising=False)
+    _set(db, "role", "statement_timeout", "1s")
+    try:
+        store = ResultStore(db.url)
+        with pytest.raises(StoreTimeout) as err, store.session() as s:
+            s.execute(text("SELECT pg_sleep(10)"))
+    finally:
+        _dispose(db.url)
+    msg = str(err.value)
+    assert "a SELECT gave up after 1 s (the server's statement_timeout, set by the role: stricter" in msg, msg

@@ -73,13 +73,15 @@ PG_CONNECT_TIMEOUT_S = 10
 _PG_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
 # Once connected, libpq also waits for ever for the answer to a query: a server that stops answering (an
 # overloaded or stuck backend, a lock another worker's open transaction holds) would block a worker without
-# end. Every PostgreSQL connection of tuner (and of Optuna's RDBStorage on the same store) starts with
+# end. Every new PostgreSQL connection of tuner (and of Optuna's RDBStorage on the same store) gets
 # `statement_timeout` (one statement, its lock waits included) and `idle_in_transaction_session_timeout`
 # (the server ends a session of a stuck process that sits inside a transaction, so its row locks do not
-# block the fleet) set to this many seconds; `TUNER_PG_TIMEOUT` changes it, `0` sets none, and a URL's own
-# `?options=-c statement_timeout=...` wins. tuner's statements take milliseconds and no transaction of tuner
-# waits on user code, so a minute is far past any healthy wait and short enough for a worker to fail, and
-# its lease to be taken over, well within a study.
+# block the fleet) of at most this many seconds: a stricter non-zero value a DBA set (the role's, the
+# database's, the server's configuration) stays, anything else becomes this (`PgSessionLimits`: one
+# statement per new connection, no startup option). `TUNER_PG_TIMEOUT` changes it, `0` adds none (the
+# DBA's stand), and a URL's own `?options=-c statement_timeout=...` wins. tuner's statements take
+# milliseconds and no transaction of tuner waits on user code, so a minute is far past any healthy wait
+# and short enough for a worker to fail, and its lease to be taken over, well within a study.
 PG_TIMEOUT_S = 60.0
 # Creating or upgrading the schema may rewrite or index a large table, and the processes that start meanwhile
 # wait for its lock: those statements get this longer limit (or none where the timeout is 0).
@@ -103,6 +105,14 @@ plugins.register(PG3_DEADLINE_PLUGIN, "tuner.storage._watchdog_pg3", "Psycopg3De
 ENGINE_CREATED_PLUGIN = "tuner_engine_created"
 ENGINE_CREATED_ARG = "tuner_engine_created"
 plugins.register(ENGINE_CREATED_PLUGIN, "tuner.storage._engine", "EngineCreated")
+# The SQLAlchemy plugin that gives each new connection of a PostgreSQL engine its timeouts (`PgSessionLimits`,
+# its argument the engine's `_session_limits`); also on Optuna's engines, which get `engine_kwargs`.
+PG_LIMITS_PLUGIN = "tuner_pg_limits"
+PG_LIMITS_ARG = "tuner_pg_limits"
+plugins.register(PG_LIMITS_PLUGIN, "tuner.storage._engine", "PgSessionLimits")
+# What a connection's record (`ConnectionPoolEntry.info`) keeps of the timeouts its `PgSessionLimits` left
+# in force: setting -> (ms, who set it: "tuner" or pg_settings.source, e.g. "user" for the role)
+_IN_FORCE = "tuner_pg_limits"
 
 
 class StoreError(RuntimeError):
@@ -213,19 +223,118 @@ def pg_timeout_s() -> float:
     return _seconds_setting("TUNER_PG_TIMEOUT", PG_TIMEOUT_S, "0: no limit")
 
 
-def _pg_options(url_options: str | None, timeout_s: float, *, migration: bool = False) -> str | None:
-    """libpq's `options` for a connection: the URL's, plus `-c NAME=ms` for each timeout it does not set.
-    `migration` (an engine that only creates a schema): `timeout_s` 0 sets no limit (`=0`, not the role's
-    or database's: a DBA's idle_in_transaction_session_timeout ended the migration while alembic imported
-    its scripts inside its transaction), and `lock_timeout=0` (the migration limit bounds its lock waits,
-    as on the schema lock's own connection)."""
-    parts = [url_options] if url_options else []
+def _session_limits(
+    url_options: str | None, timeout_s: float, *, migration: bool = False
+) -> tuple[tuple[str, int, bool], ...]:
+    """What each new connection of an engine sets (`PgSessionLimits`): (setting, ms, stricter) for each
+    timeout the URL's `options` do not set. Ordinary connections (`stricter`): the session's own value (a
+    DBA's `ALTER ROLE|DATABASE ... SET`, the server's configuration) stays where it is non-zero and at most
+    `timeout_s`, else `timeout_s` is set; none with `timeout_s` 0 (tuner adds no limit: the DBA's stand).
+    `migration` (an engine that only creates a schema): exactly `timeout_s`, 0 setting none (not the
+    role's or database's: a DBA's idle_in_transaction_session_timeout ended the migration while alembic
+    imported its scripts inside its transaction), and `lock_timeout=0` (the migration limit bounds its lock
+    waits, as on the schema lock's own connection)."""
+    own = url_options or ""
+    out: list[tuple[str, int, bool]] = []
     if timeout_s > 0 or migration:
         ms = max(1, round(timeout_s * 1000)) if timeout_s > 0 else 0
-        parts += [f"-c {n}={ms}" for n in _PG_TIMEOUT_PARAMS if n not in (url_options or "")]
-    if migration and "lock_timeout" not in (url_options or ""):
-        parts.append("-c lock_timeout=0")
-    return " ".join(parts) or None
+        out += [(n, ms, not migration) for n in _PG_TIMEOUT_PARAMS if n not in own]
+    if migration and "lock_timeout" not in own:
+        out.append(("lock_timeout", 0, False))
+    return tuple(out)
+
+
+def _apply_session_limits(limits: tuple[tuple[str, int, bool], ...], dbapi_conn: Any, record: Any) -> None:
+    """Give a new PostgreSQL connection `limits` (`_session_limits`), in one statement outside a
+    transaction: it reads each setting's value at the session's start (the role's, the database's, the
+    server's configuration, PGOPTIONS) from pg_settings and `set_config`s it where tuner's applies.
+    Not libpq's startup options, which outrank the role's and database's values (a DBA's stricter 5 s
+    became tuner's 60 s), and which PgBouncer refuses. Its record keeps what is in force (`_IN_FORCE`:
+    `set_statement_limit` restores it, a timeout's message names it), and the client-side deadline follows
+    the statement limit in force (`_watchdog`; while this statement runs, the one asked for)."""
+    wanted = {n: ms for n, ms, _ in limits}
+    guarded = hasattr(dbapi_conn, "tuner_own_limit_s")  # `_watchdog.Guarded`
+    if guarded and "statement_timeout" in wanted:
+        dbapi_conn.tuner_limit_s = dbapi_conn.tuner_own_limit_s = wanted["statement_timeout"] / 1000
+    values = ", ".join(f"('{n}', {int(ms)}, {'true' if stricter else 'false'})" for n, ms, stricter in limits)
+    sql = (
+        "SELECT s.name, s.setting, s.source, CASE WHEN w.stricter AND s.setting::bigint > 0 AND "
+        "s.setting::bigint <= w.ms THEN true ELSE set_config(s.name, w.ms::text, false) IS NULL END "
+        f"FROM pg_settings s JOIN (VALUES {values}) AS w(name, ms, stricter) ON s.name = w.name"
+    )
+    autocommit = dbapi_conn.autocommit
+    dbapi_conn.autocommit = True  # client-side only: no BEGIN, and no COMMIT to wait for
+    try:
+        cur = dbapi_conn.cursor()
+        try:
+            cur.execute(sql)
+            rows = cur.fetchall()
+        finally:
+            cur.close()
+    finally:
+        dbapi_conn.autocommit = autocommit
+    in_force = {
+        name: (int(setting), source) if kept else (wanted[name], "tuner")
+        for name, setting, source, kept in rows
+    }
+    record.info[_IN_FORCE] = in_force
+    if guarded and "statement_timeout" in in_force:
+        from ._watchdog import set_limit
+
+        dbapi_conn.tuner_own_limit_s = in_force["statement_timeout"][0] / 1000
+        set_limit(dbapi_conn, None)  # the watchdog looks again
+
+
+class PgSessionLimits(CreateEnginePlugin):
+    """The SQLAlchemy plugin (`plugins=[PG_LIMITS_PLUGIN]` and `tuner_pg_limits=_session_limits(...)` in
+    `create_engine`'s arguments) that gives each new connection of a PostgreSQL engine its timeouts
+    (`_apply_session_limits`), before any other statement on it (SQLAlchemy's own first queries
+    included). Nothing per checkout."""
+
+    def __init__(self, url: URL, kwargs: dict[str, Any]) -> None:
+        super().__init__(url, kwargs)
+        self.limits = tuple(kwargs.pop(PG_LIMITS_ARG, ()))  # taken out: not create_engine's
+
+    def update_url(self, url: URL) -> URL:  # the URL names no plugin: nothing to take out of it
+        return url
+
+    def engine_created(self, engine: Engine) -> None:
+        if engine.dialect.name != "postgresql" or not self.limits:
+            return
+        limits = self.limits
+
+        def connect(dbapi_conn: Any, record: Any) -> None:
+            _apply_session_limits(limits, dbapi_conn, record)
+
+        event.listen(engine, "connect", connect, insert=True)
+
+
+# pg_settings.source of a timeout a DBA set -> where (for messages)
+_SOURCE_NAMES = {
+    "user": "the role",
+    "database": "the database",
+    "database user": "the role in this database",
+    "configuration file": "the server's configuration",
+    "client": "PGOPTIONS",
+}
+
+
+def _in_force_text(ctx: ExceptionContext, setting: str) -> str | None:
+    """The limit the connection of a failed statement runs under for `setting` where it is not tuner's
+    (a DBA's stricter one: `_apply_session_limits`), named with where it was set; else None."""
+    try:
+        info = ctx.connection.connection.info if ctx.connection is not None else None
+    except Exception:  # noqa: BLE001 - an invalidated connection: the engine's limit is named
+        return None
+    got = (info or {}).get(_IN_FORCE, {}).get(setting)
+    if got is None or got[1] == "tuner":
+        return None
+    ms, source = got
+    where = _SOURCE_NAMES.get(source, f"the server ({source})")
+    return (
+        f"{ms / 1000:g} s (the server's {setting}, set by {where}: stricter than TUNER_PG_TIMEOUT, which "
+        "does not relax it)"
+    )
 
 
 _STATEMENT_TIMEOUT = re.compile(r"(?<![\w])statement_timeout\s*=\s*(\S+)")
@@ -353,8 +462,9 @@ def install_timeout_errors(engine: Engine, url: str, *, migration: bool = False)
                 return  # an idle pooled connection whose server stopped: replaced by a new one
             exc = ctx.original_exception
             during = getattr(exc, "during", "statement")
+            named = _in_force_text(ctx, "statement_timeout") or limit
             raise StoreTimeout(
-                f"store {where}: {what} gave up after {getattr(exc, 'waited_s', 0):g} s ({limit}, plus a "
+                f"store {where}: {what} gave up after {getattr(exc, 'waited_s', 0):g} s ({named}, plus a "
                 "margin): the server did not answer at all (a stopped or frozen server or host, which cannot "
                 "send its own timeout error), so tuner closed the connection; "
                 + (
@@ -364,7 +474,11 @@ def install_timeout_errors(engine: Engine, url: str, *, migration: bool = False)
                 )
             )
         migrating = _migration_limit_of(ctx)  # the schema lock's connection: SET to the migration's
-        named = limit if migrating is None else _limit_text(None, migrating, migration=True)
+        named = (
+            (_in_force_text(ctx, kind) or limit)
+            if migrating is None
+            else _limit_text(None, migrating, migration=True)
+        )
         if kind == "lock_timeout":
             # tuner sets no lock_timeout: the database's, the role's or the URL's own (a DBA's `ALTER
             # DATABASE ... SET lock_timeout`) ended the wait, well before tuner's limit, which was named
@@ -988,7 +1102,7 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 def engine_kwargs(url: str, timeout_s: float | None = None, *, migration: bool = False) -> dict[str, Any]:
     """The keyword arguments of `create_engine` for `url` (also given to Optuna's RDBStorage).
     `timeout_s`: the PostgreSQL timeouts in seconds in place of `pg_timeout_s()` (0: none); `migration`:
-    an engine that only creates a schema (`_pg_options`)."""
+    an engine that only creates a schema (`_session_limits`)."""
     if url.startswith("sqlite"):
         return {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
     pool = pg_pool_size()
@@ -1011,12 +1125,12 @@ def engine_kwargs(url: str, timeout_s: float | None = None, *, migration: bool =
             # serialization failures ("could not serialize access"), which Optuna does not retry
             kw["isolation_level"] = "READ COMMITTED"
         limit = pg_timeout_s() if timeout_s is None else timeout_s
-        options = _pg_options(
-            url_options if isinstance(url_options, str) else None, limit, migration=migration
-        )
-        if options:
-            kw["connect_args"]["options"] = options
-        if options and "statement_timeout" in options:
+        own = url_options if isinstance(url_options, str) else None
+        limits = _session_limits(own, limit, migration=migration)
+        if limits:
+            kw["plugins"] = [PG_LIMITS_PLUGIN]
+            kw[PG_LIMITS_ARG] = limits
+        if statement_timeout_option(own) or any(n == "statement_timeout" for n, _, _ in limits):
             # the server enforces statement_timeout only while it runs: a client-side deadline for a
             # server that does not (stopped, frozen), which libpq would wait on for ever (`_watchdog`)
             if parsed.get_driver_name() == "psycopg2":
@@ -1024,7 +1138,7 @@ def engine_kwargs(url: str, timeout_s: float | None = None, *, migration: bool =
 
                 kw["connect_args"]["connection_factory"] = GuardedConnection
             else:  # psycopg 3 takes no connection class: a plugin connects (`_watchdog_pg3`)
-                kw["plugins"] = [PG3_DEADLINE_PLUGIN]
+                kw["plugins"] = [*kw.get("plugins", ()), PG3_DEADLINE_PLUGIN]
     return kw
 
 
@@ -1060,12 +1174,15 @@ def engine_kwargs_calling(
 
 def set_statement_limit(conn: Connection, seconds: float | None) -> None:
     """`SET statement_timeout` and `idle_in_transaction_session_timeout` on one PostgreSQL connection
-    (None: `RESET`, back to its own), and the client-side deadline of its calls with it. A migration
+    (None: back to those it got when it was made), and the client-side deadline of its calls with it. A migration
     needs both: alembic imports its scripts inside the migration's open transaction."""
     if conn.dialect.name != "postgresql":
         return
+    own = conn.connection.info.get(_IN_FORCE, {})  # what the connection got when it was made
     for param in _PG_TIMEOUT_PARAMS:
-        if seconds is None:
+        if seconds is None and param in own:
+            conn.execute(text(f"SET {param} = {int(own[param][0])}"))
+        elif seconds is None:  # the URL's options or the server's: the session's own
             conn.execute(text(f"RESET {param}"))
         else:
             conn.execute(text(f"SET {param} = {round(seconds * 1000)}"))
