@@ -10,6 +10,14 @@ from collections.abc import Iterator
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# jax on the CPU: XLA's LLVM back end at optimisation level 1, not 2. The tests' programs are tiny and
+# run a few times each, so compiling them (one XLA compile per eager primitive, per jit, per Pallas
+# interpret-mode kernel) was most of the jax tests' CPU time; level 1 cut it by about a quarter
+# (tests/test_kernel_grad.py). Not where jax runs on another platform, nor where XLA_FLAGS sets a level.
+if os.environ["JAX_PLATFORMS"] == "cpu" and "xla_backend_optimization_level" not in os.environ.get(
+    "XLA_FLAGS", ""
+):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=1".strip()
 
 from pathlib import Path  # noqa: E402
 
