@@ -243,6 +243,10 @@ BAD_ARGS = [
     ("gpu_validate.py", ["--allow-cpu", "--out", "{file}"]),
     ("gpu_validate.py", ["--allow-cpu", "--max-minutes", "0"]),
     ("sub_tables.py", ["{file}"]),
+    ("startup.py", ["--repeats", "0"]),
+    ("startup.py", ["--old", "{missing}"]),
+    ("startup.py", ["--old", "{empty}"]),
+    ("startup.py", ["--study", "{missing}"]),
 ]
 
 
@@ -251,7 +255,11 @@ def test_benchmark_script_refuses_an_argument_it_cannot_use(
     name: str, args: list[str], tmp_path: Path
 ) -> None:
     (tmp_path / "a_file").write_text("")
-    args = [a.format(missing=tmp_path / "missing", file=tmp_path / "a_file") for a in args]
+    (tmp_path / "a_folder").mkdir()
+    args = [
+        a.format(missing=tmp_path / "missing", file=tmp_path / "a_file", empty=tmp_path / "a_folder")
+        for a in args
+    ]
     before = sorted(tmp_path.iterdir())
     r = _script([str(REPO / "benchmarks" / name), *args], tmp_path)
     errors = [line for line in r.stderr.splitlines() if line.startswith(f"{name}: error: ")]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -244,6 +245,36 @@ def test_making_a_store_logs_no_alembic_info_to_a_program_that_logs_info(tmp_pat
     assert r.returncode == 0, r.stderr
     assert "INFO:mine:done" in r.stderr  # the program's own INFO lines still show
     assert not [ln for ln in r.stderr.splitlines() if ln.startswith("INFO:alembic")], r.stderr
+
+
+def test_optunas_migration_scripts_are_loaded_once_per_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tuner's check of Optuna's table version needs the head revision of Optuna's migration scripts, and
+    alembic loads the whole script directory (some 50 modules) for it each time: a study process opens
+    Optuna's tables many times (each task, the task board, the report, the cache export), of one store or
+    several. The head is read once per process and Optuna installation."""
+    from alembic.script import ScriptDirectory
+
+    from tuner.storage import _migrate
+    from tuner.store import ResultStore
+
+    urls = [f"sqlite:///{tmp_path}/a.db", f"sqlite:///{tmp_path}/b.db"]
+    for url in urls:  # made and stamped (Optuna's constructor loads the scripts to stamp a new store)
+        ResultStore(url).optuna_storage()
+    monkeypatch.setattr(_migrate, "_optuna_heads", {}, raising=False)  # as in a process that has not read it
+    loads: list[object] = []
+    load_revisions = ScriptDirectory._load_revisions
+
+    def counted(self: ScriptDirectory) -> Any:
+        loads.append(self)
+        yield from load_revisions(self)
+
+    monkeypatch.setattr(ScriptDirectory, "_load_revisions", counted)
+    storages = [ResultStore(url).optuna_storage() for url in urls + urls]
+    assert len(loads) == 1
+    monkeypatch.setattr(ScriptDirectory, "_load_revisions", load_revisions)
+    assert storages[0].get_head_version() == _migrate._optuna_head_version(storages[1])
 
 
 def test_optunas_tables_at_another_version_are_refused_with_optunas_message(

@@ -116,15 +116,19 @@ _storages_lock = threading.Lock()  # held only to read or change `_optuna_storag
 # key of `_optuna_storages` -> the lock the thread that opens its storage holds (it connects, and may wait
 # for a slot): other threads of that key wait for its storage, those of other stores do not
 _opening: dict[tuple[str, float], threading.Lock] = {}
+# The folder of Optuna's storage module -> the head revision of the migration scripts beside it
+# (`_optuna_head_version`); `_heads_lock` is held while they load.
+_optuna_heads: dict[str, str] = {}
+_heads_lock = threading.Lock()
 
 
 def _after_fork_in_child() -> None:
     """A parent thread may have held the locks (migrating, opening Optuna's storage) at the fork; the
     Optuna storages the child inherited get new, empty pools (as `engine_for`'s engines do: the parent's
     PostgreSQL sockets must not be shared), their old pools kept, untouched."""
-    global _thread_locks, _locks_lock, _storages_lock, _opening
+    global _thread_locks, _locks_lock, _storages_lock, _opening, _heads_lock
     _thread_locks, _locks_lock = {}, threading.Lock()
-    _storages_lock, _opening = threading.Lock(), {}
+    _storages_lock, _opening, _heads_lock = threading.Lock(), {}, threading.Lock()
     for storage in _optuna_storages.values():
         _inherited_pools.append(storage.engine.pool)
         storage.engine.pool = storage.engine.pool.recreate()
@@ -712,10 +716,11 @@ def _check_optuna_version(storage: optuna.storages.RDBStorage) -> None:
     loads Optuna's migration scripts (a fraction of a second, more on a loaded machine): a role's or
     database's idle_in_transaction_session_timeout (with TUNER_PG_TIMEOUT=0, or a small TUNER_PG_TIMEOUT)
     ended that session and the opening failed. Here the version is read in one short statement and the
-    scripts are loaded with no transaction open; Optuna's check runs only where they differ."""
+    scripts are loaded with no transaction open, once per process (`_optuna_head_version`); Optuna's check
+    runs only where they differ."""
     import optuna
 
-    current, head = storage.get_current_version(), storage.get_head_version()
+    current, head = storage.get_current_version(), _optuna_head_version(storage)
     if current == head:
         return
     manager = getattr(storage, "_version_manager", None)  # Optuna's own message, where it has one
@@ -726,6 +731,20 @@ def _check_optuna_version(storage: optuna.storages.RDBStorage) -> None:
         f"Optuna {optuna.__version__} cannot use the study tables at their schema version {current} (it "
         f"needs {head}): run `optuna storage upgrade --storage URL`, or use the Optuna release that made them"
     )
+
+
+def _optuna_head_version(storage: optuna.storages.RDBStorage) -> str:
+    """The head revision of Optuna's migration scripts (`storage.get_head_version()`), loaded once per
+    process and Optuna installation. Optuna makes alembic load its script directory (some 50 modules,
+    executed afresh each time: tens of milliseconds, more on a loaded machine) for every call, and a
+    process opens Optuna's tables many times (each task of a study, the task board, the report, the cache
+    export): the scripts are the installed Optuna's, the same for every store this process opens."""
+    key = os.path.dirname(os.path.abspath(sys.modules[type(storage).__module__].__file__ or ""))
+    with _heads_lock:  # one thread loads them; the others wait for its answer
+        head = _optuna_heads.get(key)
+        if head is None:
+            head = _optuna_heads[key] = storage.get_head_version()
+    return head
 
 
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:
