@@ -65,7 +65,9 @@ SETTINGS: dict[str, Setting] = {
             "str",
             None,
             "seconds one PostgreSQL statement of the store (its lock waits included) may run before it fails "
-            "with a `StoreTimeout` naming the store, the operation and the limit; `0`: no limit",
+            "with a `StoreTimeout` naming the store, the operation and the limit (also the idle-in-transaction "
+            "limit); a DBA's stricter `statement_timeout` or `idle_in_transaction_session_timeout` (role, "
+            "database, server) stays in force; `0`: tuner adds no limit (the DBA's stand)",
             "`60`",
         ),
         Setting(
