@@ -124,6 +124,7 @@ def _opens(tree: Path, url: str, n: int, hook_dir: str) -> dict[str, Any]:
         cwd=os.path.dirname(hook_dir),  # not a checkout: `python -c` imports from its working folder first
         capture_output=True,
         text=True,
+        encoding="utf-8",
         check=False,
     )
     if r.returncode != 0:
@@ -148,6 +149,7 @@ def _study(tree: Path, study: Path, workers: int, hook_dir: str) -> dict[str, An
         cwd=os.path.dirname(hook_dir),  # not a checkout: `python -m` imports from its working folder first
         capture_output=True,
         text=True,
+        encoding="utf-8",
         check=False,
     )
     wall = time.perf_counter() - t0
