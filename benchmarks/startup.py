@@ -116,17 +116,23 @@ def _loads(log_dir: str) -> dict[str, list[int]]:
     return out
 
 
-def _opens(tree: Path, url: str, n: int, hook_dir: str) -> dict[str, Any]:
-    log_dir = tempfile.mkdtemp(prefix="startup-log-", dir=os.path.dirname(hook_dir))
-    r = subprocess.run(
-        [sys.executable, "-c", _OPENS, url, str(n)],
-        env=_env(tree, hook_dir, log_dir, None),
-        cwd=os.path.dirname(hook_dir),  # not a checkout: `python -c` imports from its working folder first
+def _python(cmd: list[str], env: dict[str, str], hook_dir: str) -> subprocess.CompletedProcess[str]:
+    """Run `cmd` (a Python process) with `env`, its output captured as text, in the folder above
+    `hook_dir`: not a checkout, since `python -c` and `python -m` import from their working folder first."""
+    return subprocess.run(
+        cmd,
+        env=env,
+        cwd=os.path.dirname(hook_dir),
         capture_output=True,
         text=True,
         encoding="utf-8",
         check=False,
     )
+
+
+def _opens(tree: Path, url: str, n: int, hook_dir: str) -> dict[str, Any]:
+    log_dir = tempfile.mkdtemp(prefix="startup-log-", dir=os.path.dirname(hook_dir))
+    r = _python([sys.executable, "-c", _OPENS, url, str(n)], _env(tree, hook_dir, log_dir, None), hook_dir)
     if r.returncode != 0:
         raise SystemExit(f"startup.py: opening the store with {tree} failed:\n{r.stderr[-2000:]}")
     rec = json.loads(r.stdout.strip().splitlines()[-1])
@@ -143,15 +149,7 @@ def _study(tree: Path, study: Path, workers: int, hook_dir: str) -> dict[str, An
         cmd += ["--workers", str(workers)]
     launch = dt.datetime.now()
     t0 = time.perf_counter()
-    r = subprocess.run(
-        cmd,
-        env=_env(tree, hook_dir, log_dir, home),
-        cwd=os.path.dirname(hook_dir),  # not a checkout: `python -m` imports from its working folder first
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        check=False,
-    )
+    r = _python(cmd, _env(tree, hook_dir, log_dir, home), hook_dir)
     wall = time.perf_counter() - t0
     if r.returncode != 0:
         raise SystemExit(
