@@ -41,6 +41,7 @@ from ..storage import (
     operation,
     read_only_url,
 )
+from ..storage import _engine as _store_engine
 from ..storage._owner import HOST, local_dead_pid
 from ..storage._schema import tasks_table
 from ._spec import StudyError, StudyTask
@@ -112,12 +113,26 @@ def retry(fn: Any, *, what: str, attempts: int = 6) -> Any:
     that is restarting). Not a connection limit: the engine has waited `TUNER_PG_CONNECT_WAIT` for a
     slot already (`StoreConnectionLimit`)."""
     for i in range(attempts):
+        t0 = time.monotonic()
         try:
             return fn()
         except (SQLAlchemyError, StoreConnectionLost, StoreUnreachable) as exc:
             if i == attempts - 1 or isinstance(exc, StoreConnectionLimit):
                 raise
-            log.info("%s: %s; retrying", what, str(exc).splitlines()[0])
+            first = str(exc).splitlines()[0]
+            waited = time.monotonic() - t0
+            if "locked" in first and waited >= _store_engine.SQLITE_TIMEOUT_S / 2:
+                # SQLite's busy timeout ran out: another process held the write lock all along (a lock
+                # lost at once to a concurrent writer, SQLITE_BUSY_SNAPSHOT, is routine and stays INFO)
+                log.warning(
+                    "%s: %s after %.0f s: another process held the store's write lock all that time (a "
+                    "stopped or hung process of this store?); retrying",
+                    what,
+                    first,
+                    waited,
+                )
+            else:
+                log.info("%s: %s; retrying", what, first)
             time.sleep(0.2 * 2**i)
     return None  # pragma: no cover
 

@@ -58,6 +58,7 @@ from tuner._atomic import make_folders, remove_made_folders
 from tuner._settings import flag
 
 from ..storage import LeaseLost, StoreError, close_idle_connections, guarding, normalize_url, sqlite_path
+from ..storage import _engine as _store_engine
 from ..storage._owner import HOST
 from ..storage._replaced import file_identity, holding, reopen_if_replaced, replaced_error
 from ._board import (
@@ -1228,11 +1229,22 @@ def _run_prepared(
 # How long the runner waits for its worker processes to hand their tasks back after Ctrl-C before it kills
 # them (a worker stuck in a hung trial, or stopped, never does).
 STOP_GRACE_S = 10.0
+# How long a worker process may stay stopped (SIGSTOP; not a debugger's stop) before the runner kills and
+# replaces it. None: its lease plus two of the runner's looks (by then its task, if it held one, may be
+# taken over by another worker, so it has nothing left to do), and with a SQLite store at most half the
+# busy timeout (the other workers' writes wait that long for a write lock it may hold, then fail).
+STOPPED_LIMIT_S: float | None = None
 
 
 class _Supervisor:
     """The study runner's worker processes (`_run_prepared`): started, replaced when one gives a hung
     trial up (it exits with EXIT_HUNG), killed and replaced when one goes quiet, stopped on Ctrl-C.
+
+    A worker process stopped (SIGSTOP) past its lease is killed and replaced, with or without
+    `trial_timeout` (`_check_stopped`): its task, if it held one, is another worker's to take over by
+    then, and while stopped it keeps what it holds of the store. With SQLite that can be the database's
+    write lock, taken between two statements of a write, and every other process of the store waited for
+    it for ever (the run with it).
 
     A worker whose hang stops its heartbeat too (C code that holds the GIL, a process stopped with
     SIGSTOP) cannot give its trial up itself (`_Lease._time_out` runs in that heartbeat). With
@@ -1261,6 +1273,11 @@ class _Supervisor:
             beat = max(0.2, min(beat, self.timeout / 4))  # the workers' heartbeat interval (`_Lease._beat`)
             self.limit = self.timeout + 5.0 + 2 * beat
         self.every = max(0.5, min(beat, 5.0))
+        self.stopped_limit = STOPPED_LIMIT_S if STOPPED_LIMIT_S is not None else lease_s + 2 * self.every
+        if STOPPED_LIMIT_S is None and sqlite_path(normalize_url(spec.storage)) is not None:
+            # and before the others' writes give up waiting for a write lock it may hold (their busy timeout)
+            self.stopped_limit = min(self.stopped_limit, _store_engine.SQLITE_TIMEOUT_S / 2)
+        self.stopped_since: dict[int, float] = {}  # pid -> when the runner first saw it stopped
         self.me = f"{HOST}:{os.getpid()}:runner"
         self.board: TaskBoard | None = None
         # pid -> (the row id of the task it holds or held last, that task's last renewal, its worker id)
@@ -1318,6 +1335,7 @@ class _Supervisor:
                     log.warning("worker process %d exited after a hung trial; starting another", p.pid)
                     self.procs[i] = self._start()
             if time.monotonic() >= next_check:
+                self._check_stopped()  # (no store read: a stopped worker may hold the store's lock)
                 try:
                     if self.timeout is not None:
                         self._check()
@@ -1330,6 +1348,35 @@ class _Supervisor:
                     log.info("watching the worker processes: %s", str(exc).splitlines()[0])
                 next_check = time.monotonic() + self.every
             time.sleep(0.2)
+
+    def _check_stopped(self) -> None:
+        """Kill and replace each worker process seen stopped (SIGSTOP, `kill -STOP`) for longer than
+        `stopped_limit` (its lease, by default). A stopped process renews no lease, so its task goes to
+        another worker past the lease anyway; but it keeps its hold on the store, and a SQLite write
+        transaction it was stopped in holds the database's write lock: every other worker's next write
+        waited for it, the run made no progress and said nothing. Killed, its open transaction is rolled
+        back (SQLite's journal) and nothing it had committed is lost. A process a debugger stopped
+        (tracing stop) is left alone, as is one continued before the limit."""
+        now = time.monotonic()
+        for i, p in enumerate(self.procs):
+            if p.poll() is not None or not _is_stopped(p.pid):
+                self.stopped_since.pop(p.pid, None)
+                continue
+            since = self.stopped_since.setdefault(p.pid, now)
+            if now - since <= self.stopped_limit:
+                continue
+            self.stopped_since.pop(p.pid, None)
+            self.held.pop(p.pid, None)
+            _kill(p)
+            log.warning(
+                "worker process %d was stopped (SIGSTOP) for %.0f s, past its lease (%g s): killed it (a "
+                "stopped process keeps its locks on the store; with SQLite every other worker waits for "
+                "its write lock); its task, if it held one, goes to another worker; starting another",
+                p.pid,
+                now - since,
+                self.lease_s,
+            )
+            self.procs[i] = self._start()
 
     def _check_finished(self) -> None:
         """Kill the worker processes still there `STOP_GRACE_S` after the study's last task finished: a
@@ -1479,6 +1526,25 @@ def _stop_signal() -> int:
     ignored, and the workers inherit that): SIGINT left them running, and the runner killed them after
     `STOP_GRACE_S`, with their trials in flight. SIGTERM, which a worker always hands its task back on."""
     return signal.SIGTERM if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else signal.SIGINT
+
+
+def _is_stopped(pid: int) -> bool:
+    """Whether the child process `pid` is stopped by a signal (SIGSTOP, SIGTSTP), not by a debugger:
+    its state in /proc on Linux; elsewhere `os.waitid` (WNOWAIT: the status stays for `Popen` to reap),
+    where the platform has it; else False."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rpartition(")")[2].split()[0] == "T"  # "t": a debugger's tracing stop
+    except (OSError, IndexError):
+        pass
+    waitid = getattr(os, "waitid", None)
+    if waitid is None or not hasattr(os, "WSTOPPED") or os.path.isdir("/proc/self"):
+        return False
+    try:
+        got = waitid(os.P_PID, pid, os.WSTOPPED | os.WNOHANG | os.WNOWAIT)
+    except OSError:
+        return False
+    return got is not None and got.si_code == os.CLD_STOPPED
 
 
 def _kill(p: subprocess.Popen[bytes]) -> None:
