@@ -270,9 +270,16 @@ def _apply_session_limits(limits: tuple[tuple[str, int, bool], ...], dbapi_conn:
             cur.execute(sql)
             rows = cur.fetchall()
         finally:
-            cur.close()
-    finally:
-        dbapi_conn.autocommit = autocommit
+            with contextlib.suppress(Exception):  # a connection the error closed: the error is raised
+                cur.close()
+    except BaseException:
+        # a connection the server or a pooler closed under the statement (PgBouncer's
+        # query_wait_timeout): restoring autocommit raised "connection already closed" in place of the
+        # error that said why
+        with contextlib.suppress(Exception):
+            dbapi_conn.autocommit = autocommit
+        raise
+    dbapi_conn.autocommit = autocommit
     in_force = {
         name: (int(setting), source) if kept else (wanted[name], "tuner")
         for name, setting, source, kept in rows
@@ -504,6 +511,10 @@ def install_timeout_errors(engine: Engine, url: str, *, migration: bool = False)
 
     event.listen(engine, "handle_error", _on_error)
     event.listen(engine, "do_connect", _connect_waiting)  # after psycopg 3's deadline, which connects first
+    if engine.dialect.driver in ("psycopg2", "psycopg"):
+        from ._pooler import refuse_shared_sessions
+
+        refuse_shared_sessions(engine, where)  # a transaction pooler (PgBouncer), before any SET
 
 
 def _migration_limit_of(ctx: ExceptionContext) -> float | None:
