@@ -193,6 +193,31 @@ def test_static_dtype_argument_as_a_key_with_bfloat16_inputs_upcast():
     assert sorted(e.key.fields_dict["out_dtype"] for e in ConfigCache().entries()) == ["bfloat16", "float32"]
 
 
+def test_an_entry_stored_when_dtype_arguments_counted_as_arrays_still_hits():
+    # before dtype arguments were told from arrays, `out_dtype=jnp.bfloat16` (jax's scalar type, which has a
+    # `.dtype`) was counted among the arrays' dtypes: the key's dtypes were ("float32", "bfloat16"). An
+    # entry stored so (a shipped config file, a store) is read under that older form and hits
+    bench = Bench()
+
+    @tuner.autotune(configs=[{"block": 8}, {"block": 16}], key=["n"], bench=bench)
+    def double(x, n, out_dtype=jnp.float32, *, block):
+        return (x * 2).astype(out_dtype)
+
+    x = jnp.ones(16, jnp.float32)
+    double(x, 16, out_dtype=jnp.bfloat16)
+    assert bench.calls == 2
+    [entry] = ConfigCache().entries()
+    assert entry.key.dtypes == ("float32",)
+    cache = ConfigCache()
+    cache.clear()
+    old = dataclasses.replace(entry.key, dtypes=("float32", "bfloat16"))
+    cache.put(dataclasses.replace(entry, key=old, config={"block": 8}))
+    double.cache_clear()
+    r = double(x, 16, out_dtype=jnp.bfloat16)
+    assert r.dtype == jnp.bfloat16 and bench.calls == 2, "retuned: the older entry was not read"
+    assert double.tuner.last_choice["config"] == {"block": 8}
+
+
 class Mask(enum.Enum):
     CAUSAL = "causal"
     FULL = "full"

@@ -472,8 +472,24 @@ class ArgKeys:
     def full(self, args: tuple, kwargs: dict) -> CacheKey:
         return self.full_of(self.raw_values(args, kwargs), args, kwargs)
 
-    def full_of(self, raw: dict[str, Any], args: tuple, kwargs: dict) -> CacheKey:
-        """`full` with the key values `raw` (`raw_values`, or a builder's older form of them)."""
+    def legacy_key(self, args: tuple, kwargs: dict) -> CacheKey | None:
+        """The call's stored key as releases before dtype arguments were told from arrays wrote it, or
+        None where it is the stored key: a dtype given as jax's scalar type (`out_dtype=jnp.bfloat16`,
+        which has a `.dtype`) was counted among the arrays' dtypes then. An exact entry stored under it
+        (a shipped config file, a store) is still read (`_resolve.exact_keys`)."""
+        np = sys.modules.get("numpy")
+        values = flat_args(list(args) + [kwargs[k] for k in sorted(kwargs)])
+        if not any(_dtype_of(np, v) is not None for v in values):
+            return None
+        raw = self.raw_values(args, kwargs)
+        old = self.full_of(raw, args, kwargs, dtype_args_as_arrays=True)
+        return None if old == self.full_of(raw, args, kwargs) else old
+
+    def full_of(
+        self, raw: dict[str, Any], args: tuple, kwargs: dict, *, dtype_args_as_arrays: bool = False
+    ) -> CacheKey:
+        """`full` with the key values `raw` (`raw_values`, or a builder's older form of them);
+        `dtype_args_as_arrays`: the dtypes and environment as `legacy_key` had them."""
         fields = {}
         for n, v in raw.items():
             v = scalar_key_value(n, v)
@@ -485,7 +501,9 @@ class ArgKeys:
         # A dtype argument (`out_dtype=jnp.bfloat16`, `np.dtype("float32")`) is no array: not in the dtypes
         # (jax's scalar types have a `.dtype`, numpy's dtypes none; given or left at its default), no device,
         # no numpy version. Keyed on, its key field is its name, whichever way it is spelt.
-        arrays = [v for v in values if not numpy_scalar(v) and _dtype_of(np, v) is None]
+        arrays = [
+            v for v in values if not numpy_scalar(v) and (dtype_args_as_arrays or _dtype_of(np, v) is None)
+        ]
         dts = []
         if self.use_dtypes:
             for v in arrays:
