@@ -24,6 +24,7 @@ chain as they are.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import itertools
 import math
@@ -187,6 +188,9 @@ def scalar_key_value(name: str, v: Any) -> Any:
     np = sys.modules.get("numpy")
     if np is not None and isinstance(v, (np.generic, np.ndarray)) and v.ndim == 0:
         v = v.item()  # np.bool_ -> bool (not 1.0), np.float32 -> float, np.int64 -> int
+    dtype = _dtype_of(np, v)
+    if dtype is not None:  # a static `out_dtype=jnp.bfloat16`: its name, whichever way it is spelt
+        return dtype.name
     if v is None or isinstance(v, (bool, int, float, str)):
         if isinstance(v, float) and not math.isfinite(v):
             raise ValueError(f"key field {name}={v!r} is not finite")
@@ -217,6 +221,23 @@ def scalar_key_value(name: str, v: Any) -> Any:
     return f
 
 
+def _dtype_of(np: Any, v: Any) -> Any:
+    """The numpy dtype a key value names (`np.dtype("bfloat16")`, or a scalar type: `jnp.bfloat16`,
+    `np.float32`, which jax and numpy take as a dtype), None for another value or where numpy is not
+    imported. A dtype instance has a `.shape` (()), so this comes before the array checks."""
+    if np is None:
+        return None
+    if isinstance(v, np.dtype):
+        return v
+    if isinstance(v, type):
+        if issubclass(v, np.generic):
+            return np.dtype(v)
+        dtype = getattr(v, "dtype", None)  # jax.numpy's scalar types (jnp.bfloat16) hold their dtype
+        if isinstance(dtype, np.dtype):
+            return dtype
+    return None
+
+
 def _parts_hint(name: str, v: Any) -> str:
     """For a key value made of parts (a tuple or list, a NamedTuple, a dataclass: a static argument such
     as `block_shape=(128, 128)` or a config object under `jax.jit(static_argnames=...)`): how to key on
@@ -227,6 +248,11 @@ def _parts_hint(name: str, v: Any) -> str:
         parts = [(f"{name}_{i}", f"{name}[{i}]") for i in range(min(len(v), 2))]
     elif dataclasses.is_dataclass(v) and not isinstance(v, type) and dataclasses.fields(v):
         parts = [(f.name, f"{name}.{f.name}") for f in dataclasses.fields(v)[:2]]
+    elif isinstance(v, enum.Enum):
+        return (
+            f"; to key on an enum member, give a key function (called with the decorated function's "
+            f"arguments) that returns its name: {{{name!r}: {name}.name}}"
+        )
     else:
         return ""
     fields = ", ".join(f"{field!r}: {expr}" for field, expr in parts)
@@ -446,8 +472,24 @@ class ArgKeys:
     def full(self, args: tuple, kwargs: dict) -> CacheKey:
         return self.full_of(self.raw_values(args, kwargs), args, kwargs)
 
-    def full_of(self, raw: dict[str, Any], args: tuple, kwargs: dict) -> CacheKey:
-        """`full` with the key values `raw` (`raw_values`, or a builder's older form of them)."""
+    def legacy_key(self, args: tuple, kwargs: dict) -> CacheKey | None:
+        """The call's stored key as releases before dtype arguments were told from arrays wrote it, or
+        None where it is the stored key: a dtype given as jax's scalar type (`out_dtype=jnp.bfloat16`,
+        which has a `.dtype`) was counted among the arrays' dtypes then. An exact entry stored under it
+        (a shipped config file, a store) is still read (`_resolve.exact_keys`)."""
+        np = sys.modules.get("numpy")
+        values = flat_args(list(args) + [kwargs[k] for k in sorted(kwargs)])
+        if not any(_dtype_of(np, v) is not None for v in values):
+            return None
+        raw = self.raw_values(args, kwargs)
+        old = self.full_of(raw, args, kwargs, dtype_args_as_arrays=True)
+        return None if old == self.full_of(raw, args, kwargs) else old
+
+    def full_of(
+        self, raw: dict[str, Any], args: tuple, kwargs: dict, *, dtype_args_as_arrays: bool = False
+    ) -> CacheKey:
+        """`full` with the key values `raw` (`raw_values`, or a builder's older form of them);
+        `dtype_args_as_arrays`: the dtypes and environment as `legacy_key` had them."""
         fields = {}
         for n, v in raw.items():
             v = scalar_key_value(n, v)
@@ -455,15 +497,22 @@ class ArgKeys:
                 v = scalar_key_value(n, self.bucketer(n, v))
             fields[str(n)] = v
         values = flat_args(list(args) + [kwargs[k] for k in sorted(kwargs)])
+        np = sys.modules.get("numpy")
+        # A dtype argument (`out_dtype=jnp.bfloat16`, `np.dtype("float32")`) is no array: not in the dtypes
+        # (jax's scalar types have a `.dtype`, numpy's dtypes none; given or left at its default), no device,
+        # no numpy version. Keyed on, its key field is its name, whichever way it is spelt.
+        arrays = [
+            v for v in values if not numpy_scalar(v) and (dtype_args_as_arrays or _dtype_of(np, v) is None)
+        ]
         dts = []
         if self.use_dtypes:
-            for v in values:
+            for v in arrays:
                 d = getattr(v, "dtype", None)
-                if d is not None and not _weak_scalar(v) and not numpy_scalar(v):
+                if d is not None and not _weak_scalar(v):
                     dts.append(dtype_name(d))
             if not self._deep:
                 self._read_containers(args, kwargs)
-        device, versions = self._device_versions([v for v in values if not numpy_scalar(v)])
+        device, versions = self._device_versions(arrays)
         return CacheKey.make(self.name, self.source_hash, fields, dts, device, versions)
 
     def _read_containers(self, args: tuple, kwargs: dict) -> None:

@@ -19,10 +19,14 @@ would: its contextvars (a copy of the caller's context: what the helper sets sta
 thread-local config, i.e. every `jax.config` option the caller set with its context manager
 (`jax.enable_x64`, `jax.default_matmul_precision`, `jax.default_device`, `jax.numpy_rank_promotion`,
 `jax.debug_nans`, ...; under `enable_x64` a float64 tracer gets a float64 stand-in and key), Pallas'
-TPU interpret mode, and the values the caller entered of contexts made by `jax.make_user_context` (part of
-jax's jit key: a launcher that reads one traces and caches as in the caller's thread). Not carried: what jax sets while it traces (the trace itself, shard_map's mesh and
-its vma check, `ensure_compile_time_eval`) and the scopes of the traced program (meshes, `compute_on`,
-XLA metadata): the stand-ins are unsharded arrays of the traced shapes, outside any transformation.
+TPU interpret mode, the values the caller entered of contexts made by `jax.make_user_context` (part of
+jax's jit key: a launcher that reads one traces and caches as in the caller's thread), and the mesh the
+caller set (`jax.set_mesh`, the deprecated `with mesh:`), so that a launcher passing bare PartitionSpecs
+runs in the helper as in the caller's thread; where that mesh's axes are explicit, each stand-in is
+placed with its tracer's sharding (`_explicit_sharding`). Not carried: what jax sets while it traces (the
+trace itself, shard_map's mesh, with its manual axes, and its vma check, `ensure_compile_time_eval`) and
+the other scopes of the traced program (`compute_on`, XLA metadata): elsewhere the stand-ins are
+unsharded arrays of the traced shapes, outside any transformation.
 A transfer guard (`jax.transfer_guard`, in the caller's thread or global) is lifted in the helper: the
 stand-ins and the eager runs of the launcher move data the traced program does not.
 
@@ -206,11 +210,45 @@ def _shapes_of(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
             if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
                 return _KeySpec(tuple(leaf.shape), jax.random.key_impl(leaf))
             weak = bool(getattr(getattr(leaf, "aval", None), "weak_type", False))
+            placed = _explicit_sharding(leaf, mesh)
+            if placed is not None:
+                return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, weak_type=weak, sharding=placed)
             return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, weak_type=weak)
         return leaf
 
+    mesh = _caller_concrete_mesh()
     sargs, skwargs = jax.tree_util.tree_map(shape, (tuple(args), dict(kwargs)))
     return tuple(sargs), dict(skwargs)
+
+
+def _caller_concrete_mesh() -> Any:
+    """The concrete mesh of this thread's `jax.set_mesh` (private jax API), None where there is none or
+    it cannot be read."""
+    try:
+        from jax._src import config as jc
+
+        mesh = jc.device_context.get_local()
+    except Exception:  # noqa: BLE001 - private jax API moved: stand-ins unsharded, as before
+        return None
+    return mesh if getattr(mesh, "abstract_mesh", None) is not None and not mesh.empty else None
+
+
+def _explicit_sharding(leaf: Any, mesh: Any) -> Any:
+    """Where `leaf`'s type holds a sharding over explicit mesh axes (`jax.set_mesh` of a mesh with
+    `AxisType.Explicit`: the sharding is part of the type, and the launcher's code may depend on it), that
+    sharding on the caller's concrete mesh, for its stand-in; else None (an unsharded stand-in)."""
+    if mesh is None:
+        return None
+    import jax
+
+    sharding = getattr(getattr(leaf, "aval", None), "sharding", None)
+    spec = getattr(sharding, "spec", None)
+    on = getattr(sharding, "mesh", None)
+    if spec is None or all(p is None for p in spec) or on != mesh.abstract_mesh:
+        return None
+    if not getattr(on, "_any_axis_explicit", False):
+        return None
+    return jax.sharding.NamedSharding(mesh, spec)
 
 
 def _materialise(args: tuple, kwargs: dict, seed: int = 0) -> tuple[tuple, dict]:
@@ -240,8 +278,12 @@ def _materialise(args: tuple, kwargs: dict, seed: int = 0) -> tuple[tuple, dict]
             if weak is not None:
                 return weak
         if floating:
-            return _normal(jax.random.fold_in(base, count[0]), shape, dtype)
-        return jnp.zeros(shape, dtype)
+            out = _normal(jax.random.fold_in(base, count[0]), shape, dtype)
+        else:
+            out = jnp.zeros(shape, dtype)
+        # placed as the tracer is, where its type holds an explicit sharding (`_explicit_sharding`)
+        placed = getattr(leaf, "sharding", None)
+        return out if placed is None else jax.device_put(out, placed)
 
     cargs, ckwargs = jax.tree_util.tree_map(concrete, (tuple(args), dict(kwargs)))
     return tuple(cargs), dict(ckwargs)
@@ -479,6 +521,12 @@ _NOT_CARRIED = frozenset(
 )
 # Thread-local contexts that are not jax_* options but settings of the caller: carried too.
 _CARRIED_CONTEXTS = ("pallas_tpu_interpret_mode_context_manager",)  # pltpu.force_tpu_interpret_mode()
+# The mesh the caller set (`jax.set_mesh`: the abstract and the concrete mesh; the deprecated `with mesh:`:
+# its stack of meshes, also kept in `thread_resources`): carried, so that a launcher that passes bare
+# PartitionSpecs (`with_sharding_constraint(x, P("d"))`, `out_sharding=P("d")`, `reshard`) runs in the
+# helper as in the caller's thread. Not inside `shard_map`, whose abstract mesh has manual axes: there the
+# launcher gets each device's block, and the helper times it outside any mesh (module doc).
+_MESH_CONTEXTS = ("abstract_mesh_context_manager", "device_context", "mesh_context_manager")
 # Where the private state cannot be read (a jax that moved it), these public context managers are
 # re-entered with the values the caller's thread sees (`jax.config.<option>`, local or global).
 _PUBLIC_FALLBACK = (
@@ -506,7 +554,41 @@ def _private_jax_settings() -> list[tuple[Any, Any, bool]]:
         value = opt.get_local()
         if value is not unset:
             out.append((opt, value, isinstance(opt, jc.State)))
+    meshes = [
+        (opt, opt.get_local()) for opt in (getattr(jc, n, None) for n in _MESH_CONTEXTS) if opt is not None
+    ]
+    if not any(getattr(v, "_any_axis_manual", False) for _, v in meshes):  # not inside shard_map
+        out += [(opt, value, False) for opt, value in meshes if value is not unset]
     return out
+
+
+def _caller_mesh_stack() -> list[Any] | None:
+    """The deprecated `with mesh:` stack of this thread (`thread_resources`, private jax API), None where
+    it holds no mesh or the caller is inside `shard_map` (see `_MESH_CONTEXTS`)."""
+    from jax._src import config as jc
+    from jax._src import mesh as ml
+
+    if getattr(jc.abstract_mesh_context_manager.get_local(), "_any_axis_manual", False):
+        return None
+    stack = list(getattr(ml.thread_resources, "stack", ()))
+    return stack if len(stack) > 1 else None
+
+
+@contextlib.contextmanager
+def _mesh_stack_entered(stack: list[Any] | None) -> Iterator[None]:
+    """The caller's `with mesh:` stack (`_caller_mesh_stack`) in this thread, put back after."""
+    if stack is None:
+        yield
+        return
+    from jax._src import mesh as ml
+
+    res = ml.thread_resources
+    before = (res.stack, res.env)
+    res.stack, res.env = list(stack), stack[-1]
+    try:
+        yield
+    finally:
+        res.stack, res.env = before
 
 
 @contextlib.contextmanager
@@ -602,12 +684,19 @@ def caller_jax_settings() -> Callable[[], contextlib.AbstractContextManager[None
         log.debug("jax's thread-local config is not readable (%s); carrying the public options", exc)
         public = [*_public_settings(), *users]
         return lambda: _public_entered(public)
-    return lambda: _both_entered(local, users)
+    try:
+        stack = _caller_mesh_stack()
+    except Exception as exc:  # noqa: BLE001 - private jax API moved: no `with mesh:` stack carried
+        log.debug("jax's `with mesh:` stack is not readable (%s); not carried to the helper thread", exc)
+        stack = None
+    return lambda: _both_entered(local, users, stack)
 
 
 @contextlib.contextmanager
-def _both_entered(local: list[tuple[Any, Any, bool]], users: list[tuple[Any, Any]]) -> Iterator[None]:
-    with _private_entered(local), _public_entered(users):
+def _both_entered(
+    local: list[tuple[Any, Any, bool]], users: list[tuple[Any, Any]], stack: list[Any] | None = None
+) -> Iterator[None]:
+    with _mesh_stack_entered(stack), _private_entered(local), _public_entered(users):
         yield
 
 
