@@ -36,7 +36,12 @@ def cpu_jax_program(tmp_path: Path, source: str) -> Callable[[], dict[str, Any]]
 
     def run() -> dict[str, Any]:
         proc = subprocess.run(
-            [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+            [sys.executable, str(script)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            encoding="utf-8",
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
         return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -48,7 +48,7 @@ class PrivateServer:
         cmd = [str(self.bindir / args[0]), *args[1:]]
         if os.geteuid() == 0:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, encoding="utf-8")
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed: {done.stdout}{done.stderr}")
 

@@ -41,7 +41,7 @@ def test_new_file_mode_follows_the_umask(tmp_path: Path, umask, mask: int, expec
     umask(mask)
     p = atomic_write(tmp_path / "c.json", "{}\n")
     assert _mode(p) == expected
-    assert p.read_text() == "{}\n"
+    assert p.read_text(encoding="utf-8") == "{}\n"
 
 
 @posix_only
@@ -70,7 +70,7 @@ def test_replaces_bytes_and_text_and_leaves_no_temporary(folder: Path):
 
 def test_failure_keeps_the_old_file(folder: Path, monkeypatch: pytest.MonkeyPatch):
     p = folder / "keep.json"
-    p.write_text("old")
+    p.write_text("old", encoding="utf-8")
 
     def boom(src, dst):
         raise OSError(28, "No space left on device")
@@ -78,14 +78,14 @@ def test_failure_keeps_the_old_file(folder: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(os, "replace", boom)
     with pytest.raises(OSError, match="No space"):
         atomic_write(p, "new")
-    assert p.read_text() == "old"
+    assert p.read_text(encoding="utf-8") == "old"
     assert [x.name for x in folder.iterdir()] == ["keep.json"]
 
 
 def test_missing_folder_is_an_error_unless_mkdir(tmp_path: Path):
     with pytest.raises(FileNotFoundError):
         atomic_write(tmp_path / "no" / "f", "x")
-    assert atomic_write(tmp_path / "a" / "b" / "f", "x", mkdir=True).read_text() == "x"
+    assert atomic_write(tmp_path / "a" / "b" / "f", "x", mkdir=True).read_text(encoding="utf-8") == "x"
 
 
 def test_a_directory_target_is_refused_and_cleaned_up(folder: Path):

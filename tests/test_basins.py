@@ -29,7 +29,7 @@ def _table(tmp_path: Path, times: dict[tuple[int, int], float]) -> object:
         "cache": cache,
     }
     p = tmp_path / "t.json"
-    p.write_text(json.dumps(doc))
+    p.write_text(json.dumps(doc), encoding="utf-8")
     return load_table(p)
 
 

@@ -54,6 +54,6 @@ def test_scripts_replay_only_the_tables(
 def test_no_script_globs_tables_of_its_own(name: str) -> None:
     """Each script that lists tables under a folder does it through `table_files` (a glob of its own
     would replay a T4 copy as a table of its own, and leak it into a leave-one-out prior)."""
-    src = (Path(__file__).parent.parent / "benchmarks" / f"{name}.py").read_text()
+    src = (Path(__file__).parent.parent / "benchmarks" / f"{name}.py").read_text(encoding="utf-8")
     assert "table_files(" in src
     assert "glob.glob(" not in src and '.glob("*/*.json' not in src

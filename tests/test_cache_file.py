@@ -62,7 +62,7 @@ def test_export_import_round_trip_is_identical(seeded: ConfigCache, tmp_path: Pa
     a = tmp_path / "a.json"
     assert main(["cache", "export", "--out", str(a)]) == 0
     assert "exported 12 entries" in capsys.readouterr().out
-    doc = json.loads(a.read_text())
+    doc = json.loads(a.read_text(encoding="utf-8"))
     assert doc["schema_version"] == 1 and doc["format"] == "tuner-cache" and len(doc["entries"]) == 12
     assert set(doc["entries"][0]) == {
         "kernel",
@@ -99,7 +99,7 @@ def test_merge_faster_wins_unless_prefer_import(seeded: ConfigCache, tmp_path: P
     slower = entry(0, t=5e-3, cfg={"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 1, "swizzle": "col"})
     faster = entry(1, t=1e-4, cfg={"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 2, "swizzle": "col"})
     new = entry(100)
-    f.write_text(dumps_entries([slower, faster, new]))
+    f.write_text(dumps_entries([slower, faster, new]), encoding="utf-8")
     assert main(["cache", "import", str(f)]) == 0
     assert "3 entries; added 1, replaced 1, kept existing 1" in capsys.readouterr().out
     assert seeded.get(slower.key).time_s == 1e-3  # kept the faster existing one
@@ -154,7 +154,7 @@ def test_a_kernel_name_that_selects_nothing_names_the_kernels_there(tmp_path: Pa
     assert "nothing to prune" in got.out and "did you mean mypkg.ops.scale?" in got.err
     assert snapshot(c) == before
     f = tmp_path / "shipped.json"
-    f.write_text(dumps_entries(c.entries()))
+    f.write_text(dumps_entries(c.entries()), encoding="utf-8")
     assert main(["cache", "show", "--file", str(f), "--kernel", "scale"]) == 0
     assert f"{f} holds no entry of kernel 'scale'; did you mean mypkg.ops.scale?" in capsys.readouterr().err
     # the full name selects them, with no warning
@@ -318,7 +318,7 @@ def test_a_bad_entry_late_in_the_file_writes_nothing(seeded: ConfigCache, tmp_pa
     doc = json.loads(dumps_entries(rows))
     doc["entries"][-1]["time_s"] = -1
     f = tmp_path / "late.json"
-    f.write_text(json.dumps(doc))
+    f.write_text(json.dumps(doc), encoding="utf-8")
     assert main(["cache", "import", str(f)]) == 2
     assert snapshot(seeded) == before
 
@@ -400,7 +400,7 @@ def test_hypothesis_arbitrary_bytes_never_crash_or_write(data, seeded: ConfigCac
 
 def test_read_cache_file_accepts_its_own_output(tmp_path: Path):
     f = tmp_path / "c.json"
-    f.write_text(dumps_entries([entry(i) for i in range(5)]))
+    f.write_text(dumps_entries([entry(i) for i in range(5)]), encoding="utf-8")
     assert len(read_cache_file(f)) == 5
 
 
@@ -409,7 +409,9 @@ def test_json_schema_matches_the_validator():
     from tuner.runtime._entry import ENTRY_FIELDS
     from tuner.runtime._file import MAX_ENTRIES
 
-    schema = json.loads((Path(__file__).resolve().parent.parent / "docs" / "cache-schema.json").read_text())
+    schema = json.loads(
+        (Path(__file__).resolve().parent.parent / "docs" / "cache-schema.json").read_text(encoding="utf-8")
+    )
     assert schema["properties"]["schema_version"]["const"] == SCHEMA_VERSION
     assert schema["properties"]["entries"]["maxItems"] == MAX_ENTRIES
     e = schema["$defs"]["entry"]

@@ -367,7 +367,7 @@ def test_valid_entries_are_not_checked_by_jsonschema(tmp_path: Path, monkeypatch
 
     f = tmp_path / "c.json"
     write_cache_file(f, [entry(i) for i in range(40)])
-    doc = json.loads(f.read_text())
+    doc = json.loads(f.read_text(encoding="utf-8"))
     doc["entries"][17]["time_s"] = -1.0
     real = fresh_validator._validator()
     asked: list[Any] = []

@@ -326,6 +326,7 @@ def test_check_cli_turns_the_interpreter_on_by_itself(tmp_path: Any) -> None:
         env=env,
         timeout=300,
         cwd=os.getcwd(),
+        encoding="utf-8",
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["ok"]

@@ -37,6 +37,7 @@ def test_python_dash_m_tuner(tmp_path: Path):
         capture_output=True,
         text=True,
         timeout=120,
+        encoding="utf-8",
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == f"tuner {tuner.__version__}"
@@ -46,6 +47,7 @@ def test_python_dash_m_tuner(tmp_path: Path):
         capture_output=True,
         text=True,
         timeout=120,
+        encoding="utf-8",
     )
     assert r.returncode == 2 and "invalid choice" in r.stderr
 
@@ -86,6 +88,7 @@ def _into_closed_pipe(argv: list[str], home: Path, timeout: float = 120) -> subp
             stderr=subprocess.PIPE,
             text=True,
             timeout=timeout,
+            encoding="utf-8",
         )
     finally:
         os.close(write_end)
@@ -118,6 +121,7 @@ def test_a_storage_url_that_names_no_database_is_bad_usage(tmp_path: Path, argv:
         capture_output=True,
         text=True,
         timeout=300,
+        encoding="utf-8",
     )
     assert r.returncode == 2, (r.returncode, r.stderr)
     lines = r.stderr.strip().splitlines()
@@ -132,6 +136,7 @@ def test_an_unreachable_store_is_a_failure_not_bad_usage(tmp_path: Path):
         capture_output=True,
         text=True,
         timeout=300,
+        encoding="utf-8",
     )
     assert r.returncode == 1 and r.stderr.startswith("tuner: failed: "), r.stderr
 
@@ -255,7 +260,8 @@ def test_study_run_json_without_the_kernel_backend_prints_the_refusal(tmp_path: 
     study.write_text(
         '[study]\nname = "nobackend"\ndevice = "cpu"\nbackends = ["triton"]\ndtypes = ["float32"]\n'
         "budget = { trials = 1 }\nfinalists = 1\n\n"
-        '[[tasks]]\nkernel = "softmax"\nproblems = [{ M = 4, N = 16 }]\n'
+        '[[tasks]]\nkernel = "softmax"\nproblems = [{ M = 4, N = 16 }]\n',
+        encoding="utf-8",
     )
     r = _tuner_without("torch", ["study", "run", str(study), "--json"], tmp_path)
     assert r.returncode == 1, r.stderr
@@ -271,14 +277,15 @@ def test_a_tuner_home_that_cannot_be_made_is_named(tmp_path: Path, monkeypatch, 
     case = tmp_path / "case"
     case.mkdir()
     home = case / "home"
-    home.write_text("not a folder")
+    home.write_text("not a folder", encoding="utf-8")
     monkeypatch.setenv("TUNER_HOME", str(home))
     monkeypatch.delenv("TUNER_STORAGE", raising=False)
     monkeypatch.delenv("TUNER_STUDY_STORAGE", raising=False)
     study = case / "s.toml"
     study.write_text(
         "[study]\nname = 's'\ndevice = 'cpu'\nbudget = { trials = 2 }\n"
-        "[[tasks]]\nkernel = 'rmsnorm'\nproblems = [{ M = 16, N = 128 }]\n"
+        "[[tasks]]\nkernel = 'rmsnorm'\nproblems = [{ M = 16, N = 128 }]\n",
+        encoding="utf-8",
     )
     shipped = REPO / "docs" / "examples" / "quickstart-report" / "cache.json"
     for argv in (["study", "run", str(study), "--quiet"], ["cache", "import", str(shipped)]):
@@ -286,7 +293,7 @@ def test_a_tuner_home_that_cannot_be_made_is_named(tmp_path: Path, monkeypatch, 
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0, err
         assert f"(TUNER_HOME is {home}: set it to a folder this user can write)" in err, err
-    assert home.read_text() == "not a folder" and sorted(p.name for p in case.iterdir()) == [
+    assert home.read_text(encoding="utf-8") == "not a folder" and sorted(p.name for p in case.iterdir()) == [
         "home",
         "s.toml",
     ]

@@ -45,7 +45,7 @@ if __name__ == '__main__':
 def _interrupt_while_importing(tmp_path: Path, module: str, argv: list[str]) -> tuple[int, str]:
     site = tmp_path / "site"
     site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(_SITE.format(module=module))
+    (site / "sitecustomize.py").write_text(_SITE.format(module=module), encoding="utf-8")
     return _interrupt_on(argv, site, "importing\n", {"TUNER_HOME": str(tmp_path / "home")})
 
 
@@ -53,7 +53,9 @@ def _interrupt_on(argv: list[str], site: Path, line: str, env: dict[str, str]) -
     """Run `argv` with the `sitecustomize` of the folder `site`, send it SIGINT once it wrote `line` on
     stdout (the child is where the test wants it then); its exit status and stderr."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), repo_pythonpath()]), **env}
-    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8"
+    )
     try:
         assert p.stdout is not None
         seen = [p.stdout.readline()]
@@ -82,7 +84,7 @@ def test_ctrl_c_while_the_command_starts_exits_130_in_one_line(tmp_path: Path, m
     a Ctrl-C while a worker still imported printed that worker's traceback."""
     if how == "console script":
         script = tmp_path / "tuner"
-        script.write_text(_SCRIPT)
+        script.write_text(_SCRIPT, encoding="utf-8")
         argv = [sys.executable, str(script), "cache", "show"]
     else:
         argv = [sys.executable, "-m", how.split()[-1], "cache", "show"]
@@ -120,6 +122,6 @@ def test_ctrl_c_while_the_finished_command_exits(tmp_path: Path, argv: list[str]
     process died of the signal (-2) after the command had said how it ended."""
     site = tmp_path / "site"
     site.mkdir()
-    (site / "sitecustomize.py").write_text(_LINGER)
+    (site / "sitecustomize.py").write_text(_LINGER, encoding="utf-8")
     code, err = _interrupt_on([sys.executable, "-m", "tuner", *argv], site, "exiting\n", {})
     assert code == status and "KeyboardInterrupt" not in err and "Traceback" not in err, err

@@ -96,13 +96,19 @@ def test_cli_compile_only_prints_resources_and_rejects_bad_devices(tmp_path) -> 
     cmd = [sys.executable, "-m", "tuner.cli", "check", "softmax", "--compile-only", "--device", "sm80"]
     # one compile process (--jobs 1): a second would import torch and Triton again for one config
     p = subprocess.run(
-        [*cmd, "--configs", "2", "--jobs", "1", "--json"], capture_output=True, text=True, timeout=600
+        [*cmd, "--configs", "2", "--jobs", "1", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        encoding="utf-8",
     )
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["device"] == "sm80" and doc["ok"] and len(doc["rows"]) == 2
     assert all(row["status"] == "ok" and row["registers"] > 0 for row in doc["rows"])
-    bad = subprocess.run([*cmd[:-1], "tpu_v5e"], capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [*cmd[:-1], "tpu_v5e"], capture_output=True, text=True, timeout=120, encoding="utf-8"
+    )
     assert bad.returncode == 2 and "one of sm80, sm86, sm89, sm90, sm100, sm120" in bad.stderr
 
 

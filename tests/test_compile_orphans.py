@@ -51,7 +51,7 @@ os.kill(os.getpid(), signal.SIGKILL)  # the tuning process dies while its compil
 def test_a_busy_compile_process_dies_with_its_parent(tmp_path: Path) -> None:
     site = tmp_path / "site"
     site.mkdir()
-    (site / "sitecustomize.py").write_text(textwrap.dedent(_SITE))
+    (site / "sitecustomize.py").write_text(textwrap.dedent(_SITE), encoding="utf-8")
     env = {
         **os.environ,
         "PYTHONPATH": repo_pythonpath(site),
@@ -59,7 +59,12 @@ def test_a_busy_compile_process_dies_with_its_parent(tmp_path: Path) -> None:
         "TMPDIR": str(tmp_path),
     }
     p = subprocess.run(
-        [sys.executable, "-c", _PARENT], env=env, stdout=subprocess.PIPE, text=True, timeout=120
+        [sys.executable, "-c", _PARENT],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        encoding="utf-8",
     )
     assert p.returncode == -signal.SIGKILL, p
     child = int(p.stdout.strip())

@@ -93,7 +93,9 @@ def _run(script: Path, home: Path, *extra: str) -> dict:
     for kv in extra:
         k, v = kv.split("=", 1)
         env[k] = v
-    p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300, encoding="utf-8"
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -101,7 +103,7 @@ def _run(script: Path, home: Path, *extra: str) -> dict:
 def test_a_widened_list_is_tuned_once_in_a_new_process_then_hits(tmp_path: Path, _tuner_home: Path):
     pytest.importorskip("triton")
     script = tmp_path / "kern.py"
-    script.write_text(KERNEL)
+    script.write_text(KERNEL, encoding="utf-8")
     first = _run(script, _tuner_home)
     assert first["timed"] == [16, 32] and first["used"] == 32
     # the user adds a config to the list (the kernel's source is unchanged: the decorator is not hashed)
@@ -109,7 +111,7 @@ def test_a_widened_list_is_tuned_once_in_a_new_process_then_hits(tmp_path: Path,
         'triton.Config({"BLOCK": 32})]', 'triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})]'
     )
     assert widened != KERNEL
-    script.write_text(widened)
+    script.write_text(widened, encoding="utf-8")
     second = _run(script, _tuner_home)
     # before: {"timed": [], "used": 32} -- 64 was never timed, in this or any later process
     assert sorted(second["timed"]) == [16, 32, 64] and second["used"] == 64 and second["tuned"] == 1
@@ -118,7 +120,9 @@ def test_a_widened_list_is_tuned_once_in_a_new_process_then_hits(tmp_path: Path,
     third = _run(script, _tuner_home)
     assert third == {"timed": [], "used": 64, "tuned": 0, "why": None}
     # offline never tunes: the entry is used as before
-    script.write_text(widened.replace('triton.Config({"BLOCK": 64})]', 'triton.Config({"BLOCK": 8})]'))
+    script.write_text(
+        widened.replace('triton.Config({"BLOCK": 64})]', 'triton.Config({"BLOCK": 8})]'), encoding="utf-8"
+    )
     offline = _run(script, _tuner_home, "TUNER_MODE=offline")
     assert offline["timed"] == [] and offline["tuned"] == 0
 
@@ -248,8 +252,10 @@ def test_a_shipped_file_is_used_as_before(tmp_path: Path):
     from tuner.runtime._file import write_cache_file
 
     write_cache_file(path, ConfigCache().entries())
-    [row] = json.loads(path.read_text())["entries"]
-    published = json.loads((REPO / "docs" / "cache-schema.json").read_text())["$defs"]["entry"]
+    [row] = json.loads(path.read_text(encoding="utf-8"))["entries"]
+    published = json.loads((REPO / "docs" / "cache-schema.json").read_text(encoding="utf-8"))["$defs"][
+        "entry"
+    ]
     assert set(row) == set(published["required"]) == set(published["properties"])
     for mode in ("online", "offline"):
         timed.clear()

@@ -518,7 +518,12 @@ def test_same_seed_same_calls_in_processes_with_different_hash_seeds():
     for hash_seed in ("1", "4242"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": repo_pythonpath()}
         proc = subprocess.run(
-            [sys.executable, "-c", _CHILD, *STRATEGIES], env=env, capture_output=True, text=True, timeout=300
+            [sys.executable, "-c", _CHILD, *STRATEGIES],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            encoding="utf-8",
         )
         assert proc.returncode == 0, proc.stderr[-2000:]
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))

@@ -260,10 +260,10 @@ def test_save_load_round_trip(tmp_path, name: str, suffix: str) -> None:
     y = np.array([table.lookup(c) or np.nan for c in configs])
     model = MODEL_FACTORIES[name]().fit(X, y)
     path = save_model(model, tmp_path / f"model{suffix}", schema, extra={"note": "test"})
-    meta = json.loads(sidecar_path(path).read_text())
+    meta = json.loads(sidecar_path(path).read_text(encoding="utf-8"))
     assert meta["feature_schema_fingerprint"] == schema.fingerprint() and meta["kind"] == type(model).__name__
     if suffix == ".json":
-        json.loads(path.read_text())  # XGBoost's JSON model format
+        json.loads(path.read_text(encoding="utf-8"))  # XGBoost's JSON model format
     loaded, loaded_schema, _ = load_model(path, schema=schema)
     assert loaded_schema.fingerprint() == schema.fingerprint()
     assert np.allclose(loaded.predict(X), model.predict(X))
@@ -290,9 +290,9 @@ def test_mismatched_schema_is_refused(tmp_path) -> None:
         schema.check_compatible(newer)
     # a file from a newer tuner is refused also when no schema is given to check it against
     side = sidecar_path(path)
-    meta = json.loads(side.read_text())
+    meta = json.loads(side.read_text(encoding="utf-8"))
     meta["feature_schema"]["version"] = FEATURE_SCHEMA_VERSION + 1
-    side.write_text(json.dumps(meta))
+    side.write_text(json.dumps(meta), encoding="utf-8")
     with pytest.raises(SchemaMismatchError, match="newer than this tuner reads"):
         load_model(path)
 
@@ -403,9 +403,9 @@ def test_a_damaged_booster_file_is_a_value_error_naming_it(tmp_path, damage: str
     with pytest.raises(ValueError, match=r"m\.json: not the booster file"):
         load_model(path)
     side = sidecar_path(path)
-    meta = json.loads(side.read_text())
+    meta = json.loads(side.read_text(encoding="utf-8"))
     del meta["sha256"]  # a sidecar saved before the digests
-    side.write_text(json.dumps(meta))
+    side.write_text(json.dumps(meta), encoding="utf-8")
     with pytest.raises(ValueError, match=r"m\.json: not an XGBoost model file"):
         load_model(path)
 
@@ -432,7 +432,7 @@ def test_a_malformed_sidecar_is_a_value_error_naming_it(tmp_path, edit, match: s
     model, schema, _ = _saved_ensemble(tmp_path)
     path = save_model(model, tmp_path / "m.json", schema)
     side = sidecar_path(path)
-    side.write_text(json.dumps(edit(json.loads(side.read_text()))))
+    side.write_text(json.dumps(edit(json.loads(side.read_text(encoding="utf-8")))), encoding="utf-8")
     with pytest.raises(ValueError, match=match):
         load_model(path)
 

@@ -93,18 +93,18 @@ def test_a_sidecar_whose_schema_was_edited_is_refused(tmp_path) -> None:
     renamed parameter's columns, or failed only at predict time on the feature count."""
     path, _, _ = _saved(tmp_path)
     side = sidecar_path(path)
-    meta = json.loads(side.read_text())
+    meta = json.loads(side.read_text(encoding="utf-8"))
     meta["feature_schema"]["params"][0]["name"] = "OTHER"
-    side.write_text(json.dumps(meta))
+    side.write_text(json.dumps(meta), encoding="utf-8")
     with pytest.raises(ValueError, match=r"m\.json\.meta\.json: its feature_schema is not the one"):
         load_model(path)
     del meta["feature_schema_fingerprint"]  # no fingerprint to compare: the feature count still is
     meta["feature_schema"]["params"].append({"name": "x", "kind": "num"})
-    side.write_text(json.dumps(meta))
+    side.write_text(json.dumps(meta), encoding="utf-8")
     with pytest.raises(ValueError, match="the feature schema lists 7 features, the model reads 6"):
         load_model(path)
     meta["feature_schema"]["params"][-1]["kind"] = "weird"
-    side.write_text(json.dumps(meta))
+    side.write_text(json.dumps(meta), encoding="utf-8")
     with pytest.raises(ValueError, match="parameter 'x' has no kind num, bool or cat"):
         load_model(path)
 
@@ -119,7 +119,9 @@ def test_a_model_moved_to_another_name_with_its_sidecar_loads(tmp_path, make) ->
     loaded, schema, _ = load_model(tmp_path / "prod.json")
     assert np.array_equal(loaded.predict(schema.transform(cfgs)), model.predict(schema.transform(cfgs)))
     shutil.copy(tmp_path / "prod.json", tmp_path / "other.json")  # another model's booster is refused
-    sidecar_path(tmp_path / "other.json").write_text(sidecar_path(tmp_path / "prod.json").read_text())
+    sidecar_path(tmp_path / "other.json").write_text(
+        sidecar_path(tmp_path / "prod.json").read_text(encoding="utf-8"), encoding="utf-8"
+    )
     (tmp_path / "other.json").write_bytes(b"{}")
     with pytest.raises(ValueError, match=r"other\.json: not the booster file"):
         load_model(tmp_path / "other.json")

@@ -555,9 +555,15 @@ def test_the_drop_in_on_a_cpu_without_the_interpreter_says_to_set_it(tmp_path: P
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(TUNER_HOME=str(tmp_path), PYTHONPATH=str(Path(__file__).resolve().parent.parent))
     script = tmp_path / "drop_in.py"
-    script.write_text(_DROP_IN_WITHOUT_INTERPRETER)
+    script.write_text(_DROP_IN_WITHOUT_INTERPRETER, encoding="utf-8")
     r = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+        encoding="utf-8",
     )
     assert r.returncode != 0
     last = r.stderr.strip().splitlines()[-1]

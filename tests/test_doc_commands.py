@@ -192,7 +192,13 @@ SCRIPTS = sorted(p.name for p in (REPO / "benchmarks").glob("[!_]*.py"))
 def _script(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=repo_pythonpath(), TUNER_HOME=str(cwd / "home"))
     return subprocess.run(
-        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        encoding="utf-8",
     )
 
 
@@ -254,7 +260,7 @@ BAD_ARGS = [
 def test_benchmark_script_refuses_an_argument_it_cannot_use(
     name: str, args: list[str], tmp_path: Path
 ) -> None:
-    (tmp_path / "a_file").write_text("")
+    (tmp_path / "a_file").write_text("", encoding="utf-8")
     (tmp_path / "a_folder").mkdir()
     args = [
         a.format(missing=tmp_path / "missing", file=tmp_path / "a_file", empty=tmp_path / "a_folder")

@@ -370,17 +370,18 @@ def test_a_shown_output_comment_must_follow_a_print():
 def test_shown_output_runs_and_is_compared(tmp_path: Path):
     code = 'import sys\nprint(sys.argv[0] and "ok")  # -> ok\nfor i in range(2):\n    print(i)  # -> 0\n'
     shown = shown_output(code)
-    (tmp_path / "_docprint.py").write_text(DOCPRINT)
-    (tmp_path / "b.py").write_text(instrument(code, shown))
+    (tmp_path / "_docprint.py").write_text(DOCPRINT, encoding="utf-8")
+    (tmp_path / "b.py").write_text(instrument(code, shown), encoding="utf-8")
     log = tmp_path / "log.jsonl"
     r = subprocess.run(
         [sys.executable, str(tmp_path / "b.py")],
         env={**os.environ, "DOC_PRINT_LOG": str(log)},
         capture_output=True,
         text=True,
+        encoding="utf-8",
     )
     assert r.returncode == 0 and r.stdout == "ok\n0\n1\n"
-    records = [json.loads(x) for x in log.read_text().splitlines()]
+    records = [json.loads(x) for x in log.read_text(encoding="utf-8").splitlines()]
     block = Block("S.md", 1, "python", code, "run")
     assert output_mismatches(block, shown, records) == ["S.md:5: printed '1'; the doc shows '0'"]
 
@@ -404,7 +405,7 @@ def _shims(folder: Path) -> Path:
     for name, cmd in (("tuner", f'"{sys.executable}" -m tuner'), ("python", f'"{sys.executable}"')):
         for n in (name, "python3") if name == "python" else (name,):
             p = folder / n
-            p.write_text(f'#!/bin/sh\nexec {cmd} "$@"\n')
+            p.write_text(f'#!/bin/sh\nexec {cmd} "$@"\n', encoding="utf-8")
             p.chmod(0o755)
     return folder
 
@@ -440,15 +441,17 @@ def test_doc_block_runs(block: Block, tmp_path: Path):
     if block.lang in PYTHON:
         shown = shown_output(block.code, block.where)
         script = work / "doc_block.py"
-        script.write_text(instrument(block.code, shown))
+        script.write_text(instrument(block.code, shown), encoding="utf-8")
         if shown:
-            (work / "_docprint.py").write_text(DOCPRINT)
+            (work / "_docprint.py").write_text(DOCPRINT, encoding="utf-8")
             env["DOC_PRINT_LOG"] = str(tmp_path / "printed.jsonl")
         cmd = [sys.executable, str(script)]
     else:
         cmd = ["bash", "-euo", "pipefail", "-c", block.code]
     try:
-        r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+        r = subprocess.run(
+            cmd, cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, encoding="utf-8"
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"{block.where}: the ```{block.lang} block ran over {TIMEOUT_S} s", pytrace=False)
     if r.returncode != 0:
@@ -460,7 +463,9 @@ def test_doc_block_runs(block: Block, tmp_path: Path):
         )
     if shown:
         log = tmp_path / "printed.jsonl"
-        records = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+        records = (
+            [json.loads(x) for x in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
+        )
         wrong = output_mismatches(block, shown, records)
         if wrong:
             pytest.fail(

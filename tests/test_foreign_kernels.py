@@ -670,7 +670,7 @@ def test_editing_a_callable_objects_call_makes_its_entries_stale(tmp_path, monke
 
     def write(body):
         (tmp_path / "user_layer_mod.py").write_text(
-            f"class Op:\n    def __call__(self, x, *, b):\n        return {body}\n"
+            f"class Op:\n    def __call__(self, x, *, b):\n        return {body}\n", encoding="utf-8"
         )
         linecache.checkcache()
         importlib.invalidate_caches()

@@ -241,7 +241,7 @@ def test_a_failed_write_removes_the_folders_it_made_only(
     # a folder another process put a file into meanwhile stays, with those above it
     made = _atomic.make_folders(tmp_path / "a" / "b" / "c")
     assert made == [tmp_path / "a" / "b", tmp_path / "a" / "b" / "c"]
-    (tmp_path / "a" / "b" / "theirs").write_text("x")
+    (tmp_path / "a" / "b" / "theirs").write_text("x", encoding="utf-8")
     _atomic.remove_made_folders(made)
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == ["a", "a/b", "a/b/theirs"]
 
@@ -281,7 +281,12 @@ if sys.argv[1] == "space back":
 def _record(small: Path, how: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TUNER_MISSES_DIR": str(small / "m"), "PYTHONPATH": str(REPO)}
     return subprocess.run(
-        [sys.executable, "-c", _RECORD, how], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", _RECORD, how],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        encoding="utf-8",
     )
 
 
@@ -380,7 +385,7 @@ def test_a_write_into_a_folder_that_another_writers_failure_removes_makes_it_aga
 
     monkeypatch.setattr(_atomic.os, "open", open_)
     _atomic.atomic_write(shared / "tuned.json", "x", mkdir=True)
-    assert removed and (shared / "tuned.json").read_text() == "x"
+    assert removed and (shared / "tuned.json").read_text(encoding="utf-8") == "x"
     # a folder above removed while this call makes the ones below it
     deep, real_mkdir, gone = tmp_path / "w" / "v2", Path.mkdir, []
 
@@ -393,7 +398,7 @@ def test_a_write_into_a_folder_that_another_writers_failure_removes_makes_it_aga
     deep.mkdir()
     monkeypatch.setattr(Path, "mkdir", mkdir)
     _atomic.atomic_write(deep / "gpu" / "tuned.json", "y", mkdir=True)
-    assert gone and (deep / "gpu" / "tuned.json").read_text() == "y"
+    assert gone and (deep / "gpu" / "tuned.json").read_text(encoding="utf-8") == "y"
 
 
 def test_the_folders_made_are_removed_where_they_were_made(

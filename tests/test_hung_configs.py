@@ -93,6 +93,7 @@ def _start(url: str, folder: Path, name: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env=_env(),
+        encoding="utf-8",
     )
 
 
@@ -143,6 +144,7 @@ def _crash_run(url: str, folder: Path, name: str, how: str) -> subprocess.Comple
         text=True,
         env=_env(),
         timeout=120,
+        encoding="utf-8",
     )
 
 
@@ -282,6 +284,7 @@ class _RetuneServer:
                 text=True,
                 env=_env(),
                 start_new_session=True,
+                encoding="utf-8",
             )
 
     def run(self, argv: list[str], env: dict[str, str], folder: Path) -> subprocess.CompletedProcess[str]:
@@ -295,10 +298,12 @@ class _RetuneServer:
             self.close()
             pytest.fail(f"the run {argv} did not end within 240 s")
         line = self.proc.stdout.readline()
-        assert line, f"the fork server ended: {self.stderr.read_text()[-3000:]}"
+        assert line, f"the fork server ended: {self.stderr.read_text(encoding='utf-8')[-3000:]}"
         reply = json.loads(line)
         assert "refused" not in reply, f"the fork server holds tuner modules or threads: {reply['refused']}"
-        return subprocess.CompletedProcess(argv, reply["rc"], out.read_text(), err.read_text())
+        return subprocess.CompletedProcess(
+            argv, reply["rc"], out.read_text(encoding="utf-8"), err.read_text(encoding="utf-8")
+        )
 
     def close(self) -> None:
         with contextlib.suppress(ProcessLookupError):

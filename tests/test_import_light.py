@@ -14,7 +14,9 @@ def test_import_tuner_is_light() -> None:
         "import sys, json, tuner, tuner.search_spaces, tuner.cost_models, tuner.kernels; "
         f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, encoding="utf-8"
+    )
     assert json.loads(r.stdout.strip().splitlines()[-1]) == []
 
 
@@ -23,7 +25,9 @@ def test_cli_help_is_light() -> None:
         "import sys, json\nfrom tuner.cli import build_parser\nbuild_parser()\n"
         f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, encoding="utf-8"
+    )
     assert json.loads(r.stdout.strip().splitlines()[-1]) == []
 
 
@@ -38,5 +42,7 @@ def test_schema_validators_load_on_first_cache_file_read() -> None:
         "cache_entry_schema_error({})\n"
         "print(json.dumps([before, [m for m in mods if m in sys.modules]]))"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, encoding="utf-8"
+    )
     assert json.loads(r.stdout.strip().splitlines()[-1]) == [[], ["jsonschema", "fastjsonschema"]]

@@ -40,7 +40,9 @@ def test_sigterm_inside_a_store_commit_hands_the_task_back_at_once(tmp_path: Pat
     cmd[cmd.index("tests._study_fake:executor")] = "tests._study_fake:sigterm_in_commit_executor"
     t0 = time.monotonic()
     try:
-        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=45)
+        proc = subprocess.run(
+            cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=45, encoding="utf-8"
+        )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the worker did not exit within 45 s of SIGTERM; stderr: {exc.stderr!r}")
     assert proc.returncode == 130, proc.stderr[-2000:]
@@ -52,7 +54,9 @@ def test_sigterm_inside_a_store_commit_hands_the_task_back_at_once(tmp_path: Pat
     assert not write_locked(Path(_sqlite_file(spec.storage)))
     # and the next run finishes the task, keeping the trials of the interrupted one
     env.pop("FAKE_SIGTERM_AFTER")
-    again = subprocess.run(_worker_cmd(path), cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    again = subprocess.run(
+        _worker_cmd(path), cwd=REPO, env=env, capture_output=True, text=True, timeout=120, encoding="utf-8"
+    )
     assert again.returncode == 0, again.stderr[-2000:]
     assert [r.status for r in TaskBoard(spec.storage).rows(spec.name)] == [DONE]
 

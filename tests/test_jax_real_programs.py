@@ -479,12 +479,17 @@ def test_second_process_reads_the_store_under_jit(tmp_path, _tuner_home):
     import sys
 
     script = tmp_path / "model.py"
-    script.write_text(_SCRIPT)
+    script.write_text(_SCRIPT, encoding="utf-8")
     env = {**os.environ, "TUNER_HOME": str(_tuner_home), "JAX_PLATFORMS": "cpu"}
 
     def run() -> dict:
         out = subprocess.run(
-            [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
+            [sys.executable, str(script)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            encoding="utf-8",
         )
         assert out.returncode == 0, out.stderr[-2000:]
         return json.loads(out.stdout.strip().splitlines()[-1])

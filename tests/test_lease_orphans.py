@@ -167,7 +167,7 @@ def test_report_names_counted_trials_without_a_measurement(url: str, tmp_path: P
     spec = load_study(write_study(tmp_path, n_m=1, budget=4), storage=url, check_kernels=False)
     [task] = spec.tasks
     assert run_study(spec, executor=FAKE).complete
-    clean = write_report(spec, tmp_path / "clean").markdown.read_text()
+    clean = write_report(spec, tmp_path / "clean").markdown.read_text(encoding="utf-8")
     assert "Store check" not in clean
 
     trials = sorted(task_trials(_optuna_storage(url), task.study_name), key=lambda t: t.number)
@@ -185,7 +185,7 @@ def test_report_names_counted_trials_without_a_measurement(url: str, tmp_path: P
     check = store.check_trials(task.study_name, trials)
     assert check.unmeasured == (victim.number,) and check.unmatched_measurements == 1
 
-    md = write_report(spec, tmp_path / "damaged").markdown.read_text()
+    md = write_report(spec, tmp_path / "damaged").markdown.read_text(encoding="utf-8")
     assert "Store check: the trials and the stored measurements of 1 task(s) disagree" in md
     assert (
         f"1 counted trial(s) have no measurement in the results store (Optuna trial numbers {victim.number})"

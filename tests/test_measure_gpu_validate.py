@@ -35,7 +35,9 @@ def test_without_a_gpu_it_prints_versions_then_one_line_and_exits_1(tmp_path, in
         "TRITON_INTERPRET": interpret,
         "CUDA_VISIBLE_DEVICES": "",
     }
-    p = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env, timeout=120)
+    p = subprocess.run(
+        [sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env, timeout=120, encoding="utf-8"
+    )
     assert p.returncode == 1, p.stderr
     lines = p.stdout.strip().splitlines()
     assert len(lines) == 2 and lines[0].startswith("versions: python=")
@@ -46,7 +48,7 @@ def test_without_a_gpu_it_prints_versions_then_one_line_and_exits_1(tmp_path, in
 
 def test_xla_preallocation_is_off_before_jax_loads(gv):
     assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
-    src = SCRIPT.read_text()
+    src = SCRIPT.read_text(encoding="utf-8")
     assert src.index("XLA_PYTHON_CLIENT_PREALLOCATE") < src.index("import jax")
 
 
@@ -175,7 +177,7 @@ def test_report_json_is_written_atomically(gv, tmp_path):
     p = tmp_path / "o" / "gpu_validate.json"
     gv.write_json(p, {"schema": gv.SCHEMA, "x": [1, 2]})
     gv.write_json(p, {"schema": gv.SCHEMA, "x": [3]})
-    assert json.loads(p.read_text()) == {"schema": gv.SCHEMA, "x": [3]}
+    assert json.loads(p.read_text(encoding="utf-8")) == {"schema": gv.SCHEMA, "x": [3]}
     assert [q.name for q in p.parent.iterdir()] == ["gpu_validate.json"]
     assert gv.tflops(2e12, 1000.0) == pytest.approx(2.0) and gv.tflops(None, 1.0) is None
 
@@ -188,10 +190,12 @@ def test_cpu_self_test_runs_the_phases_and_writes_the_report(tmp_path):
     env.pop("TRITON_INTERPRET", None)
     out = tmp_path / "out"
     cmd = [sys.executable, str(SCRIPT), "--allow-cpu", "--out", str(out), "--skip", "checks"]
-    p = subprocess.run([*cmd, "--max-minutes", "6"], capture_output=True, text=True, env=env, timeout=600)
+    p = subprocess.run(
+        [*cmd, "--max-minutes", "6"], capture_output=True, text=True, env=env, timeout=600, encoding="utf-8"
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert p.stdout.startswith("versions: python=")
-    doc = json.loads((out / "gpu_validate.json").read_text())
+    doc = json.loads((out / "gpu_validate.json").read_text(encoding="utf-8"))
     assert doc["schema"] == "tuner.gpu_validate/2" and doc["mode"] == "cpu-self-test" and not doc["errors"]
     assert set(doc["phase_s"]) == {"graph_probe", "matmul", "attention"}
     budgets = doc["phase_budget_s"]  # time a phase leaves unused goes to the later ones

@@ -182,6 +182,7 @@ def _tuner_without(modules: str, args: list[str], home: Path) -> subprocess.Comp
         env=env,
         cwd=home,
         timeout=300,
+        encoding="utf-8",
     )
 
 
@@ -208,7 +209,8 @@ def test_study_run_without_the_kernel_backends_runs_nothing_and_names_the_extra(
     study.write_text(
         f'[study]\nname = "nobackend"\ndevice = "cpu"\nbackends = ["{backend}"]\ndtypes = ["float32"]\n'
         "budget = { trials = 1 }\nfinalists = 1\n\n"
-        '[[tasks]]\nkernel = "softmax"\nproblems = [{ M = 4, N = 16 }, { M = 8, N = 16 }]\n'
+        '[[tasks]]\nkernel = "softmax"\nproblems = [{ M = 4, N = 16 }, { M = 8, N = 16 }]\n',
+        encoding="utf-8",
     )
     r = _tuner_without(missing, ["study", "run", str(study)], tmp_path)
     assert r.returncode == 1, r.stderr
@@ -248,7 +250,7 @@ def test_tune_kernel_without_the_kernel_backend_refuses_before_any_trial(
     ran every trial to a crash in its workers, warned AllTrialsFailedWarning and stored the failed trials. It
     raises ModuleNotFoundError naming the module and the extra before any trial, and writes no store."""
     script = tmp_path / "tune.py"  # a file, for the worker processes the old code started to re-import
-    script.write_text(_TUNE_WITHOUT)
+    script.write_text(_TUNE_WITHOUT, encoding="utf-8")
     db = tmp_path / "tuner.db"
     r = subprocess.run(
         [sys.executable, str(script), missing, backend, f"sqlite:///{db}"],
@@ -257,6 +259,7 @@ def test_tune_kernel_without_the_kernel_backend_refuses_before_any_trial(
         env={**os.environ, "TUNER_HOME": str(tmp_path), "PYTHONPATH": str(REPO)},
         cwd=tmp_path,
         timeout=300,
+        encoding="utf-8",
     )
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
@@ -278,7 +281,7 @@ def test_a_kernel_module_that_needs_a_missing_backend_names_the_extra(tmp_path, 
 
     from tuner.measure._gate import describe_exception
 
-    (tmp_path / "needs_torch.py").write_text("import torch\n")
+    (tmp_path / "needs_torch.py").write_text("import torch\n", encoding="utf-8")
     monkeypatch.setattr(kernels, "__path__", [*kernels.__path__, str(tmp_path)])
     monkeypatch.setattr(_registry, "_loaded", False)
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` is a ModuleNotFoundError naming torch
@@ -287,7 +290,7 @@ def test_a_kernel_module_that_needs_a_missing_backend_names_the_extra(tmp_path, 
     text = describe_exception(info.value)
     assert "tuner.kernels.needs_torch" in text and "pip install 'tuner[kernels]'" in text
     # a module that fails for another reason gets no such hint
-    (tmp_path / "needs_torch.py").write_text("import torch_is_not_here\n")
+    (tmp_path / "needs_torch.py").write_text("import torch_is_not_here\n", encoding="utf-8")
     with pytest.raises(ImportError, match="torch_is_not_here") as info:
         _registry.get_kernel("softmax")
     assert "tuner[kernels]" not in describe_exception(info.value)
@@ -385,6 +388,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
         text=True,
         timeout=600,
+        encoding="utf-8",
     )
     assert r.returncode == 0, r.stderr[-3000:]
     (whl,) = out.glob("tuner-*.whl")
@@ -440,6 +444,7 @@ def test_sdist_holds_the_package_and_no_partial_test_suite(tmp_path: Path):
         text=True,
         cwd=src,
         timeout=300,
+        encoding="utf-8",
     )
     assert r.returncode == 0, r.stderr[-3000:]
     (sdist,) = out.glob("tuner-*.tar.gz")
@@ -452,6 +457,7 @@ def test_sdist_holds_the_package_and_no_partial_test_suite(tmp_path: Path):
         capture_output=True,
         text=True,
         cwd=REPO,
+        encoding="utf-8",
     )
     if listed.returncode == 0 and listed.stdout.strip():
         missing = sorted(set(listed.stdout.split()) - names)
@@ -494,6 +500,7 @@ def test_wheel_installs_beside_the_kernels_distribution(wheel: Path, tmp_path: P
         text=True,
         timeout=900,
         env=env,
+        encoding="utf-8",
     )
     if r.returncode != 0:
         if re.search(r"(?i)connection|network|resolve|No matching distribution|Could not find", r.stderr):
@@ -505,10 +512,17 @@ def test_wheel_installs_beside_the_kernels_distribution(wheel: Path, tmp_path: P
         text=True,
         timeout=300,
         env=env,
+        encoding="utf-8",
     )
     assert r.returncode == 0, r.stderr[-3000:]
     r = subprocess.run(
-        [str(py), "-c", _CHECK], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env
+        [str(py), "-c", _CHECK],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+        encoding="utf-8",
     )
     assert r.returncode == 0, r.stderr[-3000:]
     import json
@@ -554,6 +568,7 @@ def test_installed_wheel_is_typed_for_a_users_mypy(wheel: Path, tmp_path: Path):
         text=True,
         check=True,
         timeout=60,
+        encoding="utf-8",
     ).stdout.strip()
     with zipfile.ZipFile(wheel) as z:  # what pip would install, without pip or the dependencies
         z.extractall(site)
@@ -565,6 +580,7 @@ def test_installed_wheel_is_typed_for_a_users_mypy(wheel: Path, tmp_path: Path):
         text=True,
         timeout=600,
         cwd=tmp_path,
+        encoding="utf-8",
     )
     errors = [ln for ln in r.stdout.splitlines() if ": error:" in ln]
     lines = _TYPED_USER_SCRIPT.splitlines()
@@ -603,12 +619,15 @@ def test_wheel_with_its_dependencies_works_without_the_kernel_backends(wheel: Pa
         text=True,
         timeout=1800,
         env=env,
+        encoding="utf-8",
     )
     assert r.returncode == 0, r.stderr[-3000:]
     env["TUNER_HOME"] = str(tmp_path / "home")
 
     def run(*args: str) -> str:
-        out = subprocess.run([*args], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+        out = subprocess.run(
+            [*args], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env, encoding="utf-8"
+        )
         assert out.returncode == 0, (args, out.stderr[-3000:])
         return out.stdout
 

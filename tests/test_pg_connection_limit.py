@@ -594,7 +594,9 @@ def test_a_worker_refused_mid_run_stops_with_the_line_and_loses_no_trial(
 
     def run(executor: str) -> subprocess.CompletedProcess[str]:
         argv = [*cmd, "--no-report", "--executor", f"tests._study_fake:{executor}"]
-        return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, encoding="utf-8"
+        )
 
     first = run("limit_executor")
     assert first.returncode == 1, first.stderr
@@ -607,7 +609,7 @@ def test_a_worker_refused_mid_run_stops_with_the_line_and_loses_no_trial(
     board = TaskBoard(limited.url)
     assert all(r.status == DONE for r in board.rows(spec.name))
     evals: Counter[tuple[str, str]] = Counter()
-    for line in log_file.read_text().splitlines():
+    for line in log_file.read_text(encoding="utf-8").splitlines():
         d = json.loads(line)
         evals[(d["task"], json.dumps(d["config"], sort_keys=True))] += 1
     for t in spec.tasks:

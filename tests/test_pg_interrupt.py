@@ -61,6 +61,7 @@ def _child(url: str, *statement: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": repo_pythonpath()},
+        encoding="utf-8",
     )
 
 
@@ -144,7 +145,13 @@ def test_ctrl_c_while_the_command_waits_for_the_schema_lock(url: str, tmp_path: 
         holder.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _SCHEMA_LOCK_KEY})
         holder.commit()
         p = subprocess.Popen(
-            cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            cmd,
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
         )
         code, _, err = _interrupt_when(_BLOCKED, watcher, db, p)
         # before it waits on the server, the one warning that names the session holding the lock
@@ -154,7 +161,9 @@ def test_ctrl_c_while_the_command_waits_for_the_schema_lock(url: str, tmp_path: 
     finally:
         holder.close()  # its session ends: the lock is free
         watcher.dispose()
-    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, encoding="utf-8"
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -252,6 +261,7 @@ def test_connect_timeout_holds_under_the_commands_wait() -> None:
             text=True,
             timeout=60,
             env={**os.environ, "PYTHONPATH": repo_pythonpath(), "TUNER_PG_CONNECT_WAIT": "0"},
+            encoding="utf-8",
         )
     assert r.stdout.startswith("StoreUnreachable") and "timeout expired" in r.stdout, (
         r.stdout,
@@ -316,6 +326,7 @@ def test_the_next_run_completes_a_half_made_schema(made: Any, tmp_path: Path) ->
             capture_output=True,
             text=True,
             timeout=300,
+            encoding="utf-8",
         )
         assert r.returncode == 0, r.stderr[-3000:]
         eng = create_engine(url)

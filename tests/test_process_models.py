@@ -30,6 +30,7 @@ def _run(script: str, *args: str, timeout: float = 90) -> subprocess.CompletedPr
         text=True,
         timeout=timeout,
         env=env,
+        encoding="utf-8",
     )
 
 
@@ -163,7 +164,7 @@ def test_a_spawned_child_finds_what_the_main_script_tuned(tmp_path: Path, method
     # The child imports the main script as `__mp_main__`; old code named its functions after that, so
     # every pool of a script tuned its keys again, under another kernel name.
     script = tmp_path / "main_script.py"
-    script.write_text(textwrap.dedent(SPAWN_POOL))
+    script.write_text(textwrap.dedent(SPAWN_POOL), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     out = subprocess.run(
         [sys.executable, str(script), f"sqlite:///{tmp_path / 'pool.db'}", method],
@@ -171,6 +172,7 @@ def test_a_spawned_child_finds_what_the_main_script_tuned(tmp_path: Path, method
         text=True,
         timeout=90,
         env=env,
+        encoding="utf-8",
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["__main__.f", "0", "1"], out.stderr[-3000:]

@@ -351,14 +351,14 @@ def test_an_export_to_a_full_disk_names_the_file_and_keeps_the_old_one(
     rt._populate(_tuner_home, ns=(100, 200))
     out_dir = _tmpfs(tmp_path / "ship", mount, "64k")
     out = out_dir / "tuned.json"
-    out.write_text('{"old": true}')
+    out.write_text('{"old": true}', encoding="utf-8")
     _fill(out_dir)
     capsys.readouterr()
     assert cli("cache", "export", "--out", str(out)) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert "No space left on device" in err and str(out) in err, err  # was: no file named at all
-    assert out.read_text() == '{"old": true}'
+    assert out.read_text(encoding="utf-8") == '{"old": true}'
     assert sorted(p.name for p in out_dir.iterdir()) == ["filler", "tuned.json"]  # no temporary left
 
 
@@ -368,7 +368,7 @@ def test_atomic_write_errors_name_the_file(tmp_path: Path, monkeypatch: pytest.M
 
     (tmp_path / "ship").mkdir()
     target = tmp_path / "ship" / "tuned.json"
-    target.write_text("old")
+    target.write_text("old", encoding="utf-8")
 
     def no_space(fd: int) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -378,7 +378,9 @@ def test_atomic_write_errors_name_the_file(tmp_path: Path, monkeypatch: pytest.M
         _atomic.atomic_write(target, "new")
     assert exc.value.errno == errno.ENOSPC and exc.value.filename == str(target), exc.value
     assert str(target) in str(exc.value)
-    assert target.read_text() == "old" and [p.name for p in target.parent.iterdir()] == ["tuned.json"]
+    assert target.read_text(encoding="utf-8") == "old" and [p.name for p in target.parent.iterdir()] == [
+        "tuned.json"
+    ]
     monkeypatch.undo()
     with pytest.raises(PermissionError) as perm:  # the kind of error is kept
         monkeypatch.setattr(
@@ -427,7 +429,12 @@ def test_record_mode_on_a_full_disk_counts_each_call_once(
     small = _tmpfs(tmp_path / "small", mount, "64k")
     env = {**os.environ, "TUNER_MISSES_DIR": str(small / "m"), "PYTHONPATH": str(REPO)}
     r = subprocess.run(
-        [sys.executable, "-c", _RECORD, "6000"], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", _RECORD, "6000"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        encoding="utf-8",
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["40", "40"], (r.stdout, r.stderr)

@@ -59,10 +59,12 @@ def test_record_study_export_import_then_exact_hits(
     # 3. tuner study from-misses (the least-called key left out by --min-calls, then all of them)
     study = tmp_path / "prod.toml"
     assert cli(["study", "from-misses", "--min-calls", "2", "--out", str(study)]) == 0
-    assert tomllib.loads(study.read_text())["tasks"][0]["problems"] == [{"M": 8, "N": 64, "eps": 1e-6}]
+    assert tomllib.loads(study.read_text(encoding="utf-8"))["tasks"][0]["problems"] == [
+        {"M": 8, "N": 64, "eps": 1e-6}
+    ]
     args = ["--trials", "2", "--strategy", "random", "--finalists", "1", "--output", str(tmp_path / "out")]
     assert cli(["study", "from-misses", "--out", str(study), *args]) == 0
-    doc = tomllib.loads(study.read_text())
+    doc = tomllib.loads(study.read_text(encoding="utf-8"))
     assert doc["study"]["device"] == "cpu" and len(doc["tasks"]) == 2
     assert doc["tasks"][0]["budget"]["trials"] > doc["tasks"][1]["budget"]["trials"]  # weighted by calls
 
@@ -115,7 +117,7 @@ def test_decorated_function_loop_with_an_input_factory(
 ) -> None:
     import numpy as np
 
-    (tmp_path / "user_ops_mod.py").write_text(USER_MODULE)
+    (tmp_path / "user_ops_mod.py").write_text(USER_MODULE, encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("TUNER_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("TUNER_MISSES_DIR", raising=False)
@@ -139,7 +141,10 @@ def test_decorated_function_loop_with_an_input_factory(
     assert cli(["study", "export", str(study), "--out", str(shipped)]) == 0  # as docs/production.md says
     from_store = tmp_path / "user-store.json"
     assert cli(["cache", "export", "--kernel", "user_scale", "--out", str(from_store)]) == 0
-    assert json.loads(shipped.read_text())["entries"] == json.loads(from_store.read_text())["entries"]
+    assert (
+        json.loads(shipped.read_text(encoding="utf-8"))["entries"]
+        == json.loads(from_store.read_text(encoding="utf-8"))["entries"]
+    )
 
     # production elsewhere (a fresh home) with the shipped file: exact hits, nothing recorded
     monkeypatch.setenv("TUNER_HOME", str(tmp_path / "prod"))

@@ -59,7 +59,13 @@ def _env(**env: str) -> dict[str, str]:
 
 def _run(cmd: list[str], env: dict[str, str], prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [*prefix, *cmd], cwd=REPO, env=_env(**env), capture_output=True, text=True, timeout=120
+        [*prefix, *cmd],
+        cwd=REPO,
+        env=_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        encoding="utf-8",
     )
 
 
@@ -93,7 +99,7 @@ def _reader_prefix() -> tuple[str, ...]:
             "runs as root and needs setpriv (util-linux) to read the store as a user who cannot write it"
         )
     prefix = (setpriv, "--bounding-set=-all", "--inh-caps=-all")
-    r = subprocess.run([*prefix, "true"], capture_output=True, text=True)
+    r = subprocess.run([*prefix, "true"], capture_output=True, text=True, encoding="utf-8")
     if r.returncode != 0:
         pytest.skip(f"runs as root and cannot drop its capabilities here: {r.stderr.strip()[:200]}")
     return prefix
@@ -137,7 +143,7 @@ def _export(home: Path, tmp_path: Path, prefix: tuple[str, ...]) -> tuple[dict, 
     cmd = [sys.executable, "-m", "tuner.cli", "cache", "export", "--out", str(out / "c.json")]
     r = _run(cmd, {"TUNER_HOME": str(home), "TMPDIR": str(tmp)}, prefix)
     assert r.returncode == 0, r.stderr
-    return json.loads((out / "c.json").read_text()), r.stderr, sorted(os.listdir(tmp))
+    return json.loads((out / "c.json").read_text(encoding="utf-8")), r.stderr, sorted(os.listdir(tmp))
 
 
 def _winners(doc: dict) -> dict[int, tuple[int, float]]:
@@ -246,6 +252,7 @@ def test_a_read_only_reader_sees_a_writer_commit_and_close_the_store(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        encoding="utf-8",
     ) as reader:
         assert reader.stdout is not None and reader.stdin is not None
         assert reader.stdout.readline().strip() == "6"  # the log's three entries included

@@ -25,13 +25,13 @@ def test_load_sample() -> None:
     t = load_table(SAMPLE)
     assert len(t.space) == 300
     assert sum(v is None for v in t.values.values()) == 20
-    raw = json.loads(SAMPLE.read_text())["cache"]
+    raw = json.loads(SAMPLE.read_text(encoding="utf-8"))["cache"]
     assert t.optimum == min(v["time"] for v in raw.values() if isinstance(v["time"], float))
     assert t.lookup(t.best_config()) == t.optimum
 
 
 def test_tune_params_string_is_parsed_safely(tmp_path: Path) -> None:
-    doc = json.loads(SAMPLE.read_text())
+    doc = json.loads(SAMPLE.read_text(encoding="utf-8"))
     doc["tune_params"] = repr(doc["tune_params"])
     doc.pop("tune_params_keys")
     p = tmp_path / "t.json.gz"
@@ -60,30 +60,30 @@ def test_cli_text(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def _bad_files(tmp: Path) -> dict[str, Path]:
-    doc = json.loads(SAMPLE.read_text())
+    doc = json.loads(SAMPLE.read_text(encoding="utf-8"))
     files = {}
     files["missing"] = tmp / "nope.json"
-    (tmp / "notjson.json").write_text("this is not json {")
+    (tmp / "notjson.json").write_text("this is not json {", encoding="utf-8")
     files["not json"] = tmp / "notjson.json"
-    (tmp / "empty.json").write_text(json.dumps(dict(doc, cache={})))
+    (tmp / "empty.json").write_text(json.dumps(dict(doc, cache={})), encoding="utf-8")
     files["no entries"] = tmp / "empty.json"
-    (tmp / "nocache.json").write_text(json.dumps({"device_name": "x"}))
+    (tmp / "nocache.json").write_text(json.dumps({"device_name": "x"}), encoding="utf-8")
     files["no cache"] = tmp / "nocache.json"
     inconsistent = json.loads(json.dumps(doc))
     first = next(iter(inconsistent["cache"]))
     inconsistent["cache"][first].pop("block_size_x")
-    (tmp / "inconsistent.json").write_text(json.dumps(inconsistent))
+    (tmp / "inconsistent.json").write_text(json.dumps(inconsistent), encoding="utf-8")
     files["inconsistent keys"] = tmp / "inconsistent.json"
-    (tmp / "list.json").write_text("[1, 2, 3]")
+    (tmp / "list.json").write_text("[1, 2, 3]", encoding="utf-8")
     files["top-level list"] = tmp / "list.json"
     (tmp / "bad.json.gz").write_bytes(b"\x1f\x8b\x08garbage")
     files["broken gzip"] = tmp / "bad.json.gz"
     allfail = json.loads(json.dumps(doc))
     for v in allfail["cache"].values():
         v["time"] = "CompilationFailedConfig"
-    (tmp / "allfail.json").write_text(json.dumps(allfail))
+    (tmp / "allfail.json").write_text(json.dumps(allfail), encoding="utf-8")
     files["all failed"] = tmp / "allfail.json"
-    (tmp / "deep.json").write_text('{"cache": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    (tmp / "deep.json").write_text('{"cache": ' + "[" * 100_000 + "]" * 100_000 + "}", encoding="utf-8")
     files["nested too deep for the parser"] = tmp / "deep.json"
     return files
 
@@ -111,6 +111,7 @@ def test_cli_console_script_exit_code(tmp_path: Path) -> None:
         [sys.executable, "-m", "tuner.cli", "replay", str(tmp_path / "missing.json")],
         capture_output=True,
         text=True,
+        encoding="utf-8",
     )
     assert r.returncode == 2 and "no such file" in r.stderr
 
@@ -128,8 +129,8 @@ def test_cli_storage_only_when_asked(tmp_path: Path, _tuner_home: Path) -> None:
 def test_the_committed_tables_are_all_there_with_their_licence() -> None:
     tables = sorted(f"{p.parent.name}/{p.name}" for p in TABLES.glob("*/*.json.gz"))
     assert len(tables) == 15 and {t.split("/")[0] for t in tables} == {"convolution", "dedispersion", "gemm"}
-    assert "MIT License" in (TABLES / "LICENSE").read_text()
-    assert "10.5281/zenodo.15364124" in (TABLES / "CITATION.cff").read_text()
+    assert "MIT License" in (TABLES / "LICENSE").read_text(encoding="utf-8")
+    assert "10.5281/zenodo.15364124" in (TABLES / "CITATION.cff").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize(
@@ -148,7 +149,7 @@ def test_slim_tables_replay_like_the_original(tmp_path: Path) -> None:
     slim_tables = benchmark_script("slim_tables")
     src = tmp_path / "src" / "convolution"
     src.mkdir(parents=True)
-    doc = json.loads(SAMPLE.read_text())
+    doc = json.loads(SAMPLE.read_text(encoding="utf-8"))
     first = next(iter(doc["cache"].values()))
     first["times"], first["compile_time"] = [1.0, 2.0], 3.0  # fields the slim copy drops
     (src / "A100.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
@@ -182,6 +183,7 @@ def test_replay_search_runs_from_a_clone_on_the_committed_tables(tmp_path: Path)
         capture_output=True,
         text=True,
         timeout=600,
+        encoding="utf-8",
     )
     assert proc.returncode == 0, proc.stderr
     assert "convolution/A100" in proc.stdout and "2 runs in" in proc.stdout

@@ -137,7 +137,7 @@ def test_the_objective_list_of_kernel_tuner_1x_names_the_objective(
         head = json.dumps(dict(doc, cache={}), indent="")[:-3]
         body = "".join("\n" + json.dumps({k: v})[1:-1] + "," for k, v in doc["cache"].items())
         path = tmp_path / "kt15.json"
-        path.write_text(head + body)
+        path.write_text(head + body, encoding="utf-8")
     table = load_table(path)
     assert table.objective == "GFLOP/s" and table.higher_is_better
     assert table.best_config() == BEST and sum(v is None for v in table.values.values()) == 2
@@ -287,10 +287,10 @@ def test_an_interrupted_kernel_tuner_run_replays_what_it_wrote(
     entries = list(doc["cache"].items())
     head = json.dumps(dict(doc, cache={}), indent="")[:-3]
     body = "".join("\n" + json.dumps({k: v})[1:-1] + "," for k, v in entries[:7])
-    (tmp_path / "open.json").write_text(head + body)
+    (tmp_path / "open.json").write_text(head + body, encoding="utf-8")
     table = load_table(tmp_path / "open.json")
     assert len(table.space) == 7
-    (tmp_path / "empty.json").write_text(head)
+    (tmp_path / "empty.json").write_text(head, encoding="utf-8")
     assert "has no entries" in _refused(tmp_path / "empty.json", capsys)
 
 
@@ -304,11 +304,13 @@ def test_an_interrupted_run_whose_last_entry_ends_in_two_braces_replays(
     entries = [(k, {**v, "observed": {"power": [1.5, 2.0]}}) for k, v in doc["cache"].items()]
     head = json.dumps(dict(doc, cache={}), indent="")[:-3]
     body = ",".join("\n" + json.dumps({k: v})[1:-1] for k, v in entries[:5])
-    (tmp_path / "open.json").write_text(head + body + "\n")
-    assert (tmp_path / "open.json").read_text().rstrip().endswith("}}")
+    (tmp_path / "open.json").write_text(head + body + "\n", encoding="utf-8")
+    assert (tmp_path / "open.json").read_text(encoding="utf-8").rstrip().endswith("}}")
     table = load_table(tmp_path / "open.json")
     assert len(table.space) == 5 and table.optimum == min(e["time"] for _, e in entries[:5])
-    (tmp_path / "cut.json").write_text(head + body[:-10])  # cut inside an entry: not a table
+    (tmp_path / "cut.json").write_text(
+        head + body[:-10], encoding="utf-8"
+    )  # cut inside an entry: not a table
     assert "not valid JSON" in _refused(tmp_path / "cut.json", capsys)
 
 
@@ -341,7 +343,7 @@ def _t4(doc: dict[str, Any]) -> dict[str, Any]:
 def test_a_t4_results_file_replays_as_its_cache_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    doc = json.loads(SAMPLE.read_text())
+    doc = json.loads(SAMPLE.read_text(encoding="utf-8"))
     t4 = _write(tmp_path / "A100_T4.json.gz", _t4(doc))
     a, b = load_table(SAMPLE), load_table(t4)
     assert list(a.values.items()) == list(b.values.items())
@@ -411,11 +413,12 @@ def test_replay_search_on_a_hub_folder_of_an_unseen_kernel(tmp_path: Path) -> No
         capture_output=True,
         text=True,
         timeout=600,
+        encoding="utf-8",
     )
     assert proc.returncode == 0, proc.stderr
     assert "pnpoly/RTX_3090" in proc.stdout and "RTX_3090_T4" not in proc.stdout
     assert "skipped 2 files that are not tables" in proc.stderr
-    runs = json.loads(out.read_text())["runs"]
+    runs = json.loads(out.read_text(encoding="utf-8"))["runs"]
     assert len(runs) == 6
     for r in runs:
         table = load_table(r["file"])

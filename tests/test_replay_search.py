@@ -74,7 +74,7 @@ def test_report_prints_intervals_and_keeps_them_in_the_json(
     assert rs.main([*args, "--strategies", "random,auto@n_init=4", "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "[95% CI]" in text and "auto@n_init=4" in text
-    groups = json.loads(out.read_text())["summary"]["groups"]["ALL"]
+    groups = json.loads(out.read_text(encoding="utf-8"))["summary"]["groups"]["ALL"]
     lo, hi = groups["auto@n_init=4"]["ci"]["score"]
     assert lo <= groups["auto@n_init=4"]["score"] <= hi
     assert rs.main([*args, "--strategies", "auto@n_init=0"]) == 2

@@ -112,7 +112,7 @@ def test_kt_columns_in_report_and_json(tmp_path: Path, capsys: pytest.CaptureFix
     assert rs.main([*args, "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "kt:random_sample" in text and "ms/eval of kt:*" in text
-    doc = json.loads(out.read_text())
+    doc = json.loads(out.read_text(encoding="utf-8"))
     assert {r["strategy"] for r in doc["runs"]} == {"random", "kt:random_sample"}
     assert "kt:random_sample" in doc["summary"]["strategies"]
     assert rs.main([*args, "--from-json", str(out)]) == 0

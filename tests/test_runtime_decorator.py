@@ -700,6 +700,7 @@ def test_runtime_device_check_script_runs_on_the_interpreter(tmp_path: Path) -> 
         text=True,
         env=env,
         timeout=300,
+        encoding="utf-8",
     )
     assert p.returncode == 0, p.stdout + p.stderr
     assert "default timer: cpu_bench" in p.stdout

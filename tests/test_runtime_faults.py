@@ -87,7 +87,7 @@ def mount() -> Iterator[Callable[..., None]]:
     def do(*args: str, target: Path) -> None:
         if shutil.which("mount") is None or os.geteuid() != 0:
             pytest.skip("this fault needs root and mount(8) to make the filesystem (not permitted here)")
-        r = subprocess.run(["mount", *args, str(target)], capture_output=True, text=True)
+        r = subprocess.run(["mount", *args, str(target)], capture_output=True, text=True, encoding="utf-8")
         if r.returncode != 0:
             pytest.skip(f"mount is not permitted here ({r.stderr.strip()[:200]}); this fault needs it")
         if target not in done:
@@ -240,6 +240,7 @@ def test_locked_db(_tuner_home: Path, caplog):
         ],
         stdout=subprocess.PIPE,
         text=True,
+        encoding="utf-8",
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
@@ -291,6 +292,7 @@ def test_a_lock_held_past_the_timeout_pauses_writes_instead_of_waiting_per_key(
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
+        encoding="utf-8",
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"

@@ -31,6 +31,7 @@ def test_four_processes_share_one_cache(tmp_path: Path):
             stderr=subprocess.PIPE,
             text=True,
             env=env,
+            encoding="utf-8",
         )
         for i in range(4)
     ]

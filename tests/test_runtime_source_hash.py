@@ -94,7 +94,7 @@ def load_copy(tmp_path: Path, tag: str, source: str, name: str):
     d = tmp_path / tag
     d.mkdir()
     path = d / f"{name}.py"
-    path.write_text(source)
+    path.write_text(source, encoding="utf-8")
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
@@ -210,19 +210,25 @@ def test_registered_kernels_hash_every_module_they_come_from(tmp_path, monkeypat
     # a package of our own: editing an imported helper module changes the hash, an unrelated one not
     pkg = tmp_path / "tuner_src_pkg"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "launch.py").write_text("from ._body import kern\n\ndef run(x):\n    return kern(x)\n")
-    (pkg / "_body.py").write_text("from . import _helper\n\ndef kern(x):\n    return _helper.f(x)\n")
-    (pkg / "_helper.py").write_text("def f(x):\n    return x + 1\n")
-    (pkg / "other.py").write_text("X = 1\n")
+    (pkg / "__init__.py").write_text("", encoding="utf-8")
+    (pkg / "launch.py").write_text(
+        "from ._body import kern\n\ndef run(x):\n    return kern(x)\n", encoding="utf-8"
+    )
+    (pkg / "_body.py").write_text(
+        "from . import _helper\n\ndef kern(x):\n    return _helper.f(x)\n", encoding="utf-8"
+    )
+    (pkg / "_helper.py").write_text("def f(x):\n    return x + 1\n", encoding="utf-8")
+    (pkg / "other.py").write_text("X = 1\n", encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     h0 = module_files_hash("tuner_src_pkg.launch", "tuner_src_pkg")
-    (pkg / "other.py").write_text("X = 2\n")
+    (pkg / "other.py").write_text("X = 2\n", encoding="utf-8")
     assert module_files_hash("tuner_src_pkg.launch", "tuner_src_pkg") == h0
-    (pkg / "_helper.py").write_text("def f(x):\n    return x + 2\n")
+    (pkg / "_helper.py").write_text("def f(x):\n    return x + 2\n", encoding="utf-8")
     h1 = module_files_hash("tuner_src_pkg.launch", "tuner_src_pkg")
     assert h1 != h0
-    (pkg / "_body.py").write_text("from . import _helper\n\ndef kern(x):\n    return _helper.f(x) * 2\n")
+    (pkg / "_body.py").write_text(
+        "from . import _helper\n\ndef kern(x):\n    return _helper.f(x) * 2\n", encoding="utf-8"
+    )
     assert module_files_hash("tuner_src_pkg.launch", "tuner_src_pkg") not in (h0, h1)
 
 

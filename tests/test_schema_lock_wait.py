@@ -64,6 +64,7 @@ def _tuner_holder(url: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": repo_pythonpath()},
+        encoding="utf-8",
     )
     assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
     return holder

@@ -21,7 +21,7 @@ _SET_FOR_CHILDREN = {"TRITON_CACHE_DIR"}
 
 
 def test_readme_table_is_the_settings_module() -> None:
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
     m = re.search(r"<!-- settings table[^\n]*-->\n(.*?)\n<!-- end settings table -->", readme, re.S)
     assert m, "README.md has no generated settings table"
     assert m.group(1) == settings_table(), "README.md's settings table is stale: paste settings_table()"
@@ -32,7 +32,7 @@ def test_every_variable_named_in_the_sources_is_a_setting() -> None:
     for folder in _SOURCES:
         for path in (REPO / folder).rglob("*.py"):
             if path.name != "_settings.py":
-                named |= set(_NAME.findall(path.read_text()))
+                named |= set(_NAME.findall(path.read_text(encoding="utf-8")))
     missing = named - _NOT_VARIABLES - _SET_FOR_CHILDREN - set(SETTINGS)
     assert not missing, f"read in the sources but not in tuner._settings (nor README's table): {missing}"
     assert set(SETTINGS) <= named, f"settings nothing reads: {set(SETTINGS) - named}"
@@ -50,7 +50,7 @@ def test_only_the_settings_module_reads_the_environment() -> None:
         for path in (REPO / folder).rglob("*.py"):
             if path.name == "_settings.py":
                 continue
-            for i, line in enumerate(path.read_text().splitlines(), 1):
+            for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
                 if reads.search(line):
                     offenders.append(f"{path.relative_to(REPO)}:{i}: {line.strip()}")
     assert not offenders, "\n".join(offenders)

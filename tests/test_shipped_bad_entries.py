@@ -56,7 +56,7 @@ def _write_with_bad_entries(path, f) -> None:
     other_kernel = json.loads(json.dumps(doc["entries"][2]))
     other_kernel.update(kernel="no_such_kernel")
     doc["entries"] += [*bad, out_of_space, other_kernel]
-    path.write_text(json.dumps(doc, allow_nan=True))
+    path.write_text(json.dumps(doc, allow_nan=True), encoding="utf-8")
 
 
 def _dropped_warnings(caplog) -> list[str]:
@@ -125,7 +125,7 @@ def test_load_cache_keeps_what_it_dropped_and_strict_refuses(tmp_path, caplog):
 def test_a_file_that_cannot_be_read_is_still_skipped_whole(tmp_path, monkeypatch, caplog, text: str):
     monkeypatch.setenv("TUNER_PREDICT", "0")
     path = tmp_path / "tuned.json"
-    path.write_text(text)
+    path.write_text(text, encoding="utf-8")
     with pytest.raises(CacheFileError):
         load_cache(path)
     caplog.set_level(logging.WARNING)
@@ -164,7 +164,7 @@ def test_cli_skip_invalid_with_nothing_valid_is_bad_input(tmp_path, capsys):
     doc = json.loads(dumps_entries([_entry(f, 1, {"block": 16})]))
     doc["entries"][0]["time_s"] = -1
     path = tmp_path / "tuned.json"
-    path.write_text(json.dumps(doc))
+    path.write_text(json.dumps(doc), encoding="utf-8")
     assert main(["cache", "import", "--skip-invalid", str(path)]) == 2
     assert "no valid entry" in capsys.readouterr().err
     assert ConfigCache().entries() == []

@@ -187,6 +187,7 @@ class _Zygote:
                 stderr=err,
                 text=True,
                 start_new_session=True,
+                encoding="utf-8",
             )
         self.folder = folder
 
@@ -201,7 +202,7 @@ class _Zygote:
             self.close()
             pytest.fail("the use did not end within 300 s")
         line = self.proc.stdout.readline()
-        assert line, f"the fork server ended: {(self.folder / 'stderr').read_text()[-3000:]}"
+        assert line, f"the fork server ended: {(self.folder / 'stderr').read_text(encoding='utf-8')[-3000:]}"
         reply = json.loads(line)
         assert "refused" not in reply, f"the fork server holds tuner modules or threads: {reply['refused']}"
         return subprocess.CompletedProcess(
@@ -289,9 +290,10 @@ def probe(
             capture_output=True,
             text=True,
             timeout=300,
+            encoding="utf-8",
         )
     assert p.returncode == 0, p.stderr[-3000:]
-    res = json.loads(out.read_text())
+    res = json.loads(out.read_text(encoding="utf-8"))
     res["stdout"] = p.stdout
     res["tmp left"] = sorted(os.listdir(tmp))
     return res
@@ -591,7 +593,7 @@ def test_uses_that_need_the_kernel_backends_skip_where_they_are_not_installed(tm
     for name in ("torch", "triton", "jax", "jaxlib"):
         (shim / name).mkdir(parents=True)
         (shim / name / "__init__.py").write_text(
-            f"raise ModuleNotFoundError({f'No module named {name!r}'!r}, name={name!r})\n"
+            f"raise ModuleNotFoundError({f'No module named {name!r}'!r}, name={name!r})\n", encoding="utf-8"
         )
     needing = [u for u, (_, stack, _, _) in USES.items() if _kernel_modules(stack)]
     assert len(needing) >= 3  # the Triton and JAX autotune uses, and the registered Triton kernel
@@ -619,6 +621,7 @@ def test_uses_that_need_the_kernel_backends_skip_where_they_are_not_installed(tm
         capture_output=True,
         text=True,
         timeout=600,
+        encoding="utf-8",
     )
     cases = ET.parse(report).getroot().iter("testcase")
     outcome = {

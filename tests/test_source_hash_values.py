@@ -316,7 +316,7 @@ SCRIPT = textwrap.dedent(
 def test_the_hash_is_the_same_in_a_new_process(tmp_path, _tuner_home):
     """Two processes with different string hash seeds (set order) and addresses: the second finds the
     first one's entry, and both hash as this process does."""
-    (tmp_path / "tuner_srcval_proc.py").write_text(NEW_PROCESS_MODULE)
+    (tmp_path / "tuner_srcval_proc.py").write_text(NEW_PROCESS_MODULE, encoding="utf-8")
     outs = []
     for seed in ("1", "2"):
         env = {
@@ -331,6 +331,7 @@ def test_the_hash_is_the_same_in_a_new_process(tmp_path, _tuner_home):
             text=True,
             env=env,
             timeout=300,
+            encoding="utf-8",
         )
         assert p.returncode == 0, p.stdout + p.stderr
         outs.append(json.loads(p.stdout.strip().splitlines()[-1]))

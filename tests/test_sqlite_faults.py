@@ -182,7 +182,7 @@ def test_a_study_store_at_the_file_size_limit_fails_naming_the_limit(tmp_path: P
     run_study(spec, executor=fake_executor)
     close_stores()
     # room for 10 more trials a task: the limit below stops the first task after about two of them
-    path.write_text(path.read_text().replace("trials = 2", "trials = 12"))
+    path.write_text(path.read_text(encoding="utf-8").replace("trials = 2", "trials = 12"), encoding="utf-8")
     spec = load_study(path, check_kernels=False)
     db = Path(spec.storage.removeprefix("sqlite:///"))
     before = {t.key: finished_configs(spec.storage, t) for t in spec.tasks}
@@ -197,6 +197,7 @@ def test_a_study_store_at_the_file_size_limit_fails_naming_the_limit(tmp_path: P
         text=True,
         timeout=300,
         preexec_fn=_size_limited(db.stat().st_size + 20_000),
+        encoding="utf-8",
     )
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
@@ -470,6 +471,7 @@ def _schema_lock_holder(lock: Path) -> subprocess.Popen[str]:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
+        encoding="utf-8",
     )
     assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
     return holder

@@ -38,7 +38,11 @@ def _hold(url: str, key_hash: str) -> subprocess.Popen:
     """A process that claims `key_hash` with a 600 s lease and then hangs (until it is killed)."""
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     p = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, url, key_hash], env=env, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", HOLDER, url, key_hash],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
     )
     assert p.stdout is not None and p.stdout.readline().strip() == "held"
     return p
@@ -140,7 +144,7 @@ def _worker_after_trials(
     }
     proc = subprocess.Popen(_worker_cmd(path), cwd=REPO, env=env, text=True, **popen)
     deadline = time.monotonic() + 60
-    while not (log_file.exists() and len(log_file.read_text().splitlines()) >= trials):
+    while not (log_file.exists() and len(log_file.read_text(encoding="utf-8").splitlines()) >= trials):
         if not (time.monotonic() < deadline and proc.poll() is None):
             proc.kill()
             proc.communicate()
@@ -218,7 +222,9 @@ def test_study_task_of_a_killed_worker_on_this_host_is_taken_over_at_once(tmp_pa
     assert len(held) == 1 and held[0].lease_expires_at is not None
     # the lease has ~600 s left; a new worker on this host takes the task over at once
     env.pop("FAKE_TRIAL_SLEEP")
-    second = subprocess.run(_worker_cmd(path), cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    second = subprocess.run(
+        _worker_cmd(path), cwd=REPO, env=env, capture_output=True, text=True, timeout=180, encoding="utf-8"
+    )
     assert second.returncode == 0, second.stderr[-2000:]
     rows = {r.key: r for r in board.rows(spec.name)}
     assert all(r.status == DONE for r in rows.values())
@@ -310,6 +316,7 @@ def test_a_container_that_shares_the_hostname_does_not_take_over_a_live_claim(tm
         capture_output=True,
         text=True,
         check=True,
+        encoding="utf-8",
     ).stdout.split()
     assert out[1:] == ["False", "False"]  # the live claim is not taken for dead, nor taken over
     assert out[0] != HOST and out[0].startswith(HOST.split("~")[0])  # same hostname, another namespace

@@ -41,6 +41,7 @@ def _race(url: str, tmp_path: Path, *, n_runtime: int = 4, n_study: int = 4, cal
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            encoding="utf-8",
         )
         for role, arg in roles
     ]

@@ -26,7 +26,7 @@ def _release1_store(tmp_path: Path) -> str:
     its SQL dump (tests/data/make_store_release1.py says how it was made)."""
     path = tmp_path / "release1.db"
     con = sqlite3.connect(path)
-    con.executescript(RELEASE1_DUMP.read_text())
+    con.executescript(RELEASE1_DUMP.read_text(encoding="utf-8"))
     con.close()
     return f"sqlite:///{path}"
 
@@ -241,7 +241,9 @@ def test_making_a_store_logs_no_alembic_info_to_a_program_that_logs_info(tmp_pat
         "logging.getLogger('mine').info('done')\n"
     )
     env = dict(os.environ, TUNER_HOME=str(tmp_path / "home"), PYTHONPATH=repo_pythonpath())
-    r = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=300, encoding="utf-8"
+    )
     assert r.returncode == 0, r.stderr
     assert "INFO:mine:done" in r.stderr  # the program's own INFO lines still show
     assert not [ln for ln in r.stderr.splitlines() if ln.startswith("INFO:alembic")], r.stderr

@@ -148,5 +148,5 @@ def test_a_study_worker_stopped_between_the_two_writes_resumes_consistently(
             run_study(spec, executor=FAKE)
     summary = run_study(spec, executor=FAKE)
     assert summary.complete and not summary.failed, summary
-    evaluated = [json.loads(line)["config"] for line in log.read_text().splitlines()]
+    evaluated = [json.loads(line)["config"] for line in log.read_text(encoding="utf-8").splitlines()]
     _assert_consistent(pg_url, task.study_name, evaluated, write)

@@ -128,7 +128,9 @@ def _outage_run(pg: PrivateServer, folder: Path, stop: bool) -> dict[str, Any]:
         (folder / name).unlink(missing_ok=True)
     env = {**os.environ, "PYTHONPATH": str(OUTAGE_WORKER.parent.parent)}
     cmd = [sys.executable, str(OUTAGE_WORKER), pg.url, str(folder), "stop" if stop else "none"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8"
+    )
     try:
         if stop:
             deadline = time.monotonic() + 120

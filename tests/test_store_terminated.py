@@ -260,7 +260,7 @@ def test_a_study_worker_whose_connection_is_ended_hands_its_task_back(
     after = finished_configs(pg_url, task)
     assert after[: len(before)] == before and len(after) == 8
     assert len({tuple(sorted(c.items())) for c in after}) == 8  # no trial repeated
-    assert "Store check" not in write_report(spec, tmp_path / "report").markdown.read_text()
+    assert "Store check" not in write_report(spec, tmp_path / "report").markdown.read_text(encoding="utf-8")
 
 
 def test_a_claim_whose_connection_is_ended_is_retried(
@@ -459,7 +459,7 @@ def test_a_finish_or_renewal_whose_connection_is_ended_is_retried(
     assert row.status == DONE and row.trials_done == 4 and row.attempts == 1, row
     configs = finished_configs(pg_url, task)
     assert len(configs) == 4 and len({tuple(sorted(c.items())) for c in configs}) == 4
-    assert "Store check" not in write_report(spec, tmp_path / "report").markdown.read_text()
+    assert "Store check" not in write_report(spec, tmp_path / "report").markdown.read_text(encoding="utf-8")
     assert not [r for r in caplog.records if r.name.startswith("tuner") and r.levelno >= logging.WARNING]
     assert [
         r for r in caplog.records if "retrying" in r.getMessage() and "the server ended" in r.getMessage()

@@ -241,7 +241,9 @@ def test_a_study_worker_fails_within_bounded_time_and_its_task_is_claimable(
     }
     cmd = [sys.executable, "-m", "tuner.cli", "study", "run", str(path), "--storage", pg_url]
     cmd += ["--executor", FAKE, "--quiet", "--no-report"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8"
+    )
     try:
         deadline = time.monotonic() + 60
         while _complete_trials(pg_url) < 3:

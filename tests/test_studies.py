@@ -37,7 +37,8 @@ def write_study(
     ms = [64 * 2**i for i in range(n_m)]
     ks = [32 * 2**i for i in range(n_k)]
     p = tmp / f"{name}.toml"
-    p.write_text(f"""
+    p.write_text(
+        f"""
 [study]
 name = "{name}"
 device = "cpu"
@@ -51,7 +52,9 @@ lease_seconds = {lease_seconds}
 [[tasks]]
 kernel = "fakemm"
 grid = {{ M = {ms}, N = [64], K = {ks} }}
-""")
+""",
+        encoding="utf-8",
+    )
     return p
 
 
@@ -145,7 +148,7 @@ def test_bad_study_files_exit_2_with_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str, needle: str
 ) -> None:
     p = tmp_path / "bad.toml"
-    p.write_text(body)
+    p.write_text(body, encoding="utf-8")
     assert cli("study", "run", str(p), "--executor", FAKE, "--quiet") == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and needle in err and str(p.name) in err, err
@@ -164,7 +167,10 @@ def test_a_relative_sqlite_storage_is_beside_the_study_file(
     (tmp_path / "studies").mkdir()
     p = write_study(tmp_path / "studies")
     p.write_text(
-        p.read_text().replace("lease_seconds", 'storage = "sqlite:///runs/s.db?timeout=5"\nlease_seconds')
+        p.read_text(encoding="utf-8").replace(
+            "lease_seconds", 'storage = "sqlite:///runs/s.db?timeout=5"\nlease_seconds'
+        ),
+        encoding="utf-8",
     )
     here, there = tmp_path / "a", tmp_path / "b"
     here.mkdir(), there.mkdir()
@@ -367,7 +373,7 @@ def test_budget_increase_reopens_a_finished_task(tmp_path: Path) -> None:
     p = write_study(tmp_path, n_m=1, budget=3)
     s1 = run_study(load_study(p, check_kernels=False), executor=FAKE)
     assert s1.counts["done"] == 1
-    p.write_text(p.read_text().replace("trials = 3", "trials = 5"))
+    p.write_text(p.read_text(encoding="utf-8").replace("trials = 3", "trials = 5"), encoding="utf-8")
     spec = load_study(p, check_kernels=False)
     s2 = run_study(spec, executor=FAKE)
     assert s2.counts["done"] == 1
@@ -406,10 +412,12 @@ def test_interrupt_and_kill_then_resume_repeats_no_finished_trial(tmp_path: Path
     }
 
     def run_until(trials: int, sig: int) -> tuple[int, list[Any]]:
-        proc = subprocess.Popen(_worker_cmd(path), cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            _worker_cmd(path), cwd=REPO, env=env, stderr=subprocess.PIPE, text=True, encoding="utf-8"
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if log_file.exists() and len(log_file.read_text().splitlines()) >= trials:
+            if log_file.exists() and len(log_file.read_text(encoding="utf-8").splitlines()) >= trials:
                 break
             time.sleep(0.05)
         proc.send_signal(sig)
@@ -438,7 +446,7 @@ def test_interrupt_and_kill_then_resume_repeats_no_finished_trial(tmp_path: Path
         del os.environ["FAKE_EVAL_LOG"]
     assert summary.counts == {"pending": 0, "running": 0, "done": 3, "failed": 0}
     evals = Counter()
-    for line in log_file.read_text().splitlines():
+    for line in log_file.read_text(encoding="utf-8").splitlines():
         d = json.loads(line)
         evals[(d["task"], json.dumps(d["config"], sort_keys=True))] += 1
     for t in spec.tasks:
@@ -513,7 +521,7 @@ def test_reduced_quickstart_runs_reports_and_exports(
 
     from tuner.studies import load_study, parse_study
 
-    doc = tomllib.loads((REPO / "studies" / "quickstart.toml").read_text())
+    doc = tomllib.loads((REPO / "studies" / "quickstart.toml").read_text(encoding="utf-8"))
     load_study(REPO / "studies" / "quickstart.toml", check_kernels=False)  # the shipped file is valid
     real = _real_executor_available()
     doc["study"]["budget"] = {"trials": 2, "seconds": 15}
@@ -529,16 +537,16 @@ def test_reduced_quickstart_runs_reports_and_exports(
     assert set(kept) == {"matmul", "rmsnorm"}
     doc["tasks"] = list(kept.values())
     reduced = tmp_path / "quickstart-reduced.toml"
-    reduced.write_text(_toml(doc))
+    reduced.write_text(_toml(doc), encoding="utf-8")
     spec = parse_study(doc, path=reduced, check_kernels=real)
     args = ["study", "run", str(reduced), "--quiet"] + ([] if real else ["--executor", FAKE])
     assert cli(*args) == 0
     out = capsys.readouterr().out
     assert f"report: {tmp_path / 'qs' / 'report' / 'report.md'}" in out
-    cache = json.loads((tmp_path / "qs" / "cache.json").read_text())
+    cache = json.loads((tmp_path / "qs" / "cache.json").read_text(encoding="utf-8"))
     assert cache["format"] == "tuner-cache" and cache["schema_version"] == 1
     assert sorted(e["kernel"] for e in cache["entries"]) == sorted(t.kernel for t in spec.tasks)
-    md = (tmp_path / "qs" / "report" / "report.md").read_text()
+    md = (tmp_path / "qs" / "report" / "report.md").read_text(encoding="utf-8")
     for t in spec.tasks:
         assert t.key in md
     pngs = list((tmp_path / "qs" / "report" / "img").glob("*.png"))
@@ -595,11 +603,11 @@ def test_report_and_export(tmp_path: Path) -> None:
     spec = load_study(p, check_kernels=False)
     run_study(spec, executor=FAKE)
     rep = write_report(spec, tmp_path / "rep")
-    md = rep.markdown.read_text()
+    md = rep.markdown.read_text(encoding="utf-8")
     assert "| task | status | trials | best time | % of roofline | best config |" in md
     assert md.count("![convergence of") == 2 and len(rep.images) == 2
     assert "importance (fANOVA)" in md
-    html = rep.html.read_text()
+    html = rep.html.read_text(encoding="utf-8")
     assert html.startswith("<!doctype html>") and "<img src='img/" in html
     # the synthetic objective fails (BLOCK_M=16, num_warps=8): counted by status where it was drawn
     fails = sum(
@@ -613,7 +621,7 @@ def test_report_and_export(tmp_path: Path) -> None:
     export_study(spec, tmp_path / "b.json")
     assert a.entries == 2
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()  # deterministic
-    doc = json.loads((tmp_path / "a.json").read_text())
+    doc = json.loads((tmp_path / "a.json").read_text(encoding="utf-8"))
     e = doc["entries"][0]
     assert set(e) >= {
         "kernel",
@@ -635,7 +643,7 @@ def test_report_importance_needs_enough_trials(tmp_path: Path) -> None:
 
     spec = load_study(write_study(tmp_path, n_m=1, budget=5), check_kernels=False)
     run_study(spec, executor=FAKE)
-    md = write_report(spec, tmp_path / "rep").markdown.read_text()
+    md = write_report(spec, tmp_path / "rep").markdown.read_text(encoding="utf-8")
     assert "Parameter importance: needs at least 8 successful trials" in md
 
 
@@ -693,14 +701,16 @@ def test_regress_threshold_grows_with_recorded_spread(
 
 def test_regress_bad_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.json"
-    bad.write_text('{"format": "tuner-cache", "schema_version": 1, "entries": [{"kernel": 1}]')
+    bad.write_text(
+        '{"format": "tuner-cache", "schema_version": 1, "entries": [{"kernel": 1}]', encoding="utf-8"
+    )
     assert cli("regress", "--baseline", str(bad)) == 2
     assert cli("regress", "--baseline", str(tmp_path / "missing.json")) == 2
     other = _baseline(tmp_path)
-    doc = json.loads(other.read_text())
+    doc = json.loads(other.read_text(encoding="utf-8"))
     for e in doc["entries"]:
         e["device"] = "NVIDIA H200 (sm90)"
-    other.write_text(json.dumps(doc))
+    other.write_text(json.dumps(doc), encoding="utf-8")
     assert cli("regress", "--baseline", str(other), "--measure", "tests._study_fake:measure") == 2
     err = capsys.readouterr().err
     assert "recorded on this device" in err
@@ -730,7 +740,7 @@ def test_report_and_export_commands(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert (
         f"report: {tmp_path / 'r' / 'report.md'}" in out and f"cache: {tmp_path / 'c.json'} (1 entries" in out
     )
-    assert json.loads((tmp_path / "c.json").read_text())["entries"][0]["kernel"] == "fakemm"
+    assert json.loads((tmp_path / "c.json").read_text(encoding="utf-8"))["entries"][0]["kernel"] == "fakemm"
 
 
 def test_driverless_postgres_urls_use_the_installed_driver() -> None:
@@ -829,7 +839,8 @@ def _norm_study(tmp_path: Path) -> Path:
     """A study of registered kernels whose TOML leaves out a problem field the kernel has a default for
     (rmsnorm's eps); softmax has no such field."""
     p = tmp_path / "norms.toml"
-    p.write_text("""
+    p.write_text(
+        """
 [study]
 name = "norms"
 device = "cpu"
@@ -844,7 +855,9 @@ problems = [{ M = 64, N = 128 }]
 [[tasks]]
 kernel = "softmax"
 problems = [{ M = 64, N = 128 }]
-""")
+""",
+        encoding="utf-8",
+    )
     return p
 
 
@@ -863,9 +876,9 @@ def test_export_and_report_find_tasks_whose_kernel_fills_default_fields(
     assert [t.key for t in load_study(p, check_kernels=False).tasks] == [t.key for t in spec.tasks]
     assert cli("study", "export", str(p), "--out", str(tmp_path / "c.json")) == 0
     assert cli("study", "report", str(p), "--out", str(tmp_path / "r")) == 0
-    entries = json.loads((tmp_path / "c.json").read_text())["entries"]
+    entries = json.loads((tmp_path / "c.json").read_text(encoding="utf-8"))["entries"]
     assert sorted(e["kernel"] for e in entries) == ["rmsnorm", "softmax"]
-    md = (tmp_path / "r" / "report.md").read_text()
+    md = (tmp_path / "r" / "report.md").read_text(encoding="utf-8")
     for t in spec.tasks:
         assert f"`{t.key}` | done |" in md
 
@@ -879,10 +892,10 @@ def test_a_task_with_no_results_is_reported_not_left_out(
 
     p = write_study(tmp_path, n_m=1, budget=3)
     run_study(load_study(p, check_kernels=False), executor=FAKE)
-    p.write_text(p.read_text().replace("M = [64]", "M = [64, 256]"))
+    p.write_text(p.read_text(encoding="utf-8").replace("M = [64]", "M = [64, 256]"), encoding="utf-8")
     spec = load_study(p, check_kernels=False)
     new = next(t.key for t in spec.tasks if t.problem["M"] == 256)
-    md = write_report(spec, tmp_path / "rep").markdown.read_text()
+    md = write_report(spec, tmp_path / "rep").markdown.read_text(encoding="utf-8")
     assert f"| `{new}` | no results | 0/3 |" in md
     assert "1 with no results in the database" in md and f"## {new}\n" in md
     with caplog.at_level(logging.WARNING, logger="tuner.studies._export"):
@@ -904,7 +917,7 @@ def test_a_kernel_module_that_cannot_be_imported_is_named_not_taken_for_an_unkno
 
     mods = tmp_path / "mods"
     mods.mkdir()
-    (mods / "broken_dep.py").write_text("import tuner_no_such_dependency\n")
+    (mods / "broken_dep.py").write_text("import tuner_no_such_dependency\n", encoding="utf-8")
     monkeypatch.setattr(tuner.kernels, "__path__", [*tuner.kernels.__path__, str(mods)])
     monkeypatch.setattr(_registry, "_loaded", False)
     with pytest.raises(
@@ -929,7 +942,7 @@ def test_a_kernel_module_that_cannot_be_imported_is_named_by_the_key_builders(
 
     mods = tmp_path / "mods"
     mods.mkdir()
-    (mods / "broken_dep.py").write_text("import tuner_no_such_dependency\n")
+    (mods / "broken_dep.py").write_text("import tuner_no_such_dependency\n", encoding="utf-8")
     monkeypatch.setattr(tuner.kernels, "__path__", [*tuner.kernels.__path__, str(mods)])
     monkeypatch.setattr(_registry, "_loaded", False)
     kernel_source_hash.cache_clear()  # an earlier test's hash of rmsnorm would not ask the registry
@@ -962,7 +975,8 @@ def test_a_kernel_module_that_fails_halfway_names_its_cause_every_time(
         "import dataclasses\n"
         "from tuner.kernels._registry import REGISTRY, register\n"
         "register(dataclasses.replace(REGISTRY['softmax'], name='half_registered_kernel'))\n"
-        "import tuner_no_such_dependency\n"
+        "import tuner_no_such_dependency\n",
+        encoding="utf-8",
     )
     get_kernel("softmax")  # the shipped modules are imported
     monkeypatch.setattr(tuner.kernels, "__path__", [*tuner.kernels.__path__, str(mods)])
@@ -996,7 +1010,10 @@ def test_a_task_measured_on_one_device_is_not_resumed_on_another(tmp_path: Path,
     before = board_rows()
     assert {r[3] for r in before} == {"cpu"} and all(r[2] == 3 for r in before)
     p.write_text(
-        p.read_text().replace('device = "cpu"', 'device = "sm80"').replace("trials = 3", "trials = 5")
+        p.read_text(encoding="utf-8")
+        .replace('device = "cpu"', 'device = "sm80"')
+        .replace("trials = 3", "trials = 5"),
+        encoding="utf-8",
     )
     capsys.readouterr()
     assert cli("study", "run", str(p), "--executor", FAKE, "--quiet", "--no-report") == 2

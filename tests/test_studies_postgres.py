@@ -93,7 +93,10 @@ def test_four_workers_one_killed_every_task_finishes_once(pg_url: str, tmp_path:
         "--lease-seconds",
         "3",
     ]
-    procs = [subprocess.Popen(cmd, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    procs = [
+        subprocess.Popen(cmd, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True, encoding="utf-8")
+        for _ in range(4)
+    ]
     board = TaskBoard(pg_url)
     killed_task, killed_pid = None, None
     try:
@@ -125,7 +128,7 @@ def test_four_workers_one_killed_every_task_finishes_once(pg_url: str, tmp_path:
     assert rows[killed_task].worker and _worker_pid(rows[killed_task].worker) != killed_pid
 
     evals = Counter()
-    for line in log_file.read_text().splitlines():
+    for line in log_file.read_text(encoding="utf-8").splitlines():
         d = json.loads(line)
         evals[(d["task"], json.dumps(d["config"], sort_keys=True))] += 1
     for t in spec.tasks:

@@ -34,7 +34,7 @@ def _evals_of(tmp_path: Path, pid: int) -> int:
     log = tmp_path / "evals.jsonl"
     if not log.exists():
         return 0
-    return sum(1 for line in log.read_text().splitlines() if json.loads(line)["pid"] == pid)
+    return sum(1 for line in log.read_text(encoding="utf-8").splitlines() if json.loads(line)["pid"] == pid)
 
 
 def test_a_frozen_worker_is_named_taken_over_and_writes_nothing_when_resumed(
@@ -46,26 +46,29 @@ def test_a_frozen_worker_is_named_taken_over_and_writes_nothing_when_resumed(
     from tuner.studies import DONE, TaskBoard, load_study
 
     path = write_study(tmp_path, n_m=1, budget=4, lease_seconds=2)
-    path.write_text(path.read_text().replace("[study]\n", f'[study]\nstorage = "{storage}"\n', 1))
+    path.write_text(
+        path.read_text(encoding="utf-8").replace("[study]\n", f'[study]\nstorage = "{storage}"\n', 1),
+        encoding="utf-8",
+    )
     spec = load_study(path, check_kernels=False)
     [task] = spec.tasks
     env = _env(tmp_path, FAKE_TRIAL_SLEEP="1.5")
     a_err, b_err = tmp_path / "a.err", tmp_path / "b.err"
-    with a_err.open("w") as err:
+    with a_err.open("w", encoding="utf-8") as err:
         a = subprocess.Popen(_worker_cmd(path), env=env, stdout=subprocess.DEVNULL, stderr=err)
     b: subprocess.Popen[bytes] | None = None
     try:
         deadline = time.monotonic() + 120
         while _evals_of(tmp_path, a.pid) < 1:  # A holds the task and finished a trial
-            assert a.poll() is None, a_err.read_text()
-            assert time.monotonic() < deadline, a_err.read_text()
+            assert a.poll() is None, a_err.read_text(encoding="utf-8")
+            assert time.monotonic() < deadline, a_err.read_text(encoding="utf-8")
             time.sleep(0.05)
         time.sleep(0.5)  # A is inside its next trial now
         os.kill(a.pid, signal.SIGSTOP)
         assert _holders(spec) == {a.pid: task.key}
-        with b_err.open("w") as err:
+        with b_err.open("w", encoding="utf-8") as err:
             b = subprocess.Popen(_worker_cmd(path), env=env, stdout=subprocess.DEVNULL, stderr=err)
-        assert b.wait(timeout=120) == 0, b_err.read_text()
+        assert b.wait(timeout=120) == 0, b_err.read_text(encoding="utf-8")
     finally:
         os.kill(a.pid, signal.SIGCONT)
         if b is not None and b.poll() is None:
@@ -77,14 +80,16 @@ def test_a_frozen_worker_is_named_taken_over_and_writes_nothing_when_resumed(
             a.kill()
             a.wait()
 
-    said = b_err.read_text()
+    said = b_err.read_text(encoding="utf-8")
     took = [x for x in said.splitlines() if "took over task" in x]
     assert len(took) == 1, said
     assert task.key in took[0] and f"(host {HOST}, process {a.pid})" in took[0], took
     assert "no heartbeat for" in took[0] and "lease ran out" in took[0], took
     abandoned = [x for x in said.splitlines() if "were marked abandoned" in x]
     assert len(abandoned) == 1 and f"process {a.pid})" in abandoned[0] and "trial " in abandoned[0], said
-    assert "was taken over by another worker" in a_err.read_text(), a_err.read_text()
+    assert "was taken over by another worker" in a_err.read_text(encoding="utf-8"), a_err.read_text(
+        encoding="utf-8"
+    )
 
     board = TaskBoard(spec.storage)
     try:
@@ -117,7 +122,10 @@ def test_a_task_of_a_worker_on_another_host_whose_heartbeat_stopped_is_taken_ove
     from tuner.studies import DONE, TaskBoard, load_study, prepare_study
 
     path = write_study(tmp_path, n_m=1, budget=2, lease_seconds=2)
-    path.write_text(path.read_text().replace("[study]\n", f'[study]\nstorage = "{storage}"\n', 1))
+    path.write_text(
+        path.read_text(encoding="utf-8").replace("[study]\n", f'[study]\nstorage = "{storage}"\n', 1),
+        encoding="utf-8",
+    )
     spec = prepare_study(load_study(path, check_kernels=False))
     board = TaskBoard(spec.storage)
     try:
@@ -134,7 +142,14 @@ def test_a_task_of_a_worker_on_another_host_whose_heartbeat_stopped_is_taken_ove
                     started_at=now - 60,
                 )
             )
-        p = sp.run(_worker_cmd(path), env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+        p = sp.run(
+            _worker_cmd(path),
+            env=_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            encoding="utf-8",
+        )
         assert p.returncode == 0, p.stderr
         [row] = board.rows(spec.name)
     finally:

@@ -250,7 +250,12 @@ def test_a_worker_process_stuck_in_a_hung_trial_is_replaced_and_the_study_finish
         "FAKE_EVAL_LOG": str(evals),
     }
     proc = subprocess.Popen(
-        _worker_cmd(path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        _worker_cmd(path),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
     )
     try:
         out, err = proc.communicate(timeout=240)
@@ -270,7 +275,7 @@ def test_a_worker_process_stuck_in_a_hung_trial_is_replaced_and_the_study_finish
     for task in spec.tasks:
         assert check_task(_result_store(spec.storage), study, task) == []
     assert len(timed_out) == 1, timed_out
-    measured = [json.loads(line) for line in evals.read_text().splitlines()]
+    measured = [json.loads(line) for line in evals.read_text(encoding="utf-8").splitlines()]
     key, config = timed_out[0]
     assert not [m for m in measured if m["task"] == key and m["config"] == config], measured
 

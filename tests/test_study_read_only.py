@@ -37,6 +37,7 @@ def _ran_study(tmp_path: Path) -> tuple[Path, Path]:
         capture_output=True,
         text=True,
         timeout=300,
+        encoding="utf-8",
     )
     assert r.returncode == 0, r.stderr
     db = folder / "out-s" / "study.db"
@@ -65,12 +66,12 @@ def _read_commands_work(
     assert cli("study", "report", str(path), "--out", str(out), "--json") == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["ok"] and doc["markdown"] == str(out / "report.md")
-    md = (out / "report.md").read_text()
+    md = (out / "report.md").read_text(encoding="utf-8")
     assert "| `fakemm/triton/float32/K=32,M=64,N=64` | done | 4/4 |" in md, md
     assert md.count("![convergence of") == 1
     cache = tmp_path / "elsewhere" / "cache.json"
     assert cli("study", "export", str(path), "--out", str(cache)) == 0
-    assert json.loads(cache.read_text())["entries"][0]["kernel"] == "fakemm"
+    assert json.loads(cache.read_text(encoding="utf-8"))["entries"][0]["kernel"] == "fakemm"
     # a run must write the store: refused in one line, nothing done
     capsys.readouterr()
     assert cli("study", "run", str(path), "--executor", FAKE, "--quiet") == 1

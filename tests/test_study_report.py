@@ -118,7 +118,7 @@ def test_a_time_unit_the_report_cannot_convert_is_shown_not_a_crash(tmp_path: Pa
     spec = load_study(p, check_kernels=False)
     run_study(spec, executor="tests.test_study_report:ns_executor")
     (row,) = _rows(spec)
-    md = write_report(spec, tmp_path / "rep").markdown.read_text()
+    md = write_report(spec, tmp_path / "rep").markdown.read_text(encoding="utf-8")
     assert f"| {row.best_value:.4g} ns | n/a |" in md, md
     assert "time unit 'ns' is none of s, ms, us" in md
     with pytest.raises(NothingToDo):  # its only task cannot be written in seconds: nothing to export

@@ -33,7 +33,10 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 def _study(tmp_path: Path, storage: str, **kw: Any) -> Path:
     path = write_study(tmp_path, **kw)
-    path.write_text(path.read_text().replace("[study]\n", f'[study]\nstorage = "{storage}"\n', 1))
+    path.write_text(
+        path.read_text(encoding="utf-8").replace("[study]\n", f'[study]\nstorage = "{storage}"\n', 1),
+        encoding="utf-8",
+    )
     return path
 
 
@@ -81,6 +84,7 @@ def _runner(
         text=True,
         start_new_session=True,
         preexec_fn=_ignore_sigint if ignore_sigint else None,
+        encoding="utf-8",
     )
 
 
@@ -98,6 +102,7 @@ def _runner_grace(path: Path, tmp_path: Path, sleep: str, *extra: str) -> subpro
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        encoding="utf-8",
     )
 
 
@@ -142,6 +147,7 @@ def cold_trial_timeout(tmp_path_factory: pytest.TempPathFactory) -> float:
         capture_output=True,
         text=True,
         timeout=240,
+        encoding="utf-8",
     )
     took = time.monotonic() - t0
     assert run.returncode == 0, run.stderr[-3000:]

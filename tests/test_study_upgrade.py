@@ -34,7 +34,7 @@ def test_export_after_the_kernel_changed_keeps_the_hash_it_was_tuned_on(
     spec = _run(tmp_path, monkeypatch)
     with caplog.at_level(logging.WARNING, logger="tuner.studies._export"):
         export_study(spec, tmp_path / "c.json")
-    entries = json.loads((tmp_path / "c.json").read_text())["entries"]
+    entries = json.loads((tmp_path / "c.json").read_text(encoding="utf-8"))["entries"]
     assert len(entries) == 2
     assert {e["source_hash"] for e in entries} == {OLD}  # not NEW: a silent exact hit for other code
     assert "tuned on another version of kernel 'fakemm'" in caplog.text
@@ -56,6 +56,6 @@ def test_a_result_an_older_tuner_recorded_without_the_hash_is_exported_with_a_wa
     eng.dispose()
     with caplog.at_level(logging.WARNING, logger="tuner.studies._export"):
         export_study(spec, tmp_path / "c.json")
-    entries = json.loads((tmp_path / "c.json").read_text())["entries"]
+    entries = json.loads((tmp_path / "c.json").read_text(encoding="utf-8"))["entries"]
     assert {e["source_hash"] for e in entries} == {NEW}
     assert caplog.text.count("records no kernel source hash (it finished under an older tuner)") == 2

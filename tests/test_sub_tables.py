@@ -27,7 +27,7 @@ def test_sub_tables_are_narrowed_copies_of_the_source(tmp_path: Path) -> None:
     assert _run(tmp_path / "a", "--per-table", "3") == 0
     files = sorted((tmp_path / "a" / "data").glob("*.json.gz"))
     assert len(files) == 3
-    source = json.loads(SAMPLE.read_text())
+    source = json.loads(SAMPLE.read_text(encoding="utf-8"))
     for f in files:
         doc = json.loads(gzip.decompress(f.read_bytes()))
         fixed = doc["sub_table"]["fixed"]

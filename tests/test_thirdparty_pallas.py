@@ -595,5 +595,6 @@ def test_shard_map_and_pmap_over_four_cpu_devices(tmp_path):
         capture_output=True,
         text=True,
         timeout=300,
+        encoding="utf-8",
     )
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]

@@ -503,6 +503,7 @@ def test_the_gpu_check_script_runs_on_the_interpreter(tmp_path):
         text=True,
         env=env,
         timeout=300,
+        encoding="utf-8",
     )
     assert p.returncode == 0 and p.stdout.rstrip().endswith("same"), p.stdout + p.stderr
     assert list(tmp.iterdir()) == []

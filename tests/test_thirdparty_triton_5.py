@@ -326,8 +326,8 @@ def test_unsloth_prune_rewrites_configs_in_place_and_the_cache_reads_the_winner(
         use_tma_load_x=best.kwargs.get("USE_TMA_LOAD_X", False),
     )
     saved = tmp_path / "moe_autotune.json"
-    saved.write_text(json.dumps({"config_fwd": entry.__dict__, "triton": best.__dict__}))
-    loaded = KernelConfigForward(**json.loads(saved.read_text())["config_fwd"])
+    saved.write_text(json.dumps({"config_fwd": entry.__dict__, "triton": best.__dict__}), encoding="utf-8")
+    loaded = KernelConfigForward(**json.loads(saved.read_text(encoding="utf-8"))["config_fwd"])
     assert loaded == KernelConfigForward(BLOCK_SIZE_M=32, num_warps=8, num_stages=3, use_tma_load_x=False)
     # autotune=False: the plain kernel with the cached config
     _grouped_gemm_fwd[(triton.cdiv(num_tokens * topk, loaded.BLOCK_SIZE_M),)](
@@ -427,13 +427,15 @@ def _deepspeed_matmul(autotune, bench):
 
 def _update_autotune_table(path, kernel):
     """matmul_ext's `_update_autotune_table` (at exit): the file's table, updated with `kernel.cache`."""
-    table = {tuple(k): cfg for k, cfg in json.loads(path.read_text())} if path.exists() else {}
+    table = (
+        {tuple(k): cfg for k, cfg in json.loads(path.read_text(encoding="utf-8"))} if path.exists() else {}
+    )
     table.update({k: cfg.__dict__ for k, cfg in kernel.cache.items()})
-    path.write_text(json.dumps([[list(k), cfg] for k, cfg in table.items()]))
+    path.write_text(json.dumps([[list(k), cfg] for k, cfg in table.items()]), encoding="utf-8")
 
 
 def _read_autotune_table(path, kernel):
-    table = {tuple(k): triton.Config(**cfg) for k, cfg in json.loads(path.read_text())}
+    table = {tuple(k): triton.Config(**cfg) for k, cfg in json.loads(path.read_text(encoding="utf-8"))}
     if table:
         kernel.cache = table
 

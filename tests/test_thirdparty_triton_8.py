@@ -154,8 +154,8 @@ def test_a_vendored_copy_of_a_kernel_module_under_another_name(impl, tmp_path):
 
     for pkg in ("lib_a", "lib_b"):
         (tmp_path / pkg).mkdir()
-        (tmp_path / pkg / "__init__.py").write_text("")
-        (tmp_path / pkg / "kern.py").write_text(_VENDORED.format(autotune_module=impl))
+        (tmp_path / pkg / "__init__.py").write_text("", encoding="utf-8")
+        (tmp_path / pkg / "kern.py").write_text(_VENDORED.format(autotune_module=impl), encoding="utf-8")
     sys.path.insert(0, str(tmp_path))
     try:
         a = _import_as(tmp_path / "lib_a" / "kern.py", "lib_a.kern")

@@ -254,7 +254,7 @@ def test_objects_come_back_from_the_store_and_a_cache_file_in_another_process(tm
     from tuner.cli import main
 
     script = tmp_path / "worker.py"
-    script.write_text(_WORKER)
+    script.write_text(_WORKER, encoding="utf-8")
 
     def run(phase, *homes):
         env = {**os.environ, "PYTHONPATH": repo_pythonpath()}
@@ -264,13 +264,14 @@ def test_objects_come_back_from_the_store_and_a_cache_file_in_another_process(tm
             capture_output=True,
             text=True,
             timeout=300,
+            encoding="utf-8",
         )
         assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stderr[-3000:]
 
     run("tune", _tuner_home)
     out = tmp_path / "cache.json"
     assert main(["cache", "export", "--out", str(out)]) == 0
-    (entry,) = json.loads(out.read_text())["entries"]
+    (entry,) = json.loads(out.read_text(encoding="utf-8"))["entries"]
     assert entry["config"]["A"] == "<object triton.language.core.dtype triton.language.bfloat16>"
     assert entry["config"]["B"] == "<object tuple ((3, 4), 5)>"
     other = tmp_path / "other_home"

@@ -798,7 +798,7 @@ def test_cache_results_across_processes(impl, tmp_path, _tuner_home):
     if impl == "triton":
         pytest.skip("triton turns cache_results off under the interpreter (knobs.runtime.interpret)")
     script = tmp_path / "worker.py"
-    script.write_text(_WORKER)
+    script.write_text(_WORKER, encoding="utf-8")
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
@@ -807,7 +807,12 @@ def test_cache_results_across_processes(impl, tmp_path, _tuner_home):
     runs = []
     for _ in range(2):
         p = subprocess.run(
-            [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+            [sys.executable, str(script)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            encoding="utf-8",
         )
         assert p.returncode == 0, p.stderr[-3000:]
         runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
@@ -923,7 +928,7 @@ _GPU_WORKER = textwrap.dedent(
 def test_gpu_timing_paths(impl, opts, tmp_path, _tuner_home):
     """On a GPU (compiled, not interpreted): Triton's default do_bench, warmup/rep and CUDA-graph timing."""
     script = tmp_path / "gpu_worker.py"
-    script.write_text(_GPU_WORKER)
+    script.write_text(_GPU_WORKER, encoding="utf-8")
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
@@ -936,6 +941,7 @@ def test_gpu_timing_paths(impl, opts, tmp_path, _tuner_home):
         capture_output=True,
         text=True,
         timeout=600,
+        encoding="utf-8",
     )
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads(p.stdout.strip().splitlines()[-1])["ok"] is True

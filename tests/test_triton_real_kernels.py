@@ -603,7 +603,9 @@ def test_import_tuner_before_triton():
         """
     )
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    p = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, encoding="utf-8"
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.split() == ["100.0", "True"]
 

@@ -42,7 +42,8 @@ def test_study_names_are_plain_identifiers(
     monkeypatch.setenv("TUNER_HOME", str(home))
     p = tmp_path / "s.toml"
     p.write_text(
-        f"[study]\nname = {json.dumps(name)}\nbudget = 2\n[[tasks]]\nkernel = 'k'\nproblems = [{{M = 1}}]\n"
+        f"[study]\nname = {json.dumps(name)}\nbudget = 2\n[[tasks]]\nkernel = 'k'\nproblems = [{{M = 1}}]\n",
+        encoding="utf-8",
     )
     assert cli("study", "run", str(p), "--executor", FAKE, "--quiet") == 2
     err = capsys.readouterr().err.strip()
@@ -71,7 +72,8 @@ def test_problem_values_are_checked_against_the_kernel_schema_before_anything_ru
     p = tmp_path / "s.toml"
     p.write_text(
         f"[study]\nname = 'x'\ndevice = 'cpu'\nbudget = 2\noutput = 'out'\n"
-        f"[[tasks]]\nkernel = '{kernel}'\nproblems = [{problem}]\n"
+        f"[[tasks]]\nkernel = '{kernel}'\nproblems = [{problem}]\n",
+        encoding="utf-8",
     )
     assert cli("study", "run", str(p), "--quiet") == 2
     err = capsys.readouterr().err.strip()
@@ -173,11 +175,11 @@ def test_removed_tasks_leave_summaries_reports_and_exports(
     assert cli("study", "run", str(p), "--executor", FAKE, "--json") == 0
     out = json.loads(capsys.readouterr().out)
     assert out["counts"]["done"] == 1 and out["cache"]["entries"] == 1
-    md = (tmp_path / "out-s" / "report" / "report.md").read_text()
+    md = (tmp_path / "out-s" / "report" / "report.md").read_text(encoding="utf-8")
     assert "K=32,M=64,N=64" in md and "K=32,M=128,N=64" not in md
     assert len(list((tmp_path / "out-s" / "report" / "img").glob("*.png"))) == 1
     assert cli("study", "export", str(p), "--out", str(tmp_path / "c.json")) == 0
-    entries = json.loads((tmp_path / "c.json").read_text())["entries"]
+    entries = json.loads((tmp_path / "c.json").read_text(encoding="utf-8"))["entries"]
     assert [e["key"]["M"] for e in entries] == [64]
 
 
@@ -355,7 +357,8 @@ def test_replay_and_regress_exit_non_zero_when_nothing_was_done(
                 "objective": "time",
                 "cache": cache,
             }
-        )
+        ),
+        encoding="utf-8",
     )
     codes = {}
     for seed in range(30):
@@ -408,13 +411,14 @@ def test_measuring_from_a_script_without_a_main_guard_fails_with_one_clear_line(
     call = "res = CallableMeasurer(work, (100,)).measure({'k': 2})\nprint('status', res.status)"
     body = ('if __name__ == "__main__":\n' + textwrap.indent(call, "    ")) if guarded else call
     script = tmp_path / "tune_me.py"
-    script.write_text(SCRIPT.format(body=body))
+    script.write_text(SCRIPT.format(body=body), encoding="utf-8")
     proc = subprocess.run(
         [sys.executable, str(script)],
         env={**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")},
         capture_output=True,
         text=True,
         timeout=300,
+        encoding="utf-8",
     )
     if guarded:
         assert proc.returncode == 0 and "status ok" in proc.stdout, proc.stderr
@@ -436,7 +440,7 @@ def test_a_storage_url_of_no_known_database_is_bad_input_naming_its_source(
     monkeypatch.delenv("TUNER_STUDY_STORAGE", raising=False)
     p = tmp_path / "s.toml"
     body = "budget = 2\n[[tasks]]\nkernel = 'rmsnorm'\nproblems = [{ M = 16, N = 128 }]\n"
-    p.write_text("[study]\nname = 'x'\ndevice = 'cpu'\n" + body)
+    p.write_text("[study]\nname = 'x'\ndevice = 'cpu'\n" + body, encoding="utf-8")
     for cmd in (["run", "--quiet"], ["report"], ["export", "--out", str(tmp_path / "c.json")]):
         for url, needle in (
             ("bogus://x", "storage 'bogus://x' names no database SQLAlchemy knows"),
@@ -447,7 +451,7 @@ def test_a_storage_url_of_no_known_database_is_bad_input_naming_its_source(
             err = capsys.readouterr().err.strip()
             assert err.count("\n") == 0 and "s3cret" not in err, err
             assert err.startswith("tuner: error: --storage (or TUNER_STUDY_STORAGE): ") and needle in err, err
-    p.write_text("[study]\nname = 'x'\ndevice = 'cpu'\nstorage = 'bogus://y'\n" + body)
+    p.write_text("[study]\nname = 'x'\ndevice = 'cpu'\nstorage = 'bogus://y'\n" + body, encoding="utf-8")
     assert cli("study", "run", str(p), "--quiet") == 2
     assert f"{p} [study]: storage 'bogus://y' names no database" in capsys.readouterr().err
     assert not home.exists() and not (tmp_path / "c.json").exists()
@@ -461,12 +465,14 @@ def test_an_unknown_strategy_is_blamed_on_the_table_that_names_it(
     p = tmp_path / "s.toml"
     task = "[[tasks]]\nkernel = 'rmsnorm'\nproblems = [{ M = 16, N = 128 }]\n"
     p.write_text(
-        "[study]\nname = 'x'\ndevice = 'cpu'\nstrategy = 'tpee'\nbudget = 2\noutput = 'out'\n" + task
+        "[study]\nname = 'x'\ndevice = 'cpu'\nstrategy = 'tpee'\nbudget = 2\noutput = 'out'\n" + task,
+        encoding="utf-8",
     )
     assert cli("study", "run", str(p), "--quiet") == 2
     assert f"{p} [study]: unknown strategy 'tpee'" in capsys.readouterr().err
     p.write_text(
-        "[study]\nname = 'x'\ndevice = 'cpu'\nbudget = 2\noutput = 'out'\n" + task + "strategy = 'rnd'\n"
+        "[study]\nname = 'x'\ndevice = 'cpu'\nbudget = 2\noutput = 'out'\n" + task + "strategy = 'rnd'\n",
+        encoding="utf-8",
     )
     assert cli("study", "run", str(p), "--quiet") == 2
     assert f"{p} tasks[0] (rmsnorm): unknown strategy 'rnd'" in capsys.readouterr().err

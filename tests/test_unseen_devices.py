@@ -290,7 +290,8 @@ def test_a_studys_auto_device_is_each_backends_own(monkeypatch: pytest.MonkeyPat
     from tuner.studies import load_study, prepare_study
 
     study = tmp_path / "s.toml"
-    study.write_text("""
+    study.write_text(
+        """
 [study]
 name = "s"
 device = "auto"
@@ -301,7 +302,9 @@ output = "out"
 [[tasks]]
 kernel = "matmul"
 grid = { M = [64], N = [64], K = [64] }
-""")
+""",
+        encoding="utf-8",
+    )
     tpu = dv.replace(dv.TPU_V6E, name="TPU v6 lite")
     monkeypatch.setattr(dv, "detect_device", lambda backend, index=0: tpu if backend == "pallas" else dv.CPU)
     spec = prepare_study(load_study(study, check_kernels=False))

@@ -54,11 +54,30 @@ def test_compile_only_check_with_encoding_warnings_as_errors(tmp_path: Path) -> 
 
 
 SUBPROCESS_CALLS = {"run", "Popen", "check_output", "check_call", "call"}
+# modules whose open() is not a path's: os.open takes flags; these are binary unless their mode says "t"
+OPEN_MODULES = {
+    "os",
+    "io",
+    "gzip",
+    "bz2",
+    "lzma",
+    "tarfile",
+    "zipfile",
+    "codecs",
+    "webbrowser",
+    "shelve",
+    "dbm",
+}
+
+
+def _is_module(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id in OPEN_MODULES
 
 
 def _without_encoding(tree: ast.AST) -> Iterator[tuple[int, str]]:
     """Text I/O that ruff's PLW1514 (pyproject.toml) does not see: a subprocess's text pipes, os.fdopen,
-    and read_text/write_text on a path ruff cannot tell is one (`Path(tmp) / "k.ptx"`)."""
+    and read_text/write_text/open on a path ruff cannot tell is one (`Path(tmp) / "k.ptx"`, a pytest
+    `tmp_path`)."""
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
             continue
@@ -72,19 +91,41 @@ def _without_encoding(tree: ast.AST) -> Iterator[tuple[int, str]]:
         )
         mode = args[1] if len(args) > 1 else kw.get("mode")
         text_fd = not (isinstance(mode, ast.Constant) and "b" in str(mode.value))
+        # path.open(mode="r", buffering, encoding): a method of something that is not a module (os.open
+        # takes flags, tarfile.open and gzip.open are binary unless told "t"; builtin open is ruff's)
+        receiver = node.func.value
+        path_mode = args[0] if args else kw.get("mode")
+        text_path = not (isinstance(path_mode, ast.Constant) and "b" in str(path_mode.value))
         if (
             (name in SUBPROCESS_CALLS and text_pipes)
             or (name == "fdopen" and text_fd and len(args) < 4)
+            or (name == "open" and not _is_module(receiver) and text_path and len(args) < 3)
             or (name == "read_text" and not args)
             or (name == "write_text" and len(args) < 2)
         ):
             yield node.lineno, name
 
 
-def test_shipped_code_names_the_encoding_of_pipes_and_files() -> None:
+# Every folder with Python in it: the shipped code, and the tests, benchmarks and scripts a user runs, which
+# read and write tuner's UTF-8 files too (a locale that is not UTF-8, LANG=C without UTF-8 mode or Windows'
+# cp1252, read them wrongly)
+PYTHON_FOLDERS = (
+    "tuner",
+    "kernels",
+    "search_spaces",
+    "cost_models",
+    "benchmarks",
+    "tests",
+    "studies",
+    "docs",
+    ".ci",
+)
+
+
+def test_code_names_the_encoding_of_pipes_and_files() -> None:
     found = [
         f"{path.relative_to(REPO)}:{line}: {name}(...) without encoding="
-        for top in ("tuner", "kernels", "search_spaces", "cost_models", "benchmarks")
+        for top in PYTHON_FOLDERS
         for path in sorted((REPO / top).rglob("*.py"))
         for line, name in _without_encoding(ast.parse(path.read_text(encoding="utf-8")))
     ]

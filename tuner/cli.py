@@ -161,6 +161,16 @@ def _home_hint(exc: BaseException) -> str:
     return f" (TUNER_HOME is {home}: set it to a folder this user can write)"
 
 
+def _locale_hint(exc: BaseException) -> str:
+    """For a path or text this locale cannot encode (a study's `output = "résultats"` under
+    `LC_ALL=C PYTHONUTF8=0`, where Python's file system encoding is ascii): the remedy."""
+    if not isinstance(exc, UnicodeError) or sys.getfilesystemencoding().lower().replace("-", "") == "utf8":
+        return ""
+    from .storage._engine import locale_hint
+
+    return f" ({locale_hint()})"
+
+
 def _reading(args: argparse.Namespace) -> contextlib.AbstractContextManager[Any]:
     """For a command that only reads a store (its parser's `reads_only`: its name, or a function of the
     arguments giving it or None): a store of an older tuner's schema is refused, not upgraded in place
@@ -221,7 +231,10 @@ def _main(argv: Sequence[str] | None) -> int:
         else:
             from .measure._gate import backend_hint  # `tuner check` without torch/jax: how to get them
 
-            message = f"{exc.__class__.__name__}: {_one_line(exc)}{backend_hint(exc)}{_home_hint(exc)}"
+            message = (
+                f"{exc.__class__.__name__}: {_one_line(exc)}{backend_hint(exc)}{_home_hint(exc)}"
+                f"{_locale_hint(exc)}"
+            )
             prefix, code = "failed", 1
         _json_error(args, message)
         if args is None or args.verbose:

@@ -50,6 +50,7 @@ from .storage import (
     vacuum,
 )
 from .storage import optuna_storage as _optuna_storage
+from .storage._engine import require_text
 from .storage._schema import MeasurementRow
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -92,17 +93,18 @@ def tuner_home() -> Path:
     OSError, naming TUNER_HOME, where it is not set and the user has no home folder: HOME unset and no
     entry for this user id in the password database (a container run as an arbitrary uid, a CI sandbox),
     or a relative HOME. The runtime then runs without a store (warned once), the CLI exits 1 with the line,
-    as for a home that cannot be written."""
+    as for a home that cannot be written. The same for a home that is not text in this locale (`hömé`
+    under `LC_ALL=C PYTHONUTF8=0`): its store's URL cannot be written."""
     home = text("TUNER_HOME")
     if home:
-        return Path(home)
+        return Path(require_text(home, "TUNER_HOME"))
     try:
         user = Path.home()
     except RuntimeError:  # pathlib's "Could not determine home directory."
         why = f"HOME is not set and user id {os.getuid()} has no entry in the password database"
     else:
         if user.is_absolute():
-            return user / ".cache" / "tuner"
+            return Path(require_text(str(user / ".cache" / "tuner"), "tuner's home (TUNER_HOME unset)"))
         why = f"HOME is not an absolute path ({str(user)!r})"
     raise OSError(f"no folder for tuner's store: {why}; set TUNER_HOME to a folder this user can write")
 

@@ -12,6 +12,7 @@ import math
 import os
 import random
 import re
+import sys
 import threading
 import time
 import weakref
@@ -868,10 +869,33 @@ def _close_cursor(cursor: Any) -> None:
             cursor.close()
 
 
+def locale_hint() -> str:
+    """The remedy for a path Python holds as undecodable bytes: a UTF-8 locale or Python's UTF-8 mode."""
+    return (
+        f"file system encoding is {sys.getfilesystemencoding()}: run with a UTF-8 locale (LC_ALL=C.UTF-8) "
+        "or PYTHONUTF8=1"
+    )
+
+
+def require_text(value: str, what: str) -> str:
+    """`value` (a path or URL) unchanged, or OSError in one line where it is not text: bytes the file
+    system encoding could not decode (a folder named `hömé` under `LC_ALL=C PYTHONUTF8=0`, where Python's
+    file system encoding is ascii), which Python can open but SQLAlchemy cannot write in a URL (it encodes
+    it as UTF-8: "surrogates not allowed")."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = value.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
+        raise OSError(f"{what} {shown} is not text in this locale ({locale_hint()})") from None
+    return value
+
+
 def normalize_url(url: str) -> str:
     """`postgresql://...` names no driver, and SQLAlchemy 2.1 then picks psycopg 3; tuner depends on
     psycopg2 (pyproject), so a driverless PostgreSQL URL is pointed at psycopg2 unless psycopg 3 is there
-    (then SQLAlchemy's default stands). Both drivers get the same timeouts and client-side deadline."""
+    (then SQLAlchemy's default stands). Both drivers get the same timeouts and client-side deadline.
+    OSError for a URL that is not text (`require_text`)."""
+    require_text(url, "store URL")
     for prefix in ("postgresql://", "postgres://"):
         if url.startswith(prefix):
             if (
@@ -959,7 +983,8 @@ def missing_sqlite_file(url: str) -> str | None:
 def sqlite_url(path: str | os.PathLike[str]) -> str:
     """The URL of the SQLite file `path`, its '%' and '?' escaped: SQLAlchemy decodes a URL's `%xx` and
     ends its database at the first '?' (a folder named `what?` or `a%20b` named another file)."""
-    return "sqlite:///" + os.fspath(path).replace("%", "%25").replace("?", "%3F")
+    path = require_text(os.fspath(path), "the store's path")
+    return "sqlite:///" + path.replace("%", "%25").replace("?", "%3F")
 
 
 def _uri_file(path: str) -> str:

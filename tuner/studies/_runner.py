@@ -1657,7 +1657,9 @@ class _Monitor:
         for key, r in running.items():
             best = f"best {r.best_value:.4g}" if r.best_value is not None else "best -"
             if key not in self._lines:
-                label = key if len(key) <= 46 else key[:45] + "…"
+                # "…" where the display's stream can write it (not an ascii stderr: LC_ALL=C PYTHONUTF8=0)
+                utf = self._progress.console.encoding.lower().startswith("utf")
+                label = key if len(key) <= 46 else key[:45] + "…" if utf else key[:43] + "..."
                 self._lines[key] = self._progress.add_task(
                     f"  {label}", total=_budget_of(r), extra=best, overall=False, eta=""
                 )
