@@ -61,15 +61,16 @@ def pgbouncer(folder: Path, mode: str, extra: str = "") -> Iterator[int]:
     listen = _free_port()
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o755)  # run as root, it drops to the postgres user (below), which reads the ini
-    (folder / "users.txt").write_text('"postgres" ""\n')
+    (folder / "users.txt").write_text('"postgres" ""\n', encoding="utf-8")
     ini = folder / "pgbouncer.ini"
     ini.write_text(
         f"[databases]\n* = host={host} port={port or 5432}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\n"
         f"listen_port = {listen}\nunix_socket_dir =\nauth_type = trust\nauth_file = {folder}/users.txt\n"
         f"pool_mode = {mode}\nmax_client_conn = 200\nserver_check_delay = 0\n"
-        f"{extra or 'default_pool_size = 40'}\n"
+        f"{extra or 'default_pool_size = 40'}\n",
+        encoding="utf-8",
     )
-    log = (folder / "pgbouncer.log").open("w")
+    log = (folder / "pgbouncer.log").open("w", encoding="utf-8")
     # PgBouncer refuses to run as root: it then runs as the server's user
     cmd = [PGBOUNCER, *(["-u", "postgres"] if os.geteuid() == 0 else []), str(ini)]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -78,7 +79,7 @@ def pgbouncer(folder: Path, mode: str, extra: str = "") -> Iterator[int]:
         while True:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", listen), 0.2):
                 break
-            assert proc.poll() is None, (folder / "pgbouncer.log").read_text()[-2000:]
+            assert proc.poll() is None, (folder / "pgbouncer.log").read_text(encoding="utf-8")[-2000:]
             assert time.monotonic() < deadline, "pgbouncer did not listen within 10 s"
             time.sleep(0.05)
         yield listen
@@ -133,14 +134,22 @@ def test_a_study_with_two_workers_runs_behind_session_pooling(tmp_path: Path, dr
 
     with behind(tmp_path, "session", driver) as url:
         path = write_study(tmp_path, n_m=3, budget=4)
-        path.write_text(path.read_text().replace("[study]\n", f'[study]\nstorage = "{url}"\n', 1))
+        path.write_text(
+            path.read_text(encoding="utf-8").replace("[study]\n", f'[study]\nstorage = "{url}"\n', 1),
+            encoding="utf-8",
+        )
         env = {
             **os.environ,
             "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
             "FAKE_TRIAL_SLEEP": "0.05",
         }
         run = subprocess.run(
-            [*_worker_cmd(path), "--workers", "2"], env=env, capture_output=True, text=True, timeout=100
+            [*_worker_cmd(path), "--workers", "2"],
+            env=env,
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            timeout=100,
         )
         assert run.returncode == 0, run.stderr[-3000:]
         assert "_pg3_" not in run.stderr
@@ -224,10 +233,18 @@ def test_a_study_behind_transaction_pooling_exits_1_with_the_line(tmp_path: Path
 
     with behind(tmp_path, "transaction", "psycopg") as url:
         path = write_study(tmp_path, n_m=3, budget=6)
-        path.write_text(path.read_text().replace("[study]\n", f'[study]\nstorage = "{url}"\n', 1))
+        path.write_text(
+            path.read_text(encoding="utf-8").replace("[study]\n", f'[study]\nstorage = "{url}"\n', 1),
+            encoding="utf-8",
+        )
         env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         run = subprocess.run(
-            [*_worker_cmd(path), "--workers", "2"], env=env, capture_output=True, text=True, timeout=100
+            [*_worker_cmd(path), "--workers", "2"],
+            env=env,
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            timeout=100,
         )
         assert run.returncode == 1, (run.returncode, run.stderr[-3000:])
         assert "pool_mode=session" in run.stderr, run.stderr[-3000:]
