@@ -63,6 +63,16 @@ def _attention(problem: Mapping[str, Any], backend: str) -> InputSpec:
     return {n: ((b, h, s, d), dtype) for n in ("q", "k", "v", "out")}
 
 
+def _attention_bwd(problem: Mapping[str, Any], backend: str) -> InputSpec:
+    """attention_bwd.py's `_make_inputs`: q, k, v, o, do (B, H, S, D) in the problem's dtype, the forward's
+    float32 lse rows (B, H, S) and the gradients' buffer (3, B, H, S, D)."""
+    from tuner.search_spaces.attention import check_problem
+
+    b, h, s, d, _, dtype = check_problem(problem)
+    spec: InputSpec = {n: ((b, h, s, d), dtype) for n in ("q", "k", "v", "o", "do")}
+    return {**spec, "lse": ((b, h, s), "float32"), "grads": ((3, b, h, s, d), dtype)}
+
+
 def _matmul(problem: Mapping[str, Any], backend: str) -> InputSpec:
     """matmul.py's `_make_inputs`: a (M, K), b (K, N), bias (N,) when the problem has one, and for Triton
     the output (M, N), in the problem's dtype."""
@@ -111,6 +121,7 @@ _SPECS: dict[str, Callable[[Mapping[str, Any], str], InputSpec]] = {
     "rmsnorm": lambda p, b: _rowwise("rmsnorm", p, b),
     "layernorm": lambda p, b: _rowwise("layernorm", p, b),
     "flash_attention": _attention,
+    "flash_attention_bwd": _attention_bwd,
     "matmul": _matmul,
     "int8_matmul": _int8_matmul,
     "moe_gemm": _moe_gemm,

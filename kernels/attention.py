@@ -100,6 +100,7 @@ def _triton_kernel() -> Any:
         k_ptr,
         v_ptr,
         o_ptr,
+        lse_ptr,
         qk_scale,
         S,
         sqb,
@@ -122,6 +123,7 @@ def _triton_kernel() -> Any:
         UPCAST: tl.constexpr,
         PRECISION: tl.constexpr,
         WIDE: tl.constexpr,
+        STORE_LSE: tl.constexpr,
     ):
         # heaviest query blocks first when causal, so the launch does not end on a tail of long programs
         if CAUSAL:  # noqa: SIM108 (a constexpr branch reads clearer to Triton's frontend)
@@ -192,6 +194,12 @@ def _triton_kernel() -> Any:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
             m_i = m_new
         acc = acc / l_i[:, None]
+        if STORE_LSE:  # the backward's row statistics: log2 of sum(exp2(scores)) in the scaled log2 domain
+            lse_ptrs = lse_ptr + (b * tl.num_programs(1) + h) * S + offs_m
+            if EVEN_M:
+                tl.store(lse_ptrs, m_i + tl.log2(l_i))
+            else:
+                tl.store(lse_ptrs, m_i + tl.log2(l_i), mask=offs_m < S)
         o_ptrs = o_ptr + b * sob + h * soh + offs_m[:, None] * sos + offs_d[None, :]
         if EVEN_M:
             tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty))
@@ -213,8 +221,13 @@ def flash_attention_triton(
     BLOCK_N: int,
     num_warps: int = 4,
     num_stages: int = 2,
+    lse: Any | None = None,
 ) -> Any:
-    """Attention of torch tensors (B, H, S, D) (unit stride on D) into `out` (empty_like(q) when None)."""
+    """Attention of torch tensors (B, H, S, D) (unit stride on D) into `out` (empty_like(q) when None).
+
+    `lse`, when given, a contiguous float32 (B, H, S) tensor, receives each query row's log-sum-exp of
+    its scaled scores in base 2, `log2(sum_j exp2(s_ij * sm_scale * log2(e)))`, for the backward
+    (kernels/attention_bwd.py); the output is the same with or without it."""
     import torch
 
     if q.ndim != 4 or q.shape != k.shape or q.shape != v.shape:
@@ -238,12 +251,20 @@ def flash_attention_triton(
     for name, n in (("batch B", bsz), ("heads H", heads)):
         if n > _GRID_YZ_MAX:  # a CUDA/HIP grid's y and z axes
             raise ValueError(f"{name}={n} exceeds the {_GRID_YZ_MAX} programs a GPU grid axis allows")
+    if lse is not None and (
+        tuple(lse.shape) != (bsz, heads, seq) or lse.dtype != torch.float32 or not lse.is_contiguous()
+    ):
+        raise ValueError(
+            f"lse must be a contiguous float32 tensor of shape {(bsz, heads, seq)}, "
+            f"got {lse.dtype} {tuple(lse.shape)}"
+        )
     grid = (_cdiv(seq, BLOCK_M), heads, bsz)
     _triton_kernel()[grid](
         q,
         k,
         v,
         out,
+        out if lse is None else lse,
         scale * _LOG2E,
         seq,
         q.stride(0),
@@ -266,6 +287,7 @@ def flash_attention_triton(
         UPCAST=triton_interpreted(),
         PRECISION=precision,
         WIDE=bsz * heads > 0 and any(wide_offsets(t[0, 0]) for t in (q, k, v, out)),
+        STORE_LSE=lse is not None,
         num_warps=num_warps,
         num_stages=num_stages,
     )
@@ -522,6 +544,11 @@ SPEC = register(
         tolerance=_tolerance,
         check_problem=_spaces.check_problem,
         output_buffer="out",
-        extra={"inputs": ("q", "k", "v", "out"), "flags": {"causal": True, "sm_scale": None}},
+        extra={
+            "inputs": ("q", "k", "v", "out"),
+            "flags": {"causal": True, "sm_scale": None},
+            # torch autograd on Triton: the kernel of kernels/attention_bwd.py, tuned under its own key
+            "torch_backward": "flash_attention_bwd",
+        },
     )
 )

@@ -15,6 +15,10 @@ num_warps, num_stages. Hard constraints:
     fitted exactly to the compiler's figures by benchmarks/triton_resources_b.py), <= 163 KiB (sm80) /
     227 KiB (sm90), the limit at which Triton refuses to launch.
 
+Backward (`attention_bwd_space`, kernels/attention_bwd.py, Triton only): the same parameters and caps;
+its registers and shared memory are those of its larger kernel (dK/dV or dQ), `bwd_regs_per_thread` and
+`bwd_smem_bytes` (fitted to Triton 3.7's sm80 and sm90 figures, never below them on the configs compiled).
+
 Pallas (TPU v4 / v5e / v5p / v6e, CPU interpret): block_q, block_k_major (the K/V block one grid step
 brings into VMEM), block_k (the chunk of it each inner step multiplies). Hard constraints:
   - block_k_major % block_k == 0;
@@ -45,7 +49,7 @@ from ._resources import (
 from ._space import Constraint, SearchSpace
 from .devices import Device
 
-__all__ = ["attention_space", "check_problem", "HEAD_DIMS"]
+__all__ = ["attention_space", "attention_bwd_space", "check_problem", "HEAD_DIMS"]
 
 HEAD_DIMS = (64, 128)
 
@@ -84,6 +88,35 @@ def triton_regs_per_thread(d: int, dtype: str, cfg: Mapping[str, Any], warp_size
     return -(-words // threads) + REG_OVERHEAD
 
 
+def bwd_smem_bytes(d: int, dtype: str, cfg: Mapping[str, Any], arch: str = "sm90") -> int:
+    """Shared memory of the backward's larger kernel, fitted to what Triton 3.7 allocates for sm80 and
+    sm90 (bf16, D=128; exact on most configs compiled, above on the rest): the dK/dV kernel holds a
+    BLOCK_N x D tile of each of K and V and pipelines the BLOCK_M x D tiles of Q and dO (num_stages buffers
+    of each on sm90, max(num_stages - 1, 1) below sm90), plus the lse and delta rows (8 x BLOCK_M bytes a
+    stage) and, below sm90, a BLOCK_M x BLOCK_N tile of P^T in the input dtype; the dQ kernel holds Q and dO
+    and pipelines K and V likewise. Other targets get the sm90 count."""
+    stages = int(cfg["num_stages"])
+    older_nvidia = re.fullmatch(r"sm\d{2,3}", arch) is not None and int(arch[2:-1]) < 9
+    bm, bn, b = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"]), dtype_bytes(dtype)
+    piped = max(2 * (stages - 1), 2) if older_nvidia else 2 * stages
+    extra = 8 * bm * max(stages - 1, 1) + (bm * bn * b if older_nvidia else 0)
+    dkdv = (2 * bn + piped * bm) * d * b
+    dq = (2 * bm + piped * bn) * d * b
+    return max(dkdv, dq) + extra
+
+
+def bwd_regs_per_thread(d: int, dtype: str, cfg: Mapping[str, Any], warp_size: int = 32) -> int:
+    """The dK/dV kernel's live tiles (the larger of the two kernels): fp32 dK and dV accumulators
+    (2 x BLOCK_N x D), the K and V tiles in the input dtype, fp32 P^T and dP^T (2 x BLOCK_N x BLOCK_M)
+    and dS^T in the input dtype; the dQ kernel's (fp32 dQ, Q and dO tiles, P and dP) likewise, the
+    larger of the two divided over the threads, + overhead."""
+    bm, bn, threads = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"]), warp_size * int(cfg["num_warps"])
+    b = dtype_bytes(dtype)
+    dkdv = 2 * bn * d + (2 * bn * d * b) // 4 + 2 * bm * bn + (bm * bn * b) // 4
+    dq = bm * d + (2 * bm * d * b) // 4 + 2 * bm * bn + (bm * bn * b) // 4
+    return -(-max(dkdv, dq) // threads) + REG_OVERHEAD
+
+
 def pallas_vmem_bytes(d: int, dtype: str, cfg: Mapping[str, Any]) -> int:
     b = dtype_bytes(dtype)
     bq, bkm, bk = int(cfg["block_q"]), int(cfg["block_k_major"]), int(cfg["block_k"])
@@ -102,7 +135,16 @@ def attention_space(problem: Mapping[str, Any], device: Device, backend: str) ->
     raise ValueError(f"unknown backend {backend!r}: use 'triton' or 'pallas'")
 
 
-def _triton_space(s: int, d: int, dtype: str, device: Device) -> SearchSpace:
+def attention_bwd_space(problem: Mapping[str, Any], device: Device, backend: str) -> SearchSpace:
+    """The backward's space (kernels/attention_bwd.py): Triton only, the forward's parameters and caps with
+    the backward's register and shared-memory estimates."""
+    _, _, s, d, _, dtype = check_problem(problem)
+    if backend != "triton":
+        raise ValueError(f"flash_attention_bwd has no {backend!r} backend: it is a Triton kernel")
+    return _triton_space(s, d, dtype, device, bwd=True)
+
+
+def _triton_space(s: int, d: int, dtype: str, device: Device, bwd: bool = False) -> SearchSpace:
     cap = max(16, next_pow2(s))
     if device.kind == "cpu":
         params: list[Param] = [
@@ -134,6 +176,8 @@ def _triton_space(s: int, d: int, dtype: str, device: Device) -> SearchSpace:
     ]
     if device.kind == "cuda":
         smem_max = device.smem_per_block_bytes
+        regs = bwd_regs_per_thread if bwd else triton_regs_per_thread
+        smem = bwd_smem_bytes if bwd else triton_smem_bytes
         cons += [
             Constraint(
                 f"{device.warp_size} * num_warps <= {device.max_threads_per_block} threads per block on "
@@ -145,7 +189,7 @@ def _triton_space(s: int, d: int, dtype: str, device: Device) -> SearchSpace:
                 f"register estimate <= {REG_SPILL_FACTOR} x min({device.max_regs_per_thread}, "
                 f"{device.regs_per_sm} / threads) on {device.arch}",
                 lambda c: reg_check(
-                    triton_regs_per_thread(d, dtype, c, device.warp_size),
+                    regs(d, dtype, c, device.warp_size),
                     device,
                     c["num_warps"],
                     f"D={d}, {dtype}",
@@ -156,14 +200,14 @@ def _triton_space(s: int, d: int, dtype: str, device: Device) -> SearchSpace:
                 f"shared memory <= {smem_max // 1024} KiB per block on {device.arch}",
                 lambda c: (
                     True
-                    if triton_smem_bytes(d, dtype, c, device.arch) <= smem_max
-                    else f"needs {triton_smem_bytes(d, dtype, c, device.arch)} bytes (D={d}, {dtype}), "
-                    f"limit {smem_max}"
+                    if smem(d, dtype, c, device.arch) <= smem_max
+                    else f"needs {smem(d, dtype, c, device.arch)} bytes (D={d}, {dtype}), limit {smem_max}"
                 ),
                 ("BLOCK_M", "BLOCK_N", "num_stages"),
             ),
         ]
-    return SearchSpace(params, cons, name=f"flash_attention/triton/{device.arch}")
+    name = "flash_attention_bwd" if bwd else "flash_attention"
+    return SearchSpace(params, cons, name=f"{name}/triton/{device.arch}")
 
 
 def _pallas_space(s: int, d: int, dtype: str, device: Device) -> SearchSpace:

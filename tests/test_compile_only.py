@@ -35,6 +35,7 @@ BIG = {
     "int8_matmul": {"M": 1024, "N": 1024, "K": 1024, "dtype": "float16", "bias": True, "activation": "relu"},
     "moe_gemm": {"T": 1024, "K": 512, "N": 512, "E": 4, "dtype": "bfloat16"},
     "flash_attention": {"B": 1, "H": 2, "S": 1024, "D": 128, "causal": True, "dtype": "bfloat16"},
+    "flash_attention_bwd": {"B": 1, "H": 2, "S": 1024, "D": 128, "causal": True, "dtype": "bfloat16"},
     "softmax": {"M": 64, "N": 8192, "dtype": "float16"},
     "rmsnorm": {"M": 64, "N": 8192, "dtype": "float16", "eps": 1e-6},
     "layernorm": {"M": 64, "N": 8192, "dtype": "float16", "eps": 1e-5},

@@ -18,7 +18,7 @@ from tuner.kernels._inputs import check_inputs, input_spec  # noqa: E402
 import tuner  # noqa: E402
 
 KERNELS = [s.name for s in all_kernels()]
-CASES = [(k, b) for k in KERNELS for b in ("triton", "pallas")]
+CASES = [(s.name, b) for s in all_kernels() for b in ("triton", "pallas") if b in s.backends]
 
 
 def _tiny(name: str) -> dict:

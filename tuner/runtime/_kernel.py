@@ -21,7 +21,7 @@ import functools
 import hashlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tuner._versions import BACKEND_KIND, backend_versions
@@ -249,11 +249,17 @@ class _SpaceOnDevice:
 
 
 def _kernel_autotuned(
-    spec: KernelSpec, backend: str, device: Device | str | None, bench: BenchFn | None, **opts: Any
+    spec: KernelSpec,
+    backend: str,
+    device: Device | str | None,
+    bench: BenchFn | None,
+    backward: Any = None,
+    **opts: Any,
 ) -> Autotuned:
     """`Autotuned` over `spec.run` for one backend, with the kernel's injected parts: keys from
     `kernel_cache_key`, the backend's default timer, and `spec.mutated_inputs` restored before every
-    timed run."""
+    timed run. `backward`, for a Triton kernel with a backward kernel of its own, makes that kernel's
+    `TunedKernel` (torch autograd, `_kernel_grad_torch`)."""
     run = spec.run
     kind = BACKEND_KIND.get(backend, "python")
 
@@ -265,6 +271,10 @@ def _kernel_autotuned(
         from ._kernel_grad import differentiable
 
         target = differentiable(spec, backend)
+    elif backward is not None:  # torch autograd through the kernel: its own tuned backward kernel
+        from ._kernel_grad_torch import differentiable_torch
+
+        target = differentiable_torch(spec, backend, backward)
 
     def timer(args: tuple, kwargs: dict, dev: str) -> BenchFn:
         _, inputs = _split(args, kwargs)
@@ -347,7 +357,9 @@ class TunedKernel:
     """A registered kernel called through the runtime cache: `f(problem, inputs)` runs
     `spec.run(problem, backend, inputs, config)` with the config cached for the call's key (tuned on a
     miss in online mode; nearest key / cost model / space default in offline mode). `.explain(problem,
-    inputs)` says what a call would use and why; `.tuner` holds the state (stats, last_choice)."""
+    inputs)` says what a call would use and why; `.tuner` holds the state (stats, last_choice).
+    `.backward()`, for a kernel with a torch backward kernel of its own on Triton (flash_attention), is
+    that kernel's TunedKernel (same options, its own keys); None otherwise."""
 
     def __init__(self, t: Autotuned, spec: KernelSpec, backend: str) -> None:
         self.tuner = t
@@ -357,6 +369,8 @@ class TunedKernel:
         self.cache_clear = t.cache_clear
         self._hit = make_hit_path(t.fn, t.keys.fast, t.mem, t.miss)
         self.made_with: dict[str, Any] = {}  # the options of the `kernel(...)` call (`__reduce__`)
+        # the kernel's torch backward as a TunedKernel of its own (made on first use), or None
+        self.backward: Callable[[], TunedKernel] | None = None
 
     def __call__(self, problem: Mapping[str, Any], inputs: dict[str, Any]) -> Any:
         return self._hit(problem, inputs)
@@ -420,11 +434,28 @@ def kernel(
     spec = get_kernel(name)
     if backend not in spec.backends:
         raise ValueError(f"kernel {name!r} has no {backend!r} backend; it has {list(spec.backends)}")
+    options: dict[str, Any] = {
+        "device": device,
+        "budget": budget,
+        "time_budget_s": time_budget_s,
+        "mode": mode,
+        "storage": storage,
+        "cache": cache,
+        "bench": bench,
+        "seed": seed,
+        "strategy": strategy,
+        "lease_s": lease_s,
+    }
+    backward: Callable[[], TunedKernel] | None = None
+    bwd_name = spec.extra.get("torch_backward") if backend == "triton" else None
+    if isinstance(bwd_name, str):  # its gradient: a kernel of its own, the same options but the cost model
+        backward = functools.cache(functools.partial(kernel, bwd_name, backend, **options))
     t = _kernel_autotuned(
         spec,
         backend,
         device,
         bench,
+        backward,
         budget=budget,
         time_budget_s=time_budget_s,
         mode=mode,
@@ -436,6 +467,7 @@ def kernel(
         lease_s=lease_s,
     )
     made = TunedKernel(t, spec, backend)
+    made.backward = backward
     store = getattr(storage, "store", storage)  # a ConfigCache's ResultStore
     made.made_with = {
         "device": device,
