@@ -222,7 +222,17 @@ def test_a_trial_that_finishes_while_given_up_keeps_its_result(when: str) -> Non
     assert seen == [[t.number]]
 
 
-def test_a_worker_process_stuck_in_a_hung_trial_is_replaced_and_the_study_finishes(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def cold_trial_timeout(tmp_path_factory: pytest.TempPathFactory) -> float:
+    """tests/test_study_supervisor.py's calibrated `trial_timeout` (timed once per test run)."""
+    from tests.test_study_supervisor import calibrated_trial_timeout
+
+    return calibrated_trial_timeout(tmp_path_factory)
+
+
+def test_a_worker_process_stuck_in_a_hung_trial_is_replaced_and_the_study_finishes(
+    tmp_path: Path, cold_trial_timeout: float
+) -> None:
     """Was: `tuner study run` with `trial_timeout` handed the hung trial's task back, but its process
     stayed stuck in the trial for ever (the run never returned, nothing else was measured there). Now the
     worker runs in a process of its own, which exits after the hand-back; the runner starts another,
@@ -239,8 +249,10 @@ def test_a_worker_process_stuck_in_a_hung_trial_is_replaced_and_the_study_finish
     # trial_timeout: far above a normal trial here, on a loaded machine too. Each worker process the
     # runner starts (the first, the one that replaces it) is bound by it from its first trial on, which
     # pays the process's cold imports; with 1 s, three busy loops beside the run made normal trials time
-    # out too (four trials given up instead of one). Only the trial that hangs must reach it.
-    path = write_study(tmp_path, n_m=2, budget=4, extra="trial_timeout = 15")
+    # out too (four trials given up instead of one). Only the trial that hangs must reach it, and the run
+    # waits it out once: calibrated to the machine's load (1.5 whole cold runs, about ten times a cold
+    # first trial), as test_study_supervisor's stopped worker, not a fixed 15 s.
+    path = write_study(tmp_path, n_m=2, budget=4, extra=f"trial_timeout = {cold_trial_timeout:.2f}")
     spec = load_study(path, check_kernels=False)
     evals = tmp_path / "evals.jsonl"
     env = {

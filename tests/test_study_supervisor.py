@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests._shared import made_once
 from tests.test_measure import _running
 from tests.test_studies import REPO, _worker_cmd, write_study
 from tests.test_study_hung_trial import timed_out_trials
@@ -127,8 +128,7 @@ def _wait_for(what: str, cond: Any, proc: subprocess.Popen[str]) -> Any:
         time.sleep(0.05)
 
 
-@pytest.fixture(scope="module")
-def cold_trial_timeout(tmp_path_factory: pytest.TempPathFactory) -> float:
+def calibrated_trial_timeout(tmp_path_factory: pytest.TempPathFactory) -> float:
     """A `trial_timeout` far above what a worker process's first trial takes here and now, its process's
     cold start and imports included: one and a half times a whole cold `tuner study run` of a calm study
     of one task and two trials (a process of its own, which imports what a worker does, prepares the study
@@ -137,21 +137,34 @@ def cold_trial_timeout(tmp_path_factory: pytest.TempPathFactory) -> float:
     only past it) or too short (a replacement's first trial given up as hung). The trial's clock starts
     once the task is prepared (`_Lease.begin`), so the first trial is a fraction of that run: timed cold
     at load 7 on 2 cores, 0.6 s of a 4 s run, so this `trial_timeout` is about ten times it (three times
-    the run, as before, made the test wait out a limit of 4.5 runs + 5 s for the stopped worker)."""
-    tmp = tmp_path_factory.mktemp("calibrate")
-    path = write_study(tmp, name="cal", n_m=1, budget=2)
-    t0 = time.monotonic()
-    run = subprocess.run(
-        _worker_cmd(path),
-        env=_env(tmp, FAKE_TRIAL_SLEEP="0.3"),
-        capture_output=True,
-        text=True,
-        timeout=240,
-        encoding="utf-8",
-    )
-    took = time.monotonic() - t0
-    assert run.returncode == 0, run.stderr[-3000:]
-    return max(1.0, 1.5 * took)
+    the run, as before, made the test wait out a limit of 4.5 runs + 5 s for the stopped worker).
+
+    Timed once per test run (under pytest-xdist, by the first worker that needs it; the others read its
+    figure), by every test that waits on a worker process's `trial_timeout`."""
+
+    def calibrate(tmp: Path) -> None:
+        path = write_study(tmp, name="cal", n_m=1, budget=2)
+        t0 = time.monotonic()
+        run = subprocess.run(
+            _worker_cmd(path),
+            env=_env(tmp, FAKE_TRIAL_SLEEP="0.3"),
+            capture_output=True,
+            text=True,
+            timeout=240,
+            encoding="utf-8",
+        )
+        took = time.monotonic() - t0
+        assert run.returncode == 0, run.stderr[-3000:]
+        (tmp / "timeout.txt").write_text(repr(max(1.0, 1.5 * took)), encoding="utf-8")
+
+    folder = made_once(tmp_path_factory, "cold-trial-timeout", calibrate)
+    return float((folder / "timeout.txt").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def cold_trial_timeout(tmp_path_factory: pytest.TempPathFactory) -> float:
+    """`calibrated_trial_timeout`."""
+    return calibrated_trial_timeout(tmp_path_factory)
 
 
 def test_a_stopped_worker_process_is_killed_and_replaced(

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests._shared import made_once
 from tuner.cli import main as cli
 
 pytest.importorskip(
@@ -46,11 +47,9 @@ problems = [{{ M = {PROBLEM["M"]}, N = {PROBLEM["N"]} }}]
     return p
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _run_study(tmp: Path) -> None:
     import os
 
-    tmp = tmp_path_factory.mktemp("study")
     old = os.environ.get("TUNER_HOME")
     os.environ["TUNER_HOME"] = str(tmp / "home")
     try:
@@ -60,7 +59,14 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
             os.environ.pop("TUNER_HOME", None)
         else:
             os.environ["TUNER_HOME"] = old
-    return tmp / "out" / "cache.json"
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The study's exported file. The study runs once per test run: under pytest-xdist, the first worker
+    to get here runs it and the others read its file (each test writes only files of its own names beside
+    it)."""
+    return made_once(tmp_path_factory, "study-to-runtime", _run_study) / "out" / "cache.json"
 
 
 def test_exported_study_is_an_offline_hit(exported: Path) -> None:
