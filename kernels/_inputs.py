@@ -65,12 +65,15 @@ def _attention(problem: Mapping[str, Any], backend: str) -> InputSpec:
 
 def _attention_bwd(problem: Mapping[str, Any], backend: str) -> InputSpec:
     """attention_bwd.py's `_make_inputs`: q, k, v, o, do (B, H, S, D) in the problem's dtype, the forward's
-    float32 lse rows (B, H, S) and the gradients' buffer (3, B, H, S, D)."""
+    float32 lse rows (B, H, S) and, for Triton, the gradients' buffer (3, B, H, S, D)."""
     from tuner.search_spaces.attention import check_problem
 
     b, h, s, d, _, dtype = check_problem(problem)
     spec: InputSpec = {n: ((b, h, s, d), dtype) for n in ("q", "k", "v", "o", "do")}
-    return {**spec, "lse": ((b, h, s), "float32"), "grads": ((3, b, h, s, d), dtype)}
+    spec["lse"] = ((b, h, s), "float32")
+    if backend == "triton":
+        spec["grads"] = ((3, b, h, s, d), dtype)
+    return spec
 
 
 def _matmul(problem: Mapping[str, Any], backend: str) -> InputSpec:

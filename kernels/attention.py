@@ -27,7 +27,9 @@ accumulator live in VMEM scratch across the key steps and the output block is wr
 Causal steps above the diagonal are skipped (pl.when) and their K/V block index is clamped to the last
 useful block, so no DMA is issued for them. Key positions >= S get -inf scores and their V rows are
 zeroed (the interpreter pads a partial block with NaN, and 0 * NaN would poison the accumulator);
-query rows >= S are computed from padding and dropped by the output block's bounds.
+query rows >= S are computed from padding and dropped by the output block's bounds. With `lse=True` it
+also writes each row's natural log-sum-exp m + log(l) (a second output, (B, H, S) float32) for the
+Pallas backward (kernels/attention_bwd.py); the output and the configs are the same.
 
 Outputs: `out` (B, H, S, D), preallocated by make_inputs and filled with NaN; the spec names it as
 `output_buffer`. Triton writes into it; Pallas aliases it as the output under the interpreter and
@@ -307,9 +309,14 @@ def flash_attention_pallas(
     block_k_major: int,
     block_k: int,
     interpret: bool | None = None,
+    lse: bool = False,
 ) -> Any:
     """Attention of jax arrays (B, H, S, D). `out`, when given under the interpreter, is aliased as the
-    output so unwritten elements keep its (NaN) contents."""
+    output so unwritten elements keep its (NaN) contents.
+
+    `lse=True` returns `(out, lse)`: lse (B, H, S) float32 holds each query row's natural log-sum-exp of
+    its scaled scores, `log(sum_j exp(s_ij * sm_scale))`, for the backward (kernels/attention_bwd.py,
+    `flash_attention_bwd_pallas`); the output is the same with or without it."""
     import jax
     import jax.numpy as jnp
     from jax import lax
@@ -330,7 +337,10 @@ def flash_attention_pallas(
     nq, nk, chunks = _cdiv(seq, block_q), _cdiv(seq, block_k_major), block_k_major // block_k
 
     def kernel(q_ref: Any, k_ref: Any, v_ref: Any, *rest: Any) -> None:
-        o_ref, m_ref, l_ref, acc_ref = rest[-4:]
+        if lse:  # the row statistics as a second output, (block_q, 1) blocks of (B, H, S, 1)
+            o_ref, lse_ref, m_ref, l_ref, acc_ref = rest[-5:]
+        else:
+            o_ref, m_ref, l_ref, acc_ref = rest[-4:]
         i, j = pl.program_id(2), pl.program_id(3)
         q_start, k_start = i * block_q, j * block_k_major
 
@@ -389,6 +399,8 @@ def flash_attention_pallas(
         @pl.when(j == nk - 1)
         def _finish() -> None:
             o_ref[...] = (acc_ref[...] / l_ref[...]).astype(o_ref.dtype)
+            if lse:
+                lse_ref[...] = m_ref[...] + jnp.log(l_ref[...])
 
     def kv_index(b: Any, h: Any, i: Any, j: Any) -> tuple[Any, ...]:
         if causal:  # steps above the diagonal keep the previous block: no new DMA
@@ -415,12 +427,17 @@ def flash_attention_pallas(
         if jax.default_backend() in ("tpu", "cpu")
         else None
     )
+    out_shape: Any = jax.ShapeDtypeStruct(q.shape, q.dtype)
+    out_specs: Any = pl.BlockSpec((sq, sq, block_q, d), lambda b, h, i, j: (b, h, i, 0))
+    if lse:  # (B, H, S, 1): a (block_q, 1) block has the full last dim, as Mosaic's tiling allows
+        out_shape = [out_shape, jax.ShapeDtypeStruct((bsz, heads, seq, 1), f32)]
+        out_specs = [out_specs, pl.BlockSpec((sq, sq, block_q, 1), lambda b, h, i, j: (b, h, i, 0))]
     call = pl.pallas_call(
         kernel,
-        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+        out_shape=out_shape,
         grid=(bsz, heads, nq, nk),
         in_specs=in_specs,
-        out_specs=pl.BlockSpec((sq, sq, block_q, d), lambda b, h, i, j: (b, h, i, 0)),
+        out_specs=out_specs,
         scratch_shapes=[
             pltpu.VMEM((block_q, 1), f32),
             pltpu.VMEM((block_q, 1), f32),
@@ -431,6 +448,9 @@ def flash_attention_pallas(
         interpret=interpret,
         name="flash_attention_pallas",
     )
+    if lse:
+        o, rows = call(*args)
+        return o, rows[..., 0]
     return call(*args)
 
 
@@ -549,6 +569,8 @@ SPEC = register(
             "flags": {"causal": True, "sm_scale": None},
             # torch autograd on Triton: the kernel of kernels/attention_bwd.py, tuned under its own key
             "torch_backward": "flash_attention_bwd",
+            # jax's reverse mode on Pallas (tuner/runtime/_kernel_grad.py): the same kernel's Pallas backend
+            "jax_backward": "flash_attention_bwd",
         },
     )
 )

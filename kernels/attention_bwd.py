@@ -32,6 +32,24 @@ v, o, do (B, H, S, D) and lse (B, H, S) float32, so it is tuned, cached and chec
 its reference is the float64 gradient of `attention_reference`. `tuner.kernel("flash_attention",
 backend="triton")` uses it for torch autograd (tuner/runtime/_kernel_grad_torch.py, `torch_autograd`
 below).
+
+Pallas (`flash_attention_bwd_pallas`, TPU / Mosaic semantics, interpret mode on CPU), the same design
+from the Pallas forward's natural-log rows L_i = log(sum_j exp(s_ij * sm_scale))
+(`flash_attention_pallas(..., lse=True)`), P = exp(Q K^T * sm_scale - L). Three pallas_calls:
+1. delta, grid (B, H, cdiv(S, block_q)): delta_i = rowsum(dO * O) in fp32;
+2. dK/dV, grid (B, H, cdiv(S, block_k), cdiv(S, block_q)), the query axis sequential ("arbitrary"): the
+   K and V blocks stay, fp32 dK and dV accumulators live in VMEM scratch across the query steps, written
+   at the last one; causal steps wholly above the key block are skipped (pl.when) and their Q/dO/L/delta
+   block index clamped to the first useful block (no DMA);
+3. dQ, grid (B, H, cdiv(S, block_q), cdiv(S, block_k)), the key axis sequential: fp32 dQ accumulator in
+   scratch; causal steps past the diagonal skipped, their K/V index clamped as the forward does.
+Padding (S not divisible by the blocks): the interpreter pads a partial block with NaN, so the rows that
+reach other rows' results are zeroed (Q, dO, L, delta past S in dK/dV; K, V past S in dQ) and P is masked
+with where (keys or queries past S, j > i when causal); rows past S reach only their own dropped rows.
+fp32 dots at Precision.HIGHEST; fp16/bf16 with P and dS cast to the input dtype. Tunables: block_q,
+block_k (`attention_bwd_space`, backend "pallas"). It returns a fresh (3, B, H, S, D) array (no `grads`
+buffer on Pallas). `tuner.kernel("flash_attention", backend="pallas")` uses it for jax's reverse mode
+(tuner/runtime/_kernel_grad.py, `jax_autodiff` below).
 """
 
 from __future__ import annotations
@@ -45,9 +63,24 @@ import numpy as np
 from tuner.search_spaces import attention as _spaces
 from tuner.search_spaces._resources import dtype_bytes
 
-from ._common import hostile_rows, to_numpy, torch_device, torch_dtype, triton_interpreted
+from ._common import (
+    hostile_rows,
+    jnp_dtype,
+    pallas_interpret,
+    to_numpy,
+    torch_device,
+    torch_dtype,
+    triton_interpreted,
+)
 from ._registry import KernelSpec, register
-from .attention import _GRID_YZ_MAX, _LOG2E, _cdiv, _score_pairs, flash_attention_triton
+from .attention import (
+    _GRID_YZ_MAX,
+    _LOG2E,
+    _cdiv,
+    _score_pairs,
+    flash_attention_pallas,
+    flash_attention_triton,
+)
 from .attention import SPEC as _FORWARD
 
 __all__ = ["flash_attention_bwd_triton", "attention_grad_reference", "torch_autograd", "SPEC"]
@@ -88,6 +121,24 @@ def attention_grad_reference(
     dq = np.einsum("bhij,bhjd->bhid", ds, k) * scale
     dk = np.einsum("bhij,bhid->bhjd", ds, q) * scale
     return np.stack([dq, dk, dv])
+
+
+def _checked_shape(q: Any, k: Any, v: Any, o: Any, do: Any) -> tuple[int, int, int, int]:
+    """(B, H, S, D) of the backward's inputs (torch tensors or jax arrays), which must share one shape and
+    dtype with a supported head dim (a ValueError naming them otherwise)."""
+    if q.ndim != 4 or any(t.shape != q.shape for t in (k, v, o, do)):
+        raise ValueError(
+            "q, k, v, o, do must share one (B, H, S, D) shape, got "
+            + ", ".join(str(tuple(t.shape)) for t in (q, k, v, o, do))
+        )
+    bsz, heads, seq, d = (int(x) for x in q.shape)
+    if d not in _spaces.HEAD_DIMS:
+        raise ValueError(f"head dim D={d} is not supported: use one of {_spaces.HEAD_DIMS}")
+    if any(t.dtype != q.dtype for t in (k, v, o, do)):
+        raise ValueError(
+            f"q, k, v, o, do must share one dtype, got {[str(t.dtype) for t in (q, k, v, o, do)]}"
+        )
+    return bsz, heads, seq, d
 
 
 # ---- Triton -------------------------------------------------------------------------------------------
@@ -249,18 +300,7 @@ def flash_attention_bwd_triton(
     tensors q, k, v, o, do (B, H, S, D) of one dtype and the forward's float32 lse (B, H, S)."""
     import torch
 
-    if q.ndim != 4 or any(t.shape != q.shape for t in (k, v, o, do)):
-        raise ValueError(
-            "q, k, v, o, do must share one (B, H, S, D) shape, got "
-            + ", ".join(str(tuple(t.shape)) for t in (q, k, v, o, do))
-        )
-    bsz, heads, seq, d = (int(x) for x in q.shape)
-    if d not in _spaces.HEAD_DIMS:
-        raise ValueError(f"head dim D={d} is not supported: use one of {_spaces.HEAD_DIMS}")
-    if any(t.dtype != q.dtype for t in (k, v, o, do)):
-        raise ValueError(
-            f"q, k, v, o, do must share one dtype, got {[str(t.dtype) for t in (q, k, v, o, do)]}"
-        )
+    bsz, heads, seq, d = _checked_shape(q, k, v, o, do)
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do)):
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous, got strides {t.stride()}")
@@ -302,6 +342,196 @@ def flash_attention_bwd_triton(
     )
     dq_k[(_cdiv(seq, BLOCK_M), heads, bsz)](q, k, v, do, lse, delta, dq, scale * _LOG2E, scale, seq, **common)
     return grads
+
+
+# ---- Pallas -------------------------------------------------------------------------------------------
+def flash_attention_bwd_pallas(
+    q: Any,
+    k: Any,
+    v: Any,
+    o: Any,
+    do: Any,
+    lse: Any,
+    *,
+    causal: bool,
+    sm_scale: float | None = None,
+    block_q: int,
+    block_k: int,
+    interpret: bool | None = None,
+) -> Any:
+    """(dQ, dK, dV) of attention stacked (3, B, H, S, D) in q's dtype, from jax arrays q, k, v, o, do
+    (B, H, S, D) of one dtype and the forward's float32 natural-log lse rows (B, H, S)
+    (`flash_attention_pallas(..., lse=True)`). Three pallas_calls: delta, dK/dV, dQ (module docstring)."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    bsz, heads, seq, d = _checked_shape(q, k, v, o, do)
+    if tuple(lse.shape) != (bsz, heads, seq) or lse.dtype != jnp.float32:
+        raise ValueError(
+            f"lse must be a float32 array of shape {(bsz, heads, seq)}, got {lse.dtype} {tuple(lse.shape)}"
+        )
+    interpret = pallas_interpret() if interpret is None else interpret
+    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    f32 = jnp.float32
+    precision = lax.Precision.HIGHEST if q.dtype == jnp.float32 else lax.Precision.DEFAULT
+    nq, nk = _cdiv(seq, block_q), _cdiv(seq, block_k)
+    sq = pl.squeezed
+    nt = (((1,), (1,)), ((), ()))  # a (m, d) x (n, d)^T
+    tn = (((0,), (0,)), ((), ()))  # a (m, n)^T x (m, d)
+    nn = (((1,), (0,)), ((), ()))  # a (m, n) x (n, d)
+
+    def dot(a: Any, b: Any, dims: Any) -> Any:
+        return lax.dot_general(a, b, dims, preferred_element_type=f32, precision=precision)
+
+    def params(n: int) -> Any:
+        if jax.default_backend() not in ("tpu", "cpu"):
+            return None
+        semantics: Any = ("parallel",) * (n - 1) + ("arbitrary",)
+        return pltpu.CompilerParams(dimension_semantics=semantics)
+
+    def rows_of(start: Any, n: int) -> Any:  # positions of a block's rows, (n, 1): no lane->sublane reshape
+        return start + lax.broadcasted_iota(jnp.int32, (n, 1), 0)
+
+    def zero_past(x: Any, rows: Any) -> Any:  # the interpreter pads a partial block with NaN
+        return jnp.where(rows < seq, x, jnp.zeros_like(x))
+
+    # 1. delta_i = rowsum(dO * O) in fp32, (B, H, S, 1)
+    def delta_kernel(o_ref: Any, do_ref: Any, delta_ref: Any) -> None:
+        delta_ref[...] = jnp.sum(o_ref[...].astype(f32) * do_ref[...].astype(f32), axis=1, keepdims=True)
+
+    row_block = pl.BlockSpec((sq, sq, block_q, d), lambda b, h, i: (b, h, i, 0))
+    stat_block = pl.BlockSpec((sq, sq, block_q, 1), lambda b, h, i: (b, h, i, 0))
+    delta = pl.pallas_call(
+        delta_kernel,
+        out_shape=jax.ShapeDtypeStruct((bsz, heads, seq, 1), f32),
+        grid=(bsz, heads, nq),
+        in_specs=[row_block, row_block],
+        out_specs=stat_block,
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",) * 3)
+        if jax.default_backend() in ("tpu", "cpu")
+        else None,
+        interpret=interpret,
+        name="flash_attention_bwd_delta_pallas",
+    )(o, do)
+    lse4 = lse.reshape(bsz, heads, seq, 1)
+
+    def probabilities(qb: Any, kb: Any, lse_b: Any, qrows: Any, kcols: Any) -> Any:
+        """P = exp(Q K^T * scale - L) of one (block_q, block_k) tile, 0 where masked."""
+        valid = (kcols < seq) & (qrows < seq)
+        if causal:
+            valid = valid & (kcols <= qrows)
+        s = dot(qb, kb, nt) * scale
+        return jnp.where(valid, jnp.exp(s - lse_b), 0.0)
+
+    # 2. dK, dV: a program per key block; the query blocks are its sequential axis
+    def dkdv_kernel(*refs: Any) -> None:
+        q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref, dk_acc, dv_acc = refs
+        j, i = pl.program_id(2), pl.program_id(3)
+        k_start, q_start = j * block_k, i * block_q
+
+        @pl.when(i == 0)
+        def _init() -> None:
+            dk_acc[...] = jnp.zeros(dk_acc.shape, f32)
+            dv_acc[...] = jnp.zeros(dv_acc.shape, f32)
+
+        def compute() -> None:
+            qrows = rows_of(q_start, block_q)
+            kcols = k_start + lax.broadcasted_iota(jnp.int32, (1, block_k), 1)
+            qb = zero_past(q_ref[...], qrows)
+            dob = zero_past(do_ref[...], qrows)
+            lse_b = zero_past(lse_ref[...], qrows)
+            delta_b = zero_past(delta_ref[...], qrows)
+            kb, vb = k_ref[...], v_ref[...]  # key rows past S only reach their own dK, dV rows (dropped)
+            p = probabilities(qb, kb, lse_b, qrows, kcols)  # (block_q, block_k)
+            dv_acc[...] += dot(p.astype(dob.dtype), dob, tn)
+            dp = dot(dob, vb, nt)
+            ds = p * (dp - delta_b)
+            dk_acc[...] += dot(ds.astype(qb.dtype), qb, tn)
+
+        if causal:  # query blocks wholly above this key block see none of its keys
+            pl.when(q_start + block_q - 1 >= k_start)(compute)
+        else:
+            compute()
+
+        @pl.when(i == nq - 1)
+        def _finish() -> None:
+            dk_ref[...] = (dk_acc[...] * scale).astype(dk_ref.dtype)
+            dv_ref[...] = dv_acc[...].astype(dv_ref.dtype)
+
+    def q_index(b: Any, h: Any, j: Any, i: Any) -> tuple[Any, ...]:
+        if causal:  # skipped steps keep the first useful block: no new DMA (lax.div: see the forward)
+            i = jnp.maximum(i, lax.div(j * block_k, block_q))
+        return (b, h, i, 0)
+
+    kv_fixed = pl.BlockSpec((sq, sq, block_k, d), lambda b, h, j, i: (b, h, j, 0))
+    q_walk = pl.BlockSpec((sq, sq, block_q, d), q_index)
+    stat_walk = pl.BlockSpec((sq, sq, block_q, 1), q_index)
+    dk, dv = pl.pallas_call(
+        dkdv_kernel,
+        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype)] * 2,
+        grid=(bsz, heads, nk, nq),
+        in_specs=[q_walk, kv_fixed, kv_fixed, q_walk, stat_walk, stat_walk],
+        out_specs=[kv_fixed, kv_fixed],
+        scratch_shapes=[pltpu.VMEM((block_k, d), f32), pltpu.VMEM((block_k, d), f32)],
+        compiler_params=params(4),
+        interpret=interpret,
+        name="flash_attention_bwd_dkdv_pallas",
+    )(q, k, v, do, lse4, delta)
+
+    # 3. dQ: a program per query block; the key blocks are its sequential axis (causal: up to its last row)
+    def dq_kernel(*refs: Any) -> None:
+        q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, dq_acc = refs
+        i, j = pl.program_id(2), pl.program_id(3)
+        q_start, k_start = i * block_q, j * block_k
+
+        @pl.when(j == 0)
+        def _init() -> None:
+            dq_acc[...] = jnp.zeros(dq_acc.shape, f32)
+
+        def compute() -> None:
+            qrows = rows_of(q_start, block_q)
+            kcols = k_start + lax.broadcasted_iota(jnp.int32, (1, block_k), 1)
+            krows = rows_of(k_start, block_k)
+            kb = zero_past(k_ref[...], krows)
+            vb = zero_past(v_ref[...], krows)
+            qb, dob = q_ref[...], do_ref[...]  # query rows past S only reach their own dQ rows (dropped)
+            p = probabilities(qb, kb, lse_ref[...], qrows, kcols)
+            dp = dot(dob, vb, nt)
+            ds = p * (dp - delta_ref[...])
+            dq_acc[...] += dot(ds.astype(kb.dtype), kb, nn)
+
+        if causal:
+            pl.when(k_start <= q_start + block_q - 1)(compute)
+        else:
+            compute()
+
+        @pl.when(j == nk - 1)
+        def _finish() -> None:
+            dq_ref[...] = (dq_acc[...] * scale).astype(dq_ref.dtype)
+
+    def kv_index(b: Any, h: Any, i: Any, j: Any) -> tuple[Any, ...]:
+        if causal:
+            j = jnp.minimum(j, lax.div(i * block_q + block_q - 1, block_k))
+        return (b, h, j, 0)
+
+    q_fixed = pl.BlockSpec((sq, sq, block_q, d), lambda b, h, i, j: (b, h, i, 0))
+    stat_fixed = pl.BlockSpec((sq, sq, block_q, 1), lambda b, h, i, j: (b, h, i, 0))
+    kv_walk = pl.BlockSpec((sq, sq, block_k, d), kv_index)
+    dq = pl.pallas_call(
+        dq_kernel,
+        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+        grid=(bsz, heads, nq, nk),
+        in_specs=[q_fixed, kv_walk, kv_walk, q_fixed, stat_fixed, stat_fixed],
+        out_specs=q_fixed,
+        scratch_shapes=[pltpu.VMEM((block_q, d), f32)],
+        compiler_params=params(4),
+        interpret=interpret,
+        name="flash_attention_bwd_dq_pallas",
+    )(q, k, v, do, lse4, delta)
+    return jnp.stack([dq, dk, dv])
 
 
 # ---- torch autograd -----------------------------------------------------------------------------------
@@ -360,6 +590,42 @@ torch_autograd = {
 }
 
 
+# ---- jax reverse mode ---------------------------------------------------------------------------------
+def _jax_forward_saving(
+    problem: Mapping[str, Any], inputs: Mapping[str, Any], config: Mapping[str, Any]
+) -> tuple[Any, tuple[Any, ...]]:
+    """The Pallas forward with the tuned config of "flash_attention", its lse rows kept: (output, what the
+    backward needs: q, k, v, o, lse)."""
+    _, _, _, _, causal, _ = _spaces.check_problem(problem)
+    q, k, v = (inputs[n] for n in ("q", "k", "v"))
+    out, lse = flash_attention_pallas(
+        q,
+        k,
+        v,
+        causal=causal,
+        sm_scale=_sm_scale(problem),
+        block_q=int(config["block_q"]),
+        block_k_major=int(config["block_k_major"]),
+        block_k=int(config["block_k"]),
+        lse=True,
+    )
+    return out, (q, k, v, out, lse)
+
+
+def _jax_backward_inputs(saved: tuple[Any, ...], grad_out: Any) -> dict[str, Any]:
+    q, k, v, o, lse = saved
+    return {"q": q, "k": k, "v": v, "o": o, "do": grad_out.astype(q.dtype), "lse": lse}
+
+
+# Used by tuner/runtime/_kernel_grad.py for reverse mode through `tuner.kernel("flash_attention",
+# backend="pallas")`: the same hooks as `torch_autograd`, on jax arrays.
+jax_autodiff = {
+    "forward": _jax_forward_saving,
+    "backward_inputs": _jax_backward_inputs,
+    "input_grads": _input_grads,
+}
+
+
 # ---- spec plumbing ------------------------------------------------------------------------------------
 def _sm_scale(problem: Mapping[str, Any]) -> float | None:
     s = problem.get("sm_scale")
@@ -379,21 +645,33 @@ def _lse_rows(q: np.ndarray, k: np.ndarray, causal: bool, sm_scale: float | None
 
 def _make_inputs(problem: Mapping[str, Any], backend: str, seed: int) -> dict[str, Any]:
     b, h, s, d, causal, dtype = _spaces.check_problem(problem)
-    if backend != "triton":
-        raise ValueError(f"flash_attention_bwd has no {backend!r} backend: it is a Triton kernel")
-    import torch
-
+    if backend not in ("triton", "pallas"):
+        raise ValueError(f"unknown backend {backend!r}: use 'triton' or 'pallas'")
     from .attention import attention_reference
 
     rng = np.random.default_rng(seed)
     shape = (b, h, s, d)
     arrays = {name: rng.standard_normal(shape) for name in ("q", "k", "v", "do")}
     hostile_rows(arrays["q"].reshape(-1, d), rng, dtype, 8.0)
+    sm = _sm_scale(problem)
+    if backend == "pallas":
+        import jax.numpy as jnp
+
+        jd = jnp_dtype(dtype)
+        jres: dict[str, Any] = {n: jnp.asarray(a, dtype=jnp.float32).astype(jd) for n, a in arrays.items()}
+        q, k, v = (np.asarray(jres[n], dtype=np.float64) for n in ("q", "k", "v"))
+        jres["o"] = jnp.asarray(attention_reference(q, k, v, causal=causal, sm_scale=sm), jnp.float32).astype(
+            jd
+        )
+        # the Pallas forward's rows are natural logs: L * ln(2) of the base-2 rows
+        jres["lse"] = jnp.asarray(_lse_rows(q, k, causal, sm) * math.log(2.0), dtype=jnp.float32)
+        return jres  # no `grads` buffer: the Pallas launcher returns a fresh result
+    import torch
+
     dev, td = torch_device(), torch_dtype(dtype)
     res: dict[str, Any] = {n: torch.tensor(a, dtype=torch.float32).to(td) for n, a in arrays.items()}
     # o and lse as the forward gives them, from the rounded q, k, v
     q, k, v = (res[n].to(torch.float64).numpy() for n in ("q", "k", "v"))
-    sm = _sm_scale(problem)
     res["o"] = torch.tensor(attention_reference(q, k, v, causal=causal, sm_scale=sm)).to(td)
     res["lse"] = torch.tensor(_lse_rows(q, k, causal, sm), dtype=torch.float32)
     res = {n: t.to(dev) for n, t in res.items()}
@@ -411,15 +689,25 @@ def _run(
     problem: Mapping[str, Any], backend: str, inputs: Mapping[str, Any], config: Mapping[str, Any]
 ) -> Any:
     _, _, _, _, causal, _ = _spaces.check_problem(problem)
+    args = [inputs[n] for n in ("q", "k", "v", "o", "do", "lse")]
+    if backend == "pallas":  # a fresh (3, B, H, S, D) result (no `grads` buffer)
+        return flash_attention_bwd_pallas(
+            *args,
+            causal=causal,
+            sm_scale=_sm_scale(problem),
+            block_q=int(config["block_q"]),
+            block_k=int(config["block_k"]),
+        )
     if backend != "triton":
-        raise ValueError(f"flash_attention_bwd has no {backend!r} backend: it is a Triton kernel")
+        raise ValueError(f"unknown backend {backend!r}: use 'triton' or 'pallas'")
+    q, k, v, o, do, lse = args
     return flash_attention_bwd_triton(
-        inputs["q"],
-        inputs["k"],
-        inputs["v"],
-        inputs["o"],
-        inputs["do"],
-        inputs["lse"],
+        q,
+        k,
+        v,
+        o,
+        do,
+        lse,
         inputs.get("grads"),
         causal=causal,
         sm_scale=_sm_scale(problem),
@@ -453,8 +741,8 @@ def _tolerance(dtype: str) -> tuple[float, float]:
 SPEC = register(
     KernelSpec(
         name="flash_attention_bwd",
-        description="Flash attention backward (dQ, dK, dV from the forward's log-sum-exp rows), Triton",
-        backends=("triton",),
+        description="Flash attention backward (dQ, dK, dV from the forward's log-sum-exp rows)",
+        backends=("triton", "pallas"),
         dtypes=_FORWARD.dtypes,  # the forward's problems
         default_problem=_FORWARD.default_problem,
         shape_fields=_FORWARD.shape_fields,
@@ -472,6 +760,7 @@ SPEC = register(
             "flags": _FORWARD.extra["flags"],
             "gradient_of": "flash_attention",
             "torch_autograd": torch_autograd,
+            "jax_autodiff": jax_autodiff,
         },
     )
 )

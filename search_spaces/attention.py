@@ -15,9 +15,13 @@ num_warps, num_stages. Hard constraints:
     fitted exactly to the compiler's figures by benchmarks/triton_resources_b.py), <= 163 KiB (sm80) /
     227 KiB (sm90), the limit at which Triton refuses to launch.
 
-Backward (`attention_bwd_space`, kernels/attention_bwd.py, Triton only): the same parameters and caps;
+Backward (`attention_bwd_space`, kernels/attention_bwd.py), Triton: the same parameters and caps;
 its registers and shared memory are those of its larger kernel (dK/dV or dQ), `bwd_regs_per_thread` and
 `bwd_smem_bytes` (fitted to Triton 3.7's sm80 and sm90 figures, never below them on the configs compiled).
+Pallas: block_q (query rows), block_k (keys), one config for the delta, dK/dV and dQ kernels; caps as the
+forward's; TPU: block_q a multiple of the sublanes, block_k of 128, and `pallas_bwd_vmem_bytes` (the
+larger kernel's double-buffered blocks, lane-padded rows, fp32 accumulators and four fp32 tiles) <= 75%
+of VMEM (unmeasured); CPU: both 8..min(next_pow2(S), 64); CUDA refused.
 
 Pallas (TPU v4 / v5e / v5p / v6e, CPU interpret): block_q, block_k_major (the K/V block one grid step
 brings into VMEM), block_k (the chunk of it each inner step multiplies). Hard constraints:
@@ -136,12 +140,79 @@ def attention_space(problem: Mapping[str, Any], device: Device, backend: str) ->
 
 
 def attention_bwd_space(problem: Mapping[str, Any], device: Device, backend: str) -> SearchSpace:
-    """The backward's space (kernels/attention_bwd.py): Triton only, the forward's parameters and caps with
-    the backward's register and shared-memory estimates."""
+    """The backward's space (kernels/attention_bwd.py): on Triton the forward's parameters and caps with
+    the backward's register and shared-memory estimates; on Pallas block_q and block_k of its own."""
     _, _, s, d, _, dtype = check_problem(problem)
-    if backend != "triton":
-        raise ValueError(f"flash_attention_bwd has no {backend!r} backend: it is a Triton kernel")
-    return _triton_space(s, d, dtype, device, bwd=True)
+    if backend == "triton":
+        return _triton_space(s, d, dtype, device, bwd=True)
+    if backend == "pallas":
+        return _pallas_bwd_space(s, d, dtype, device)
+    raise ValueError(f"unknown backend {backend!r}: use 'triton' or 'pallas'")
+
+
+def pallas_bwd_vmem_bytes(d: int, dtype: str, cfg: Mapping[str, Any]) -> int:
+    """VMEM of the Pallas backward's larger kernel, double-buffered blocks in the input dtype, the (block, 1)
+    float32 rows lane-padded to 128, fp32 accumulators and the fp32 tile temporaries (P, dP, dS and the
+    scores): dK/dV holds K, V, dK, dV blocks (block_k) and walks Q, dO, lse, delta (block_q) with two
+    block_k x D accumulators; dQ holds Q, dO, dQ, lse, delta (block_q) and walks K, V (block_k) with one
+    block_q x D accumulator."""
+    b = dtype_bytes(dtype)
+    bq, bk = int(cfg["block_q"]), int(cfg["block_k"])
+    rows = 2 * 2 * bq * 128 * 4  # lse and delta, double-buffered
+    temps = 4 * bq * bk * 4
+    dkdv = 2 * (4 * bk * d + 2 * bq * d) * b + rows + 2 * bk * d * 4 + temps
+    dq = 2 * (3 * bq * d + 2 * bk * d) * b + rows + bq * d * 4 + temps
+    return max(dkdv, dq)
+
+
+def _pallas_bwd_space(s: int, d: int, dtype: str, device: Device) -> SearchSpace:
+    if device.kind == "cpu":
+        lo_q, lo_k = 8, 8
+        cap = max(8, next_pow2(s))
+        params: list[Param] = [
+            PowerOfTwo("block_q", 8, max(8, min(cap, 64))),
+            PowerOfTwo("block_k", 8, max(8, min(cap, 64))),
+        ]
+    elif device.kind == "tpu":
+        lo_q, lo_k = tpu_sublanes(dtype), 128
+        params = [
+            PowerOfTwo("block_q", 8, 1024, default=128),
+            PowerOfTwo("block_k", 128, 1024, default=128),
+        ]
+    else:
+        raise ValueError(
+            f"backend 'pallas' targets TPU (Mosaic) and the CPU interpreter; {device.name} ({device.arch}) "
+            "is not supported by these kernels: use backend 'triton' on NVIDIA GPUs"
+        )
+    cap_q = max(lo_q, next_pow2(s))
+    cap_k = max(lo_k, next_pow2(s))
+    cons = [
+        Constraint(
+            f"block_q <= max({lo_q}, next_pow2(S={s}))={cap_q}", lambda c: c["block_q"] <= cap_q, ("block_q",)
+        ),
+        Constraint(
+            f"block_k <= max({lo_k}, next_pow2(S={s}))={cap_k}", lambda c: c["block_k"] <= cap_k, ("block_k",)
+        ),
+    ]
+    if device.kind == "tpu":
+        budget = vmem_budget(device)
+        cons += [
+            Constraint(
+                f"block_q % {lo_q} == 0 (sublanes of a {dtype} vreg)",
+                lambda c: c["block_q"] % lo_q == 0,
+                ("block_q",),
+            ),
+            Constraint(
+                f"VMEM <= {budget // 2**20} MiB on {device.arch}",
+                lambda c: (
+                    True
+                    if pallas_bwd_vmem_bytes(d, dtype, c) <= budget
+                    else f"needs {pallas_bwd_vmem_bytes(d, dtype, c)} bytes (D={d}, {dtype}), budget {budget}"
+                ),
+                ("block_q", "block_k"),
+            ),
+        ]
+    return SearchSpace(params, cons, name=f"flash_attention_bwd/pallas/{device.arch}")
 
 
 def _triton_space(s: int, d: int, dtype: str, device: Device, bwd: bool = False) -> SearchSpace:

@@ -30,7 +30,9 @@ PROBLEMS = {
 
 
 def test_every_registered_pallas_kernel_has_a_problem_here():
-    assert sorted(PROBLEMS) == sorted(s.name for s in all_kernels() if "pallas" in s.backends)
+    # but the backward kernels (flash_attention_bwd): jax's reverse mode runs them, nothing differentiates them
+    forward = [s.name for s in all_kernels() if "pallas" in s.backends and "gradient_of" not in s.extra]
+    assert sorted(PROBLEMS) == sorted(forward)
 
 
 def _floats(spec, inputs):
@@ -75,10 +77,13 @@ def test_grad_through_the_tuned_kernel_is_the_references(name):
             assert eager[n].dtype == jax.dtypes.float0, n
         else:
             assert n == spec.output_buffer and not np.asarray(eager[n]).any(), n
+    # flash_attention's reverse mode is its Pallas backward kernel (fp32 sums over tiles in another
+    # order than the reference's): a few ulps of the gradient's scale more
+    atol = 1e-5 if spec.extra.get("jax_backward") else 1e-6
     for got in (eager, jitted):
         for n in floats:
             assert got[n].shape == floats[n].shape and got[n].dtype == floats[n].dtype, n
-            np.testing.assert_allclose(got[n], want[n], rtol=1e-5, atol=1e-6, err_msg=n)
+            np.testing.assert_allclose(got[n], want[n], rtol=1e-5, atol=atol, err_msg=n)
             assert np.isfinite(np.asarray(got[n])).all(), n
 
     # and the reference's gradient is the derivative of the kernel's float64 reference: a central

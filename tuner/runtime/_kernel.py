@@ -259,7 +259,7 @@ def _kernel_autotuned(
     """`Autotuned` over `spec.run` for one backend, with the kernel's injected parts: keys from
     `kernel_cache_key`, the backend's default timer, and `spec.mutated_inputs` restored before every
     timed run. `backward`, for a Triton kernel with a backward kernel of its own, makes that kernel's
-    `TunedKernel` (torch autograd, `_kernel_grad_torch`)."""
+    `TunedKernel` (torch autograd, `_kernel_grad_torch`; on Pallas, jax's reverse mode, `_kernel_grad`)."""
     run = spec.run
     kind = BACKEND_KIND.get(backend, "python")
 
@@ -267,10 +267,10 @@ def _kernel_autotuned(
         return run(problem, backend, inputs, config)
 
     target = launch
-    if backend == "pallas":  # jax.grad / jax.vjp through the kernel: the VJP of its JAX reference
+    if backend == "pallas":  # jax.grad / jax.vjp: its backward kernel, else the VJP of its JAX reference
         from ._kernel_grad import differentiable
 
-        target = differentiable(spec, backend)
+        target = differentiable(spec, backend, backward)
     elif backward is not None:  # torch autograd through the kernel: its own tuned backward kernel
         from ._kernel_grad_torch import differentiable_torch
 
@@ -358,8 +358,9 @@ class TunedKernel:
     `spec.run(problem, backend, inputs, config)` with the config cached for the call's key (tuned on a
     miss in online mode; nearest key / cost model / space default in offline mode). `.explain(problem,
     inputs)` says what a call would use and why; `.tuner` holds the state (stats, last_choice).
-    `.backward()`, for a kernel with a torch backward kernel of its own on Triton (flash_attention), is
-    that kernel's TunedKernel (same options, its own keys); None otherwise."""
+    `.backward()`, for a kernel with a backward kernel of its own (flash_attention: torch autograd on
+    Triton, jax's reverse mode on Pallas), is that kernel's TunedKernel (same options, its own keys); None
+    otherwise."""
 
     def __init__(self, t: Autotuned, spec: KernelSpec, backend: str) -> None:
         self.tuner = t
@@ -369,7 +370,8 @@ class TunedKernel:
         self.cache_clear = t.cache_clear
         self._hit = make_hit_path(t.fn, t.keys.fast, t.mem, t.miss)
         self.made_with: dict[str, Any] = {}  # the options of the `kernel(...)` call (`__reduce__`)
-        # the kernel's torch backward as a TunedKernel of its own (made on first use), or None
+        # the kernel's backward (torch autograd, jax reverse mode) as a TunedKernel of its own (made on
+        # first use), or None
         self.backward: Callable[[], TunedKernel] | None = None
 
     def __call__(self, problem: Mapping[str, Any], inputs: dict[str, Any]) -> Any:
@@ -447,7 +449,7 @@ def kernel(
         "lease_s": lease_s,
     }
     backward: Callable[[], TunedKernel] | None = None
-    bwd_name = spec.extra.get("torch_backward") if backend == "triton" else None
+    bwd_name = spec.extra.get({"triton": "torch_backward", "pallas": "jax_backward"}.get(backend, ""))
     if isinstance(bwd_name, str):  # its gradient: a kernel of its own, the same options but the cost model
         backward = functools.cache(functools.partial(kernel, bwd_name, backend, **options))
     t = _kernel_autotuned(
