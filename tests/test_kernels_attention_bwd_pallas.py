@@ -211,3 +211,22 @@ def test_pallas_backward_space() -> None:
     assert any("block_q % 16" in r for r in tpu.violations({"block_q": 8, "block_k": 128}))
     with pytest.raises(ValueError, match="not supported by these kernels"):
         spec.space(big, devices.get_device("sm90"), "pallas")
+
+
+def test_vmap_of_a_jitted_gradient_is_the_documented_limit_and_vmap_inside_the_jit_works() -> None:
+    # docs/kernels.md: `jax.vmap(jax.jit(jax.grad(...)))` meets the staged linear_call, which jax cannot
+    # batch; the vmap inside the jit takes the reference's derivative and gives the per-example gradients.
+    # If jax gains a batching rule for linear_call, the first half fails here: the docs are to be updated
+    problem = _problem(causal=True, S=16, B=1, H=1)
+    f, inputs, fl, cot = _setup(problem)
+    grad = jax.grad(_loss(f, problem, inputs, cot))
+    xs = {n: jnp.stack([v, 2 * v]) for n, v in fl.items()}
+    with pytest.raises(NotImplementedError, match="linear_call"):
+        jax.vmap(jax.jit(grad))(xs)
+    got = jax.jit(jax.vmap(grad))(xs)
+    for i in range(2):
+        one = jax.jit(grad)({n: v[i] for n, v in xs.items()})
+        for n in fl:
+            np.testing.assert_allclose(
+                np.asarray(got[n][i]), np.asarray(one[n]), rtol=2e-4, atol=2e-4, err_msg=n
+            )

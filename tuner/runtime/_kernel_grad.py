@@ -19,7 +19,7 @@ backward kernel through the runtime cache (`backward()`, tuned and stored under 
 has no batching rule and no derivative in its residuals, so where the rule runs batched (`jax.vmap`,
 `jax.jacfwd`) or under another derivative of the primals (`jax.hessian`) it takes the reference's JVP as
 above; a `jax.vmap` applied outside a `jax.jit` of a gradient meets the linear_call already staged and
-fails inside jax (an AssertionError): put the vmap inside the jit.
+fails inside jax ("Batching rule for 'linear_call' not implemented"): put the vmap inside the jit.
 
 Derivatives flow from the floating-point inputs but the output buffer (`spec.output_buffer`, overwritten);
 integer inputs (int8 weights, group sizes) take float0 tangents and get float0 cotangents, as jax wants,
