@@ -213,11 +213,20 @@ def test_default_timer_blocks_on_the_result(form):
 
     inputs = (jnp.asarray(a), jnp.asarray(b)) if form == "pytree" else a
     jax.block_until_ready(_heavy(jnp.asarray(a), jnp.asarray(b)))  # compiled
-    t0 = time.perf_counter()
-    for _ in range(3):
-        jax.block_until_ready(_heavy(jnp.asarray(a), jnp.asarray(b)))
-    one = (time.perf_counter() - t0) / 3
+
+    def fastest_heavy_call() -> float:
+        # the fastest of five: load only ever lengthens a call, so the minimum is what one call takes at
+        # least (a mean of three, taken once before the tuning, was 4.7x the tuned median under CI's load)
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            jax.block_until_ready(_heavy(jnp.asarray(a), jnp.asarray(b)))
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    before = fastest_heavy_call()
     chain(inputs)
+    one = min(before, fastest_heavy_call())
     [entry] = ConfigCache().entries()
     assert entry.config == {"reps": 1}
     # timing dispatch only would record microseconds; the blocked time is one heavy call or more
