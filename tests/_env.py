@@ -14,6 +14,22 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 
 
+def quick_cpu_xla_flags() -> str:
+    """XLA flags that compile the tests' tiny jax programs on the CPU faster, computing the same: the LLVM
+    back end at optimisation level 1, not 2, and, with the jaxlib of constraints.txt (0.10), XLA's older
+    CPU code emitters, not its fusion emitters. That flag is not passed to another jaxlib: XLA aborts the
+    process on a flag it does not know, and a later one may drop it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    flags = "--xla_backend_optimization_level=1"
+    try:
+        if version("jaxlib").startswith("0.10."):
+            flags += " --xla_cpu_use_fusion_emitters=false"
+    except PackageNotFoundError:
+        pass
+    return flags
+
+
 def repo_pythonpath(*front: str | os.PathLike[str]) -> str:
     """PYTHONPATH for a child: FRONT, the repository, then the caller's own PYTHONPATH.
 

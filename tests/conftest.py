@@ -10,14 +10,18 @@ from collections.abc import Iterator
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# jax on the CPU: XLA's LLVM back end at optimisation level 1, not 2. The tests' programs are tiny and
-# run a few times each, so compiling them (one XLA compile per eager primitive, per jit, per Pallas
-# interpret-mode kernel) was most of the jax tests' CPU time; level 1 cut it by about a quarter
-# (tests/test_kernel_grad.py). Not where jax runs on another platform, nor where XLA_FLAGS sets a level.
+# jax on the CPU: tests/_env.py's quick_cpu_xla_flags (the LLVM back end at optimisation level 1, not 2,
+# and with jaxlib 0.10 XLA's older code emitters). The tests' programs are tiny and run a few times each, so
+# compiling them (one XLA compile per eager primitive, per jit, per Pallas interpret-mode kernel) was most of
+# the jax tests' CPU time: level 1 cut it by about a quarter (tests/test_kernel_grad.py), the emitters by
+# about a third again (that file: 39 s of CPU instead of 63 on 2 workers). Not where jax runs on another
+# platform, nor where XLA_FLAGS sets a level.
 if os.environ["JAX_PLATFORMS"] == "cpu" and "xla_backend_optimization_level" not in os.environ.get(
     "XLA_FLAGS", ""
 ):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=1".strip()
+    from tests._env import quick_cpu_xla_flags
+
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {quick_cpu_xla_flags()}".strip()
 
 from pathlib import Path  # noqa: E402
 

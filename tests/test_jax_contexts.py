@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 from jax import lax  # noqa: E402
 
 import tuner  # noqa: E402
-from tests._env import cpu_jax_program  # noqa: E402
+from tests._env import cpu_jax_program, quick_cpu_xla_flags  # noqa: E402
 from tests.test_thirdparty_pallas import OnceBench  # noqa: E402
 from tuner.runtime import ConfigCache  # noqa: E402
 from tuner.runtime._tuning import AllConfigsFailedError  # noqa: E402
@@ -513,7 +513,7 @@ def test_export_with_concrete_shapes_and_compile_time_eval():
 # ---- four CPU devices, and a second process ---------------------------------------------------------------
 _PROGRAM = """
 import json, os
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4 " + QUICK_CPU_XLA_FLAGS
 import jax, jax.numpy as jnp, numpy as np
 from jax import export, lax
 from jax.sharding import NamedSharding, PartitionSpec as P
@@ -560,7 +560,7 @@ np.testing.assert_allclose(np.asarray(summed_pmap[0]), np.asarray(want))
 np.testing.assert_allclose(np.asarray(exported.call(jnp.ones((3, 16)))), np.asarray(jnp.sin(jnp.ones((3, 16)))), rtol=1e-6)
 print(json.dumps({"bench": calls["bench"], "sine": sine.tuner.stats, "allreduce": allreduce.tuner.stats,
                   "export": export_choice, "placed": sine.tuner.last_choice}))
-"""
+""".replace("QUICK_CPU_XLA_FLAGS", repr(quick_cpu_xla_flags()))  # what conftest sets in the tests' process
 
 
 def test_four_cpu_devices_and_a_second_process_hits(tmp_path):
