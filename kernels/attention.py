@@ -74,16 +74,25 @@ def _cdiv(a: int, b: int) -> int:
 
 
 # ---- reference ----------------------------------------------------------------------------------------
-def attention_reference(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool, sm_scale: float | None = None
-) -> np.ndarray:
-    """Plain float64 attention: softmax(q k^T * sm_scale, causal mask j <= i) v."""
-    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+def scaled_scores(
+    q: np.ndarray, k: np.ndarray, causal: bool, sm_scale: float | None
+) -> tuple[np.ndarray, float]:
+    """The references' scores q k^T * sm_scale (1/sqrt(D) when None), -inf above the diagonal where
+    `causal`, and that scale."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
     s = np.einsum("bhid,bhjd->bhij", q, k) * scale
     if causal:
         n = q.shape[-2]
         s = np.where(np.tril(np.ones((n, n), dtype=bool)), s, -np.inf)
+    return s, scale
+
+
+def attention_reference(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool, sm_scale: float | None = None
+) -> np.ndarray:
+    """Plain float64 attention: softmax(q k^T * sm_scale, causal mask j <= i) v."""
+    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    s, _ = scaled_scores(q, k, causal, sm_scale)
     s = s - s.max(axis=-1, keepdims=True)
     p = np.exp(s)
     p /= p.sum(axis=-1, keepdims=True)

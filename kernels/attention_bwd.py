@@ -78,8 +78,10 @@ from .attention import (
     _LOG2E,
     _cdiv,
     _score_pairs,
+    _sm_scale,
     flash_attention_pallas,
     flash_attention_triton,
+    scaled_scores,
 )
 from .attention import SPEC as _FORWARD
 
@@ -90,11 +92,7 @@ __all__ = ["flash_attention_bwd_triton", "attention_grad_reference", "torch_auto
 def _probabilities(
     q: np.ndarray, k: np.ndarray, causal: bool, sm_scale: float | None
 ) -> tuple[np.ndarray, float]:
-    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    s = np.einsum("bhid,bhjd->bhij", q, k) * scale
-    if causal:
-        n = q.shape[-2]
-        s = np.where(np.tril(np.ones((n, n), dtype=bool)), s, -np.inf)
+    s, scale = scaled_scores(q, k, causal, sm_scale)
     m = s.max(axis=-1, keepdims=True)
     p = np.exp(s - m)
     tot = p.sum(axis=-1, keepdims=True)
@@ -627,18 +625,9 @@ jax_autodiff = {
 
 
 # ---- spec plumbing ------------------------------------------------------------------------------------
-def _sm_scale(problem: Mapping[str, Any]) -> float | None:
-    s = problem.get("sm_scale")
-    return None if s is None else float(s)
-
-
 def _lse_rows(q: np.ndarray, k: np.ndarray, causal: bool, sm_scale: float | None) -> np.ndarray:
     """The forward's base-2 log-sum-exp rows of float64 q, k (what `flash_attention_triton(lse=...)` saves)."""
-    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    s = np.einsum("bhid,bhjd->bhij", q, k) * (scale * _LOG2E)
-    if causal:
-        n = q.shape[-2]
-        s = np.where(np.tril(np.ones((n, n), dtype=bool)), s, -np.inf)
+    s = scaled_scores(q, k, causal, sm_scale)[0] * _LOG2E
     m = s.max(axis=-1, keepdims=True)
     return (m + np.log2(np.exp2(s - m).sum(axis=-1, keepdims=True)))[..., 0]
 

@@ -165,25 +165,32 @@ def pallas_bwd_vmem_bytes(d: int, dtype: str, cfg: Mapping[str, Any]) -> int:
     return max(dkdv, dq)
 
 
-def _pallas_bwd_space(s: int, d: int, dtype: str, device: Device) -> SearchSpace:
+def _pallas_blocks(s: int, dtype: str, device: Device, k_major: bool) -> tuple[int, int, list[Param]]:
+    """The Pallas attention kernels' block parameters on `device` (block_q, the forward's block_k_major
+    where `k_major`, block_k) and the smallest block_q and block_k it allows: (lo_q, lo_k, params)."""
     if device.kind == "cpu":
+        top = max(8, min(max(8, next_pow2(s)), 64))
+        q, major, k = (
+            PowerOfTwo("block_q", 8, top),
+            PowerOfTwo("block_k_major", 8, top),
+            PowerOfTwo("block_k", 8, top),
+        )
         lo_q, lo_k = 8, 8
-        cap = max(8, next_pow2(s))
-        params: list[Param] = [
-            PowerOfTwo("block_q", 8, max(8, min(cap, 64))),
-            PowerOfTwo("block_k", 8, max(8, min(cap, 64))),
-        ]
     elif device.kind == "tpu":
+        q = PowerOfTwo("block_q", 8, 1024, default=128)
+        major = PowerOfTwo("block_k_major", 128, 2048, default=512)
+        k = PowerOfTwo("block_k", 128, 1024, default=128)
         lo_q, lo_k = tpu_sublanes(dtype), 128
-        params = [
-            PowerOfTwo("block_q", 8, 1024, default=128),
-            PowerOfTwo("block_k", 128, 1024, default=128),
-        ]
     else:
         raise ValueError(
             f"backend 'pallas' targets TPU (Mosaic) and the CPU interpreter; {device.name} ({device.arch}) "
             "is not supported by these kernels: use backend 'triton' on NVIDIA GPUs"
         )
+    return lo_q, lo_k, [q, major, k] if k_major else [q, k]
+
+
+def _pallas_bwd_space(s: int, d: int, dtype: str, device: Device) -> SearchSpace:
+    lo_q, lo_k, params = _pallas_blocks(s, dtype, device, k_major=False)
     cap_q = max(lo_q, next_pow2(s))
     cap_k = max(lo_k, next_pow2(s))
     cons = [
@@ -282,26 +289,7 @@ def _triton_space(s: int, d: int, dtype: str, device: Device, bwd: bool = False)
 
 
 def _pallas_space(s: int, d: int, dtype: str, device: Device) -> SearchSpace:
-    if device.kind == "cpu":
-        lo_q, lo_k = 8, 8
-        cap = max(8, next_pow2(s))
-        params: list[Param] = [
-            PowerOfTwo("block_q", 8, max(8, min(cap, 64))),
-            PowerOfTwo("block_k_major", 8, max(8, min(cap, 64))),
-            PowerOfTwo("block_k", 8, max(8, min(cap, 64))),
-        ]
-    elif device.kind == "tpu":
-        lo_q, lo_k = tpu_sublanes(dtype), 128
-        params = [
-            PowerOfTwo("block_q", 8, 1024, default=128),
-            PowerOfTwo("block_k_major", 128, 2048, default=512),
-            PowerOfTwo("block_k", 128, 1024, default=128),
-        ]
-    else:
-        raise ValueError(
-            f"backend 'pallas' targets TPU (Mosaic) and the CPU interpreter; {device.name} ({device.arch}) "
-            "is not supported by these kernels: use backend 'triton' on NVIDIA GPUs"
-        )
+    lo_q, lo_k, params = _pallas_blocks(s, dtype, device, k_major=True)
     cap_q = max(lo_q, next_pow2(s))
     cap_k = max(lo_k, next_pow2(s))
     cons = [

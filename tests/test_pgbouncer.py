@@ -125,32 +125,33 @@ def _direct(url: str) -> str:
     )
 
 
+def _run_study(
+    tmp_path: Path, url: str, budget: int, **env: str
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """`tuner study run --workers 2` of a study of three tasks and `budget` trials each, stored at `url`
+    (with the fake executor; `env` added to the environment): its file and the finished run."""
+    from tests.test_studies import _worker_cmd
+    from tests.test_study_supervisor import _env, _study
+
+    path = _study(tmp_path, url, n_m=3, budget=budget)
+    run = subprocess.run(
+        [*_worker_cmd(path), "--workers", "2"],
+        env=_env(tmp_path, **env),
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=100,
+    )
+    return path, run
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_a_study_with_two_workers_runs_behind_session_pooling(tmp_path: Path, driver: str) -> None:
     """`tuner study run --workers 2` on a fresh database through PgBouncer in session mode: the schema is
     made, both workers claim and finish tasks, every task ends done with its trials stored."""
-    from tests.test_studies import REPO, _worker_cmd, write_study
-
     with behind(tmp_path, "session", driver) as url:
-        path = write_study(tmp_path, n_m=3, budget=4)
-        path.write_text(
-            path.read_text(encoding="utf-8").replace("[study]\n", f'[study]\nstorage = "{url}"\n', 1),
-            encoding="utf-8",
-        )
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-            "FAKE_TRIAL_SLEEP": "0.05",
-        }
-        run = subprocess.run(
-            [*_worker_cmd(path), "--workers", "2"],
-            env=env,
-            capture_output=True,
-            text=True,
-            encoding="utf-8",
-            timeout=100,
-        )
+        path, run = _run_study(tmp_path, url, 4, FAKE_TRIAL_SLEEP="0.05")
         assert run.returncode == 0, run.stderr[-3000:]
         assert "_pg3_" not in run.stderr
         eng = create_engine(_direct(url))
@@ -229,23 +230,8 @@ def test_a_study_behind_transaction_pooling_exits_1_with_the_line(tmp_path: Path
     """`tuner study run --workers 2` behind PgBouncer in transaction mode with psycopg 3: exit 1 with the
     line naming pool_mode=session, no task run. It used to run, and its tasks failed with psycopg 3's
     "prepared statement "_pg3_0" already exists" wrapped in Optuna's StorageInternalError."""
-    from tests.test_studies import REPO, _worker_cmd, write_study
-
     with behind(tmp_path, "transaction", "psycopg") as url:
-        path = write_study(tmp_path, n_m=3, budget=6)
-        path.write_text(
-            path.read_text(encoding="utf-8").replace("[study]\n", f'[study]\nstorage = "{url}"\n', 1),
-            encoding="utf-8",
-        )
-        env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        run = subprocess.run(
-            [*_worker_cmd(path), "--workers", "2"],
-            env=env,
-            capture_output=True,
-            text=True,
-            encoding="utf-8",
-            timeout=100,
-        )
+        path, run = _run_study(tmp_path, url, 6)
         assert run.returncode == 1, (run.returncode, run.stderr[-3000:])
         assert "pool_mode=session" in run.stderr, run.stderr[-3000:]
         assert "_pg3_" not in run.stderr  # psycopg 3's prepared statements
